@@ -1,0 +1,23 @@
+# The two commands in the README: `make demo` and `make test`. Each builds .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+$(BIN)/gateway: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+.PHONY: install demo test bench
+install: $(BIN)/gateway
+
+demo: install
+	$(BIN)/gateway demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/plan_large_stack.py

@@ -1,0 +1,61 @@
+"""Parses `gateway.yaml` (raw, pydantic) into RepoSettings (valid, domain)."""
+
+from __future__ import annotations
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.domain.errors import ConfigError
+from gateway.domain.repo_settings import RepoSettings, StackSettings
+
+
+class _RawStack(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    approvers: list[str] = Field(min_length=1)
+    protected: list[str] = []
+
+
+class _RawApprovals(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    required: int = Field(default=1, ge=1)
+    protected_required: int = Field(default=2, ge=1)
+    auto_apply: bool = False
+    config_approvers: list[str] = []
+
+
+class _RawSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    engine: str = "sandbox"
+    main_branch: str = "main"
+    approvals: _RawApprovals = _RawApprovals()
+    stacks: dict[str, _RawStack] = Field(min_length=1)
+    protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
+    policy: dict = {}
+
+
+def parse_repo_settings(text: str) -> RepoSettings:
+    """Validate gateway.yaml; every problem is reported with the field it concerns."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"gateway.yaml is not valid YAML: {exc}") from None
+    try:
+        raw = _RawSettings.model_validate(data or {})
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"gateway.yaml: {problems}") from None
+    stacks = {
+        name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected))
+        for name, s in raw.stacks.items()
+    }
+    return RepoSettings(
+        stacks=stacks,
+        engine=raw.engine,
+        main_branch=raw.main_branch,
+        required_approvals=raw.approvals.required,
+        protected_required_approvals=max(raw.approvals.protected_required, raw.approvals.required),
+        auto_apply=raw.approvals.auto_apply,
+        protected_paths=tuple(raw.protected_paths),
+        config_approver_groups=frozenset(raw.approvals.config_approvers),
+    )

@@ -1,0 +1,117 @@
+"""The declaration repo, a bare git repository read and merged with GitPython.
+
+People clone it, push branches and propose them; the gateway never needs a work tree: it reads
+trees at exact commits, and merges with `git merge-tree --write-tree` and `commit-tree`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import git
+from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+
+from gateway.domain.errors import BackendError, Conflict, NotFound
+
+
+
+class GitDeclarationRepo:
+    def __init__(self, path: Path):
+        try:
+            self.repo = git.Repo(path)
+        except (InvalidGitRepositoryError, NoSuchPathError):
+            raise NotFound(f"no declaration repo at {path}: run `gateway init` first") from None
+        self.path = path
+
+    @classmethod
+    def create(cls, path: Path, content: Path, main_branch: str = "main") -> GitDeclarationRepo:
+        """A new bare repo whose first commit on `main_branch` holds the files of `content`."""
+        git.Repo.init(path, bare=True, initial_branch=main_branch)
+        with tempfile.TemporaryDirectory() as tmp:
+            clone = git.Repo.clone_from(str(path), tmp)
+            shutil.copytree(content, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+            clone.git.checkout("-b", main_branch)
+            clone.git.add("-A")
+            clone.git.execute(["git", "commit", "-q", "-m", "Initial declarations"], env=committer_env())
+            clone.git.push("origin", main_branch)
+        return cls(path)
+
+    def resolve(self, ref: str) -> str:
+        """The commit SHA a branch, tag or SHA names."""
+        try:
+            return self.repo.commit(ref).hexsha
+        except (BadName, ValueError, GitCommandError):
+            raise NotFound(f"unknown git ref {ref!r} in the declaration repo") from None
+
+    def branch_exists(self, branch: str) -> bool:
+        return branch in {h.name for h in self.repo.branches}
+
+    def merge_base(self, a: str, b: str) -> str:
+        bases = self.repo.merge_base(a, b)
+        if not bases:
+            raise Conflict(f"{a} and {b} have no common history")
+        return bases[0].hexsha
+
+    def changed_paths(self, base: str, head: str) -> list[str]:
+        """Every path added, changed, removed or renamed between two commits."""
+        out = self._git("diff", "--name-only", "--no-renames", base, head)
+        return sorted(p for p in out.splitlines() if p)
+
+    def diff(self, base: str, head: str) -> str:
+        return self._git("diff", base, head)
+
+    def read_file(self, sha: str, path: str) -> str:
+        try:
+            blob = self.repo.commit(sha).tree / path
+        except KeyError:
+            raise NotFound(f"{path} does not exist at {sha[:12]}") from None
+        return blob.data_stream.read().decode("utf-8")
+
+    def export(self, sha: str, subdir: str, dest: Path) -> Path:
+        """Write the files under `subdir` at commit `sha` into `dest` (not recursing into subfolders' git links)."""
+        try:
+            tree = self.repo.commit(sha).tree / subdir
+        except KeyError:
+            raise NotFound(f"{subdir} does not exist at {sha[:12]}") from None
+        dest.mkdir(parents=True, exist_ok=True)
+        for item in tree.traverse():
+            target = dest / Path(item.path).relative_to(subdir)
+            if item.type == "tree":
+                target.mkdir(parents=True, exist_ok=True)
+            elif item.type == "blob":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(item.data_stream.read())
+        return dest
+
+    def merge(self, branch: str, into: str, message: str) -> str:
+        """Merge `branch` into `into` with a merge commit; refuse on conflicts. Returns the new SHA."""
+        target = self.resolve(into)
+        source = self.resolve(branch)
+        try:
+            tree = self._git("merge-tree", "--write-tree", target, source).splitlines()[0]
+        except BackendError as exc:
+            raise Conflict(f"{branch} does not merge cleanly into {into}; rebase it and propose again") from exc
+        commit = self._git("commit-tree", tree, "-p", target, "-p", source, "-m", message,
+                           env=committer_env())
+        self._git("update-ref", f"refs/heads/{into}", commit, target)
+        return commit
+
+    def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
+        try:
+            return str(self.repo.git.execute(["git", *args], env=env))
+        except GitCommandError as exc:
+            raise BackendError(f"git {args[0]} failed: {exc.stderr.strip() or exc}") from exc
+
+
+def committer_env(name: str = "change-gateway", email: str = "gateway@localhost") -> dict[str, str]:
+    """Git identity for commits the gateway makes; the machine may have none configured."""
+    return {
+        **os.environ,
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+    }

@@ -1,0 +1,290 @@
+"""Proposals, principals, plans, decisions, applies, stack locks and the audit chain in SQL.
+
+`SqlStore.session()` is the unit of work: everything a use case writes, audit events included,
+commits together or not at all. Stack locks commit on their own, since other processes must see
+them while an apply runs.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from gateway.adapters.sql_store import (
+    Database,
+    applies,
+    audit_events,
+    audit_head,
+    decisions,
+    dumps,
+    plans,
+    principals,
+    proposals,
+    stack_locks,
+)
+from gateway.domain.audit import AuditEvent, event_hash
+from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.principals import Principal, PrincipalKind, Role
+from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalStatus, StackPlan
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SqlStore:
+    def __init__(self, db: Database):
+        self.db = db
+
+    @contextmanager
+    def session(self) -> Iterator[StoreSession]:
+        with self.db.transaction() as conn:
+            yield StoreSession(conn)
+
+    # --- stack locks: committed on their own -------------------------------------------------
+
+    def acquire_lock(self, stack: str, holder: str, ttl_seconds: float) -> tuple[bool, dict[str, Any] | None]:
+        """Take the stack's lock. Returns (taken, the expired lock we broke, if any)."""
+        broken = None
+        with self.db.transaction() as conn:
+            row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack).with_for_update()).mappings().first()
+            if row is not None:
+                if _aware(row["expires_at"]) > now():
+                    return False, None
+                broken = dict(row)
+                conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack))
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(stack_locks).values(
+                        stack=stack, holder=holder, acquired_at=now(),
+                        expires_at=now() + timedelta(seconds=ttl_seconds)))
+            except IntegrityError:
+                return False, None
+        return True, broken
+
+    def set_lock_apply(self, stack: str, holder: str, apply_id: int) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(update(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder)
+                         .values(apply_id=apply_id))
+
+    def release_lock(self, stack: str, holder: str) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
+
+    def lock_holder(self, stack: str) -> dict[str, Any] | None:
+        with self.db.transaction() as conn:
+            row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
+        return dict(row) if row else None
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class StoreSession:
+    """One transaction's view of the records."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    # --- principals ------------------------------------------------------------------------
+
+    def add_principal(self, name: str, kind: PrincipalKind, roles: frozenset[Role], groups: frozenset[str],
+                      token_hash: str) -> Principal:
+        if self.principal_by_name(name) is not None:
+            raise Conflict(f"a principal named {name!r} already exists")
+        pid = str(uuid.uuid4())
+        self.conn.execute(insert(principals).values(
+            id=pid, name=name, kind=kind.value, roles=sorted(roles), groups=sorted(groups),
+            token_hash=token_hash, created_at=now()))
+        return Principal(pid, name, kind, roles, groups)
+
+    def count_principals(self) -> int:
+        return int(self.conn.scalar(select(func.count()).select_from(principals)) or 0)
+
+    def principal_by_token_hash(self, token_hash: str) -> Principal | None:
+        row = self.conn.execute(select(principals).where(principals.c.token_hash == token_hash)).mappings().first()
+        return _principal(row) if row else None
+
+    def principal_by_name(self, name: str) -> Principal | None:
+        row = self.conn.execute(select(principals).where(principals.c.name == name)).mappings().first()
+        return _principal(row) if row else None
+
+    def principal(self, pid: str) -> Principal:
+        row = self.conn.execute(select(principals).where(principals.c.id == pid)).mappings().first()
+        if row is None:
+            raise NotFound(f"unknown principal {pid}")
+        return _principal(row)
+
+    def list_principals(self) -> list[Principal]:
+        rows = self.conn.execute(select(principals).order_by(principals.c.name)).mappings()
+        return [_principal(r) for r in rows]
+
+    # --- proposals -------------------------------------------------------------------------
+
+    def add_proposal(self, branch: str, base_sha: str, head_sha: str, requester: Principal, proposer: Principal,
+                     reason: str, stacks: Sequence[str], agent_claim: str | None = None,
+                     prompt_version: str | None = None, model: str | None = None) -> int:
+        result = self.conn.execute(insert(proposals).values(
+            branch=branch, base_sha=base_sha, head_sha=head_sha, requester_id=requester.id,
+            proposer_id=proposer.id, reason=reason, status=ProposalStatus.OPEN.value, stacks=list(stacks),
+            agent_claim=agent_claim, prompt_version=prompt_version, model=model,
+            created_at=now(), updated_at=now()))
+        return int(result.inserted_primary_key[0])
+
+    def open_proposal_for_branch(self, branch: str) -> int | None:
+        return self.conn.scalar(select(proposals.c.id).where(
+            proposals.c.branch == branch,
+            proposals.c.status.in_([ProposalStatus.OPEN.value, ProposalStatus.FAILED.value,
+                                    ProposalStatus.APPLYING.value])))
+
+    def get_proposal(self, proposal_id: int, lock: bool = False) -> Proposal:
+        query = select(proposals).where(proposals.c.id == proposal_id)
+        row = self.conn.execute(query.with_for_update() if lock else query).mappings().first()
+        if row is None:
+            raise NotFound(f"no proposal {proposal_id}")
+        proposal = Proposal(
+            id=row["id"], branch=row["branch"], base_sha=row["base_sha"], head_sha=row["head_sha"],
+            requester=self.principal(row["requester_id"]), proposer=self.principal(row["proposer_id"]),
+            reason=row["reason"], stacks=tuple(row["stacks"]), status=ProposalStatus(row["status"]),
+            merge_sha=row["merge_sha"], agent_claim=row["agent_claim"],
+        )
+        proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
+        proposal.decisions = self._decisions(proposal_id)
+        return proposal
+
+    def list_proposals(self, status: str | None = None) -> list[dict[str, Any]]:
+        query = select(proposals).order_by(proposals.c.id.desc())
+        if status:
+            query = query.where(proposals.c.status == status)
+        return [dict(r) for r in self.conn.execute(query).mappings()]
+
+    def update_proposal(self, proposal_id: int, **values: Any) -> None:
+        if "status" in values:
+            values["status"] = ProposalStatus(values["status"]).value
+        self.conn.execute(update(proposals).where(proposals.c.id == proposal_id).values(updated_at=now(), **values))
+
+    # --- plans -----------------------------------------------------------------------------
+
+    def add_plan(self, proposal_id: int, stack: str, head_sha: str, digest: str, document: str,
+                 state_serial: int, state_lineage: str, summary: Mapping[str, Any]) -> int:
+        result = self.conn.execute(insert(plans).values(
+            proposal_id=proposal_id, stack=stack, head_sha=head_sha, digest=digest, document=document,
+            state_serial=state_serial, state_lineage=state_lineage, summary=dict(summary), created_at=now()))
+        return int(result.inserted_primary_key[0])
+
+    def plan_document(self, plan_id: int) -> str:
+        document = self.conn.scalar(select(plans.c.document).where(plans.c.id == plan_id))
+        if document is None:
+            raise NotFound(f"no saved plan {plan_id}")
+        return str(document)
+
+    def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
+        rows = self.conn.execute(
+            select(plans).where(plans.c.proposal_id == proposal_id, plans.c.head_sha == head_sha)
+            .order_by(plans.c.id)).mappings()
+        current: dict[str, StackPlan] = {}
+        for r in rows:  # the newest plan of each stack wins
+            current[r["stack"]] = StackPlan(
+                plan_id=r["id"], stack=r["stack"], head_sha=r["head_sha"], digest=r["digest"],
+                state_serial=r["state_serial"], counts=r["summary"].get("counts", {}),
+                destructive=tuple(r["summary"].get("destructive", [])))
+        return current
+
+    # --- decisions -------------------------------------------------------------------------
+
+    def add_decision(self, proposal_id: int, principal: Principal, decision: Decision, head_sha: str,
+                     digests: Mapping[str, str], comment: str, auth: str) -> int:
+        result = self.conn.execute(insert(decisions).values(
+            proposal_id=proposal_id, principal_id=principal.id, decision=decision.value, head_sha=head_sha,
+            digests=dict(digests), comment=comment, auth=auth, created_at=now()))
+        return int(result.inserted_primary_key[0])
+
+    def _decisions(self, proposal_id: int) -> list[DecisionRecord]:
+        rows = self.conn.execute(
+            select(decisions).where(decisions.c.proposal_id == proposal_id).order_by(decisions.c.id)).mappings()
+        return [DecisionRecord(
+            id=r["id"], principal=self.principal(r["principal_id"]), decision=Decision(r["decision"]),
+            head_sha=r["head_sha"], digests=r["digests"], comment=r["comment"], auth=r["auth"],
+            at=_aware(r["created_at"])) for r in rows]
+
+    # --- applies ---------------------------------------------------------------------------
+
+    def start_apply(self, proposal_id: int, stack: str, plan_id: int, runner: str, commit_sha: str) -> int:
+        result = self.conn.execute(insert(applies).values(
+            proposal_id=proposal_id, stack=stack, plan_id=plan_id, status="running", runner=runner,
+            applied=[], commit_sha=commit_sha, started_at=now()))
+        return int(result.inserted_primary_key[0])
+
+    def finish_apply(self, apply_id: int, status: str, applied: Sequence[str], error: str | None) -> None:
+        self.conn.execute(update(applies).where(applies.c.id == apply_id).values(
+            status=status, applied=list(applied), error=error, finished_at=now()))
+
+    def get_apply(self, apply_id: int) -> dict[str, Any] | None:
+        row = self.conn.execute(select(applies).where(applies.c.id == apply_id)).mappings().first()
+        return dict(row) if row else None
+
+    def applies_of(self, proposal_id: int) -> list[dict[str, Any]]:
+        rows = self.conn.execute(select(applies).where(applies.c.proposal_id == proposal_id).order_by(applies.c.id))
+        return [dict(r) for r in rows.mappings()]
+
+    def last_applied_commit(self, stack: str) -> str | None:
+        return self.conn.scalar(select(applies.c.commit_sha).where(
+            applies.c.stack == stack, applies.c.status == "succeeded").order_by(applies.c.id.desc()).limit(1))
+
+    # --- audit -----------------------------------------------------------------------------
+
+    def append_event(self, actor: Principal | str, kind: str, payload: Mapping[str, Any],
+                     proposal_id: int | None = None, stacks: Sequence[str] = ()) -> AuditEvent:
+        """Add one event to the chain; the head row lock keeps concurrent writers in line."""
+        head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
+        prev_seq, prev_hash = head["seq"], head["hash"]
+        name, actor_kind = (actor.name, actor.kind.value) if isinstance(actor, Principal) else (actor, "system")
+        event = AuditEvent(
+            seq=prev_seq + 1, id=str(uuid.uuid4()), at=now().isoformat(timespec="microseconds"),
+            actor=name, actor_kind=actor_kind, kind=kind, proposal_id=proposal_id,
+            stacks=tuple(stacks), payload=json.loads(dumps(payload)), prev_hash=prev_hash, hash="")
+        event = AuditEvent(**{**event.__dict__, "hash": event_hash(prev_hash, event.content())})
+        self.conn.execute(insert(audit_events).values(
+            seq=event.seq, id=event.id, at=event.at, actor=event.actor, actor_kind=event.actor_kind,
+            kind=event.kind, proposal_id=event.proposal_id, stacks=list(event.stacks),
+            payload=dumps(event.payload), prev_hash=event.prev_hash, hash=event.hash))
+        self.conn.execute(update(audit_head).where(audit_head.c.id == 1).values(seq=event.seq, hash=event.hash))
+        return event
+
+    def events(self, proposal_id: int | None = None, actor: str | None = None, stack: str | None = None,
+               since: str | None = None, kind: str | None = None) -> list[AuditEvent]:
+        query = select(audit_events).order_by(audit_events.c.seq)
+        if proposal_id is not None:
+            query = query.where(audit_events.c.proposal_id == proposal_id)
+        if actor:
+            query = query.where(audit_events.c.actor == actor)
+        if since:
+            query = query.where(audit_events.c.at >= since)
+        if kind:
+            query = query.where(audit_events.c.kind == kind)
+        events = [_event(r) for r in self.conn.execute(query).mappings()]
+        return [e for e in events if stack is None or stack in e.stacks]
+
+    def chain_head(self) -> tuple[int, str] | None:
+        head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1)).mappings().first()
+        return (head["seq"], head["hash"]) if head else None
+
+
+def _principal(row: Mapping[str, Any]) -> Principal:
+    return Principal(row["id"], row["name"], PrincipalKind(row["kind"]),
+                     frozenset(Role(r) for r in row["roles"]), frozenset(row["groups"]))
+
+
+def _event(row: Mapping[str, Any]) -> AuditEvent:
+    return AuditEvent(
+        seq=row["seq"], id=row["id"], at=row["at"], actor=row["actor"], actor_kind=row["actor_kind"],
+        kind=row["kind"], proposal_id=row["proposal_id"], stacks=tuple(row["stacks"]),
+        payload=json.loads(row["payload"]), prev_hash=row["prev_hash"], hash=row["hash"])

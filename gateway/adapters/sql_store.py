@@ -1,0 +1,247 @@
+"""The gateway's database: SQLite by default, PostgreSQL by URL, one schema for both.
+
+Tables are SQLAlchemy Core; each numbered migration runs once and is recorded in
+`schema_version`. Every write happens in one transaction, so a failed command leaves nothing
+half-written. On SQLite every transaction starts with BEGIN IMMEDIATE (one writer at a time across
+processes); on PostgreSQL the audit chain and stack locks take row locks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    select,
+    text,
+)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+
+from gateway.domain.audit import GENESIS
+from gateway.domain.errors import BackendError, ConfigError
+
+metadata = MetaData()
+
+schema_version = Table(
+    "schema_version", metadata,
+    Column("version", Integer, primary_key=True),
+    Column("applied_at", DateTime(timezone=True), nullable=False),
+)
+
+principals = Table(
+    "principals", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("name", String(100), nullable=False, unique=True),
+    Column("kind", String(10), nullable=False),
+    Column("roles", JSON, nullable=False),
+    Column("groups", JSON, nullable=False),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("acting_for", String(36), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+proposals = Table(
+    "proposals", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("branch", String(200), nullable=False),
+    Column("base_sha", String(40), nullable=False),
+    Column("head_sha", String(40), nullable=False),
+    Column("requester_id", String(36), nullable=False),
+    Column("proposer_id", String(36), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("stacks", JSON, nullable=False),
+    Column("agent_claim", Text, nullable=True),
+    Column("prompt_version", String(100), nullable=True),
+    Column("model", String(100), nullable=True),
+    Column("merge_sha", String(40), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+plans = Table(
+    "plans", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("proposal_id", Integer, nullable=False, index=True),
+    Column("stack", String(100), nullable=False),
+    Column("head_sha", String(40), nullable=False),
+    Column("digest", String(80), nullable=False),
+    Column("document", Text, nullable=False),
+    Column("state_serial", Integer, nullable=False),
+    Column("state_lineage", String(36), nullable=False),
+    Column("summary", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+decisions = Table(
+    "decisions", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("proposal_id", Integer, nullable=False, index=True),
+    Column("principal_id", String(36), nullable=False),
+    Column("decision", String(10), nullable=False),
+    Column("head_sha", String(40), nullable=False),
+    Column("digests", JSON, nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("auth", String(40), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+applies = Table(
+    "applies", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("proposal_id", Integer, nullable=False, index=True),
+    Column("stack", String(100), nullable=False),
+    Column("plan_id", Integer, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("runner", String(100), nullable=False),
+    Column("applied", JSON, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("commit_sha", String(40), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
+stack_locks = Table(
+    "stack_locks", metadata,
+    Column("stack", String(100), primary_key=True),
+    Column("holder", String(100), nullable=False),
+    Column("apply_id", Integer, nullable=True),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+stack_states = Table(
+    "stack_states", metadata,
+    Column("stack", String(100), primary_key=True),
+    Column("serial", Integer, nullable=False),
+    Column("body", Text, nullable=False),
+)
+
+sandbox_objects = Table(
+    "sandbox_objects", metadata,
+    Column("type", String(100), primary_key=True),
+    Column("id", String(200), primary_key=True),
+    Column("attributes", Text, nullable=False),
+)
+
+sandbox_faults = Table(
+    "sandbox_faults", metadata,
+    Column("stack", String(100), primary_key=True),
+    Column("address", String(300), primary_key=True),
+    Column("message", Text, nullable=False),
+)
+
+audit_events = Table(
+    "audit_events", metadata,
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("id", String(36), nullable=False, unique=True),
+    Column("at", String(40), nullable=False),
+    Column("actor", String(100), nullable=False),
+    Column("actor_kind", String(10), nullable=False),
+    Column("kind", String(40), nullable=False, index=True),
+    Column("proposal_id", Integer, nullable=True, index=True),
+    Column("stacks", JSON, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("prev_hash", String(71), nullable=False),
+    Column("hash", String(71), nullable=False),
+)
+
+# The chain's head, kept apart so that deleting the newest events is found too.
+audit_head = Table(
+    "audit_head", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), nullable=False),
+    Column("hash", String(71), nullable=False),
+    UniqueConstraint("id"),
+)
+
+def _initial_schema(conn: Connection) -> None:
+    metadata.create_all(conn)
+    conn.execute(audit_head.insert().values(id=1, seq=0, hash=GENESIS))
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
+    (1, _initial_schema),
+]
+
+
+class Database:
+    """One SQLAlchemy engine and the transaction discipline every adapter shares."""
+
+    def __init__(self, url: str):
+        try:
+            self.engine: Engine = create_engine(url, future=True, **_engine_options(url))
+        except (ArgumentError, ImportError) as exc:
+            raise ConfigError(f"database URL {url!r} is not usable: {exc}") from None
+        self.is_sqlite = self.engine.dialect.name == "sqlite"
+        if self.is_sqlite:
+            _serialize_sqlite(self.engine)
+
+    def migrate(self) -> None:
+        with self.transaction() as conn:
+            if not self.engine.dialect.has_table(conn, "schema_version"):
+                schema_version.create(conn)
+            done = set(conn.scalars(select(schema_version.c.version)))
+            for version, migration in MIGRATIONS:
+                if version not in done:
+                    migration(conn)
+                    conn.execute(schema_version.insert().values(version=version, applied_at=_now()))
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as conn:
+                if not self.is_sqlite and conn.dialect.name == "postgresql":
+                    conn.execute(text("SET LOCAL lock_timeout = '30s'"))
+                yield conn
+        except OperationalError as exc:
+            raise BackendError(f"database unavailable or busy: {str(exc.orig).strip()}") from exc
+        except SQLAlchemyError as exc:
+            raise BackendError(f"database error: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _engine_options(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        return {"connect_args": {"timeout": 60, "check_same_thread": False}}
+    return {"pool_pre_ping": True}
+
+
+def _serialize_sqlite(engine: Engine) -> None:
+    """SQLAlchemy's documented recipe: let us issue BEGIN ourselves, and make it IMMEDIATE."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA busy_timeout=60000")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

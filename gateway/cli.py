@@ -1,0 +1,379 @@
+"""The `gateway` command: thin commands over the same services the API uses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gateway.config import Settings
+from gateway.domain.approvals import approval_shortfall, required_approvals
+from gateway.domain.errors import GatewayError, Refused
+from gateway.domain.plan import decode_plan_bytes, load_plan
+from gateway.domain.preview import RENDERERS, build_preview
+from gateway.domain.principals import Principal, PrincipalKind, Role
+from gateway.domain.proposal import Decision, Proposal
+from gateway.logs import configure_logging
+from gateway.services import audit as audit_service
+from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.planning import plan_stack
+from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal
+from gateway.services.runner import apply_proposal
+from gateway.services.users import add_principal, authenticate
+from gateway.services.workspace import Workspace, create_workspace, open_workspace
+
+FORMATS = click.Choice(sorted(RENDERERS))
+
+
+class Context:
+    def __init__(self) -> None:
+        self.settings = Settings()
+        self._ws: Workspace | None = None
+
+    @property
+    def ws(self) -> Workspace:
+        if self._ws is None:
+            self._ws = open_workspace(self.settings)
+        return self._ws
+
+    def actor(self) -> Principal:
+        token = self.settings.token.get_secret_value() if self.settings.token else None
+        return authenticate(self.ws, token)
+
+
+pass_ctx = click.make_pass_decorator(Context, ensure=True)
+
+
+@click.group()
+@click.version_option(package_name="change-gateway")
+def cli() -> None:
+    """The change gateway: the one path by which agents and people change infrastructure."""
+    configure_logging()
+
+
+def main() -> None:
+    """Entry point: a GatewayError is one clear line on stderr and a non-zero exit."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except Refused as exc:
+        for reason in exc.reasons:
+            click.echo(f"refused: {reason}", err=True)
+        sys.exit(1)
+    except GatewayError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+# --- workspace and identities ----------------------------------------------------------------
+
+
+@cli.command()
+@pass_ctx
+def init(ctx: Context) -> None:
+    """Create the workspace in $GATEWAY_HOME with the sample declaration repo."""
+    ws = create_workspace(ctx.settings)
+    applied = bootstrap_simulator(ws)
+    click.echo(f"workspace created in {ctx.settings.home}")
+    click.echo(f"declaration repo: {ctx.settings.repo_path} (clone it, push a branch, `gateway propose`)")
+    click.echo(f"simulated cloud: main's stacks applied ({applied} resources; a simulator, no real cloud)")
+    click.echo("next: `gateway users add NAME --role admin` (the first user needs no token)")
+
+
+@cli.group()
+def users() -> None:
+    """People and agents, and their tokens."""
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, required=True, type=click.Choice([r.value for r in Role]))
+@click.option("--group", "groups", multiple=True, help="approver group, e.g. platform")
+@click.option("--agent", is_flag=True, help="an AI agent principal (never approver or admin)")
+@pass_ctx
+def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str, ...], agent: bool) -> None:
+    """Create a principal and print its API token (shown once, stored hashed)."""
+    actor = ctx.actor() if ctx.settings.token else None
+    principal, token = add_principal(
+        ctx.ws, actor, name, frozenset(Role(r) for r in roles), frozenset(groups),
+        PrincipalKind.AGENT if agent else PrincipalKind.PERSON)
+    click.echo(f"added {principal.kind.value} {principal.name} ({', '.join(sorted(roles))})", err=True)
+    click.echo(token)
+
+
+@users.command("list")
+@pass_ctx
+def users_list(ctx: Context) -> None:
+    """List principals (names, kinds, roles, groups; never tokens)."""
+    ctx.actor()
+    with ctx.ws.store.session() as session:
+        for p in session.list_principals():
+            click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups))}")
+
+
+# --- plans and previews ----------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+def preview(plan_file: Path, fmt: str) -> None:
+    """Render any Terraform/OpenTofu plan (`show -json` output) for a person."""
+    try:
+        content = plan_file.read_bytes()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {plan_file}: {exc.strerror}") from None
+    click.echo(RENDERERS[fmt](build_preview(load_plan(decode_plan_bytes(content)))), nl=False)
+
+
+@cli.command()
+@click.option("--stack", required=True)
+@click.option("--ref", default=None, help="git ref of the declaration repo (default: main)")
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+@pass_ctx
+def plan(ctx: Context, stack: str, ref: str | None, fmt: str) -> None:
+    """Plan one stack of the declaration repo with its engine and print the preview."""
+    result = plan_stack(ctx.ws, stack, ref or ctx.ws.main_branch())
+    if fmt == "text":
+        click.echo(f"stack {stack} at {result.sha[:12]}, plan {result.digest[:19]}…, state serial {result.engine_plan.state_serial}")
+    click.echo(RENDERERS[fmt](result.preview()), nl=False)
+
+
+# --- the change path -------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--branch", required=True)
+@click.option("-m", "--message", "reason", required=True, help="why this change")
+@pass_ctx
+def propose(ctx: Context, branch: str, reason: str) -> None:
+    """Open a proposal from a branch of the declaration repo: plan every stack it touches."""
+    proposal = open_proposal(ctx.ws, ctx.actor(), branch, reason)
+    click.echo(f"proposal {proposal.id} opened for {branch} at {proposal.head_sha[:12]}: stacks {', '.join(proposal.stacks) or '(none)'}")
+    _echo_proposal(ctx.ws, proposal, "text")
+
+
+@cli.command("list")
+@click.option("--status", default=None)
+@pass_ctx
+def list_proposals(ctx: Context, status: str | None) -> None:
+    """List proposals, newest first."""
+    ctx.actor()
+    with ctx.ws.store.session() as session:
+        rows = session.list_proposals(status)
+    for r in rows:
+        click.echo(f"{r['id']:>4}  {r['status']:9} {r['branch']:30} {','.join(r['stacks'])}  {r['reason'].splitlines()[0][:50]}")
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+@click.option("--diff", "show_diff", is_flag=True, help="also print the text diff of the branch")
+@pass_ctx
+def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
+    """Show a proposal: status, approvals (current or stale), and the preview of every stack."""
+    ctx.actor()
+    proposal, changes = sync_proposal(ctx.ws, proposal_id)
+    for change in changes:
+        click.echo(f"note: {change}")
+    _echo_proposal(ctx.ws, proposal, fmt)
+    if show_diff:
+        click.echo(ctx.ws.repo.diff(proposal.base_sha, proposal.head_sha))
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@click.option("-m", "--message", "comment", default="", help="comment")
+@click.option("--sha", "seen_sha", default=None, help="the commit you reviewed; refused if the branch moved")
+@pass_ctx
+def approve(ctx: Context, proposal_id: int, comment: str, seen_sha: str | None) -> None:
+    """Approve the proposal's current commit and plans."""
+    proposal = decide(ctx.ws, ctx.actor(), proposal_id, Decision.APPROVE, comment, seen_sha)
+    click.echo(f"approved proposal {proposal.id} at {proposal.head_sha[:12]}")
+    _echo_approval_state(ctx.ws, proposal)
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@click.option("-m", "--message", "comment", required=True, help="why it is rejected")
+@pass_ctx
+def reject(ctx: Context, proposal_id: int, comment: str) -> None:
+    """Reject the proposal; it stays stopped until a new commit."""
+    proposal = decide(ctx.ws, ctx.actor(), proposal_id, Decision.REJECT, comment)
+    click.echo(f"rejected proposal {proposal.id} at {proposal.head_sha[:12]}: {comment}")
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@pass_ctx
+def apply(ctx: Context, proposal_id: int) -> None:
+    """Apply exactly the approved plans, one stack at a time, then merge the branch."""
+    report = apply_proposal(ctx.ws, ctx.actor(), proposal_id)
+    for outcome in report.outcomes:
+        state = "applied" if outcome.succeeded else "FAILED"
+        click.echo(f"stack {outcome.stack}: {state} ({len(outcome.applied)} change(s) done)")
+        if outcome.error:
+            click.echo(f"  error: {outcome.error}")
+    if not report.succeeded:
+        click.echo("the apply did not finish; what was done is recorded, and the next plan shows the rest", err=True)
+        sys.exit(1)
+    click.echo(f"merged into main as {report.merge_sha[:12] if report.merge_sha else '?'}")
+
+
+def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:
+    with ws.store.session() as session:
+        documents = {s: session.plan_document(p.plan_id) for s, p in proposal.plans.items()}
+    previews = {s: build_preview(load_plan(json.loads(d))) for s, d in documents.items()}
+    if fmt == "json":
+        click.echo(json.dumps({
+            "id": proposal.id, "branch": proposal.branch, "head_sha": proposal.head_sha,
+            "status": proposal.status.value, "requester": proposal.requester.name, "proposer": proposal.proposer.name,
+            "reason": proposal.reason, "stacks": list(proposal.stacks),
+            "plans": {s: {"digest": p.digest, "state_serial": p.state_serial, "preview": json.loads(RENDERERS["json"](previews[s]))}
+                      for s, p in proposal.plans.items()},
+            "decisions": [{"by": d.principal.name, "decision": d.decision.value, "head_sha": d.head_sha,
+                           "digests": dict(d.digests), "comment": d.comment, "current": proposal.is_current(d)}
+                          for d in proposal.decisions],
+        }, indent=2))
+        return
+    click.echo(f"proposal {proposal.id} [{proposal.status.value}] {proposal.branch} @ {proposal.head_sha[:12]}")
+    click.echo(f"  requested by {proposal.requester.name}, proposed by {proposal.proposer.name}: {proposal.reason}")
+    for stack, p in proposal.plans.items():
+        click.echo(f"\n== stack {stack}: plan {p.digest[:19]}… (state serial {p.state_serial})")
+        click.echo(RENDERERS[fmt](previews[stack]), nl=False)
+    click.echo("")
+    _echo_approval_state(ws, proposal)
+
+
+def _echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
+    settings = ws.repo_settings()
+    for d in proposal.decisions:
+        mark = "current" if proposal.is_current(d) else "STALE"
+        click.echo(f"  {d.decision.value}d by {d.principal.name} at {d.head_sha[:12]} [{mark}] {d.comment}")
+    shortfall = approval_shortfall(proposal, settings)
+    rejection = proposal.current_rejection
+    if rejection:
+        click.echo(f"  status: rejected by {rejection.principal.name}; stopped until a new commit")
+    elif shortfall:
+        click.echo(f"  status: {shortfall[0]}")
+    else:
+        click.echo(f"  status: approved ({required_approvals(proposal, settings)} needed); ready to apply")
+
+
+# --- audit -----------------------------------------------------------------------------------
+
+
+@cli.group()
+def audit() -> None:
+    """Query, export and verify the append-only, hash-chained audit trail."""
+
+
+@audit.command("list")
+@click.option("--proposal", "proposal_id", type=int, default=None)
+@click.option("--actor", "actor_name", default=None)
+@click.option("--stack", default=None)
+@click.option("--since", default=None, help="ISO 8601 time")
+@pass_ctx
+def audit_list(ctx: Context, proposal_id: int | None, actor_name: str | None, stack: str | None, since: str | None) -> None:
+    """List events, oldest first."""
+    for e in audit_service.list_events(ctx.ws, ctx.actor(), proposal_id, actor_name, stack, since):
+        click.echo(_event_line(e))
+
+
+@audit.command("show")
+@click.argument("proposal_id", type=int)
+@pass_ctx
+def audit_show(ctx: Context, proposal_id: int) -> None:
+    """The whole story of one change, from request to merge."""
+    for e in audit_service.proposal_story(ctx.ws, ctx.actor(), proposal_id):
+        click.echo(_event_line(e))
+        details = {k: v for k, v in e.payload.items() if v not in (None, [], {}, "")}
+        for key, value in details.items():
+            click.echo(f"        {key}: {json.dumps(value) if not isinstance(value, str) else value}")
+
+
+@audit.command("export")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
+@click.option("--proposal", "proposal_id", type=int, default=None)
+@pass_ctx
+def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
+    """Export events with their hashes, for an auditor's own tools."""
+    events = audit_service.list_events(ctx.ws, ctx.actor(), proposal_id)
+    click.echo(audit_service.export_events(events, fmt), nl=False)
+
+
+@audit.command("verify")
+@pass_ctx
+def audit_verify(ctx: Context) -> None:
+    """Check the hash chain; exit 1 naming the first broken event."""
+    count, broken = audit_service.verify_trail(ctx.ws, ctx.actor())
+    if broken is not None:
+        click.echo(f"audit trail BROKEN at event {broken.seq}: {broken.reason}", err=True)
+        sys.exit(1)
+    click.echo(f"audit trail intact: {count} events, chain verified")
+
+
+def _event_line(e: Any) -> str:
+    target = f" proposal {e.proposal_id}" if e.proposal_id else ""
+    stacks = f" [{', '.join(e.stacks)}]" if e.stacks else ""
+    return f"{e.seq:>5} {e.at[:19]} {e.actor:16} {e.kind:18}{target}{stacks}"
+
+
+# --- the simulated cloud ---------------------------------------------------------------------
+
+
+@cli.group()
+def sandbox() -> None:
+    """Act on the simulated cloud behind the gateway's back (drift, faults). A simulator only."""
+
+
+@sandbox.command("edit")
+@click.option("--stack", required=True)
+@click.argument("address")
+@click.argument("assignments", nargs=-1, required=True)
+@pass_ctx
+def sandbox_edit(ctx: Context, stack: str, address: str, assignments: tuple[str, ...]) -> None:
+    """Change a live object as a console user would: ATTR=JSON_OR_TEXT ..."""
+    changes = {}
+    for item in assignments:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise click.UsageError(f"expected ATTR=VALUE, got {item!r}")
+        try:
+            changes[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[name] = raw
+    ctx.ws.engine.edit_object(stack, address, changes)  # type: ignore[attr-defined]
+    click.echo(f"edited {address} in the simulated cloud: {', '.join(changes)}")
+
+
+@sandbox.command("fail")
+@click.option("--stack", required=True)
+@click.argument("address")
+@click.option("-m", "--message", default="simulated provider error", show_default=True)
+@pass_ctx
+def sandbox_fail(ctx: Context, stack: str, address: str, message: str) -> None:
+    """Make the next apply of ADDRESS fail, leaving that apply half done."""
+    ctx.ws.sandbox.inject_fault(stack, address, message)
+    click.echo(f"the next apply of {address} in stack {stack} will fail: {message}")
+
+
+@cli.command()
+@click.option("--keep", is_flag=True, help="keep the temporary workspace and print where it is")
+def demo(keep: bool) -> None:
+    """Run the whole change path in a fresh temporary workspace, narrated."""
+    from gateway.demo import run_demo
+
+    run_demo(keep=keep)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""The gateway's settings: one object, read from the environment once and passed down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """`GATEWAY_*` environment variables; everything has a working default."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore")
+
+    home: Path = Field(default=Path(".gateway"), description="workspace: database, repo, secrets")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite in home when unset")
+    token: SecretStr | None = Field(default=None, description="API token of the principal acting")
+    lock_wait_seconds: float = Field(default=30.0, description="how long an apply waits for a stack lock")
+    lock_ttl_seconds: float = Field(default=900.0, description="a lock older than this is presumed abandoned")
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home.resolve() / 'gateway.db'}"
+
+    @property
+    def repo_path(self) -> Path:
+        """The declaration repo (bare): people clone it, push branches and propose them."""
+        return self.home / "declarations.git"
+
+    @property
+    def secrets_path(self) -> Path:
+        """Per-stack variable values that must never be committed (e.g. database passwords)."""
+        return self.home / "secrets"

@@ -1,0 +1,94 @@
+"""The approval rules. Each check returns the unmet rules as sentences; empty means allowed.
+
+These are the controls that make the gateway worth having: the proposer never approves, an
+approval is bound to one commit and one set of plans, and protected resources need more people.
+"""
+
+from __future__ import annotations
+
+from gateway.domain.principals import Principal, Role
+from gateway.domain.proposal import Proposal, ProposalStatus
+from gateway.domain.repo_settings import RepoSettings
+
+
+def required_approvals(proposal: Proposal, settings: RepoSettings) -> int:
+    """How many different approvers this proposal needs, from what its plans destroy."""
+    for stack, addresses in proposal.destructive.items():
+        protected = settings.stacks[stack].protected if stack in settings.stacks else frozenset()
+        if any(_base_address(a) in protected or a in protected for a in addresses):
+            return settings.protected_required_approvals
+    return settings.required_approvals
+
+
+def protected_destroys(proposal: Proposal, settings: RepoSettings) -> list[str]:
+    out = []
+    for stack, addresses in proposal.destructive.items():
+        protected = settings.stacks[stack].protected if stack in settings.stacks else frozenset()
+        out += [f"{stack}:{a}" for a in addresses if _base_address(a) in protected or a in protected]
+    return out
+
+
+def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings,
+                      seen_sha: str | None = None) -> list[str]:
+    """Why `principal` may not approve or reject `proposal` now (empty: they may)."""
+    if principal.is_agent:
+        return [f"{principal.name} is an agent; agents can never approve or reject a change"]
+    reasons = []
+    if proposal.status != ProposalStatus.OPEN:
+        reasons.append(f"proposal {proposal.id} is {proposal.status.value}; only open proposals take decisions")
+    if principal.id == proposal.requester.id:
+        reasons.append(f"{principal.name} requested this change and cannot approve or reject it")
+    if principal.id == proposal.proposer.id and principal.id != proposal.requester.id:
+        reasons.append(f"{principal.name} proposed this change and cannot approve or reject it")
+    if not principal.has_role(Role.APPROVER):
+        reasons.append(f"{principal.name} does not have the approver role")
+    for stack in proposal.stacks:
+        allowed = settings.stacks[stack].approver_groups if stack in settings.stacks else frozenset()
+        if not principal.groups & allowed:
+            reasons.append(
+                f"{principal.name} is not in an approver group of stack {stack} "
+                f"(allowed: {', '.join(sorted(allowed)) or 'none'})"
+            )
+    if not proposal.stacks and settings.config_approver_groups and not principal.groups & settings.config_approver_groups:
+        reasons.append(f"{principal.name} is not in a group allowed to approve changes to the repo's settings")
+    if seen_sha is not None and seen_sha != proposal.head_sha:
+        reasons.append(
+            f"the branch moved to {proposal.head_sha[:12]} since you looked at {seen_sha[:12]}; review the new plan"
+        )
+    if any(d.principal.id == principal.id for d in proposal.current_approvals):
+        reasons.append(f"{principal.name} already approved this commit and plan")
+    return reasons
+
+
+def apply_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings) -> list[str]:
+    """Why the proposal may not be applied now, by this principal (empty: go)."""
+    if principal.is_agent:
+        return [f"{principal.name} is an agent; agents can never apply a change"]
+    reasons = []
+    if proposal.status not in (ProposalStatus.OPEN, ProposalStatus.FAILED):
+        reasons.append(f"proposal {proposal.id} is {proposal.status.value}")
+    if not (principal.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}):
+        reasons.append(f"{principal.name} has no role that may start an apply")
+    rejection = proposal.current_rejection
+    if rejection is not None:
+        reasons.append(f"rejected by {rejection.principal.name}: {rejection.comment}")
+    reasons += approval_shortfall(proposal, settings)
+    return reasons
+
+
+def approval_shortfall(proposal: Proposal, settings: RepoSettings) -> list[str]:
+    needed = required_approvals(proposal, settings)
+    approvers = {d.principal.id for d in proposal.current_approvals}
+    if len(approvers) >= needed:
+        return []
+    why = f" (the plan deletes or replaces protected {', '.join(protected_destroys(proposal, settings))})" \
+        if needed > settings.required_approvals else ""
+    stale = len(proposal.stale_decisions)
+    note = f"; {stale} earlier decision(s) are stale after a new commit or plan" if stale else ""
+    return [f"needs {needed} approval(s) of the current commit and plan from different approvers, "
+            f"has {len(approvers)}{why}{note}"]
+
+
+def _base_address(address: str) -> str:
+    """`aws_instance.web[0]` -> `aws_instance.web`, so protecting a resource covers its instances."""
+    return address.split("[", 1)[0]

@@ -1,0 +1,71 @@
+"""The gateway's exceptions, one tree.
+
+GatewayError                      anything the gateway reports to a person
+├── InputError                    the request itself is wrong; nothing was written
+│   ├── PlanFormatError           a plan file is not a Terraform JSON plan we can read
+│   ├── ConfigError               a declaration (HCL) or gateway.yaml is malformed
+│   ├── NotFound                  an unknown proposal, stack, user, ref or event
+│   └── Conflict                  the thing exists already, or moved under us
+├── AuthError                     missing or unknown token
+├── Refused                       a rule is not met; `reasons` says which, in words
+├── PlanError                     the engine could not produce a plan (e.g. prevent_destroy)
+├── ApplyError                    the engine failed part way through an apply
+├── LockTimeout                   another runner holds the stack lock
+└── BackendError                  git, the database or an engine binary failed underneath
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class GatewayError(Exception):
+    """Base class: the message is meant for a person."""
+
+
+class InputError(GatewayError):
+    pass
+
+
+class PlanFormatError(InputError):
+    pass
+
+
+class ConfigError(InputError):
+    pass
+
+
+class NotFound(InputError):
+    pass
+
+
+class Conflict(InputError):
+    pass
+
+
+class AuthError(GatewayError):
+    pass
+
+
+class Refused(GatewayError):
+    """A rule is not met. Each reason is a sentence a person can act on."""
+
+    def __init__(self, reasons: Sequence[str]):
+        self.reasons = list(reasons)
+        super().__init__("; ".join(self.reasons))
+
+
+class PlanError(GatewayError):
+    pass
+
+
+class ApplyError(GatewayError):
+    pass
+
+
+class LockTimeout(GatewayError):
+    pass
+
+
+class BackendError(GatewayError):
+    pass

@@ -1,0 +1,374 @@
+"""What a person reads before approving: a plan rendered with destroys and drift-reverts first.
+
+`build_preview` turns a Plan into a Preview, the one place where values are masked; the three
+renderers only format it. Sensitive values print as `(sensitive)` and unknown ones as
+`(known after apply)`, whatever `before`/`after` hold in clear.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gateway.domain.plan import Change, ChangeKind, Plan, ResourceChange, format_path
+
+SENSITIVE = "(sensitive)"
+UNKNOWN = "(known after apply)"
+
+_UNKNOWN_RAW = object()  # compares unequal to every real value
+
+DANGER_KINDS = frozenset({ChangeKind.DELETE, ChangeKind.REPLACE, ChangeKind.REPLACE_CREATE_FIRST})
+
+KIND_LABELS: dict[ChangeKind, str] = {
+    ChangeKind.CREATE: "create",
+    ChangeKind.UPDATE: "update in place",
+    ChangeKind.DELETE: "delete",
+    ChangeKind.REPLACE: "replace (destroy, then create)",
+    ChangeKind.REPLACE_CREATE_FIRST: "replace (create, then destroy)",
+    ChangeKind.FORGET: "forget (removed from state, object kept)",
+    ChangeKind.CREATE_FORGET: "create, forgetting the old object",
+    ChangeKind.READ: "read",
+    ChangeKind.NO_OP: "no change",
+}
+
+SYMBOLS: dict[ChangeKind, str] = {
+    ChangeKind.CREATE: "+",
+    ChangeKind.UPDATE: "~",
+    ChangeKind.DELETE: "-",
+    ChangeKind.REPLACE: "-/+",
+    ChangeKind.REPLACE_CREATE_FIRST: "+/-",
+    ChangeKind.FORGET: ".",
+    ChangeKind.CREATE_FORGET: "+/.",
+    ChangeKind.READ: "<=",
+    ChangeKind.NO_OP: " ",
+}
+
+_REASONS = {
+    "replace_because_tainted": "the object is tainted (a previous apply failed part way)",
+    "replace_by_request": "replacement was requested explicitly",
+    "replace_by_triggers": "a replace_triggered_by reference changed",
+    "delete_because_no_resource_config": "removed from the configuration",
+    "delete_because_wrong_repetition": "count/for_each was added or removed",
+    "delete_because_count_index": "count no longer includes this index",
+    "delete_because_each_key": "for_each no longer includes this key",
+    "delete_because_no_module": "its module was removed from the configuration",
+    "delete_because_no_move_target": "a moved block points at an address with no configuration",
+}
+
+
+@dataclass(frozen=True)
+class AttributeDiff:
+    path: str
+    before: str | None  # display text; None when the side does not exist
+    after: str | None
+
+
+@dataclass(frozen=True)
+class ResourceEntry:
+    address: str
+    kind: ChangeKind
+    label: str
+    reason: str | None
+    attributes: tuple[AttributeDiff, ...]
+    previous_address: str | None = None
+    importing_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DriftEntry:
+    address: str
+    summary: str
+    reverted_by_apply: bool
+    attributes: tuple[AttributeDiff, ...]  # before = what the gateway recorded, after = reality now
+
+
+@dataclass(frozen=True)
+class Preview:
+    engine: str
+    counts: Mapping[str, int]
+    danger: tuple[ResourceEntry, ...]
+    drift: tuple[DriftEntry, ...]
+    changes: tuple[ResourceEntry, ...]
+    outputs: tuple[AttributeDiff, ...]
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.changes or self.outputs)
+
+
+def build_preview(plan: Plan, engine: str | None = None) -> Preview:
+    """Mask, classify and order a plan for a person."""
+    changes = tuple(_entry(rc) for rc in plan.changes)
+    return Preview(
+        engine=engine or _engine_label(plan),
+        counts={kind.value: n for kind, n in plan.counts().items()},
+        danger=tuple(e for e in changes if e.kind in DANGER_KINDS),
+        drift=tuple(_drift_entry(d, plan.find(d.address)) for d in plan.resource_drift),
+        changes=changes,
+        outputs=tuple(
+            diff
+            for name, ch in sorted(plan.output_changes.items())
+            if ch.kind != ChangeKind.NO_OP
+            for diff in _output_diffs(name, ch)
+        ),
+    )
+
+
+def _engine_label(plan: Plan) -> str:
+    engine = plan.raw.get("gateway_engine")
+    if engine:
+        return str(engine)
+    return f"terraform {plan.terraform_version}" if plan.terraform_version else "terraform"
+
+
+# --- masking -------------------------------------------------------------------------------
+
+
+def masked_leaves(value: Any, sensitive: Any, unknown: Any = False) -> dict[str, tuple[str, Any]]:
+    """Flatten a value to {path: (display text, raw value for comparison)}, masks applied."""
+    out: dict[str, tuple[str, Any]] = {}
+    _walk(value, sensitive, unknown, (), out)
+    return out
+
+
+def _walk(value: Any, sens: Any, unk: Any, path: tuple[str | int, ...], out: dict) -> None:
+    key = format_path(path)
+    if sens is True:
+        out[key] = (SENSITIVE, value)
+        return
+    if unk is True:
+        out[key] = (UNKNOWN, _UNKNOWN_RAW)
+        return
+    if isinstance(value, Mapping) or isinstance(unk, Mapping) and value is None:
+        value = value or {}
+        names = list(value) + [k for k in (unk if isinstance(unk, Mapping) else {}) if k not in value]
+        if not names:
+            out[key] = ("{}", {})
+        for name in names:
+            _walk(value.get(name), _sub(sens, name), _sub(unk, name), path + (name,), out)
+    elif isinstance(value, list):
+        length = max(len(value), len(unk) if isinstance(unk, list) else 0)
+        if not length:
+            out[key] = ("[]", [])
+        for i in range(length):
+            item = value[i] if i < len(value) else None
+            _walk(item, _sub(sens, i), _sub(unk, i), path + (i,), out)
+    elif value is not None:
+        out[key] = (json.dumps(value, ensure_ascii=False), value)
+
+
+def _sub(mask: Any, step: str | int) -> Any:
+    if isinstance(mask, Mapping) and isinstance(step, str):
+        return mask.get(step, False)
+    if isinstance(mask, list) and isinstance(step, int) and step < len(mask):
+        return mask[step]
+    return False
+
+
+def _attribute_diffs(change: Change) -> tuple[AttributeDiff, ...]:
+    before = masked_leaves(change.before, change.before_sensitive) if change.before is not None else {}
+    after = (
+        masked_leaves(change.after, change.after_sensitive, change.after_unknown)
+        if change.after is not None or change.after_unknown not in (False, None)
+        else {}
+    )
+    diffs = []
+    for path in sorted(set(before) | set(after), key=_path_sort_key):
+        b, a = before.get(path), after.get(path)
+        if b is not None and a is not None and b[1] == a[1] and a[1] is not _UNKNOWN_RAW:
+            continue
+        if change.kind == ChangeKind.DELETE:
+            continue  # the whole object goes; listing every attribute hides the point
+        diffs.append(AttributeDiff(path, b[0] if b else None, a[0] if a else None))
+    return tuple(diffs)
+
+
+def _path_sort_key(path: str) -> tuple:
+    return (path.count(".") + path.count("["), path)
+
+
+# --- entries ---------------------------------------------------------------------------------
+
+
+def _entry(rc: ResourceChange) -> ResourceEntry:
+    importing = rc.change.importing or {}
+    return ResourceEntry(
+        address=rc.address,
+        kind=rc.kind,
+        label=KIND_LABELS[rc.kind],
+        reason=danger_reason(rc) if rc.kind in DANGER_KINDS else None,
+        attributes=_attribute_diffs(rc.change),
+        previous_address=rc.previous_address,
+        importing_id=str(importing["id"]) if "id" in importing else None,
+    )
+
+
+def danger_reason(rc: ResourceChange) -> str:
+    """Why a resource is destroyed or replaced, in words."""
+    if rc.change.replace_paths:
+        names = ", ".join(f"`{format_path(p)}`" for p in rc.change.replace_paths)
+        verb = "forces" if len(rc.change.replace_paths) == 1 else "force"
+        return f"{names} {verb} replacement"
+    if rc.action_reason in _REASONS:
+        return _REASONS[rc.action_reason]
+    if rc.action_reason == "replace_because_cannot_update":
+        return "an attribute that cannot be updated in place changed"
+    return "the engine gave no reason"
+
+
+def _drift_entry(drift: ResourceChange, planned: ResourceChange | None) -> DriftEntry:
+    if drift.kind == ChangeKind.DELETE:
+        recreated = planned is not None and "create" in planned.change.actions
+        return DriftEntry(
+            address=drift.address,
+            summary="deleted outside the gateway"
+            + ("; this apply creates it again" if recreated else ""),
+            reverted_by_apply=recreated,
+            attributes=(),
+        )
+    drifted = _attribute_diffs(drift.change)
+    reverted = False
+    if planned is not None and planned.kind not in (ChangeKind.NO_OP, ChangeKind.READ):
+        planned_after = masked_leaves(
+            planned.change.after, planned.change.after_sensitive, planned.change.after_unknown
+        )
+        reality = masked_leaves(drift.change.after, drift.change.after_sensitive)
+        reverted = any(
+            path in reality and planned_after.get(path, (None, None))[1] != reality[path][1]
+            for path in (d.path for d in drifted)
+        )
+    summary = "changed outside the gateway; " + (
+        "this apply would revert it" if reverted else "this apply keeps it"
+    )
+    return DriftEntry(drift.address, summary, reverted, drifted)
+
+
+def _output_diffs(name: str, change: Change) -> tuple[AttributeDiff, ...]:
+    diffs = _attribute_diffs(change)
+    return tuple(
+        AttributeDiff(f"{name}{'.' if d.path and not d.path.startswith('[') else ''}{d.path}",
+                      d.before, d.after)
+        for d in diffs
+    ) or (AttributeDiff(name, None, None),)
+
+
+# --- renderers -------------------------------------------------------------------------------
+
+
+def _count_line(preview: Preview) -> str:
+    c = preview.counts
+    replaced = c.get("replace", 0) + c.get("replace-create-first", 0)
+    parts = [
+        f"{c.get('create', 0)} to create",
+        f"{c.get('update', 0)} to update",
+        f"{replaced} to replace",
+        f"{c.get('delete', 0)} to delete",
+    ]
+    for kind in ("forget", "create-forget"):
+        if c.get(kind):
+            parts.append(f"{c[kind]} to {kind}")
+    return ", ".join(parts)
+
+
+NO_CHANGES = "No changes: the infrastructure matches the configuration."
+
+
+def render_text(preview: Preview) -> str:
+    if not preview.has_changes and not preview.drift:
+        return NO_CHANGES + "\n"
+    lines = [f"Plan ({preview.engine}): {_count_line(preview)}", ""]
+    if preview.danger:
+        lines.append("DESTROYS AND REPLACEMENTS")
+        for e in preview.danger:
+            lines.append(f"  {SYMBOLS[e.kind]} {e.address}  {e.label}: {e.reason}")
+        lines.append("")
+    if preview.drift:
+        lines.append("DRIFT (changed outside the gateway)")
+        for d in preview.drift:
+            lines.append(f"  ! {d.address}: {d.summary}")
+            for a in d.attributes:
+                lines.append(f"      {a.path}: {a.before or '(unset)'} (recorded) -> {a.after or '(unset)'} (now)")
+        lines.append("")
+    if preview.changes:
+        lines.append("CHANGES")
+        for e in preview.changes:
+            lines.append(f"  {SYMBOLS[e.kind]} {e.address}  ({e.label})" + _entry_note(e))
+            lines.extend(f"      {_diff_text(a)}" for a in e.attributes)
+        lines.append("")
+    if preview.outputs:
+        lines.append("OUTPUTS")
+        lines.extend(f"  {_diff_text(a)}" for a in preview.outputs)
+        lines.append("")
+    if not preview.has_changes:
+        lines.append(NO_CHANGES)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _entry_note(e: ResourceEntry) -> str:
+    notes = []
+    if e.previous_address:
+        notes.append(f"moved from {e.previous_address}")
+    if e.importing_id:
+        notes.append(f"importing id {e.importing_id}")
+    return f"  [{'; '.join(notes)}]" if notes else ""
+
+
+def _diff_text(a: AttributeDiff) -> str:
+    if a.before is None and a.after is None:
+        return f"{a.path}"
+    if a.before is None:
+        return f"{a.path} = {a.after}"
+    if a.after is None:
+        return f"{a.path}: {a.before} -> (removed)"
+    return f"{a.path}: {a.before} -> {a.after}"
+
+
+def render_markdown(preview: Preview) -> str:
+    if not preview.has_changes and not preview.drift:
+        return f"**{NO_CHANGES}**\n"
+    lines = [f"### Plan ({preview.engine})", "", f"**{_count_line(preview)}**", ""]
+    if preview.danger:
+        lines += ["#### :warning: Destroys and replacements", ""]
+        lines += [f"- `{SYMBOLS[e.kind]}` **`{e.address}`**: {e.label}. {e.reason}" for e in preview.danger]
+        lines.append("")
+    if preview.drift:
+        lines += ["#### Drift (changed outside the gateway)", ""]
+        for d in preview.drift:
+            lines.append(f"- **`{d.address}`**: {d.summary}")
+            lines += [f"  - `{a.path}`: {_md(a.before)} (recorded) → {_md(a.after)} (now)" for a in d.attributes]
+        lines.append("")
+    if preview.changes:
+        lines += ["#### Changes", ""]
+        for e in preview.changes:
+            lines.append(f"<details><summary><code>{SYMBOLS[e.kind]} {e.address}</code> ({e.label}){_entry_note(e)}</summary>")
+            lines += ["", "```diff"]
+            lines += [_diff_markdown(a) for a in e.attributes] or ["  (no attribute changes)"]
+            lines += ["```", "</details>", ""]
+    if preview.outputs:
+        lines += ["#### Outputs", ""]
+        lines += [f"- `{_diff_text(a)}`" for a in preview.outputs]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _md(text: str | None) -> str:
+    return f"`{text}`" if text is not None else "(unset)"
+
+
+def _diff_markdown(a: AttributeDiff) -> str:
+    if a.before is None:
+        return f"+ {a.path} = {a.after}"
+    if a.after is None:
+        return f"- {a.path} = {a.before}"
+    return f"! {a.path}: {a.before} -> {a.after}"
+
+
+def render_json(preview: Preview) -> str:
+    data = asdict(preview)
+    data["has_changes"] = preview.has_changes
+    data["summary"] = _count_line(preview) if preview.has_changes else NO_CHANGES
+    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json}

@@ -1,0 +1,63 @@
+"""Who acts: people and agents, with roles and approver groups."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.domain.errors import InputError
+
+TOKEN_PREFIX = "gw_"
+
+
+class Role(StrEnum):
+    REQUESTER = "requester"
+    APPROVER = "approver"
+    AUDITOR = "auditor"
+    ADMIN = "admin"
+
+
+class PrincipalKind(StrEnum):
+    PERSON = "person"
+    AGENT = "agent"
+
+
+AGENT_FORBIDDEN_ROLES = frozenset({Role.APPROVER, Role.ADMIN})
+
+
+@dataclass(frozen=True)
+class Principal:
+    id: str
+    name: str
+    kind: PrincipalKind
+    roles: frozenset[Role]
+    groups: frozenset[str] = frozenset()
+
+    @property
+    def is_agent(self) -> bool:
+        return self.kind == PrincipalKind.AGENT
+
+    def has_role(self, role: Role) -> bool:
+        return role in self.roles
+
+
+def check_principal(name: str, kind: PrincipalKind, roles: frozenset[Role]) -> None:
+    """Refuse a principal the rules forbid: an agent can never approve or administer."""
+    if not name or len(name) > 100 or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise InputError(f"invalid name {name!r}: use letters, digits, '-', '_' or '.' (at most 100)")
+    if kind == PrincipalKind.AGENT and roles & AGENT_FORBIDDEN_ROLES:
+        forbidden = ", ".join(sorted(roles & AGENT_FORBIDDEN_ROLES))
+        raise InputError(f"an agent cannot hold the {forbidden} role")
+    if not roles:
+        raise InputError("a principal needs at least one role")
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """Tokens are 256-bit random strings, so one SHA-256 is enough to store them safely."""
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -1,0 +1,95 @@
+"""A proposal: a branch of the declaration repo, its current plans, and the decisions on it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from gateway.domain.principals import Principal
+
+
+class ProposalStatus(StrEnum):
+    OPEN = "open"  # planned; waiting for decisions (approved or rejected is derived, see below)
+    APPLYING = "applying"
+    APPLIED = "applied"  # applied and merged
+    FAILED = "failed"  # an apply failed or was interrupted; see its apply records
+    CLOSED = "closed"
+
+
+class Decision(StrEnum):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """The current saved plan of one stack of a proposal."""
+
+    plan_id: int
+    stack: str
+    head_sha: str
+    digest: str
+    state_serial: int
+    counts: Mapping[str, int]
+    destructive: tuple[str, ...]  # addresses deleted or replaced
+
+    @property
+    def has_changes(self) -> bool:
+        return any(n for k, n in self.counts.items() if k not in ("no-op", "read"))
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    id: int
+    principal: Principal
+    decision: Decision
+    head_sha: str
+    digests: Mapping[str, str]  # stack -> plan digest the decider saw
+    comment: str
+    auth: str  # how the decider was authenticated, e.g. "api-token"
+    at: datetime
+
+
+@dataclass
+class Proposal:
+    id: int
+    branch: str
+    base_sha: str
+    head_sha: str
+    requester: Principal
+    proposer: Principal
+    reason: str
+    stacks: tuple[str, ...]
+    status: ProposalStatus
+    plans: dict[str, StackPlan] = field(default_factory=dict)
+    decisions: list[DecisionRecord] = field(default_factory=list)
+    merge_sha: str | None = None
+    agent_claim: str | None = None
+
+    @property
+    def current_digests(self) -> dict[str, str]:
+        return {stack: plan.digest for stack, plan in self.plans.items()}
+
+    def is_current(self, decision: DecisionRecord) -> bool:
+        """A decision counts only for the commit and the exact plans it named."""
+        if decision.decision == Decision.REJECT:
+            return decision.head_sha == self.head_sha  # a rejection stands until a new commit
+        return decision.head_sha == self.head_sha and dict(decision.digests) == self.current_digests
+
+    @property
+    def current_approvals(self) -> list[DecisionRecord]:
+        return [d for d in self.decisions if d.decision == Decision.APPROVE and self.is_current(d)]
+
+    @property
+    def current_rejection(self) -> DecisionRecord | None:
+        return next((d for d in self.decisions if d.decision == Decision.REJECT and self.is_current(d)), None)
+
+    @property
+    def stale_decisions(self) -> list[DecisionRecord]:
+        return [d for d in self.decisions if not self.is_current(d)]
+
+    @property
+    def destructive(self) -> dict[str, tuple[str, ...]]:
+        return {s: p.destructive for s, p in self.plans.items() if p.destructive}

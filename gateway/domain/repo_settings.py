@@ -1,0 +1,38 @@
+"""The validated settings of a declaration repo (from its `gateway.yaml`), as the core sees them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    name: str
+    path: str  # directory in the repo, e.g. stacks/network
+    approver_groups: frozenset[str]
+    protected: frozenset[str] = frozenset()  # resource addresses whose destruction needs more approvers
+
+
+@dataclass(frozen=True)
+class RepoSettings:
+    stacks: Mapping[str, StackSettings]
+    engine: str = "sandbox"
+    main_branch: str = "main"
+    required_approvals: int = 1
+    protected_required_approvals: int = 2
+    auto_apply: bool = False
+    protected_paths: tuple[str, ...] = ("gateway.yaml", "policies/", ".github/", "CODEOWNERS")
+    config_approver_groups: frozenset[str] = field(default_factory=frozenset)
+
+    def stack_for_path(self, path: str) -> StackSettings | None:
+        for stack in self.stacks.values():
+            if path == stack.path or path.startswith(stack.path.rstrip("/") + "/"):
+                return stack
+        return None
+
+    def stacks_touched(self, paths: Iterable[str]) -> list[str]:
+        return sorted({s.name for p in paths if (s := self.stack_for_path(p)) is not None})
+
+    def is_protected_path(self, path: str) -> bool:
+        return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.protected_paths)

@@ -1,0 +1,65 @@
+"""Auditors' queries over the trail: list, one change's story, export, verify."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import datetime
+
+from gateway.domain.audit import AuditEvent, ChainBreak, verify_chain
+from gateway.domain.errors import InputError, NotFound, Refused
+from gateway.domain.principals import Principal, Role
+from gateway.services.workspace import Workspace
+
+AUDIT_ROLES = frozenset({Role.AUDITOR, Role.ADMIN})
+
+
+def require_auditor(actor: Principal) -> None:
+    if not actor.roles & AUDIT_ROLES:
+        raise Refused([f"{actor.name} is not an auditor; the audit trail is for auditors and admins"])
+
+
+def list_events(ws: Workspace, actor: Principal, proposal_id: int | None = None, actor_name: str | None = None,
+                stack: str | None = None, since: str | None = None) -> list[AuditEvent]:
+    require_auditor(actor)
+    if since is not None:
+        try:
+            since = datetime.fromisoformat(since).isoformat(timespec="microseconds")
+        except ValueError:
+            raise InputError(f"--since {since!r} is not an ISO 8601 time such as 2026-11-29T10:00") from None
+    with ws.store.session() as session:
+        return session.events(proposal_id=proposal_id, actor=actor_name, stack=stack, since=since)
+
+
+def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[AuditEvent]:
+    events = list_events(ws, actor, proposal_id=proposal_id)
+    if not events:
+        raise NotFound(f"no proposal {proposal_id} in the audit trail")
+    return events
+
+
+def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None]:
+    require_auditor(actor)
+    with ws.store.session() as session:
+        events = session.events()
+        head = session.chain_head()
+    return len(events), verify_chain(events, head)
+
+
+EXPORT_FIELDS = ("seq", "id", "at", "actor", "actor_kind", "kind", "proposal_id", "stacks", "payload", "prev_hash", "hash")
+
+
+def export_events(events: Sequence[AuditEvent], fmt: str) -> str:
+    rows = [{**e.content(), "prev_hash": e.prev_hash, "hash": e.hash} for e in events]
+    if fmt == "jsonl":
+        return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=EXPORT_FIELDS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "stacks": " ".join(r["stacks"]), "payload": json.dumps(r["payload"], sort_keys=True)})
+        return out.getvalue()
+    raise InputError(f"unknown export format {fmt!r} (jsonl or csv)")

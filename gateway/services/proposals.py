@@ -1,0 +1,158 @@
+"""Use cases of the change path before apply: propose, follow new commits, approve, reject."""
+
+from __future__ import annotations
+
+from gateway.adapters.records import StoreSession
+from gateway.domain.approvals import decision_refusals, required_approvals
+from gateway.domain.errors import Conflict, InputError, NotFound, Refused
+from gateway.domain.principals import Principal, Role
+from gateway.domain.proposal import Decision, Proposal, ProposalStatus
+from gateway.services.planning import StackPlanResult, plan_stack
+from gateway.services.workspace import Workspace
+
+MAX_REASON = 4000
+
+
+def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
+                  requester: Principal | None = None, agent_claim: str | None = None) -> Proposal:
+    """Open a proposal from an existing branch: find its stacks, plan each, record it all."""
+    requester = requester or actor
+    if requester.is_agent:
+        raise InputError("the requester of a change must be a person")
+    if actor.is_agent and requester.id == actor.id:
+        raise InputError("an agent proposes on behalf of a person; name the requester")
+    if not actor.is_agent and not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+        raise Refused([f"{actor.name} has no role that may propose changes"])
+    reason = reason.strip()
+    if not reason:
+        raise InputError("say why: a proposal needs a reason (-m)")
+    if len(reason) > MAX_REASON:
+        raise InputError(f"the reason is too long ({len(reason)} characters, at most {MAX_REASON})")
+    main = ws.main_branch()
+    if branch == main:
+        raise InputError(f"propose a branch, not {main} itself")
+    if not ws.repo.branch_exists(branch):
+        raise NotFound(f"no branch {branch!r} in the declaration repo; push it first")
+    head = ws.repo.resolve(branch)
+    base = ws.repo.merge_base(main, head)
+    paths = ws.repo.changed_paths(base, head)
+    if not paths:
+        raise InputError(f"branch {branch} has no changes against {main}")
+    stacks = ws.repo_settings().stacks_touched(paths)
+    results = [plan_stack(ws, stack, head) for stack in stacks]  # plan before writing anything
+    with ws.store.session() as session:
+        if session.open_proposal_for_branch(branch) is not None:
+            raise Conflict(f"branch {branch} already has an open proposal")
+        pid = session.add_proposal(branch, base, head, requester, actor, reason, stacks, agent_claim=agent_claim)
+        session.append_event(requester, "change.requested", {"reason": reason, "branch": branch}, pid, stacks)
+        session.append_event(actor, "proposal.opened", {
+            "branch": branch, "base_sha": base, "head_sha": head, "requester": requester.name,
+            "proposer": actor.name, "changed_paths": paths}, pid, stacks)
+        _record_commits(ws, session, pid, base, head, stacks)
+        _record_plans(session, pid, results)
+        return session.get_proposal(pid)
+
+
+def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]:
+    """Catch up with the branch: a new commit re-plans every stack, making earlier decisions stale.
+
+    Returns the proposal and what changed, in words (empty when nothing moved).
+    """
+    with ws.store.session() as session:
+        proposal = session.get_proposal(proposal_id)
+    if proposal.status not in (ProposalStatus.OPEN, ProposalStatus.FAILED):
+        return proposal, []
+    if not ws.repo.branch_exists(proposal.branch):
+        raise NotFound(f"branch {proposal.branch} of proposal {proposal_id} no longer exists")
+    head = ws.repo.resolve(proposal.branch)
+    moved_stacks = [s for s, p in proposal.plans.items() if ws.engine.state_serial(s) != p.state_serial]
+    if head == proposal.head_sha and not moved_stacks and set(proposal.plans) == set(proposal.stacks):
+        return proposal, []
+    stacks = proposal.stacks
+    if head != proposal.head_sha:
+        stacks = tuple(ws.repo_settings().stacks_touched(ws.repo.changed_paths(proposal.base_sha, head)))
+    results = [plan_stack(ws, stack, head) for stack in stacks]
+    with ws.store.session() as session:
+        locked = session.get_proposal(proposal_id, lock=True)
+        changes = []
+        if head != locked.head_sha:
+            changes.append(f"new commit {head[:12]} on {locked.branch}")
+            _record_commits(ws, session, proposal_id, locked.head_sha, head, stacks)
+            session.update_proposal(proposal_id, head_sha=head, stacks=list(stacks))
+        for stack in moved_stacks:
+            changes.append(f"state of stack {stack} moved since its plan")
+        _record_plans(session, proposal_id, results)
+        if locked.status == ProposalStatus.FAILED:
+            session.update_proposal(proposal_id, status=ProposalStatus.OPEN)
+        updated = session.get_proposal(proposal_id)
+        newly_stale = [d for d in updated.stale_decisions if locked.is_current(d)]
+        if newly_stale:
+            session.append_event("gateway", "decisions.stale", {
+                "decisions": [{"id": d.id, "by": d.principal.name, "decision": d.decision.value,
+                               "head_sha": d.head_sha, "digests": dict(d.digests)} for d in newly_stale],
+                "because": changes, "head_sha": head, "digests": updated.current_digests,
+            }, proposal_id, stacks)
+            changes.append(f"{len(newly_stale)} earlier decision(s) are now stale")
+        return updated, changes
+
+
+def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision, comment: str,
+           seen_sha: str | None = None, auth: str = "api-token") -> Proposal:
+    """Approve or reject the proposal's current commit and plans, if the rules allow this person."""
+    comment = comment.strip()
+    if decision == Decision.REJECT and not comment:
+        raise InputError("a rejection needs a reason (-m)")
+    _, changes = sync_proposal(ws, proposal_id)
+    settings = ws.repo_settings()
+    with ws.store.session() as session:
+        proposal = session.get_proposal(proposal_id, lock=True)
+        reasons = decision_refusals(actor, proposal, settings, seen_sha)
+        if changes and not reasons:  # the decider has not seen what the proposal is now
+            reasons = [f"the proposal changed before your decision was recorded ({'; '.join(changes)}); "
+                       f"review it again with `gateway show {proposal_id}`"]
+        if reasons:
+            session.append_event(actor, f"{decision.value}.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
+                                 proposal_id, proposal.stacks)
+    if reasons:
+        raise Refused(reasons)
+    with ws.store.session() as session:
+        proposal = session.get_proposal(proposal_id, lock=True)
+        session.add_decision(proposal_id, actor, decision, proposal.head_sha, proposal.current_digests, comment, auth)
+        session.append_event(actor, "approval" if decision == Decision.APPROVE else "rejection", {
+            "head_sha": proposal.head_sha, "digests": proposal.current_digests, "comment": comment,
+            "authenticated_by": auth, "required_approvals": required_approvals(proposal, settings),
+        }, proposal_id, proposal.stacks)
+        return session.get_proposal(proposal_id)
+
+
+def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
+    """Plan every stack of the proposal afresh at its commit and save the plans."""
+    results = [plan_stack(ws, stack, proposal.head_sha) for stack in proposal.stacks]
+    with ws.store.session() as session:
+        _record_plans(session, proposal.id, results)
+
+
+def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
+    with ws.store.session() as session:
+        return session.get_proposal(proposal_id)
+
+
+def _record_commits(ws: Workspace, session: StoreSession, pid: int, base: str, head: str, stacks: tuple | list) -> None:
+    for commit in reversed(list(ws.repo.repo.iter_commits(f"{base}..{head}"))):
+        session.append_event(str(commit.author.name or "unknown"), "commit", {
+            "sha": commit.hexsha, "author": f"{commit.author.name} <{commit.author.email}>",
+            "message": str(commit.message).strip()[:500]}, pid, stacks)
+
+
+def _record_plans(session: StoreSession, pid: int, results: list[StackPlanResult]) -> None:
+    for r in results:
+        summary = r.summary()
+        session.add_plan(pid, r.stack, r.sha, r.digest, r.document_text, r.engine_plan.state_serial,
+                         r.engine_plan.state_lineage, summary)
+        session.append_event("gateway", "plan", {
+            "head_sha": r.sha, "digest": r.digest, "engine": _engine_label(r), "state_serial": r.engine_plan.state_serial,
+            **summary}, pid, [r.stack])
+
+
+def _engine_label(result: StackPlanResult) -> str:
+    return str(result.engine_plan.document.get("gateway_engine") or result.plan.terraform_version or "terraform")

@@ -1,0 +1,37 @@
+"""Identities: adding people and agents, and authenticating a token."""
+
+from __future__ import annotations
+
+from gateway.domain.errors import AuthError, Refused
+from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
+from gateway.services.workspace import Workspace
+
+
+def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: frozenset[Role],
+                  groups: frozenset[str] = frozenset(), kind: PrincipalKind = PrincipalKind.PERSON) -> tuple[Principal, str]:
+    """Create a principal and return it with its token, which is shown this once and stored hashed.
+
+    The very first principal may be created without a token (bootstrap); after that only an admin can.
+    """
+    check_principal(name, kind, roles)
+    token = new_token()
+    with ws.store.session() as session:
+        if session.count_principals() > 0:
+            if actor is None:
+                raise AuthError("set GATEWAY_TOKEN to an admin's token to add users")
+            if not actor.has_role(Role.ADMIN):
+                raise Refused([f"{actor.name} is not an admin; only admins add users"])
+        principal = session.add_principal(name, kind, roles, groups, hash_token(token))
+        session.append_event(actor or name, "principal.added", {
+            "name": name, "kind": kind.value, "roles": sorted(roles), "groups": sorted(groups)})
+    return principal, token
+
+
+def authenticate(ws: Workspace, token: str | None) -> Principal:
+    if not token:
+        raise AuthError("no token: set GATEWAY_TOKEN to the token `gateway users add` printed")
+    with ws.store.session() as session:
+        principal = session.principal_by_token_hash(hash_token(token.strip()))
+    if principal is None:
+        raise AuthError("the token in GATEWAY_TOKEN is not valid")
+    return principal

@@ -1,0 +1,93 @@
+"""The workspace: settings, database, declaration repo and engine, wired once per process."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gateway.adapters.gateway_yaml import parse_repo_settings
+from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.records import SqlStore
+from gateway.adapters.sandbox.engine import SandboxEngine
+from gateway.adapters.sandbox.store import SqlSandboxStore
+from gateway.adapters.sql_store import Database
+from gateway.config import Settings
+from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.repo_settings import RepoSettings
+from gateway.services.ports import Engine
+
+SAMPLE_SECRETS = {"data": {"db_password": None}}  # None: generate a random value at init
+
+
+@dataclass
+class Workspace:
+    settings: Settings
+    db: Database
+    store: SqlStore
+    repo: GitDeclarationRepo
+    engine: Engine
+    sandbox: SqlSandboxStore
+
+    def repo_settings(self, ref: str | None = None) -> RepoSettings:
+        """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""
+        main = ref or self.main_branch()
+        return parse_repo_settings(self.repo.read_file(self.repo.resolve(main), "gateway.yaml"))
+
+    def main_branch(self) -> str:
+        return str(self.repo.repo.head.reference.name) if not self.repo.repo.head.is_detached else "main"
+
+    def close(self) -> None:
+        self.db.dispose()
+
+
+def open_workspace(settings: Settings) -> Workspace:
+    """Connect to an initialised workspace; a missing one is a clear error, not a traceback."""
+    if not settings.repo_path.exists():
+        raise NotFound(f"no gateway workspace at {settings.home}: run `gateway init` first")
+    db = Database(settings.db_url)
+    db.migrate()
+    return _wire(settings, db, GitDeclarationRepo(settings.repo_path))
+
+
+def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspace:
+    sandbox = SqlSandboxStore(db)
+    engine = SandboxEngine(sandbox, variables=lambda stack: stack_secrets(settings, stack))
+    return Workspace(settings, db, SqlStore(db), repo, engine, sandbox)
+
+
+def stack_secrets(settings: Settings, stack: str) -> dict[str, Any]:
+    """Variable values kept outside the repo (e.g. passwords), by stack."""
+    path = settings.secrets_path / f"{stack}.tfvars.json"
+    if not path.exists():
+        return {}
+    return dict(json.loads(path.read_text()))
+
+
+def sample_repo_path() -> Path:
+    return Path(str(resources.files("gateway") / "sample_repo"))
+
+
+def create_workspace(settings: Settings, content: Path | None = None) -> Workspace:
+    """Create the workspace with a declaration repo (the sample one by default) and its secrets."""
+    if settings.repo_path.exists():
+        raise Conflict(f"a gateway workspace already exists at {settings.home}")
+    settings.home.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.db_url)
+    db.migrate()
+    try:
+        repo = GitDeclarationRepo.create(settings.repo_path, content or sample_repo_path())
+    except Exception:
+        shutil.rmtree(settings.repo_path, ignore_errors=True)
+        raise
+    settings.secrets_path.mkdir(mode=0o700, exist_ok=True)
+    for stack, values in SAMPLE_SECRETS.items():
+        path = settings.secrets_path / f"{stack}.tfvars.json"
+        resolved = {k: v or secrets.token_urlsafe(18) for k, v in values.items()}
+        path.write_text(json.dumps(resolved))
+        path.chmod(0o600)
+    return _wire(settings, db, repo)

@@ -1,0 +1,182 @@
+"""Shared test material: real git repos in tmp_path, real SQLite files and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+import pytest
+from sqlalchemy import create_engine, text
+
+from gateway.adapters.git_repo import committer_env
+from gateway.config import Settings
+from gateway.domain.principals import Principal, PrincipalKind, Role
+from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.users import add_principal
+from gateway.services.workspace import Workspace, create_workspace
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PG_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def _postgres_reachable() -> bool:
+    try:
+        engine = create_engine(PG_URL)
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        engine.dispose()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    if not _postgres_reachable():
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL is not reachable at {PG_URL}; CI must run the PostgreSQL tests")
+        pytest.skip("PostgreSQL is not reachable at 127.0.0.1:5432")
+    return PG_URL
+
+
+@pytest.fixture
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    name = f"gw_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield postgres_admin_url.rsplit("/", 1)[0] + f"/{name}"
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'gateway.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@dataclass
+class People:
+    admin: Principal
+    alice: Principal  # requester, app group
+    bob: Principal  # approver, platform
+    carol: Principal  # approver, platform
+    erin: Principal  # approver, data group only
+    dana: Principal  # auditor
+    agent: Principal  # agent acting for alice
+    tokens: dict[str, str]
+
+
+def make_workspace(home: Path, database_url: str | None = None) -> Workspace:
+    ws = create_workspace(Settings(home=home, database_url=database_url, token=None, lock_wait_seconds=2))
+    bootstrap_simulator(ws)
+    return ws
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Workspace]:
+    """A workspace on SQLite with the sample repo, its stacks applied to the simulator."""
+    ws = make_workspace(tmp_path / "home")
+    yield ws
+    ws.close()
+
+
+@pytest.fixture
+def any_workspace(tmp_path: Path, database_url: str) -> Iterator[Workspace]:
+    """The same workspace, once on SQLite and once on PostgreSQL."""
+    ws = make_workspace(tmp_path / "home", database_url)
+    yield ws
+    ws.close()
+
+
+def add_people(ws: Workspace) -> People:
+    tokens = {}
+
+    def add(name: str, roles: set[Role], groups: set[str] = set(), kind: PrincipalKind = PrincipalKind.PERSON,
+            actor: Principal | None = None) -> Principal:
+        principal, token = add_principal(ws, actor, name, frozenset(roles), frozenset(groups), kind)
+        tokens[name] = token
+        return principal
+
+    admin = add("admin", {Role.ADMIN})
+    return People(
+        admin=admin,
+        alice=add("alice", {Role.REQUESTER}, {"app"}, actor=admin),
+        bob=add("bob", {Role.APPROVER}, {"platform"}, actor=admin),
+        carol=add("carol", {Role.APPROVER}, {"platform"}, actor=admin),
+        erin=add("erin", {Role.APPROVER}, {"data"}, actor=admin),
+        dana=add("dana", {Role.AUDITOR}, actor=admin),
+        agent=add("infra-agent", {Role.REQUESTER}, kind=PrincipalKind.AGENT, actor=admin),
+        tokens=tokens,
+    )
+
+
+@pytest.fixture
+def people(workspace: Workspace) -> People:
+    return add_people(workspace)
+
+
+class Clone:
+    """A developer's clone of the declaration repo: edit, commit, push."""
+
+    def __init__(self, ws: Workspace, path: Path):
+        self.path = path
+        self.repo = git.Repo.clone_from(str(ws.settings.repo_path), path)
+
+    def branch(self, name: str) -> Clone:
+        self.repo.git.checkout("-B", name, "origin/main")
+        return self
+
+    def write(self, relative: str, content: str) -> Clone:
+        target = self.path / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+        return self
+
+    def edit(self, relative: str, old: str, new: str) -> Clone:
+        target = self.path / relative
+        text_before = target.read_text()
+        assert old in text_before, f"{old!r} not in {relative}"
+        target.write_text(text_before.replace(old, new))
+        return self
+
+    def remove(self, relative: str) -> Clone:
+        (self.path / relative).unlink()
+        return self
+
+    def read(self, relative: str) -> str:
+        return (self.path / relative).read_text()
+
+    def push(self, message: str = "change", author: str = "alice") -> str:
+        self.repo.git.add("-A")
+        self.repo.git.execute(["git", "commit", "-q", "-m", message], env=committer_env(author, f"{author}@example.com"))
+        self.repo.git.push("-q", "--force", "origin", self.repo.active_branch.name)
+        return self.repo.head.commit.hexsha
+
+
+@pytest.fixture
+def clone(workspace: Workspace, tmp_path: Path) -> Clone:
+    return Clone(workspace, tmp_path / "clone")
+
+
+def run_cli(args: list[str], home: Path, token: str | None = None, database_url: str | None = None,
+            timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `gateway` command in a subprocess."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    environment.update({"GATEWAY_HOME": str(home), **env})
+    if token:
+        environment["GATEWAY_TOKEN"] = token
+    if database_url:
+        environment["GATEWAY_DATABASE_URL"] = database_url
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True, text=True,
+                          env=environment, timeout=timeout)

@@ -180,3 +180,10 @@ def run_cli(args: list[str], home: Path, token: str | None = None, database_url:
         environment["GATEWAY_DATABASE_URL"] = database_url
     return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True, text=True,
                           env=environment, timeout=timeout)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_logs() -> None:
+    from gateway.logs import configure_logging
+
+    configure_logging("warning")

@@ -34,8 +34,8 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
     if principal.is_agent:
         return [f"{principal.name} is an agent; agents can never approve or reject a change"]
     reasons = []
-    if proposal.status != ProposalStatus.OPEN:
-        reasons.append(f"proposal {proposal.id} is {proposal.status.value}; only open proposals take decisions")
+    if proposal.status not in (ProposalStatus.OPEN, ProposalStatus.FAILED):
+        reasons.append(f"proposal {proposal.id} is {proposal.status.value}; it takes no more decisions")
     if principal.id == proposal.requester.id:
         reasons.append(f"{principal.name} requested this change and cannot approve or reject it")
     if principal.id == proposal.proposer.id and principal.id != proposal.requester.id:

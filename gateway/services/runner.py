@@ -88,8 +88,8 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int, runner: str) -
     """Under the locks: approvals, saved-plan digests and state serials, or refuse and re-plan."""
     proposal, changes = sync_proposal(ws, proposal_id)
     reasons = apply_refusals(actor, proposal, ws.repo_settings())
-    if changes and not reasons:
-        reasons = [f"the proposal changed ({'; '.join(changes)}); the new plan needs approval"]
+    if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
+        reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:
         for stack, plan in proposal.plans.items():
             stored = plan_digest(decode_plan_bytes(session.plan_document(plan.plan_id).encode()))

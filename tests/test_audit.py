@@ -1,0 +1,133 @@
+"""The audit trail: complete, queryable, exportable, and any edit, removal or reorder is found."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, select, update
+
+from gateway.adapters.sql_store import audit_events
+from gateway.domain.errors import Refused
+from gateway.domain.proposal import Decision
+from gateway.services import audit as audit_service
+from gateway.services.proposals import decide, open_proposal
+from gateway.services.runner import apply_proposal
+from gateway.services.workspace import Workspace, stack_secrets
+
+from .conftest import Clone, People, add_people
+
+
+def run_one_change(ws: Workspace, people: People, tmp_path: Path) -> int:
+    Clone(ws, tmp_path / "clone").branch("pg").edit("stacks/data/main.tf", '"16.3"', '"17.2"').push()
+    proposal = open_proposal(ws, people.alice, "pg", "PostgreSQL 17")
+    with pytest.raises(Refused):
+        decide(ws, people.alice, proposal.id, Decision.APPROVE, "")
+    decide(ws, people.erin, proposal.id, Decision.APPROVE, "tested on staging")
+    assert apply_proposal(ws, people.alice, proposal.id).succeeded
+    return proposal.id
+
+
+@pytest.fixture
+def audited(any_workspace: Workspace, tmp_path: Path) -> tuple[Workspace, People, int]:
+    people = add_people(any_workspace)
+    return any_workspace, people, run_one_change(any_workspace, people, tmp_path)
+
+
+def test_the_story_of_a_change_names_who_did_what_to_which_plan(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, pid = audited
+    story = audit_service.proposal_story(ws, people.dana, pid)
+    kinds = [e.kind for e in story]
+    assert kinds == ["change.requested", "proposal.opened", "commit", "plan", "approve.refused", "approval",
+                     "apply.started", "apply.succeeded", "merged"]
+    plan_event = story[3]
+    approval = story[5]
+    assert approval.actor == "erin"
+    assert approval.payload["digests"] == {"data": plan_event.payload["digest"]}
+    assert approval.payload["head_sha"] == story[2].payload["sha"]
+    assert approval.payload["authenticated_by"] == "api-token"
+    assert "alice requested this change" in story[4].payload["reasons"][0]
+    assert story[-1].payload["applied_commit"] == {"data": approval.payload["head_sha"]}
+
+
+def test_no_secret_reaches_the_trail(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    password = stack_secrets(ws.settings, "data")["db_password"]
+    exported = audit_service.export_events(audit_service.list_events(ws, people.dana), "jsonl")
+    assert password not in exported
+
+
+def test_filters_by_actor_stack_and_time(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, pid = audited
+    assert {e.actor for e in audit_service.list_events(ws, people.dana, actor_name="erin")} == {"erin"}
+    assert all("data" in e.stacks for e in audit_service.list_events(ws, people.dana, stack="data"))
+    assert audit_service.list_events(ws, people.dana, since="2999-01-01T00:00") == []
+    with pytest.raises(Exception, match="not an ISO 8601 time"):
+        audit_service.list_events(ws, people.dana, since="yesterday")
+
+
+def test_only_auditors_and_admins_read_the_trail(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    with pytest.raises(Refused, match="bob is not an auditor"):
+        audit_service.list_events(ws, people.bob)
+
+
+def test_export_in_jsonl_and_csv_carries_the_hashes(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, pid = audited
+    events = audit_service.proposal_story(ws, people.dana, pid)
+    lines = audit_service.export_events(events, "jsonl").splitlines()
+    assert [json.loads(line)["hash"] for line in lines] == [e.hash for e in events]
+    rows = list(csv.DictReader(io.StringIO(audit_service.export_events(events, "csv"))))
+    assert [r["kind"] for r in rows] == [e.kind for e in events]
+    assert rows[0]["prev_hash"] and rows[0]["hash"].startswith("sha256:")
+
+
+def test_intact_chain_verifies(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    count, broken = audit_service.verify_trail(ws, people.dana)
+    assert broken is None and count > 20
+
+
+def test_edited_event_is_found(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, pid = audited
+    with ws.store.session() as session:
+        seq = session.conn.scalar(select(audit_events.c.seq).where(audit_events.c.kind == "approval"))
+        session.conn.execute(update(audit_events).where(audit_events.c.seq == seq)
+                             .values(actor="alice"))
+    _, broken = audit_service.verify_trail(ws, people.dana)
+    assert broken is not None and broken.seq == seq and "edited" in broken.reason
+
+
+def test_deleted_event_is_found(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    with ws.store.session() as session:
+        seq = session.conn.scalar(select(audit_events.c.seq).where(audit_events.c.kind == "approve.refused"))
+        session.conn.execute(delete(audit_events).where(audit_events.c.seq == seq))
+    _, broken = audit_service.verify_trail(ws, people.dana)
+    assert broken is not None and f"event {seq} is missing" in broken.reason
+
+
+def test_deleting_the_newest_events_is_found(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    with ws.store.session() as session:
+        last = session.conn.scalar(select(audit_events.c.seq).order_by(audit_events.c.seq.desc()).limit(1))
+        session.conn.execute(delete(audit_events).where(audit_events.c.seq == last))
+    _, broken = audit_service.verify_trail(ws, people.dana)
+    assert broken is not None and "newest events are missing" in broken.reason
+
+
+def test_reordered_events_are_found(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    with ws.store.session() as session:
+        rows = session.conn.execute(select(audit_events).where(audit_events.c.seq.in_([5, 6]))).mappings().all()
+        a, b = rows
+        fields = ("at", "actor", "actor_kind", "kind", "proposal_id", "stacks", "payload", "prev_hash", "hash")
+        session.conn.execute(update(audit_events).where(audit_events.c.seq == a["seq"]).values(id="moving"))
+        for row, other in ((b, a), (a, b)):  # swap two events' contents, keeping their positions
+            session.conn.execute(update(audit_events).where(audit_events.c.seq == row["seq"])
+                                 .values(id=other["id"], **{k: other[k] for k in fields}))
+    _, broken = audit_service.verify_trail(ws, people.dana)
+    assert broken is not None and broken.seq == 5

@@ -1,0 +1,224 @@
+"""The rules no part may break, on the real store (SQLite and PostgreSQL) and real git repos."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import update
+
+from gateway.adapters.sql_store import plans
+from gateway.domain.errors import InputError, NotFound, Refused
+from gateway.domain.plan import load_plan
+from gateway.domain.proposal import Decision, ProposalStatus
+from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal
+from gateway.services.runner import apply_proposal
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People, add_people
+
+STAGING = "stacks/app-staging/main.tf"
+EXTRA_BUCKET = '''
+resource "aws_s3_bucket" "extra" {
+  bucket = "extra-staging"
+}
+resource "aws_s3_bucket_versioning" "extra" {
+  bucket = aws_s3_bucket.extra.id
+  versioning_configuration {
+    status = "Enabled"
+  }
+}
+'''
+
+
+@pytest.fixture
+def bigger(workspace: Workspace, clone: Clone) -> Clone:
+    """A branch that resizes the staging web instance."""
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    return clone
+
+
+def test_requester_cannot_approve_their_own_change(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    with pytest.raises(Refused) as refused:
+        decide(workspace, people.alice, proposal.id, Decision.APPROVE, "")
+    assert "alice requested this change and cannot approve or reject it" in refused.value.reasons
+
+
+def test_requester_who_is_an_approver_still_cannot_approve(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.bob, "bigger", "bob's own change")
+    with pytest.raises(Refused, match="bob requested this change"):
+        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    assert decide(workspace, people.carol, proposal.id, Decision.APPROVE, "").current_approvals
+
+
+def test_agent_can_never_approve_reject_or_apply(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.agent, "bigger", "agent work", requester=people.alice)
+    assert proposal.proposer.name == "infra-agent" and proposal.requester.name == "alice"
+    for decision in Decision:
+        with pytest.raises(Refused, match="infra-agent is an agent; agents can never approve or reject"):
+            decide(workspace, people.agent, proposal.id, decision, "x")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    with pytest.raises(Refused, match="agents can never apply"):
+        apply_proposal(workspace, people.agent, proposal.id)
+    assert get_proposal(workspace, proposal.id).status == ProposalStatus.OPEN
+
+
+def test_approver_outside_the_stacks_groups_is_refused(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    with pytest.raises(Refused, match="erin is not in an approver group of stack app-staging"):
+        decide(workspace, people.erin, proposal.id, Decision.APPROVE, "")
+    with pytest.raises(Refused, match="dana does not have the approver role"):
+        decide(workspace, people.dana, proposal.id, Decision.APPROVE, "")
+
+
+def test_new_commit_makes_approval_stale_and_blocks_apply(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    first_sha = proposal.head_sha
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    bigger.edit(STAGING, '"t3.medium"', '"t3.large"').push("even bigger")
+    with pytest.raises(Refused) as refused:
+        apply_proposal(workspace, people.alice, proposal.id)
+    assert any("needs 1 approval(s)" in r or "changed" in r for r in refused.value.reasons)
+    proposal = get_proposal(workspace, proposal.id)
+    assert proposal.head_sha != first_sha
+    [stale] = proposal.stale_decisions
+    assert stale.principal.name == "bob" and stale.head_sha == first_sha
+    assert workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"].attributes["instance_type"] == "t3.small"
+
+
+def test_approval_names_the_sha_it_saw(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    bigger.edit(STAGING, '"t3.medium"', '"t3.large"').push("even bigger")
+    with pytest.raises(Refused, match="changed before your decision was recorded"):
+        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    current = get_proposal(workspace, proposal.id)
+    with pytest.raises(Refused, match="the branch moved"):
+        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha)
+    approved = decide(workspace, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=current.head_sha)
+    assert approved.current_approvals[0].digests == approved.current_digests
+
+
+def test_one_rejection_stops_the_proposal_until_a_new_commit(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    decide(workspace, people.carol, proposal.id, Decision.REJECT, "wait for the freeze to end")
+    with pytest.raises(Refused, match="rejected by carol: wait for the freeze to end"):
+        apply_proposal(workspace, people.alice, proposal.id)
+    bigger.edit(STAGING, '"t3.medium"', '"t3.large"').push("after the freeze")
+    sync_proposal(workspace, proposal.id)
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok now")
+    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
+
+
+def test_protected_resource_destroy_needs_two_approvers(workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("lb").edit("stacks/app-prod/main.tf", 'load_balancer_type = "application"',
+                            'load_balancer_type = "network"').push()
+    proposal = open_proposal(workspace, people.alice, "lb", "switch to an NLB")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    with pytest.raises(Refused, match=r"needs 2 approval\(s\).*protected app-prod:aws_lb.web"):
+        apply_proposal(workspace, people.alice, proposal.id)
+    decide(workspace, people.carol, proposal.id, Decision.APPROVE, "")
+    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
+
+
+def test_tampered_saved_plan_is_refused_and_replanned(workspace: Workspace, people: People, bigger: Clone) -> None:
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    plan_id = proposal.plans["app-staging"].plan_id
+    with workspace.store.session() as session:
+        document = session.plan_document(plan_id).replace("t3.medium", "x2idn.32xlarge")
+        session.conn.execute(update(plans).where(plans.c.id == plan_id).values(document=document))
+    with pytest.raises(Refused, match="saved plan of stack app-staging does not hash to the approved digest"):
+        apply_proposal(workspace, people.alice, proposal.id)
+    instance = workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"]
+    assert instance.attributes["instance_type"] == "t3.small"  # nothing ran
+    after = get_proposal(workspace, proposal.id)
+    assert after.plans["app-staging"].plan_id != plan_id  # re-planned from the approved commit
+    # the fresh plan is the one bob approved (same digest), so his approval holds for it, not for the forgery
+    assert after.current_digests == proposal.current_digests and after.current_approvals
+    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
+    instance = workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"]
+    assert instance.attributes["instance_type"] == "t3.medium"
+
+
+def test_state_moved_since_plan_is_refused_and_replanned(workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    first = open_proposal(workspace, people.alice, "bigger", "more memory")
+    clone.branch("cost-centre").edit(STAGING, '"cc-3003"', '"cc-3004"').push()
+    second = open_proposal(workspace, people.alice, "cost-centre", "new cost centre")
+    for p in (first, second):
+        decide(workspace, people.bob, p.id, Decision.APPROVE, "")
+    assert apply_proposal(workspace, people.alice, first.id).succeeded
+    with pytest.raises(Refused, match="state of stack app-staging moved since its plan"):
+        apply_proposal(workspace, people.alice, second.id)
+    replanned = get_proposal(workspace, second.id)
+    assert not replanned.current_approvals  # the new plan differs: it would undo the first change
+    with workspace.store.session() as session:
+        document = json.loads(session.plan_document(replanned.plans["app-staging"].plan_id))
+    web = load_plan(document).find("aws_instance.web[0]").change
+    assert (web.before["instance_type"], web.after["instance_type"]) == ("t3.medium", "t3.small")
+
+
+def test_apply_merges_and_records_the_applied_commit(any_workspace: Workspace, tmp_path: Path) -> None:
+    people = add_people(any_workspace)
+    Clone(any_workspace, tmp_path / "c").branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(any_workspace, people.alice, "bigger", "more memory")
+    decide(any_workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    report = apply_proposal(any_workspace, people.alice, proposal.id)
+    assert report.succeeded and report.merge_sha
+    main_text = any_workspace.repo.read_file(any_workspace.repo.resolve("main"), STAGING)
+    assert '"t3.medium"' in main_text
+    after = get_proposal(any_workspace, proposal.id)
+    assert after.status == ProposalStatus.APPLIED and after.merge_sha == report.merge_sha
+    with any_workspace.store.session() as session:
+        assert session.last_applied_commit("app-staging") == proposal.head_sha
+        kinds = [e.kind for e in session.events(proposal_id=proposal.id)]
+    assert kinds == ["change.requested", "proposal.opened", "commit", "plan", "approval",
+                     "apply.started", "apply.succeeded", "merged"]
+
+
+def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace: Workspace, tmp_path: Path) -> None:
+    people = add_people(any_workspace)
+    Clone(any_workspace, tmp_path / "c").branch("two").write("stacks/app-staging/extra.tf", EXTRA_BUCKET).push()
+    proposal = open_proposal(any_workspace, people.alice, "two", "a bucket with versioning")
+    decide(any_workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    any_workspace.sandbox.inject_fault("app-staging", "aws_s3_bucket_versioning.extra", "AccessDenied")
+    report = apply_proposal(any_workspace, people.alice, proposal.id)
+    assert not report.succeeded and report.merge_sha is None
+    assert get_proposal(any_workspace, proposal.id).status == ProposalStatus.FAILED
+    assert any_workspace.store.lock_holder("app-staging") is None
+    with any_workspace.store.session() as session:
+        [record] = session.applies_of(proposal.id)
+        failure = [e for e in session.events(proposal_id=proposal.id) if e.kind == "apply.failed"]
+    assert record["status"] == "failed" and "AccessDenied" in record["error"]
+    assert record["applied"] == ["aws_s3_bucket.extra"]
+    assert failure and failure[0].payload["failed_address"] == "aws_s3_bucket_versioning.extra"
+    with pytest.raises(NotFound):  # not merged
+        any_workspace.repo.read_file(any_workspace.repo.resolve("main"), "stacks/app-staging/extra.tf")
+    # the rest shows in the next plan, which needs a fresh approval
+    proposal, changes = sync_proposal(any_workspace, proposal.id)
+    with any_workspace.store.session() as session:
+        remaining = load_plan(json.loads(session.plan_document(proposal.plans["app-staging"].plan_id)))
+    assert [rc.address for rc in remaining.changes] == ["aws_s3_bucket_versioning.extra"]
+    assert not proposal.current_approvals and proposal.status == ProposalStatus.OPEN
+    decide(any_workspace, people.bob, proposal.id, Decision.APPROVE, "the rest")
+    assert apply_proposal(any_workspace, people.alice, proposal.id).succeeded
+
+
+def test_bad_proposals_are_refused_with_nothing_written(workspace: Workspace, people: People, clone: Clone) -> None:
+    with workspace.store.session() as session:
+        before = len(session.events())
+    with pytest.raises(NotFound, match="no branch 'nope'"):
+        open_proposal(workspace, people.alice, "nope", "x")
+    with pytest.raises(InputError, match="needs a reason"):
+        open_proposal(workspace, people.alice, "main", "  ")
+    clone.branch("broken").write("stacks/app-staging/broken.tf", "resource {\n").push()
+    with pytest.raises(Exception, match="malformed HCL"):
+        open_proposal(workspace, people.alice, "broken", "oops")
+    with pytest.raises(NotFound, match="no proposal 99"):
+        decide(workspace, people.bob, 99, Decision.APPROVE, "")
+    with workspace.store.session() as session:
+        assert len(session.events()) == before
+        assert session.list_proposals() == []

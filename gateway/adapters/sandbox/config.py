@@ -86,7 +86,7 @@ def load_stack(directory: Path) -> StackConfig:
         raise ConfigError(f"{directory.name}: no .tf files in the stack directory")
     config = StackConfig()
     for path in files:
-        _add_file(config, path.name, path.read_text(encoding="utf-8"))
+        _add_file(config, f"{directory.name}/{path.name}", path.read_text(encoding="utf-8"))
     return config
 
 

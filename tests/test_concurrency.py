@@ -1,0 +1,111 @@
+"""One writer per stack, across processes; a dead runner's lock is recovered and its apply recorded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert
+
+from gateway.adapters.records import now
+from gateway.adapters.sql_store import stack_locks
+from gateway.domain.errors import LockTimeout
+from gateway.domain.proposal import Decision, ProposalStatus
+from gateway.services.planning import plan_stack
+from gateway.services.proposals import decide, get_proposal, open_proposal
+from gateway.services.runner import apply_proposal
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, add_people
+
+STAGING = "stacks/app-staging/main.tf"
+
+
+def spawn_apply(ws: Workspace, token: str, proposal_id: int) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update({"GATEWAY_HOME": str(ws.settings.home), "GATEWAY_TOKEN": token, "GATEWAY_LOCK_WAIT_SECONDS": "60"})
+    if ws.settings.database_url:
+        env["GATEWAY_DATABASE_URL"] = ws.settings.database_url
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "apply", str(proposal_id)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_two_processes_applying_to_one_stack(any_workspace: Workspace, tmp_path: Path) -> None:
+    ws = any_workspace
+    people = add_people(ws)
+    clone = Clone(ws, tmp_path / "clone")
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    clone.branch("cost-centre").edit(STAGING, '"cc-3003"', '"cc-3004"').push()
+    ids = [open_proposal(ws, people.alice, b, b).id for b in ("bigger", "cost-centre")]
+    for pid in ids:
+        decide(ws, people.bob, pid, Decision.APPROVE, "")
+    serial_before = ws.engine.state_serial("app-staging")
+
+    runs = [spawn_apply(ws, people.tokens["alice"], pid) for pid in ids]
+    results = [(p.wait(timeout=180), *p.communicate()) for p in runs]
+
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 1], results
+    loser = next(err for code, _, err in results if code == 1)
+    assert "state of stack app-staging moved since its plan" in loser
+    winner = ids[[code for code, _, _ in results].index(0)]
+    assert get_proposal(ws, winner).status == ProposalStatus.APPLIED
+    # state is consistent: exactly the winner's change, and main (now the winner's branch) plans clean
+    assert ws.engine.state_serial("app-staging") > serial_before
+    assert not plan_stack(ws, "app-staging", "main").plan.has_changes
+    assert ws.store.lock_holder("app-staging") is None
+
+
+def test_the_same_proposal_applied_twice_at_once_applies_once(workspace: Workspace, tmp_path: Path) -> None:
+    people = add_people(workspace)
+    Clone(workspace, tmp_path / "clone").branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    pid = open_proposal(workspace, people.alice, "bigger", "x").id
+    decide(workspace, people.bob, pid, Decision.APPROVE, "")
+    runs = [spawn_apply(workspace, people.tokens["alice"], pid) for _ in range(2)]
+    results = [(p.wait(timeout=180), *p.communicate()) for p in runs]
+    assert sorted(code for code, _, _ in results) == [0, 1], results
+    with workspace.store.session() as session:
+        assert [a["status"] for a in session.applies_of(pid)] == ["succeeded"]
+
+
+def test_a_live_lock_makes_the_apply_wait_then_refuse_naming_the_holder(workspace: Workspace, tmp_path: Path) -> None:
+    people = add_people(workspace)
+    Clone(workspace, tmp_path / "clone").branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    pid = open_proposal(workspace, people.alice, "bigger", "x").id
+    decide(workspace, people.bob, pid, Decision.APPROVE, "")
+    taken, _ = workspace.store.acquire_lock("app-staging", "other-host:4242", ttl_seconds=600)
+    assert taken
+    with pytest.raises(LockTimeout, match="stack app-staging is locked by runner other-host:4242"):
+        apply_proposal(workspace, people.alice, pid)
+    assert get_proposal(workspace, pid).status == ProposalStatus.OPEN
+
+
+def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(workspace: Workspace, tmp_path: Path) -> None:
+    people = add_people(workspace)
+    clone = Clone(workspace, tmp_path / "clone")
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    first = open_proposal(workspace, people.alice, "bigger", "x").id
+    decide(workspace, people.bob, first, Decision.APPROVE, "")
+    # a runner started applying `first`, then died: its apply is "running" and its lock has expired
+    plan_id = get_proposal(workspace, first).plans["app-staging"].plan_id
+    with workspace.store.session() as session:
+        dead_apply = session.start_apply(first, "app-staging", plan_id, "dead-host:1", "0" * 40)
+        session.update_proposal(first, status=ProposalStatus.APPLYING)
+        session.conn.execute(insert(stack_locks).values(
+            stack="app-staging", holder="dead-host:1", apply_id=dead_apply,
+            acquired_at=now() - timedelta(hours=2), expires_at=now() - timedelta(hours=1)))
+    clone.branch("cost-centre").edit(STAGING, '"cc-3003"', '"cc-3004"').push()
+    second = open_proposal(workspace, people.alice, "cost-centre", "y").id
+    decide(workspace, people.bob, second, Decision.APPROVE, "")
+
+    assert apply_proposal(workspace, people.alice, second).succeeded
+    with workspace.store.session() as session:
+        record = session.get_apply(dead_apply)
+        interrupted = [e for e in session.events() if e.kind == "apply.interrupted"]
+    assert record["status"] == "interrupted" and "dead-host:1" in record["error"]
+    assert interrupted and interrupted[0].payload["runner"] == "dead-host:1"
+    assert get_proposal(workspace, first).status == ProposalStatus.FAILED

@@ -133,6 +133,13 @@ stack_states = Table(
     Column("body", Text, nullable=False),
 )
 
+state_resources = Table(
+    "state_resources", metadata,
+    Column("stack", String(100), primary_key=True),
+    Column("address", String(300), primary_key=True),
+    Column("body", Text, nullable=False),
+)
+
 sandbox_objects = Table(
     "sandbox_objects", metadata,
     Column("type", String(100), primary_key=True),

@@ -13,7 +13,7 @@ import graphlib
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,8 +77,13 @@ class SandboxStore(Protocol):
     """Where the sandbox keeps each stack's state and the simulated cloud's objects."""
 
     def read_state(self, stack: str) -> StackState | None: ...
-    def write_state(self, stack: str, state: StackState, expected_serial: int) -> None: ...
+    def write_state(self, stack: str, state: StackState, expected_serial: int,
+                    changed: Collection[str] | None = None) -> None:
+        """Save state if its serial is still `expected_serial`; `changed` limits the write to those addresses."""
+        ...
+
     def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None: ...
+    def get_objects(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]: ...
     def put_object(self, rtype: str, rid: str, attributes: Mapping[str, Any]) -> None: ...
     def delete_object(self, rtype: str, rid: str) -> None: ...
     def take_fault(self, stack: str, address: str) -> str | None: ...
@@ -387,8 +392,9 @@ class _Planner(_Evaluation):
     def _refresh(self) -> dict[str, StateResource]:
         """Read every object the state knows from the simulated cloud; record what drifted."""
         refreshed: dict[str, StateResource] = {}
+        cloud = self.store.get_objects([(r.type, r.id) for r in self.state.resources.values()])
         for address, res in self.state.resources.items():
-            live = self.store.get_object(res.type, res.id)
+            live = cloud.get((res.type, res.id))
             if live is None:
                 self.drift.append(_change_json(address, res, ["delete"], res.attributes, None,
                                                res.sensitive_attributes))
@@ -580,27 +586,27 @@ class _Applier(_Evaluation):
         log.info("sandbox.apply_done", stack=self.stack, applied=len(self.done), serial=self.state.serial)
         return ApplyOutcome(True, tuple(self.done), None, None, self.state.serial)
 
-    def _persist(self) -> None:
+    def _persist(self, changed: Collection[str]) -> None:
         expected = self.state.serial
         self.state.serial += 1
-        self.store.write_state(self.stack, self.state, expected)
+        self.store.write_state(self.stack, self.state, expected, changed)
 
     def _step(self, address: str, operation: Callable[[], None]) -> None:
         fault = self.store.take_fault(self.stack, address)
         if fault:
             raise ApplyError(f"{address}: {fault}")
         operation()
-        self._persist()
+        self._persist({address})
         self.done.append(address)
 
     def _moves(self) -> None:
-        moved = False
+        moved: set[str] = set()
         for rc in self.changes.values():
             if rc.previous_address and rc.previous_address in self.state.resources:
                 self.state.resources[rc.address] = self.state.resources.pop(rc.previous_address)
-                moved = True
+                moved |= {rc.address, rc.previous_address}
         if moved:
-            self._persist()
+            self._persist(moved)
 
     def _orphan_deletes(self) -> list[str]:
         """Planned pure deletes, dependents first."""
@@ -709,4 +715,4 @@ class _Applier(_Evaluation):
             outputs[name] = {"value": plain, "sensitive": declared or sensitive}
         if outputs != self.state.outputs:
             self.state.outputs = outputs
-            self._persist()
+            self._persist(())

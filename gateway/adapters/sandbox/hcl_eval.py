@@ -437,7 +437,11 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
 
 def _cidrsubnet(prefix: str, newbits: int, netnum: int) -> str:
     network = ipaddress.ip_network(prefix, strict=False)
-    return str(list(network.subnets(prefixlen_diff=int(newbits)))[int(netnum)])
+    length = network.prefixlen + int(newbits)
+    if length > network.max_prefixlen or not 0 <= int(netnum) < 2 ** int(newbits):
+        raise ValueError(f"cidrsubnet: cannot make subnet {netnum} of /{length} in {prefix}")
+    offset = int(netnum) << (network.max_prefixlen - length)
+    return f"{network.network_address + offset}/{length}"
 
 
 def _cidrhost(prefix: str, hostnum: int) -> str:

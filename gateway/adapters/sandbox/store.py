@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import delete, select, update
 
 from gateway.adapters.sandbox.engine import StackState
-from gateway.adapters.sql_store import Database, dumps, sandbox_faults, sandbox_objects, stack_states
+from gateway.adapters.sql_store import (
+    Database,
+    dumps,
+    sandbox_faults,
+    sandbox_objects,
+    stack_states,
+    state_resources,
+)
 from gateway.domain.errors import BackendError
 
 
@@ -21,25 +29,55 @@ class SqlSandboxStore:
 
     def read_state(self, stack: str) -> StackState | None:
         with self.db.transaction() as conn:
-            body = conn.scalar(select(stack_states.c.body).where(stack_states.c.stack == stack))
-        return StackState.from_json(json.loads(body)) if body else None
+            header = conn.scalar(select(stack_states.c.body).where(stack_states.c.stack == stack))
+            rows = conn.execute(select(state_resources.c.address, state_resources.c.body)
+                                .where(state_resources.c.stack == stack)).all()
+        if header is None:
+            return None
+        return StackState.from_json({**json.loads(header), "resources": {a: json.loads(b) for a, b in rows}})
 
-    def write_state(self, stack: str, state: StackState, expected_serial: int) -> None:
-        """Compare-and-swap on the serial: a write based on an older state is refused."""
-        body = dumps(state.to_json())
+    def write_state(self, stack: str, state: StackState, expected_serial: int,
+                    changed: Collection[str] | None = None) -> None:
+        """Compare-and-swap on the serial: a write based on an older state is refused.
+
+        Only the `changed` addresses are rewritten, so persisting after every step of a large
+        apply stays cheap; None rewrites every resource.
+        """
+        header = dumps({"lineage": state.lineage, "serial": state.serial, "outputs": state.outputs})
         with self.db.transaction() as conn:
-            if expected_serial == 0 and conn.scalar(
-                select(stack_states.c.serial).where(stack_states.c.stack == stack)
-            ) is None:
-                conn.execute(stack_states.insert().values(stack=stack, serial=state.serial, body=body))
-                return
-            result = conn.execute(
-                update(stack_states)
-                .where(stack_states.c.stack == stack, stack_states.c.serial == expected_serial)
-                .values(serial=state.serial, body=body)
-            )
-            if result.rowcount != 1:
-                raise BackendError(f"state of stack {stack} changed underneath this write (expected serial {expected_serial})")
+            exists = conn.scalar(select(stack_states.c.serial).where(stack_states.c.stack == stack)) is not None
+            if not exists and expected_serial == 0:
+                conn.execute(stack_states.insert().values(stack=stack, serial=state.serial, body=header))
+            else:
+                result = conn.execute(
+                    update(stack_states)
+                    .where(stack_states.c.stack == stack, stack_states.c.serial == expected_serial)
+                    .values(serial=state.serial, body=header))
+                if result.rowcount != 1:
+                    raise BackendError(f"state of stack {stack} changed underneath this write "
+                                       f"(expected serial {expected_serial})")
+            addresses = list(state.resources) if changed is None else list(changed)
+            if changed is None:
+                conn.execute(delete(state_resources).where(state_resources.c.stack == stack))
+            elif addresses:
+                conn.execute(delete(state_resources).where(state_resources.c.stack == stack,
+                                                           state_resources.c.address.in_(addresses)))
+            rows = [{"stack": stack, "address": a, "body": dumps(asdict(state.resources[a]))}
+                    for a in addresses if a in state.resources]
+            if rows:
+                conn.execute(state_resources.insert(), rows)
+
+    def get_objects(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        wanted = set(keys)
+        with self.db.transaction() as conn:
+            for rtype in {t for t, _ in wanted}:
+                ids = [i for t, i in wanted if t == rtype]
+                for start in range(0, len(ids), 500):
+                    rows = conn.execute(select(sandbox_objects.c.id, sandbox_objects.c.attributes).where(
+                        sandbox_objects.c.type == rtype, sandbox_objects.c.id.in_(ids[start:start + 500])))
+                    found.update({(rtype, rid): json.loads(body) for rid, body in rows})
+        return found
 
     def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
         with self.db.transaction() as conn:

@@ -1,0 +1,91 @@
+"""Plans (and applies, then re-plans) a generated stack of N resources with the sandbox engine.
+
+Prints figures; it is not a test. Usage: python benchmarks/plan_large_stack.py [N] [DATABASE_URL]
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gateway.adapters.sandbox.engine import SandboxEngine
+from gateway.adapters.sandbox.store import SqlSandboxStore
+from gateway.adapters.sql_store import Database
+from gateway.domain.plan import load_plan
+from gateway.domain.preview import build_preview, render_text
+
+
+def generate_stack(directory: Path, count: int) -> None:
+    """A VPC, then groups of subnet + security group + rule + instance + bucket referring to each other."""
+    parts = ['locals {\n  tags = { owner = "bench", "cost-centre" = "cc-0" }\n}\n',
+             'resource "aws_vpc" "main" {\n  cidr_block = "10.0.0.0/8"\n  tags = local.tags\n}\n']
+    groups = (count - 1) // 5
+    for i in range(groups):
+        parts.append(f'''
+resource "aws_subnet" "s{i}" {{
+  vpc_id     = aws_vpc.main.id
+  cidr_block = cidrsubnet(aws_vpc.main.cidr_block, 16, {i})
+  tags       = merge(local.tags, {{ Name = "s{i}" }})
+}}
+resource "aws_security_group" "g{i}" {{
+  name   = "g{i}"
+  vpc_id = aws_vpc.main.id
+  tags   = local.tags
+}}
+resource "aws_security_group_rule" "r{i}" {{
+  type              = "ingress"
+  from_port         = 443
+  to_port           = 443
+  protocol          = "tcp"
+  cidr_blocks       = [aws_subnet.s{i}.cidr_block]
+  security_group_id = aws_security_group.g{i}.id
+}}
+resource "aws_instance" "i{i}" {{
+  ami                    = "ami-0c1c30571d2dae5c9"
+  instance_type          = "t3.micro"
+  subnet_id              = aws_subnet.s{i}.id
+  vpc_security_group_ids = [aws_security_group.g{i}.id]
+  tags                   = merge(local.tags, {{ Name = "web-${{aws_subnet.s{i}.cidr_block}}" }})
+}}
+resource "aws_s3_bucket" "b{i}" {{
+  bucket = "bench-bucket-{i}"
+  tags   = local.tags
+}}
+''')
+    (directory / "main.tf").write_text("".join(parts))
+
+
+def timed(label: str, fn):  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    result = fn()
+    print(f"{label:40} {time.perf_counter() - start:8.2f} s")
+    return result
+
+
+def main() -> None:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 2001
+    with tempfile.TemporaryDirectory() as tmp:
+        url = sys.argv[2] if len(sys.argv) > 2 else f"sqlite:///{tmp}/bench.db"
+        stack_dir = Path(tmp) / "bench"
+        stack_dir.mkdir()
+        generate_stack(stack_dir, count)
+        db = Database(url)
+        db.migrate()
+        engine = SandboxEngine(SqlSandboxStore(db))
+        print(f"stack: {count} resources, database: {url.split(':')[0]}")
+        first = timed("plan (empty state, all creates)", lambda: engine.plan("bench", stack_dir))
+        plan = load_plan(first.document)
+        print(f"{'':40} {len(plan.changes)} changes")
+        timed("render preview (text)", lambda: render_text(build_preview(plan)))
+        outcome = timed("apply", lambda: engine.apply("bench", stack_dir, first.document, first.state_serial))
+        print(f"{'':40} {len(outcome.applied)} applied, succeeded={outcome.succeeded}")
+        second = timed("re-plan (full state, refresh, no changes)", lambda: engine.plan("bench", stack_dir))
+        print(f"{'':40} {len(load_plan(second.document).changes)} changes")
+        print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

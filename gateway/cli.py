@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
 from gateway.config import Settings
-from gateway.domain.approvals import approval_shortfall, required_approvals
+from gateway.adapters.records import now
+from gateway.domain.approvals import approval_shortfall, policy_blocks, required_approvals
 from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.plan import decode_plan_bytes, load_plan
 from gateway.domain.preview import RENDERERS, build_preview
@@ -20,7 +22,7 @@ from gateway.logs import configure_logging
 from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.planning import plan_stack
-from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal
+from gateway.services.proposals import decide, open_proposal, override_finding, proposal_previews, sync_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal, authenticate
 from gateway.services.workspace import Workspace, create_workspace, open_workspace
@@ -213,6 +215,20 @@ def reject(ctx: Context, proposal_id: int, comment: str) -> None:
 
 @cli.command()
 @click.argument("proposal_id", type=int)
+@click.option("--finding", "finding_key", required=True, help="STACK:RULE:ADDRESS, as `gateway show` lists it")
+@click.option("-m", "--reason", required=True)
+@click.option("--expires", required=True, type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M"]),
+              help="when the override stops counting (UTC)")
+@pass_ctx
+def override(ctx: Context, proposal_id: int, finding_key: str, reason: str, expires: datetime) -> None:
+    """Override one deny finding as a policy owner (recorded, attributable, expiring)."""
+    proposal = override_finding(ctx.ws, ctx.actor(), proposal_id, finding_key, reason, expires.replace(tzinfo=UTC))
+    click.echo(f"overrode {finding_key} on proposal {proposal.id} until {expires:%Y-%m-%d %H:%M} UTC")
+    _echo_approval_state(ctx.ws, proposal)
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
 @pass_ctx
 def apply(ctx: Context, proposal_id: int) -> None:
     """Apply exactly the approved plans, one stack at a time, then merge the branch."""
@@ -229,9 +245,7 @@ def apply(ctx: Context, proposal_id: int) -> None:
 
 
 def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:
-    with ws.store.session() as session:
-        documents = {s: session.plan_document(p.plan_id) for s, p in proposal.plans.items()}
-    previews = {s: build_preview(load_plan(json.loads(d))) for s, d in documents.items()}
+    previews = proposal_previews(ws, proposal)
     if fmt == "json":
         click.echo(json.dumps({
             "id": proposal.id, "branch": proposal.branch, "head_sha": proposal.head_sha,
@@ -239,6 +253,9 @@ def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:
             "reason": proposal.reason, "stacks": list(proposal.stacks),
             "plans": {s: {"digest": p.digest, "state_serial": p.state_serial, "preview": json.loads(RENDERERS["json"](previews[s]))}
                       for s, p in proposal.plans.items()},
+            "risk": proposal.risk.value,
+            "findings": [f.to_json() for f in proposal.findings],
+            "blocking": [f.key for f in proposal.blocking_findings(now())],
             "decisions": [{"by": d.principal.name, "decision": d.decision.value, "head_sha": d.head_sha,
                            "digests": dict(d.digests), "comment": d.comment, "current": proposal.is_current(d)}
                           for d in proposal.decisions],
@@ -258,12 +275,15 @@ def _echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
     for d in proposal.decisions:
         mark = "current" if proposal.is_current(d) else "STALE"
         click.echo(f"  {d.decision.value}d by {d.principal.name} at {d.head_sha[:12]} [{mark}] {d.comment}")
-    shortfall = approval_shortfall(proposal, settings)
+    for o in proposal.overrides:
+        click.echo(f"  override of {o.finding_key} by {o.by} until {o.expires_at:%Y-%m-%d %H:%M} UTC: {o.reason}")
+    shortfall = policy_blocks(proposal, now()) + approval_shortfall(proposal, settings)
     rejection = proposal.current_rejection
     if rejection:
         click.echo(f"  status: rejected by {rejection.principal.name}; stopped until a new commit")
     elif shortfall:
-        click.echo(f"  status: {shortfall[0]}")
+        for line in shortfall:
+            click.echo(f"  blocked: {line}")
     else:
         click.echo(f"  status: approved ({required_approvals(proposal, settings)} needed); ready to apply")
 

@@ -13,16 +13,15 @@ from gateway.adapters.git_repo import committer_env
 from gateway.config import Settings
 from gateway.domain.approvals import approval_shortfall
 from gateway.domain.errors import Refused
-from gateway.domain.plan import load_plan
-from gateway.domain.preview import build_preview, render_text
+from gateway.domain.preview import render_text
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.proposals import decide, open_proposal, sync_proposal
+from gateway.services.proposals import decide, open_proposal, proposal_previews, sync_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import create_workspace
 
 BUCKET_TF = '''
 resource "aws_s3_bucket" "reports" {
@@ -35,6 +34,14 @@ resource "aws_s3_bucket_versioning" "reports" {
   versioning_configuration {
     status = "Enabled"
   }
+}
+
+resource "aws_s3_bucket_public_access_block" "reports" {
+  bucket                  = aws_s3_bucket.reports.id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
 }
 
 resource "aws_s3_bucket_server_side_encryption_configuration" "reports" {
@@ -75,8 +82,9 @@ def _run(home: Path) -> None:
     admin, _ = add_principal(ws, None, "admin", frozenset({Role.ADMIN}))
     alice, _ = add_principal(ws, admin, "alice", frozenset({Role.REQUESTER}), frozenset({"app"}))
     bob, _ = add_principal(ws, admin, "bob", frozenset({Role.APPROVER}), frozenset({"platform"}))
+    carol, _ = add_principal(ws, admin, "carol", frozenset({Role.APPROVER}), frozenset({"app"}))
     dana, _ = add_principal(ws, admin, "dana", frozenset({Role.AUDITOR}))
-    for p in (alice, bob, dana):
+    for p in (alice, bob, carol, dana):
         click.echo(f"{p.name:6} {','.join(sorted(p.roles)):10} groups: {','.join(sorted(p.groups)) or '-'}")
 
     step("3. alice changes app-staging on a branch: an encrypted, versioned S3 bucket, and a new AMI")
@@ -91,7 +99,7 @@ def _run(home: Path) -> None:
 
     step("4. gateway propose --branch reports-bucket: the engine plans; this is the preview")
     proposal = open_proposal(ws, alice, "reports-bucket", "Reports need their own bucket; AMI refresh")
-    _print_preview(ws, proposal.plans["app-staging"].plan_id)
+    click.echo(render_text(proposal_previews(ws, proposal)["app-staging"]), nl=False)
 
     step("5. alice tries to approve her own change")
     _attempt(lambda: decide(ws, alice, proposal.id, Decision.APPROVE, "lgtm"))
@@ -99,6 +107,7 @@ def _run(home: Path) -> None:
     step("6. bob (approver, platform group) approves commit and plan")
     proposal = decide(ws, bob, proposal.id, Decision.APPROVE, "bucket is encrypted and versioned")
     click.echo(f"approved at {proposal.head_sha[:12]} for plan {proposal.plans['app-staging'].digest[:19]}…")
+    click.echo(f"risk {proposal.risk.value} (the instance is replaced): {approval_shortfall(proposal, ws.repo_settings())[0]}")
 
     step("7. alice pushes one more commit: bob's approval no longer counts")
     (clone_dir / "stacks/app-staging/reports.tf").write_text(
@@ -111,9 +120,10 @@ def _run(home: Path) -> None:
         click.echo(f"{d.principal.name} approved {d.head_sha[:12]}: {'current' if proposal.is_current(d) else 'STALE'}")
     click.echo(f"status: {approval_shortfall(proposal, ws.repo_settings())[0]}")
 
-    step("8. bob reviews the new plan and approves again")
-    proposal = decide(ws, bob, proposal.id, Decision.APPROVE, "re-checked after the tag change", seen_sha=proposal.head_sha)
-    click.echo(f"approved at {proposal.head_sha[:12]}")
+    step("8. bob and carol review the new plan and approve it")
+    decide(ws, bob, proposal.id, Decision.APPROVE, "re-checked after the tag change", seen_sha=proposal.head_sha)
+    proposal = decide(ws, carol, proposal.id, Decision.APPROVE, "AMI is the patched one", seen_sha=proposal.head_sha)
+    click.echo(f"approved at {proposal.head_sha[:12]} by {', '.join(d.principal.name for d in proposal.current_approvals)}")
 
     step("9. gateway apply: exactly the approved plan, under the stack lock; then merge")
     report = apply_proposal(ws, alice, proposal.id)
@@ -141,14 +151,6 @@ def _commit_and_push(clone: git.Repo, message: str, author: str) -> None:
     clone.git.add("-A")
     clone.git.execute(["git", "commit", "-q", "-m", message], env=committer_env(author, f"{author}@example.com"))
     clone.git.push("-q", "origin", clone.active_branch.name)
-
-
-def _print_preview(ws: Workspace, plan_id: int) -> None:
-    import json
-
-    with ws.store.session() as session:
-        document = json.loads(session.plan_document(plan_id))
-    click.echo(render_text(build_preview(load_plan(document))), nl=False)
 
 
 def _attempt(action) -> None:  # type: ignore[no-untyped-def]

@@ -73,6 +73,7 @@ class People:
     carol: Principal  # approver, platform
     erin: Principal  # approver, data group only
     dana: Principal  # auditor
+    frank: Principal  # policy owner (security group)
     agent: Principal  # agent acting for alice
     tokens: dict[str, str]
 
@@ -116,6 +117,7 @@ def add_people(ws: Workspace) -> People:
         carol=add("carol", {Role.APPROVER}, {"platform"}, actor=admin),
         erin=add("erin", {Role.APPROVER}, {"data"}, actor=admin),
         dana=add("dana", {Role.AUDITOR}, actor=admin),
+        frank=add("frank", {Role.APPROVER}, {"security"}, actor=admin),
         agent=add("infra-agent", {Role.REQUESTER}, kind=PrincipalKind.AGENT, actor=admin),
         tokens=tokens,
     )

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import update
 
+from gateway.adapters.records import now
 from gateway.adapters.sql_store import plans
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Decision, ProposalStatus
-from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal
+from gateway.services.proposals import decide, get_proposal, open_proposal, override_finding, sync_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
@@ -22,6 +24,22 @@ STAGING = "stacks/app-staging/main.tf"
 EXTRA_BUCKET = '''
 resource "aws_s3_bucket" "extra" {
   bucket = "extra-staging"
+  tags   = local.tags
+}
+resource "aws_s3_bucket_public_access_block" "extra" {
+  bucket                  = aws_s3_bucket.extra.id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+resource "aws_s3_bucket_server_side_encryption_configuration" "extra" {
+  bucket = aws_s3_bucket.extra.id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm = "aws:kms"
+    }
+  }
 }
 resource "aws_s3_bucket_versioning" "extra" {
   bucket = aws_s3_bucket.extra.id
@@ -116,6 +134,10 @@ def test_protected_resource_destroy_needs_two_approvers(workspace: Workspace, pe
     clone.branch("lb").edit("stacks/app-prod/main.tf", 'load_balancer_type = "application"',
                             'load_balancer_type = "network"').push()
     proposal = open_proposal(workspace, people.alice, "lb", "switch to an NLB")
+    with pytest.raises(Refused, match="policy denies app-prod:protected-resource:aws_lb.web"):
+        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    override_finding(workspace, people.frank, proposal.id, "app-prod:protected-resource:aws_lb.web",
+                     "NLB migration, change ticket CHG-1042", now() + timedelta(days=1))
     decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
     with pytest.raises(Refused, match=r"needs 2 approval\(s\).*protected app-prod:aws_lb.web"):
         apply_proposal(workspace, people.alice, proposal.id)
@@ -193,7 +215,8 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
         [record] = session.applies_of(proposal.id)
         failure = [e for e in session.events(proposal_id=proposal.id) if e.kind == "apply.failed"]
     assert record["status"] == "failed" and "AccessDenied" in record["error"]
-    assert record["applied"] == ["aws_s3_bucket.extra"]
+    assert record["applied"][0] == "aws_s3_bucket.extra"
+    assert "aws_s3_bucket_versioning.extra" not in record["applied"]
     assert failure and failure[0].payload["failed_address"] == "aws_s3_bucket_versioning.extra"
     with pytest.raises(NotFound):  # not merged
         any_workspace.repo.read_file(any_workspace.repo.resolve("main"), "stacks/app-staging/extra.tf")
@@ -201,7 +224,9 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
     proposal, changes = sync_proposal(any_workspace, proposal.id)
     with any_workspace.store.session() as session:
         remaining = load_plan(json.loads(session.plan_document(proposal.plans["app-staging"].plan_id)))
-    assert [rc.address for rc in remaining.changes] == ["aws_s3_bucket_versioning.extra"]
+    planned = {"aws_s3_bucket.extra", "aws_s3_bucket_versioning.extra", "aws_s3_bucket_public_access_block.extra",
+               "aws_s3_bucket_server_side_encryption_configuration.extra"}
+    assert {rc.address for rc in remaining.changes} == planned - set(record["applied"])
     assert not proposal.current_approvals and proposal.status == ProposalStatus.OPEN
     decide(any_workspace, people.bob, proposal.id, Decision.APPROVE, "the rest")
     assert apply_proposal(any_workspace, people.alice, proposal.id).succeeded

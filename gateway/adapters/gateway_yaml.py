@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.domain.errors import ConfigError
+from gateway.domain.policy import PolicySettings
 from gateway.domain.repo_settings import RepoSettings, StackSettings
 
 
@@ -22,6 +25,17 @@ class _RawApprovals(BaseModel):
     protected_required: int = Field(default=2, ge=1)
     auto_apply: bool = False
     config_approvers: list[str] = []
+    by_risk: dict[Literal["low", "medium", "high", "critical"], int] = {}
+
+
+class _RawPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    owners: list[str] = []
+    required_tags: list[str] = ["owner", "cost-centre"]
+    approved_instance_types: list[str] = []
+    max_deletes: int = Field(default=10, ge=0)
+    agent_capacity_growth_percent: int = Field(default=50, ge=0)
+    checkov: Literal["off", "warn", "deny"] = "warn"
 
 
 class _RawSettings(BaseModel):
@@ -31,7 +45,7 @@ class _RawSettings(BaseModel):
     approvals: _RawApprovals = _RawApprovals()
     stacks: dict[str, _RawStack] = Field(min_length=1)
     protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
-    policy: dict = {}
+    policy: _RawPolicy = _RawPolicy()
 
 
 def parse_repo_settings(text: str) -> RepoSettings:
@@ -58,4 +72,13 @@ def parse_repo_settings(text: str) -> RepoSettings:
         auto_apply=raw.approvals.auto_apply,
         protected_paths=tuple(raw.protected_paths),
         config_approver_groups=frozenset(raw.approvals.config_approvers),
+        risk_approvals=dict(raw.approvals.by_risk),
+        policy=PolicySettings(
+            required_tags=tuple(raw.policy.required_tags),
+            approved_instance_types=frozenset(raw.policy.approved_instance_types),
+            max_deletes=raw.policy.max_deletes,
+            agent_capacity_growth_percent=raw.policy.agent_capacity_growth_percent,
+            owner_groups=frozenset(raw.policy.owners),
+            checkov=raw.policy.checkov,
+        ),
     )

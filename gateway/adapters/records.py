@@ -24,6 +24,7 @@ from gateway.adapters.sql_store import (
     audit_head,
     decisions,
     dumps,
+    overrides,
     plans,
     principals,
     proposals,
@@ -31,8 +32,10 @@ from gateway.adapters.sql_store import (
 )
 from gateway.domain.audit import AuditEvent, event_hash
 from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.policy import Finding, Override
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalStatus, StackPlan
+from gateway.domain.risk import RiskLevel
 
 
 def now() -> datetime:
@@ -158,6 +161,7 @@ class StoreSession:
         )
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
         proposal.decisions = self._decisions(proposal_id)
+        proposal.overrides = self._overrides(proposal_id)
         return proposal
 
     def list_proposals(self, status: str | None = None) -> list[dict[str, Any]]:
@@ -195,7 +199,10 @@ class StoreSession:
             current[r["stack"]] = StackPlan(
                 plan_id=r["id"], stack=r["stack"], head_sha=r["head_sha"], digest=r["digest"],
                 state_serial=r["state_serial"], counts=r["summary"].get("counts", {}),
-                destructive=tuple(r["summary"].get("destructive", [])))
+                destructive=tuple(r["summary"].get("destructive", [])),
+                risk=RiskLevel(r["summary"].get("risk", {}).get("level", "low")),
+                risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
+                findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])))
         return current
 
     # --- decisions -------------------------------------------------------------------------
@@ -214,6 +221,21 @@ class StoreSession:
             id=r["id"], principal=self.principal(r["principal_id"]), decision=Decision(r["decision"]),
             head_sha=r["head_sha"], digests=r["digests"], comment=r["comment"], auth=r["auth"],
             at=_aware(r["created_at"])) for r in rows]
+
+    # --- policy overrides ------------------------------------------------------------------
+
+    def add_override(self, proposal_id: int, finding_key: str, principal: Principal, reason: str,
+                     expires_at: datetime) -> int:
+        result = self.conn.execute(insert(overrides).values(
+            proposal_id=proposal_id, finding_key=finding_key, principal_id=principal.id, reason=reason,
+            expires_at=expires_at, created_at=now()))
+        return int(result.inserted_primary_key[0])
+
+    def _overrides(self, proposal_id: int) -> list[Override]:
+        rows = self.conn.execute(select(overrides).where(overrides.c.proposal_id == proposal_id)
+                                 .order_by(overrides.c.id)).mappings()
+        return [Override(r["finding_key"], self.principal(r["principal_id"]).name, r["reason"],
+                         _aware(r["expires_at"])) for r in rows]
 
     # --- applies ---------------------------------------------------------------------------
 

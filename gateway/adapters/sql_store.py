@@ -117,6 +117,17 @@ applies = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
 )
 
+overrides = Table(
+    "overrides", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("proposal_id", Integer, nullable=False, index=True),
+    Column("finding_key", String(500), nullable=False),
+    Column("principal_id", String(36), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
 stack_locks = Table(
     "stack_locks", metadata,
     Column("stack", String(100), primary_key=True),

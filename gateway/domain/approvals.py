@@ -6,18 +6,20 @@ approval is bound to one commit and one set of plans, and protected resources ne
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from gateway.domain.policy import Severity
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Proposal, ProposalStatus
+from gateway.domain.proposal import Decision, Proposal, ProposalStatus
 from gateway.domain.repo_settings import RepoSettings
 
 
 def required_approvals(proposal: Proposal, settings: RepoSettings) -> int:
-    """How many different approvers this proposal needs, from what its plans destroy."""
-    for stack, addresses in proposal.destructive.items():
-        protected = settings.stacks[stack].protected if stack in settings.stacks else frozenset()
-        if any(_base_address(a) in protected or a in protected for a in addresses):
-            return settings.protected_required_approvals
-    return settings.required_approvals
+    """How many different approvers this proposal needs: from its risk and what its plans destroy."""
+    needed = max(settings.required_approvals, settings.risk_approvals.get(proposal.risk.value, 0))
+    if protected_destroys(proposal, settings):
+        needed = max(needed, settings.protected_required_approvals)
+    return needed
 
 
 def protected_destroys(proposal: Proposal, settings: RepoSettings) -> list[str]:
@@ -28,8 +30,8 @@ def protected_destroys(proposal: Proposal, settings: RepoSettings) -> list[str]:
     return out
 
 
-def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings,
-                      seen_sha: str | None = None) -> list[str]:
+def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings, now: datetime,
+                      decision: Decision = Decision.APPROVE, seen_sha: str | None = None) -> list[str]:
     """Why `principal` may not approve or reject `proposal` now (empty: they may)."""
     if principal.is_agent:
         return [f"{principal.name} is an agent; agents can never approve or reject a change"]
@@ -57,10 +59,39 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
         )
     if any(d.principal.id == principal.id for d in proposal.current_approvals):
         reasons.append(f"{principal.name} already approved this commit and plan")
+    if decision == Decision.APPROVE:
+        reasons += policy_blocks(proposal, now)
     return reasons
 
 
-def apply_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings) -> list[str]:
+def policy_blocks(proposal: Proposal, now: datetime) -> list[str]:
+    return [f"policy denies {f.key}: {f.message} (a policy owner may override it)"
+            for f in proposal.blocking_findings(now)]
+
+
+def override_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings, finding_key: str,
+                      reason: str, expires_at: datetime, now: datetime) -> list[str]:
+    """Why `principal` may not override this finding (empty: they may)."""
+    if principal.is_agent:
+        return [f"{principal.name} is an agent; agents can never override a policy finding"]
+    reasons = []
+    if principal.id in (proposal.requester.id, proposal.proposer.id):
+        reasons.append(f"{principal.name} requested or proposed this change and cannot override its findings")
+    if not principal.groups & settings.policy.owner_groups:
+        reasons.append(f"{principal.name} is not a policy owner "
+                       f"(groups: {', '.join(sorted(settings.policy.owner_groups)) or 'none configured'})")
+    denies = {f.key for f in proposal.findings if f.severity == Severity.DENY}
+    if finding_key not in denies:
+        known = ", ".join(sorted(denies)) or "none"
+        reasons.append(f"no deny finding {finding_key!r} on the current plans (deny findings: {known})")
+    if not reason.strip():
+        reasons.append("an override needs a reason")
+    if expires_at <= now:
+        reasons.append("an override's expiry must be in the future")
+    return reasons
+
+
+def apply_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings, now: datetime) -> list[str]:
     """Why the proposal may not be applied now, by this principal (empty: go)."""
     if principal.is_agent:
         return [f"{principal.name} is an agent; agents can never apply a change"]
@@ -72,6 +103,7 @@ def apply_refusals(principal: Principal, proposal: Proposal, settings: RepoSetti
     rejection = proposal.current_rejection
     if rejection is not None:
         reasons.append(f"rejected by {rejection.principal.name}: {rejection.comment}")
+    reasons += policy_blocks(proposal, now)
     reasons += approval_shortfall(proposal, settings)
     return reasons
 
@@ -81,8 +113,9 @@ def approval_shortfall(proposal: Proposal, settings: RepoSettings) -> list[str]:
     approvers = {d.principal.id for d in proposal.current_approvals}
     if len(approvers) >= needed:
         return []
-    why = f" (the plan deletes or replaces protected {', '.join(protected_destroys(proposal, settings))})" \
-        if needed > settings.required_approvals else ""
+    protected = protected_destroys(proposal, settings)
+    why = f" (the plan deletes or replaces protected {', '.join(protected)})" if protected else \
+        (f" (risk {proposal.risk.value})" if needed > settings.required_approvals else "")
     stale = len(proposal.stale_decisions)
     note = f"; {stale} earlier decision(s) are stale after a new commit or plan" if stale else ""
     return [f"needs {needed} approval(s) of the current commit and plan from different approvers, "

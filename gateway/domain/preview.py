@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway.domain.plan import Change, ChangeKind, Plan, ResourceChange, format_path
+from gateway.domain.policy import Finding
+from gateway.domain.risk import Risk
 
 SENSITIVE = "(sensitive)"
 UNKNOWN = "(known after apply)"
@@ -92,14 +94,17 @@ class Preview:
     drift: tuple[DriftEntry, ...]
     changes: tuple[ResourceEntry, ...]
     outputs: tuple[AttributeDiff, ...]
+    risk: Risk | None = None
+    findings: tuple[Finding, ...] = ()
 
     @property
     def has_changes(self) -> bool:
         return bool(self.changes or self.outputs)
 
 
-def build_preview(plan: Plan, engine: str | None = None) -> Preview:
-    """Mask, classify and order a plan for a person."""
+def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding, ...] = (),
+                  risk: Risk | None = None) -> Preview:
+    """Mask, classify and order a plan for a person (with its policy findings and risk, if judged)."""
     changes = tuple(_entry(rc) for rc in plan.changes)
     return Preview(
         engine=engine or _engine_label(plan),
@@ -113,6 +118,8 @@ def build_preview(plan: Plan, engine: str | None = None) -> Preview:
             if ch.kind != ChangeKind.NO_OP
             for diff in _output_diffs(name, ch)
         ),
+        risk=risk,
+        findings=tuple(findings),
     )
 
 
@@ -278,11 +285,18 @@ NO_CHANGES = "No changes: the infrastructure matches the configuration."
 def render_text(preview: Preview) -> str:
     if not preview.has_changes and not preview.drift:
         return NO_CHANGES + "\n"
-    lines = [f"Plan ({preview.engine}): {_count_line(preview)}", ""]
+    lines = [f"Plan ({preview.engine}): {_count_line(preview)}"]
+    if preview.risk:
+        lines.append(f"Risk: {preview.risk.level.value}" + (f" ({'; '.join(preview.risk.reasons[:3])})" if preview.risk.reasons else ""))
+    lines.append("")
     if preview.danger:
         lines.append("DESTROYS AND REPLACEMENTS")
         for e in preview.danger:
             lines.append(f"  {SYMBOLS[e.kind]} {e.address}  {e.label}: {e.reason}")
+        lines.append("")
+    if preview.findings:
+        lines.append("POLICY")
+        lines.extend(f"  {f.severity.value.upper():4} {f.rule} {f.address}: {f.message}" for f in preview.findings)
         lines.append("")
     if preview.drift:
         lines.append("DRIFT (changed outside the gateway)")
@@ -329,9 +343,16 @@ def render_markdown(preview: Preview) -> str:
     if not preview.has_changes and not preview.drift:
         return f"**{NO_CHANGES}**\n"
     lines = [f"### Plan ({preview.engine})", "", f"**{_count_line(preview)}**", ""]
+    if preview.risk:
+        lines += [f"**Risk: {preview.risk.level.value}**" + (f": {'; '.join(preview.risk.reasons[:3])}" if preview.risk.reasons else ""), ""]
     if preview.danger:
         lines += ["#### :warning: Destroys and replacements", ""]
         lines += [f"- `{SYMBOLS[e.kind]}` **`{e.address}`**: {e.label}. {e.reason}" for e in preview.danger]
+        lines.append("")
+    if preview.findings:
+        lines += ["#### Policy", "", "| | rule | resource | finding |", "|---|---|---|---|"]
+        lines += [f"| {'⛔ deny' if f.severity == 'deny' else '⚠️ warn'} | `{f.rule}` | `{f.address}` | {f.message} |"
+                  for f in preview.findings]
         lines.append("")
     if preview.drift:
         lines += ["#### Drift (changed outside the gateway)", ""]

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from gateway.domain.policy import Finding, Override, Severity, unresolved_denies
 from gateway.domain.principals import Principal
+from gateway.domain.risk import RiskLevel
 
 
 class ProposalStatus(StrEnum):
@@ -34,6 +36,9 @@ class StackPlan:
     state_serial: int
     counts: Mapping[str, int]
     destructive: tuple[str, ...]  # addresses deleted or replaced
+    risk: RiskLevel = RiskLevel.LOW
+    risk_reasons: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
 
     @property
     def has_changes(self) -> bool:
@@ -65,6 +70,7 @@ class Proposal:
     status: ProposalStatus
     plans: dict[str, StackPlan] = field(default_factory=dict)
     decisions: list[DecisionRecord] = field(default_factory=list)
+    overrides: list[Override] = field(default_factory=list)
     merge_sha: str | None = None
     agent_claim: str | None = None
 
@@ -89,6 +95,21 @@ class Proposal:
     @property
     def stale_decisions(self) -> list[DecisionRecord]:
         return [d for d in self.decisions if not self.is_current(d)]
+
+    @property
+    def risk(self) -> RiskLevel:
+        return max((p.risk for p in self.plans.values()), key=lambda r: r.rank, default=RiskLevel.LOW)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for p in self.plans.values() for f in p.findings]
+
+    def blocking_findings(self, now: datetime) -> list[Finding]:
+        """Deny findings of the current plans that no active override covers."""
+        return unresolved_denies(self.findings, self.overrides, now)
+
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == Severity.WARN]
 
     @property
     def destructive(self) -> dict[str, tuple[str, ...]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gateway.domain.policy import PolicySettings
+
 
 @dataclass(frozen=True)
 class StackSettings:
@@ -24,6 +26,8 @@ class RepoSettings:
     auto_apply: bool = False
     protected_paths: tuple[str, ...] = ("gateway.yaml", "policies/", ".github/", "CODEOWNERS")
     config_approver_groups: frozenset[str] = field(default_factory=frozenset)
+    risk_approvals: Mapping[str, int] = field(default_factory=dict)  # risk level -> approvers needed
+    policy: PolicySettings = field(default_factory=PolicySettings)
 
     def stack_for_path(self, path: str) -> StackSettings | None:
         for stack in self.stacks.values():

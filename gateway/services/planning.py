@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gateway.adapters.checkov import run_checkov
 from gateway.domain.errors import NotFound
+from gateway.domain.policy import Finding, PolicyContext, evaluate_plan
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
 from gateway.domain.preview import Preview, build_preview
+from gateway.domain.risk import Risk, RiskLevel, assess_risk
 from gateway.services.ports import EnginePlan
 from gateway.services.workspace import Workspace
 
@@ -21,6 +24,8 @@ class StackPlanResult:
     engine_plan: EnginePlan
     plan: Plan
     digest: str
+    findings: tuple[Finding, ...] = ()
+    risk: Risk = Risk(RiskLevel.LOW, ())
 
     @property
     def document_text(self) -> str:
@@ -31,14 +36,19 @@ class StackPlanResult:
             "counts": {k.value: n for k, n in self.plan.counts().items()},
             "destructive": [rc.address for rc in self.plan.destructive],
             "drift": [rc.address for rc in self.plan.resource_drift],
+            "risk": self.risk.to_json(),
+            "findings": [f.to_json() for f in self.findings],
         }
 
     def preview(self) -> Preview:
-        return build_preview(self.plan)
+        return build_preview(self.plan, findings=self.findings, risk=self.risk)
 
 
-def plan_stack(ws: Workspace, stack: str, ref: str) -> StackPlanResult:
-    """Plan one stack of the declaration repo as of `ref`, with the workspace's engine."""
+def plan_stack(ws: Workspace, stack: str, ref: str, proposed_by_agent: bool = False) -> StackPlanResult:
+    """Plan one stack of the declaration repo as of `ref`, then judge it: policy findings and risk.
+
+    The rules come from main's gateway.yaml, never from the branch being judged.
+    """
     sha = ws.repo.resolve(ref)
     settings = ws.repo_settings()
     if stack not in settings.stacks:
@@ -48,4 +58,7 @@ def plan_stack(ws: Workspace, stack: str, ref: str) -> StackPlanResult:
         directory = ws.repo.export(sha, settings.stacks[stack].path, Path(tmp) / stack)
         engine_plan = ws.engine.plan(stack, directory)
     plan = load_plan(engine_plan.document)
-    return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document))
+    context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent)
+    findings = evaluate_plan(plan, context) + run_checkov(engine_plan.document, context)
+    return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document),
+                           tuple(findings), assess_risk(plan))

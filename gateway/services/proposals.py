@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from gateway.adapters.records import StoreSession
-from gateway.domain.approvals import decision_refusals, required_approvals
+import json
+from datetime import UTC, datetime
+
+from gateway.adapters.records import StoreSession, now
+from gateway.domain.approvals import decision_refusals, override_refusals, required_approvals
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
+from gateway.domain.plan import load_plan
+from gateway.domain.preview import Preview, build_preview
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalStatus
+from gateway.domain.risk import Risk
 from gateway.services.planning import StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace
 
@@ -39,7 +45,7 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     if not paths:
         raise InputError(f"branch {branch} has no changes against {main}")
     stacks = ws.repo_settings().stacks_touched(paths)
-    results = [plan_stack(ws, stack, head) for stack in stacks]  # plan before writing anything
+    results = [plan_stack(ws, stack, head, actor.is_agent) for stack in stacks]  # plan before writing anything
     with ws.store.session() as session:
         if session.open_proposal_for_branch(branch) is not None:
             raise Conflict(f"branch {branch} already has an open proposal")
@@ -71,7 +77,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     stacks = proposal.stacks
     if head != proposal.head_sha:
         stacks = tuple(ws.repo_settings().stacks_touched(ws.repo.changed_paths(proposal.base_sha, head)))
-    results = [plan_stack(ws, stack, head) for stack in stacks]
+    results = [plan_stack(ws, stack, head, proposal.proposer.is_agent) for stack in stacks]
     with ws.store.session() as session:
         locked = session.get_proposal(proposal_id, lock=True)
         changes = []
@@ -106,7 +112,7 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     settings = ws.repo_settings()
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id, lock=True)
-        reasons = decision_refusals(actor, proposal, settings, seen_sha)
+        reasons = decision_refusals(actor, proposal, settings, now(), decision, seen_sha)
         if changes and not reasons:  # the decider has not seen what the proposal is now
             reasons = [f"the proposal changed before your decision was recorded ({'; '.join(changes)}); "
                        f"review it again with `gateway show {proposal_id}`"]
@@ -125,11 +131,46 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
         return session.get_proposal(proposal_id)
 
 
+def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_key: str, reason: str,
+                     expires_at: datetime) -> Proposal:
+    """A policy owner lifts one deny finding, with a reason and an expiry; its own audit event."""
+    if expires_at.tzinfo is None:
+        expires_at = expires_at.replace(tzinfo=UTC)
+    sync_proposal(ws, proposal_id)
+    settings = ws.repo_settings()
+    with ws.store.session() as session:
+        proposal = session.get_proposal(proposal_id, lock=True)
+        reasons = override_refusals(actor, proposal, settings, finding_key, reason, expires_at, now())
+        if reasons:
+            session.append_event(actor, "override.refused", {"finding": finding_key, "reasons": reasons},
+                                 proposal_id, proposal.stacks)
+    if reasons:
+        raise Refused(reasons)
+    with ws.store.session() as session:
+        proposal = session.get_proposal(proposal_id, lock=True)
+        session.add_override(proposal_id, finding_key, actor, reason.strip(), expires_at)
+        session.append_event(actor, "policy.override", {
+            "finding": finding_key, "reason": reason.strip(), "expires_at": expires_at.isoformat(),
+            "head_sha": proposal.head_sha, "digests": proposal.current_digests}, proposal_id, proposal.stacks)
+        return session.get_proposal(proposal_id)
+
+
 def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
     """Plan every stack of the proposal afresh at its commit and save the plans."""
-    results = [plan_stack(ws, stack, proposal.head_sha) for stack in proposal.stacks]
+    results = [plan_stack(ws, stack, proposal.head_sha, proposal.proposer.is_agent) for stack in proposal.stacks]
     with ws.store.session() as session:
         _record_plans(session, proposal.id, results)
+
+
+def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
+    """The preview of each stack's current saved plan, with its policy findings and risk."""
+    with ws.store.session() as session:
+        documents = {s: session.plan_document(p.plan_id) for s, p in proposal.plans.items()}
+    return {
+        stack: build_preview(load_plan(json.loads(documents[stack])), findings=plan.findings,
+                             risk=Risk(plan.risk, plan.risk_reasons))
+        for stack, plan in proposal.plans.items()
+    }
 
 
 def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:

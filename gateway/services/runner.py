@@ -20,6 +20,7 @@ from pathlib import Path
 
 import structlog
 
+from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
 from gateway.domain.errors import LockTimeout, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
@@ -87,7 +88,7 @@ def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[s
 def _preflight(ws: Workspace, actor: Principal, proposal_id: int, runner: str) -> None:
     """Under the locks: approvals, saved-plan digests and state serials, or refuse and re-plan."""
     proposal, changes = sync_proposal(ws, proposal_id)
-    reasons = apply_refusals(actor, proposal, ws.repo_settings())
+    reasons = apply_refusals(actor, proposal, ws.repo_settings(), now())
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:

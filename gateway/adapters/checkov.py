@@ -1,0 +1,64 @@
+"""checkov's Terraform-plan checks, where checkov is installed: an optional extra, run as a subprocess.
+
+Its failed checks become findings in the same list as the built-in rules, as warnings or denies
+per gateway.yaml (`policy.checkov`). The built-in rules never depend on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from gateway.domain.plan import canonical_json
+from gateway.domain.policy import Finding, PolicyContext, Severity
+
+log = structlog.get_logger(__name__)
+TIMEOUT_SECONDS = 120
+
+
+def run_checkov(document: Mapping[str, Any], context: PolicyContext, executable: str | None = None) -> list[Finding]:
+    """Findings from checkov's failed checks; empty when it is off, absent or fails to run."""
+    if context.settings.checkov == "off":
+        return []
+    binary = executable or shutil.which("checkov")
+    if binary is None:
+        return []
+    severity = Severity.DENY if context.settings.checkov == "deny" else Severity.WARN
+    with tempfile.TemporaryDirectory(prefix="gw-checkov-") as tmp:
+        plan_file = Path(tmp) / "tfplan.json"
+        plan_file.write_bytes(canonical_json(document))
+        try:
+            completed = subprocess.run(
+                [binary, "-f", str(plan_file), "--framework", "terraform_plan", "-o", "json", "--compact",
+                 "--quiet", "--skip-download"],
+                capture_output=True, text=True, timeout=TIMEOUT_SECONDS,
+                env={**os.environ, "BC_SKIP_MAPPING": "TRUE"})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("checkov.failed", error=str(exc))
+            return []
+    return parse_checkov_report(completed.stdout, context.stack, severity)
+
+
+def parse_checkov_report(output: str, stack: str, severity: Severity) -> list[Finding]:
+    """Read `checkov -o json` output: one report, a list of reports, or a bare summary."""
+    try:
+        data = json.loads(output) if output.strip() else {}
+    except json.JSONDecodeError:
+        log.warning("checkov.unreadable_output", head=output[:200])
+        return []
+    reports = data if isinstance(data, list) else [data]
+    findings = []
+    for report in reports:
+        for check in (report.get("results") or {}).get("failed_checks") or []:
+            findings.append(Finding(
+                rule=f"checkov:{check.get('check_id')}", severity=severity, address=str(check.get("resource", "")),
+                message=str(check.get("check_name", "")), stack=stack))
+    return findings

@@ -1,0 +1,307 @@
+"""Guardrails evaluated on every plan, in Terraform's JSON plan format (sandbox and real alike).
+
+Each rule reads the plan's post-apply values of what the plan creates, updates or replaces (and,
+for companions such as an S3 bucket's public access block, the whole planned set), and yields
+findings: a rule id, deny or warn, the resource address and a sentence saying what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from gateway.domain.plan import ChangeKind, Plan, ResourceChange
+
+
+class Severity(StrEnum):
+    DENY = "deny"
+    WARN = "warn"
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: Severity
+    address: str
+    message: str
+    stack: str = ""
+
+    @property
+    def key(self) -> str:
+        """What an override names: the rule and the resource it fired on."""
+        return f"{self.stack}:{self.rule}:{self.address}"
+
+    def to_json(self) -> dict[str, str]:
+        return {"rule": self.rule, "severity": self.severity.value, "address": self.address,
+                "message": self.message, "stack": self.stack}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str]) -> Finding:
+        return cls(data["rule"], Severity(data["severity"]), data["address"], data["message"], data.get("stack", ""))
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    required_tags: tuple[str, ...] = ("owner", "cost-centre")
+    approved_instance_types: frozenset[str] = frozenset()  # empty: no instance-type rule
+    max_deletes: int = 10
+    agent_capacity_growth_percent: int = 50
+    owner_groups: frozenset[str] = frozenset()  # people who may override a finding
+    checkov: str = "warn"  # off | warn | deny: how checkov's failed checks count, where it is installed
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a plan is judged with besides itself."""
+
+    stack: str
+    settings: PolicySettings
+    protected: frozenset[str] = frozenset()
+    proposed_by_agent: bool = False
+
+
+@dataclass(frozen=True)
+class Override:
+    finding_key: str
+    by: str
+    reason: str
+    expires_at: datetime
+
+    def active(self, now: datetime) -> bool:
+        return now < self.expires_at
+
+
+PUBLIC_ACLS = frozenset({"public-read", "public-read-write", "authenticated-read"})
+OPEN_CIDRS = frozenset({"0.0.0.0/0", "::/0"})
+WEB_PORTS = frozenset({80, 443})
+PUBLIC_ACCESS_FLAGS = ("block_public_acls", "block_public_policy", "ignore_public_acls", "restrict_public_buckets")
+TAGGABLE = frozenset({
+    "aws_vpc", "aws_subnet", "aws_security_group", "aws_s3_bucket", "aws_db_instance", "aws_rds_cluster",
+    "aws_instance", "aws_ebs_volume", "aws_iam_role", "aws_eks_cluster", "aws_eks_node_group", "aws_lb",
+    "aws_autoscaling_group", "aws_sqs_queue", "aws_sns_topic", "aws_dynamodb_table", "aws_kms_key",
+    "aws_lambda_function", "aws_ecs_service", "aws_elasticache_cluster",
+})
+# counted capacity: (resource type, path to the number)
+CAPACITY_PATHS: tuple[tuple[str, tuple[str | int, ...]], ...] = (
+    ("aws_autoscaling_group", ("desired_capacity",)),
+    ("aws_autoscaling_group", ("max_size",)),
+    ("aws_eks_node_group", ("scaling_config", 0, "desired_size")),
+    ("aws_eks_node_group", ("scaling_config", 0, "max_size")),
+    ("aws_ecs_service", ("desired_count",)),
+    ("aws_rds_cluster", ("cluster_members",)),
+    ("aws_elasticache_cluster", ("num_cache_nodes",)),
+)
+INSTANCE_TYPE_ATTRS = {"aws_instance": "instance_type", "aws_db_instance": "instance_class",
+                       "aws_launch_template": "instance_type"}
+
+Rule = Callable[[Plan, PolicyContext], Iterator[Finding]]
+
+
+def evaluate_plan(plan: Plan, context: PolicyContext) -> list[Finding]:
+    """Every finding of every built-in rule, in a stable order."""
+    findings = [f for rule in RULES for f in rule(plan, context)]
+    return sorted({f.key: f for f in findings}.values(), key=lambda f: (f.severity != Severity.DENY, f.address, f.rule))
+
+
+def unresolved_denies(findings: list[Finding], overrides: list[Override], now: datetime) -> list[Finding]:
+    active = {o.finding_key for o in overrides if o.active(now)}
+    return [f for f in findings if f.severity == Severity.DENY and f.key not in active]
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _changing(plan: Plan) -> Iterator[ResourceChange]:
+    """Managed resources the plan creates, updates or replaces (their `after` is what will exist)."""
+    for rc in plan.resource_changes:
+        if rc.mode == "managed" and rc.change.after is not None and rc.kind not in (
+                ChangeKind.NO_OP, ChangeKind.READ, ChangeKind.DELETE, ChangeKind.FORGET):
+            yield rc
+
+
+def _after(rc: ResourceChange) -> Mapping[str, Any]:
+    return rc.change.after if isinstance(rc.change.after, Mapping) else {}
+
+
+def _unknown(rc: ResourceChange, name: str) -> bool:
+    unknown = rc.change.after_unknown
+    return unknown is True or (isinstance(unknown, Mapping) and unknown.get(name) is True)
+
+
+def _finding(ctx: PolicyContext, rule: str, rc: ResourceChange, message: str, severity: Severity = Severity.DENY) -> Finding:
+    return Finding(rule, severity, rc.address, message, ctx.stack)
+
+
+def _companions(plan: Plan, bucket: ResourceChange, companion_type: str) -> list[ResourceChange]:
+    """Companion resources of an S3 bucket: same bucket name, or same local name when the name is unknown."""
+    name = _after(bucket).get("bucket")
+    found = []
+    for rc in plan.resource_changes:
+        if rc.type != companion_type or rc.change.after is None:
+            continue
+        target = _after(rc).get("bucket")
+        if (name is not None and target == name) or (_unknown(rc, "bucket") and rc.name == bucket.name):
+            found.append(rc)
+    return found
+
+
+def _blocks(value: Any) -> list[Mapping[str, Any]]:
+    return [b for b in value if isinstance(b, Mapping)] if isinstance(value, list) else []
+
+
+# --- rules -------------------------------------------------------------------------------------
+
+
+def public_buckets(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    for rc in _changing(plan):
+        after = _after(rc)
+        if rc.type in ("aws_s3_bucket", "aws_s3_bucket_acl") and after.get("acl") in PUBLIC_ACLS:
+            yield _finding(ctx, "s3-public-acl", rc, f"ACL {after['acl']!r} makes the bucket public; use private")
+        if rc.type == "aws_s3_bucket_public_access_block":
+            off = [flag for flag in PUBLIC_ACCESS_FLAGS if after.get(flag) is not True and not _unknown(rc, flag)]
+            if off:
+                yield _finding(ctx, "s3-public-access-block", rc, f"public access block leaves {', '.join(off)} off; set all four to true")
+        if rc.type == "aws_s3_bucket" and rc.kind in (ChangeKind.CREATE, ChangeKind.REPLACE, ChangeKind.REPLACE_CREATE_FIRST):
+            if not _companions(plan, rc, "aws_s3_bucket_public_access_block"):
+                yield _finding(ctx, "s3-public-access-block", rc, "bucket has no aws_s3_bucket_public_access_block; add one with all four flags true")
+
+
+def unencrypted_storage(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    for rc in _changing(plan):
+        after = _after(rc)
+        if rc.type == "aws_s3_bucket" and rc.kind in (ChangeKind.CREATE, ChangeKind.REPLACE, ChangeKind.REPLACE_CREATE_FIRST):
+            inline = _blocks(after.get("server_side_encryption_configuration"))
+            if not inline and not _companions(plan, rc, "aws_s3_bucket_server_side_encryption_configuration"):
+                yield _finding(ctx, "encryption-at-rest", rc, "bucket has no server-side encryption configuration")
+        elif rc.type == "aws_ebs_volume" and after.get("encrypted") is not True and not _unknown(rc, "encrypted"):
+            yield _finding(ctx, "encryption-at-rest", rc, "EBS volume is not encrypted; set encrypted = true")
+        elif rc.type == "aws_instance":
+            for block in ("root_block_device", "ebs_block_device"):
+                if any(b.get("encrypted") is False for b in _blocks(after.get(block))):
+                    yield _finding(ctx, "encryption-at-rest", rc, f"{block} is not encrypted; set encrypted = true")
+        elif rc.type in ("aws_db_instance", "aws_rds_cluster") and after.get("storage_encrypted") is not True \
+                and not _unknown(rc, "storage_encrypted"):
+            yield _finding(ctx, "encryption-at-rest", rc, "database storage is not encrypted; set storage_encrypted = true")
+
+
+def _open_ports(from_port: Any, to_port: Any, protocol: Any) -> bool:
+    """True when the range opens anything besides 80 and 443."""
+    if str(protocol) in ("-1", "all"):
+        return True
+    try:
+        low, high = int(from_port), int(to_port)
+    except (TypeError, ValueError):
+        return True
+    return not (low == high and low in WEB_PORTS)
+
+
+def open_security_groups(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    for rc in _changing(plan):
+        after = _after(rc)
+        rules: list[Mapping[str, Any]] = []
+        if rc.type == "aws_security_group":
+            rules = _blocks(after.get("ingress"))
+        elif rc.type == "aws_security_group_rule" and after.get("type") == "ingress":
+            rules = [after]
+        elif rc.type == "aws_vpc_security_group_ingress_rule":
+            rules = [{**after, "cidr_blocks": [after.get("cidr_ipv4")], "ipv6_cidr_blocks": [after.get("cidr_ipv6")],
+                      "protocol": after.get("ip_protocol")}]
+        for rule in rules:
+            cidrs = set(rule.get("cidr_blocks") or []) | set(rule.get("ipv6_cidr_blocks") or [])
+            if cidrs & OPEN_CIDRS and _open_ports(rule.get("from_port"), rule.get("to_port"), rule.get("protocol")):
+                ports = f"{rule.get('from_port')}-{rule.get('to_port')}/{rule.get('protocol')}"
+                yield _finding(ctx, "open-ingress", rc, f"ingress from {', '.join(sorted(cidrs & OPEN_CIDRS))} on {ports}; "
+                               "only 80 and 443 may be open to the internet")
+
+
+def required_tags(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    for rc in _changing(plan):
+        after = _after(rc)
+        if rc.type not in TAGGABLE or _unknown(rc, "tags"):
+            continue
+        tags = {**(after.get("tags_all") or {}), **(after.get("tags") or {})}
+        missing = [t for t in ctx.settings.required_tags if not tags.get(t)]
+        if missing:
+            yield _finding(ctx, "required-tags", rc, f"missing tag(s) {', '.join(missing)}")
+
+
+def database_safety(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    for rc in _changing(plan):
+        if rc.type not in ("aws_db_instance", "aws_rds_cluster"):
+            continue
+        after = _after(rc)
+        if after.get("deletion_protection") is not True and not _unknown(rc, "deletion_protection"):
+            yield _finding(ctx, "db-deletion-protection", rc, "database has no deletion protection; set deletion_protection = true")
+        retention = after.get("backup_retention_period")
+        if retention is not None and not _unknown(rc, "backup_retention_period") and int(retention) == 0:
+            yield _finding(ctx, "db-backups", rc, "backups are off (backup_retention_period = 0)")
+
+
+def instance_types(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    approved = ctx.settings.approved_instance_types
+    if not approved:
+        return
+    for rc in _changing(plan):
+        attr = INSTANCE_TYPE_ATTRS.get(rc.type)
+        value = _after(rc).get(attr) if attr else None
+        if value and value not in approved:
+            yield _finding(ctx, "instance-type", rc, f"{attr} {value!r} is not in the approved set", Severity.WARN)
+
+
+def destruction(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    destroyed = [rc for rc in plan.resource_changes if rc.change.is_destructive]
+    for rc in destroyed:
+        if rc.address in ctx.protected or rc.address.split("[", 1)[0] in ctx.protected:
+            yield _finding(ctx, "protected-resource", rc, f"{rc.address} is protected and this plan would "
+                           f"{'replace' if 'create' in rc.change.actions else 'delete'} it")
+    if len(destroyed) > ctx.settings.max_deletes:
+        first = destroyed[0]
+        yield Finding("blast-radius", Severity.DENY, first.address,
+                      f"the plan deletes or replaces {len(destroyed)} resources at once (limit {ctx.settings.max_deletes})",
+                      ctx.stack)
+
+
+def agent_capacity_growth(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    if not ctx.proposed_by_agent:
+        return
+    limit = ctx.settings.agent_capacity_growth_percent
+    for rc in plan.resource_changes:
+        for rtype, path in CAPACITY_PATHS:
+            if rc.type != rtype:
+                continue
+            before, after = _number_at(rc.change.before, path), _number_at(rc.change.after, path)
+            if before and after is not None and (after - before) * 100 > before * limit:
+                yield _finding(ctx, "agent-capacity-growth", rc, f"{'.'.join(map(str, path))} grows {before} -> {after}, "
+                               f"more than {limit}% in one agent change")
+    counts: dict[str, list[int]] = {}  # instances per resource: before, after
+    for rc in plan.resource_changes:
+        if rc.type in ("aws_instance", "aws_eks_node_group", "aws_db_instance"):
+            tally = counts.setdefault(rc.address.split("[", 1)[0], [0, 0])
+            tally[0] += rc.change.before is not None
+            tally[1] += rc.change.after is not None or rc.change.after_unknown not in (False, None)
+    for address, (before, after) in counts.items():
+        if before and (after - before) * 100 > before * limit:
+            yield Finding("agent-capacity-growth", Severity.DENY, address,
+                          f"instance count grows {before} -> {after}, more than {limit}% in one agent change", ctx.stack)
+
+
+def _number_at(value: Any, path: tuple[str | int, ...]) -> float | None:
+    for step in path:
+        if isinstance(step, int) and isinstance(value, list) and step < len(value):
+            value = value[step]
+        elif isinstance(step, str) and isinstance(value, Mapping):
+            value = value.get(step)
+        else:
+            return None
+    if isinstance(value, list):
+        return float(len(value))
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+RULES: tuple[Rule, ...] = (
+    public_buckets, unencrypted_storage, open_security_groups, required_tags, database_safety,
+    instance_types, destruction, agent_capacity_growth,
+)

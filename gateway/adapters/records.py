@@ -133,11 +133,12 @@ class StoreSession:
     # --- proposals -------------------------------------------------------------------------
 
     def add_proposal(self, branch: str, base_sha: str, head_sha: str, requester: Principal, proposer: Principal,
-                     reason: str, stacks: Sequence[str], agent_claim: str | None = None,
+                     reason: str, stacks: Sequence[str], changed_paths: Sequence[str], agent_claim: str | None = None,
                      prompt_version: str | None = None, model: str | None = None) -> int:
         result = self.conn.execute(insert(proposals).values(
             branch=branch, base_sha=base_sha, head_sha=head_sha, requester_id=requester.id,
             proposer_id=proposer.id, reason=reason, status=ProposalStatus.OPEN.value, stacks=list(stacks),
+            changed_paths=list(changed_paths),
             agent_claim=agent_claim, prompt_version=prompt_version, model=model,
             created_at=now(), updated_at=now()))
         return int(result.inserted_primary_key[0])
@@ -157,7 +158,7 @@ class StoreSession:
             id=row["id"], branch=row["branch"], base_sha=row["base_sha"], head_sha=row["head_sha"],
             requester=self.principal(row["requester_id"]), proposer=self.principal(row["proposer_id"]),
             reason=row["reason"], stacks=tuple(row["stacks"]), status=ProposalStatus(row["status"]),
-            merge_sha=row["merge_sha"], agent_claim=row["agent_claim"],
+            merge_sha=row["merge_sha"], agent_claim=row["agent_claim"], changed_paths=tuple(row["changed_paths"]),
         )
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
         proposal.decisions = self._decisions(proposal_id)

@@ -67,6 +67,7 @@ proposals = Table(
     Column("reason", Text, nullable=False),
     Column("status", String(20), nullable=False),
     Column("stacks", JSON, nullable=False),
+    Column("changed_paths", JSON, nullable=False),
     Column("agent_claim", Text, nullable=True),
     Column("prompt_version", String(100), nullable=True),
     Column("model", String(100), nullable=True),

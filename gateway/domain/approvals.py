@@ -51,8 +51,11 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
                 f"{principal.name} is not in an approver group of stack {stack} "
                 f"(allowed: {', '.join(sorted(allowed)) or 'none'})"
             )
-    if not proposal.stacks and settings.config_approver_groups and not principal.groups & settings.config_approver_groups:
-        reasons.append(f"{principal.name} is not in a group allowed to approve changes to the repo's settings")
+    settings_paths = [p for p in proposal.changed_paths if settings.is_protected_path(p)]
+    if settings_paths and not principal.groups & settings.config_approver_groups:
+        reasons.append(
+            f"{principal.name} is not in a group allowed to approve changes to protected paths "
+            f"({', '.join(settings_paths)}; allowed: {', '.join(sorted(settings.config_approver_groups)) or 'none'})")
     if seen_sha is not None and seen_sha != proposal.head_sha:
         reasons.append(
             f"the branch moved to {proposal.head_sha[:12]} since you looked at {seen_sha[:12]}; review the new plan"

@@ -135,17 +135,55 @@ def _finding(ctx: PolicyContext, rule: str, rc: ResourceChange, message: str, se
     return Finding(rule, severity, rc.address, message, ctx.stack)
 
 
-def _companions(plan: Plan, bucket: ResourceChange, companion_type: str) -> list[ResourceChange]:
-    """Companion resources of an S3 bucket: same bucket name, or same local name when the name is unknown."""
-    name = _after(bucket).get("bucket")
-    found = []
-    for rc in plan.resource_changes:
-        if rc.type != companion_type or rc.change.after is None:
-            continue
-        target = _after(rc).get("bucket")
-        if (name is not None and target == name) or (_unknown(rc, "bucket") and rc.name == bucket.name):
-            found.append(rc)
-    return found
+class _Companions:
+    """Companion resources of S3 buckets (public access block, encryption), indexed once per plan."""
+
+    def __init__(self, plan: Plan, companion_type: str):
+        self.plan = plan
+        self.by_name: dict[Any, list[ResourceChange]] = {}
+        self.unresolved: list[ResourceChange] = []  # bucket known only after apply
+        for rc in plan.resource_changes:
+            if rc.type != companion_type or rc.change.after is None:
+                continue
+            if _unknown(rc, "bucket"):
+                self.unresolved.append(rc)
+            else:
+                self.by_name.setdefault(_after(rc).get("bucket"), []).append(rc)
+
+    def of(self, bucket: ResourceChange) -> list[ResourceChange]:
+        """Same bucket name, or (name unknown) the same local name or a configuration reference to it."""
+        found = list(self.by_name.get(_after(bucket).get("bucket"), [])) if _after(bucket).get("bucket") else []
+        found += [rc for rc in self.unresolved
+                  if rc.name == bucket.name or bucket.address in configured_references(self.plan, rc, "bucket")]
+        return found
+
+
+def configured_references(plan: Plan, rc: ResourceChange, attribute: str) -> set[str]:
+    """Resource addresses an attribute refers to per the plan's `configuration`, through module inputs.
+
+    A reference to `var.x` is followed to the module call's input `x`; a reference to a local (whose
+    expression the format does not record) is over-approximated by all of the module's inputs.
+    """
+    modules = [part for part in (rc.module_address or "").split(".") if part and part != "module"]
+    nodes = [plan.raw.get("configuration", {}).get("root_module", {})]
+    calls = []
+    for name in modules:
+        call = nodes[-1].get("module_calls", {}).get(name.split("[", 1)[0], {})
+        calls.append(call)
+        nodes.append(call.get("module", {}))
+    local = f"{rc.type}.{rc.name}"
+    resource = next((r for r in nodes[-1].get("resources", []) if r.get("address") == local), {})
+    refs = list(resource.get("expressions", {}).get(attribute, {}).get("references", []))
+    for depth in range(len(calls) - 1, -1, -1):  # climb from the innermost module to the root
+        inputs = calls[depth].get("expressions", {})
+        lifted = []
+        for ref in refs:
+            if ref.startswith("var."):
+                lifted += inputs.get(ref[4:].split(".", 1)[0], {}).get("references", [])
+            elif ref.startswith("local."):
+                lifted += [r for expr in inputs.values() for r in expr.get("references", [])]
+        refs = lifted
+    return {".".join(r.split(".")[:2]) for r in refs if not r.startswith(("var.", "local.", "module."))}
 
 
 def _blocks(value: Any) -> list[Mapping[str, Any]]:
@@ -156,6 +194,7 @@ def _blocks(value: Any) -> list[Mapping[str, Any]]:
 
 
 def public_buckets(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    blocks = _Companions(plan, "aws_s3_bucket_public_access_block")
     for rc in _changing(plan):
         after = _after(rc)
         if rc.type in ("aws_s3_bucket", "aws_s3_bucket_acl") and after.get("acl") in PUBLIC_ACLS:
@@ -165,16 +204,17 @@ def public_buckets(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
             if off:
                 yield _finding(ctx, "s3-public-access-block", rc, f"public access block leaves {', '.join(off)} off; set all four to true")
         if rc.type == "aws_s3_bucket" and rc.kind in (ChangeKind.CREATE, ChangeKind.REPLACE, ChangeKind.REPLACE_CREATE_FIRST):
-            if not _companions(plan, rc, "aws_s3_bucket_public_access_block"):
+            if not blocks.of(rc):
                 yield _finding(ctx, "s3-public-access-block", rc, "bucket has no aws_s3_bucket_public_access_block; add one with all four flags true")
 
 
 def unencrypted_storage(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    encryption = _Companions(plan, "aws_s3_bucket_server_side_encryption_configuration")
     for rc in _changing(plan):
         after = _after(rc)
         if rc.type == "aws_s3_bucket" and rc.kind in (ChangeKind.CREATE, ChangeKind.REPLACE, ChangeKind.REPLACE_CREATE_FIRST):
             inline = _blocks(after.get("server_side_encryption_configuration"))
-            if not inline and not _companions(plan, rc, "aws_s3_bucket_server_side_encryption_configuration"):
+            if not inline and not encryption.of(rc):
                 yield _finding(ctx, "encryption-at-rest", rc, "bucket has no server-side encryption configuration")
         elif rc.type == "aws_ebs_volume" and after.get("encrypted") is not True and not _unknown(rc, "encrypted"):
             yield _finding(ctx, "encryption-at-rest", rc, "EBS volume is not encrypted; set encrypted = true")

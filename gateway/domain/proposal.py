@@ -71,6 +71,7 @@ class Proposal:
     plans: dict[str, StackPlan] = field(default_factory=dict)
     decisions: list[DecisionRecord] = field(default_factory=list)
     overrides: list[Override] = field(default_factory=list)
+    changed_paths: tuple[str, ...] = ()
     merge_sha: str | None = None
     agent_claim: str | None = None
 

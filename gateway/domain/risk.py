@@ -75,7 +75,8 @@ def _only_tags(rc: ResourceChange) -> bool:
     after = rc.change.after if isinstance(rc.change.after, Mapping) else {}
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     unknown = rc.change.after_unknown if isinstance(rc.change.after_unknown, Mapping) else {}
-    changed |= {k for k, v in unknown.items() if v and k not in TAG_ATTRIBUTES}
+    changed |= {k for k, v in unknown.items()
+                if k not in TAG_ATTRIBUTES and any(leaf is True for _, leaf in iter_leaves(v))}
     return bool(changed) and changed <= TAG_ATTRIBUTES
 
 

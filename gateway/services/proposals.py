@@ -49,7 +49,7 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     with ws.store.session() as session:
         if session.open_proposal_for_branch(branch) is not None:
             raise Conflict(f"branch {branch} already has an open proposal")
-        pid = session.add_proposal(branch, base, head, requester, actor, reason, stacks, agent_claim=agent_claim)
+        pid = session.add_proposal(branch, base, head, requester, actor, reason, stacks, paths, agent_claim=agent_claim)
         session.append_event(requester, "change.requested", {"reason": reason, "branch": branch}, pid, stacks)
         session.append_event(actor, "proposal.opened", {
             "branch": branch, "base_sha": base, "head_sha": head, "requester": requester.name,
@@ -74,9 +74,10 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     moved_stacks = [s for s, p in proposal.plans.items() if ws.engine.state_serial(s) != p.state_serial]
     if head == proposal.head_sha and not moved_stacks and set(proposal.plans) == set(proposal.stacks):
         return proposal, []
-    stacks = proposal.stacks
+    stacks, paths = proposal.stacks, proposal.changed_paths
     if head != proposal.head_sha:
-        stacks = tuple(ws.repo_settings().stacks_touched(ws.repo.changed_paths(proposal.base_sha, head)))
+        paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
+        stacks = tuple(ws.repo_settings().stacks_touched(paths))
     results = [plan_stack(ws, stack, head, proposal.proposer.is_agent) for stack in stacks]
     with ws.store.session() as session:
         locked = session.get_proposal(proposal_id, lock=True)
@@ -84,7 +85,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         if head != locked.head_sha:
             changes.append(f"new commit {head[:12]} on {locked.branch}")
             _record_commits(ws, session, proposal_id, locked.head_sha, head, stacks)
-            session.update_proposal(proposal_id, head_sha=head, stacks=list(stacks))
+            session.update_proposal(proposal_id, head_sha=head, stacks=list(stacks), changed_paths=list(paths))
         for stack in moved_stacks:
             changes.append(f"state of stack {stack} moved since its plan")
         _record_plans(session, proposal_id, results)

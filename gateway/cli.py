@@ -20,6 +20,7 @@ from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal
 from gateway.logs import configure_logging
 from gateway.services import audit as audit_service
+from gateway.services.agent_requests import claim_issues, model_from_settings, submit_request
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.planning import plan_stack
 from gateway.services.proposals import decide, open_proposal, override_finding, proposal_previews, sync_proposal
@@ -163,6 +164,50 @@ def propose(ctx: Context, branch: str, reason: str) -> None:
     _echo_proposal(ctx.ws, proposal, "text")
 
 
+@cli.command()
+@click.argument("text")
+@click.option("--conversation", default=None, help="continue this conversation (adds a commit to its proposal)")
+@pass_ctx
+def request(ctx: Context, text: str, conversation: str | None) -> None:
+    """Ask the agent for a change in plain words; it opens a proposal you cannot approve yourself."""
+    _run_request(ctx, ctx.actor(), text, conversation)
+
+
+@cli.command()
+@pass_ctx
+def chat(ctx: Context) -> None:
+    """Talk to the agent; each message after the first refines the same proposal. Empty line or EOF quits."""
+    actor = ctx.actor()
+    model_from_settings(ctx.ws)  # fail now, not after the first message, when no model is configured
+    conversation = None
+    while True:
+        try:
+            text = click.prompt("you", default="", show_default=False, err=True)
+        except (EOFError, click.exceptions.Abort):
+            break
+        if not text.strip():
+            break
+        conversation = _run_request(ctx, actor, text, conversation)
+
+
+def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | None) -> str:
+    outcome = submit_request(ctx.ws, actor, text, conversation,
+                             progress=lambda step: click.echo(f"  … {step}", err=True))
+    click.echo(f"conversation {outcome.conversation_id}: {outcome.steps} model call(s), {outcome.tokens} tokens")
+    if outcome.stopped:
+        click.echo(f"stopped: {outcome.stopped}")
+    elif outcome.proposal is None:
+        click.echo(f"agent: {outcome.summary or 'no change made'}")
+    else:
+        p = outcome.proposal
+        click.echo(f"proposal {p.id} opened by {p.proposer.name} for {p.requester.name} on {p.branch}")
+        click.echo(f"agent's claim: {outcome.summary}")
+        for issue in outcome.claim_issues:
+            click.echo(f"  ! claim does not match the plan: {issue}")
+        _echo_proposal(ctx.ws, p, "text")
+    return outcome.conversation_id
+
+
 @cli.command("list")
 @click.option("--status", default=None)
 @pass_ctx
@@ -263,6 +308,10 @@ def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:
         return
     click.echo(f"proposal {proposal.id} [{proposal.status.value}] {proposal.branch} @ {proposal.head_sha[:12]}")
     click.echo(f"  requested by {proposal.requester.name}, proposed by {proposal.proposer.name}: {proposal.reason}")
+    if proposal.agent_claim:
+        click.echo(f"  the agent claims: {proposal.agent_claim}")
+        for issue in claim_issues(ws, proposal):
+            click.echo(f"  ! the plan disagrees: {issue}")
     for stack, p in proposal.plans.items():
         click.echo(f"\n== stack {stack}: plan {p.digest[:19]}… (state serial {p.state_serial})")
         click.echo(RENDERERS[fmt](previews[stack]), nl=False)

@@ -18,6 +18,11 @@ class Settings(BaseSettings):
     token: SecretStr | None = Field(default=None, description="API token of the principal acting")
     lock_wait_seconds: float = Field(default=30.0, description="how long an apply waits for a stack lock")
     lock_ttl_seconds: float = Field(default=900.0, description="a lock older than this is presumed abandoned")
+    model: str | None = Field(default=None, description="model name at the OpenAI-compatible endpoint (GATEWAY_MODEL)")
+    openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    agent_max_steps: int = Field(default=20, ge=1)
+    agent_max_tokens: int = Field(default=200_000, ge=1000)
 
     @property
     def db_url(self) -> str:

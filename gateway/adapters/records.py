@@ -22,6 +22,7 @@ from gateway.adapters.sql_store import (
     applies,
     audit_events,
     audit_head,
+    conversations,
     decisions,
     dumps,
     overrides,
@@ -237,6 +238,20 @@ class StoreSession:
                                  .order_by(overrides.c.id)).mappings()
         return [Override(r["finding_key"], self.principal(r["principal_id"]).name, r["reason"],
                          _aware(r["expires_at"])) for r in rows]
+
+    # --- conversations with the agent -------------------------------------------------------
+
+    def add_conversation(self, conversation_id: str, requester: Principal, branch: str) -> None:
+        self.conn.execute(insert(conversations).values(
+            id=conversation_id, requester_id=requester.id, branch=branch, created_at=now()))
+
+    def conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute(select(conversations).where(conversations.c.id == conversation_id)).mappings().first()
+        return dict(row) if row else None
+
+    def link_conversation(self, conversation_id: str, proposal_id: int) -> None:
+        self.conn.execute(update(conversations).where(conversations.c.id == conversation_id)
+                          .values(proposal_id=proposal_id))
 
     # --- applies ---------------------------------------------------------------------------
 

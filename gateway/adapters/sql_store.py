@@ -129,6 +129,15 @@ overrides = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
+conversations = Table(
+    "conversations", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("requester_id", String(36), nullable=False),
+    Column("branch", String(200), nullable=False),
+    Column("proposal_id", Integer, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
 stack_locks = Table(
     "stack_locks", metadata,
     Column("stack", String(100), primary_key=True),

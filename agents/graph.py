@@ -1,0 +1,63 @@
+"""The LangGraph graph: the model proposes tool calls, the tools run confined, until `finish`
+or a bound on steps or tokens. Nothing here does work at import time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Checkpointer
+
+from agents.llm import ChatModel
+from agents.state import AgentState
+from agents.tools import TOOL_SCHEMAS, RepoTools
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_steps: int = 20
+    max_tokens: int = 200_000
+
+
+def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: Limits,
+                checkpointer: Checkpointer | None = None, progress: Progress | None = None) -> Any:
+    say = progress or (lambda _: None)
+
+    def call_model(state: AgentState) -> dict[str, Any]:
+        if state["steps"] >= limits.max_steps:
+            return {"stopped": f"step bound reached: {state['steps']} model calls (limit {limits.max_steps})"}
+        if state["tokens"] >= limits.max_tokens:
+            return {"stopped": f"token bound reached: {state['tokens']} tokens (limit {limits.max_tokens})"}
+        say(f"thinking (step {state['steps'] + 1})")
+        reply = model.complete([{"role": "system", "content": system_prompt}, *state["messages"]], TOOL_SCHEMAS)
+        return {"messages": [reply.message], "steps": state["steps"] + 1, "tokens": state["tokens"] + reply.tokens}
+
+    def run_tools(state: AgentState) -> dict[str, Any]:
+        results = []
+        for call in state["messages"][-1].get("tool_calls", []):
+            name = call["function"]["name"]
+            say(f"{name} {call['function'].get('arguments', '')[:80]}")
+            results.append({"role": "tool", "tool_call_id": call["id"],
+                            "content": tools.call(name, call["function"].get("arguments", "{}"))})
+        return {"messages": results, "summary": tools.summary}
+
+    def after_model(state: AgentState) -> str:
+        last = state["messages"][-1] if state["messages"] else {}
+        if state.get("stopped") or last.get("role") != "assistant" or not last.get("tool_calls"):
+            return END
+        return "tools"
+
+    def after_tools(state: AgentState) -> str:
+        return END if state.get("summary") else "model"
+
+    graph = StateGraph(AgentState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", run_tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", after_model, {"tools": "tools", END: END})
+    graph.add_conditional_edges("tools", after_tools, {"model": "model", END: END})
+    return graph.compile(checkpointer=checkpointer)

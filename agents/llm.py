@@ -1,0 +1,44 @@
+"""The model: any OpenAI-compatible endpoint, through the `openai` SDK."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from gateway.domain.errors import BackendError, ConfigError
+
+NOT_CONFIGURED = ("no model is configured: set OPENAI_BASE_URL, OPENAI_API_KEY and GATEWAY_MODEL "
+                  "to an OpenAI-compatible endpoint")
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    message: dict[str, Any]  # an assistant message in the chat format, tool calls included
+    tokens: int
+
+
+class ChatModel:
+    """One model on one endpoint; `complete` is the only call the graph makes."""
+
+    def __init__(self, base_url: str | None, api_key: str | None, model: str | None, timeout: float = 120):
+        if not base_url or not model:
+            raise ConfigError(NOT_CONFIGURED)
+        self.model = model
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "unset", timeout=timeout, max_retries=1)
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        try:
+            response = self.client.chat.completions.create(model=self.model, messages=messages, tools=tools)
+        except openai.APIError as exc:
+            raise BackendError(f"the model endpoint failed: {exc.__class__.__name__}: {exc}") from exc
+        choice = response.choices[0].message
+        message: dict[str, Any] = {"role": "assistant", "content": choice.content or ""}
+        if choice.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                for c in choice.tool_calls
+            ]
+        tokens = response.usage.total_tokens if response.usage else 0
+        return ModelReply(message, tokens)

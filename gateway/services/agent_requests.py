@@ -1,0 +1,188 @@
+"""A person's plain-words request becomes commits on a proposal branch, made by the agent.
+
+The requester is the person; the proposer is the agent principal, which can never approve or
+apply. The agent works on a fresh clone of the branch; only what it wrote, committed by the
+gateway, reaches the repo. A follow-up in the same conversation adds a commit to the same proposal.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from agents.graph import Limits, Progress, build_graph
+from agents.llm import ChatModel
+from agents.prompts import load_prompt
+from agents.tools import RepoTools
+from gateway.adapters.checkpoints import open_checkpointer
+from gateway.adapters.git_repo import committer_env
+from gateway.domain.claims import check_claim
+from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.plan import load_plan
+from gateway.domain.policy import PolicyContext, evaluate_plan
+from gateway.domain.preview import build_preview, render_text
+from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.proposal import Proposal
+from gateway.services.proposals import open_proposal, sync_proposal
+from gateway.services.workspace import Workspace
+
+AGENT_NAME = "gateway-agent"
+MAX_REQUEST = 8000
+PROMPT = "agent_system"
+
+
+@dataclass
+class RequestOutcome:
+    conversation_id: str
+    proposal: Proposal | None
+    summary: str | None
+    stopped: str | None
+    steps: int
+    tokens: int
+    changed_files: list[str] = field(default_factory=list)
+    claim_issues: list[str] = field(default_factory=list)
+
+
+def model_from_settings(ws: Workspace) -> ChatModel:
+    s = ws.settings
+    return ChatModel(s.openai_base_url, s.openai_api_key.get_secret_value() if s.openai_api_key else None, s.model)
+
+
+def agent_principal(ws: Workspace) -> Principal:
+    """The agent's own principal (created on first use): kind agent, requester role only."""
+    with ws.store.session() as session:
+        agent = session.principal_by_name(AGENT_NAME)
+        if agent is None:
+            agent = session.add_principal(AGENT_NAME, PrincipalKind.AGENT, frozenset({Role.REQUESTER}), frozenset(),
+                                          hash_token(new_token()))
+            session.append_event("gateway", "principal.added", {"name": AGENT_NAME, "kind": "agent", "roles": ["requester"]})
+    return agent
+
+
+def submit_request(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
+                   model: ChatModel | None = None, progress: Progress | None = None) -> RequestOutcome:
+    """Run the agent on one request (or a follow-up) and open or update its proposal."""
+    if person.is_agent or not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+        raise Refused([f"{person.name} may not request changes"])
+    text = text.strip()
+    if not text:
+        raise InputError("the request is empty: say what you want changed")
+    if len(text) > MAX_REQUEST:
+        raise InputError(f"the request is too long ({len(text)} characters, at most {MAX_REQUEST})")
+    model = model or model_from_settings(ws)
+    agent = agent_principal(ws)
+    conversation_id, branch, proposal_id = _conversation(ws, person, conversation_id)
+    prompt = load_prompt(PROMPT)
+    settings = ws.repo_settings()
+    with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
+        clone = _working_copy(ws, branch, Path(tmp) / "repo")
+        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws))
+        limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens)
+        with open_checkpointer(ws.settings.db_url) as checkpointer:
+            graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress)
+            state = graph.invoke(
+                {"messages": [{"role": "user", "content": text}], "steps": 0, "tokens": 0, "summary": None, "stopped": None},
+                {"configurable": {"thread_id": conversation_id}, "recursion_limit": 4 * limits.max_steps + 10})
+        outcome = RequestOutcome(conversation_id, None, state.get("summary"), state.get("stopped"),
+                                 state["steps"], state["tokens"], sorted(tools.written))
+        if outcome.summary is None and outcome.stopped is None:
+            outcome.stopped = "the model stopped without calling finish"
+        _record_request(ws, person, agent, text, outcome, prompt.version, model.model)
+        if outcome.stopped or not tools.written:
+            return outcome
+        _commit_and_push(clone, branch, text, outcome.summary or "", agent)
+    outcome.proposal = _propose(ws, agent, person, branch, text, outcome.summary or "", proposal_id, conversation_id,
+                                prompt.version, model.model)
+    outcome.claim_issues = claim_issues(ws, outcome.proposal)
+    return outcome
+
+
+def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
+    """Where the agent's summary disagrees with the engine's plans."""
+    if not proposal.agent_claim:
+        return []
+    with ws.store.session() as session:
+        plans = [load_plan(json.loads(session.plan_document(p.plan_id))) for p in proposal.plans.values()]
+    return check_claim(proposal.agent_claim, plans)
+
+
+def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> tuple[str, str, int | None]:
+    with ws.store.session() as session:
+        if conversation_id is None:
+            conversation_id = uuid.uuid4().hex[:12]
+            branch = f"agent/{conversation_id}"
+            session.add_conversation(conversation_id, person, branch)
+            return conversation_id, branch, None
+        record = session.conversation(conversation_id)
+    if record is None or record["requester_id"] != person.id:
+        raise NotFound(f"no conversation {conversation_id} of yours")
+    return conversation_id, record["branch"], record["proposal_id"]
+
+
+def _working_copy(ws: Workspace, branch: str, path: Path) -> git.Repo:
+    clone = git.Repo.clone_from(str(ws.settings.repo_path.resolve()), path)
+    if ws.repo.branch_exists(branch):
+        clone.git.checkout("-B", branch, f"origin/{branch}")
+    else:
+        clone.git.checkout("-b", branch)
+    return clone
+
+
+def _preview_tool(ws: Workspace) -> Callable[[str, Path], str]:
+    """The agent's preview: engine truth, masked, with policy findings; errors as text."""
+    settings = ws.repo_settings()
+
+    def preview(stack: str, root: Path) -> str:
+        if stack not in settings.stacks:
+            return f"error: unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})"
+        try:
+            engine_plan = ws.engine.plan(stack, root / settings.stacks[stack].path)
+        except GatewayError as exc:
+            return f"error: the engine could not plan stack {stack}: {exc}"
+        plan = load_plan(engine_plan.document)
+        context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent=True)
+        findings = tuple(evaluate_plan(plan, context))
+        text = render_text(build_preview(plan, findings=findings))
+        denies = [f for f in findings if f.severity == "deny"]
+        verdict = (f"{len(denies)} policy deny finding(s): fix them before finishing." if denies
+                   else "No policy denies.")
+        return f"{text}\n{verdict}"
+
+    return preview
+
+
+def _commit_and_push(clone: git.Repo, branch: str, request: str, summary: str, agent: Principal) -> None:
+    clone.git.add("-A")
+    message = f"{request.splitlines()[0][:72]}\n\n{summary}\n\nProposed-by: {agent.name}"
+    clone.git.execute(["git", "commit", "-q", "-m", message], env=committer_env(agent.name, f"{agent.name}@gateway.local"))
+    clone.git.push("-q", "origin", f"HEAD:refs/heads/{branch}")
+
+
+def _propose(ws: Workspace, agent: Principal, person: Principal, branch: str, request: str, summary: str,
+             proposal_id: int | None, conversation_id: str, prompt_version: str, model: str) -> Proposal:
+    if proposal_id is None:
+        proposal = open_proposal(ws, agent, branch, request, requester=person, agent_claim=summary)
+        with ws.store.session() as session:
+            session.link_conversation(conversation_id, proposal.id)
+            session.update_proposal(proposal.id, prompt_version=prompt_version, model=model)
+        return proposal
+    with ws.store.session() as session:
+        session.update_proposal(proposal_id, agent_claim=summary, prompt_version=prompt_version, model=model)
+    proposal, _ = sync_proposal(ws, proposal_id)
+    return proposal
+
+
+def _record_request(ws: Workspace, person: Principal, agent: Principal, text: str, outcome: RequestOutcome,
+                    prompt_version: str, model: str) -> None:
+    with ws.store.session() as session:
+        session.append_event(person, "agent.request", {
+            "request": text, "conversation": outcome.conversation_id, "agent": agent.name, "model": model,
+            "prompt_version": prompt_version, "steps": outcome.steps, "tokens": outcome.tokens,
+            "changed_files": outcome.changed_files, "summary": outcome.summary, "stopped": outcome.stopped})
+

@@ -10,6 +10,7 @@ import click
 import git
 
 from gateway.adapters.git_repo import committer_env
+from agents.llm import NOT_CONFIGURED
 from gateway.config import Settings
 from gateway.domain.approvals import approval_shortfall
 from gateway.domain.errors import Refused
@@ -17,6 +18,7 @@ from gateway.domain.preview import render_text
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
+from gateway.services.agent_requests import submit_request
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import decide, open_proposal, proposal_previews, sync_proposal
 from gateway.services.runner import apply_proposal
@@ -55,6 +57,11 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "reports" {
 '''
 
 
+AGENT_REQUEST = ("In app-staging, add an encrypted, versioned S3 bucket called orders-reports-staging, and move the "
+                 "web instance to AMI ami-0d5eff06f840b45e9.")
+AGENT_FOLLOW_UP = "Also tag the reports bucket with purpose=reports."
+
+
 def step(title: str) -> None:
     click.echo("")
     click.secho(f"── {title} ", bold=True)
@@ -87,19 +94,27 @@ def _run(home: Path) -> None:
     for p in (alice, bob, carol, dana):
         click.echo(f"{p.name:6} {','.join(sorted(p.roles)):10} groups: {','.join(sorted(p.groups)) or '-'}")
 
-    step("3. alice changes app-staging on a branch: an encrypted, versioned S3 bucket, and a new AMI")
-    clone_dir = home / "alice-clone"
-    clone = git.Repo.clone_from(str(settings.repo_path), clone_dir)
-    clone.git.checkout("-b", "reports-bucket")
-    main_tf = clone_dir / "stacks/app-staging/main.tf"
-    main_tf.write_text(main_tf.read_text().replace("ami-0c1c30571d2dae5c9", "ami-0d5eff06f840b45e9"))
-    (clone_dir / "stacks/app-staging/reports.tf").write_text(BUCKET_TF.lstrip())
-    _commit_and_push(clone, "Add reports bucket; move web to the new AMI", "alice")
-    click.echo("pushed branch reports-bucket")
-
-    step("4. gateway propose --branch reports-bucket: the engine plans; this is the preview")
-    proposal = open_proposal(ws, alice, "reports-bucket", "Reports need their own bucket; AMI refresh")
-    click.echo(render_text(proposal_previews(ws, proposal)["app-staging"]), nl=False)
+    by_agent = bool(settings.openai_base_url and settings.model)
+    if by_agent:
+        step("3-4. gateway request: alice asks the agent in plain words; it edits a branch and proposes")
+        outcome = submit_request(ws, alice, AGENT_REQUEST, progress=lambda s: click.echo(f"  … {s}"))
+        if outcome.proposal is None:
+            raise SystemExit(f"the agent did not produce a proposal: {outcome.stopped or outcome.summary}")
+        proposal = outcome.proposal
+        click.echo(f"proposal {proposal.id}: requested by alice, proposed by {proposal.proposer.name}")
+        click.echo(f"the agent claims: {outcome.summary}")
+        for issue in outcome.claim_issues:
+            click.echo(f"  ! the plan disagrees: {issue}")
+    else:
+        click.echo(f"\n(no model configured: {NOT_CONFIGURED}; the demo uses a hand-made change)")
+        step("3. alice changes app-staging on a branch: an encrypted, versioned S3 bucket, and a new AMI")
+        clone = _hand_made_branch(settings, home)
+        click.echo("pushed branch reports-bucket")
+        step("4. gateway propose --branch reports-bucket: the engine plans; this is the preview")
+        proposal = open_proposal(ws, alice, "reports-bucket", "Reports need their own bucket; AMI refresh")
+    for stack, preview in proposal_previews(ws, proposal).items():
+        click.echo(f"[{stack}]")
+        click.echo(render_text(preview), nl=False)
 
     step("5. alice tries to approve her own change")
     _attempt(lambda: decide(ws, alice, proposal.id, Decision.APPROVE, "lgtm"))
@@ -109,10 +124,13 @@ def _run(home: Path) -> None:
     click.echo(f"approved at {proposal.head_sha[:12]} for plan {proposal.plans['app-staging'].digest[:19]}…")
     click.echo(f"risk {proposal.risk.value} (the instance is replaced): {approval_shortfall(proposal, ws.repo_settings())[0]}")
 
-    step("7. alice pushes one more commit: bob's approval no longer counts")
-    (clone_dir / "stacks/app-staging/reports.tf").write_text(
-        BUCKET_TF.lstrip().replace("tags   = local.tags", 'tags   = merge(local.tags, { purpose = "reports" })'))
-    _commit_and_push(clone, "Tag the reports bucket", "alice")
+    step("7. one more commit on the branch: bob's approval no longer counts")
+    if by_agent:
+        submit_request(ws, alice, AGENT_FOLLOW_UP, outcome.conversation_id, progress=lambda s: click.echo(f"  … {s}"))
+    else:
+        (home / "alice-clone" / "stacks/app-staging/reports.tf").write_text(
+            BUCKET_TF.lstrip().replace("tags   = local.tags", 'tags   = merge(local.tags, { purpose = "reports" })'))
+        _commit_and_push(clone, "Tag the reports bucket", "alice")
     proposal, changes = sync_proposal(ws, proposal.id)
     for change in changes:
         click.echo(f"gateway: {change}")
@@ -145,6 +163,17 @@ def _run(home: Path) -> None:
     ws.close()
     if broken is not None:
         raise SystemExit(1)
+
+
+def _hand_made_branch(settings: Settings, home: Path) -> git.Repo:
+    clone_dir = home / "alice-clone"
+    clone = git.Repo.clone_from(str(settings.repo_path), clone_dir)
+    clone.git.checkout("-b", "reports-bucket")
+    main_tf = clone_dir / "stacks/app-staging/main.tf"
+    main_tf.write_text(main_tf.read_text().replace("ami-0c1c30571d2dae5c9", "ami-0d5eff06f840b45e9"))
+    (clone_dir / "stacks/app-staging/reports.tf").write_text(BUCKET_TF.lstrip())
+    _commit_and_push(clone, "Add reports bucket; move web to the new AMI", "alice")
+    return clone
 
 
 def _commit_and_push(clone: git.Repo, message: str, author: str) -> None:

@@ -282,3 +282,22 @@ def test_request_through_the_command_with_progress(workspace: Workspace, people:
     assert "write_file" in result.stderr  # progress goes to stderr
     assert "proposal 1 opened by gateway-agent for alice" in result.stdout
     assert "aws_sqs_queue.refunds" in result.stdout
+
+
+def test_demo_starts_from_a_chat_request_when_a_model_is_configured(stub: ModelStub, tmp_path: Path) -> None:
+    from gateway.demo import BUCKET_TF
+
+    stub.turns = [
+        tool_call("write_file", path="stacks/app-staging/reports.tf", content=BUCKET_TF.lstrip()),
+        tool_call("patch_file", path="stacks/app-staging/main.tf", old="ami-0c1c30571d2dae5c9", new="ami-0d5eff06f840b45e9"),
+        tool_call("finish", summary="Added the reports bucket and moved web to the new AMI, which replaces aws_instance.web[0]."),
+        tool_call("patch_file", path="stacks/app-staging/reports.tf", old='bucket = "orders-reports-staging"\n  tags   = local.tags',
+                  new='bucket = "orders-reports-staging"\n  tags   = merge(local.tags, { purpose = "reports" })'),
+        tool_call("finish", summary="Tagged the reports bucket."),
+    ]
+    result = run_cli(["demo"], tmp_path, OPENAI_BASE_URL=stub.base_url, OPENAI_API_KEY="k", GATEWAY_MODEL="stub-model",
+                     timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "proposed by gateway-agent" in result.stdout
+    assert "bob approved" in result.stdout and "STALE" in result.stdout
+    assert "audit trail intact" in result.stdout

@@ -7,7 +7,7 @@ from typing import Any
 
 import openai
 
-from gateway.domain.errors import BackendError, ConfigError
+from gateway.domain.errors import BackendError, NotConfigured
 
 NOT_CONFIGURED = ("no model is configured: set OPENAI_BASE_URL, OPENAI_API_KEY and GATEWAY_MODEL "
                   "to an OpenAI-compatible endpoint")
@@ -24,7 +24,7 @@ class ChatModel:
 
     def __init__(self, base_url: str | None, api_key: str | None, model: str | None, timeout: float = 120):
         if not base_url or not model:
-            raise ConfigError(NOT_CONFIGURED)
+            raise NotConfigured(NOT_CONFIGURED)
         self.model = model
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "unset", timeout=timeout, max_retries=1)
 

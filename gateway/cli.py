@@ -436,6 +436,19 @@ def sandbox_fail(ctx: Context, stack: str, address: str, message: str) -> None:
 
 
 @cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@pass_ctx
+def serve(ctx: Context, host: str, port: int) -> None:
+    """Run the HTTP API and the review pages."""
+    import uvicorn
+
+    from gateway.api.app import create_app
+
+    uvicorn.run(create_app(ctx.settings), host=host, port=port, log_level="warning")
+
+
+@cli.command()
 @click.option("--keep", is_flag=True, help="keep the temporary workspace and print where it is")
 def demo(keep: bool) -> None:
     """Run the whole change path in a fresh temporary workspace, narrated."""

@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     model: str | None = Field(default=None, description="model name at the OpenAI-compatible endpoint (GATEWAY_MODEL)")
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
+    session_secret: SecretStr | None = Field(default=None, description="key that signs session cookies")
+    secure_cookies: bool = Field(default=False, description="send the session cookie over HTTPS only")
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
 

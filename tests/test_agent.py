@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agents.llm import ChatModel
-from gateway.domain.errors import ConfigError, Refused
+from gateway.domain.errors import NotConfigured, Refused
 from gateway.domain.proposal import Decision
 from gateway.services.agent_requests import AGENT_NAME, submit_request
 from gateway.services.proposals import decide, get_proposal, proposal_previews
@@ -264,7 +264,7 @@ def test_a_false_claim_is_flagged_beside_the_plan(workspace: Workspace, people: 
 
 
 def test_without_a_model_the_request_fails_in_one_line_and_the_rest_works(workspace: Workspace, people: People) -> None:
-    with pytest.raises(ConfigError, match="set OPENAI_BASE_URL, OPENAI_API_KEY and GATEWAY_MODEL"):
+    with pytest.raises(NotConfigured, match="set OPENAI_BASE_URL, OPENAI_API_KEY and GATEWAY_MODEL"):
         submit_request(workspace, people.alice, "anything")
     result = run_cli(["request", "add a queue"], workspace.settings.home, token=people.tokens["alice"])
     assert result.returncode == 1

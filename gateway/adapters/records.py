@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.sql_store import (
     Database,
+    agent_runs,
     applies,
     audit_events,
     audit_head,
@@ -252,6 +253,20 @@ class StoreSession:
     def link_conversation(self, conversation_id: str, proposal_id: int) -> None:
         self.conn.execute(update(conversations).where(conversations.c.id == conversation_id)
                           .values(proposal_id=proposal_id))
+
+    # --- agent runs (a request the API runs in the background) -------------------------------
+
+    def add_agent_run(self, run_id: str, requester: Principal, request: str, conversation_id: str | None) -> None:
+        self.conn.execute(insert(agent_runs).values(
+            id=run_id, requester_id=requester.id, request=request, conversation_id=conversation_id,
+            status="running", progress=[], created_at=now(), updated_at=now()))
+
+    def update_agent_run(self, run_id: str, **values: Any) -> None:
+        self.conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(updated_at=now(), **values))
+
+    def agent_run(self, run_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
+        return dict(row) if row else None
 
     # --- applies ---------------------------------------------------------------------------
 

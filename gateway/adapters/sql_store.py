@@ -138,6 +138,20 @@ conversations = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 
+agent_runs = Table(
+    "agent_runs", metadata,
+    Column("id", String(36), primary_key=True),
+    Column("requester_id", String(36), nullable=False),
+    Column("request", Text, nullable=False),
+    Column("conversation_id", String(36), nullable=True),
+    Column("status", String(20), nullable=False),  # running | done | stopped | failed
+    Column("progress", JSON, nullable=False),
+    Column("proposal_id", Integer, nullable=True),
+    Column("message", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 stack_locks = Table(
     "stack_locks", metadata,
     Column("stack", String(100), primary_key=True),

@@ -11,7 +11,8 @@ GatewayError                      anything the gateway reports to a person
 ├── PlanError                     the engine could not produce a plan (e.g. prevent_destroy)
 ├── ApplyError                    the engine failed part way through an apply
 ├── LockTimeout                   another runner holds the stack lock
-└── BackendError                  git, the database or an engine binary failed underneath
+├── NotConfigured                 an optional part (the model) has no settings
+└── BackendError                  git, the database, the model or an engine binary failed underneath
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class ApplyError(GatewayError):
 
 
 class LockTimeout(GatewayError):
+    pass
+
+
+class NotConfigured(GatewayError):
     pass
 
 

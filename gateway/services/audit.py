@@ -22,15 +22,32 @@ def require_auditor(actor: Principal) -> None:
 
 
 def list_events(ws: Workspace, actor: Principal, proposal_id: int | None = None, actor_name: str | None = None,
-                stack: str | None = None, since: str | None = None) -> list[AuditEvent]:
+                stack: str | None = None, since: str | None = None, until: str | None = None,
+                address: str | None = None, action: str | None = None, outcome: str | None = None) -> list[AuditEvent]:
+    """Events, oldest first; `address` finds a resource anywhere in an event, `action` is a kind
+    prefix (e.g. `apply`), `outcome` a kind suffix (`refused`, `failed`, `succeeded`)."""
     require_auditor(actor)
-    if since is not None:
-        try:
-            since = datetime.fromisoformat(since).isoformat(timespec="microseconds")
-        except ValueError:
-            raise InputError(f"--since {since!r} is not an ISO 8601 time such as 2026-11-29T10:00") from None
+    until = _iso(until, "--until") if until else None
+    since = _iso(since, "--since") if since else None
     with ws.store.session() as session:
-        return session.events(proposal_id=proposal_id, actor=actor_name, stack=stack, since=since)
+        events = session.events(proposal_id=proposal_id, actor=actor_name, stack=stack, since=since)
+    if until:
+        events = [e for e in events if e.at <= until]
+    if action:
+        events = [e for e in events if e.kind == action or e.kind.startswith(action + ".")]
+    if outcome:
+        events = [e for e in events if e.kind.endswith(outcome)]
+    if address:
+        proposals = {e.proposal_id for e in events if address in json.dumps(e.payload)}
+        events = [e for e in events if address in json.dumps(e.payload) or (e.proposal_id is not None and e.proposal_id in proposals)]
+    return events
+
+
+def _iso(value: str, name: str) -> str:
+    try:
+        return datetime.fromisoformat(value).isoformat(timespec="microseconds")
+    except ValueError:
+        raise InputError(f"{name} {value!r} is not an ISO 8601 time such as 2026-11-29T10:00") from None
 
 
 def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[AuditEvent]:

@@ -35,6 +35,7 @@ class StackPlanResult:
         return {
             "counts": {k.value: n for k, n in self.plan.counts().items()},
             "destructive": [rc.address for rc in self.plan.destructive],
+            "changed": [rc.address for rc in self.plan.changes],
             "drift": [rc.address for rc in self.plan.resource_drift],
             "risk": self.risk.to_json(),
             "findings": [f.to_json() for f in self.findings],

@@ -29,9 +29,10 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
 
 def authenticate(ws: Workspace, token: str | None) -> Principal:
     if not token:
-        raise AuthError("no token: set GATEWAY_TOKEN to the token `gateway users add` printed")
+        raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
+                        "`gateway users add` printed")
     with ws.store.session() as session:
         principal = session.principal_by_token_hash(hash_token(token.strip()))
     if principal is None:
-        raise AuthError("the token in GATEWAY_TOKEN is not valid")
+        raise AuthError("the token is not valid")
     return principal

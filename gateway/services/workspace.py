@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,10 @@ class Workspace:
 
     def main_branch(self) -> str:
         return str(self.repo.repo.head.reference.name) if not self.repo.repo.head.is_detached else "main"
+
+    def for_request(self) -> Workspace:
+        """The same database and engine with its own git handle (GitPython's are not thread-safe)."""
+        return replace(self, repo=GitDeclarationRepo(self.repo.path))
 
     def close(self) -> None:
         self.db.dispose()

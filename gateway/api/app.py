@@ -1,0 +1,52 @@
+"""The FastAPI application: the JSON API under /api/v1 and the review pages, over one workspace."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from starlette.middleware.sessions import SessionMiddleware
+
+from gateway.api import pages, routes
+from gateway.api.errors import error_body, status_for
+from gateway.config import Settings
+from gateway.domain.errors import AuthError, GatewayError, Refused
+from gateway.services.workspace import open_workspace
+
+
+def session_secret(settings: Settings) -> str:
+    """The cookie-signing key: from the environment, or made once and kept in the workspace."""
+    if settings.session_secret:
+        return settings.session_secret.get_secret_value()
+    path = Path(settings.home) / "session.key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    app = FastAPI(title="Change gateway", version="1.0.0",
+                  description="Proposals, approvals bound to exact plans, exact-plan applies, and the audit trail.")
+    app.state.workspace = open_workspace(settings)
+    app.add_middleware(SessionMiddleware, secret_key=session_secret(settings), session_cookie="gateway_session",
+                       same_site="strict", https_only=settings.secure_cookies, max_age=8 * 3600)
+    app.include_router(routes.router)
+    app.include_router(pages.router)
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        if request.url.path.startswith("/api/"):
+            headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, AuthError) else None
+            return JSONResponse(error_body(exc), status_code=status_for(exc), headers=headers)
+        if isinstance(exc, AuthError):
+            return RedirectResponse("/login", status_code=303)
+        reasons = exc.reasons if isinstance(exc, Refused) else [str(exc)]
+        return pages.render(request, "error.html", None, status_code=status_for(exc),
+                            title="Refused" if isinstance(exc, Refused) else "Could not do that", reasons=reasons,
+                            back=request.headers.get("referer"))
+
+    return app

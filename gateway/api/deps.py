@@ -1,0 +1,45 @@
+"""Dependencies of the routes, as Annotated aliases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from gateway.domain.errors import AuthError
+from gateway.domain.principals import Principal
+from gateway.services.users import authenticate
+from gateway.services.workspace import Workspace
+
+bearer = HTTPBearer(auto_error=False, description="the API token `gateway users add` printed")
+
+
+def get_workspace(request: Request) -> Workspace:
+    return request.app.state.workspace.for_request()
+
+
+WorkspaceDep = Annotated[Workspace, Depends(get_workspace)]
+
+
+def api_actor(ws: WorkspaceDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
+    return authenticate(ws, credentials.credentials if credentials else None)
+
+
+ActorDep = Annotated[Principal, Depends(api_actor)]
+
+
+def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
+    """The signed-in person of a page, from the session cookie."""
+    principal_id = request.session.get("principal")
+    if not principal_id:
+        raise AuthError("sign in first")
+    with ws.store.session() as session:
+        try:
+            return session.principal(principal_id)
+        except Exception:
+            request.session.clear()
+            raise AuthError("your session is no longer valid; sign in again") from None
+
+
+PageActorDep = Annotated[Principal, Depends(page_actor)]

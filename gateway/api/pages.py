@@ -1,0 +1,155 @@
+"""Server-rendered pages: sign-in, requests, the proposal page (the built-in pull request), audit."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from gateway.api.deps import PageActorDep, WorkspaceDep
+from gateway.domain.errors import AuthError, InputError, Refused
+from gateway.domain.principals import Principal
+from gateway.domain.proposal import Decision
+from gateway.services import audit as audit_service
+from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.proposals import decide
+from gateway.services.runner import apply_proposal
+from gateway.services.users import authenticate
+from gateway.services.views import view_proposal
+
+templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+router = APIRouter(include_in_schema=False)
+CsrfField = Annotated[str, Form()]
+
+
+def csrf_token(request: Request) -> str:
+    if "csrf" not in request.session:
+        request.session["csrf"] = secrets.token_urlsafe(32)
+    return str(request.session["csrf"])
+
+
+def check_csrf(request: Request, token: str) -> None:
+    expected = request.session.get("csrf")
+    if not expected or not secrets.compare_digest(str(expected), token):
+        raise Refused(["the form is stale or was not sent from this site (CSRF check failed); reload the page"])
+
+
+def render(request: Request, name: str, actor: Principal | None, status_code: int = 200, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, {
+        "actor": actor, "csrf": csrf_token(request),
+        "can_audit": bool(actor and actor.roles & {"auditor", "admin"}), **context}, status_code=status_code)
+
+
+@router.get("/login")
+def login_page(request: Request) -> HTMLResponse:
+    return render(request, "login.html", None)
+
+
+@router.post("/login")
+def login(request: Request, ws: WorkspaceDep, token: Annotated[str, Form()], csrf: CsrfField) -> Response:
+    check_csrf(request, csrf)
+    try:
+        principal = authenticate(ws, token)
+    except AuthError as exc:
+        return render(request, "login.html", None, status_code=401, error=str(exc))
+    if principal.is_agent:
+        return render(request, "login.html", None, status_code=403, error="agents cannot sign in to the review pages")
+    request.session.clear()
+    request.session["principal"] = principal.id
+    return RedirectResponse("/", status_code=303)
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: CsrfField) -> Response:
+    check_csrf(request, csrf)
+    request.session.clear()
+    return RedirectResponse("/login", status_code=303)
+
+
+@router.get("/")
+def index(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+    with ws.store.session() as session:
+        rows = session.list_proposals()
+        names = {p.id: p.name for p in session.list_principals()}
+    proposals = [{**r, "requester": names.get(r["requester_id"]), "proposer": names.get(r["proposer_id"])} for r in rows]
+    return render(request, "index.html", actor, proposals=proposals)
+
+
+@router.get("/requests/new")
+def new_request(request: Request, actor: PageActorDep, conversation: str | None = None) -> HTMLResponse:
+    return render(request, "request_new.html", actor, conversation=conversation)
+
+
+@router.post("/requests")
+def create_request(request: Request, ws: WorkspaceDep, actor: PageActorDep, text: Annotated[str, Form()],
+                   csrf: CsrfField, conversation: Annotated[str | None, Form()] = None) -> Response:
+    check_csrf(request, csrf)
+    if not text.strip():
+        raise InputError("the request is empty: say what you want changed")
+    run_id = start_agent_run(ws, actor, text, conversation or None)
+    return RedirectResponse(f"/requests/{run_id}", status_code=303)
+
+
+@router.get("/requests/{run_id}")
+def request_status(request: Request, run_id: str, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+    return render(request, "request_status.html", actor, run=get_agent_run(ws, actor, run_id))
+
+
+@router.get("/proposals/{proposal_id}")
+def proposal_page(request: Request, proposal_id: int, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+    view = view_proposal(ws, actor, proposal_id)
+    return render(request, "proposal.html", actor, p=view.proposal, view=view)
+
+
+@router.post("/proposals/{proposal_id}/decide")
+def decide_form(request: Request, proposal_id: int, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField,
+                decision: Annotated[Decision, Form()], sha: Annotated[str, Form()],
+                comment: Annotated[str, Form()] = "") -> Response:
+    check_csrf(request, csrf)
+    decide(ws, actor, proposal_id, decision, comment, seen_sha=sha, auth="web-session")
+    return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
+
+
+@router.post("/proposals/{proposal_id}/apply")
+def apply_form(request: Request, proposal_id: int, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField) -> Response:
+    check_csrf(request, csrf)
+    apply_proposal(ws, actor, proposal_id)
+    return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
+
+
+AUDIT_FILTERS = ("since", "until", "stack", "address", "person", "action", "outcome", "proposal")
+
+
+def _audit_query(request: Request) -> dict[str, str]:
+    return {k: v for k in AUDIT_FILTERS if (v := request.query_params.get(k, "").strip())}
+
+
+@router.get("/audit")
+def audit_page(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+    q = _audit_query(request)
+    events = _filtered_events(ws, actor, q)
+    count, broken = audit_service.verify_trail(ws, actor)
+    verify = {"intact": broken is None, "events": count, "seq": broken.seq if broken else None,
+              "reason": broken.reason if broken else None}
+    return render(request, "audit.html", actor, events=events, q=q, query=urlencode(q), verify=verify)
+
+
+@router.get("/audit/export")
+def audit_export(request: Request, ws: WorkspaceDep, actor: PageActorDep, format: str = "csv") -> Response:
+    events = _filtered_events(ws, actor, _audit_query(request))
+    media = "text/csv" if format == "csv" else "application/x-ndjson"
+    return PlainTextResponse(audit_service.export_events(events, format), media_type=media,
+                             headers={"Content-Disposition": f'attachment; filename="audit.{format}"'})
+
+
+def _filtered_events(ws: WorkspaceDep, actor: Principal, q: dict[str, str]) -> list[Any]:
+    proposal = q.get("proposal")
+    if proposal is not None and not proposal.isdigit():
+        raise InputError(f"proposal {proposal!r} is not a number")
+    return audit_service.list_events(ws, actor, int(proposal) if proposal else None, q.get("person"), q.get("stack"),
+                                     q.get("since"), q.get("until"), q.get("address"), q.get("action"), q.get("outcome"))

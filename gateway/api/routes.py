@@ -1,0 +1,137 @@
+"""The versioned JSON API: thin routes over the same services as the CLI."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import PlainTextResponse
+
+from gateway.api.deps import ActorDep, WorkspaceDep
+from gateway.api.schemas import (
+    ApplyPublic,
+    DecisionCreate,
+    ErrorPublic,
+    EventPublic,
+    Health,
+    OverrideCreate,
+    ProposalPublic,
+    ProposalSummary,
+    RejectionCreate,
+    RequestCreate,
+    RequestPublic,
+    VerifyPublic,
+)
+from gateway.domain.preview import RENDERERS
+from gateway.domain.proposal import Decision
+from gateway.services import audit as audit_service
+from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.proposals import decide, override_finding, proposal_previews, sync_proposal
+from gateway.services.runner import apply_proposal
+from gateway.services.views import view_proposal
+
+ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
+router = APIRouter(prefix="/api/v1", responses=ERRORS)
+
+
+@router.get("/health", response_model=Health, tags=["service"])
+def health(ws: WorkspaceDep) -> Health:
+    with ws.store.session() as session:
+        session.count_principals()
+    return Health(status="ok", database=ws.db.engine.dialect.name, engine=ws.engine.name)
+
+
+@router.post("/requests", response_model=RequestPublic, status_code=202, tags=["agent"])
+def create_request(body: RequestCreate, ws: WorkspaceDep, actor: ActorDep) -> RequestPublic:
+    """Ask the agent for a change; follow its progress at /requests/{id}."""
+    run_id = start_agent_run(ws, actor, body.text, body.conversation_id)
+    return RequestPublic(**_run(get_agent_run(ws, actor, run_id)))
+
+
+@router.get("/requests/{run_id}", response_model=RequestPublic, tags=["agent"])
+def read_request(run_id: str, ws: WorkspaceDep, actor: ActorDep) -> RequestPublic:
+    return RequestPublic(**_run(get_agent_run(ws, actor, run_id)))
+
+
+def _run(run: dict) -> dict:
+    return {k: run[k] for k in ("id", "status", "progress", "proposal_id", "conversation_id", "message")}
+
+
+@router.get("/proposals", response_model=list[ProposalSummary], tags=["proposals"])
+def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None) -> list[ProposalSummary]:
+    with ws.store.session() as session:
+        rows = session.list_proposals(status)
+        names = {p.id: p.name for p in session.list_principals()}
+    return [ProposalSummary(id=r["id"], branch=r["branch"], status=r["status"], stacks=r["stacks"], reason=r["reason"],
+                            requester=names.get(r["requester_id"], "?"), proposer=names.get(r["proposer_id"], "?"))
+            for r in rows]
+
+
+@router.get("/proposals/{proposal_id}", response_model=ProposalPublic, tags=["proposals"])
+def read_proposal(proposal_id: int, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+
+
+@router.get("/proposals/{proposal_id}/preview", response_class=PlainTextResponse, tags=["proposals"])
+def read_preview(proposal_id: int, ws: WorkspaceDep, actor: ActorDep,
+                 format: Annotated[Literal["text", "markdown", "json"], Query()] = "markdown") -> str:
+    proposal, _ = sync_proposal(ws, proposal_id)
+    return "\n".join(f"## {stack}\n\n{RENDERERS[format](preview)}"
+                     for stack, preview in proposal_previews(ws, proposal).items())
+
+
+@router.get("/proposals/{proposal_id}/diff", response_class=PlainTextResponse, tags=["proposals"])
+def read_diff(proposal_id: int, ws: WorkspaceDep, actor: ActorDep) -> str:
+    proposal, _ = sync_proposal(ws, proposal_id)
+    return ws.repo.diff(proposal.base_sha, proposal.head_sha)
+
+
+@router.post("/proposals/{proposal_id}/approve", response_model=ProposalPublic, tags=["decisions"])
+def approve(proposal_id: int, body: DecisionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+    decide(ws, actor, proposal_id, Decision.APPROVE, body.comment, body.sha)
+    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+
+
+@router.post("/proposals/{proposal_id}/reject", response_model=ProposalPublic, tags=["decisions"])
+def reject(proposal_id: int, body: RejectionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+    decide(ws, actor, proposal_id, Decision.REJECT, body.comment)
+    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+
+
+@router.post("/proposals/{proposal_id}/overrides", response_model=ProposalPublic, tags=["decisions"])
+def override(proposal_id: int, body: OverrideCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+    override_finding(ws, actor, proposal_id, body.finding, body.reason, body.expires_at)
+    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+
+
+@router.post("/proposals/{proposal_id}/apply", response_model=ApplyPublic, tags=["apply"])
+def apply(proposal_id: int, ws: WorkspaceDep, actor: ActorDep) -> ApplyPublic:
+    report = apply_proposal(ws, actor, proposal_id)
+    return ApplyPublic(proposal_id=proposal_id, succeeded=report.succeeded, merge_sha=report.merge_sha,
+                       outcomes=[{"stack": o.stack, "succeeded": o.succeeded, "applied": list(o.applied),
+                                  "error": o.error} for o in report.outcomes])
+
+
+@router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])
+def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: int | None = None, person: str | None = None,
+                 stack: str | None = None, since: str | None = None, until: str | None = None,
+                 address: str | None = None, action: str | None = None, outcome: str | None = None) -> list[EventPublic]:
+    events = audit_service.list_events(ws, actor, proposal, person, stack, since, until, address, action, outcome)
+    return [EventPublic(**e.content(), prev_hash=e.prev_hash, hash=e.hash) for e in events]
+
+
+@router.get("/audit/export", response_class=PlainTextResponse, tags=["audit"])
+def audit_export(ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
+                 proposal: int | None = None, address: str | None = None) -> PlainTextResponse:
+    events = audit_service.list_events(ws, actor, proposal, address=address)
+    media = "text/csv" if format == "csv" else "application/x-ndjson"
+    return PlainTextResponse(audit_service.export_events(events, format), media_type=media,
+                             headers={"Content-Disposition": f'attachment; filename="audit.{format}"'})
+
+
+@router.get("/audit/verify", response_model=VerifyPublic, tags=["audit"])
+def audit_verify(ws: WorkspaceDep, actor: ActorDep) -> VerifyPublic:
+    count, broken = audit_service.verify_trail(ws, actor)
+    if broken is None:
+        return VerifyPublic(intact=True, events=count)
+    return VerifyPublic(intact=False, events=count, broken_at=broken.seq, reason=broken.reason)

@@ -1,0 +1,139 @@
+"""Request and response bodies of the HTTP API, named by use."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class ErrorPublic(BaseModel):
+    error: str
+    detail: str
+    reasons: list[str] | None = None
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    database: str
+    engine: str
+
+
+class RequestCreate(BaseModel):
+    text: str = Field(min_length=1, max_length=8000, description="what you want changed, in plain words")
+    conversation_id: str | None = Field(default=None, max_length=36, description="continue this conversation")
+
+
+class RequestPublic(BaseModel):
+    id: str
+    status: Literal["running", "done", "stopped", "failed"]
+    progress: list[str]
+    proposal_id: int | None
+    conversation_id: str | None
+    message: str | None
+
+
+class DecisionPublic(BaseModel):
+    by: str
+    decision: Literal["approve", "reject"]
+    head_sha: str
+    digests: dict[str, str]
+    comment: str
+    authenticated_by: str
+    at: datetime
+    current: bool
+
+
+class FindingPublic(BaseModel):
+    key: str
+    rule: str
+    severity: Literal["deny", "warn"]
+    address: str
+    message: str
+    overridden: bool
+
+
+class StackPlanPublic(BaseModel):
+    stack: str
+    digest: str
+    state_serial: int
+    risk: str
+    counts: dict[str, int]
+    destructive: list[str]
+    preview: dict[str, Any]
+
+
+class ProposalSummary(BaseModel):
+    id: int
+    branch: str
+    status: str
+    stacks: list[str]
+    reason: str
+    requester: str
+    proposer: str
+
+
+class ProposalPublic(ProposalSummary):
+    head_sha: str
+    base_sha: str
+    risk: str
+    required_approvals: int
+    blocked_by: list[str]
+    agent_claim: str | None
+    claim_issues: list[str]
+    plans: list[StackPlanPublic]
+    findings: list[FindingPublic]
+    decisions: list[DecisionPublic]
+    merge_sha: str | None
+
+
+class DecisionCreate(BaseModel):
+    comment: str = Field(default="", max_length=4000)
+    sha: str | None = Field(default=None, min_length=40, max_length=40, pattern="^[0-9a-f]{40}$",
+                            description="the commit you reviewed; refused if the branch moved")
+
+
+class RejectionCreate(BaseModel):
+    comment: str = Field(min_length=1, max_length=4000)
+
+
+class OverrideCreate(BaseModel):
+    finding: str = Field(min_length=3, max_length=500, description="STACK:RULE:ADDRESS")
+    reason: str = Field(min_length=1, max_length=4000)
+    expires_at: datetime
+
+
+class StackOutcomePublic(BaseModel):
+    stack: str
+    succeeded: bool
+    applied: list[str]
+    error: str | None
+
+
+class ApplyPublic(BaseModel):
+    proposal_id: int
+    succeeded: bool
+    outcomes: list[StackOutcomePublic]
+    merge_sha: str | None
+
+
+class EventPublic(BaseModel):
+    seq: int
+    id: str
+    at: str
+    actor: str
+    actor_kind: str
+    kind: str
+    proposal_id: int | None
+    stacks: list[str]
+    payload: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+class VerifyPublic(BaseModel):
+    intact: bool
+    events: int
+    broken_at: int | None = None
+    reason: str | None = None

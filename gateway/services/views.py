@@ -1,0 +1,64 @@
+"""What a person sees of a proposal, and what they may do with it: shared by the API and the pages."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.adapters.records import now
+from gateway.domain.approvals import apply_refusals, approval_shortfall, decision_refusals, policy_blocks, required_approvals
+from gateway.domain.preview import Preview, render_json
+from gateway.domain.principals import Principal
+from gateway.domain.proposal import Decision, Proposal
+from gateway.services.agent_requests import claim_issues
+from gateway.services.proposals import proposal_previews, sync_proposal
+from gateway.services.workspace import Workspace
+
+
+@dataclass
+class ProposalView:
+    proposal: Proposal
+    previews: dict[str, Preview]
+    required_approvals: int
+    blocked_by: list[str]
+    claim_issues: list[str]
+    can_approve: bool
+    can_reject: bool
+    can_apply: bool
+    diff: str
+
+    def to_public(self) -> dict[str, Any]:
+        p = self.proposal
+        active = {o.finding_key for o in p.overrides if o.active(now())}
+        return {
+            "id": p.id, "branch": p.branch, "status": p.status.value, "stacks": list(p.stacks), "reason": p.reason,
+            "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
+            "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
+            "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
+            "plans": [{"stack": s, "digest": sp.digest, "state_serial": sp.state_serial, "risk": sp.risk.value,
+                       "counts": dict(sp.counts), "destructive": list(sp.destructive),
+                       "preview": json.loads(render_json(self.previews[s]))} for s, sp in p.plans.items()],
+            "findings": [{"key": f.key, "rule": f.rule, "severity": f.severity.value, "address": f.address,
+                          "message": f.message, "overridden": f.key in active} for f in p.findings],
+            "decisions": [{"by": d.principal.name, "decision": d.decision.value, "head_sha": d.head_sha,
+                           "digests": dict(d.digests), "comment": d.comment, "authenticated_by": d.auth, "at": d.at,
+                           "current": p.is_current(d)} for d in p.decisions],
+        }
+
+
+def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
+    proposal, _ = sync_proposal(ws, proposal_id)
+    settings = ws.repo_settings()
+    moment = now()
+    return ProposalView(
+        proposal=proposal,
+        previews=proposal_previews(ws, proposal),
+        required_approvals=required_approvals(proposal, settings),
+        blocked_by=policy_blocks(proposal, moment) + approval_shortfall(proposal, settings),
+        claim_issues=claim_issues(ws, proposal),
+        can_approve=not decision_refusals(viewer, proposal, settings, moment, Decision.APPROVE),
+        can_reject=not decision_refusals(viewer, proposal, settings, moment, Decision.REJECT),
+        can_apply=not apply_refusals(viewer, proposal, settings, moment),
+        diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
+    )

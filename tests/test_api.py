@@ -1,0 +1,133 @@
+"""The HTTP API: the real app over a real database, bearer tokens, and errors mapped to statuses."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gateway.api.app import create_app
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People, add_people, make_workspace
+from .model_stub import ModelStub, tool_call
+
+QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def client(workspace: Workspace) -> Iterator[TestClient]:
+    with TestClient(create_app(workspace.settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def proposal_id(workspace: Workspace, people: People, clone: Clone, client: TestClient) -> int:
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    from gateway.services.proposals import open_proposal
+
+    return open_proposal(workspace, people.alice, "bigger", "more memory").id
+
+
+def test_health_and_openapi(client: TestClient) -> None:
+    assert client.get("/api/v1/health").json() == {"status": "ok", "database": "sqlite", "engine": "sandbox"}
+    spec = client.get("/openapi.json").json()
+    assert "/api/v1/proposals/{proposal_id}/approve" in spec["paths"]
+    assert "bearer" in str(spec["components"]["securitySchemes"]).lower()
+
+
+def test_missing_or_wrong_token_is_401(client: TestClient, people: People) -> None:
+    assert client.get("/api/v1/proposals").status_code == 401
+    response = client.get("/api/v1/proposals", headers=bearer("gw_nope"))
+    assert response.status_code == 401 and response.json()["detail"] == "the token is not valid"
+
+
+def test_the_change_path_over_http(client: TestClient, people: People, proposal_id: int) -> None:
+    t = people.tokens
+    listed = client.get("/api/v1/proposals", headers=bearer(t["alice"])).json()
+    assert [p["id"] for p in listed] == [proposal_id]
+    shown = client.get(f"/api/v1/proposals/{proposal_id}", headers=bearer(t["bob"])).json()
+    assert shown["plans"][0]["counts"] == {"update": 1} and shown["required_approvals"] == 1
+    own = client.post(f"/api/v1/proposals/{proposal_id}/approve", json={}, headers=bearer(t["alice"]))
+    assert own.status_code == 403
+    assert "alice requested this change and cannot approve or reject it" in own.json()["reasons"]
+    auditor = client.post(f"/api/v1/proposals/{proposal_id}/approve", json={}, headers=bearer(t["dana"]))
+    assert auditor.status_code == 403 and "dana does not have the approver role" in auditor.json()["reasons"]
+    ok = client.post(f"/api/v1/proposals/{proposal_id}/approve", json={"comment": "fine", "sha": shown["head_sha"]},
+                     headers=bearer(t["bob"]))
+    assert ok.status_code == 200 and ok.json()["decisions"][0]["current"] is True
+    applied = client.post(f"/api/v1/proposals/{proposal_id}/apply", headers=bearer(t["alice"]))
+    assert applied.status_code == 200 and applied.json()["succeeded"] and applied.json()["merge_sha"]
+    preview = client.get(f"/api/v1/proposals/{proposal_id}/preview?format=markdown", headers=bearer(t["bob"]))
+    assert "instance_type" in preview.text
+    assert "t3.medium" in client.get(f"/api/v1/proposals/{proposal_id}/diff", headers=bearer(t["bob"])).text
+
+
+def test_unknown_proposal_is_404_and_bad_bodies_are_422(client: TestClient, people: People, proposal_id: int) -> None:
+    t = people.tokens
+    assert client.get("/api/v1/proposals/999", headers=bearer(t["bob"])).status_code == 404
+    assert client.post("/api/v1/proposals/999/approve", json={}, headers=bearer(t["bob"])).status_code == 404
+    assert client.post(f"/api/v1/proposals/{proposal_id}/reject", json={}, headers=bearer(t["bob"])).status_code == 422
+    assert client.post(f"/api/v1/proposals/{proposal_id}/approve", json={"sha": "xyz"},
+                       headers=bearer(t["bob"])).status_code == 422
+    assert client.post(f"/api/v1/proposals/{proposal_id}/approve", content=b"{not json",
+                       headers={**bearer(t["bob"]), "Content-Type": "application/json"}).status_code == 422
+    assert client.get("/api/v1/proposals/abc", headers=bearer(t["bob"])).status_code == 422
+    assert client.get("/api/v1/audit/events?since=yesterday", headers=bearer(t["dana"])).status_code == 422
+
+
+def test_audit_over_http(client: TestClient, people: People, proposal_id: int) -> None:
+    t = people.tokens
+    assert client.get("/api/v1/audit/events", headers=bearer(t["bob"])).status_code == 403
+    events = client.get("/api/v1/audit/events", params={"address": "aws_instance.web[0]"}, headers=bearer(t["dana"])).json()
+    assert {e["kind"] for e in events} >= {"proposal.opened", "plan"}
+    assert {e["proposal_id"] for e in events} == {proposal_id, None}  # the change, and the bootstrap that created it
+    assert all(e["proposal_id"] == proposal_id or "aws_instance.web[0]" in str(e["payload"]) for e in events)
+    csv = client.get("/api/v1/audit/export", params={"format": "csv", "proposal": proposal_id}, headers=bearer(t["dana"]))
+    assert csv.headers["content-type"].startswith("text/csv") and "proposal.opened" in csv.text
+    assert client.get("/api/v1/audit/verify", headers=bearer(t["dana"])).json()["intact"] is True
+
+
+def test_a_request_to_the_agent_and_its_progress(client: TestClient, workspace: Workspace, people: People) -> None:
+    with ModelStub([tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                    tool_call("finish", summary="Added the refunds queue.")]) as stub:
+        workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
+        created = client.post("/api/v1/requests", json={"text": "Add a refunds queue"}, headers=bearer(people.tokens["alice"]))
+        assert created.status_code == 202
+        run = created.json()
+        deadline = time.monotonic() + 60
+        while run["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            run = client.get(f"/api/v1/requests/{run['id']}", headers=bearer(people.tokens["alice"])).json()
+    assert run["status"] == "done", run
+    assert any("write_file" in step for step in run["progress"])
+    proposal = client.get(f"/api/v1/proposals/{run['proposal_id']}", headers=bearer(people.tokens["bob"])).json()
+    assert proposal["proposer"] == "gateway-agent" and proposal["requester"] == "alice"
+    other = client.get(f"/api/v1/requests/{run['id']}", headers=bearer(people.tokens["bob"]))
+    assert other.status_code == 404  # someone else's request is not yours to follow
+
+
+def test_no_model_configured_is_503_with_the_settings_named(client: TestClient, people: People) -> None:
+    response = client.post("/api/v1/requests", json={"text": "x"}, headers=bearer(people.tokens["alice"]))
+    assert response.status_code == 503 and "OPENAI_BASE_URL" in response.json()["detail"]
+
+
+def test_the_api_runs_on_postgresql_too(tmp_path: Path, postgres_url: str) -> None:
+    ws = make_workspace(tmp_path / "home", postgres_url)
+    people = add_people(ws)
+    Clone(ws, tmp_path / "clone").branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    with TestClient(create_app(ws.settings)) as client:
+        assert client.get("/api/v1/health").json()["database"] == "postgresql"
+        from gateway.services.proposals import open_proposal
+
+        pid = open_proposal(ws, people.alice, "bigger", "x").id
+        assert client.post(f"/api/v1/proposals/{pid}/approve", json={}, headers=bearer(people.tokens["bob"])).status_code == 200
+        assert client.post(f"/api/v1/proposals/{pid}/apply", headers=bearer(people.tokens["alice"])).json()["succeeded"]
+    ws.close()

@@ -20,10 +20,16 @@ from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal
 from gateway.logs import configure_logging
 from gateway.services import audit as audit_service
-from gateway.services.agent_requests import claim_issues, model_from_settings, submit_request
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.planning import plan_stack
-from gateway.services.proposals import decide, open_proposal, override_finding, proposal_previews, sync_proposal
+from gateway.services.proposals import (
+    claim_issues,
+    decide,
+    open_proposal,
+    override_finding,
+    proposal_previews,
+    sync_proposal,
+)
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal, authenticate
 from gateway.services.workspace import Workspace, create_workspace, open_workspace
@@ -177,6 +183,8 @@ def request(ctx: Context, text: str, conversation: str | None) -> None:
 @pass_ctx
 def chat(ctx: Context) -> None:
     """Talk to the agent; each message after the first refines the same proposal. Empty line or EOF quits."""
+    from gateway.services.agent_requests import model_from_settings
+
     actor = ctx.actor()
     model_from_settings(ctx.ws)  # fail now, not after the first message, when no model is configured
     conversation = None
@@ -191,6 +199,8 @@ def chat(ctx: Context) -> None:
 
 
 def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | None) -> str:
+    from gateway.services.agent_requests import submit_request  # the agent's libraries load only when used
+
     outcome = submit_request(ctx.ws, actor, text, conversation,
                              progress=lambda step: click.echo(f"  … {step}", err=True))
     click.echo(f"conversation {outcome.conversation_id}: {outcome.steps} model call(s), {outcome.tokens} tokens")

@@ -40,6 +40,9 @@ from gateway.domain.proposal import Decision, DecisionRecord, Proposal, Proposal
 from gateway.domain.risk import RiskLevel
 
 
+MAX_ID = 2**31 - 1  # ids are 32-bit in both databases; anything larger cannot exist
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -152,6 +155,8 @@ class StoreSession:
                                     ProposalStatus.APPLYING.value])))
 
     def get_proposal(self, proposal_id: int, lock: bool = False) -> Proposal:
+        if not 0 < proposal_id <= MAX_ID:
+            raise NotFound(f"no proposal {proposal_id}")
         query = select(proposals).where(proposals.c.id == proposal_id)
         row = self.conn.execute(query.with_for_update() if lock else query).mappings().first()
         if row is None:

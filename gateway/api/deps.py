@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway.domain.errors import AuthError
@@ -43,3 +43,5 @@ def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
 
 
 PageActorDep = Annotated[Principal, Depends(page_actor)]
+
+ProposalId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the proposal's number")]

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from gateway.api.deps import PageActorDep, WorkspaceDep
+from gateway.api.deps import PageActorDep, ProposalId, WorkspaceDep
 from gateway.domain.errors import AuthError, InputError, Refused
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
@@ -101,13 +101,13 @@ def request_status(request: Request, run_id: str, ws: WorkspaceDep, actor: PageA
 
 
 @router.get("/proposals/{proposal_id}")
-def proposal_page(request: Request, proposal_id: int, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
     view = view_proposal(ws, actor, proposal_id)
     return render(request, "proposal.html", actor, p=view.proposal, view=view)
 
 
 @router.post("/proposals/{proposal_id}/decide")
-def decide_form(request: Request, proposal_id: int, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField,
+def decide_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField,
                 decision: Annotated[Decision, Form()], sha: Annotated[str, Form()],
                 comment: Annotated[str, Form()] = "") -> Response:
     check_csrf(request, csrf)
@@ -116,7 +116,7 @@ def decide_form(request: Request, proposal_id: int, ws: WorkspaceDep, actor: Pag
 
 
 @router.post("/proposals/{proposal_id}/apply")
-def apply_form(request: Request, proposal_id: int, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField) -> Response:
+def apply_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField) -> Response:
     check_csrf(request, csrf)
     apply_proposal(ws, actor, proposal_id)
     return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)

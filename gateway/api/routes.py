@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
-from gateway.api.deps import ActorDep, WorkspaceDep
+from gateway.api.deps import ActorDep, ProposalId, WorkspaceDep
 from gateway.api.schemas import (
     ApplyPublic,
     DecisionCreate,
@@ -31,6 +32,9 @@ from gateway.services.runner import apply_proposal
 from gateway.services.views import view_proposal
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
+TEXT = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
+CSV_OR_JSONL = {200: {"content": {"text/csv": {"schema": {"type": "string"}},
+                                  "application/x-ndjson": {"schema": {"type": "string"}}}}}
 router = APIRouter(prefix="/api/v1", responses=ERRORS)
 
 
@@ -68,44 +72,44 @@ def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None)
 
 
 @router.get("/proposals/{proposal_id}", response_model=ProposalPublic, tags=["proposals"])
-def read_proposal(proposal_id: int, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+def read_proposal(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
     return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
 
 
-@router.get("/proposals/{proposal_id}/preview", response_class=PlainTextResponse, tags=["proposals"])
-def read_preview(proposal_id: int, ws: WorkspaceDep, actor: ActorDep,
-                 format: Annotated[Literal["text", "markdown", "json"], Query()] = "markdown") -> str:
+@router.get("/proposals/{proposal_id}/preview", response_model=None, responses=TEXT, tags=["proposals"])
+def read_preview(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep,
+                 format: Annotated[Literal["text", "markdown", "json"], Query()] = "markdown") -> PlainTextResponse:
     proposal, _ = sync_proposal(ws, proposal_id)
-    return "\n".join(f"## {stack}\n\n{RENDERERS[format](preview)}"
-                     for stack, preview in proposal_previews(ws, proposal).items())
+    return PlainTextResponse("\n".join(f"## {stack}\n\n{RENDERERS[format](preview)}"
+                                       for stack, preview in proposal_previews(ws, proposal).items()))
 
 
-@router.get("/proposals/{proposal_id}/diff", response_class=PlainTextResponse, tags=["proposals"])
-def read_diff(proposal_id: int, ws: WorkspaceDep, actor: ActorDep) -> str:
+@router.get("/proposals/{proposal_id}/diff", response_model=None, responses=TEXT, tags=["proposals"])
+def read_diff(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> PlainTextResponse:
     proposal, _ = sync_proposal(ws, proposal_id)
-    return ws.repo.diff(proposal.base_sha, proposal.head_sha)
+    return PlainTextResponse(ws.repo.diff(proposal.base_sha, proposal.head_sha))
 
 
 @router.post("/proposals/{proposal_id}/approve", response_model=ProposalPublic, tags=["decisions"])
-def approve(proposal_id: int, body: DecisionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+def approve(proposal_id: ProposalId, body: DecisionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
     decide(ws, actor, proposal_id, Decision.APPROVE, body.comment, body.sha)
     return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
 
 
 @router.post("/proposals/{proposal_id}/reject", response_model=ProposalPublic, tags=["decisions"])
-def reject(proposal_id: int, body: RejectionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+def reject(proposal_id: ProposalId, body: RejectionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
     decide(ws, actor, proposal_id, Decision.REJECT, body.comment)
     return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
 
 
 @router.post("/proposals/{proposal_id}/overrides", response_model=ProposalPublic, tags=["decisions"])
-def override(proposal_id: int, body: OverrideCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+def override(proposal_id: ProposalId, body: OverrideCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
     override_finding(ws, actor, proposal_id, body.finding, body.reason, body.expires_at)
     return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
 
 
 @router.post("/proposals/{proposal_id}/apply", response_model=ApplyPublic, tags=["apply"])
-def apply(proposal_id: int, ws: WorkspaceDep, actor: ActorDep) -> ApplyPublic:
+def apply(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> ApplyPublic:
     report = apply_proposal(ws, actor, proposal_id)
     return ApplyPublic(proposal_id=proposal_id, succeeded=report.succeeded, merge_sha=report.merge_sha,
                        outcomes=[{"stack": o.stack, "succeeded": o.succeeded, "applied": list(o.applied),
@@ -114,13 +118,14 @@ def apply(proposal_id: int, ws: WorkspaceDep, actor: ActorDep) -> ApplyPublic:
 
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])
 def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: int | None = None, person: str | None = None,
-                 stack: str | None = None, since: str | None = None, until: str | None = None,
+                 stack: str | None = None, since: datetime | None = None, until: datetime | None = None,
                  address: str | None = None, action: str | None = None, outcome: str | None = None) -> list[EventPublic]:
-    events = audit_service.list_events(ws, actor, proposal, person, stack, since, until, address, action, outcome)
+    events = audit_service.list_events(ws, actor, proposal, person, stack, since and since.isoformat(),
+                                       until and until.isoformat(), address, action, outcome)
     return [EventPublic(**e.content(), prev_hash=e.prev_hash, hash=e.hash) for e in events]
 
 
-@router.get("/audit/export", response_class=PlainTextResponse, tags=["audit"])
+@router.get("/audit/export", response_model=None, responses=CSV_OR_JSONL, tags=["audit"])
 def audit_export(ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
                  proposal: int | None = None, address: str | None = None) -> PlainTextResponse:
     events = audit_service.list_events(ws, actor, proposal, address=address)

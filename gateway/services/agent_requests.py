@@ -22,14 +22,13 @@ from agents.prompts import load_prompt
 from agents.tools import RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
-from gateway.domain.claims import check_claim
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.policy import PolicyContext, evaluate_plan
 from gateway.domain.preview import build_preview, render_text
 from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
-from gateway.services.proposals import open_proposal, sync_proposal
+from gateway.services.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
 AGENT_NAME = "gateway-agent"
@@ -101,15 +100,6 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
                                 prompt.version, model.model)
     outcome.claim_issues = claim_issues(ws, outcome.proposal)
     return outcome
-
-
-def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
-    """Where the agent's summary disagrees with the engine's plans."""
-    if not proposal.agent_claim:
-        return []
-    with ws.store.session() as session:
-        plans = [load_plan(json.loads(session.plan_document(p.plan_id))) for p in proposal.plans.values()]
-    return check_claim(proposal.agent_claim, plans)
 
 
 def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> tuple[str, str, int | None]:

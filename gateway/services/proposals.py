@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from gateway.adapters.records import StoreSession, now
 from gateway.domain.approvals import decision_refusals, override_refusals, required_approvals
+from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview
@@ -172,6 +173,15 @@ def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
                              risk=Risk(plan.risk, plan.risk_reasons))
         for stack, plan in proposal.plans.items()
     }
+
+
+def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
+    """Where the agent's summary disagrees with the engine's plans."""
+    if not proposal.agent_claim:
+        return []
+    with ws.store.session() as session:
+        plans = [load_plan(json.loads(session.plan_document(p.plan_id))) for p in proposal.plans.values()]
+    return check_claim(proposal.agent_claim, plans)
 
 
 def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:

@@ -11,8 +11,7 @@ from gateway.domain.approvals import apply_refusals, approval_shortfall, decisio
 from gateway.domain.preview import Preview, render_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services.agent_requests import claim_issues
-from gateway.services.proposals import proposal_previews, sync_proposal
+from gateway.services.proposals import claim_issues, proposal_previews, sync_proposal
 from gateway.services.workspace import Workspace
 
 

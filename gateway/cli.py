@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from gateway.config import Settings
 from gateway.adapters.records import now
+from gateway.config import Settings
 from gateway.domain.approvals import approval_shortfall, policy_blocks, required_approvals
 from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.plan import decode_plan_bytes, load_plan

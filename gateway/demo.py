@@ -9,13 +9,13 @@ from pathlib import Path
 import click
 import git
 
-from gateway.adapters.git_repo import committer_env
 from agents.llm import NOT_CONFIGURED
+from gateway.adapters.git_repo import committer_env
 from gateway.config import Settings
 from gateway.domain.approvals import approval_shortfall
 from gateway.domain.errors import Refused
 from gateway.domain.preview import render_text
-from gateway.domain.principals import PrincipalKind, Role
+from gateway.domain.principals import Role
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.agent_requests import submit_request

@@ -103,7 +103,7 @@ def any_workspace(tmp_path: Path, database_url: str) -> Iterator[Workspace]:
 def add_people(ws: Workspace) -> People:
     tokens = {}
 
-    def add(name: str, roles: set[Role], groups: set[str] = set(), kind: PrincipalKind = PrincipalKind.PERSON,
+    def add(name: str, roles: set[Role], groups: frozenset[str] = frozenset(), kind: PrincipalKind = PrincipalKind.PERSON,
             actor: Principal | None = None) -> Principal:
         principal, token = add_principal(ws, actor, name, frozenset(roles), frozenset(groups), kind)
         tokens[name] = token

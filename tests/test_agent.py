@@ -18,7 +18,7 @@ from gateway.services.proposals import decide, get_proposal, proposal_previews
 from gateway.services.workspace import Workspace, open_workspace, stack_secrets
 
 from .conftest import Clone, People, run_cli
-from .model_stub import ModelStub, say, tool_call
+from .model_stub import ModelStub, tool_call
 
 QUEUE = '''resource "aws_sqs_queue" "refunds" {
   name = "refunds-${local.env}"

@@ -12,7 +12,6 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from gateway.api.app import create_app
-
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, make_workspace
@@ -41,13 +40,16 @@ def _fuzz(ws: Workspace, people: People) -> None:
     exercised = []
     for operation in operations:
         who = "dana" if operation.path.startswith("/api/v1/audit") else "bob"
-
-        @given(case=operation.as_strategy())
-        @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck),
-                  database=None)
-        def check(case: schemathesis.Case) -> None:
-            case.call_and_validate(headers={"Authorization": f"Bearer {people.tokens[who]}"})
-
-        check()
+        _check_operation(operation, people.tokens[who])
         exercised.append(f"{operation.method.upper()} {operation.path}")
     assert "POST /api/v1/proposals/{proposal_id}/approve" in exercised
+
+
+def _check_operation(operation: schemathesis.APIOperation, token: str) -> None:
+    @given(case=operation.as_strategy())
+    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck),
+              database=None)
+    def check(case: schemathesis.Case) -> None:
+        case.call_and_validate(headers={"Authorization": f"Bearer {token}"})
+
+    check()

@@ -44,7 +44,7 @@ def test_every_real_plan_loads_with_typed_changes(path: Path) -> None:
     document = load_fixture(path)
     plan = load_plan(document)
     assert len(plan.resource_changes) == len(document.get("resource_changes") or [])
-    for rc, raw in zip(plan.resource_changes, document["resource_changes"]):
+    for rc, raw in zip(plan.resource_changes, document["resource_changes"], strict=True):
         assert rc.address == raw["address"]
         assert list(rc.change.actions) == raw["change"]["actions"]
         assert rc.kind in ChangeKind

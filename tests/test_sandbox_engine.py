@@ -10,7 +10,7 @@ import pytest
 
 from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan
-from gateway.domain.preview import build_preview, render_text
+from gateway.domain.preview import render_text
 from gateway.services.planning import StackPlanResult, plan_stack
 from gateway.services.ports import ApplyOutcome
 from gateway.services.workspace import Workspace, stack_secrets

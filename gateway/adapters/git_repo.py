@@ -17,7 +17,6 @@ from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchP
 from gateway.domain.errors import BackendError, Conflict, NotFound
 
 
-
 class GitDeclarationRepo:
     def __init__(self, path: Path):
         try:

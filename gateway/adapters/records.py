@@ -39,7 +39,6 @@ from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalStatus, StackPlan
 from gateway.domain.risk import RiskLevel
 
-
 MAX_ID = 2**31 - 1  # ids are 32-bit in both databases; anything larger cannot exist
 
 

@@ -7,7 +7,6 @@ gateway, reaches the repo. A follow-up in the same conversation adds a commit to
 
 from __future__ import annotations
 
-import json
 import tempfile
 import uuid
 from collections.abc import Callable

@@ -9,8 +9,8 @@ from typing import Any
 
 from gateway.adapters.checkov import run_checkov
 from gateway.domain.errors import NotFound
-from gateway.domain.policy import Finding, PolicyContext, evaluate_plan
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
+from gateway.domain.policy import Finding, PolicyContext, evaluate_plan
 from gateway.domain.preview import Preview, build_preview
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
 from gateway.services.ports import EnginePlan

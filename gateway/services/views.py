@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.records import now
-from gateway.domain.approvals import apply_refusals, approval_shortfall, decision_refusals, policy_blocks, required_approvals
+from gateway.domain.approvals import (
+    apply_refusals,
+    approval_shortfall,
+    decision_refusals,
+    policy_blocks,
+    required_approvals,
+)
 from gateway.domain.preview import Preview, render_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal

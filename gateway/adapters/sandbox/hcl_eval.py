@@ -400,7 +400,7 @@ def _to_string(value: Any) -> str:
 
 def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator) -> Any:
     """Call func on unmarked args; unknown in gives unknown out, sensitive in gives sensitive out."""
-    plain, marks = zip(*(unmark(a) for a in args)) if args else ((), ())
+    plain, marks = zip(*(unmark(a) for a in args), strict=True) if args else ((), ())
     if any(contains_unknown(a) for a in plain):
         return UNKNOWN
     try:
@@ -510,7 +510,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "max": lambda *xs: max(_num(x) for x in xs),
     "abs": lambda x: abs(_num(x)),
     "range": lambda *a: list(range(*(int(x) for x in a))),
-    "zipmap": lambda ks, vs: dict(zip(ks, vs)),
+    "zipmap": lambda ks, vs: dict(zip(ks, vs, strict=True)),
     "jsonencode": lambda v: json.dumps(v, separators=(",", ":")),
     "jsondecode": json.loads,
     "sensitive": Sensitive,

@@ -17,7 +17,7 @@ from gateway.services.agent_requests import AGENT_NAME, submit_request
 from gateway.services.proposals import decide, get_proposal, proposal_previews
 from gateway.services.workspace import Workspace, open_workspace, stack_secrets
 
-from .conftest import Clone, People, run_cli
+from .conftest import Clone, People, add_people, run_cli
 from .model_stub import ModelStub, tool_call
 
 QUEUE = '''resource "aws_sqs_queue" "refunds" {
@@ -229,7 +229,9 @@ def test_no_sensitive_value_is_ever_sent_to_the_model(workspace: Workspace, peop
     assert not any(password in b for b in bodies)
 
 
-def test_a_follow_up_adds_a_commit_and_makes_approvals_stale(workspace: Workspace, people: People, stub: ModelStub) -> None:
+def test_a_follow_up_adds_a_commit_and_makes_approvals_stale(any_workspace: Workspace, stub: ModelStub) -> None:
+    """On SQLite and PostgreSQL: the conversation is checkpointed in the gateway's own database."""
+    workspace, people = any_workspace, add_people(any_workspace)
     stub.turns = queue_script()
     first = submit_request(workspace, people.alice, "Add a queue for refund events", model=model(stub))
     assert first.proposal is not None

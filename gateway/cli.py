@@ -31,6 +31,7 @@ from gateway.services.proposals import (
     sync_proposal,
 )
 from gateway.services.runner import apply_proposal
+from gateway.services.runner import approve as approve_proposal
 from gateway.services.users import add_principal, authenticate
 from gateway.services.workspace import Workspace, create_workspace, open_workspace
 
@@ -210,7 +211,8 @@ def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | 
         click.echo(f"agent: {outcome.summary or 'no change made'}")
     else:
         p = outcome.proposal
-        click.echo(f"proposal {p.id} opened by {p.proposer.name} for {p.requester.name} on {p.branch}")
+        verb = "updated (new commit, re-planned)" if conversation else "opened"
+        click.echo(f"proposal {p.id} {verb} by {p.proposer.name} for {p.requester.name} on {p.branch}")
         click.echo(f"agent's claim: {outcome.summary}")
         for issue in outcome.claim_issues:
             click.echo(f"  ! claim does not match the plan: {issue}")
@@ -253,8 +255,10 @@ def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
 @pass_ctx
 def approve(ctx: Context, proposal_id: int, comment: str, seen_sha: str | None) -> None:
     """Approve the proposal's current commit and plans."""
-    proposal = decide(ctx.ws, ctx.actor(), proposal_id, Decision.APPROVE, comment, seen_sha)
+    proposal, report = approve_proposal(ctx.ws, ctx.actor(), proposal_id, comment, seen_sha)
     click.echo(f"approved proposal {proposal.id} at {proposal.head_sha[:12]}")
+    if report is not None:
+        click.echo(f"auto-applied (gateway.yaml approvals.auto_apply): {'merged as ' + report.merge_sha[:12] if report.merge_sha else 'FAILED'}")
     _echo_approval_state(ctx.ws, proposal)
 
 

@@ -172,7 +172,7 @@ def clone(workspace: Workspace, tmp_path: Path) -> Clone:
 
 
 def run_cli(args: list[str], home: Path, token: str | None = None, database_url: str | None = None,
-            timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+            timeout: float = 120, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the real `gateway` command in a subprocess."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     environment.update({"GATEWAY_HOME": str(home), **env})
@@ -181,7 +181,7 @@ def run_cli(args: list[str], home: Path, token: str | None = None, database_url:
     if database_url:
         environment["GATEWAY_DATABASE_URL"] = database_url
     return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True, text=True,
-                          env=environment, timeout=timeout)
+                          env=environment, timeout=timeout, input=stdin)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -303,3 +303,20 @@ def test_demo_starts_from_a_chat_request_when_a_model_is_configured(stub: ModelS
     assert "proposed by gateway-agent" in result.stdout
     assert "bob approved" in result.stdout and "STALE" in result.stdout
     assert "audit trail intact" in result.stdout
+
+
+def test_chat_refines_one_proposal_across_messages(workspace: Workspace, people: People, stub: ModelStub) -> None:
+    stub.turns = queue_script() + [
+        tool_call("patch_file", path="stacks/app-staging/queue.tf", old="tags = local.tags",
+                  new="tags = local.tags\n  delay_seconds = 5"),
+        tool_call("finish", summary="Delayed delivery by five seconds."),
+    ]
+    result = run_cli(["chat"], workspace.settings.home, token=people.tokens["alice"],
+                     stdin="Add a queue for refund events\ndelay messages by 5 seconds\n\n",
+                     OPENAI_BASE_URL=stub.base_url, OPENAI_API_KEY="k", GATEWAY_MODEL="stub-model")
+    assert result.returncode == 0, result.stderr
+    assert "proposal 1 opened by gateway-agent for alice" in result.stdout
+    assert "proposal 1 updated (new commit, re-planned) by gateway-agent for alice" in result.stdout
+    assert "… patch_file" in result.stderr  # progress while the model works
+    proposal = get_proposal(workspace, 1)
+    assert workspace.repo.read_file(proposal.head_sha, "stacks/app-staging/queue.tf").count("delay_seconds = 5") == 1

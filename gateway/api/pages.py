@@ -19,6 +19,7 @@ from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
 from gateway.services.proposals import decide
 from gateway.services.runner import apply_proposal
+from gateway.services.runner import approve as approve_proposal
 from gateway.services.users import authenticate
 from gateway.services.views import view_proposal
 
@@ -111,7 +112,10 @@ def decide_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, act
                 decision: Annotated[Decision, Form()], sha: Annotated[str, Form()],
                 comment: Annotated[str, Form()] = "") -> Response:
     check_csrf(request, csrf)
-    decide(ws, actor, proposal_id, decision, comment, seen_sha=sha, auth="web-session")
+    if decision == Decision.APPROVE:
+        approve_proposal(ws, actor, proposal_id, comment, seen_sha=sha, auth="web-session")
+    else:
+        decide(ws, actor, proposal_id, decision, comment, seen_sha=sha, auth="web-session")
     return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
 
 

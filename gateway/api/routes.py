@@ -29,6 +29,7 @@ from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
 from gateway.services.proposals import decide, override_finding, proposal_previews, sync_proposal
 from gateway.services.runner import apply_proposal
+from gateway.services.runner import approve as approve_proposal
 from gateway.services.views import view_proposal
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
@@ -92,7 +93,7 @@ def read_diff(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> Pla
 
 @router.post("/proposals/{proposal_id}/approve", response_model=ProposalPublic, tags=["decisions"])
 def approve(proposal_id: ProposalId, body: DecisionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
-    decide(ws, actor, proposal_id, Decision.APPROVE, body.comment, body.sha)
+    approve_proposal(ws, actor, proposal_id, body.comment, body.sha)
     return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
 
 

@@ -25,8 +25,8 @@ from gateway.domain.approvals import apply_refusals
 from gateway.domain.errors import LockTimeout, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal
-from gateway.domain.proposal import Proposal, ProposalStatus
-from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
+from gateway.domain.proposal import Decision, Proposal, ProposalStatus
+from gateway.services.proposals import decide, get_proposal, replan_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -182,3 +182,14 @@ def _record_interrupted(ws: Workspace, stack: str, broken: dict) -> None:
         session.append_event("gateway", "apply.interrupted", {
             "stack": stack, "runner": broken["holder"], "apply_id": apply_id,
             "lock_acquired_at": str(broken["acquired_at"])}, record["proposal_id"] if record else None, [stack])
+
+
+def approve(ws: Workspace, actor: Principal, proposal_id: int, comment: str, seen_sha: str | None = None,
+            auth: str = "api-token") -> tuple[Proposal, ApplyReport | None]:
+    """Record an approval; when gateway.yaml sets `auto_apply` and it was the last one needed, apply now."""
+    proposal = decide(ws, actor, proposal_id, Decision.APPROVE, comment, seen_sha, auth)
+    settings = ws.repo_settings()
+    if not settings.auto_apply or apply_refusals(actor, proposal, settings, now()):
+        return proposal, None
+    report = apply_proposal(ws, actor, proposal_id, runner=f"auto-apply:{runner_name()}")
+    return get_proposal(ws, proposal_id), report

@@ -149,3 +149,16 @@ def test_signing_out_and_a_wrong_token(browser: object, server: tuple[str, Model
     page.goto(f"{base}/audit")
     assert page.url.endswith("/login")
     context.close()
+
+
+def test_an_agent_token_opens_no_session(browser: object, server: tuple[str, ModelStub], people: People) -> None:
+    base, _ = server
+    context = browser.new_context()  # type: ignore[attr-defined]
+    page = context.new_page()
+    page.goto(f"{base}/login")
+    page.fill("input[name=token]", people.tokens["infra-agent"])
+    page.click("button[type=submit]")
+    assert "agents cannot sign in" in page.content()
+    page.goto(f"{base}/")
+    assert page.url.endswith("/login")
+    context.close()

@@ -20,7 +20,7 @@ from gateway.services.agent_runs import get_agent_run, start_agent_run
 from gateway.services.proposals import decide
 from gateway.services.runner import apply_proposal
 from gateway.services.runner import approve as approve_proposal
-from gateway.services.users import authenticate
+from gateway.services.users import authenticate_person
 from gateway.services.views import view_proposal
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -55,11 +55,9 @@ def login_page(request: Request) -> HTMLResponse:
 def login(request: Request, ws: WorkspaceDep, token: Annotated[str, Form()], csrf: CsrfField) -> Response:
     check_csrf(request, csrf)
     try:
-        principal = authenticate(ws, token)
-    except AuthError as exc:
-        return render(request, "login.html", None, status_code=401, error=str(exc))
-    if principal.is_agent:
-        return render(request, "login.html", None, status_code=403, error="agents cannot sign in to the review pages")
+        principal = authenticate_person(ws, token)
+    except (AuthError, Refused) as exc:
+        return render(request, "login.html", None, status_code=401 if isinstance(exc, AuthError) else 403, error=str(exc))
     request.session.clear()
     request.session["principal"] = principal.id
     return RedirectResponse("/", status_code=303)

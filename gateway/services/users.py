@@ -36,3 +36,11 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
     if principal is None:
         raise AuthError("the token is not valid")
     return principal
+
+
+def authenticate_person(ws: Workspace, token: str | None) -> Principal:
+    """Sign-in to the review pages: people only; an agent's token opens no session."""
+    principal = authenticate(ws, token)
+    if principal.is_agent:
+        raise Refused([f"{principal.name} is an agent; agents cannot sign in to the review pages"])
+    return principal

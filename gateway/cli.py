@@ -53,6 +53,13 @@ class Context:
         token = self.settings.token.get_secret_value() if self.settings.token else None
         return authenticate(self.ws, token)
 
+    def admin(self) -> Principal:
+        """The simulator's out-of-band controls are for admins (they stand for people outside the gateway)."""
+        actor = self.actor()
+        if not actor.has_role(Role.ADMIN):
+            raise Refused([f"{actor.name} is not an admin; only admins act on the simulated cloud directly"])
+        return actor
+
 
 pass_ctx = click.make_pass_decorator(Context, ensure=True)
 
@@ -151,6 +158,7 @@ def preview(plan_file: Path, fmt: str) -> None:
 @pass_ctx
 def plan(ctx: Context, stack: str, ref: str | None, fmt: str) -> None:
     """Plan one stack of the declaration repo with its engine and print the preview."""
+    ctx.actor()
     result = plan_stack(ctx.ws, stack, ref or ctx.ws.main_branch())
     if fmt == "text":
         click.echo(f"stack {stack} at {result.sha[:12]}, plan {result.digest[:19]}…, state serial {result.engine_plan.state_serial}")
@@ -425,6 +433,7 @@ def sandbox() -> None:
 @pass_ctx
 def sandbox_edit(ctx: Context, stack: str, address: str, assignments: tuple[str, ...]) -> None:
     """Change a live object as a console user would: ATTR=JSON_OR_TEXT ..."""
+    ctx.admin()
     changes = {}
     for item in assignments:
         name, sep, raw = item.partition("=")
@@ -445,6 +454,7 @@ def sandbox_edit(ctx: Context, stack: str, address: str, assignments: tuple[str,
 @pass_ctx
 def sandbox_fail(ctx: Context, stack: str, address: str, message: str) -> None:
     """Make the next apply of ADDRESS fail, leaving that apply half done."""
+    ctx.admin()
     ctx.ws.sandbox.inject_fault(stack, address, message)
     click.echo(f"the next apply of {address} in stack {stack} will fail: {message}")
 

@@ -272,7 +272,7 @@ def test_without_a_model_the_request_fails_in_one_line_and_the_rest_works(worksp
     assert result.returncode == 1
     assert result.stderr.strip() == ("error: no model is configured: set OPENAI_BASE_URL, OPENAI_API_KEY and "
                                      "GATEWAY_MODEL to an OpenAI-compatible endpoint")
-    assert run_cli(["plan", "--stack", "network"], workspace.settings.home).returncode == 0
+    assert run_cli(["plan", "--stack", "network"], workspace.settings.home, token=people.tokens["alice"]).returncode == 0
 
 
 def test_request_through_the_command_with_progress(workspace: Workspace, people: People, stub: ModelStub) -> None:

@@ -48,19 +48,21 @@ def test_init_then_plan_a_stack(tmp_path: Path) -> None:
     init = run_cli(["init"], home)
     assert init.returncode == 0, init.stderr
     assert "simulated cloud" in init.stdout
-    plan = run_cli(["plan", "--stack", "network"], home)
+    token = run_cli(["users", "add", "root", "--role", "admin"], home).stdout.strip()
+    plan = run_cli(["plan", "--stack", "network"], home, token=token)
     assert plan.returncode == 0, plan.stderr
     assert "No changes" in plan.stdout
+    assert run_cli(["plan", "--stack", "network"], home).returncode == 1  # no token, no plan
     again = run_cli(["init"], home)
     assert again.returncode == 1 and "already exists" in again.stderr
 
 
-def test_plan_of_an_unknown_stack_or_ref(workspace: Workspace) -> None:
-    home = workspace.settings.home
-    result = run_cli(["plan", "--stack", "nope"], home)
+def test_plan_of_an_unknown_stack_or_ref(workspace: Workspace, people: People) -> None:
+    home, token = workspace.settings.home, people.tokens["bob"]
+    result = run_cli(["plan", "--stack", "nope"], home, token=token)
     assert result.returncode == 1
     assert result.stderr.strip() == "error: unknown stack 'nope' (stacks: app-prod, app-staging, data, network, platform)"
-    result = run_cli(["plan", "--stack", "network", "--ref", "no-such-branch"], home)
+    result = run_cli(["plan", "--stack", "network", "--ref", "no-such-branch"], home, token=token)
     assert result.stderr.strip() == "error: unknown git ref 'no-such-branch' in the declaration repo"
 
 
@@ -151,3 +153,15 @@ def test_demo_runs_the_whole_path() -> None:
     assert "STALE" in result.stdout
     assert "merged into main" in result.stdout
     assert "audit trail intact" in result.stdout
+
+
+def test_simulator_controls_are_for_admins(workspace: Workspace, people: People) -> None:
+    home = workspace.settings.home
+    refused = run_cli(["sandbox", "edit", "--stack", "network", "aws_vpc.main", "enable_dns_hostnames=false"], home,
+                      token=people.tokens["alice"])
+    assert refused.returncode == 1 and "alice is not an admin" in refused.stderr
+    edited = run_cli(["sandbox", "edit", "--stack", "network", "aws_vpc.main", "enable_dns_hostnames=false"], home,
+                     token=people.tokens["admin"])
+    assert edited.returncode == 0, edited.stderr
+    plan = run_cli(["plan", "--stack", "network"], home, token=people.tokens["bob"])
+    assert "aws_vpc.main: changed outside the gateway; this apply would revert it" in plan.stdout

@@ -319,6 +319,8 @@ class StoreSession:
     def events(self, proposal_id: int | None = None, actor: str | None = None, stack: str | None = None,
                since: str | None = None, kind: str | None = None) -> list[AuditEvent]:
         query = select(audit_events).order_by(audit_events.c.seq)
+        if proposal_id is not None and not 0 < proposal_id <= MAX_ID:
+            return []
         if proposal_id is not None:
             query = query.where(audit_events.c.proposal_id == proposal_id)
         if actor:

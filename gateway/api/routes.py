@@ -37,6 +37,7 @@ TEXT = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
 CSV_OR_JSONL = {200: {"content": {"text/csv": {"schema": {"type": "string"}},
                                   "application/x-ndjson": {"schema": {"type": "string"}}}}}
 router = APIRouter(prefix="/api/v1", responses=ERRORS)
+ProposalQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1, description="only this proposal's events")]
 
 
 @router.get("/health", response_model=Health, tags=["service"])
@@ -118,7 +119,7 @@ def apply(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> ApplyPu
 
 
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])
-def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: int | None = None, person: str | None = None,
+def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: ProposalQuery = None, person: str | None = None,
                  stack: str | None = None, since: datetime | None = None, until: datetime | None = None,
                  address: str | None = None, action: str | None = None, outcome: str | None = None) -> list[EventPublic]:
     events = audit_service.list_events(ws, actor, proposal, person, stack, since and since.isoformat(),
@@ -128,7 +129,7 @@ def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: int | None = None,
 
 @router.get("/audit/export", response_model=None, responses=CSV_OR_JSONL, tags=["audit"])
 def audit_export(ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
-                 proposal: int | None = None, address: str | None = None) -> PlainTextResponse:
+                 proposal: ProposalQuery = None, address: str | None = None) -> PlainTextResponse:
     events = audit_service.list_events(ws, actor, proposal, address=address)
     media = "text/csv" if format == "csv" else "application/x-ndjson"
     return PlainTextResponse(audit_service.export_events(events, format), media_type=media,

@@ -430,7 +430,7 @@ class _Planner(_Evaluation):
         if prior is None:
             after = {**schema.defaults, **desired}
             after.update({k: UNKNOWN for k in ("id", *schema.computed) if k not in desired})
-            self._record(base, ["create"], None, after, [], None)
+            self._record(base, ["create"], None, after, None)
             return after
         before = _mark_sensitive(prior.attributes, set(prior.sensitive_attributes) | schema.sensitive)
         proposed = proposed_attributes(resource, prior.attributes, desired)
@@ -438,11 +438,11 @@ class _Planner(_Evaluation):
                          if unmark(proposed.get(k))[0] != prior.attributes.get(k)
                          or contains_unknown(proposed.get(k)))
         if not changed:
-            self._record(base, ["no-op"], before, before, prior.sensitive_attributes, importing)
+            self._record(base, ["no-op"], before, before, importing)
             return before
         forced = [k for k in changed if k in schema.force_new]
         if not forced:
-            self._record(base, ["update"], before, proposed, prior.sensitive_attributes, importing)
+            self._record(base, ["update"], before, proposed, importing)
             return proposed
         if resource.lifecycle.prevent_destroy:
             self.refusals.append(
@@ -452,7 +452,7 @@ class _Planner(_Evaluation):
         after = dict(proposed)
         after.update({k: UNKNOWN for k in ("id", *schema.computed) if k not in desired})
         actions = ["create", "delete"] if resource.lifecycle.create_before_destroy else ["delete", "create"]
-        self._record(base, actions, before, after, prior.sensitive_attributes, importing,
+        self._record(base, actions, before, after, importing,
                      replace_paths=[[k] for k in forced], reason="replace_because_cannot_update")
         return after
 
@@ -480,9 +480,9 @@ class _Planner(_Evaluation):
         before = _mark_sensitive(prior.attributes, set(prior.sensitive_attributes) | schema.sensitive)
         base = {"address": address, "type": prior.type, "name": prior.name, "index": prior.index,
                 "previous_address": previous_address}
-        self._record(base, ["delete"], before, None, prior.sensitive_attributes, None, reason=reason)
+        self._record(base, ["delete"], before, None, None, reason=reason)
 
-    def _record(self, base: dict, actions: list[str], before: Any, after: Any, _sensitive: list[str],
+    def _record(self, base: dict, actions: list[str], before: Any, after: Any,
                 importing: dict | None, replace_paths: list | None = None, reason: str | None = None) -> None:
         before_plain, before_sens, _ = split_marks(before) if before is not None else (None, False, False)
         after_plain, after_sens, after_unknown = split_marks(after) if after is not None else (None, False, False)

@@ -49,12 +49,9 @@ def _const(value: Any) -> Computer:
     return lambda attrs, rid: value
 
 
-def _ip(seed_attr: str) -> Computer:
-    def compute(attrs: Mapping[str, Any], rid: str) -> str:
-        digest = hashlib.sha256(rid.encode()).digest()
-        return f"10.0.{digest[0]}.{max(digest[1], 4)}"
-
-    return compute
+def _private_ip(attrs: Mapping[str, Any], rid: str) -> str:
+    digest = hashlib.sha256(rid.encode()).digest()
+    return f"10.0.{digest[0]}.{max(digest[1], 4)}"
 
 
 SCHEMAS: dict[str, ResourceSchema] = {
@@ -129,7 +126,7 @@ SCHEMAS: dict[str, ResourceSchema] = {
         force_new=frozenset({"ami", "subnet_id", "availability_zone", "key_name", "private_ip"}),
         computed={
             "arn": _arn("ec2", "instance/{id}"),
-            "private_ip": _ip("private"),
+            "private_ip": _private_ip,
             "public_ip": _const(None),
             "primary_network_interface_id": lambda a, rid: rid.replace("i-", "eni-"),
         },

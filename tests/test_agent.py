@@ -320,3 +320,16 @@ def test_chat_refines_one_proposal_across_messages(workspace: Workspace, people:
     assert "… patch_file" in result.stderr  # progress while the model works
     proposal = get_proposal(workspace, 1)
     assert workspace.repo.read_file(proposal.head_sha, "stacks/app-staging/queue.tf").count("delay_seconds = 5") == 1
+
+
+def test_a_symlinked_tf_file_is_not_read_into_a_preview(workspace: Workspace, people: People, clone: Clone,
+                                                        stub: ModelStub) -> None:
+    secrets_file = (workspace.settings.secrets_path / "data.tfvars.json").resolve()
+    os.symlink(secrets_file, clone.path / "stacks/app-staging/leak.tf")
+    clone.branch("main").push("a symlinked .tf file")
+    stub.turns = [tool_call("run_preview", stack="app-staging"), tool_call("finish", summary="looked")]
+    submit_request(workspace, people.alice, "Preview staging", model=model(stub))
+    [result] = [m["content"] for m in stub.requests[-1]["messages"] if m["role"] == "tool"][:1]
+    assert "app-staging/leak.tf: symlinks are not read" in result
+    password = stack_secrets(workspace.settings, "data")["db_password"]
+    assert not any(password in json.dumps(body) for body in stub.requests)

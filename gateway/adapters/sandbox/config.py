@@ -87,6 +87,8 @@ def load_stack(directory: Path) -> StackConfig:
         raise ConfigError(f"{directory.name}: no .tf files in the stack directory")
     config = StackConfig()
     for path in files:
+        if path.is_symlink():  # a link could point anywhere, e.g. at secrets; its text must not reach an error
+            raise ConfigError(f"{directory.name}/{path.name}: symlinks are not read; commit the file itself")
         _add_file(config, f"{directory.name}/{path.name}", path.read_text(encoding="utf-8"))
     return config
 

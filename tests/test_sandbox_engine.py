@@ -293,3 +293,14 @@ def test_bad_declarations_get_precise_errors(workspace: Workspace, clone: Clone,
     clone.branch("broken").write("stacks/app-staging/broken.tf", content).push()
     with pytest.raises(ConfigError, match=message):
         plan_branch(workspace, "app-staging", "broken")
+
+
+@pytest.mark.parametrize("expression", ["tonumber(var.db_password)", '{ a = 1 }[var.db_password]',
+                                        "cidrsubnet(var.db_password, 8, 1)"])
+def test_errors_never_quote_a_sensitive_value(workspace: Workspace, clone: Clone, expression: str) -> None:
+    password = stack_secrets(workspace.settings, "data")["db_password"]
+    clone.branch("oops").write("stacks/data/oops.tf", f'resource "aws_sqs_queue" "q" {{\n  name = {expression}\n}}\n').push()
+    with pytest.raises(ConfigError) as error:
+        plan_branch(workspace, "data", "oops")
+    assert password not in str(error.value)
+    assert "sensitive" in str(error.value)

@@ -261,7 +261,8 @@ class Evaluator:
             if isinstance(base, dict):
                 return base[str(key)]
         except (IndexError, KeyError, ValueError):
-            raise self.fail(f"index {json.dumps(key)} is out of range") from None
+            shown = "(sensitive)" if key_sensitive or isinstance(base, Sensitive) else json.dumps(key)
+            raise self.fail(f"index {shown} is out of range") from None
         raise self.fail(f"cannot index {_type_name(base)}")
 
     def _attr_splat_expr_term(self, node: Tree) -> Any:
@@ -408,7 +409,9 @@ def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator) -> A
     except ConfigError:
         raise
     except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:
-        raise ev.fail(str(exc) or type(exc).__name__) from None
+        # the library's message may quote its arguments; never quote a sensitive one
+        raise ev.fail("an operation on a sensitive value failed" if any(marks)
+                      else str(exc) or type(exc).__name__) from None
     return Sensitive(result) if any(marks) else result
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -15,15 +16,15 @@ from gateway.config import Settings
 from gateway.domain.approvals import approval_shortfall
 from gateway.domain.errors import Refused
 from gateway.domain.preview import render_text
-from gateway.domain.principals import Role
-from gateway.domain.proposal import Decision
+from gateway.domain.principals import Principal, Role
+from gateway.domain.proposal import Decision, Proposal
 from gateway.services import audit as audit_service
 from gateway.services.agent_requests import submit_request
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import decide, open_proposal, proposal_previews, sync_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import create_workspace
+from gateway.services.workspace import Workspace, create_workspace
 
 BUCKET_TF = '''
 resource "aws_s3_bucket" "reports" {
@@ -78,73 +79,119 @@ def run_demo(keep: bool = False) -> None:
             shutil.rmtree(home, ignore_errors=True)
 
 
+@dataclass
+class People:
+    alice: Principal
+    bob: Principal
+    carol: Principal
+    dana: Principal
+
+
 def _run(home: Path) -> None:
     settings = Settings(home=home / ".gateway", database_url=None, token=None)
     step("1. gateway init: a workspace with the sample declaration repo (sandbox engine, SQLite)")
     ws = create_workspace(settings)
     created = bootstrap_simulator(ws)
     click.echo(f"stacks: {', '.join(sorted(ws.repo_settings().stacks))}; {created} resources live in the simulated cloud")
-
-    step("2. people: a requester, two approvers, an auditor (tokens stored hashed)")
-    admin, _ = add_principal(ws, None, "admin", frozenset({Role.ADMIN}))
-    alice, _ = add_principal(ws, admin, "alice", frozenset({Role.REQUESTER}), frozenset({"app"}))
-    bob, _ = add_principal(ws, admin, "bob", frozenset({Role.APPROVER}), frozenset({"platform"}))
-    carol, _ = add_principal(ws, admin, "carol", frozenset({Role.APPROVER}), frozenset({"app"}))
-    dana, _ = add_principal(ws, admin, "dana", frozenset({Role.AUDITOR}))
-    for p in (alice, bob, carol, dana):
-        click.echo(f"{p.name:6} {','.join(sorted(p.roles)):10} groups: {','.join(sorted(p.groups)) or '-'}")
-
-    by_agent = bool(settings.openai_base_url and settings.model)
-    if by_agent:
-        step("3-4. gateway request: alice asks the agent in plain words; it edits a branch and proposes")
-        outcome = submit_request(ws, alice, AGENT_REQUEST, progress=lambda s: click.echo(f"  … {s}"))
-        if outcome.proposal is None:
-            raise SystemExit(f"the agent did not produce a proposal: {outcome.stopped or outcome.summary}")
-        proposal = outcome.proposal
-        click.echo(f"proposal {proposal.id}: requested by alice, proposed by {proposal.proposer.name}")
-        click.echo(f"the agent claims: {outcome.summary}")
-        for issue in outcome.claim_issues:
-            click.echo(f"  ! the plan disagrees: {issue}")
-    else:
-        click.echo(f"\n(no model configured: {NOT_CONFIGURED}; the demo uses a hand-made change)")
-        step("3. alice changes app-staging on a branch: an encrypted, versioned S3 bucket, and a new AMI")
-        clone = _hand_made_branch(settings, home)
-        click.echo("pushed branch reports-bucket")
-        step("4. gateway propose --branch reports-bucket: the engine plans; this is the preview")
-        proposal = open_proposal(ws, alice, "reports-bucket", "Reports need their own bucket; AMI refresh")
+    people = _add_people(ws)
+    change: AgentChange | HandChange = (AgentChange(ws, people.alice) if settings.openai_base_url and settings.model
+                                        else HandChange(ws, people.alice, home))
+    proposal = change.propose()
     for stack, preview in proposal_previews(ws, proposal).items():
         click.echo(f"[{stack}]")
         click.echo(render_text(preview), nl=False)
+    proposal = _review(ws, people, proposal, change)
+    _apply_and_audit(ws, people, proposal)
 
+
+def _add_people(ws: Workspace) -> People:
+    step("2. people: a requester, two approvers, an auditor (tokens stored hashed)")
+    admin, _ = add_principal(ws, None, "admin", frozenset({Role.ADMIN}))
+    people = People(
+        alice=add_principal(ws, admin, "alice", frozenset({Role.REQUESTER}), frozenset({"app"}))[0],
+        bob=add_principal(ws, admin, "bob", frozenset({Role.APPROVER}), frozenset({"platform"}))[0],
+        carol=add_principal(ws, admin, "carol", frozenset({Role.APPROVER}), frozenset({"app"}))[0],
+        dana=add_principal(ws, admin, "dana", frozenset({Role.AUDITOR}))[0],
+    )
+    for p in (people.alice, people.bob, people.carol, people.dana):
+        click.echo(f"{p.name:6} {','.join(sorted(p.roles)):10} groups: {','.join(sorted(p.groups)) or '-'}")
+    return people
+
+
+class AgentChange:
+    """The change asked of the agent in plain words (when a model is configured)."""
+
+    def __init__(self, ws: Workspace, requester: Principal):
+        self.ws, self.requester, self.conversation = ws, requester, None
+
+    def propose(self) -> Proposal:
+        step("3-4. gateway request: alice asks the agent in plain words; it edits a branch and proposes")
+        outcome = submit_request(self.ws, self.requester, AGENT_REQUEST, progress=_progress)
+        if outcome.proposal is None:
+            raise SystemExit(f"the agent did not produce a proposal: {outcome.stopped or outcome.summary}")
+        self.conversation = outcome.conversation_id
+        click.echo(f"proposal {outcome.proposal.id}: requested by alice, proposed by {outcome.proposal.proposer.name}")
+        click.echo(f"the agent claims: {outcome.summary}")
+        for issue in outcome.claim_issues:
+            click.echo(f"  ! the plan disagrees: {issue}")
+        return outcome.proposal
+
+    def follow_up(self) -> None:
+        submit_request(self.ws, self.requester, AGENT_FOLLOW_UP, self.conversation, progress=_progress)
+
+
+class HandChange:
+    """The same change made by hand on a branch (no model configured)."""
+
+    def __init__(self, ws: Workspace, requester: Principal, home: Path):
+        self.ws, self.requester, self.home = ws, requester, home
+
+    def propose(self) -> Proposal:
+        click.echo(f"\n(no model configured: {NOT_CONFIGURED}; the demo uses a hand-made change)")
+        step("3. alice changes app-staging on a branch: an encrypted, versioned S3 bucket, and a new AMI")
+        self.clone = _hand_made_branch(self.ws.settings, self.home)
+        click.echo("pushed branch reports-bucket")
+        step("4. gateway propose --branch reports-bucket: the engine plans; this is the preview")
+        return open_proposal(self.ws, self.requester, "reports-bucket", "Reports need their own bucket; AMI refresh")
+
+    def follow_up(self) -> None:
+        (self.home / "alice-clone" / "stacks/app-staging/reports.tf").write_text(
+            BUCKET_TF.lstrip().replace("tags   = local.tags", 'tags   = merge(local.tags, { purpose = "reports" })'))
+        _commit_and_push(self.clone, "Tag the reports bucket", "alice")
+
+
+def _progress(step_text: str) -> None:
+    click.echo(f"  … {step_text}")
+
+
+def _review(ws: Workspace, people: People, proposal: Proposal, change: AgentChange | HandChange) -> Proposal:
     step("5. alice tries to approve her own change")
-    _attempt(lambda: decide(ws, alice, proposal.id, Decision.APPROVE, "lgtm"))
+    _attempt(lambda: decide(ws, people.alice, proposal.id, Decision.APPROVE, "lgtm"))
 
     step("6. bob (approver, platform group) approves commit and plan")
-    proposal = decide(ws, bob, proposal.id, Decision.APPROVE, "bucket is encrypted and versioned")
+    proposal = decide(ws, people.bob, proposal.id, Decision.APPROVE, "bucket is encrypted and versioned")
     click.echo(f"approved at {proposal.head_sha[:12]} for plan {proposal.plans['app-staging'].digest[:19]}…")
     click.echo(f"risk {proposal.risk.value} (the instance is replaced): {approval_shortfall(proposal, ws.repo_settings())[0]}")
 
     step("7. one more commit on the branch: bob's approval no longer counts")
-    if by_agent:
-        submit_request(ws, alice, AGENT_FOLLOW_UP, outcome.conversation_id, progress=lambda s: click.echo(f"  … {s}"))
-    else:
-        (home / "alice-clone" / "stacks/app-staging/reports.tf").write_text(
-            BUCKET_TF.lstrip().replace("tags   = local.tags", 'tags   = merge(local.tags, { purpose = "reports" })'))
-        _commit_and_push(clone, "Tag the reports bucket", "alice")
+    change.follow_up()
     proposal, changes = sync_proposal(ws, proposal.id)
-    for change in changes:
-        click.echo(f"gateway: {change}")
+    for line in changes:
+        click.echo(f"gateway: {line}")
     for d in proposal.decisions:
         click.echo(f"{d.principal.name} approved {d.head_sha[:12]}: {'current' if proposal.is_current(d) else 'STALE'}")
     click.echo(f"status: {approval_shortfall(proposal, ws.repo_settings())[0]}")
 
     step("8. bob and carol review the new plan and approve it")
-    decide(ws, bob, proposal.id, Decision.APPROVE, "re-checked after the tag change", seen_sha=proposal.head_sha)
-    proposal = decide(ws, carol, proposal.id, Decision.APPROVE, "AMI is the patched one", seen_sha=proposal.head_sha)
+    decide(ws, people.bob, proposal.id, Decision.APPROVE, "re-checked after the tag change", seen_sha=proposal.head_sha)
+    proposal = decide(ws, people.carol, proposal.id, Decision.APPROVE, "AMI is the patched one", seen_sha=proposal.head_sha)
     click.echo(f"approved at {proposal.head_sha[:12]} by {', '.join(d.principal.name for d in proposal.current_approvals)}")
+    return proposal
 
+
+def _apply_and_audit(ws: Workspace, people: People, proposal: Proposal) -> None:
     step("9. gateway apply: exactly the approved plan, under the stack lock; then merge")
-    report = apply_proposal(ws, alice, proposal.id)
+    report = apply_proposal(ws, people.alice, proposal.id)
     for outcome in report.outcomes:
         click.echo(f"stack {outcome.stack}: {'applied' if outcome.succeeded else 'FAILED'}: {', '.join(outcome.applied)}")
     click.echo(f"merged into main as {report.merge_sha[:12] if report.merge_sha else '(not merged)'}")
@@ -152,13 +199,13 @@ def _run(home: Path) -> None:
         raise SystemExit(1)
 
     step(f"10. gateway audit show {proposal.id} (as dana, the auditor)")
-    for e in audit_service.proposal_story(ws, dana, proposal.id):
+    for e in audit_service.proposal_story(ws, people.dana, proposal.id):
         extra = e.payload.get("digest") or e.payload.get("sha") or e.payload.get("merge_sha") or ""
         reasons = "; ".join(e.payload.get("reasons", []))
         click.echo(f"{e.seq:>4} {e.actor:8} {e.kind:18} {str(extra)[:19]} {reasons}".rstrip())
 
     step("11. gateway audit verify")
-    count, broken = audit_service.verify_trail(ws, dana)
+    count, broken = audit_service.verify_trail(ws, people.dana)
     click.echo(f"audit trail intact: {count} events, chain verified" if broken is None else f"BROKEN: {broken.reason}")
     ws.close()
     if broken is not None:

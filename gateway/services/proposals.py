@@ -1,4 +1,4 @@
-"""Use cases of the change path before apply: propose, follow new commits, approve, reject."""
+"""Use cases of the change path before apply: propose, follow new commits, decide, override, show."""
 
 from __future__ import annotations
 

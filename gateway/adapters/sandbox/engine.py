@@ -9,6 +9,7 @@ JSON plan format. Everything it creates exists only in the gateway's store.
 from __future__ import annotations
 
 import copy
+import functools
 import graphlib
 import json
 import secrets
@@ -59,9 +60,6 @@ class StackState:
     serial: int = 0
     resources: dict[str, StateResource] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StackState:
@@ -155,7 +153,7 @@ class SandboxEngine:
 class _Evaluation:
     """Scope building shared by plan and apply: variables, locals and resource values."""
 
-    def __init__(self, stack: str, config: StackConfig, variables: Mapping[str, Any], directory_label: str = "."):
+    def __init__(self, stack: str, config: StackConfig, variables: Mapping[str, Any]):
         self.stack = stack
         self.config = config
         self.values: dict[str, dict[Index, Any]] = {}
@@ -165,7 +163,7 @@ class _Evaluation:
         self._root = {
             "var": Namespace("var", self._var),
             "local": Namespace("local", self._local),
-            "path": {"module": directory_label, "root": directory_label, "cwd": directory_label},
+            "path": {"module": ".", "root": ".", "cwd": "."},  # relative: plans must not depend on where they ran
             "terraform": {"workspace": "default"},
         }
         for rtype in {r.type for r in config.resources.values()}:
@@ -218,25 +216,24 @@ class _Evaluation:
 
     def order(self) -> list[ResourceConfig]:
         """Resources in dependency order; a cycle is a configuration error."""
-        local_refs: dict[str, set[str]] = {n: collect_references(t) for n, t in self.config.locals.items()}
         graph = graphlib.TopologicalSorter()
         for key, resource in self.config.resources.items():
-            refs: set[str] = set(resource.depends_on)
-            for tree in _resource_trees(resource):
-                refs |= collect_references(tree)
-            deps = self._expand_locals(refs, local_refs)
-            graph.add(key, *sorted(d for d in deps if d in self.config.resources and d != key))
+            graph.add(key, *(d for d in self.dependencies(resource) if d != key))
         try:
             return [self.config.resources[k] for k in graph.static_order()]
         except graphlib.CycleError as exc:
             raise ConfigError(f"stack {self.stack}: dependency cycle between {', '.join(exc.args[1])}") from None
 
     def dependencies(self, resource: ResourceConfig) -> list[str]:
-        local_refs = {n: collect_references(t) for n, t in self.config.locals.items()}
+        """The resources this one refers to, directly or through locals and depends_on."""
         refs: set[str] = set(resource.depends_on)
         for tree in _resource_trees(resource):
             refs |= collect_references(tree)
-        return sorted(d for d in self._expand_locals(refs, local_refs) if d in self.config.resources)
+        return sorted(d for d in self._expand_locals(refs, self._local_refs) if d in self.config.resources)
+
+    @functools.cached_property
+    def _local_refs(self) -> dict[str, set[str]]:
+        return {name: collect_references(tree) for name, tree in self.config.locals.items()}
 
     @staticmethod
     def _expand_locals(refs: set[str], local_refs: Mapping[str, set[str]]) -> set[str]:

@@ -62,7 +62,7 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
     if actor.is_agent:
         _refuse(ws, actor, proposal, [f"{actor.name} is an agent; agents can never apply a change"])
     with _stack_locks(ws, proposal, runner):
-        _preflight(ws, actor, proposal_id, runner)
+        _preflight(ws, actor, proposal_id)
         report = ApplyReport(proposal_id)
         with ws.store.session() as session:
             proposal = session.get_proposal(proposal_id, lock=True)
@@ -85,20 +85,20 @@ def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[s
     raise Refused(reasons)
 
 
-def _preflight(ws: Workspace, actor: Principal, proposal_id: int, runner: str) -> None:
+def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> None:
     """Under the locks: approvals, saved-plan digests and state serials, or refuse and re-plan."""
     proposal, changes = sync_proposal(ws, proposal_id)
     reasons = apply_refusals(actor, proposal, ws.repo_settings(), now())
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:
-        for stack, plan in proposal.plans.items():
-            stored = plan_digest(decode_plan_bytes(session.plan_document(plan.plan_id).encode()))
-            if stored != plan.digest:
-                reasons.append(f"the saved plan of stack {stack} does not hash to the approved digest "
-                               f"({plan.digest[:19]}…); it was altered after approval")
-    if any("altered" in r for r in reasons):
-        replan_proposal(ws, proposal)  # fresh plans get fresh digests: the approvals no longer match
+        tampered = [stack for stack, plan in proposal.plans.items()
+                    if plan_digest(decode_plan_bytes(session.plan_document(plan.plan_id).encode())) != plan.digest]
+    reasons += [f"the saved plan of stack {stack} does not hash to the approved digest "
+                f"({proposal.plans[stack].digest[:19]}…); it was altered after approval" for stack in tampered]
+    if tampered:
+        # plan again from the approved commit: only a plan that hashes to an approved digest can ever run
+        replan_proposal(ws, proposal)
     if reasons:
         _refuse(ws, actor, proposal, reasons)
 

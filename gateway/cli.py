@@ -33,6 +33,7 @@ from gateway.services.proposals import (
 from gateway.services.runner import apply_proposal
 from gateway.services.runner import approve as approve_proposal
 from gateway.services.users import add_principal, authenticate
+from gateway.services.views import view_proposal
 from gateway.services.workspace import Workspace, create_workspace, open_workspace
 
 FORMATS = click.Choice(sorted(RENDERERS))
@@ -247,7 +248,10 @@ def list_proposals(ctx: Context, status: str | None) -> None:
 @pass_ctx
 def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
     """Show a proposal: status, approvals (current or stale), and the preview of every stack."""
-    ctx.actor()
+    actor = ctx.actor()
+    if fmt == "json":  # the same document the API serves
+        click.echo(json.dumps(view_proposal(ctx.ws, actor, proposal_id).to_public(), indent=2, default=str))
+        return
     proposal, changes = sync_proposal(ctx.ws, proposal_id)
     for change in changes:
         click.echo(f"note: {change}")
@@ -313,21 +317,6 @@ def apply(ctx: Context, proposal_id: int) -> None:
 
 def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:
     previews = proposal_previews(ws, proposal)
-    if fmt == "json":
-        click.echo(json.dumps({
-            "id": proposal.id, "branch": proposal.branch, "head_sha": proposal.head_sha,
-            "status": proposal.status.value, "requester": proposal.requester.name, "proposer": proposal.proposer.name,
-            "reason": proposal.reason, "stacks": list(proposal.stacks),
-            "plans": {s: {"digest": p.digest, "state_serial": p.state_serial, "preview": json.loads(RENDERERS["json"](previews[s]))}
-                      for s, p in proposal.plans.items()},
-            "risk": proposal.risk.value,
-            "findings": [f.to_json() for f in proposal.findings],
-            "blocking": [f.key for f in proposal.blocking_findings(now())],
-            "decisions": [{"by": d.principal.name, "decision": d.decision.value, "head_sha": d.head_sha,
-                           "digests": dict(d.digests), "comment": d.comment, "current": proposal.is_current(d)}
-                          for d in proposal.decisions],
-        }, indent=2))
-        return
     click.echo(f"proposal {proposal.id} [{proposal.status.value}] {proposal.branch} @ {proposal.head_sha[:12]}")
     click.echo(f"  requested by {proposal.requester.name}, proposed by {proposal.proposer.name}: {proposal.reason}")
     if proposal.agent_claim:

@@ -28,7 +28,7 @@ def value_at(value: Any, path: str) -> Any:
     return value
 
 
-def _matches(rc: ResourceChange, stack_of: str, want: Mapping[str, Any], stack: str) -> list[str]:
+def _matches(rc: ResourceChange, stack: str, want: Mapping[str, Any]) -> list[str]:
     """Why this change does not match the expectation (empty: it matches)."""
     if want.get("stack") and want["stack"] != stack:
         return ["other stack"]
@@ -58,7 +58,7 @@ def score_case(case: Mapping[str, Any], plans: Mapping[str, Plan] | None, deny_f
     reasons: list[str] = []
     for want in case.get("expect") or []:
         candidates = [(stack, rc) for stack, plan in plans.items() for rc in plan.resource_changes]
-        attempts = [_matches(rc, stack, want, stack) for stack, rc in candidates]
+        attempts = [_matches(rc, stack, want) for stack, rc in candidates]
         if not any(a == [] for a in attempts):
             close = [p for a in attempts for p in a if not p.startswith("other ")]
             reasons.append(close[0] if close else f"no change matches {dict(want)}")

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan
-from gateway.domain.preview import render_text
+from gateway.domain.preview import RENDERERS, render_text
 from gateway.services.planning import StackPlanResult, plan_stack
 from gateway.services.ports import ApplyOutcome
 from gateway.services.workspace import Workspace, stack_secrets
@@ -256,8 +256,6 @@ def test_sensitive_variable_is_marked_and_never_rendered(workspace: Workspace, c
     assert rc.change.after_sensitive["password"] is True
     assert password in json.dumps(result.engine_plan.document)  # the saved plan holds it, as Terraform's does
     for fmt in ("text", "markdown", "json"):
-        from gateway.domain.preview import RENDERERS
-
         output = RENDERERS[fmt](result.preview())
         assert password not in output
     assert result.plan.output_changes["db_password"].after_sensitive is True

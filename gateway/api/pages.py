@@ -8,10 +8,11 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from gateway.api.deps import PageActorDep, ProposalId, WorkspaceDep
+from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
@@ -143,10 +144,7 @@ def audit_page(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLR
 
 @router.get("/audit/export")
 def audit_export(request: Request, ws: WorkspaceDep, actor: PageActorDep, format: str = "csv") -> Response:
-    events = _filtered_events(ws, actor, _audit_query(request))
-    media = "text/csv" if format == "csv" else "application/x-ndjson"
-    return PlainTextResponse(audit_service.export_events(events, format), media_type=media,
-                             headers={"Content-Disposition": f'attachment; filename="audit.{format}"'})
+    return export_response(_filtered_events(ws, actor, _audit_query(request)), format)
 
 
 def _filtered_events(ws: WorkspaceDep, actor: Principal, q: dict[str, str]) -> list[Any]:

@@ -23,6 +23,7 @@ from gateway.api.schemas import (
     RequestPublic,
     VerifyPublic,
 )
+from gateway.domain.audit import AuditEvent
 from gateway.domain.preview import RENDERERS
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
@@ -130,7 +131,11 @@ def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: ProposalQuery = No
 @router.get("/audit/export", response_model=None, responses=CSV_OR_JSONL, tags=["audit"])
 def audit_export(ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
                  proposal: ProposalQuery = None, address: str | None = None) -> PlainTextResponse:
-    events = audit_service.list_events(ws, actor, proposal, address=address)
+    return export_response(audit_service.list_events(ws, actor, proposal, address=address), format)
+
+
+def export_response(events: list[AuditEvent], format: str) -> PlainTextResponse:
+    """Events as a CSV or JSONL download (the API and the audit page serve the same file)."""
     media = "text/csv" if format == "csv" else "application/x-ndjson"
     return PlainTextResponse(audit_service.export_events(events, format), media_type=media,
                              headers={"Content-Disposition": f'attachment; filename="audit.{format}"'})

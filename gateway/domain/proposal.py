@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from gateway.domain.policy import Finding, Override, Severity, unresolved_denies
+from gateway.domain.policy import Finding, Override, unresolved_denies
 from gateway.domain.principals import Principal
 from gateway.domain.risk import RiskLevel
 
@@ -17,7 +17,6 @@ class ProposalStatus(StrEnum):
     APPLYING = "applying"
     APPLIED = "applied"  # applied and merged
     FAILED = "failed"  # an apply failed or was interrupted; see its apply records
-    CLOSED = "closed"
 
 
 class Decision(StrEnum):
@@ -108,9 +107,6 @@ class Proposal:
     def blocking_findings(self, now: datetime) -> list[Finding]:
         """Deny findings of the current plans that no active override covers."""
         return unresolved_denies(self.findings, self.overrides, now)
-
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == Severity.WARN]
 
     @property
     def destructive(self) -> dict[str, tuple[str, ...]]:

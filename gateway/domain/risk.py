@@ -62,8 +62,10 @@ def _change_risk(rc: ResourceChange) -> tuple[RiskLevel, str]:
     if rc.type in NETWORK_ACCESS or rc.type.startswith("aws_iam_"):
         if rc.kind == ChangeKind.UPDATE and _only_tags(rc):
             return RiskLevel.LOW, "tag-only update"
-        if _widens(rc) or rc.type.startswith("aws_iam_"):
-            return RiskLevel.HIGH, "widens network or IAM access" if _widens(rc) else "changes IAM access"
+        if _widens(rc):
+            return RiskLevel.HIGH, "widens network or IAM access"
+        if rc.type.startswith("aws_iam_"):
+            return RiskLevel.HIGH, "changes IAM access"
         return RiskLevel.MEDIUM, "changes network access"
     if rc.kind == ChangeKind.UPDATE and _only_tags(rc):
         return RiskLevel.LOW, "tag-only update"

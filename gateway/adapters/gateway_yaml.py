@@ -40,8 +40,7 @@ class _RawPolicy(BaseModel):
 
 class _RawSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    engine: str = "sandbox"
-    main_branch: str = "main"
+    engine: Literal["sandbox"] = Field(default="sandbox", description="the only engine this gateway has so far")
     approvals: _RawApprovals = _RawApprovals()
     stacks: dict[str, _RawStack] = Field(min_length=1)
     protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
@@ -66,7 +65,6 @@ def parse_repo_settings(text: str) -> RepoSettings:
     return RepoSettings(
         stacks=stacks,
         engine=raw.engine,
-        main_branch=raw.main_branch,
         required_approvals=raw.approvals.required,
         protected_required_approvals=max(raw.approvals.protected_required, raw.approvals.required),
         auto_apply=raw.approvals.auto_apply,

@@ -20,7 +20,6 @@ class StackSettings:
 class RepoSettings:
     stacks: Mapping[str, StackSettings]
     engine: str = "sandbox"
-    main_branch: str = "main"
     required_approvals: int = 1
     protected_required_approvals: int = 2
     auto_apply: bool = False

@@ -22,11 +22,10 @@ from agents.tools import RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
-from gateway.domain.plan import load_plan
-from gateway.domain.policy import PolicyContext, evaluate_plan
-from gateway.domain.preview import build_preview, render_text
+from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
+from gateway.services.planning import plan_directory
 from gateway.services.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
@@ -131,14 +130,12 @@ def _preview_tool(ws: Workspace) -> Callable[[str, Path], str]:
         if stack not in settings.stacks:
             return f"error: unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})"
         try:
-            engine_plan = ws.engine.plan(stack, root / settings.stacks[stack].path)
+            result = plan_directory(ws, settings, stack, root / settings.stacks[stack].path, "(working copy)",
+                                    proposed_by_agent=True)
         except GatewayError as exc:
             return f"error: the engine could not plan stack {stack}: {exc}"
-        plan = load_plan(engine_plan.document)
-        context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent=True)
-        findings = tuple(evaluate_plan(plan, context))
-        text = render_text(build_preview(plan, findings=findings))
-        denies = [f for f in findings if f.severity == "deny"]
+        text = render_text(result.preview())
+        denies = [f for f in result.findings if f.severity == "deny"]
         verdict = (f"{len(denies)} policy deny finding(s): fix them before finishing." if denies
                    else "No policy denies.")
         return f"{text}\n{verdict}"

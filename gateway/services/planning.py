@@ -12,6 +12,7 @@ from gateway.domain.errors import NotFound
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
 from gateway.domain.policy import Finding, PolicyContext, evaluate_plan
 from gateway.domain.preview import Preview, build_preview
+from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
 from gateway.services.ports import EnginePlan
 from gateway.services.workspace import Workspace
@@ -57,7 +58,13 @@ def plan_stack(ws: Workspace, stack: str, ref: str, proposed_by_agent: bool = Fa
         raise NotFound(f"unknown stack {stack!r} (stacks: {known})")
     with tempfile.TemporaryDirectory(prefix=f"gw-{stack}-") as tmp:
         directory = ws.repo.export(sha, settings.stacks[stack].path, Path(tmp) / stack)
-        engine_plan = ws.engine.plan(stack, directory)
+        return plan_directory(ws, settings, stack, directory, sha, proposed_by_agent)
+
+
+def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory: Path, sha: str,
+                   proposed_by_agent: bool) -> StackPlanResult:
+    """Plan one stack from files on disk (a commit's export or the agent's working copy) and judge it."""
+    engine_plan = ws.engine.plan(stack, directory)
     plan = load_plan(engine_plan.document)
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent)
     findings = evaluate_plan(plan, context) + run_checkov(engine_plan.document, context)

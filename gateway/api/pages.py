@@ -44,7 +44,7 @@ def check_csrf(request: Request, token: str) -> None:
 def render(request: Request, name: str, actor: Principal | None, status_code: int = 200, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(request, name, {
         "actor": actor, "csrf": csrf_token(request),
-        "can_audit": bool(actor and actor.roles & {"auditor", "admin"}), **context}, status_code=status_code)
+        "can_audit": bool(actor and actor.roles & audit_service.AUDIT_ROLES), **context}, status_code=status_code)
 
 
 @router.get("/login")

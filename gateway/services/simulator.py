@@ -1,0 +1,31 @@
+"""Acting on the simulated cloud behind the gateway's back (drift, faults): admins only.
+
+These stand for people outside the gateway (a console user, a failing provider); the sandbox engine
+is a simulator, and nothing here touches real infrastructure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.domain.errors import Refused
+from gateway.domain.principals import Principal, Role
+from gateway.services.workspace import Workspace
+
+
+def _require_admin(actor: Principal) -> None:
+    if not actor.has_role(Role.ADMIN):
+        raise Refused([f"{actor.name} is not an admin; only admins act on the simulated cloud directly"])
+
+
+def edit_live_object(ws: Workspace, actor: Principal, stack: str, address: str, changes: Mapping[str, Any]) -> None:
+    """Change a live object as someone in a console would; the next plan shows it as drift."""
+    _require_admin(actor)
+    ws.engine.edit_object(stack, address, changes)  # type: ignore[attr-defined]
+
+
+def inject_fault(ws: Workspace, actor: Principal, stack: str, address: str, message: str) -> None:
+    """Make the next apply of `address` fail, leaving that apply half done."""
+    _require_admin(actor)
+    ws.sandbox.inject_fault(stack, address, message)

@@ -12,7 +12,7 @@ import click
 
 from gateway.adapters.records import now
 from gateway.config import Settings
-from gateway.domain.approvals import approval_shortfall, policy_blocks, required_approvals
+from gateway.domain.approvals import approval_blockers, required_approvals
 from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.plan import decode_plan_bytes, load_plan
 from gateway.domain.preview import RENDERERS, build_preview
@@ -331,7 +331,7 @@ def _echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
         click.echo(f"  {d.decision.value}d by {d.principal.name} at {d.head_sha[:12]} [{mark}] {d.comment}")
     for o in proposal.overrides:
         click.echo(f"  override of {o.finding_key} by {o.by} until {o.expires_at:%Y-%m-%d %H:%M} UTC: {o.reason}")
-    shortfall = policy_blocks(proposal, now()) + approval_shortfall(proposal, settings)
+    shortfall = approval_blockers(proposal, settings, now())
     rejection = proposal.current_rejection
     if rejection:
         click.echo(f"  status: rejected by {rejection.principal.name}; stopped until a new commit")

@@ -106,9 +106,12 @@ def apply_refusals(principal: Principal, proposal: Proposal, settings: RepoSetti
     rejection = proposal.current_rejection
     if rejection is not None:
         reasons.append(f"rejected by {rejection.principal.name}: {rejection.comment}")
-    reasons += policy_blocks(proposal, now)
-    reasons += approval_shortfall(proposal, settings)
-    return reasons
+    return reasons + approval_blockers(proposal, settings, now)
+
+
+def approval_blockers(proposal: Proposal, settings: RepoSettings, now: datetime) -> list[str]:
+    """What still stands between the proposal and an apply: policy denies, then missing approvals."""
+    return policy_blocks(proposal, now) + approval_shortfall(proposal, settings)
 
 
 def approval_shortfall(proposal: Proposal, settings: RepoSettings) -> list[str]:

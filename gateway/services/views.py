@@ -9,9 +9,8 @@ from typing import Any
 from gateway.adapters.records import now
 from gateway.domain.approvals import (
     apply_refusals,
-    approval_shortfall,
+    approval_blockers,
     decision_refusals,
-    policy_blocks,
     required_approvals,
 )
 from gateway.domain.preview import Preview, render_json
@@ -60,7 +59,7 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
         proposal=proposal,
         previews=proposal_previews(ws, proposal),
         required_approvals=required_approvals(proposal, settings),
-        blocked_by=policy_blocks(proposal, moment) + approval_shortfall(proposal, settings),
+        blocked_by=approval_blockers(proposal, settings, moment),
         claim_issues=claim_issues(ws, proposal),
         can_approve=not decision_refusals(viewer, proposal, settings, moment, Decision.APPROVE),
         can_reject=not decision_refusals(viewer, proposal, settings, moment, Decision.REJECT),

@@ -13,6 +13,7 @@ from langgraph.types import Checkpointer
 from agents.llm import ChatModel
 from agents.state import AgentState
 from agents.tools import TOOL_SCHEMAS, RepoTools
+from gateway.domain.scrubbing import Scrubber
 
 Progress = Callable[[str], None]
 
@@ -24,8 +25,11 @@ class Limits:
 
 
 def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: Limits,
-                checkpointer: Checkpointer | None = None, progress: Progress | None = None) -> Any:
+                checkpointer: Checkpointer | None = None, progress: Progress | None = None,
+                scrubber: Scrubber | None = None) -> Any:
+    """The agent's graph; `scrubber` cuts known secrets out of tool results and of every model request."""
     say = progress or (lambda _: None)
+    scrub = scrubber or Scrubber()
 
     def call_model(state: AgentState) -> dict[str, Any]:
         if state["steps"] >= limits.max_steps:
@@ -33,7 +37,8 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
         if state["tokens"] >= limits.max_tokens:
             return {"stopped": f"token bound reached: {state['tokens']} tokens (limit {limits.max_tokens})"}
         say(f"thinking (step {state['steps'] + 1})")
-        reply = model.complete([{"role": "system", "content": system_prompt}, *state["messages"]], TOOL_SCHEMAS)
+        messages = scrub.scrub_data([{"role": "system", "content": system_prompt}, *state["messages"]])
+        reply = model.complete(messages, TOOL_SCHEMAS)
         return {"messages": [reply.message], "steps": state["steps"] + 1, "tokens": state["tokens"] + reply.tokens}
 
     def run_tools(state: AgentState) -> dict[str, Any]:
@@ -42,7 +47,7 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
             name = call["function"]["name"]
             say(f"{name} {call['function'].get('arguments', '')[:80]}")
             results.append({"role": "tool", "tool_call_id": call["id"],
-                            "content": tools.call(name, call["function"].get("arguments", "{}"))})
+                            "content": scrub.scrub(tools.call(name, call["function"].get("arguments", "{}")))})
         return {"messages": results, "summary": tools.summary}
 
     def after_model(state: AgentState) -> str:

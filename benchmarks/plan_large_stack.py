@@ -16,6 +16,7 @@ from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sql_store import Database
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import build_preview, render_text
+from gateway.services.ports import StackInputs
 
 
 def generate_stack(directory: Path, count: int) -> None:
@@ -76,13 +77,13 @@ def main() -> None:
         db.migrate()
         engine = SandboxEngine(SqlSandboxStore(db))
         print(f"stack: {count} resources, database: {url.split(':')[0]}")
-        first = timed("plan (empty state, all creates)", lambda: engine.plan("bench", stack_dir))
+        first = timed("plan (empty state, all creates)", lambda: engine.plan("bench", stack_dir, StackInputs()))
         plan = load_plan(first.document)
         print(f"{'':40} {len(plan.changes)} changes")
         timed("render preview (text)", lambda: render_text(build_preview(plan)))
-        outcome = timed("apply", lambda: engine.apply("bench", stack_dir, first.document, first.state_serial))
+        outcome = timed("apply", lambda: engine.apply("bench", stack_dir, first.document, first.state_serial, StackInputs()))
         print(f"{'':40} {len(outcome.applied)} applied, succeeded={outcome.succeeded}")
-        second = timed("re-plan (full state, refresh, no changes)", lambda: engine.plan("bench", stack_dir))
+        second = timed("re-plan (full state, refresh, no changes)", lambda: engine.plan("bench", stack_dir, StackInputs()))
         print(f"{'':40} {len(load_plan(second.document).changes)} changes")
         print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 

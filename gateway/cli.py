@@ -19,6 +19,7 @@ from gateway.domain.preview import RENDERERS, build_preview
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal
 from gateway.logs import configure_logging
+from gateway.output import scrub_standard_streams
 from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.planning import plan_stack
@@ -49,6 +50,7 @@ class Context:
     def ws(self) -> Workspace:
         if self._ws is None:
             self._ws = open_workspace(self.settings)
+            scrub_standard_streams(self._ws.scrubber)
         return self._ws
 
     def actor(self) -> Principal:

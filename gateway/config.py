@@ -23,6 +23,9 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     session_secret: SecretStr | None = Field(default=None, description="key that signs session cookies")
     secure_cookies: bool = Field(default=False, description="send the session cookie over HTTPS only")
+    scrub_known_secrets: bool = Field(
+        default=True, description="last line of defence: cut every known secret value out of all output; "
+        "turn off only to prove that masking holds without it")
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
 

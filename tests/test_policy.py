@@ -19,6 +19,7 @@ from gateway.domain.plan import Plan, decode_plan_bytes, load_plan
 from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severity, evaluate_plan
 from gateway.domain.proposal import Decision
 from gateway.domain.risk import RiskLevel, assess_risk
+from gateway.services.ports import StackInputs
 from gateway.services.proposals import decide, get_proposal, open_proposal, override_finding
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace
@@ -40,7 +41,7 @@ def sandbox_plan(engine: SandboxEngine, tmp_path: Path, hcl: str) -> Plan:
     stack = tmp_path / "stack"
     stack.mkdir(exist_ok=True)
     (stack / "main.tf").write_text(hcl)
-    return load_plan(engine.plan("s", stack).document)
+    return load_plan(engine.plan("s", stack, StackInputs()).document)
 
 
 def findings(plan: Plan, agent: bool = False, protected: frozenset[str] = frozenset()) -> list[tuple[str, str, str]]:
@@ -227,10 +228,10 @@ def test_agent_instance_count_growth(engine: SandboxEngine, tmp_path: Path) -> N
     stack = tmp_path / "stack"
     stack.mkdir()
     (stack / "main.tf").write_text(hcl.replace("{n}", "2"))
-    first = engine.plan("s", stack)
-    assert engine.apply("s", stack, first.document, first.state_serial).succeeded
+    first = engine.plan("s", stack, StackInputs())
+    assert engine.apply("s", stack, first.document, first.state_serial, StackInputs()).succeeded
     (stack / "main.tf").write_text(hcl.replace("{n}", "4"))
-    plan = load_plan(engine.plan("s", stack).document)
+    plan = load_plan(engine.plan("s", stack, StackInputs()).document)
     assert ("deny", "agent-capacity-growth", "aws_instance.w") in findings(plan, agent=True)
     assert findings(plan, agent=False) == []
 

@@ -28,7 +28,8 @@ def apply_result(ws: Workspace, result: StackPlanResult) -> ApplyOutcome:
     path = ws.repo_settings().stacks[result.stack].path
     with tempfile.TemporaryDirectory() as tmp:
         directory = ws.repo.export(result.sha, path, Path(tmp) / result.stack)
-        return ws.engine.apply(result.stack, directory, result.engine_plan.document, result.engine_plan.state_serial)
+        return ws.engine.apply(result.stack, directory, result.engine_plan.document, result.engine_plan.state_serial,
+                               ws.stack_inputs(result.stack))
 
 
 def kinds(plan: Plan) -> dict[str, ChangeKind]:

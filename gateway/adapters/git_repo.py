@@ -69,6 +69,15 @@ class GitDeclarationRepo:
             raise NotFound(f"{path} does not exist at {sha[:12]}") from None
         return blob.data_stream.read().decode("utf-8")
 
+    def read_files(self, sha: str, subdir: str, suffix: str) -> dict[str, str]:
+        """The text of each file directly under `subdir` at `sha` whose name ends with `suffix` (symlinks skipped)."""
+        try:
+            tree = self.repo.commit(sha).tree / subdir
+        except KeyError:
+            return {}
+        return {f"{subdir}/{blob.name}": blob.data_stream.read().decode("utf-8")
+                for blob in tree.blobs if blob.name.endswith(suffix) and blob.mode != blob.link_mode}
+
     def export(self, sha: str, subdir: str, dest: Path) -> Path:
         """Write the files under `subdir` at commit `sha` into `dest` (not recursing into subfolders' git links)."""
         try:

@@ -38,6 +38,7 @@ from gateway.domain.policy import Finding, Override
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalStatus, StackPlan
 from gateway.domain.risk import RiskLevel
+from gateway.domain.scrubbing import Scrubber
 
 MAX_ID = 2**31 - 1  # ids are 32-bit in both databases; anything larger cannot exist
 
@@ -47,13 +48,14 @@ def now() -> datetime:
 
 
 class SqlStore:
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, scrubber: Scrubber | None = None):
         self.db = db
+        self.scrubber = scrubber or Scrubber()
 
     @contextmanager
     def session(self) -> Iterator[StoreSession]:
         with self.db.transaction() as conn:
-            yield StoreSession(conn)
+            yield StoreSession(conn, self.scrubber)
 
     # --- stack locks: committed on their own -------------------------------------------------
 
@@ -98,8 +100,9 @@ def _aware(value: datetime) -> datetime:
 class StoreSession:
     """One transaction's view of the records."""
 
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Connection, scrubber: Scrubber | None = None):
         self.conn = conn
+        self.scrubber = scrubber or Scrubber()
 
     # --- principals ------------------------------------------------------------------------
 
@@ -307,7 +310,8 @@ class StoreSession:
         event = AuditEvent(
             seq=prev_seq + 1, id=str(uuid.uuid4()), at=now().isoformat(timespec="microseconds"),
             actor=name, actor_kind=actor_kind, kind=kind, proposal_id=proposal_id,
-            stacks=tuple(stacks), payload=json.loads(dumps(payload)), prev_hash=prev_hash, hash="")
+            stacks=tuple(stacks), payload=self.scrubber.scrub_data(json.loads(dumps(payload))),
+            prev_hash=prev_hash, hash="")
         event = AuditEvent(**{**event.__dict__, "hash": event_hash(prev_hash, event.content())})
         self.conn.execute(insert(audit_events).values(
             seq=event.seq, id=event.id, at=event.at, actor=event.actor, actor_kind=event.actor_kind,

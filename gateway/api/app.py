@@ -11,6 +11,7 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from gateway.api import pages, routes
 from gateway.api.errors import error_body, status_for
+from gateway.api.scrubbing import ScrubResponses
 from gateway.config import Settings
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.services.workspace import open_workspace
@@ -34,6 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.workspace = open_workspace(settings)
     app.add_middleware(SessionMiddleware, secret_key=session_secret(settings), session_cookie="gateway_session",
                        same_site="strict", https_only=settings.secure_cookies, max_age=8 * 3600)
+    app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
     app.include_router(routes.router)
     app.include_router(pages.router)
 

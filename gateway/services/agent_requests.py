@@ -82,7 +82,7 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws))
         limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens)
         with open_checkpointer(ws.settings.db_url) as checkpointer:
-            graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress)
+            graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress, ws.scrubber)
             state = graph.invoke(
                 {"messages": [{"role": "user", "content": text}], "steps": 0, "tokens": 0, "summary": None, "stopped": None},
                 {"configurable": {"thread_id": conversation_id}, "recursion_limit": 4 * limits.max_steps + 10})

@@ -17,8 +17,9 @@ def bootstrap_simulator(ws: Workspace) -> int:
     for stack, stack_settings in sorted(settings.stacks.items()):
         with tempfile.TemporaryDirectory(prefix=f"gw-boot-{stack}-") as tmp:
             directory = ws.repo.export(sha, stack_settings.path, Path(tmp) / stack)
-            plan = ws.engine.plan(stack, directory)
-            outcome = ws.engine.apply(stack, directory, plan.document, plan.state_serial)
+            inputs = ws.stack_inputs(stack)
+            plan = ws.engine.plan(stack, directory, inputs)
+            outcome = ws.engine.apply(stack, directory, plan.document, plan.state_serial, inputs)
         if not outcome.succeeded:
             raise ApplyError(f"bootstrap of stack {stack} failed: {outcome.error}")
         created += len(outcome.applied)

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from gateway.adapters.checkov import run_checkov
+from gateway.adapters.hcl_sensitivity import find_unmaskings
 from gateway.domain.errors import NotFound
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
-from gateway.domain.policy import Finding, PolicyContext, evaluate_plan
+from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_plan
 from gateway.domain.preview import Preview, build_preview
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
-from gateway.services.ports import EnginePlan
+from gateway.services.ports import EnginePlan, StackInputs
 from gateway.services.workspace import Workspace
 
 
@@ -64,9 +65,19 @@ def plan_stack(ws: Workspace, stack: str, ref: str, proposed_by_agent: bool = Fa
 def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory: Path, sha: str,
                    proposed_by_agent: bool) -> StackPlanResult:
     """Plan one stack from files on disk (a commit's export or the agent's working copy) and judge it."""
-    engine_plan = ws.engine.plan(stack, directory)
+    inputs = ws.stack_inputs(stack)
+    engine_plan = ws.engine.plan(stack, directory, inputs)
     plan = load_plan(engine_plan.document)
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent)
-    findings = evaluate_plan(plan, context) + run_checkov(engine_plan.document, context)
+    findings = (unmasking_findings(ws, stack, directory, inputs)
+                + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context))
     return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document),
                            tuple(findings), assess_risk(plan))
+
+
+def unmasking_findings(ws: Workspace, stack: str, directory: Path, inputs: StackInputs) -> list[Finding]:
+    """Deny findings for every place the stack's files try to show a secret in clear (by address, never value)."""
+    files = {f"{directory.name}/{p.name}": p.read_text(encoding="utf-8")
+             for p in sorted(directory.glob("*.tf")) if not p.is_symlink()}
+    return [Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack)
+            for u in find_unmaskings(files, inputs.secret, inputs.sensitive_on_main, ws.engine.sensitive_attributes)]

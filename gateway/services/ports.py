@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,13 +26,34 @@ class ApplyOutcome:
     state_serial: int
 
 
+@dataclass(frozen=True)
+class StackInputs:
+    """What the gateway supplies to a stack besides its files.
+
+    Every supplied value and every variable main declares sensitive is secret by origin: an engine
+    keeps it masked whatever the branch's files declare (DESIGN rule 6: a branch can never unmask).
+    """
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    sensitive_on_main: frozenset[str] = frozenset()
+
+    @property
+    def secret(self) -> frozenset[str]:
+        return frozenset(self.values) | self.sensitive_on_main
+
+
 class Engine(Protocol):
     """Plans and applies one stack; every engine emits Terraform's JSON plan format."""
 
     name: str
 
-    def plan(self, stack: str, directory: Path) -> EnginePlan: ...
+    def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan: ...
 
-    def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int) -> ApplyOutcome: ...
+    def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
+              inputs: StackInputs) -> ApplyOutcome: ...
 
     def state_serial(self, stack: str) -> int: ...
+
+    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
+        """Attributes of a resource type that the provider schema marks sensitive."""
+        ...

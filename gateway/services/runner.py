@@ -115,7 +115,7 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
         directory = ws.repo.export(proposal.head_sha, settings.stacks[stack].path, Path(tmp) / stack)
-        result = ws.engine.apply(stack, directory, document, plan.state_serial)
+        result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack))
     status = "succeeded" if result.succeeded else "failed"
     with ws.store.session() as session:
         session.finish_apply(apply_id, status, result.applied, result.error)

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.hcl_sensitivity import declared_sensitive_variables
 from gateway.adapters.records import SqlStore
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
@@ -19,7 +20,9 @@ from gateway.adapters.sql_store import Database
 from gateway.config import Settings
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.repo_settings import RepoSettings
-from gateway.services.ports import Engine
+from gateway.domain.scrubbing import Scrubber
+from gateway.logs import install_log_scrubber
+from gateway.services.ports import Engine, StackInputs
 
 SAMPLE_SECRETS = {"data": {"db_password": None}}  # None: generate a random value at init
 
@@ -32,6 +35,7 @@ class Workspace:
     repo: GitDeclarationRepo
     engine: Engine
     sandbox: SqlSandboxStore
+    scrubber: Scrubber
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""
@@ -40,6 +44,18 @@ class Workspace:
 
     def main_branch(self) -> str:
         return str(self.repo.repo.head.reference.name) if not self.repo.repo.head.is_detached else "main"
+
+    def main_sensitive_variables(self, stack: str) -> frozenset[str]:
+        """The variables main declares sensitive in `stack`: a branch may add to them, never remove."""
+        settings = self.repo_settings()
+        path = settings.stacks[stack].path if stack in settings.stacks else None
+        if path is None:
+            return frozenset()
+        return declared_sensitive_variables(self.repo.read_files(self.repo.resolve(self.main_branch()), path, ".tf"))
+
+    def stack_inputs(self, stack: str) -> StackInputs:
+        """The secrets the gateway supplies to `stack`; they and main's sensitive variables stay masked."""
+        return StackInputs(stack_secrets(self.settings, stack), self.main_sensitive_variables(stack))
 
     def for_request(self) -> Workspace:
         """The same database and engine with its own git handle (GitPython's are not thread-safe)."""
@@ -60,8 +76,9 @@ def open_workspace(settings: Settings) -> Workspace:
 
 def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspace:
     sandbox = SqlSandboxStore(db)
-    engine = SandboxEngine(sandbox, variables=lambda stack: stack_secrets(settings, stack))
-    return Workspace(settings, db, SqlStore(db), repo, engine, sandbox)
+    scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
+    install_log_scrubber(scrubber)
+    return Workspace(settings, db, SqlStore(db, scrubber), repo, SandboxEngine(sandbox), sandbox, scrubber)
 
 
 def stack_secrets(settings: Settings, stack: str) -> dict[str, Any]:
@@ -70,6 +87,14 @@ def stack_secrets(settings: Settings, stack: str) -> dict[str, Any]:
     if not path.exists():
         return {}
     return dict(json.loads(path.read_text()))
+
+
+def known_secret_values(settings: Settings) -> list[Any]:
+    """Every value in the workspace's secrets, of every stack: what the last line of defence scrubs."""
+    if not settings.secrets_path.is_dir():
+        return []
+    return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))
+            for value in json.loads(path.read_text()).values()]
 
 
 def sample_repo_path() -> Path:

@@ -121,7 +121,7 @@ def _add_file(config: StackConfig, filename: str, text: str) -> None:
     tree = parse_hcl(filename, text)
     for child in tree.children[0].children:
         if isinstance(child, Tree) and child.data == "attribute":
-            name = _name(child.children[0])
+            name = node_name(child.children[0])
             raise ConfigError(f"{filename}:{child.meta.line}: unexpected top-level attribute `{name}`")
     for block_type, labels, block in _labelled_blocks(tree.children[0]):
         where = f"{filename}: {block_type} {' '.join(labels)}".rstrip()
@@ -260,7 +260,7 @@ def _body(node: Tree) -> Body:
         if not isinstance(child, Tree):
             continue
         if child.data == "attribute":
-            name = _name(child.children[0])
+            name = node_name(child.children[0])
             if name in body.attributes:
                 raise ConfigError(f"line {child.meta.line}: attribute `{name}` is set twice")
             body.attributes[name] = child.children[-1]
@@ -278,11 +278,11 @@ def _labelled_blocks(node: Tree) -> list[tuple[str, list[str], Body]]:
 
 def _block_parts(block: Tree) -> tuple[str, list[str], Body]:
     parts = [c for c in block.children if isinstance(c, Tree) and c.data != "new_line_or_comment"]
-    labels = [_name(p) for p in parts[1:-1]]
-    return _name(parts[0]), labels, _body(parts[-1])
+    labels = [node_name(p) for p in parts[1:-1]]
+    return node_name(parts[0]), labels, _body(parts[-1])
 
 
-def _name(node: Tree) -> str:
+def node_name(node: Tree) -> str:
     if node.data == "string":
         return "".join(str(p.children[0]) for p in node.children if isinstance(p, Tree))
     token = node.children[0]

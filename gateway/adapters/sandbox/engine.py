@@ -29,11 +29,19 @@ from gateway.adapters.sandbox.config import (
     collect_references,
     load_stack,
 )
-from gateway.adapters.sandbox.hcl_eval import UNKNOWN, Evaluator, Namespace, Sensitive, contains_unknown, unmark
+from gateway.adapters.sandbox.hcl_eval import (
+    UNKNOWN,
+    Evaluator,
+    Namespace,
+    Secret,
+    Sensitive,
+    contains_unknown,
+    unmark,
+)
 from gateway.adapters.sandbox.schema import schema_for
 from gateway.domain.errors import ApplyError, ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, ResourceChange, load_plan
-from gateway.services.ports import ApplyOutcome, EnginePlan
+from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
 
 log = structlog.get_logger(__name__)
 
@@ -100,30 +108,33 @@ class SandboxEngine:
 
     name = "sandbox"
 
-    def __init__(self, store: SandboxStore, variables: Callable[[str], Mapping[str, Any]] | None = None):
+    def __init__(self, store: SandboxStore):
         self.store = store
-        self._variables = variables or (lambda stack: {})
 
     def state_serial(self, stack: str) -> int:
         state = self.store.read_state(stack)
         return state.serial if state else 0
 
-    def plan(self, stack: str, directory: Path) -> EnginePlan:
+    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
+        return schema_for(resource_type).sensitive
+
+    def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
         config = load_stack(directory)
-        planner = _Planner(stack, config, state, self.store, self._variables(stack))
+        planner = _Planner(stack, config, state, self.store, inputs)
         document = planner.plan()
         log.info("sandbox.plan", stack=stack, changes=len(document["resource_changes"]), serial=state.serial)
         return EnginePlan(document=document, state_serial=state.serial, state_lineage=state.lineage)
 
-    def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int) -> ApplyOutcome:
+    def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
+              inputs: StackInputs) -> ApplyOutcome:
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
         if state.serial != expected_serial:
             raise ApplyError(
                 f"state of stack {stack} moved since the plan (serial {expected_serial} -> {state.serial})"
             )
         config = load_stack(directory)
-        applier = _Applier(stack, config, state, self.store, self._variables(stack), load_plan(document).resource_changes)
+        applier = _Applier(stack, config, state, self.store, inputs, load_plan(document).resource_changes)
         return applier.run()
 
     # --- out-of-band changes to the simulated cloud (console edits, for drift) ----------
@@ -153,13 +164,13 @@ class SandboxEngine:
 class _Evaluation:
     """Scope building shared by plan and apply: variables, locals and resource values."""
 
-    def __init__(self, stack: str, config: StackConfig, variables: Mapping[str, Any]):
+    def __init__(self, stack: str, config: StackConfig, inputs: StackInputs):
         self.stack = stack
         self.config = config
         self.values: dict[str, dict[Index, Any]] = {}
         self._locals: dict[str, Any] = {}
         self._locals_in_progress: set[str] = set()
-        self._vars = self._resolve_variables(variables)
+        self._vars = self._resolve_variables(inputs)
         self._root = {
             "var": Namespace("var", self._var),
             "local": Namespace("local", self._local),
@@ -169,16 +180,20 @@ class _Evaluation:
         for rtype in {r.type for r in config.resources.values()}:
             self._root[rtype] = Namespace(rtype, lambda name, rtype=rtype: self._resource_value(rtype, name))
 
-    def _resolve_variables(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        values = {}
+    def _resolve_variables(self, inputs: StackInputs) -> dict[str, Any]:
+        """Each variable's value, masked by origin (Secret) or by this configuration's declaration."""
+        values: dict[str, Any] = {}
         for name, var in self.config.variables.items():
-            if name in given:
-                value = given[name]
+            if name in inputs.values:
+                value = inputs.values[name]
             elif var.default is not NO_DEFAULT:
                 value = var.default
             else:
                 raise ConfigError(f"stack {self.stack}: variable `{name}` has no value and no default")
-            values[name] = Sensitive(value) if var.sensitive else value
+            if name in inputs.secret:
+                values[name] = Secret(value)
+            else:
+                values[name] = Sensitive(value) if var.sensitive else value
         return values
 
     def _var(self, name: str) -> Any:
@@ -337,8 +352,23 @@ def split_marks(value: Any) -> tuple[Any, Any, Any]:
     return value, False, False
 
 
+def _any_marked(mask: Any) -> bool:
+    """Whether a Terraform-shaped mask (bool, or nested dicts and lists of them) marks anything."""
+    if isinstance(mask, dict):
+        return any(_any_marked(m) for m in mask.values())
+    if isinstance(mask, list):
+        return any(_any_marked(m) for m in mask)
+    return mask is True
+
+
 def _mark_sensitive(attrs: Mapping[str, Any], names: set[str] | frozenset[str]) -> dict[str, Any]:
-    return {k: Sensitive(v) if k in names and not isinstance(v, Sensitive) else v for k, v in attrs.items()}
+    """Mark the named attributes secret: the schema or the state says so, whatever the configuration says."""
+    return {k: Secret(v) if k in names and not isinstance(v, Secret) else v for k, v in attrs.items()}
+
+
+def _state_value(res: StateResource) -> dict[str, Any]:
+    """A resource's attributes as references see them: what was sensitive when applied stays masked."""
+    return _mark_sensitive(res.attributes, set(res.sensitive_attributes) | schema_for(res.type).sensitive)
 
 
 def _sensitive_names(value: Mapping[str, Any]) -> list[str]:
@@ -350,8 +380,8 @@ def _sensitive_names(value: Mapping[str, Any]) -> list[str]:
 
 class _Planner(_Evaluation):
     def __init__(self, stack: str, config: StackConfig, state: StackState, store: SandboxStore,
-                 variables: Mapping[str, Any]):
-        super().__init__(stack, config, variables)
+                 inputs: StackInputs):
+        super().__init__(stack, config, inputs)
         self.state = state
         self.store = store
         self.changes: list[dict[str, Any]] = []
@@ -524,7 +554,8 @@ class _Planner(_Evaluation):
                 actions = ["update"]
             else:
                 actions = ["no-op"]
-            sensitive = declared_sensitive or sens is True or bool(prior and prior.get("sensitive"))
+            # a secret anywhere in the value masks the whole output (outputs have one flag)
+            sensitive = declared_sensitive or _any_marked(sens) or bool(prior and prior.get("sensitive"))
             out[name] = {"actions": actions, "before": before, "after": plain, "after_unknown": unknown,
                          "before_sensitive": bool(prior and prior.get("sensitive")), "after_sensitive": sensitive}
         for name, prior in self.state.outputs.items():
@@ -556,8 +587,8 @@ class _Applier(_Evaluation):
     """Executes exactly the changes of one saved plan, writing state after every step."""
 
     def __init__(self, stack: str, config: StackConfig, state: StackState, store: SandboxStore,
-                 variables: Mapping[str, Any], changes: tuple[ResourceChange, ...]):
-        super().__init__(stack, config, variables)
+                 inputs: StackInputs, changes: tuple[ResourceChange, ...]):
+        super().__init__(stack, config, inputs)
         self.state = state
         self.store = store
         self.changes = {rc.address: rc for rc in changes}
@@ -621,7 +652,7 @@ class _Applier(_Evaluation):
         if rc is None:
             if current is None:
                 raise ApplyError(f"{address} is in the configuration but not in the approved plan; re-plan")
-            self.values[resource.key][index] = current.attributes
+            self.values[resource.key][index] = _state_value(current)
             return
         kind = rc.kind
         if kind in (ChangeKind.NO_OP, ChangeKind.READ):
@@ -643,7 +674,7 @@ class _Applier(_Evaluation):
                                          self.store.delete_object(old.type, old.id)))
         else:
             raise ApplyError(f"{address}: the sandbox cannot apply a `{kind}` change")
-        self.values[resource.key][index] = self.state.resources[address].attributes
+        self.values[resource.key][index] = _state_value(self.state.resources[address])
 
     def _evaluate(self, resource: ResourceConfig, ev: Evaluator, address: str, rc: ResourceChange) -> tuple[dict, list[str]]:
         desired = self.desired(resource, ev)
@@ -651,11 +682,12 @@ class _Applier(_Evaluation):
             raise ApplyError(f"{address}: a value is still unknown during apply")
         sensitive = sorted(set(_sensitive_names(desired)) | schema_for(resource.type).sensitive & set(desired))
         plain, _ = unmark(desired)
-        self._check_consistent(address, plain, rc)
+        self._check_consistent(address, plain, rc, frozenset(sensitive))
         return plain, sensitive
 
     @staticmethod
-    def _check_consistent(address: str, actual: Mapping[str, Any], rc: ResourceChange) -> None:
+    def _check_consistent(address: str, actual: Mapping[str, Any], rc: ResourceChange,
+                          sensitive: frozenset[str]) -> None:
         """Every value the approved plan showed as known must come out the same now."""
         planned = rc.change.after or {}
         unknown = rc.change.after_unknown if isinstance(rc.change.after_unknown, dict) else {}
@@ -663,6 +695,8 @@ class _Applier(_Evaluation):
             if name in unknown or name not in planned:
                 continue
             if planned[name] != value:
+                if name in sensitive:
+                    raise ApplyError(f"{address}: `{name}` (sensitive) differs from the approved plan; re-plan")
                 raise ApplyError(
                     f"{address}: `{name}` was planned as {json.dumps(planned[name])} but is now "
                     f"{json.dumps(value)}; the approved plan no longer matches, re-plan"
@@ -708,8 +742,8 @@ class _Applier(_Evaluation):
     def _save_outputs(self) -> None:
         outputs = {}
         for name, (value, declared) in self.outputs().items():
-            plain, sensitive = unmark(value)
-            outputs[name] = {"value": plain, "sensitive": declared or sensitive}
+            plain, mark = unmark(value)
+            outputs[name] = {"value": plain, "sensitive": declared or bool(mark)}
         if outputs != self.state.outputs:
             self.state.outputs = outputs
             self._persist(())

@@ -1,17 +1,23 @@
 """Evaluates HCL expressions from python-hcl2's parse tree, the way Terraform would.
 
-Values are plain Python (str, int, float, bool, None, list, dict) plus two marks Terraform has:
+Values are plain Python (str, int, float, bool, None, list, dict) plus the marks Terraform has:
 `UNKNOWN` (known only after apply) and `Sensitive(value)`. Both propagate through operators and
 functions, so a value derived from a sensitive variable stays sensitive and one derived from a
 computed id stays unknown.
+
+One mark Terraform lacks: `Secret(value)`, a Sensitive value that is secret by where it comes from
+(the workspace's secrets, a variable main declares sensitive, an attribute the schema marks
+sensitive). `nonsensitive()` removes a declared mark, as in Terraform, but never this one: what a
+branch writes cannot unmask what the gateway was given to keep.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 from hcl2.utils import process_escape_sequences
@@ -35,9 +41,33 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
+class Mark(IntEnum):
+    """How strongly a value is masked; a value derived from several takes the strongest."""
+
+    NONE = 0
+    SENSITIVE = 1  # declared sensitive: nonsensitive() removes it
+    SECRET = 2  # secret by origin: nothing in a configuration removes it
+
+
 @dataclass(frozen=True)
 class Sensitive:
     value: Any
+
+    mark = Mark.SENSITIVE
+
+
+@dataclass(frozen=True)
+class Secret(Sensitive):
+    mark = Mark.SECRET
+
+
+def marked(value: Any, mark: Mark) -> Any:
+    """`value` carrying `mark` (unchanged when the mark is NONE)."""
+    if mark is Mark.SECRET:
+        return Secret(value)
+    if mark is Mark.SENSITIVE:
+        return Sensitive(value)
+    return value
 
 
 class Namespace:
@@ -51,18 +81,18 @@ class Namespace:
         return self._resolve(name)
 
 
-def unmark(value: Any) -> tuple[Any, bool]:
-    """Strip Sensitive marks anywhere in a value; report whether there were any."""
+def unmark(value: Any) -> tuple[Any, Mark]:
+    """Strip marks anywhere in a value; report the strongest there was (NONE, which is falsy, if none)."""
     if isinstance(value, Sensitive):
-        inner, _ = unmark(value.value)
-        return inner, True
+        inner, mark = unmark(value.value)
+        return inner, max(mark, value.mark)
     if isinstance(value, dict):
         pairs = {k: unmark(v) for k, v in value.items()}
-        return {k: v for k, (v, _) in pairs.items()}, any(s for _, s in pairs.values())
+        return {k: v for k, (v, _) in pairs.items()}, max((m for _, m in pairs.values()), default=Mark.NONE)
     if isinstance(value, list):
         items = [unmark(v) for v in value]
-        return [v for v, _ in items], any(s for _, s in items)
-    return value, False
+        return [v for v, _ in items], max((m for _, m in items), default=Mark.NONE)
+    return value, Mark.NONE
 
 
 def contains_unknown(value: Any) -> bool:
@@ -199,11 +229,10 @@ class Evaluator:
 
     def _conditional(self, node: Tree) -> Any:
         cond_node, yes, no = _subtrees(node)
-        cond, sensitive = unmark(self.eval(cond_node))
+        cond, mark = unmark(self.eval(cond_node))
         if cond is UNKNOWN:
             return UNKNOWN
-        result = self.eval(yes if cond else no)
-        return Sensitive(result) if sensitive else result
+        return marked(self.eval(yes if cond else no), mark)
 
     def _binary_op(self, node: Tree) -> Any:
         left_node, term = _subtrees(node)[:2]
@@ -233,7 +262,7 @@ class Evaluator:
         if base is UNKNOWN:
             return UNKNOWN
         if isinstance(base, Sensitive):
-            return Sensitive(self._get_attr(base.value, name))
+            return marked(self._get_attr(base.value, name), base.mark)
         if isinstance(base, dict):
             if name not in base:
                 raise self.fail(f"object has no attribute `{name}`")
@@ -254,7 +283,7 @@ class Evaluator:
         if base is UNKNOWN or key is UNKNOWN:
             return UNKNOWN
         if isinstance(base, Sensitive):
-            return Sensitive(self._index(base.value, key))
+            return marked(self._index(base.value, key), base.mark)
         try:
             if isinstance(base, list):
                 return base[int(key)]
@@ -299,12 +328,15 @@ class Evaluator:
             return self._try(_subtrees(args_node))
         args: list[Any] = [self.eval(a) for a in _subtrees(args_node)] if args_node else []
         if name == "nonsensitive":
-            return unmark(args[0])[0] if args else None
+            if not args:
+                return None
+            plain, mark = unmark(args[0])
+            return Secret(plain) if mark is Mark.SECRET else plain  # a secret by origin stays masked
         if args_node and any(isinstance(c, Token) and c.type == "ELLIPSIS" for c in args_node.children):
-            spread, sensitive = unmark(args.pop())
+            spread, mark = unmark(args.pop())
             if spread is UNKNOWN:
                 return UNKNOWN
-            args.extend(Sensitive(a) if sensitive else a for a in spread)
+            args.extend(marked(a, mark) for a in spread)
         return _apply_marked(func, args, self)
 
     def _try(self, candidates: list[Tree]) -> Any:
@@ -321,44 +353,46 @@ class Evaluator:
         intro, *rest = _subtrees(node)
         body = rest[0]
         cond = rest[1] if len(rest) > 1 else None
+        mark, scopes = self._for_scopes(intro)
         out = []
-        for scope in self._for_scopes(intro):
+        for scope in scopes:
             if cond is None or _truthy(scope.eval(_subtrees(cond)[0])):
                 out.append(scope.eval(body))
-        return out
+        return marked(out, mark)
 
     def _for_object_expr(self, node: Tree) -> Any:
         intro, key_node, value_node, *rest = _subtrees(node)
         cond = next((r for r in rest if r.data == "for_cond"), None)
         grouping = any(isinstance(c, Token) and c.type == "ELLIPSIS" for c in node.children)
+        mark, scopes = self._for_scopes(intro)
         out: dict[str, Any] = {}
-        for scope in self._for_scopes(intro):
+        for scope in scopes:
             if cond is not None and not _truthy(scope.eval(_subtrees(cond)[0])):
                 continue
-            key, _ = unmark(scope.eval(key_node))
+            key, _ = unmark(scope.eval(key_node))  # a masked collection masks the whole result below
             if key is UNKNOWN:
                 return UNKNOWN
             value = scope.eval(value_node)
             if grouping:
                 out.setdefault(str(key), []).append(value)
             elif str(key) in out:
-                raise self.fail(f"duplicate key {key!r} in a for expression")
+                raise self.fail("duplicate key (sensitive) in a for expression" if mark
+                                else f"duplicate key {key!r} in a for expression")
             else:
                 out[str(key)] = value
-        return out
+        return marked(out, mark)
 
-    def _for_scopes(self, intro: Tree) -> Iterable[Evaluator]:
+    def _for_scopes(self, intro: Tree) -> tuple[Mark, list[Evaluator]]:
+        """The collection's mark, and one scope per item; the items of a masked collection stay masked."""
         names = [str(c.children[0]) for c in intro.children if isinstance(c, Tree) and c.data == "identifier"]
         collection_node = [c for c in intro.children if isinstance(c, Tree) and c.data != "identifier"][0]
-        collection, sensitive = unmark(self.eval(collection_node))
+        collection, mark = unmark(self.eval(collection_node))
         if collection is UNKNOWN:
             raise self.fail("a for expression iterates over a value known only after apply")
         pairs = collection.items() if isinstance(collection, dict) else enumerate(collection)
-        for key, value in pairs:
-            if len(names) == 2:
-                yield self.child(**{names[0]: key, names[1]: value})
-            else:
-                yield self.child(**{names[0]: value})
+        if len(names) == 2:
+            return mark, [self.child(**{names[0]: marked(k, mark), names[1]: marked(v, mark)}) for k, v in pairs]
+        return mark, [self.child(**{names[0]: marked(v, mark)}) for _, v in pairs]
 
 
 def _subtrees(node: Tree | None) -> list[Tree]:
@@ -412,7 +446,7 @@ def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator) -> A
         # the library's message may quote its arguments; never quote a sensitive one
         raise ev.fail("an operation on a sensitive value failed" if any(marks)
                       else str(exc) or type(exc).__name__) from None
-    return Sensitive(result) if any(marks) else result
+    return marked(result, max(marks, default=Mark.NONE))
 
 
 def _num(a: Any) -> float | int:

@@ -1,0 +1,157 @@
+"""What a stack's HCL says about secrets, read with python-hcl2 and judged against main.
+
+Engine-neutral: it reads declarations, not values, so the same check guards every engine. The
+engines keep secret-by-origin values masked whatever a branch declares; this module finds the
+branches that try to unmask one, so the attempt is a deny finding a person sees, not a silent no-op:
+
+- a variable that main declares sensitive, declared without `sensitive = true` on the branch;
+- `nonsensitive(...)` over anything that carries a secret (a secret variable, a resource with a
+  schema-sensitive attribute, or a local or resource built from either);
+- an output, not declared sensitive, built from such an unmasked value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from lark import Tree
+
+from gateway.adapters.sandbox.config import collect_references, node_name, parse_hcl
+
+
+@dataclass(frozen=True)
+class Unmasking:
+    address: str  # var.db_password, output.c, local.x, aws_s3_bucket.b
+    message: str  # names addresses, never a value
+
+
+@dataclass
+class _Block:
+    kind: str
+    labels: list[str]
+    body: Tree
+
+
+def declared_sensitive_variables(files: Mapping[str, str]) -> frozenset[str]:
+    """The variables these files declare with `sensitive = true`."""
+    return frozenset(b.labels[0] for b in _blocks(files) if b.kind == "variable" and b.labels and _is_sensitive(b))
+
+
+def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], main_sensitive: frozenset[str],
+                    sensitive_attributes: Callable[[str], frozenset[str]]) -> list[Unmasking]:
+    """Every place these files try to show a secret in clear, by address."""
+    blocks = list(_blocks(files))
+    found: list[Unmasking] = []
+    for block in blocks:
+        if block.kind == "variable" and block.labels and block.labels[0] in main_sensitive and not _is_sensitive(block):
+            found.append(Unmasking(f"var.{block.labels[0]}", f"var.{block.labels[0]} is declared sensitive on main; "
+                                   "a branch cannot remove that (it stays masked, and this change is denied)"))
+    tainted = _secret_carriers(blocks, secret_variables, sensitive_attributes)
+    unmasked_locals: set[str] = set()
+    for block in blocks:
+        for address, expr in _expressions(block):
+            if any(collect_references(_arguments(call)) & tainted for call in _nonsensitive_calls(expr)):
+                if address.startswith("local."):
+                    unmasked_locals.add(address)
+                found.append(Unmasking(address, f"{address} applies nonsensitive() to a secret; secrets stay "
+                                       "masked whatever the configuration says, and this change is denied"))
+    unmasked_locals = _closure(unmasked_locals, _local_references(blocks))
+    for block in blocks:
+        if block.kind == "output" and block.labels and not _is_sensitive(block):
+            value = _attribute(block.body, "value")
+            hits = sorted(collect_references(value) & unmasked_locals) if value is not None else []
+            if hits:
+                found.append(Unmasking(f"output.{block.labels[0]}", f"output.{block.labels[0]} is built from "
+                                       f"{', '.join(hits)}, which unmasks a secret; declare it sensitive"))
+    return sorted(set(found), key=lambda u: (u.address, u.message))
+
+
+def _secret_carriers(blocks: list[_Block], secret_variables: frozenset[str],
+                     sensitive_attributes: Callable[[str], frozenset[str]]) -> set[str]:
+    """References (`var.x`, `local.y`, `aws_db_instance.z`) whose value carries a secret."""
+    tainted = {f"var.{name}" for name in secret_variables}
+    edges: dict[str, set[str]] = _local_references(blocks)
+    for block in blocks:
+        if block.kind == "resource" and len(block.labels) == 2:
+            key = ".".join(block.labels)
+            if sensitive_attributes(block.labels[0]):
+                tainted.add(key)
+            edges[key] = set().union(*(collect_references(e) for _, e in _expressions(block)))
+    changed = True
+    while changed:
+        changed = False
+        for name, refs in edges.items():
+            if name not in tainted and refs & tainted:
+                tainted.add(name)
+                changed = True
+    return tainted
+
+
+def _local_references(blocks: list[_Block]) -> dict[str, set[str]]:
+    return {f"local.{name}": collect_references(expr)
+            for block in blocks if block.kind == "locals" for name, expr in _attributes(block.body)}
+
+
+def _closure(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
+    """`start` plus every name that refers to one of them, transitively."""
+    result = set(start)
+    changed = True
+    while changed:
+        changed = False
+        for name, refs in edges.items():
+            if name not in result and refs & result:
+                result.add(name)
+                changed = True
+    return result
+
+
+def _blocks(files: Mapping[str, str]) -> Iterator[_Block]:
+    for filename, text in sorted(files.items()):
+        body = parse_hcl(filename, text).children[0]
+        for child in body.children:
+            if isinstance(child, Tree) and child.data == "block":
+                parts = [c for c in child.children if isinstance(c, Tree) and c.data != "new_line_or_comment"]
+                yield _Block(node_name(parts[0]), [node_name(p) for p in parts[1:-1]], parts[-1])
+
+
+def _expressions(block: _Block) -> Iterator[tuple[str, Tree]]:
+    """(address, expression) for every expression of a top-level block, nested blocks included."""
+    if block.kind == "locals":
+        for name, expr in _attributes(block.body):
+            yield f"local.{name}", expr
+        return
+    address = {"output": "output.", "variable": "var.", "module": "module.", "data": "data."}.get(block.kind, "")
+    address += ".".join(block.labels) if block.labels else block.kind
+    for node in block.body.iter_subtrees():
+        if node.data == "attribute":
+            yield address, node.children[-1]
+
+
+def _attributes(body: Tree) -> Iterator[tuple[str, Tree]]:
+    for child in body.children:
+        if isinstance(child, Tree) and child.data == "attribute":
+            yield node_name(child.children[0]), child.children[-1]
+
+
+def _attribute(body: Tree, name: str) -> Tree | None:
+    return next((expr for n, expr in _attributes(body) if n == name), None)
+
+
+def _is_sensitive(block: _Block) -> bool:
+    expr = _attribute(block.body, "sensitive")
+    return expr is not None and any(t.data == "literal_value" and str(t.children[0]) == "true"
+                                    for t in expr.iter_subtrees())
+
+
+def _nonsensitive_calls(expr: Tree) -> Iterator[Tree]:
+    for node in expr.iter_subtrees():
+        if node.data == "function_call":
+            names = [str(c.children[0]) for c in node.children if isinstance(c, Tree) and c.data == "identifier"]
+            if names and names[-1] == "nonsensitive":
+                yield node
+
+
+def _arguments(call: Tree) -> Tree:
+    return next((c for c in call.children if isinstance(c, Tree) and c.data == "arguments"), Tree("arguments", []))
+

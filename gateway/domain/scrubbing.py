@@ -1,0 +1,59 @@
+"""The last line of defence: every known secret value is cut out of what the gateway shows or sends.
+
+Masking happens where values are born (the engines mark secrets by origin); this scrubber only
+catches what got past that by mistake. It replaces each known value, and its JSON- and
+HTML-escaped spellings, with `(redacted)`. Values shorter than MIN_LENGTH are not scrubbed: a
+two-letter secret would cut words out of every message and is no secret anyway.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable
+from typing import Any
+
+REDACTED = "(redacted)"
+MIN_LENGTH = 6
+
+
+class Scrubber:
+    """Replaces known secret values in text and in JSON-shaped data."""
+
+    def __init__(self, values: Iterable[Any] = ()):
+        spellings: set[str] = set()
+        for value in values:
+            text = value if isinstance(value, str) else json.dumps(value)
+            if len(text) < MIN_LENGTH:
+                continue
+            spellings |= {text, json.dumps(text)[1:-1], html.escape(text), html.escape(json.dumps(text)[1:-1])}
+        self._spellings = sorted(spellings, key=len, reverse=True)  # longest first: no partial leftovers
+
+    def __bool__(self) -> bool:
+        return bool(self._spellings)
+
+    def scrub(self, text: str) -> str:
+        for spelling in self._spellings:
+            if spelling in text:
+                text = text.replace(spelling, REDACTED)
+        return text
+
+    def scrub_bytes(self, data: bytes) -> bytes:
+        if not self._spellings:
+            return data
+        try:
+            return self.scrub(data.decode("utf-8")).encode("utf-8")
+        except UnicodeDecodeError:
+            return data
+
+    def scrub_data(self, value: Any) -> Any:
+        """The same value with every string (keys included) scrubbed."""
+        if not self._spellings:
+            return value
+        if isinstance(value, str):
+            return self.scrub(value)
+        if isinstance(value, dict):
+            return {self.scrub_data(k): self.scrub_data(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.scrub_data(v) for v in value]
+        return value

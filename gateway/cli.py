@@ -24,14 +24,17 @@ from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.planning import plan_stack
 from gateway.services.proposals import (
+    abandon_proposal,
     claim_issues,
     decide,
+    get_proposal,
     open_proposal,
     override_finding,
+    pending_changes,
     proposal_previews,
-    sync_proposal,
+    refresh_proposal,
 )
-from gateway.services.runner import apply_proposal
+from gateway.services.runner import apply_proposal, merge_unmerged
 from gateway.services.runner import approve as approve_proposal
 from gateway.services.simulator import edit_live_object, inject_fault
 from gateway.services.users import add_principal, authenticate
@@ -248,9 +251,9 @@ def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
     if fmt == "json":  # the same document the API serves
         click.echo(json.dumps(view_proposal(ctx.ws, actor, proposal_id).to_public(), indent=2, default=str))
         return
-    proposal, changes = sync_proposal(ctx.ws, proposal_id)
-    for change in changes:
-        click.echo(f"note: {change}")
+    proposal = get_proposal(ctx.ws, proposal_id)
+    for change in pending_changes(ctx.ws, proposal):
+        click.echo(f"note: {change}; the plans below predate it (`gateway sync {proposal_id}` re-plans; approve and apply re-plan first)")
     _echo_proposal(ctx.ws, proposal, fmt)
     if show_diff:
         click.echo(ctx.ws.repo.diff(proposal.base_sha, proposal.head_sha))
@@ -305,10 +308,46 @@ def apply(ctx: Context, proposal_id: int) -> None:
         click.echo(f"stack {outcome.stack}: {state} ({len(outcome.applied)} change(s) done)")
         if outcome.error:
             click.echo(f"  error: {outcome.error}")
+    if report.unmerged:
+        click.echo(report.unmerged, err=True)
+        sys.exit(1)
     if not report.succeeded:
-        click.echo("the apply did not finish; what was done is recorded, and the next plan shows the rest", err=True)
+        click.echo("the apply did not finish; what was done is recorded, and the next plan shows the rest "
+                   f"(`gateway sync {proposal_id}` re-plans it, `gateway abandon {proposal_id}` withdraws it)", err=True)
         sys.exit(1)
     click.echo(f"merged into main as {report.merge_sha[:12] if report.merge_sha else '?'}")
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@pass_ctx
+def sync(ctx: Context, proposal_id: int) -> None:
+    """Re-plan a proposal whose branch, main or stack state moved since its plans."""
+    proposal, changes = refresh_proposal(ctx.ws, ctx.actor(), proposal_id)
+    for change in changes or ["nothing moved; the plans are current"]:
+        click.echo(change)
+    _echo_approval_state(ctx.ws, proposal)
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@click.option("-m", "--message", "reason", required=True, help="why it is withdrawn")
+@pass_ctx
+def abandon(ctx: Context, proposal_id: int, reason: str) -> None:
+    """Withdraw a proposal (open or failed); its branch may be proposed again."""
+    proposal = abandon_proposal(ctx.ws, ctx.actor(), proposal_id, reason)
+    click.echo(f"proposal {proposal.id} is {proposal.status.value}")
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@click.option("--acknowledge", is_flag=True, help="main was made to describe what runs by hand; record that")
+@click.option("-m", "--message", "note", default=None, help="with --acknowledge: how main was made right")
+@pass_ctx
+def merge(ctx: Context, proposal_id: int, acknowledge: bool, note: str | None) -> None:
+    """Leave `unmerged`: merge an applied proposal into main again, or acknowledge a merge made by hand."""
+    proposal = merge_unmerged(ctx.ws, ctx.actor(), proposal_id, (note or "") if acknowledge else None)
+    click.echo(f"proposal {proposal.id} is {proposal.status.value}; its stacks are unlocked")
 
 
 def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:

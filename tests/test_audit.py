@@ -42,7 +42,7 @@ def test_the_story_of_a_change_names_who_did_what_to_which_plan(audited: tuple[W
     story = audit_service.proposal_story(ws, people.dana, pid)
     kinds = [e.kind for e in story]
     assert kinds == ["change.requested", "proposal.opened", "commit", "plan", "approve.refused", "approval",
-                     "apply.started", "apply.succeeded", "merged"]
+                     "proposal.start_apply", "apply.started", "apply.succeeded", "proposal.finish", "merged"]
     plan_event = story[3]
     approval = story[5]
     assert approval.actor == "erin"

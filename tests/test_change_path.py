@@ -176,11 +176,13 @@ def test_state_moved_since_plan_is_refused_and_replanned(workspace: Workspace, p
     with pytest.raises(Refused, match="state of stack app-staging moved since its plan"):
         apply_proposal(workspace, people.alice, second.id)
     replanned = get_proposal(workspace, second.id)
-    assert not replanned.current_approvals  # the new plan differs: it would undo the first change
+    assert not replanned.current_approvals  # the new plan differs (it starts from the first change): re-approve
     with workspace.store.session() as session:
         document = json.loads(session.plan_document(replanned.plans["app-staging"].plan_id))
     web = load_plan(document).find("aws_instance.web[0]").change
-    assert (web.before["instance_type"], web.after["instance_type"]) == ("t3.medium", "t3.small")
+    # planned from the merge into the new main, the second change keeps the first one instead of reverting it
+    assert web.before["instance_type"] == web.after["instance_type"] == "t3.medium"
+    assert web.after["tags"]["cost-centre"] == "cc-3004"
 
 
 def test_apply_merges_and_records_the_applied_commit(any_workspace: Workspace, tmp_path: Path) -> None:
@@ -197,8 +199,8 @@ def test_apply_merges_and_records_the_applied_commit(any_workspace: Workspace, t
     with any_workspace.store.session() as session:
         assert session.last_applied_commit("app-staging") == proposal.head_sha
         kinds = [e.kind for e in session.events(proposal_id=proposal.id)]
-    assert kinds == ["change.requested", "proposal.opened", "commit", "plan", "approval",
-                     "apply.started", "apply.succeeded", "merged"]
+    assert kinds == ["change.requested", "proposal.opened", "commit", "plan", "approval", "proposal.start_apply",
+                     "apply.started", "apply.succeeded", "proposal.finish", "merged"]
 
 
 def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace: Workspace, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import insert
 from gateway.adapters.records import now
 from gateway.adapters.sql_store import stack_locks
 from gateway.domain.errors import LockTimeout
-from gateway.domain.proposal import Decision, ProposalStatus
+from gateway.domain.proposal import Decision, ProposalStatus, Transition
 from gateway.services.planning import plan_stack
 from gateway.services.proposals import decide, get_proposal, open_proposal
 from gateway.services.runner import apply_proposal
@@ -94,7 +94,7 @@ def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(
     plan_id = get_proposal(workspace, first).plans["app-staging"].plan_id
     with workspace.store.session() as session:
         dead_apply = session.start_apply(first, "app-staging", plan_id, "dead-host:1", "0" * 40)
-        session.update_proposal(first, status=ProposalStatus.APPLYING)
+        session.record_transition(session.get_proposal(first, lock=True), Transition.START_APPLY, "dead-host:1", {})
         session.conn.execute(insert(stack_locks).values(
             stack="app-staging", holder="dead-host:1", apply_id=dead_apply,
             acquired_at=now() - timedelta(hours=2), expires_at=now() - timedelta(hours=1)))

@@ -94,18 +94,44 @@ class GitDeclarationRepo:
                 target.write_bytes(item.data_stream.read())
         return dest
 
-    def merge(self, branch: str, into: str, message: str) -> str:
-        """Merge `branch` into `into` with a merge commit; refuse on conflicts. Returns the new SHA."""
-        target = self.resolve(into)
-        source = self.resolve(branch)
+    def merge_preview(self, main_sha: str, head_sha: str) -> str:
+        """A commit holding the merge of `head_sha` into `main_sha`, on no branch: what main would become.
+
+        Plans are made from it, so an approval covers what main will describe after the merge.
+        """
+        tree = self._merge_tree(main_sha, head_sha)
+        return self._git("commit-tree", tree, "-p", main_sha, "-p", head_sha, "-m", "merge preview",
+                         env=committer_env())
+
+    def tree_of(self, sha: str, subdir: str) -> str | None:
+        """The tree id of `subdir` at `sha` (None when it does not exist): equal ids, equal files."""
         try:
-            tree = self._git("merge-tree", "--write-tree", target, source).splitlines()[0]
+            return str((self.repo.commit(sha).tree / subdir).hexsha)
+        except KeyError:
+            return None
+
+    def merge(self, main_sha: str, head_sha: str, into: str, message: str) -> str:
+        """Merge `head_sha` into branch `into`, which must still be at `main_sha`; refuse on conflicts.
+
+        The ref moves only if nobody moved it meanwhile (update-ref's compare-and-swap). Returns the new SHA.
+        """
+        tree = self._merge_tree(main_sha, head_sha)
+        commit = self._git("commit-tree", tree, "-p", main_sha, "-p", head_sha, "-m", message, env=committer_env())
+        try:
+            self._git("update-ref", f"refs/heads/{into}", commit, main_sha)
         except BackendError as exc:
-            raise Conflict(f"{branch} does not merge cleanly into {into}; rebase it and propose again") from exc
-        commit = self._git("commit-tree", tree, "-p", target, "-p", source, "-m", message,
-                           env=committer_env())
-        self._git("update-ref", f"refs/heads/{into}", commit, target)
+            raise Conflict(f"{into} moved while merging; it is no longer at {main_sha[:12]}") from exc
         return commit
+
+    def _merge_tree(self, main_sha: str, head_sha: str) -> str:
+        try:
+            return self._git("merge-tree", "--write-tree", main_sha, head_sha).splitlines()[0]
+        except BackendError as exc:
+            conflicts = [line.split("\t", 1)[-1] for line in (exc.__cause__.stdout if isinstance(
+                exc.__cause__, GitCommandError) else "").splitlines() if "\t" in line]
+            where = f" (conflicts in {', '.join(sorted(set(conflicts)))})" if conflicts else ""
+            raise Conflict(f"the branch does not merge cleanly into main{where}; "
+                           "rebase it on main and push again") from exc
 
     def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
         try:

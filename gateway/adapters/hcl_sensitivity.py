@@ -78,14 +78,7 @@ def _secret_carriers(blocks: list[_Block], secret_variables: frozenset[str],
             if sensitive_attributes(block.labels[0]):
                 tainted.add(key)
             edges[key] = set().union(*(collect_references(e) for _, e in _expressions(block)))
-    changed = True
-    while changed:
-        changed = False
-        for name, refs in edges.items():
-            if name not in tainted and refs & tainted:
-                tainted.add(name)
-                changed = True
-    return tainted
+    return _closure(tainted, edges)
 
 
 def _local_references(blocks: list[_Block]) -> dict[str, set[str]]:

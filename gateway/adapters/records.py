@@ -34,6 +34,7 @@ from gateway.adapters.sql_store import (
 )
 from gateway.domain.audit import AuditEvent, event_hash
 from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
 from gateway.domain.policy import Finding, Override
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalStatus, StackPlan
@@ -83,6 +84,24 @@ class SqlStore:
             conn.execute(update(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder)
                          .values(apply_id=apply_id))
 
+    def renew_locks(self, stacks: Sequence[str], holder: str, ttl_seconds: float) -> list[str]:
+        """The heartbeat: push the expiry of `holder`'s locks forward. Returns the ones it no longer holds."""
+        lost = []
+        with self.db.transaction() as conn:
+            for stack in stacks:
+                renewed = conn.execute(update(stack_locks).where(
+                    stack_locks.c.stack == stack, stack_locks.c.holder == holder).values(
+                    expires_at=now() + timedelta(seconds=ttl_seconds)))
+                if renewed.rowcount != 1:
+                    lost.append(stack)
+        return lost
+
+    def hand_over_lock(self, stack: str, holder: str, new_holder: str) -> None:
+        """Give a lock to a holder that never expires; only a person's action releases it."""
+        with self.db.transaction() as conn:
+            conn.execute(update(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder)
+                         .values(holder=new_holder, apply_id=None, expires_at=NEVER))
+
     def release_lock(self, stack: str, holder: str) -> None:
         with self.db.transaction() as conn:
             conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
@@ -91,6 +110,9 @@ class SqlStore:
         with self.db.transaction() as conn:
             row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
         return dict(row) if row else None
+
+
+NEVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def _aware(value: datetime) -> datetime:
@@ -144,7 +166,7 @@ class StoreSession:
                      prompt_version: str | None = None, model: str | None = None) -> int:
         result = self.conn.execute(insert(proposals).values(
             branch=branch, base_sha=base_sha, head_sha=head_sha, requester_id=requester.id,
-            proposer_id=proposer.id, reason=reason, status=ProposalStatus.OPEN.value, stacks=list(stacks),
+            proposer_id=proposer.id, reason=reason, status=INITIAL.value, stacks=list(stacks),
             changed_paths=list(changed_paths),
             agent_claim=agent_claim, prompt_version=prompt_version, model=model,
             created_at=now(), updated_at=now()))
@@ -152,9 +174,7 @@ class StoreSession:
 
     def open_proposal_for_branch(self, branch: str) -> int | None:
         return self.conn.scalar(select(proposals.c.id).where(
-            proposals.c.branch == branch,
-            proposals.c.status.in_([ProposalStatus.OPEN.value, ProposalStatus.FAILED.value,
-                                    ProposalStatus.APPLYING.value])))
+            proposals.c.branch == branch, proposals.c.status.in_([s.value for s in ACTIVE])))
 
     def get_proposal(self, proposal_id: int, lock: bool = False) -> Proposal:
         if not 0 < proposal_id <= MAX_ID:
@@ -180,18 +200,46 @@ class StoreSession:
             query = query.where(proposals.c.status == status)
         return [dict(r) for r in self.conn.execute(query).mappings()]
 
-    def update_proposal(self, proposal_id: int, **values: Any) -> None:
-        if "status" in values:
-            values["status"] = ProposalStatus(values["status"]).value
-        self.conn.execute(update(proposals).where(proposals.c.id == proposal_id).values(updated_at=now(), **values))
+    def update_head(self, proposal_id: int, head_sha: str, stacks: Sequence[str], changed_paths: Sequence[str]) -> None:
+        self.conn.execute(update(proposals).where(proposals.c.id == proposal_id).values(
+            head_sha=head_sha, stacks=list(stacks), changed_paths=list(changed_paths), updated_at=now()))
+
+    def set_agent_details(self, proposal_id: int, prompt_version: str, model: str, agent_claim: str | None = None) -> None:
+        """The prompt version and model an agent's proposal was written with (and its latest claim)."""
+        values: dict[str, Any] = {"prompt_version": prompt_version, "model": model, "updated_at": now()}
+        if agent_claim is not None:
+            values["agent_claim"] = agent_claim
+        self.conn.execute(update(proposals).where(proposals.c.id == proposal_id).values(**values))
+
+    def record_transition(self, proposal: Proposal, transition: Transition, actor: Principal | str,
+                          payload: Mapping[str, Any], merge_sha: str | None = None) -> ProposalStatus:
+        """Take one lifecycle transition and persist it with its audit event, in this transaction.
+
+        The row changes only if it is still in the state the transition started from: a concurrent
+        writer that moved it first makes this one a Conflict, never a silent overwrite.
+        """
+        before = proposal.status
+        after = proposal.take(transition)
+        values: dict[str, Any] = {"status": after.value, "updated_at": now()}
+        if merge_sha:
+            values["merge_sha"] = merge_sha
+            proposal.merge_sha = merge_sha
+        moved = self.conn.execute(update(proposals).where(
+            proposals.c.id == proposal.id, proposals.c.status == before.value).values(**values))
+        if moved.rowcount != 1:
+            raise Conflict(f"proposal {proposal.id} changed while it was being moved from {before.value}; try again")
+        self.append_event(actor, f"proposal.{transition.value}",
+                          {"from": before.value, "to": after.value, **payload}, proposal.id, proposal.stacks)
+        return after
 
     # --- plans -----------------------------------------------------------------------------
 
-    def add_plan(self, proposal_id: int, stack: str, head_sha: str, digest: str, document: str,
+    def add_plan(self, proposal_id: int, stack: str, head_sha: str, main_sha: str, digest: str, document: str,
                  state_serial: int, state_lineage: str, summary: Mapping[str, Any]) -> int:
         result = self.conn.execute(insert(plans).values(
-            proposal_id=proposal_id, stack=stack, head_sha=head_sha, digest=digest, document=document,
-            state_serial=state_serial, state_lineage=state_lineage, summary=dict(summary), created_at=now()))
+            proposal_id=proposal_id, stack=stack, head_sha=head_sha, main_sha=main_sha, digest=digest,
+            document=document, state_serial=state_serial, state_lineage=state_lineage, summary=dict(summary),
+            created_at=now()))
         return int(result.inserted_primary_key[0])
 
     def plan_document(self, plan_id: int) -> str:
@@ -212,7 +260,8 @@ class StoreSession:
                 destructive=tuple(r["summary"].get("destructive", [])),
                 risk=RiskLevel(r["summary"].get("risk", {}).get("level", "low")),
                 risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
-                findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])))
+                findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])),
+                main_sha=r["main_sha"])
         return current
 
     # --- decisions -------------------------------------------------------------------------

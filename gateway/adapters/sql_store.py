@@ -27,6 +27,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
     select,
     text,
 )
@@ -88,6 +89,7 @@ plans = Table(
     Column("state_lineage", String(36), nullable=False),
     Column("summary", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("main_sha", String(40), nullable=True),  # migration 2: the main commit the branch was merged onto
 )
 
 decisions = Table(
@@ -213,13 +215,42 @@ audit_head = Table(
     UniqueConstraint("id"),
 )
 
+# Plan and apply work, claimed by workers; a running job's heartbeat says its worker is alive.
+jobs = Table(
+    "jobs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(20), nullable=False),  # plan | apply
+    Column("proposal_id", Integer, nullable=True, index=True),
+    Column("requested_by", String(100), nullable=False),
+    Column("status", String(20), nullable=False, index=True),  # queued | running | succeeded | failed | refused | interrupted
+    Column("runner", String(100), nullable=True),
+    Column("progress", JSON, nullable=False),
+    Column("result", JSON, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
+_FIRST_TABLES = [t for t in metadata.sorted_tables if t.name != "jobs"]
+
+
 def _initial_schema(conn: Connection) -> None:
-    metadata.create_all(conn)
+    metadata.create_all(conn, tables=_FIRST_TABLES)
     conn.execute(audit_head.insert().values(id=1, seq=0, hash=GENESIS))
+
+
+def _jobs_and_merge_previews(conn: Connection) -> None:
+    """Jobs for workers; each plan records the main commit it was merged onto."""
+    jobs.create(conn)
+    if "main_sha" not in {c["name"] for c in inspect(conn).get_columns("plans")}:  # a schema made before it
+        conn.execute(text("ALTER TABLE plans ADD COLUMN main_sha VARCHAR(40)"))
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
+    (2, _jobs_and_merge_previews),
 ]
 
 

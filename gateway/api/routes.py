@@ -28,7 +28,7 @@ from gateway.domain.preview import RENDERERS
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
-from gateway.services.proposals import decide, override_finding, proposal_previews, sync_proposal
+from gateway.services.proposals import decide, get_proposal, override_finding, proposal_previews
 from gateway.services.runner import apply_proposal
 from gateway.services.runner import approve as approve_proposal
 from gateway.services.views import view_proposal
@@ -82,14 +82,14 @@ def read_proposal(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) ->
 @router.get("/proposals/{proposal_id}/preview", response_model=None, responses=TEXT, tags=["proposals"])
 def read_preview(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep,
                  format: Annotated[Literal["text", "markdown", "json"], Query()] = "markdown") -> PlainTextResponse:
-    proposal, _ = sync_proposal(ws, proposal_id)
+    proposal = get_proposal(ws, proposal_id)
     return PlainTextResponse("\n".join(f"## {stack}\n\n{RENDERERS[format](preview)}"
                                        for stack, preview in proposal_previews(ws, proposal).items()))
 
 
 @router.get("/proposals/{proposal_id}/diff", response_model=None, responses=TEXT, tags=["proposals"])
 def read_diff(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> PlainTextResponse:
-    proposal, _ = sync_proposal(ws, proposal_id)
+    proposal = get_proposal(ws, proposal_id)
     return PlainTextResponse(ws.repo.diff(proposal.base_sha, proposal.head_sha))
 
 

@@ -80,6 +80,7 @@ class ProposalPublic(ProposalSummary):
     risk: str
     required_approvals: int
     blocked_by: list[str]
+    pending: list[str] = Field(default_factory=list, description="what moved since the plans; a plan job catches up")
     agent_claim: str | None
     claim_issues: list[str]
     plans: list[StackPlanPublic]

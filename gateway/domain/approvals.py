@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.policy import Severity
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Decision, Proposal, ProposalStatus
+from gateway.domain.proposal import Decision, Proposal
 from gateway.domain.repo_settings import RepoSettings
 
 
@@ -36,7 +37,7 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
     if principal.is_agent:
         return [f"{principal.name} is an agent; agents can never approve or reject a change"]
     reasons = []
-    if proposal.status not in (ProposalStatus.OPEN, ProposalStatus.FAILED):
+    if proposal.status not in DECIDABLE:
         reasons.append(f"proposal {proposal.id} is {proposal.status.value}; it takes no more decisions")
     if principal.id == proposal.requester.id:
         reasons.append(f"{principal.name} requested this change and cannot approve or reject it")
@@ -99,7 +100,7 @@ def apply_refusals(principal: Principal, proposal: Proposal, settings: RepoSetti
     if principal.is_agent:
         return [f"{principal.name} is an agent; agents can never apply a change"]
     reasons = []
-    if proposal.status not in (ProposalStatus.OPEN, ProposalStatus.FAILED):
+    if next_status(proposal.status, Transition.START_APPLY) is None:
         reasons.append(f"proposal {proposal.id} is {proposal.status.value}")
     if not (principal.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}):
         reasons.append(f"{principal.name} has no role that may start an apply")

@@ -7,16 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from gateway.domain.errors import Refused
+from gateway.domain.lifecycle import ProposalStatus, Transition, next_status, ways_out
 from gateway.domain.policy import Finding, Override, unresolved_denies
 from gateway.domain.principals import Principal
 from gateway.domain.risk import RiskLevel
 
-
-class ProposalStatus(StrEnum):
-    OPEN = "open"  # planned; waiting for decisions (approved or rejected is derived, see below)
-    APPLYING = "applying"
-    APPLIED = "applied"  # applied and merged
-    FAILED = "failed"  # an apply failed or was interrupted; see its apply records
+__all__ = ["Decision", "DecisionRecord", "Proposal", "ProposalStatus", "StackPlan", "Transition"]
 
 
 class Decision(StrEnum):
@@ -38,6 +35,7 @@ class StackPlan:
     risk: RiskLevel = RiskLevel.LOW
     risk_reasons: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
+    main_sha: str | None = None  # the main commit the branch was merged onto for this plan
 
     @property
     def has_changes(self) -> bool:
@@ -73,6 +71,16 @@ class Proposal:
     changed_paths: tuple[str, ...] = ()
     merge_sha: str | None = None
     agent_claim: str | None = None
+
+    def take(self, transition: Transition) -> ProposalStatus:
+        """Move along the lifecycle table; refuse with a reason when it does not allow this here."""
+        target = next_status(self.status, transition)
+        if target is None:
+            allowed = ", ".join(t.value for t in ways_out(self.status)) or "nothing: it is final"
+            raise Refused([f"proposal {self.id} is {self.status.value}; `{transition.value}` is not possible "
+                           f"from there (allowed: {allowed})"])
+        self.status = target
+        return target
 
     @property
     def current_digests(self) -> dict[str, str]:

@@ -156,10 +156,10 @@ def _propose(ws: Workspace, agent: Principal, person: Principal, branch: str, re
         proposal = open_proposal(ws, agent, branch, request, requester=person, agent_claim=summary)
         with ws.store.session() as session:
             session.link_conversation(conversation_id, proposal.id)
-            session.update_proposal(proposal.id, prompt_version=prompt_version, model=model)
+            session.set_agent_details(proposal.id, prompt_version, model)
         return proposal
     with ws.store.session() as session:
-        session.update_proposal(proposal_id, agent_claim=summary, prompt_version=prompt_version, model=model)
+        session.set_agent_details(proposal_id, prompt_version, model, agent_claim=summary)
     proposal, _ = sync_proposal(ws, proposal_id)
     return proposal
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from gateway.adapters.records import StoreSession, now
 from gateway.domain.approvals import decision_refusals, override_refusals, required_approvals
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
+from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Decision, Proposal, ProposalStatus
+from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.services.planning import StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace
@@ -46,7 +48,7 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     if not paths:
         raise InputError(f"branch {branch} has no changes against {main}")
     stacks = ws.repo_settings().stacks_touched(paths)
-    results = [plan_stack(ws, stack, head, actor.is_agent) for stack in stacks]  # plan before writing anything
+    main_sha, results = plan_merged(ws, stacks, head, actor.is_agent)  # plan before writing anything
     with ws.store.session() as session:
         if session.open_proposal_for_branch(branch) is not None:
             raise Conflict(f"branch {branch} already has an open proposal")
@@ -56,43 +58,71 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
             "branch": branch, "base_sha": base, "head_sha": head, "requester": requester.name,
             "proposer": actor.name, "changed_paths": paths}, pid, stacks)
         _record_commits(ws, session, pid, base, head, stacks)
-        _record_plans(session, pid, results)
+        _record_plans(session, pid, head, main_sha, results)
         return session.get_proposal(pid)
 
 
-def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]:
-    """Catch up with the branch: a new commit re-plans every stack, making earlier decisions stale.
+def plan_merged(ws: Workspace, stacks: Sequence[str], head: str, by_agent: bool) -> tuple[str, list[StackPlanResult]]:
+    """Plan each stack as main will be after merging `head` into the current main.
 
+    An approval thus covers what main will describe once the change is applied; a branch that does
+    not merge cleanly is refused here, before anything is planned or applied.
+    """
+    main_sha = ws.repo.resolve(ws.main_branch())
+    merged = ws.repo.merge_preview(main_sha, head)
+    return main_sha, [plan_stack(ws, stack, merged, by_agent) for stack in stacks]
+
+
+def pending_changes(ws: Workspace, proposal: Proposal) -> list[str]:
+    """What moved since the proposal's plans, in words; reads only (empty when nothing did)."""
+    if proposal.status not in DECIDABLE:
+        return []
+    if not ws.repo.branch_exists(proposal.branch):
+        return [f"branch {proposal.branch} no longer exists"]
+    changes = []
+    head = ws.repo.resolve(proposal.branch)
+    if head != proposal.head_sha:
+        changes.append(f"new commit {head[:12]} on {proposal.branch}")
+    main_sha = ws.repo.resolve(ws.main_branch())
+    if any(p.main_sha != main_sha for p in proposal.plans.values()):
+        changes.append(f"main moved to {main_sha[:12]} since the plan")
+    changes += [f"state of stack {s} moved since its plan" for s, p in proposal.plans.items()
+                if ws.engine.state_serial(s) != p.state_serial]
+    if set(proposal.plans) != set(proposal.stacks):
+        changes.append("a stack of the proposal has no plan yet")
+    return changes
+
+
+def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]:
+    """Catch up with the branch, main and the stacks' state: re-plan, making decisions on a different plan stale.
+
+    A write path (plan jobs, decisions, applies): reads call `pending_changes` instead.
     Returns the proposal and what changed, in words (empty when nothing moved).
     """
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id)
-    if proposal.status not in (ProposalStatus.OPEN, ProposalStatus.FAILED):
+    changes = pending_changes(ws, proposal)
+    if not changes:
         return proposal, []
     if not ws.repo.branch_exists(proposal.branch):
         raise NotFound(f"branch {proposal.branch} of proposal {proposal_id} no longer exists")
     head = ws.repo.resolve(proposal.branch)
-    moved_stacks = [s for s, p in proposal.plans.items() if ws.engine.state_serial(s) != p.state_serial]
-    if head == proposal.head_sha and not moved_stacks and set(proposal.plans) == set(proposal.stacks):
-        return proposal, []
     stacks, paths = proposal.stacks, proposal.changed_paths
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
         stacks = tuple(ws.repo_settings().stacks_touched(paths))
-    results = [plan_stack(ws, stack, head, proposal.proposer.is_agent) for stack in stacks]
+    main_sha, results = plan_merged(ws, stacks, head, proposal.proposer.is_agent)
     with ws.store.session() as session:
         locked = session.get_proposal(proposal_id, lock=True)
-        changes = []
+        if locked.status not in DECIDABLE:
+            return locked, []
         if head != locked.head_sha:
-            changes.append(f"new commit {head[:12]} on {locked.branch}")
             _record_commits(ws, session, proposal_id, locked.head_sha, head, stacks)
-            session.update_proposal(proposal_id, head_sha=head, stacks=list(stacks), changed_paths=list(paths))
-        for stack in moved_stacks:
-            changes.append(f"state of stack {stack} moved since its plan")
-        _record_plans(session, proposal_id, results)
-        if locked.status == ProposalStatus.FAILED:
-            session.update_proposal(proposal_id, status=ProposalStatus.OPEN)
+            session.update_head(proposal_id, head, stacks, paths)
+        _record_plans(session, proposal_id, head, main_sha, results)
         updated = session.get_proposal(proposal_id)
+        if updated.status == ProposalStatus.FAILED:
+            session.record_transition(updated, Transition.REPLAN, "gateway", {"because": changes})
         newly_stale = [d for d in updated.stale_decisions if locked.is_current(d)]
         if newly_stale:
             session.append_event("gateway", "decisions.stale", {
@@ -104,9 +134,20 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         return updated, changes
 
 
+def refresh_proposal(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Proposal, list[str]]:
+    """A person (or agent) asks for a re-plan now; a read-only role may look but not start work."""
+    if not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+        raise Refused([f"{actor.name} has no role that may start a re-plan"])
+    return sync_proposal(ws, proposal_id)
+
+
 def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision, comment: str,
            seen_sha: str | None = None, auth: str = "api-token") -> Proposal:
-    """Approve or reject the proposal's current commit and plans, if the rules allow this person."""
+    """Approve or reject the proposal's current commit and plans, if the rules allow this person.
+
+    The rules are checked and the decision written in one transaction, under the proposal's row lock,
+    so a decision always binds to the commit and plans it was checked against.
+    """
     comment = comment.strip()
     if decision == Decision.REJECT and not comment:
         raise InputError("a rejection needs a reason (-m)")
@@ -121,21 +162,21 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
         if reasons:
             session.append_event(actor, f"{decision.value}.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
                                  proposal_id, proposal.stacks)
+        else:
+            session.add_decision(proposal_id, actor, decision, proposal.head_sha, proposal.current_digests, comment, auth)
+            session.append_event(actor, "approval" if decision == Decision.APPROVE else "rejection", {
+                "head_sha": proposal.head_sha, "digests": proposal.current_digests, "comment": comment,
+                "authenticated_by": auth, "required_approvals": required_approvals(proposal, settings),
+            }, proposal_id, proposal.stacks)
+            proposal = session.get_proposal(proposal_id)
     if reasons:
         raise Refused(reasons)
-    with ws.store.session() as session:
-        proposal = session.get_proposal(proposal_id, lock=True)
-        session.add_decision(proposal_id, actor, decision, proposal.head_sha, proposal.current_digests, comment, auth)
-        session.append_event(actor, "approval" if decision == Decision.APPROVE else "rejection", {
-            "head_sha": proposal.head_sha, "digests": proposal.current_digests, "comment": comment,
-            "authenticated_by": auth, "required_approvals": required_approvals(proposal, settings),
-        }, proposal_id, proposal.stacks)
-        return session.get_proposal(proposal_id)
+    return proposal
 
 
 def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_key: str, reason: str,
                      expires_at: datetime) -> Proposal:
-    """A policy owner lifts one deny finding, with a reason and an expiry; its own audit event."""
+    """A policy owner lifts one deny finding, with a reason and an expiry; checked and written in one transaction."""
     if expires_at.tzinfo is None:
         expires_at = expires_at.replace(tzinfo=UTC)
     sync_proposal(ws, proposal_id)
@@ -146,22 +187,36 @@ def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_
         if reasons:
             session.append_event(actor, "override.refused", {"finding": finding_key, "reasons": reasons},
                                  proposal_id, proposal.stacks)
+        else:
+            session.add_override(proposal_id, finding_key, actor, reason.strip(), expires_at)
+            session.append_event(actor, "policy.override", {
+                "finding": finding_key, "reason": reason.strip(), "expires_at": expires_at.isoformat(),
+                "head_sha": proposal.head_sha, "digests": proposal.current_digests}, proposal_id, proposal.stacks)
+            proposal = session.get_proposal(proposal_id)
     if reasons:
         raise Refused(reasons)
+    return proposal
+
+
+def abandon_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason: str) -> Proposal:
+    """Withdraw a proposal that will not be applied; its branch may then be proposed again."""
+    reason = reason.strip()
+    if not reason:
+        raise InputError("say why the proposal is abandoned (-m)")
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id, lock=True)
-        session.add_override(proposal_id, finding_key, actor, reason.strip(), expires_at)
-        session.append_event(actor, "policy.override", {
-            "finding": finding_key, "reason": reason.strip(), "expires_at": expires_at.isoformat(),
-            "head_sha": proposal.head_sha, "digests": proposal.current_digests}, proposal_id, proposal.stacks)
-        return session.get_proposal(proposal_id)
+        if actor.is_agent or not (actor.id == proposal.requester.id or actor.roles & {Role.APPROVER, Role.ADMIN}):
+            raise Refused([f"{actor.name} may not abandon proposal {proposal_id}: only its requester, "
+                           "an approver or an admin may"])
+        session.record_transition(proposal, Transition.ABANDON, actor, {"reason": reason})
+        return proposal
 
 
 def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
-    """Plan every stack of the proposal afresh at its commit and save the plans."""
-    results = [plan_stack(ws, stack, proposal.head_sha, proposal.proposer.is_agent) for stack in proposal.stacks]
+    """Plan every stack of the proposal afresh at its commit (merged onto main) and save the plans."""
+    main_sha, results = plan_merged(ws, proposal.stacks, proposal.head_sha, proposal.proposer.is_agent)
     with ws.store.session() as session:
-        _record_plans(session, proposal.id, results)
+        _record_plans(session, proposal.id, proposal.head_sha, main_sha, results)
 
 
 def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
@@ -196,13 +251,13 @@ def _record_commits(ws: Workspace, session: StoreSession, pid: int, base: str, h
             "message": str(commit.message).strip()[:500]}, pid, stacks)
 
 
-def _record_plans(session: StoreSession, pid: int, results: list[StackPlanResult]) -> None:
+def _record_plans(session: StoreSession, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
     for r in results:
         summary = r.summary()
-        session.add_plan(pid, r.stack, r.sha, r.digest, r.document_text, r.engine_plan.state_serial,
+        session.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
                          r.engine_plan.state_lineage, summary)
         session.append_event("gateway", "plan", {
-            "head_sha": r.sha, "digest": r.digest, "engine": _engine_label(r), "state_serial": r.engine_plan.state_serial,
+            "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r), "state_serial": r.engine_plan.state_serial,
             **summary}, pid, [r.stack])
 
 

@@ -1,10 +1,12 @@
 """The apply runner: exactly the approved plan, one writer per stack, every outcome recorded.
 
 Before touching anything it re-checks, under the stack locks, that the proposal is approved for
-its current commit and plans, that each saved plan still hashes to the approved digest, and that
-no stack's state moved since its plan. Any mismatch refuses and re-plans; a different plan needs
-new approvals. A runner that dies leaves its lock to expire; the next runner breaks it and records
-the interrupted apply as such.
+its current commit and plans (made from the merge of its branch into the current main), that each
+saved plan still hashes to the approved digest, and that no stack's state moved since its plan.
+Any mismatch refuses and re-plans; a different plan needs new approvals. While it runs, a
+heartbeat renews its locks; a runner that stops heart-beating loses them to the next one, which
+records the apply as interrupted, never as success. Every way out (refused, failed, crashed,
+applied but unmergeable, merged) is a recorded lifecycle transition a person can act on.
 """
 
 from __future__ import annotations
@@ -12,24 +14,28 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import structlog
 
 from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
-from gateway.domain.errors import LockTimeout, Refused
+from gateway.domain.errors import Conflict, LockTimeout, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal
-from gateway.domain.proposal import Decision, Proposal, ProposalStatus
+from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
 from gateway.services.proposals import decide, get_proposal, replan_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
+
+REPO_LOCK = "(repo)"  # held by proposals that change files outside their stacks: their merges may conflict
 
 
 @dataclass
@@ -45,6 +51,7 @@ class ApplyReport:
     proposal_id: int
     outcomes: list[StackOutcome] = field(default_factory=list)
     merge_sha: str | None = None
+    unmerged: str | None = None  # why an applied change could not be merged, and what to do
 
     @property
     def succeeded(self) -> bool:
@@ -56,38 +63,80 @@ def runner_name() -> str:
 
 
 def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: str | None = None) -> ApplyReport:
-    """Apply an approved proposal stack by stack, then merge its branch into main."""
+    """Apply an approved proposal stack by stack, then merge its branch into main, all under its locks."""
     runner = runner or runner_name()
     proposal = get_proposal(ws, proposal_id)
     if actor.is_agent:
         _refuse(ws, actor, proposal, [f"{actor.name} is an agent; agents can never apply a change"])
-    with _stack_locks(ws, proposal, runner):
-        _preflight(ws, actor, proposal_id)
-        report = ApplyReport(proposal_id)
+    with _stack_locks(ws, proposal, runner) as locks:
+        main_sha = _preflight(ws, actor, proposal_id)
         with ws.store.session() as session:
             proposal = session.get_proposal(proposal_id, lock=True)
-            session.update_proposal(proposal_id, status=ProposalStatus.APPLYING)
-        for stack in proposal.stacks:
-            outcome = _apply_stack(ws, actor, proposal, stack, runner)
-            report.outcomes.append(outcome)
-            if not outcome.succeeded:
-                with ws.store.session() as session:
-                    session.update_proposal(proposal_id, status=ProposalStatus.FAILED)
-                return report
-    report.merge_sha = _merge(ws, actor, proposal)
+            session.record_transition(proposal, Transition.START_APPLY, actor, {
+                "runner": runner, "head_sha": proposal.head_sha, "main_sha": main_sha,
+                "digests": proposal.current_digests})
+        report = ApplyReport(proposal_id)
+        merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
+        stack = None
+        try:
+            for stack in proposal.stacks:
+                outcome = _apply_stack(ws, actor, proposal, stack, runner, merged)
+                report.outcomes.append(outcome)
+                if not outcome.succeeded:
+                    _transition(ws, proposal_id, Transition.FAIL, actor, {"stack": stack, "error": outcome.error})
+                    return report
+        except Exception as exc:  # the one place an unexpected error becomes a recorded, retryable state
+            log.exception("apply.crashed", proposal=proposal_id, stack=stack)
+            error = f"internal error during the apply of stack {stack}: {type(exc).__name__}: {exc}"
+            _record_crash(ws, actor, proposal_id, stack, error)
+            report.outcomes.append(StackOutcome(stack or "?", False, (), error))
+            return report
+        _merge(ws, actor, proposal, main_sha, merged, report)
+        if report.unmerged:
+            locks.keep_as(f"unmerged:{proposal_id}")
     return report
 
 
-def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[str]) -> None:
+def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledge: str | None = None) -> Proposal:
+    """Leave `unmerged`: merge again now that main can take it, or record that a person made main right by hand."""
+    proposal = get_proposal(ws, proposal_id)
+    if actor.is_agent:
+        raise Refused([f"{actor.name} is an agent; agents can never merge or acknowledge a change"])
+    if proposal.status != ProposalStatus.UNMERGED:
+        raise Refused([f"proposal {proposal_id} is {proposal.status.value}, not unmerged"])
+    holder = f"unmerged:{proposal_id}"
+    if acknowledge is not None:
+        if not acknowledge.strip():
+            raise Refused(["say how main was made to describe what runs (-m)"])
+        _transition(ws, proposal_id, Transition.ACKNOWLEDGE_MERGE, actor, {"note": acknowledge.strip()})
+    else:
+        main_sha = ws.repo.resolve(ws.main_branch())
+        merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
+        report = ApplyReport(proposal_id)
+        _merge(ws, actor, proposal, main_sha, merged, report)
+        if report.unmerged:
+            raise Refused([report.unmerged])
+    for stack in _lock_names(ws, proposal):
+        ws.store.release_lock(stack, holder)
+    return get_proposal(ws, proposal_id)
+
+
+def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[str]) -> NoReturn:
     with ws.store.session() as session:
         session.append_event(actor, "apply.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
                              proposal.id, proposal.stacks)
     raise Refused(reasons)
 
 
-def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> None:
-    """Under the locks: approvals, saved-plan digests and state serials, or refuse and re-plan."""
-    proposal, changes = sync_proposal(ws, proposal_id)
+def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> str:
+    """Under the locks: merge, approvals, saved-plan digests and state serials, or refuse and re-plan.
+
+    Returns the main commit the plans were merged onto, which the apply and the merge use.
+    """
+    try:
+        proposal, changes = sync_proposal(ws, proposal_id)
+    except Conflict as exc:  # main moved and the branch no longer merges: nothing is applied
+        _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
     reasons = apply_refusals(actor, proposal, ws.repo_settings(), now())
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
@@ -101,9 +150,12 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> None:
         replan_proposal(ws, proposal)
     if reasons:
         _refuse(ws, actor, proposal, reasons)
+    main_shas = {p.main_sha for p in proposal.plans.values()}
+    return main_shas.pop() if len(main_shas) == 1 and None not in main_shas else ws.repo.resolve(ws.main_branch())
 
 
-def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str, runner: str) -> StackOutcome:
+def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str, runner: str,
+                 merged: str) -> StackOutcome:
     plan = proposal.plans[stack]
     with ws.store.session() as session:
         document = decode_plan_bytes(session.plan_document(plan.plan_id).encode())
@@ -114,7 +166,7 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     ws.store.set_lock_apply(stack, runner, apply_id)
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
-        directory = ws.repo.export(proposal.head_sha, settings.stacks[stack].path, Path(tmp) / stack)
+        directory = ws.repo.export(merged, settings.stacks[stack].path, Path(tmp) / stack)
         result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack))
     status = "succeeded" if result.succeeded else "failed"
     with ws.store.session() as session:
@@ -127,30 +179,126 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     return StackOutcome(stack, result.succeeded, result.applied, result.error)
 
 
-def _merge(ws: Workspace, actor: Principal, proposal: Proposal) -> str:
+def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, applied: str,
+           report: ApplyReport) -> None:
+    """Merge exactly what was applied; if main moved under a stack meanwhile, say so and keep the locks."""
     main = ws.main_branch()
-    merge_sha = ws.repo.merge(proposal.branch, main, f"Merge proposal {proposal.id}: {proposal.reason.splitlines()[0][:72]}\n\n"
-                              f"Applied by the change gateway from {proposal.head_sha}.")
+    settings = ws.repo_settings()
+    message = (f"Merge proposal {proposal.id}: {proposal.reason.splitlines()[0][:72]}\n\n"
+               f"Applied by the change gateway from {proposal.head_sha}.")
+    for _ in range(3):  # a race with a push elsewhere in the repo is retried on the new main
+        current = ws.repo.resolve(main)
+        try:
+            candidate = ws.repo.merge_preview(current, proposal.head_sha) if current != main_sha else applied
+            drifted = [s for s in proposal.stacks if ws.repo.tree_of(candidate, settings.stacks[s].path)
+                       != ws.repo.tree_of(applied, settings.stacks[s].path)]
+            if drifted:
+                raise Conflict(f"main changed stack(s) {', '.join(drifted)} during the apply")
+            report.merge_sha = ws.repo.merge(current, proposal.head_sha, main, message)
+            break
+        except Conflict as exc:
+            if "moved while merging" in str(exc):
+                continue
+            report.unmerged = _unmerged_reason(proposal, str(exc))
+            break
+    else:
+        report.unmerged = _unmerged_reason(proposal, f"{main} kept moving while merging")
     with ws.store.session() as session:
-        session.update_proposal(proposal.id, status=ProposalStatus.APPLIED, merge_sha=merge_sha)
-        session.append_event(actor, "merged", {
-            "branch": proposal.branch, "into": main, "merge_sha": merge_sha,
-            "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
-    return merge_sha
+        current = session.get_proposal(proposal.id, lock=True)
+        if report.merge_sha:
+            session.record_transition(current, Transition.MERGE if current.status == ProposalStatus.UNMERGED
+                                      else Transition.FINISH, actor, {"merge_sha": report.merge_sha},
+                                      merge_sha=report.merge_sha)
+            session.append_event(actor, "merged", {
+                "branch": proposal.branch, "into": main, "merge_sha": report.merge_sha,
+                "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
+        elif current.status == ProposalStatus.APPLYING:
+            session.record_transition(current, Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})
+
+
+def _unmerged_reason(proposal: Proposal, why: str) -> str:
+    return (f"proposal {proposal.id} was applied, but its branch cannot be merged into main: {why}. Its stacks stay "
+            f"locked. Make main describe what runs: bring main to a state the branch merges into (for example, "
+            f"revert the commit pushed outside the gateway) and run `gateway merge {proposal.id}`, or merge by "
+            f"hand and run `gateway merge {proposal.id} --acknowledge -m \"how\"`")
+
+
+def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: Principal | str,
+                payload: dict) -> None:
+    with ws.store.session() as session:
+        session.record_transition(session.get_proposal(proposal_id, lock=True), transition, actor, payload)
+
+
+def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, stack: str | None, error: str) -> None:
+    """An unexpected error: the running apply row and the proposal are recorded failed, with what was done."""
+    with ws.store.session() as session:
+        for record in session.applies_of(proposal_id):
+            if record["status"] == "running":
+                session.finish_apply(record["id"], "failed", record["applied"], error)
+        proposal = session.get_proposal(proposal_id, lock=True)
+        if proposal.status == ProposalStatus.APPLYING:
+            session.record_transition(proposal, Transition.FAIL, actor, {"stack": stack, "error": error})
+
+
+def _lock_names(ws: Workspace, proposal: Proposal) -> list[str]:
+    """The locks an apply holds: its stacks, and the repo lock when it changes files outside them."""
+    settings = ws.repo_settings()
+    outside = [p for p in proposal.changed_paths
+               if not any(p.startswith(settings.stacks[s].path.rstrip("/") + "/") for s in settings.stacks)]
+    return sorted(proposal.stacks) + ([REPO_LOCK] if outside else [])
+
+
+class _HeldLocks:
+    """The locks one runner holds, renewed by a heartbeat thread until released or kept."""
+
+    def __init__(self, ws: Workspace, runner: str):
+        self.ws, self.runner = ws, runner
+        self.names: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{runner}", daemon=True)
+        self.kept_as: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _beat(self) -> None:
+        interval = max(0.05, self.ws.settings.lock_ttl_seconds / 3)
+        while not self._stop.wait(interval):
+            try:
+                lost = self.ws.store.renew_locks(self.names, self.runner, self.ws.settings.lock_ttl_seconds)
+            except Exception:  # the next beat tries again; a lock that expires meanwhile is recorded by its breaker
+                log.exception("lock.heartbeat_failed", runner=self.runner)
+                continue
+            if lost:
+                log.error("lock.lost", runner=self.runner, stacks=lost)
+
+    def keep_as(self, holder: str) -> None:
+        """Hand the locks to a holder that never expires (an applied, unmerged proposal)."""
+        self.kept_as = holder
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for name in self.names:
+            if self.kept_as:
+                self.ws.store.hand_over_lock(name, self.runner, self.kept_as)
+            else:
+                self.ws.store.release_lock(name, self.runner)
 
 
 @contextmanager
-def _stack_locks(ws: Workspace, proposal: Proposal, runner: str) -> Iterator[None]:
-    """Hold every stack's lock (taken in name order, so two runners cannot deadlock)."""
-    held: list[str] = []
+def _stack_locks(ws: Workspace, proposal: Proposal, runner: str) -> Iterator[_HeldLocks]:
+    """Hold every lock the apply needs (taken in name order, so two runners cannot deadlock)."""
+    held = _HeldLocks(ws, runner)
+    held.start()
     try:
-        for stack in sorted(proposal.stacks):
-            _acquire(ws, stack, runner, proposal)
-            held.append(stack)
-        yield
+        for name in _lock_names(ws, proposal):
+            _acquire(ws, name, runner, proposal)
+            held.names.append(name)
+        yield held
     finally:
-        for stack in held:
-            ws.store.release_lock(stack, runner)
+        held.stop()
 
 
 def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None:
@@ -161,6 +309,11 @@ def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None
             _record_interrupted(ws, stack, broken)
         if taken:
             return
+        holder = ws.store.lock_holder(stack) or {}
+        if str(holder.get("holder", "")).startswith("unmerged:"):
+            other = str(holder["holder"]).split(":", 1)[1]
+            raise LockTimeout(f"stack {stack} is held by proposal {other}, which was applied but could not be "
+                              f"merged into main; see `gateway show {other}` for what to do")
         if time.monotonic() >= deadline:
             holder = ws.store.lock_holder(stack) or {}
             raise LockTimeout(
@@ -177,8 +330,11 @@ def _record_interrupted(ws: Workspace, stack: str, broken: dict) -> None:
         record = session.get_apply(apply_id) if apply_id else None
         if record and record["status"] == "running":
             session.finish_apply(apply_id, "interrupted", record["applied"],
-                                 f"runner {broken['holder']} stopped before finishing; its lock expired")
-            session.update_proposal(record["proposal_id"], status=ProposalStatus.FAILED)
+                                 f"runner {broken['holder']} stopped heart-beating before finishing; its lock expired")
+            proposal = session.get_proposal(record["proposal_id"], lock=True)
+            if proposal.status == ProposalStatus.APPLYING:
+                session.record_transition(proposal, Transition.INTERRUPT, "gateway", {
+                    "stack": stack, "runner": broken["holder"], "apply_id": apply_id})
         session.append_event("gateway", "apply.interrupted", {
             "stack": stack, "runner": broken["holder"], "apply_id": apply_id,
             "lock_acquired_at": str(broken["acquired_at"])}, record["proposal_id"] if record else None, [stack])

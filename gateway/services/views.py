@@ -16,7 +16,7 @@ from gateway.domain.approvals import (
 from gateway.domain.preview import Preview, render_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services.proposals import claim_issues, proposal_previews, sync_proposal
+from gateway.services.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
 from gateway.services.workspace import Workspace
 
 
@@ -31,6 +31,7 @@ class ProposalView:
     can_reject: bool
     can_apply: bool
     diff: str
+    pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
 
     def to_public(self) -> dict[str, Any]:
         p = self.proposal
@@ -38,7 +39,7 @@ class ProposalView:
         return {
             "id": p.id, "branch": p.branch, "status": p.status.value, "stacks": list(p.stacks), "reason": p.reason,
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
-            "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
+            "pending": self.pending, "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
             "plans": [{"stack": s, "digest": sp.digest, "state_serial": sp.state_serial, "risk": sp.risk.value,
                        "counts": dict(sp.counts), "destructive": list(sp.destructive),
@@ -52,7 +53,8 @@ class ProposalView:
 
 
 def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
-    proposal, _ = sync_proposal(ws, proposal_id)
+    """Everything a person sees of a proposal; reads only, however stale the plans (`pending` says so)."""
+    proposal = get_proposal(ws, proposal_id)
     settings = ws.repo_settings()
     moment = now()
     return ProposalView(
@@ -65,4 +67,5 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
         can_reject=not decision_refusals(viewer, proposal, settings, moment, Decision.REJECT),
         can_apply=not apply_refusals(viewer, proposal, settings, moment),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
+        pending=pending_changes(ws, proposal),
     )

@@ -1,0 +1,289 @@
+"""The proposal lifecycle: one table of transitions, and every way out of an apply recorded.
+
+The table tests are pure; the runner tests use real git repositories and real databases.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from gateway.adapters.git_repo import committer_env
+from gateway.adapters.sql_store import audit_events, plans
+from gateway.api.app import create_app
+from gateway.domain.errors import LockTimeout, Refused
+from gateway.domain.lifecycle import FINAL, TRANSITIONS, ProposalStatus, Transition, next_status, ways_out
+from gateway.domain.principals import Principal, PrincipalKind
+from gateway.domain.proposal import Decision, Proposal
+from gateway.services.ports import ApplyOutcome, Engine
+from gateway.services.proposals import abandon_proposal, decide, get_proposal, open_proposal
+from gateway.services.runner import _acquire, apply_proposal, merge_unmerged
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People, add_people, run_cli
+
+STAGING = "stacks/app-staging/main.tf"
+NETWORK = "stacks/network/main.tf"
+GATEWAY = Path(__file__).parent.parent / "gateway"
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def _proposal(status: ProposalStatus) -> Proposal:
+    person = Principal("p", "p", PrincipalKind.PERSON, frozenset(), frozenset())
+    return Proposal(1, "b", "0" * 40, "1" * 40, person, person, "why", ("s",), status)
+
+
+@pytest.mark.parametrize("status", list(ProposalStatus))
+@pytest.mark.parametrize("transition", list(Transition))
+def test_every_transition_is_taken_or_refused_as_the_table_says(status: ProposalStatus,
+                                                                 transition: Transition) -> None:
+    proposal = _proposal(status)
+    expected = TRANSITIONS.get((status, transition))
+    if expected is None:
+        with pytest.raises(Refused, match=f"is {status.value}; `{transition.value}` is not possible"):
+            proposal.take(transition)
+        assert proposal.status == status
+    else:
+        assert proposal.take(transition) == expected == proposal.status
+
+
+def test_no_state_is_a_dead_end() -> None:
+    for status in ProposalStatus:
+        assert (status in FINAL) == (not ways_out(status)), status
+    assert next_status(ProposalStatus.APPLYING, Transition.INTERRUPT) == ProposalStatus.FAILED
+    assert ProposalStatus.OPEN in {next_status(ProposalStatus.FAILED, t) for t in Transition}
+
+
+def test_the_table_is_the_only_place_statuses_change() -> None:
+    """No module assigns a status or writes the status column except the one transition method."""
+    offenders = []
+    for path in GATEWAY.rglob("*.py"):
+        text = path.read_text()
+        for match in re.finditer(r"(status\s*=\s*ProposalStatus\.|\.status\s*=(?!=)|update_proposal)", text):
+            line = text[: match.start()].count("\n") + 1
+            offenders.append(f"{path.relative_to(GATEWAY)}:{line}")
+    assert sorted(offenders) == ["domain/proposal.py:" + str(_line_of("self.status = target"))]
+
+
+def _line_of(snippet: str) -> int:
+    text = (GATEWAY / "domain" / "proposal.py").read_text()
+    return text[: text.index(snippet)].count("\n") + 1
+
+
+# --- every way out of an apply ---------------------------------------------------------------
+
+
+class EngineWithHook:
+    """A fake at the engine port: the real sandbox engine, with a hook before or after each apply."""
+
+    def __init__(self, inner: Engine, before_apply: Callable[[], None] = lambda: None,
+                 after_apply: Callable[[], None] = lambda: None):
+        self.inner, self.before_apply, self.after_apply = inner, before_apply, after_apply
+        self.name = inner.name
+
+    def apply(self, *args: Any, **kwargs: Any) -> ApplyOutcome:
+        self.before_apply()
+        outcome = self.inner.apply(*args, **kwargs)
+        self.after_apply()
+        return outcome
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _approved(ws: Workspace, people: People, clone: Clone, branch: str, edits: list[tuple[str, str, str]],
+              extra: dict[str, str] | None = None) -> int:
+    clone.branch(branch)
+    for path, old, new in edits:
+        clone.edit(path, old, new)
+    for path, text in (extra or {}).items():
+        clone.write(path, text)
+    clone.push(branch)
+    proposal = open_proposal(ws, people.alice, branch, f"change {branch}")
+    decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
+    return proposal.id
+
+
+def test_a_merge_conflict_is_found_before_anything_is_applied(any_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    clone = Clone(ws, tmp_path / "c")
+    first = _approved(ws, people, clone, "a", [(STAGING, '"t3.small"', '"t3.medium"')], {"README.md": "first\n"})
+    second = _approved(ws, people, clone, "b", [], {"README.md": "second\n", "stacks/network/extra.tf": "# extra\n"})
+    serial_before = ws.engine.state_serial("network")
+    assert apply_proposal(ws, people.alice, first).succeeded
+    with pytest.raises(Refused, match="does not merge cleanly into main.*README.md"):
+        apply_proposal(ws, people.alice, second)
+    assert ws.engine.state_serial("network") == serial_before  # nothing of the second was applied
+    assert get_proposal(ws, second).status == ProposalStatus.OPEN  # it can be rebased, re-proposed or abandoned
+    assert abandon_proposal(ws, people.alice, second, "rebasing instead").status == ProposalStatus.ABANDONED
+
+
+def test_main_moving_on_another_stack_replans_and_an_identical_plan_proceeds(any_workspace: Workspace,
+                                                                             tmp_path: Path) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    clone = Clone(ws, tmp_path / "c")
+    staging = _approved(ws, people, clone, "staging", [(STAGING, '"t3.small"', '"t3.medium"')])
+    network = _approved(ws, people, clone, "network", [], {"stacks/network/note.tf": "# a comment\n"})
+    digests = get_proposal(ws, staging).current_digests
+    assert apply_proposal(ws, people.alice, network).succeeded  # main moves, on another stack
+    report = apply_proposal(ws, people.alice, staging)
+    assert report.succeeded, report
+    after = get_proposal(ws, staging)
+    assert after.status == ProposalStatus.APPLIED and after.current_digests == digests
+    assert len(after.current_approvals) == 1  # the approval of the identical plan still counted
+
+
+def test_an_engine_exception_mid_apply_is_recorded_and_retryable(any_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    proposal_id = _approved(ws, people, Clone(ws, tmp_path / "c"), "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
+    real = ws.engine
+
+    def explode() -> None:
+        raise RuntimeError("provider crashed")
+
+    ws.engine = EngineWithHook(real, before_apply=explode)
+    report = apply_proposal(ws, people.alice, proposal_id)
+    assert not report.succeeded and "provider crashed" in (report.outcomes[-1].error or "")
+    failed = get_proposal(ws, proposal_id)
+    assert failed.status == ProposalStatus.FAILED
+    assert ws.store.lock_holder("app-staging") is None
+    with ws.store.session() as session:
+        assert [a["status"] for a in session.applies_of(proposal_id)] == ["failed"]
+        assert "proposal.fail" in [e.kind for e in session.events(proposal_id=proposal_id)]
+    ws.engine = real
+    assert apply_proposal(ws, people.alice, proposal_id).succeeded  # retry: same plan, same approval
+    assert get_proposal(ws, proposal_id).status == ProposalStatus.APPLIED
+
+
+def test_an_apply_outliving_the_lock_ttl_keeps_its_lock_by_heartbeat(workspace: Workspace, people: People,
+                                                                    clone: Clone) -> None:
+    ws = workspace
+    ws.settings = ws.settings.model_copy(update={"lock_ttl_seconds": 0.6, "lock_wait_seconds": 0.2})
+    proposal_id = _approved(ws, people, clone, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
+    inside = threading.Event()
+
+    def slow() -> None:
+        inside.set()
+        time.sleep(2.0)  # more than three TTLs
+
+    ws.engine = EngineWithHook(ws.engine, before_apply=slow)
+    result: dict[str, object] = {}
+    runner = threading.Thread(target=lambda: result.update(report=apply_proposal(ws.for_request(), people.alice,
+                                                                                 proposal_id, runner="slow")))
+    runner.start()
+    assert inside.wait(30)
+    time.sleep(1.0)
+    with pytest.raises(LockTimeout, match="locked by runner slow"):
+        _acquire(ws, "app-staging", "intruder", get_proposal(ws, proposal_id))
+    runner.join(60)
+    assert result["report"].succeeded  # type: ignore[attr-defined]
+    with ws.store.session() as session:
+        assert "apply.interrupted" not in [e.kind for e in session.events()]
+
+
+def test_a_direct_push_during_the_apply_leaves_it_unmerged_locked_and_explained(
+        workspace: Workspace, people: People, clone: Clone, tmp_path: Path) -> None:
+    ws = workspace
+    proposal_id = _approved(ws, people, clone, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
+    pusher = Clone(ws, tmp_path / "pusher")
+    def someone_pushes() -> None:
+        pusher.branch("main").edit(STAGING, '"cc-3003"', '"cc-9999"')
+        pusher.repo.git.add("-A")
+        pusher.repo.git.execute(["git", "commit", "-qm", "hotfix outside the gateway"],
+                                env=committer_env("mallory", "m@example.com"))
+        pusher.repo.git.push("-q", "origin", "HEAD:main")
+
+    ws.engine = EngineWithHook(ws.engine, after_apply=someone_pushes)
+    report = apply_proposal(ws, people.alice, proposal_id)
+    assert report.unmerged and "gateway merge" in report.unmerged and "app-staging" in report.unmerged
+    assert get_proposal(ws, proposal_id).status == ProposalStatus.UNMERGED
+    with pytest.raises(LockTimeout, match=f"held by proposal {proposal_id}, which was applied but could not be merged"):
+        _acquire(ws, "app-staging", "next-runner", get_proposal(ws, proposal_id))
+    # a person reverts the push, then merges: main describes what runs, and the stack is free again
+    pusher.repo.git.revert("--no-edit", "HEAD")
+    pusher.repo.git.push("-q", "origin", "HEAD:main")
+    merged = merge_unmerged(ws, people.bob, proposal_id)
+    assert merged.status == ProposalStatus.APPLIED and merged.merge_sha
+    assert ws.store.lock_holder("app-staging") is None
+    assert '"t3.medium"' in ws.repo.read_file(ws.repo.resolve("main"), STAGING)
+
+
+def test_two_approvals_racing_a_new_commit(any_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    clone = Clone(ws, tmp_path / "c")
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(ws, people.alice, "bigger", "more memory")
+    seen = proposal.head_sha
+    clone.edit(STAGING, '"t3.medium"', '"t3.large"').push()
+    with pytest.raises(Refused):  # carol's call re-plans the new commit; she had not seen it
+        decide(ws, people.carol, proposal.id, Decision.APPROVE, "")
+    with pytest.raises(Refused, match="the branch moved to .* since you looked at"):
+        decide(ws, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=seen)
+    current = get_proposal(ws, proposal.id)
+    assert current.head_sha != seen and not current.current_approvals
+    decide(ws, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=current.head_sha)
+    assert len(get_proposal(ws, proposal.id).current_approvals) == 1
+
+
+def test_a_burst_of_reads_writes_nothing(workspace: Workspace, people: People, clone: Clone) -> None:
+    ws = workspace
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(ws, people.alice, "bigger", "more memory")
+    clone.edit(STAGING, '"t3.medium"', '"t3.large"').push()  # the branch moved: a read must not re-plan it
+
+    def counts() -> tuple[int, int]:
+        with ws.db.transaction() as conn:
+            return (conn.scalar(select(func.count()).select_from(audit_events)) or 0,
+                    conn.scalar(select(func.count()).select_from(plans)) or 0)
+
+    before = counts()
+    auth = {"Authorization": f"Bearer {people.tokens['bob']}"}
+    with TestClient(create_app(ws.settings)) as client:
+        results: list[int] = []
+
+        def read() -> None:
+            for _ in range(5):
+                shown = client.get(f"/api/v1/proposals/{proposal.id}", headers=auth)
+                results.append(shown.status_code)
+                assert any("new commit" in p for p in shown.json()["pending"])
+                results.append(client.get(f"/api/v1/proposals/{proposal.id}/preview", headers=auth).status_code)
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert set(results) == {200} and len(results) == 80
+    assert counts() == before
+    assert get_proposal(ws, proposal.id).head_sha == proposal.head_sha
+
+
+def test_cli_show_only_reads_sync_replans_and_abandon_frees_the_branch(workspace: Workspace, people: People,
+                                                                       clone: Clone) -> None:
+    home, t = workspace.settings.home, people.tokens
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    assert run_cli(["propose", "--branch", "bigger", "-m", "more memory"], home, t["alice"]).returncode == 0
+    clone.edit(STAGING, '"t3.medium"', '"t3.large"').push()
+    shown = run_cli(["show", "1"], home, t["bob"])
+    assert shown.returncode == 0 and "note: new commit" in shown.stdout and "t3.medium" in shown.stdout
+    assert get_proposal(workspace, 1).head_sha != workspace.repo.resolve("bigger")  # the read changed nothing
+    refused = run_cli(["sync", "1"], home, t["dana"])
+    assert refused.returncode == 1 and "dana has no role that may start a re-plan" in refused.stderr
+    synced = run_cli(["sync", "1"], home, t["bob"])
+    assert synced.returncode == 0 and "new commit" in synced.stdout
+    assert "t3.large" in run_cli(["show", "1"], home, t["bob"]).stdout
+    abandoned = run_cli(["abandon", "1", "-m", "too big"], home, t["alice"])
+    assert abandoned.returncode == 0 and "abandoned" in abandoned.stdout
+    again = run_cli(["propose", "--branch", "bigger", "-m", "smaller this time"], home, t["alice"])
+    assert again.returncode == 0, again.stderr
+    assert run_cli(["abandon", "1", "-m", "twice"], home, t["alice"]).returncode == 1

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from gateway.adapters.records import now
 from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers, required_approvals
 from gateway.domain.errors import GatewayError, Refused
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.plan import decode_plan_bytes, load_plan
 from gateway.domain.preview import RENDERERS, build_preview
 from gateway.domain.principals import Principal, PrincipalKind, Role
@@ -22,6 +26,7 @@ from gateway.logs import configure_logging
 from gateway.output import scrub_standard_streams
 from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
 from gateway.services.planning import plan_stack
 from gateway.services.proposals import (
     abandon_proposal,
@@ -32,11 +37,9 @@ from gateway.services.proposals import (
     override_finding,
     pending_changes,
     proposal_previews,
-    refresh_proposal,
 )
-from gateway.services.runner import apply_proposal, merge_unmerged
-from gateway.services.runner import approve as approve_proposal
-from gateway.services.simulator import edit_live_object, inject_fault
+from gateway.services.runner import merge_unmerged, runner_name
+from gateway.services.simulator import edit_live_object, inject_delay, inject_fault
 from gateway.services.users import add_principal, authenticate
 from gateway.services.views import view_proposal
 from gateway.services.workspace import Workspace, create_workspace, open_workspace
@@ -94,9 +97,13 @@ def main() -> None:
 
 
 @cli.command()
+@click.option("--if-missing", is_flag=True, help="do nothing when the workspace exists (for containers' start-up)")
 @pass_ctx
-def init(ctx: Context) -> None:
+def init(ctx: Context, if_missing: bool) -> None:
     """Create the workspace in $GATEWAY_HOME with the sample declaration repo."""
+    if if_missing and ctx.settings.repo_path.exists():
+        click.echo(f"workspace already in {ctx.settings.home}")
+        return
     ws = create_workspace(ctx.settings)
     applied = bootstrap_simulator(ws)
     click.echo(f"workspace created in {ctx.settings.home}")
@@ -266,11 +273,13 @@ def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
 @pass_ctx
 def approve(ctx: Context, proposal_id: int, comment: str, seen_sha: str | None) -> None:
     """Approve the proposal's current commit and plans."""
-    proposal, report = approve_proposal(ctx.ws, ctx.actor(), proposal_id, comment, seen_sha)
+    proposal, queued = approve_proposal(ctx.ws, ctx.actor(), proposal_id, comment, seen_sha)
     click.echo(f"approved proposal {proposal.id} at {proposal.head_sha[:12]}")
-    if report is not None:
-        click.echo(f"auto-applied (gateway.yaml approvals.auto_apply): {'merged as ' + report.merge_sha[:12] if report.merge_sha else 'FAILED'}")
-    _echo_approval_state(ctx.ws, proposal)
+    if queued is None:
+        _echo_approval_state(ctx.ws, proposal)
+        return
+    click.echo("the last approval needed: applying now (gateway.yaml approvals.auto_apply)")
+    _finish_job(ctx, queued, no_wait=False)
 
 
 @cli.command()
@@ -299,34 +308,93 @@ def override(ctx: Context, proposal_id: int, finding_key: str, reason: str, expi
 
 @cli.command()
 @click.argument("proposal_id", type=int)
+@click.option("--no-wait", is_flag=True, help="queue the apply for a worker and print its job id")
 @pass_ctx
-def apply(ctx: Context, proposal_id: int) -> None:
-    """Apply exactly the approved plans, one stack at a time, then merge the branch."""
-    report = apply_proposal(ctx.ws, ctx.actor(), proposal_id)
-    for outcome in report.outcomes:
-        state = "applied" if outcome.succeeded else "FAILED"
-        click.echo(f"stack {outcome.stack}: {state} ({len(outcome.applied)} change(s) done)")
-        if outcome.error:
-            click.echo(f"  error: {outcome.error}")
-    if report.unmerged:
-        click.echo(report.unmerged, err=True)
+def apply(ctx: Context, proposal_id: int, no_wait: bool) -> None:
+    """Apply exactly the approved plans, one stack at a time, then merge the branch (a job)."""
+    job = enqueue_job(ctx.ws, ctx.actor(), JobKind.APPLY, proposal_id)
+    _finish_job(ctx, job, no_wait)
+
+
+@cli.command()
+@click.argument("job_id", type=int)
+@click.option("--wait", is_flag=True, help="follow the job to its end, printing its progress")
+@pass_ctx
+def job(ctx: Context, job_id: int, wait: bool) -> None:
+    """Show a job: kind, status, progress, and its result once finished."""
+    ctx.actor()
+    found = ctx.ws.store.get_job(job_id)
+    click.echo(f"job {found.id}: {found.kind.value} of proposal {found.proposal_id} [{found.status.value}]"
+               + (f" on {found.runner}" if found.runner else ""))
+    if wait and not found.finished:
+        found = follow_job(ctx.ws, job_id, lambda line: click.echo(f"  {line}", err=True))
+    else:
+        for line in found.progress:
+            click.echo(f"  {line}")
+    if found.finished:
+        _echo_job_result(found)
+
+
+@cli.command()
+@click.option("--loops", default=2, show_default=True, type=click.IntRange(1, 64), help="jobs run at once")
+@click.option("--poll", "poll_seconds", default=0.5, show_default=True, type=float, help="seconds between claims")
+@pass_ctx
+def worker(ctx: Context, loops: int, poll_seconds: float) -> None:
+    """Run plan and apply jobs from the database until stopped (SIGTERM or Ctrl-C finish the jobs in hand)."""
+    from gateway.worker import Worker
+
+    running = Worker(ctx.ws, loops, poll_seconds).start()
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=running.stop, daemon=True).start())
+    click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.db.engine.dialect.name}", err=True)
+    try:
+        running.wait()
+    except KeyboardInterrupt:
+        running.stop()
+
+
+def _finish_job(ctx: Context, queued: Job, no_wait: bool) -> None:
+    """Print the job id; unless told not to wait, run it here (or follow the worker that took it)."""
+    click.echo(f"job {queued.id} queued: {queued.kind.value} of proposal {queued.proposal_id}", err=True)
+    if no_wait:
+        click.echo(f"follow it with `gateway job {queued.id} --wait`")
+        return
+    done = run_now_or_follow(ctx.ws, queued, runner_name(), lambda line: click.echo(f"  {line}", err=True))
+    _echo_job_result(done)
+
+
+def _echo_job_result(done: Job) -> None:
+    """The end of a job, as a person reads it; a non-zero exit unless it succeeded."""
+    if done.status == JobStatus.REFUSED:
+        raise Refused(done.result.get("reasons") or [done.error or "refused"])
+    for outcome in done.result.get("outcomes", []):
+        state = "applied" if outcome["succeeded"] else "FAILED"
+        click.echo(f"stack {outcome['stack']}: {state} ({len(outcome['applied'])} change(s) done)")
+        if outcome["error"]:
+            click.echo(f"  error: {outcome['error']}")
+    for change in done.result.get("changes", []):
+        click.echo(change)
+    if done.result.get("unmerged"):
+        click.echo(done.result["unmerged"], err=True)
         sys.exit(1)
-    if not report.succeeded:
-        click.echo("the apply did not finish; what was done is recorded, and the next plan shows the rest "
-                   f"(`gateway sync {proposal_id}` re-plans it, `gateway abandon {proposal_id}` withdraws it)", err=True)
+    if done.status != JobStatus.SUCCEEDED:
+        if done.kind == JobKind.APPLY and done.result.get("outcomes"):
+            click.echo("the apply did not finish; what was done is recorded, and the next plan shows the rest "
+                       f"(`gateway sync {done.proposal_id}` re-plans it, `gateway abandon {done.proposal_id}` "
+                       "withdraws it)", err=True)
+        else:
+            click.echo(f"error: {done.error or done.status.value}", err=True)
         sys.exit(1)
-    click.echo(f"merged into main as {report.merge_sha[:12] if report.merge_sha else '?'}")
+    if done.result.get("merge_sha"):
+        click.echo(f"merged into main as {done.result['merge_sha'][:12]}")
 
 
 @cli.command()
 @click.argument("proposal_id", type=int)
+@click.option("--no-wait", is_flag=True, help="queue the plan for a worker and print its job id")
 @pass_ctx
-def sync(ctx: Context, proposal_id: int) -> None:
-    """Re-plan a proposal whose branch, main or stack state moved since its plans."""
-    proposal, changes = refresh_proposal(ctx.ws, ctx.actor(), proposal_id)
-    for change in changes or ["nothing moved; the plans are current"]:
-        click.echo(change)
-    _echo_approval_state(ctx.ws, proposal)
+def sync(ctx: Context, proposal_id: int, no_wait: bool) -> None:
+    """Re-plan a proposal whose branch, main or stack state moved since its plans (a job)."""
+    _finish_job(ctx, enqueue_job(ctx.ws, ctx.actor(), JobKind.PLAN, proposal_id), no_wait)
 
 
 @cli.command()
@@ -482,17 +550,37 @@ def sandbox_fail(ctx: Context, stack: str, address: str, message: str) -> None:
     click.echo(f"the next apply of {address} in stack {stack} will fail: {message}")
 
 
+@sandbox.command("slow")
+@click.option("--stack", required=True)
+@click.argument("address")
+@click.option("--seconds", type=float, required=True, help="how much longer the next apply of ADDRESS takes")
+@pass_ctx
+def sandbox_slow(ctx: Context, stack: str, address: str, seconds: float) -> None:
+    """Make the next apply of ADDRESS slow, as a slow provider would (to watch locks and workers)."""
+    inject_delay(ctx.ws, ctx.actor(), stack, address, seconds)
+    click.echo(f"the next apply of {address} in stack {stack} will take {seconds:g} s longer")
+
+
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(0, 64),
+              help="job loops in this process (0 when separate `gateway worker` processes run the jobs)")
+@click.option("--processes", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="API processes (uvicorn workers); each is stateless")
 @pass_ctx
-def serve(ctx: Context, host: str, port: int) -> None:
+def serve(ctx: Context, host: str, port: int, workers: int, processes: int) -> None:
     """Run the HTTP API and the review pages."""
     import uvicorn
 
+    if processes > 1:  # uvicorn imports the app in each process: the settings come from the environment
+        os.environ["GATEWAY_SERVE_WORKERS"] = str(workers)
+        uvicorn.run("gateway.api.app:app_from_environment", factory=True, host=host, port=port,
+                    workers=processes, log_level="warning")
+        return
     from gateway.api.app import create_app
 
-    uvicorn.run(create_app(ctx.settings), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(ctx.settings, workers), host=host, port=port, log_level="warning")
 
 
 @cli.command()

@@ -22,6 +22,17 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def wait_for_job(client: TestClient, job_id: int, token: str, timeout: float = 60) -> dict:
+    """Poll a job as a client would until the app's in-process worker finishes it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/api/v1/jobs/{job_id}", headers=bearer(token)).json()
+        if job["finished"]:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish in {timeout} s")
+
+
 @pytest.fixture
 def client(workspace: Workspace) -> Iterator[TestClient]:
     with TestClient(create_app(workspace.settings)) as test_client:
@@ -63,8 +74,10 @@ def test_the_change_path_over_http(client: TestClient, people: People, proposal_
     ok = client.post(f"/api/v1/proposals/{proposal_id}/approve", json={"comment": "fine", "sha": shown["head_sha"]},
                      headers=bearer(t["bob"]))
     assert ok.status_code == 200 and ok.json()["decisions"][0]["current"] is True
-    applied = client.post(f"/api/v1/proposals/{proposal_id}/apply", headers=bearer(t["alice"]))
-    assert applied.status_code == 200 and applied.json()["succeeded"] and applied.json()["merge_sha"]
+    queued = client.post(f"/api/v1/proposals/{proposal_id}/apply", headers=bearer(t["alice"]))
+    assert queued.status_code == 202 and queued.json()["kind"] == "apply"
+    applied = wait_for_job(client, queued.json()["id"], t["alice"])
+    assert applied["status"] == "succeeded" and applied["result"]["merge_sha"], applied
     preview = client.get(f"/api/v1/proposals/{proposal_id}/preview?format=markdown", headers=bearer(t["bob"]))
     assert "instance_type" in preview.text
     assert "t3.medium" in client.get(f"/api/v1/proposals/{proposal_id}/diff", headers=bearer(t["bob"])).text
@@ -129,5 +142,6 @@ def test_the_api_runs_on_postgresql_too(tmp_path: Path, postgres_url: str) -> No
 
         pid = open_proposal(ws, people.alice, "bigger", "x").id
         assert client.post(f"/api/v1/proposals/{pid}/approve", json={}, headers=bearer(people.tokens["bob"])).status_code == 200
-        assert client.post(f"/api/v1/proposals/{pid}/apply", headers=bearer(people.tokens["alice"])).json()["succeeded"]
+        queued = client.post(f"/api/v1/proposals/{pid}/apply", headers=bearer(people.tokens["alice"])).json()
+        assert wait_for_job(client, queued["id"], people.tokens["alice"])["status"] == "succeeded"
     ws.close()

@@ -252,13 +252,15 @@ def test_bad_proposals_are_refused_with_nothing_written(workspace: Workspace, pe
 
 
 def test_auto_apply_once_the_last_approval_lands(workspace: Workspace, people: People, clone: Clone) -> None:
-    from gateway.services.runner import approve
+    from gateway.services.jobs import approve_proposal, run_now_or_follow
 
     clone.branch("main").edit("gateway.yaml", "auto_apply: false", "auto_apply: true").push("turn on auto-apply")
     clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
-    approved, report = approve(workspace, people.bob, proposal.id, "ok")
-    assert report is not None and report.succeeded
-    assert approved.status == ProposalStatus.APPLIED
+    approved, job = approve_proposal(workspace, people.bob, proposal.id, "ok")
+    assert job is not None and job.kind.value == "apply"  # queued the moment the last approval landed
+    done = run_now_or_follow(workspace, job, "test-runner", lambda _: None)
+    assert done.status.value == "succeeded", done.error
+    assert get_proposal(workspace, proposal.id).status == ProposalStatus.APPLIED
     instance = workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"]
     assert instance.attributes["instance_type"] == "t3.medium"

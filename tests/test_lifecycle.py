@@ -248,7 +248,7 @@ def test_a_burst_of_reads_writes_nothing(workspace: Workspace, people: People, c
 
     before = counts()
     auth = {"Authorization": f"Bearer {people.tokens['bob']}"}
-    with TestClient(create_app(ws.settings)) as client:
+    with TestClient(create_app(ws.settings, workers=0)) as client:  # the API alone: no worker re-plans meanwhile
         results: list[int] = []
 
         def read() -> None:
@@ -278,7 +278,7 @@ def test_cli_show_only_reads_sync_replans_and_abandon_frees_the_branch(workspace
     assert shown.returncode == 0 and "note: new commit" in shown.stdout and "t3.medium" in shown.stdout
     assert get_proposal(workspace, 1).head_sha != workspace.repo.resolve("bigger")  # the read changed nothing
     refused = run_cli(["sync", "1"], home, t["dana"])
-    assert refused.returncode == 1 and "dana has no role that may start a re-plan" in refused.stderr
+    assert refused.returncode == 1 and "dana has no role that may start a plan" in refused.stderr
     synced = run_cli(["sync", "1"], home, t["bob"])
     assert synced.returncode == 0 and "new commit" in synced.stdout
     assert "t3.large" in run_cli(["show", "1"], home, t["bob"]).stdout

@@ -26,6 +26,7 @@ from gateway.adapters.sql_store import (
     conversations,
     decisions,
     dumps,
+    jobs,
     overrides,
     plans,
     principals,
@@ -34,6 +35,7 @@ from gateway.adapters.sql_store import (
 )
 from gateway.domain.audit import AuditEvent, event_hash
 from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
 from gateway.domain.policy import Finding, Override
 from gateway.domain.principals import Principal, PrincipalKind, Role
@@ -112,7 +114,88 @@ class SqlStore:
         return dict(row) if row else None
 
 
+    def expired_locks(self) -> list[dict[str, Any]]:
+        """Locks whose holder stopped heart-beating (kept locks of unmerged proposals never expire)."""
+        with self.db.transaction() as conn:
+            rows = conn.execute(select(stack_locks).where(stack_locks.c.expires_at < now())).mappings()
+            return [dict(r) for r in rows]
+
+    def break_expired_lock(self, stack: str, holder: str) -> dict[str, Any] | None:
+        """Remove `holder`'s lock on `stack` if it is still expired; the broken row, or None if someone renewed it."""
+        with self.db.transaction() as conn:
+            row = conn.execute(select(stack_locks).where(
+                stack_locks.c.stack == stack, stack_locks.c.holder == holder).with_for_update()).mappings().first()
+            if row is None or _aware(row["expires_at"]) > now():
+                return None
+            conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
+            return dict(row)
+
+    # --- jobs: claimed, heart-beaten and finished in transactions of their own ---------------
+
+    def claim_job(self, runner: str, job_id: int | None = None) -> Job | None:
+        """Take the oldest queued job (or `job_id`) whose proposal has no job running; None if there is none.
+
+        PostgreSQL skips rows other workers are claiming (FOR UPDATE SKIP LOCKED); SQLite's
+        BEGIN IMMEDIATE lets one claimer in at a time.
+        """
+        running = select(jobs.c.proposal_id).where(jobs.c.status == JobStatus.RUNNING.value,
+                                                   jobs.c.proposal_id.is_not(None))
+        query = select(jobs).where(jobs.c.status == JobStatus.QUEUED.value,
+                                   jobs.c.proposal_id.not_in(running) | jobs.c.proposal_id.is_(None))
+        if job_id is not None:
+            query = query.where(jobs.c.id == job_id)
+        query = query.order_by(jobs.c.id).limit(1)
+        with self.db.transaction() as conn:
+            if not self.db.is_sqlite:
+                query = query.with_for_update(skip_locked=True)
+            row = conn.execute(query).mappings().first()
+            if row is None:
+                return None
+            conn.execute(update(jobs).where(jobs.c.id == row["id"]).values(
+                status=JobStatus.RUNNING.value, runner=runner, started_at=now(), heartbeat_at=now()))
+            row = conn.execute(select(jobs).where(jobs.c.id == row["id"])).mappings().one()
+        return _job(row)
+
+    def heartbeat_job(self, job_id: int, runner: str) -> bool:
+        with self.db.transaction() as conn:
+            beat = conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.runner == runner,
+                                                   jobs.c.status == JobStatus.RUNNING.value).values(heartbeat_at=now()))
+        return beat.rowcount == 1
+
+    def add_job_progress(self, job_id: int, line: str) -> None:
+        with self.db.transaction() as conn:
+            current = conn.scalar(select(jobs.c.progress).where(jobs.c.id == job_id)) or []
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(progress=[*current, line][-200:]))
+
+    def stale_jobs(self, older_than_seconds: float) -> list[Job]:
+        """Running jobs whose worker has not heart-beaten for `older_than_seconds`."""
+        cutoff = now() - timedelta(seconds=older_than_seconds)
+        with self.db.transaction() as conn:
+            rows = conn.execute(select(jobs).where(jobs.c.status == JobStatus.RUNNING.value,
+                                                   jobs.c.heartbeat_at < cutoff)).mappings()
+            return [_job(r) for r in rows]
+
+    def jobs_of(self, proposal_id: int) -> list[Job]:
+        with self.db.transaction() as conn:
+            rows = conn.execute(select(jobs).where(jobs.c.proposal_id == proposal_id).order_by(jobs.c.id)).mappings()
+            return [_job(r) for r in rows]
+
+    def get_job(self, job_id: int) -> Job:
+        with self.db.transaction() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        if row is None or not 0 < job_id <= MAX_ID:
+            raise NotFound(f"no job {job_id}")
+        return _job(row)
+
+
 NEVER = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def _job(row: Mapping[str, Any]) -> Job:
+    return Job(id=row["id"], kind=JobKind(row["kind"]), proposal_id=row["proposal_id"],
+               requested_by=row["requested_by"], status=JobStatus(row["status"]), runner=row["runner"],
+               progress=tuple(row["progress"] or ()), result=dict(row["result"] or {}), error=row["error"],
+               created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"])
 
 
 def _aware(value: datetime) -> datetime:
@@ -323,6 +406,30 @@ class StoreSession:
     def agent_run(self, run_id: str) -> dict[str, Any] | None:
         row = self.conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
         return dict(row) if row else None
+
+    # --- jobs ------------------------------------------------------------------------------
+
+    def add_job(self, kind: JobKind, proposal_id: int | None, requested_by: Principal | str) -> int:
+        who = requested_by.id if isinstance(requested_by, Principal) else requested_by
+        result = self.conn.execute(insert(jobs).values(
+            kind=kind.value, proposal_id=proposal_id, requested_by=who, status=JobStatus.QUEUED.value,
+            progress=[], created_at=now()))
+        return int(result.inserted_primary_key[0])
+
+    def queued_job(self, kind: JobKind, proposal_id: int) -> int | None:
+        """A job of this kind for this proposal that has not finished yet (so a second is not queued)."""
+        return self.conn.scalar(select(jobs.c.id).where(
+            jobs.c.kind == kind.value, jobs.c.proposal_id == proposal_id,
+            jobs.c.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).limit(1))
+
+    def finish_job(self, job_id: int, status: JobStatus, result: Mapping[str, Any] | None = None,
+                   error: str | None = None, only_if_running: bool = True) -> bool:
+        query = update(jobs).where(jobs.c.id == job_id)
+        if only_if_running:
+            query = query.where(jobs.c.status == JobStatus.RUNNING.value)
+        done = self.conn.execute(query.values(status=status.value, result=dict(result or {}),
+                                              error=self.scrubber.scrub(error) if error else None, finished_at=now()))
+        return done.rowcount == 1
 
     # --- applies ---------------------------------------------------------------------------
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -13,8 +17,9 @@ from gateway.api import pages, routes
 from gateway.api.errors import error_body, status_for
 from gateway.api.scrubbing import ScrubResponses
 from gateway.config import Settings
-from gateway.domain.errors import AuthError, GatewayError, Refused
+from gateway.domain.errors import AuthError, ConfigError, GatewayError, Refused
 from gateway.services.workspace import open_workspace
+from gateway.worker import Worker
 
 
 def session_secret(settings: Settings) -> str:
@@ -22,17 +27,38 @@ def session_secret(settings: Settings) -> str:
     if settings.session_secret:
         return settings.session_secret.get_secret_value()
     path = Path(settings.home) / "session.key"
-    if not path.exists():
-        path.write_text(secrets.token_urlsafe(48))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    try:  # exclusive create: API processes starting together agree on one key
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as key_file:
+            key_file.write(secrets.token_urlsafe(48))
+    for _ in range(50):  # another process may be writing it this instant
+        key = path.read_text().strip()
+        if key:
+            return key
+        time.sleep(0.02)
+    raise ConfigError(f"{path} is empty; delete it to make a new session key")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
+    """The app over one workspace; `workers` job loops run in this process (0: separate `gateway worker`s do)."""
     settings = settings or Settings()
-    app = FastAPI(title="Change gateway", version="1.0.0",
+    workspace = open_workspace(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        worker = Worker(workspace, workers, poll_seconds=0.2).start() if workers else None
+        try:
+            yield
+        finally:
+            if worker:
+                worker.stop()
+
+    app = FastAPI(title="Change gateway", version="1.0.0", lifespan=lifespan,
                   description="Proposals, approvals bound to exact plans, exact-plan applies, and the audit trail.")
-    app.state.workspace = open_workspace(settings)
+    app.state.workspace = workspace
     app.add_middleware(SessionMiddleware, secret_key=session_secret(settings), session_cookie="gateway_session",
                        same_site="strict", https_only=settings.secure_cookies, max_age=8 * 3600)
     app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
@@ -52,3 +78,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                             back=request.headers.get("referer"))
 
     return app
+
+
+def app_from_environment() -> FastAPI:
+    """For `gateway serve --processes N`: each API process builds its app from the environment."""
+    return create_app(Settings(), int(os.environ.get("GATEWAY_SERVE_WORKERS", "1")))

@@ -45,3 +45,4 @@ def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
 PageActorDep = Annotated[Principal, Depends(page_actor)]
 
 ProposalId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the proposal's number")]
+JobId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the job's number")]

@@ -14,13 +14,13 @@ from fastapi.templating import Jinja2Templates
 from gateway.api.deps import PageActorDep, ProposalId, WorkspaceDep
 from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused
+from gateway.domain.jobs import JobKind
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.jobs import approve_proposal, enqueue_job
 from gateway.services.proposals import decide
-from gateway.services.runner import apply_proposal
-from gateway.services.runner import approve as approve_proposal
 from gateway.services.users import authenticate_person
 from gateway.services.views import view_proposal
 
@@ -121,7 +121,7 @@ def decide_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, act
 @router.post("/proposals/{proposal_id}/apply")
 def apply_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField) -> Response:
     check_csrf(request, csrf)
-    apply_proposal(ws, actor, proposal_id)
+    enqueue_job(ws, actor, JobKind.APPLY, proposal_id)  # a worker applies; the page shows the job's progress
     return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
 
 

@@ -8,13 +8,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
-from gateway.api.deps import ActorDep, ProposalId, WorkspaceDep
+from gateway.api.deps import ActorDep, JobId, ProposalId, WorkspaceDep
 from gateway.api.schemas import (
-    ApplyPublic,
     DecisionCreate,
     ErrorPublic,
     EventPublic,
     Health,
+    JobPublic,
     OverrideCreate,
     ProposalPublic,
     ProposalSummary,
@@ -24,13 +24,13 @@ from gateway.api.schemas import (
     VerifyPublic,
 )
 from gateway.domain.audit import AuditEvent
+from gateway.domain.jobs import JobKind
 from gateway.domain.preview import RENDERERS
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.jobs import approve_proposal, enqueue_job
 from gateway.services.proposals import decide, get_proposal, override_finding, proposal_previews
-from gateway.services.runner import apply_proposal
-from gateway.services.runner import approve as approve_proposal
 from gateway.services.views import view_proposal
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
@@ -111,12 +111,21 @@ def override(proposal_id: ProposalId, body: OverrideCreate, ws: WorkspaceDep, ac
     return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
 
 
-@router.post("/proposals/{proposal_id}/apply", response_model=ApplyPublic, tags=["apply"])
-def apply(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> ApplyPublic:
-    report = apply_proposal(ws, actor, proposal_id)
-    return ApplyPublic(proposal_id=proposal_id, succeeded=report.succeeded, merge_sha=report.merge_sha,
-                       outcomes=[{"stack": o.stack, "succeeded": o.succeeded, "applied": list(o.applied),
-                                  "error": o.error} for o in report.outcomes])
+@router.post("/proposals/{proposal_id}/apply", response_model=JobPublic, status_code=202, tags=["apply"])
+def apply(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> JobPublic:
+    """Queue the apply; a worker runs it. Poll `/jobs/{id}` for its progress and end."""
+    return JobPublic.of(enqueue_job(ws, actor, JobKind.APPLY, proposal_id))
+
+
+@router.post("/proposals/{proposal_id}/plan", response_model=JobPublic, status_code=202, tags=["proposals"])
+def replan(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> JobPublic:
+    """Queue a re-plan (after the branch, main or a stack's state moved); reads never re-plan."""
+    return JobPublic.of(enqueue_job(ws, actor, JobKind.PLAN, proposal_id))
+
+
+@router.get("/jobs/{job_id}", response_model=JobPublic, tags=["jobs"])
+def read_job(job_id: JobId, ws: WorkspaceDep, actor: ActorDep) -> JobPublic:
+    return JobPublic.of(ws.store.get_job(job_id))
 
 
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from gateway.domain.jobs import Job
+
 
 class ErrorPublic(BaseModel):
     error: str
@@ -81,6 +83,7 @@ class ProposalPublic(ProposalSummary):
     required_approvals: int
     blocked_by: list[str]
     pending: list[str] = Field(default_factory=list, description="what moved since the plans; a plan job catches up")
+    jobs: list[dict[str, Any]] = Field(default_factory=list, description="the proposal's plan and apply jobs")
     agent_claim: str | None
     claim_issues: list[str]
     plans: list[StackPlanPublic]
@@ -105,18 +108,24 @@ class OverrideCreate(BaseModel):
     expires_at: datetime
 
 
-class StackOutcomePublic(BaseModel):
-    stack: str
-    succeeded: bool
-    applied: list[str]
+class JobPublic(BaseModel):
+    """A plan or apply job: queued at once, run by a worker; poll it until `finished`."""
+
+    id: int
+    kind: str
+    proposal_id: int | None
+    status: str
+    finished: bool
+    runner: str | None
+    progress: list[str]
+    result: dict[str, Any]
     error: str | None
 
-
-class ApplyPublic(BaseModel):
-    proposal_id: int
-    succeeded: bool
-    outcomes: list[StackOutcomePublic]
-    merge_sha: str | None
+    @classmethod
+    def of(cls, job: Job) -> JobPublic:
+        return cls(id=job.id, kind=job.kind.value, proposal_id=job.proposal_id, status=job.status.value,
+                   finished=job.finished, runner=job.runner, progress=list(job.progress), result=job.result,
+                   error=job.error)
 
 
 class EventPublic(BaseModel):

@@ -134,13 +134,6 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         return updated, changes
 
 
-def refresh_proposal(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Proposal, list[str]]:
-    """A person (or agent) asks for a re-plan now; a read-only role may look but not start work."""
-    if not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
-        raise Refused([f"{actor.name} has no role that may start a re-plan"])
-    return sync_proposal(ws, proposal_id)
-
-
 def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision, comment: str,
            seen_sha: str | None = None, auth: str = "api-token") -> Proposal:
     """Approve or reject the proposal's current commit and plans, if the rules allow this person.

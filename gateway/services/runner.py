@@ -16,7 +16,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +29,8 @@ from gateway.domain.approvals import apply_refusals
 from gateway.domain.errors import Conflict, LockTimeout, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal
-from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
-from gateway.services.proposals import decide, get_proposal, replan_proposal, sync_proposal
+from gateway.domain.proposal import Proposal, ProposalStatus, Transition
+from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -62,13 +62,17 @@ def runner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: str | None = None) -> ApplyReport:
+def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: str | None = None,
+                   progress: Callable[[str], None] | None = None) -> ApplyReport:
     """Apply an approved proposal stack by stack, then merge its branch into main, all under its locks."""
     runner = runner or runner_name()
+    say = progress or (lambda _: None)
     proposal = get_proposal(ws, proposal_id)
     if actor.is_agent:
         _refuse(ws, actor, proposal, [f"{actor.name} is an agent; agents can never apply a change"])
+    say(f"taking the locks of {', '.join(_lock_names(ws, proposal))}")
     with _stack_locks(ws, proposal, runner) as locks:
+        say("re-checking approvals, plan digests, state serials and the merge")
         main_sha = _preflight(ws, actor, proposal_id)
         with ws.store.session() as session:
             proposal = session.get_proposal(proposal_id, lock=True)
@@ -80,7 +84,10 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
         stack = None
         try:
             for stack in proposal.stacks:
+                say(f"applying stack {stack}")
                 outcome = _apply_stack(ws, actor, proposal, stack, runner, merged)
+                say(f"stack {stack}: {'applied' if outcome.succeeded else 'FAILED'} "
+                    f"({len(outcome.applied)} change(s) done)")
                 report.outcomes.append(outcome)
                 if not outcome.succeeded:
                     _transition(ws, proposal_id, Transition.FAIL, actor, {"stack": stack, "error": outcome.error})
@@ -91,6 +98,7 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
             _record_crash(ws, actor, proposal_id, stack, error)
             report.outcomes.append(StackOutcome(stack or "?", False, (), error))
             return report
+        say("merging into main")
         _merge(ws, actor, proposal, main_sha, merged, report)
         if report.unmerged:
             locks.keep_as(f"unmerged:{proposal_id}")
@@ -306,7 +314,7 @@ def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None
     while True:
         taken, broken = ws.store.acquire_lock(stack, runner, ws.settings.lock_ttl_seconds)
         if broken is not None:
-            _record_interrupted(ws, stack, broken)
+            record_interrupted(ws, stack, broken)
         if taken:
             return
         holder = ws.store.lock_holder(stack) or {}
@@ -323,7 +331,7 @@ def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None
         time.sleep(0.2)
 
 
-def _record_interrupted(ws: Workspace, stack: str, broken: dict) -> None:
+def record_interrupted(ws: Workspace, stack: str, broken: dict) -> None:
     """A runner died holding the lock: its apply is recorded as interrupted, never as success."""
     with ws.store.session() as session:
         apply_id = broken.get("apply_id")
@@ -338,14 +346,3 @@ def _record_interrupted(ws: Workspace, stack: str, broken: dict) -> None:
         session.append_event("gateway", "apply.interrupted", {
             "stack": stack, "runner": broken["holder"], "apply_id": apply_id,
             "lock_acquired_at": str(broken["acquired_at"])}, record["proposal_id"] if record else None, [stack])
-
-
-def approve(ws: Workspace, actor: Principal, proposal_id: int, comment: str, seen_sha: str | None = None,
-            auth: str = "api-token") -> tuple[Proposal, ApplyReport | None]:
-    """Record an approval; when gateway.yaml sets `auto_apply` and it was the last one needed, apply now."""
-    proposal = decide(ws, actor, proposal_id, Decision.APPROVE, comment, seen_sha, auth)
-    settings = ws.repo_settings()
-    if not settings.auto_apply or apply_refusals(actor, proposal, settings, now()):
-        return proposal, None
-    report = apply_proposal(ws, actor, proposal_id, runner=f"auto-apply:{runner_name()}")
-    return get_proposal(ws, proposal_id), report

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.domain.errors import Refused
+from gateway.adapters.sandbox.engine import DELAY_PREFIX
+from gateway.domain.errors import InputError, Refused
 from gateway.domain.principals import Principal, Role
 from gateway.services.workspace import Workspace
 
@@ -29,3 +30,11 @@ def inject_fault(ws: Workspace, actor: Principal, stack: str, address: str, mess
     """Make the next apply of `address` fail, leaving that apply half done."""
     _require_admin(actor)
     ws.sandbox.inject_fault(stack, address, message)
+
+
+def inject_delay(ws: Workspace, actor: Principal, stack: str, address: str, seconds: float) -> None:
+    """Make the next apply of `address` take `seconds` longer, as a slow provider would."""
+    _require_admin(actor)
+    if not 0 < seconds <= 3600:
+        raise InputError("a delay is between 0 and 3600 seconds")
+    ws.sandbox.inject_fault(stack, address, f"{DELAY_PREFIX}{seconds}")

@@ -13,6 +13,7 @@ from gateway.domain.approvals import (
     decision_refusals,
     required_approvals,
 )
+from gateway.domain.jobs import Job
 from gateway.domain.preview import Preview, render_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
@@ -32,6 +33,7 @@ class ProposalView:
     can_apply: bool
     diff: str
     pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
+    jobs: list[Job]  # the proposal's plan and apply jobs, oldest first
 
     def to_public(self) -> dict[str, Any]:
         p = self.proposal
@@ -39,7 +41,8 @@ class ProposalView:
         return {
             "id": p.id, "branch": p.branch, "status": p.status.value, "stacks": list(p.stacks), "reason": p.reason,
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
-            "pending": self.pending, "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
+            "pending": self.pending, "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value}
+                                              for j in self.jobs], "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
             "plans": [{"stack": s, "digest": sp.digest, "state_serial": sp.state_serial, "risk": sp.risk.value,
                        "counts": dict(sp.counts), "destructive": list(sp.destructive),
@@ -68,4 +71,5 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
         can_apply=not apply_refusals(viewer, proposal, settings, moment),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
+        jobs=ws.store.jobs_of(proposal_id),
     )

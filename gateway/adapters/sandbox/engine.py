@@ -13,6 +13,7 @@ import functools
 import graphlib
 import json
 import secrets
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,7 @@ from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
 log = structlog.get_logger(__name__)
 
 ENGINE_LABEL = "sandbox simulator"
+DELAY_PREFIX = "delay:"  # a fault that slows a step down instead of failing it
 _RESERVED_ROOTS = frozenset({"var", "local", "count", "each", "path", "terraform", "self", "data", "module"})
 
 Index = str | int | None
@@ -621,7 +623,9 @@ class _Applier(_Evaluation):
 
     def _step(self, address: str, operation: Callable[[], None]) -> None:
         fault = self.store.take_fault(self.stack, address)
-        if fault:
+        if fault and fault.startswith(DELAY_PREFIX):  # a slow provider: the step takes that long, then goes on
+            time.sleep(float(fault[len(DELAY_PREFIX):]))
+        elif fault:
             raise ApplyError(f"{address}: {fault}")
         operation()
         self._persist({address})

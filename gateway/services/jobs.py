@@ -1,0 +1,197 @@
+"""Plans and applies as jobs: queued by any process, run by a worker, followed from anywhere.
+
+A job heart-beats while it runs. Whatever happens inside, its end is recorded (succeeded, failed,
+refused), and a job whose worker died is recorded interrupted by the next worker's recovery pass,
+together with the apply it was running (via the stack lock that stopped being renewed).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from gateway.adapters.records import now
+from gateway.domain.approvals import apply_refusals
+from gateway.domain.errors import GatewayError, NotFound, Refused
+from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.principals import Principal, Role
+from gateway.domain.proposal import Decision, Proposal
+from gateway.services.proposals import decide, get_proposal, pending_changes, sync_proposal
+from gateway.services.runner import ApplyReport, apply_proposal, record_interrupted
+from gateway.services.workspace import Workspace
+
+log = structlog.get_logger(__name__)
+
+Progress = Callable[[str], None]
+
+
+def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_id: int) -> Job:
+    """Queue a plan or apply of a proposal (one unfinished job of a kind per proposal) and return at once."""
+    proposal = get_proposal(ws, proposal_id)
+    if isinstance(actor, Principal):
+        if kind == JobKind.APPLY and actor.is_agent:
+            raise Refused([f"{actor.name} is an agent; agents can never apply a change"])
+        if not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+            raise Refused([f"{actor.name} has no role that may start a {kind.value}"])
+    with ws.store.session() as session:
+        existing = session.queued_job(kind, proposal_id)
+        if existing is not None:
+            job_id = existing
+        else:
+            job_id = session.add_job(kind, proposal_id, actor)
+            session.append_event(actor, "job.queued", {"job": job_id, "kind": kind.value}, proposal_id,
+                                 proposal.stacks)
+    return ws.store.get_job(job_id)
+
+
+def approve_proposal(ws: Workspace, actor: Principal, proposal_id: int, comment: str, seen_sha: str | None = None,
+                     auth: str = "api-token") -> tuple[Proposal, Job | None]:
+    """Record an approval; when gateway.yaml sets `auto_apply` and it was the last one needed, queue the apply."""
+    proposal = decide(ws, actor, proposal_id, Decision.APPROVE, comment, seen_sha, auth)
+    settings = ws.repo_settings()
+    if not settings.auto_apply or apply_refusals(actor, proposal, settings, now()):
+        return proposal, None
+    return proposal, enqueue_job(ws, actor, JobKind.APPLY, proposal_id)
+
+
+def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None = None) -> Job:
+    """Run one claimed job to its end, heart-beating meanwhile; every way out is recorded."""
+    def progress(line: str) -> None:
+        ws.store.add_job_progress(job.id, line)
+        if on_progress:
+            on_progress(line)
+
+    beat = _Heartbeat(ws, job, runner)
+    beat.start()
+    status, result, error = JobStatus.FAILED, {}, None
+    try:
+        if job.kind == JobKind.PLAN:
+            status, result = _run_plan(ws, job, progress)
+        else:
+            status, result, error = _run_apply(ws, job, runner, progress)
+    except Refused as exc:
+        status, result, error = JobStatus.REFUSED, {"reasons": exc.reasons}, "; ".join(exc.reasons)
+    except GatewayError as exc:
+        status, error = JobStatus.FAILED, str(exc)
+    except Exception as exc:  # the worker records its end whatever happens
+        log.exception("job.crashed", job=job.id)
+        status, error = JobStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}"
+    finally:
+        beat.stop()
+    with ws.store.session() as session:
+        if session.finish_job(job.id, status, result, error):
+            proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
+            session.append_event("gateway", f"job.{status.value}", {
+                "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
+                job.proposal_id, proposal.stacks if proposal else ())
+    return ws.store.get_job(job.id)
+
+
+def _run_plan(ws: Workspace, job: Job, progress: Progress) -> tuple[JobStatus, dict[str, Any]]:
+    progress(f"re-planning proposal {job.proposal_id}")
+    _, changes = sync_proposal(ws, _proposal_id(job))
+    for change in changes:
+        progress(change)
+    return JobStatus.SUCCEEDED, {"changes": changes}
+
+
+def _run_apply(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:
+    with ws.store.session() as session:
+        actor = session.principal(job.requested_by)
+    report = apply_proposal(ws, actor, _proposal_id(job), runner, progress)
+    error = report.unmerged or next((o.error for o in report.outcomes if o.error), None)
+    return (JobStatus.SUCCEEDED if report.succeeded else JobStatus.FAILED), report_json(report), error
+
+
+def report_json(report: ApplyReport) -> dict[str, Any]:
+    return {"succeeded": report.succeeded, "merge_sha": report.merge_sha, "unmerged": report.unmerged,
+            "outcomes": [{"stack": o.stack, "succeeded": o.succeeded, "applied": list(o.applied), "error": o.error}
+                         for o in report.outcomes]}
+
+
+def _proposal_id(job: Job) -> int:
+    if job.proposal_id is None:
+        raise NotFound(f"job {job.id} names no proposal")
+    return job.proposal_id
+
+
+def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: float = 0.2,
+               timeout_seconds: float | None = None) -> Job:
+    """Wait for a job to finish, passing on each progress line once."""
+    shown = 0
+    deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    while True:
+        job = ws.store.get_job(job_id)
+        for line in job.progress[shown:]:
+            on_progress(line)
+        shown = len(job.progress)
+        if job.finished or (deadline is not None and time.monotonic() > deadline):
+            return job
+        time.sleep(poll_seconds)
+
+
+def run_now_or_follow(ws: Workspace, job: Job, runner: str, on_progress: Progress) -> Job:
+    """The embedded default: run the queued job in this process, or follow it if a worker took it first."""
+    claimed = ws.store.claim_job(runner, job_id=job.id)
+    if claimed is not None:
+        return run_job(ws, claimed, runner, on_progress)
+    return follow_job(ws, job.id, on_progress)
+
+
+def recover_abandoned_work(ws: Workspace) -> list[str]:
+    """Record what workers that stopped heart-beating left behind: their applies and their jobs."""
+    recovered = []
+    for lock in ws.store.expired_locks():
+        broken = ws.store.break_expired_lock(lock["stack"], lock["holder"])
+        if broken is not None:
+            record_interrupted(ws, lock["stack"], broken)
+            recovered.append(f"lock of stack {lock['stack']} held by {lock['holder']}")
+    for job in ws.store.stale_jobs(ws.settings.lock_ttl_seconds):
+        with ws.store.session() as session:
+            if session.finish_job(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
+                session.append_event("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
+                                                                    "runner": job.runner}, job.proposal_id)
+                recovered.append(f"job {job.id} of worker {job.runner}")
+    return recovered
+
+
+def enqueue_moved_proposals(ws: Workspace) -> list[int]:
+    """Queue a plan job for each open proposal whose branch, main or stack state moved since its plans."""
+    with ws.store.session() as session:
+        rows = session.list_proposals()
+    queued = []
+    for row in rows:
+        if row["status"] not in ("open", "failed"):
+            continue
+        proposal = get_proposal(ws, row["id"])
+        if pending_changes(ws, proposal):
+            queued.append(enqueue_job(ws, "gateway", JobKind.PLAN, proposal.id).id)
+    return queued
+
+
+class _Heartbeat:
+    """Renews a running job's heartbeat from a thread until stopped."""
+
+    def __init__(self, ws: Workspace, job: Job, runner: str):
+        self.ws, self.job, self.runner = ws, job, runner
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"job-{job.id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _beat(self) -> None:
+        interval = max(0.05, min(10.0, self.ws.settings.lock_ttl_seconds / 3))
+        while not self._stop.wait(interval):
+            try:
+                self.ws.store.heartbeat_job(self.job.id, self.runner)
+            except Exception:  # the next beat tries again
+                log.exception("job.heartbeat_failed", job=self.job.id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,79 @@
+"""`gateway worker`: loops that claim plan and apply jobs from the database and run them.
+
+Each loop has its own git handle and claims one job at a time; any number of worker processes on
+any number of machines can share one PostgreSQL. One loop also does the housekeeping: it records
+the work of workers that stopped heart-beating as interrupted, and queues a plan job for every open
+proposal whose branch, main or stack state moved (reads never re-plan).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import structlog
+
+from gateway.services.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
+from gateway.services.workspace import Workspace
+
+log = structlog.get_logger(__name__)
+
+HOUSEKEEPING_SECONDS = 2.0
+
+
+class Worker:
+    """`loops` threads claiming jobs until stopped."""
+
+    def __init__(self, ws: Workspace, loops: int = 1, poll_seconds: float = 0.5, name: str | None = None):
+        self.ws = ws
+        self.loops = loops
+        self.poll_seconds = poll_seconds
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.jobs_run = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, args=(i,), name=f"worker-{i}", daemon=True)
+                         for i in range(loops)]
+
+    def start(self) -> Worker:
+        for thread in self._threads:
+            thread.start()
+        log.info("worker.started", worker=self.name, loops=self.loops)
+        return self
+
+    def stop(self) -> None:
+        """Finish the jobs in hand, claim no more."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def wait(self) -> None:
+        for thread in self._threads:
+            thread.join()
+
+    def _loop(self, index: int) -> None:
+        ws = self.ws.for_request()
+        runner = f"{self.name}/{index}"
+        next_housekeeping = 0.0
+        while not self._stop.is_set():
+            try:
+                if index == 0 and time.monotonic() >= next_housekeeping:
+                    next_housekeeping = time.monotonic() + HOUSEKEEPING_SECONDS
+                    self._housekeeping(ws)
+                job = ws.store.claim_job(runner)
+                if job is None:
+                    self._stop.wait(self.poll_seconds)
+                    continue
+                log.info("job.claimed", job=job.id, kind=job.kind.value, runner=runner)
+                run_job(ws, job, runner)
+                self.jobs_run += 1
+            except Exception:  # a loop never dies of one bad turn; the database may be restarting
+                log.exception("worker.loop_error", runner=runner)
+                self._stop.wait(self.poll_seconds)
+
+    @staticmethod
+    def _housekeeping(ws: Workspace) -> None:
+        for what in recover_abandoned_work(ws):
+            log.warning("worker.recovered", what=what)
+        enqueue_moved_proposals(ws)

@@ -28,6 +28,7 @@ from gateway.config import Settings
 from gateway.domain.jobs import JobKind
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
+from gateway.logs import configure_logging
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job
 from gateway.services.proposals import decide, open_proposal
@@ -128,6 +129,7 @@ def run(workers: int, admin_url: str) -> None:
 
 
 if __name__ == "__main__":
+    configure_logging("warning")
     admin_url = sys.argv[1] if len(sys.argv) > 1 else "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
     print(f"{STACKS * PER_STACK} approved proposals over {STACKS} stacks, queued at once; PostgreSQL; sandbox engine")
     for count in (1, 2, 4):

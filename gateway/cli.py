@@ -138,7 +138,7 @@ def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str
 def users_list(ctx: Context) -> None:
     """List principals (names, kinds, roles, groups; never tokens)."""
     ctx.actor()
-    with ctx.ws.store.session() as session:
+    with ctx.ws.store.session(readonly=True) as session:
         for p in session.list_principals():
             click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups))}")
 
@@ -241,7 +241,7 @@ def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | 
 def list_proposals(ctx: Context, status: str | None) -> None:
     """List proposals, newest first."""
     ctx.actor()
-    with ctx.ws.store.session() as session:
+    with ctx.ws.store.session(readonly=True) as session:
         rows = session.list_proposals(status)
     for r in rows:
         click.echo(f"{r['id']:>4}  {r['status']:9} {r['branch']:30} {','.join(r['stacks'])}  {r['reason'].splitlines()[0][:50]}")

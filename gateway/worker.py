@@ -1,7 +1,7 @@
 """`gateway worker`: loops that claim plan and apply jobs from the database and run them.
 
 Each loop has its own git handle and claims one job at a time; any number of worker processes on
-any number of machines can share one PostgreSQL. One loop also does the housekeeping: it records
+any number of machines can share one PostgreSQL. A housekeeping thread beside the loops records
 the work of workers that stopped heart-beating as interrupted, and queues a plan job for every open
 proposal whose branch, main or stack state moved (reads never re-plan).
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 
 import structlog
 
@@ -35,6 +34,7 @@ class Worker:
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._loop, args=(i,), name=f"worker-{i}", daemon=True)
                          for i in range(loops)]
+        self._threads.append(threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True))
 
     def start(self) -> Worker:
         for thread in self._threads:
@@ -55,12 +55,8 @@ class Worker:
     def _loop(self, index: int) -> None:
         ws = self.ws.for_request()
         runner = f"{self.name}/{index}"
-        next_housekeeping = 0.0
         while not self._stop.is_set():
             try:
-                if index == 0 and time.monotonic() >= next_housekeeping:
-                    next_housekeeping = time.monotonic() + HOUSEKEEPING_SECONDS
-                    self._housekeeping(ws)
                 job = ws.store.claim_job(runner)
                 if job is None:
                     self._stop.wait(self.poll_seconds)
@@ -72,8 +68,14 @@ class Worker:
                 log.exception("worker.loop_error", runner=runner)
                 self._stop.wait(self.poll_seconds)
 
-    @staticmethod
-    def _housekeeping(ws: Workspace) -> None:
-        for what in recover_abandoned_work(ws):
-            log.warning("worker.recovered", what=what)
-        enqueue_moved_proposals(ws)
+    def _housekeeping_loop(self) -> None:
+        """Apart from the job loops, so a long scan never delays a claim."""
+        ws = self.ws.for_request()
+        while not self._stop.is_set():
+            try:
+                for what in recover_abandoned_work(ws):
+                    log.warning("worker.recovered", what=what)
+                enqueue_moved_proposals(ws)
+            except Exception:
+                log.exception("worker.housekeeping_error")
+            self._stop.wait(HOUSEKEEPING_SECONDS)

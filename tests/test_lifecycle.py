@@ -128,7 +128,7 @@ def test_a_merge_conflict_is_found_before_anything_is_applied(any_workspace: Wor
     assert abandon_proposal(ws, people.alice, second, "rebasing instead").status == ProposalStatus.ABANDONED
 
 
-def test_main_moving_on_another_stack_replans_and_an_identical_plan_proceeds(any_workspace: Workspace,
+def test_main_moving_on_another_stack_keeps_the_plan_and_the_apply_proceeds(any_workspace: Workspace,
                                                                              tmp_path: Path) -> None:
     ws, people = any_workspace, add_people(any_workspace)
     clone = Clone(ws, tmp_path / "c")

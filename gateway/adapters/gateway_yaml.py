@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import yaml
@@ -47,8 +48,12 @@ class _RawSettings(BaseModel):
     policy: _RawPolicy = _RawPolicy()
 
 
+@functools.lru_cache(maxsize=64)
 def parse_repo_settings(text: str) -> RepoSettings:
-    """Validate gateway.yaml; every problem is reported with the field it concerns."""
+    """Validate gateway.yaml; every problem is reported with the field it concerns.
+
+    Cached by content: every request reads main's gateway.yaml, which rarely changes (the result is frozen).
+    """
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

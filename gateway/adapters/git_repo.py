@@ -6,6 +6,7 @@ trees at exact commits, and merges with `git merge-tree --write-tree` and `commi
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -14,7 +15,7 @@ from pathlib import Path
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-from gateway.domain.errors import BackendError, Conflict, NotFound
+from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
 
 
 class GitDeclarationRepo:
@@ -55,12 +56,12 @@ class GitDeclarationRepo:
         return bases[0].hexsha
 
     def changed_paths(self, base: str, head: str) -> list[str]:
-        """Every path added, changed, removed or renamed between two commits."""
-        out = self._git("diff", "--name-only", "--no-renames", base, head)
-        return sorted(p for p in out.splitlines() if p)
+        """Every path added, changed, removed or renamed between two commits (cached: commits never change)."""
+        return list(_cached_changed_paths(str(self.path), self.resolve(base), self.resolve(head)))
 
     def diff(self, base: str, head: str) -> str:
-        return self._git("diff", base, head)
+        """The text diff between two commits (cached: commits never change, and every page view shows it)."""
+        return _cached_diff(str(self.path), self.resolve(base), self.resolve(head))
 
     def read_file(self, sha: str, path: str) -> str:
         try:
@@ -120,7 +121,7 @@ class GitDeclarationRepo:
         try:
             self._git("update-ref", f"refs/heads/{into}", commit, main_sha)
         except BackendError as exc:
-            raise Conflict(f"{into} moved while merging; it is no longer at {main_sha[:12]}") from exc
+            raise RefMoved(f"{into} moved while merging; it is no longer at {main_sha[:12]}") from exc
         return commit
 
     def _merge_tree(self, main_sha: str, head_sha: str) -> str:
@@ -138,6 +139,23 @@ class GitDeclarationRepo:
             return str(self.repo.git.execute(["git", *args], env=env))
         except GitCommandError as exc:
             raise BackendError(f"git {args[0]} failed: {exc.stderr.strip() or exc}") from exc
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_changed_paths(path: str, base: str, head: str) -> tuple[str, ...]:
+    try:
+        out = str(git.Repo(path).git.execute(["git", "diff", "--name-only", "--no-renames", base, head]))
+    except GitCommandError as exc:
+        raise BackendError(f"git diff failed: {exc.stderr.strip() or exc}") from exc
+    return tuple(sorted(p for p in out.splitlines() if p))
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_diff(path: str, base: str, head: str) -> str:
+    try:
+        return str(git.Repo(path).git.execute(["git", "diff", base, head]))
+    except GitCommandError as exc:
+        raise BackendError(f"git diff failed: {exc.stderr.strip() or exc}") from exc
 
 
 def committer_env(name: str = "change-gateway", email: str = "gateway@localhost") -> dict[str, str]:

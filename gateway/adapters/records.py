@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -56,8 +56,9 @@ class SqlStore:
         self.scrubber = scrubber or Scrubber()
 
     @contextmanager
-    def session(self) -> Iterator[StoreSession]:
-        with self.db.transaction() as conn:
+    def session(self, readonly: bool = False) -> Iterator[StoreSession]:
+        """One transaction over the records; `readonly` for reads, which then never wait for a writer."""
+        with self.db.transaction(readonly) as conn:
             yield StoreSession(conn, self.scrubber)
 
     # --- stack locks: committed on their own -------------------------------------------------
@@ -109,14 +110,14 @@ class SqlStore:
             conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
 
     def lock_holder(self, stack: str) -> dict[str, Any] | None:
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
         return dict(row) if row else None
 
 
     def expired_locks(self) -> list[dict[str, Any]]:
         """Locks whose holder stopped heart-beating (kept locks of unmerged proposals never expire)."""
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(select(stack_locks).where(stack_locks.c.expires_at < now())).mappings()
             return [dict(r) for r in rows]
 
@@ -170,18 +171,18 @@ class SqlStore:
     def stale_jobs(self, older_than_seconds: float) -> list[Job]:
         """Running jobs whose worker has not heart-beaten for `older_than_seconds`."""
         cutoff = now() - timedelta(seconds=older_than_seconds)
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(select(jobs).where(jobs.c.status == JobStatus.RUNNING.value,
                                                    jobs.c.heartbeat_at < cutoff)).mappings()
             return [_job(r) for r in rows]
 
     def jobs_of(self, proposal_id: int) -> list[Job]:
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(select(jobs).where(jobs.c.proposal_id == proposal_id).order_by(jobs.c.id)).mappings()
             return [_job(r) for r in rows]
 
     def get_job(self, job_id: int) -> Job:
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
         if row is None or not 0 < job_id <= MAX_ID:
             raise NotFound(f"no job {job_id}")
@@ -259,6 +260,21 @@ class StoreSession:
         return self.conn.scalar(select(proposals.c.id).where(
             proposals.c.branch == branch, proposals.c.status.in_([s.value for s in ACTIVE])))
 
+    def plan_bases(self, statuses: Collection[ProposalStatus]) -> list[dict[str, Any]]:
+        """For each proposal in `statuses`: branch, head, stacks, and each stack's newest plan at that head
+        (main commit and state serial), in two queries: what a worker's staleness scan needs."""
+        rows = self.conn.execute(select(proposals.c.id, proposals.c.branch, proposals.c.head_sha, proposals.c.stacks)
+                                 .where(proposals.c.status.in_([s.value for s in statuses]))).mappings().all()
+        bases = {r["id"]: {**dict(r), "plans": {}} for r in rows}
+        if bases:
+            marks = self.conn.execute(
+                select(plans.c.proposal_id, plans.c.stack, plans.c.head_sha, plans.c.main_sha, plans.c.state_serial)
+                .where(plans.c.proposal_id.in_(list(bases))).order_by(plans.c.id)).mappings()
+            for m in marks:  # the newest plan of each stack at the proposal's head wins
+                if m["head_sha"] == bases[m["proposal_id"]]["head_sha"]:
+                    bases[m["proposal_id"]]["plans"][m["stack"]] = (m["main_sha"], m["state_serial"])
+        return list(bases.values())
+
     def get_proposal(self, proposal_id: int, lock: bool = False) -> Proposal:
         if not 0 < proposal_id <= MAX_ID:
             raise NotFound(f"no proposal {proposal_id}")
@@ -318,12 +334,16 @@ class StoreSession:
     # --- plans -----------------------------------------------------------------------------
 
     def add_plan(self, proposal_id: int, stack: str, head_sha: str, main_sha: str, digest: str, document: str,
-                 state_serial: int, state_lineage: str, summary: Mapping[str, Any]) -> int:
+                 state_serial: int, state_lineage: str, summary: Mapping[str, Any], preview: str) -> int:
         result = self.conn.execute(insert(plans).values(
             proposal_id=proposal_id, stack=stack, head_sha=head_sha, main_sha=main_sha, digest=digest,
             document=document, state_serial=state_serial, state_lineage=state_lineage, summary=dict(summary),
-            created_at=now()))
+            preview=preview, created_at=now()))
         return int(result.inserted_primary_key[0])
+
+    def plan_preview(self, plan_id: int) -> str | None:
+        """The stored masked preview of a plan (None for plans saved before previews were stored)."""
+        return self.conn.scalar(select(plans.c.preview).where(plans.c.id == plan_id))
 
     def plan_document(self, plan_id: int) -> str:
         document = self.conn.scalar(select(plans.c.document).where(plans.c.id == plan_id))
@@ -332,8 +352,9 @@ class StoreSession:
         return str(document)
 
     def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
+        columns = [c for c in plans.c if c.name not in ("document", "preview")]  # the big ones are read on demand
         rows = self.conn.execute(
-            select(plans).where(plans.c.proposal_id == proposal_id, plans.c.head_sha == head_sha)
+            select(*columns).where(plans.c.proposal_id == proposal_id, plans.c.head_sha == head_sha)
             .order_by(plans.c.id)).mappings()
         current: dict[str, StackPlan] = {}
         for r in rows:  # the newest plan of each stack wins
@@ -421,6 +442,10 @@ class StoreSession:
         return self.conn.scalar(select(jobs.c.id).where(
             jobs.c.kind == kind.value, jobs.c.proposal_id == proposal_id,
             jobs.c.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).limit(1))
+
+    def proposals_with_unfinished_jobs(self, kind: JobKind) -> set[int]:
+        return set(self.conn.scalars(select(jobs.c.proposal_id).where(
+            jobs.c.kind == kind.value, jobs.c.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value]))))
 
     def finish_job(self, job_id: int, status: JobStatus, result: Mapping[str, Any] | None = None,
                    error: str | None = None, only_if_running: bool = True) -> bool:

@@ -90,6 +90,7 @@ plans = Table(
     Column("summary", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("main_sha", String(40), nullable=True),  # migration 2: the main commit the branch was merged onto
+    Column("preview", Text, nullable=True),  # migration 3: the masked preview, so reads never decode the plan
 )
 
 decisions = Table(
@@ -248,9 +249,16 @@ def _jobs_and_merge_previews(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE plans ADD COLUMN main_sha VARCHAR(40)"))
 
 
+def _stored_previews(conn: Connection) -> None:
+    """Each plan keeps its rendered, masked preview."""
+    if "preview" not in {c["name"] for c in inspect(conn).get_columns("plans")}:
+        conn.execute(text("ALTER TABLE plans ADD COLUMN preview TEXT"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
+    (3, _stored_previews),
 ]
 
 
@@ -277,12 +285,17 @@ class Database:
                     conn.execute(schema_version.insert().values(version=version, applied_at=_now()))
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
+    def transaction(self, readonly: bool = False) -> Iterator[Connection]:
+        """One transaction; a `readonly` one takes no write lock (SQLite: a deferred BEGIN), so readers
+        never queue behind a writer."""
         try:
-            with self.engine.begin() as conn:
-                if not self.is_sqlite and conn.dialect.name == "postgresql":
-                    conn.execute(text("SET LOCAL lock_timeout = '30s'"))
-                yield conn
+            with self.engine.connect() as conn:
+                if readonly:
+                    conn = conn.execution_options(gateway_readonly=True)
+                with conn.begin():
+                    if not self.is_sqlite and conn.dialect.name == "postgresql":
+                        conn.execute(text("SET LOCAL lock_timeout = '30s'"))
+                    yield conn
         except OperationalError as exc:
             raise BackendError(f"database unavailable or busy: {str(exc.orig).strip()}") from exc
         except SQLAlchemyError as exc:
@@ -309,7 +322,7 @@ def _serialize_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("gateway_readonly") else "BEGIN IMMEDIATE")
 
 
 def _now() -> datetime:

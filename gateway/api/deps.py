@@ -34,7 +34,7 @@ def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
     principal_id = request.session.get("principal")
     if not principal_id:
         raise AuthError("sign in first")
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         try:
             return session.principal(principal_id)
         except Exception:

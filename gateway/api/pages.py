@@ -73,7 +73,7 @@ def logout(request: Request, csrf: CsrfField) -> Response:
 
 @router.get("/")
 def index(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         rows = session.list_proposals()
         names = {p.id: p.name for p in session.list_principals()}
     proposals = [{**r, "requester": names.get(r["requester_id"]), "proposer": names.get(r["proposer_id"])} for r in rows]

@@ -43,7 +43,7 @@ ProposalQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1, description="onl
 
 @router.get("/health", response_model=Health, tags=["service"])
 def health(ws: WorkspaceDep) -> Health:
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         session.count_principals()
     return Health(status="ok", database=ws.db.engine.dialect.name, engine=ws.engine.name)
 
@@ -66,7 +66,7 @@ def _run(run: dict) -> dict:
 
 @router.get("/proposals", response_model=list[ProposalSummary], tags=["proposals"])
 def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None) -> list[ProposalSummary]:
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         rows = session.list_proposals(status)
         names = {p.id: p.name for p in session.list_principals()}
     return [ProposalSummary(id=r["id"], branch=r["branch"], status=r["status"], stacks=r["stacks"], reason=r["reason"],

@@ -6,6 +6,7 @@ GatewayError                      anything the gateway reports to a person
 │   ├── ConfigError               a declaration (HCL) or gateway.yaml is malformed
 │   ├── NotFound                  an unknown proposal, stack, user, ref or event
 │   └── Conflict                  the thing exists already, or moved under us
+│       └── RefMoved              a branch moved between reading it and updating it (retry on the new one)
 ├── AuthError                     missing or unknown token
 ├── Refused                       a rule is not met; `reasons` says which, in words
 ├── PlanError                     the engine could not produce a plan (e.g. prevent_destroy)
@@ -41,6 +42,10 @@ class NotFound(InputError):
 
 
 class Conflict(InputError):
+    pass
+
+
+class RefMoved(Conflict):
     pass
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.domain.plan import Change, ChangeKind, Plan, ResourceChange, format_path
 from gateway.domain.policy import Finding
-from gateway.domain.risk import Risk
+from gateway.domain.risk import Risk, RiskLevel
 
 SENSITIVE = "(sensitive)"
 UNKNOWN = "(known after apply)"
@@ -383,6 +383,32 @@ def _diff_markdown(a: AttributeDiff) -> str:
     if a.after is None:
         return f"- {a.path} = {a.before}"
     return f"! {a.path}: {a.before} -> {a.after}"
+
+
+def preview_to_json(preview: Preview) -> str:
+    """The preview as stored with its plan: already masked, so it is safe at rest and cheap to read."""
+    return json.dumps(asdict(preview), separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def preview_from_json(text: str) -> Preview:
+    """The inverse of `preview_to_json`."""
+    data = json.loads(text)
+
+    def diffs(items: list[dict[str, Any]]) -> tuple[AttributeDiff, ...]:
+        return tuple(AttributeDiff(**a) for a in items)
+
+    def entries(items: list[dict[str, Any]]) -> tuple[ResourceEntry, ...]:
+        return tuple(ResourceEntry(**{**e, "kind": ChangeKind(e["kind"]), "attributes": diffs(e["attributes"])})
+                     for e in items)
+
+    risk = data.get("risk")
+    return Preview(
+        engine=data["engine"], counts=data["counts"], danger=entries(data["danger"]),
+        drift=tuple(DriftEntry(**{**d, "attributes": diffs(d["attributes"])}) for d in data["drift"]),
+        changes=entries(data["changes"]), outputs=diffs(data["outputs"]),
+        risk=Risk(RiskLevel(risk["level"]), tuple(risk["reasons"])) if risk else None,
+        findings=tuple(Finding.from_json(f) for f in data.get("findings", [])),
+    )
 
 
 def render_json(preview: Preview) -> str:

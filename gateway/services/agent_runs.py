@@ -58,7 +58,7 @@ def _run(ws: Workspace, run_id: str, person: Principal, text: str, conversation_
 
 
 def get_agent_run(ws: Workspace, person: Principal, run_id: str) -> dict[str, Any]:
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         run = session.agent_run(run_id)
     if run is None or (run["requester_id"] != person.id and not person.roles & {"admin", "auditor"}):
         raise NotFound(f"no request {run_id}")

@@ -29,7 +29,7 @@ def list_events(ws: Workspace, actor: Principal, proposal_id: int | None = None,
     require_auditor(actor)
     until = _iso(until, "--until") if until else None
     since = _iso(since, "--since") if since else None
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         events = session.events(proposal_id=proposal_id, actor=actor_name, stack=stack, since=since)
     if until:
         events = [e for e in events if e.at <= until]
@@ -59,7 +59,7 @@ def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[Au
 
 def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None]:
     require_auditor(actor)
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         events = session.events()
         head = session.chain_head()
     return len(events), verify_chain(events, head)

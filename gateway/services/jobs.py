@@ -18,9 +18,10 @@ from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services.proposals import decide, get_proposal, pending_changes, sync_proposal
+from gateway.services.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
 from gateway.services.runner import ApplyReport, apply_proposal, record_interrupted
 from gateway.services.workspace import Workspace
 
@@ -161,15 +162,24 @@ def recover_abandoned_work(ws: Workspace) -> list[str]:
 
 def enqueue_moved_proposals(ws: Workspace) -> list[int]:
     """Queue a plan job for each open proposal whose branch, main or stack state moved since its plans."""
-    with ws.store.session() as session:
-        rows = session.list_proposals()
+    with ws.store.session(readonly=True) as session:
+        rows = session.plan_bases(DECIDABLE)
+        waiting = session.proposals_with_unfinished_jobs(JobKind.PLAN)
+    main_sha = ws.repo.resolve(ws.main_branch())
+    serials: dict[str, int] = {}
+
+    def serial_of(stack: str) -> int:
+        if stack not in serials:
+            serials[stack] = ws.engine.state_serial(stack)
+        return serials[stack]
+
     queued = []
     for row in rows:
-        if row["status"] not in ("open", "failed"):
+        if row["id"] in waiting:
             continue
-        proposal = get_proposal(ws, row["id"])
-        if pending_changes(ws, proposal):
-            queued.append(enqueue_job(ws, "gateway", JobKind.PLAN, proposal.id).id)
+        basis = PlanBasis(row["id"], row["branch"], row["head_sha"], tuple(row["stacks"]), row["plans"])
+        if changes_since_plans(ws, basis, main_sha, serial_of):
+            queued.append(enqueue_job(ws, "gateway", JobKind.PLAN, basis.proposal_id).id)
     return queued
 
 

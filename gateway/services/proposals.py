@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gateway.adapters.records import StoreSession, now
@@ -12,7 +13,7 @@ from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.plan import load_plan
-from gateway.domain.preview import Preview, build_preview
+from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
 from gateway.domain.risk import Risk
@@ -73,24 +74,61 @@ def plan_merged(ws: Workspace, stacks: Sequence[str], head: str, by_agent: bool)
     return main_sha, [plan_stack(ws, stack, merged, by_agent) for stack in stacks]
 
 
+@dataclass(frozen=True)
+class PlanBasis:
+    """What a proposal's current plans were made from: enough to tell whether they are out of date."""
+
+    proposal_id: int
+    branch: str
+    head_sha: str
+    stacks: tuple[str, ...]
+    plans: Mapping[str, tuple[str | None, int]]  # stack -> (main commit merged onto, state serial)
+
+    @classmethod
+    def of(cls, proposal: Proposal) -> PlanBasis:
+        return cls(proposal.id, proposal.branch, proposal.head_sha, proposal.stacks,
+                   {s: (p.main_sha, p.state_serial) for s, p in proposal.plans.items()})
+
+
 def pending_changes(ws: Workspace, proposal: Proposal) -> list[str]:
     """What moved since the proposal's plans, in words; reads only (empty when nothing did)."""
     if proposal.status not in DECIDABLE:
         return []
-    if not ws.repo.branch_exists(proposal.branch):
-        return [f"branch {proposal.branch} no longer exists"]
+    return changes_since_plans(ws, PlanBasis.of(proposal), ws.repo.resolve(ws.main_branch()), ws.engine.state_serial)
+
+
+def changes_since_plans(ws: Workspace, basis: PlanBasis, main_sha: str, serial_of: Callable[[str], int]) -> list[str]:
+    """The words for what moved since `basis`: the branch, main under its stacks or settings, a stack's state."""
+    if not ws.repo.branch_exists(basis.branch):
+        return [f"branch {basis.branch} no longer exists"]
     changes = []
-    head = ws.repo.resolve(proposal.branch)
-    if head != proposal.head_sha:
-        changes.append(f"new commit {head[:12]} on {proposal.branch}")
-    main_sha = ws.repo.resolve(ws.main_branch())
-    if any(p.main_sha != main_sha for p in proposal.plans.values()):
-        changes.append(f"main moved to {main_sha[:12]} since the plan")
-    changes += [f"state of stack {s} moved since its plan" for s, p in proposal.plans.items()
-                if ws.engine.state_serial(s) != p.state_serial]
-    if set(proposal.plans) != set(proposal.stacks):
+    head = ws.repo.resolve(basis.branch)
+    if head != basis.head_sha:
+        changes.append(f"new commit {head[:12]} on {basis.branch}")
+    if _main_moved_under(ws, basis, main_sha):
+        changes.append(f"main moved to {main_sha[:12]} under the proposal's stacks or settings since the plan")
+    changes += [f"state of stack {s} moved since its plan" for s, (_, serial) in basis.plans.items()
+                if serial_of(s) != serial]
+    if set(basis.plans) != set(basis.stacks):
         changes.append("a stack of the proposal has no plan yet")
     return changes
+
+
+def _main_moved_under(ws: Workspace, basis: PlanBasis, main_sha: str) -> bool:
+    """Whether main changed, since the plans, a file the plans depend on: the proposal's stacks or the settings.
+
+    Main moving elsewhere (another stack's files, a README) leaves these plans as they are; the apply
+    still checks that the branch merges into the main of that moment.
+    """
+    older = {m for m, _ in basis.plans.values() if m != main_sha}
+    if not older:
+        return False
+    if None in older:
+        return True
+    settings = ws.repo_settings()
+    watched = tuple(settings.stacks[s].path.rstrip("/") + "/" for s in basis.stacks if s in settings.stacks)
+    return any(settings.is_protected_path(path) or path.startswith(watched)
+               for old in older for path in ws.repo.changed_paths(str(old), main_sha))
 
 
 def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]:
@@ -99,7 +137,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     A write path (plan jobs, decisions, applies): reads call `pending_changes` instead.
     Returns the proposal and what changed, in words (empty when nothing moved).
     """
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         proposal = session.get_proposal(proposal_id)
     changes = pending_changes(ws, proposal)
     if not changes:
@@ -213,27 +251,32 @@ def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
 
 
 def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
-    """The preview of each stack's current saved plan, with its policy findings and risk."""
-    with ws.store.session() as session:
-        documents = {s: session.plan_document(p.plan_id) for s, p in proposal.plans.items()}
-    return {
-        stack: build_preview(load_plan(json.loads(documents[stack])), findings=plan.findings,
-                             risk=Risk(plan.risk, plan.risk_reasons))
-        for stack, plan in proposal.plans.items()
-    }
+    """The preview of each stack's current saved plan, with its policy findings and risk.
+
+    Read from the masked preview stored with the plan; plans saved before previews were stored are
+    rendered from their documents.
+    """
+    previews = {}
+    with ws.store.session(readonly=True) as session:
+        for stack, plan in proposal.plans.items():
+            stored = session.plan_preview(plan.plan_id)
+            previews[stack] = preview_from_json(stored) if stored else build_preview(
+                load_plan(json.loads(session.plan_document(plan.plan_id))), findings=plan.findings,
+                risk=Risk(plan.risk, plan.risk_reasons))
+    return previews
 
 
 def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
     """Where the agent's summary disagrees with the engine's plans."""
     if not proposal.agent_claim:
         return []
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         plans = [load_plan(json.loads(session.plan_document(p.plan_id))) for p in proposal.plans.values()]
     return check_claim(proposal.agent_claim, plans)
 
 
 def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         return session.get_proposal(proposal_id)
 
 
@@ -248,7 +291,7 @@ def _record_plans(session: StoreSession, pid: int, head: str, main_sha: str, res
     for r in results:
         summary = r.summary()
         session.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
-                         r.engine_plan.state_lineage, summary)
+                         r.engine_plan.state_lineage, summary, preview_to_json(r.preview()))
         session.append_event("gateway", "plan", {
             "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r), "state_serial": r.engine_plan.state_serial,
             **summary}, pid, [r.stack])

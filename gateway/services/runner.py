@@ -26,7 +26,7 @@ import structlog
 
 from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
-from gateway.domain.errors import Conflict, LockTimeout, Refused
+from gateway.domain.errors import Conflict, LockTimeout, RefMoved, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal, ProposalStatus, Transition
@@ -156,6 +156,10 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> str:
     if tampered:
         # plan again from the approved commit: only a plan that hashes to an approved digest can ever run
         replan_proposal(ws, proposal)
+    try:  # main may have moved elsewhere without touching the plans: the branch must still merge into it
+        ws.repo.merge_preview(ws.repo.resolve(ws.main_branch()), proposal.head_sha)
+    except Conflict as exc:
+        reasons.append(str(exc))
     if reasons:
         _refuse(ws, actor, proposal, reasons)
     main_shas = {p.main_sha for p in proposal.plans.values()}
@@ -204,9 +208,9 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
                 raise Conflict(f"main changed stack(s) {', '.join(drifted)} during the apply")
             report.merge_sha = ws.repo.merge(current, proposal.head_sha, main, message)
             break
+        except RefMoved:
+            continue
         except Conflict as exc:
-            if "moved while merging" in str(exc):
-                continue
             report.unmerged = _unmerged_reason(proposal, str(exc))
             break
     else:

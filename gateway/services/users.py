@@ -31,7 +31,7 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
     if not token:
         raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
                         "`gateway users add` printed")
-    with ws.store.session() as session:
+    with ws.store.session(readonly=True) as session:
         principal = session.principal_by_token_hash(hash_token(token.strip()))
     if principal is None:
         raise AuthError("the token is not valid")

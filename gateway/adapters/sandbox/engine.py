@@ -85,6 +85,7 @@ class SandboxStore(Protocol):
     """Where the sandbox keeps each stack's state and the simulated cloud's objects."""
 
     def read_state(self, stack: str) -> StackState | None: ...
+    def read_serial(self, stack: str) -> int: ...
     def write_state(self, stack: str, state: StackState, expected_serial: int,
                     changed: Collection[str] | None = None) -> None:
         """Save state if its serial is still `expected_serial`; `changed` limits the write to those addresses."""
@@ -114,8 +115,7 @@ class SandboxEngine:
         self.store = store
 
     def state_serial(self, stack: str) -> int:
-        state = self.store.read_state(stack)
-        return state.serial if state else 0
+        return self.store.read_serial(stack)
 
     def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
         return schema_for(resource_type).sensitive

@@ -27,6 +27,11 @@ class SqlSandboxStore:
     def __init__(self, db: Database):
         self.db = db
 
+    def read_serial(self, stack: str) -> int:
+        """The state's serial alone (0 before the first apply): what staleness checks need."""
+        with self.db.transaction(readonly=True) as conn:
+            return int(conn.scalar(select(stack_states.c.serial).where(stack_states.c.stack == stack)) or 0)
+
     def read_state(self, stack: str) -> StackState | None:
         with self.db.transaction() as conn:
             header = conn.scalar(select(stack_states.c.body).where(stack_states.c.stack == stack))

@@ -25,6 +25,11 @@ def _scrub_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) ->
     return _scrubber.scrub_data(event) if _scrubber else event
 
 
+def _stderr_logger(*_: Any) -> structlog.PrintLogger:
+    """Whatever sys.stderr is at the time of logging (the CLI wraps it in a scrubber after start-up)."""
+    return structlog.PrintLogger(file=sys.stderr)
+
+
 def configure_logging(level: str | None = None) -> None:
     name = (level or os.environ.get("GATEWAY_LOG_LEVEL", "warning")).upper()
     structlog.configure(
@@ -36,6 +41,6 @@ def configure_logging(level: str | None = None) -> None:
             structlog.processors.JSONRenderer(sort_keys=True),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, name, logging.WARNING)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )

@@ -165,9 +165,10 @@ def test_an_engine_exception_mid_apply_is_recorded_and_retryable(any_workspace: 
     assert get_proposal(ws, proposal_id).status == ProposalStatus.APPLIED
 
 
-def test_an_apply_outliving_the_lock_ttl_keeps_its_lock_by_heartbeat(workspace: Workspace, people: People,
-                                                                    clone: Clone) -> None:
-    ws = workspace
+def test_an_apply_outliving_the_lock_ttl_keeps_its_lock_by_heartbeat(any_workspace: Workspace,
+                                                                    tmp_path: Path) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    clone = Clone(ws, tmp_path / "c")
     ws.settings = ws.settings.model_copy(update={"lock_ttl_seconds": 0.6, "lock_wait_seconds": 0.2})
     proposal_id = _approved(ws, people, clone, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
     inside = threading.Event()
@@ -235,8 +236,9 @@ def test_two_approvals_racing_a_new_commit(any_workspace: Workspace, tmp_path: P
     assert len(get_proposal(ws, proposal.id).current_approvals) == 1
 
 
-def test_a_burst_of_reads_writes_nothing(workspace: Workspace, people: People, clone: Clone) -> None:
-    ws = workspace
+def test_a_burst_of_reads_writes_nothing(any_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    clone = Clone(ws, tmp_path / "c")
     clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     proposal = open_proposal(ws, people.alice, "bigger", "more memory")
     clone.edit(STAGING, '"t3.medium"', '"t3.large"').push()  # the branch moved: a read must not re-plan it

@@ -63,15 +63,18 @@ def test_two_worker_loops_apply_two_proposals_and_merge_both(any_workspace: Work
     assert '"t3.medium"' in ws.repo.read_file(main, STAGING)
 
 
-def test_a_worker_killed_mid_apply_is_recorded_interrupted_never_success(workspace: Workspace, people: People,
-                                                                        clone: Clone) -> None:
-    ws = workspace
+def test_a_worker_killed_mid_apply_is_recorded_interrupted_never_success(any_workspace: Workspace,
+                                                                        tmp_path: Path) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    clone = Clone(ws, tmp_path / "c")
     proposal_id = _approved(ws, people, clone, "bigger", STAGING, '"t3.small"', '"t3.medium"')
     inject_delay(ws, people.admin, "app-staging", "aws_instance.web[0]", 60)
     job = enqueue_job(ws, people.alice, JobKind.APPLY, proposal_id)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update({"GATEWAY_HOME": str(ws.settings.home), "GATEWAY_TOKEN": people.tokens["admin"],
                 "GATEWAY_LOCK_TTL_SECONDS": "1.5"})
+    if ws.settings.database_url:
+        env["GATEWAY_DATABASE_URL"] = ws.settings.database_url
     process = subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker", "--loops", "1", "--poll", "0.1"],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 
 from gateway.api.deps import ActorDep, JobId, ProposalId, WorkspaceDep
 from gateway.api.schemas import (
@@ -74,9 +74,14 @@ def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None)
             for r in rows]
 
 
+def proposal_document(ws: WorkspaceDep, actor: ActorDep, proposal_id: int) -> Response:
+    """The ProposalPublic document, served as the view writes it (its stored previews are never re-encoded)."""
+    return Response(view_proposal(ws, actor, proposal_id).public_json(), media_type="application/json")
+
+
 @router.get("/proposals/{proposal_id}", response_model=ProposalPublic, tags=["proposals"])
-def read_proposal(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
-    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+def read_proposal(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> Response:
+    return proposal_document(ws, actor, proposal_id)
 
 
 @router.get("/proposals/{proposal_id}/preview", response_model=None, responses=TEXT, tags=["proposals"])
@@ -94,21 +99,21 @@ def read_diff(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> Pla
 
 
 @router.post("/proposals/{proposal_id}/approve", response_model=ProposalPublic, tags=["decisions"])
-def approve(proposal_id: ProposalId, body: DecisionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+def approve(proposal_id: ProposalId, body: DecisionCreate, ws: WorkspaceDep, actor: ActorDep) -> Response:
     approve_proposal(ws, actor, proposal_id, body.comment, body.sha)
-    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+    return proposal_document(ws, actor, proposal_id)
 
 
 @router.post("/proposals/{proposal_id}/reject", response_model=ProposalPublic, tags=["decisions"])
-def reject(proposal_id: ProposalId, body: RejectionCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+def reject(proposal_id: ProposalId, body: RejectionCreate, ws: WorkspaceDep, actor: ActorDep) -> Response:
     decide(ws, actor, proposal_id, Decision.REJECT, body.comment)
-    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+    return proposal_document(ws, actor, proposal_id)
 
 
 @router.post("/proposals/{proposal_id}/overrides", response_model=ProposalPublic, tags=["decisions"])
-def override(proposal_id: ProposalId, body: OverrideCreate, ws: WorkspaceDep, actor: ActorDep) -> ProposalPublic:
+def override(proposal_id: ProposalId, body: OverrideCreate, ws: WorkspaceDep, actor: ActorDep) -> Response:
     override_finding(ws, actor, proposal_id, body.finding, body.reason, body.expires_at)
-    return ProposalPublic(**view_proposal(ws, actor, proposal_id).to_public())
+    return proposal_document(ws, actor, proposal_id)
 
 
 @router.post("/proposals/{proposal_id}/apply", response_model=JobPublic, status_code=202, tags=["apply"])

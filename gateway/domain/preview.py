@@ -386,13 +386,25 @@ def _diff_markdown(a: AttributeDiff) -> str:
 
 
 def preview_to_json(preview: Preview) -> str:
-    """The preview as stored with its plan: already masked, so it is safe at rest and cheap to read."""
-    return json.dumps(asdict(preview), separators=(",", ":"), ensure_ascii=False, default=str)
+    """The preview as stored with its plan and served as is: already masked, so safe at rest and cheap to read.
+
+    The same document `render_json` prints, without the indentation.
+    """
+    return json.dumps(_public(preview), separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _public(preview: Preview) -> dict[str, Any]:
+    data = asdict(preview)
+    data["has_changes"] = preview.has_changes
+    data["summary"] = _count_line(preview) if preview.has_changes else NO_CHANGES
+    return data
 
 
 def preview_from_json(text: str) -> Preview:
     """The inverse of `preview_to_json`."""
     data = json.loads(text)
+    data.pop("has_changes", None)
+    data.pop("summary", None)
 
     def diffs(items: list[dict[str, Any]]) -> tuple[AttributeDiff, ...]:
         return tuple(AttributeDiff(**a) for a in items)
@@ -412,10 +424,7 @@ def preview_from_json(text: str) -> Preview:
 
 
 def render_json(preview: Preview) -> str:
-    data = asdict(preview)
-    data["has_changes"] = preview.has_changes
-    data["summary"] = _count_line(preview) if preview.has_changes else NO_CHANGES
-    return json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n"
+    return json.dumps(_public(preview), indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json}

@@ -250,29 +250,41 @@ def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
         _record_plans(session, proposal.id, proposal.head_sha, main_sha, results)
 
 
-def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
-    """The preview of each stack's current saved plan, with its policy findings and risk.
+def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:
+    """Each stack's masked preview as stored with its current plan, in the public JSON shape.
 
-    Read from the masked preview stored with the plan; plans saved before previews were stored are
-    rendered from their documents.
+    Plans saved before previews were stored are rendered from their documents.
     """
     previews = {}
     with ws.store.session(readonly=True) as session:
         for stack, plan in proposal.plans.items():
-            stored = session.plan_preview(plan.plan_id)
-            previews[stack] = preview_from_json(stored) if stored else build_preview(
+            previews[stack] = session.plan_preview(plan.plan_id) or preview_to_json(build_preview(
                 load_plan(json.loads(session.plan_document(plan.plan_id))), findings=plan.findings,
-                risk=Risk(plan.risk, plan.risk_reasons))
+                risk=Risk(plan.risk, plan.risk_reasons)))
     return previews
 
 
+def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
+    """The preview of each stack's current saved plan, with its policy findings and risk."""
+    return {stack: preview_from_json(text) for stack, text in stored_previews(ws, proposal).items()}
+
+
+_CLAIM_ISSUES: dict[tuple[str, str, tuple[int, ...]], list[str]] = {}  # saved plans never change
+
+
 def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
-    """Where the agent's summary disagrees with the engine's plans."""
+    """Where the agent's summary disagrees with the engine's plans (remembered per database, claim and plans)."""
     if not proposal.agent_claim:
         return []
-    with ws.store.session(readonly=True) as session:
-        plans = [load_plan(json.loads(session.plan_document(p.plan_id))) for p in proposal.plans.values()]
-    return check_claim(proposal.agent_claim, plans)
+    plan_ids = tuple(p.plan_id for p in proposal.plans.values())
+    key = (ws.settings.db_url, proposal.agent_claim, plan_ids)
+    if key not in _CLAIM_ISSUES:
+        with ws.store.session(readonly=True) as session:
+            plans = [load_plan(json.loads(session.plan_document(plan_id))) for plan_id in plan_ids]
+        if len(_CLAIM_ISSUES) >= 256:
+            _CLAIM_ISSUES.clear()
+        _CLAIM_ISSUES[key] = check_claim(proposal.agent_claim, plans)
+    return list(_CLAIM_ISSUES[key])
 
 
 def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:

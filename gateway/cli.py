@@ -98,17 +98,20 @@ def main() -> None:
 
 @cli.command()
 @click.option("--if-missing", is_flag=True, help="do nothing when the workspace exists (for containers' start-up)")
+@click.option("--sample", type=click.Choice(["sandbox", "terraform"]), default="sandbox", show_default=True,
+              help="sandbox: AWS-shaped stacks on the simulator; terraform: real Terraform (after `make terraform`)")
 @pass_ctx
-def init(ctx: Context, if_missing: bool) -> None:
-    """Create the workspace in $GATEWAY_HOME with the sample declaration repo."""
+def init(ctx: Context, if_missing: bool, sample: str) -> None:
+    """Create the workspace in $GATEWAY_HOME with a sample declaration repo, main applied."""
     if if_missing and ctx.settings.repo_path.exists():
         click.echo(f"workspace already in {ctx.settings.home}")
         return
-    ws = create_workspace(ctx.settings)
+    ws = create_workspace(ctx.settings, sample=sample)
     applied = bootstrap_simulator(ws)
     click.echo(f"workspace created in {ctx.settings.home}")
     click.echo(f"declaration repo: {ctx.settings.repo_path} (clone it, push a branch, `gateway propose`)")
-    click.echo(f"simulated cloud: main's stacks applied ({applied} resources; a simulator, no real cloud)")
+    where = "the simulated cloud (a simulator, no real cloud)" if sample == "sandbox" else "Terraform's local state"
+    click.echo(f"main's stacks applied to {where}: {applied} resources")
     click.echo("next: `gateway users add NAME --role admin` (the first user needs no token)")
 
 

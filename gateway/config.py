@@ -26,6 +26,11 @@ class Settings(BaseSettings):
     scrub_known_secrets: bool = Field(
         default=True, description="last line of defence: cut every known secret value out of all output; "
         "turn off only to prove that masking holds without it")
+    terraform_bin: Path | None = Field(
+        default=None, description="the terraform (or tofu) binary; default: `make terraform`'s, else on PATH")
+    terraform_cli_config: Path | None = Field(
+        default=None, description="Terraform CLI config (provider mirror); default: `make terraform`'s")
+    terraform_timeout_seconds: float = Field(default=1800.0, gt=0, description="longest one terraform run may take")
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
 
@@ -37,6 +42,11 @@ class Settings(BaseSettings):
     def repo_path(self) -> Path:
         """The declaration repo (bare): people clone it, push branches and propose them."""
         return self.home / "declarations.git"
+
+    @property
+    def terraform_dir(self) -> Path:
+        """Per-stack local backend state and saved plan files of the terraform engine."""
+        return self.home / "terraform"
 
     @property
     def secrets_path(self) -> Path:

@@ -163,7 +163,7 @@ resource "aws_s3_bucket" "legacy" {
 
 
 def test_out_of_band_edit_shows_as_drift_the_apply_would_revert(workspace: Workspace) -> None:
-    workspace.engine.edit_object("network", "aws_security_group_rule.internal_ingress", {"cidr_blocks": ["0.0.0.0/0"]})
+    workspace.simulator.edit_object("network", "aws_security_group_rule.internal_ingress", {"cidr_blocks": ["0.0.0.0/0"]})
     result = plan_branch(workspace, "network")
     drift = result.plan.resource_drift
     assert [d.address for d in drift] == ["aws_security_group_rule.internal_ingress"]
@@ -177,14 +177,14 @@ def test_out_of_band_edit_shows_as_drift_the_apply_would_revert(workspace: Works
 def test_drift_on_an_ignored_attribute_is_kept(workspace: Workspace, clone: Clone) -> None:
     clone.branch("ignore").edit("stacks/network/main.tf", "prevent_destroy = true",
                                 "prevent_destroy = true\n    ignore_changes  = [tags]").push()
-    workspace.engine.edit_object("network", "aws_vpc.main", {"tags": {"Name": "renamed-in-console"}})
+    workspace.simulator.edit_object("network", "aws_vpc.main", {"tags": {"Name": "renamed-in-console"}})
     result = plan_branch(workspace, "network", "ignore")
     assert result.plan.find("aws_vpc.main").kind == ChangeKind.NO_OP
     assert "aws_vpc.main: changed outside the gateway; this apply keeps it" in render_text(result.preview())
 
 
 def test_object_deleted_out_of_band_is_recreated(workspace: Workspace) -> None:
-    workspace.engine.delete_object("app-staging", "aws_route53_record.web")
+    workspace.simulator.delete_object("app-staging", "aws_route53_record.web")
     result = plan_branch(workspace, "app-staging")
     assert kinds(result.plan) == {"aws_route53_record.web": ChangeKind.CREATE}
     assert "deleted outside the gateway; this apply creates it again" in render_text(result.preview())

@@ -12,10 +12,13 @@ from gateway.domain.errors import ConfigError
 from gateway.domain.policy import PolicySettings
 from gateway.domain.repo_settings import RepoSettings, StackSettings
 
+EngineName = Literal["sandbox", "terraform"]
+
 
 class _RawStack(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str
+    engine: EngineName | None = Field(default=None, description="this stack's engine; the repo's when unset")
     approvers: list[str] = Field(min_length=1)
     protected: list[str] = []
 
@@ -41,7 +44,7 @@ class _RawPolicy(BaseModel):
 
 class _RawSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    engine: Literal["sandbox"] = Field(default="sandbox", description="the only engine this gateway has so far")
+    engine: EngineName = Field(default="sandbox", description="sandbox (the simulator) or terraform (the CLI)")
     approvals: _RawApprovals = _RawApprovals()
     stacks: dict[str, _RawStack] = Field(min_length=1)
     protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
@@ -64,7 +67,8 @@ def parse_repo_settings(text: str) -> RepoSettings:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"gateway.yaml: {problems}") from None
     stacks = {
-        name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected))
+        name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected),
+                            s.engine or raw.engine)
         for name, s in raw.stacks.items()
     }
     return RepoSettings(

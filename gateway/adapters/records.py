@@ -334,16 +334,22 @@ class StoreSession:
     # --- plans -----------------------------------------------------------------------------
 
     def add_plan(self, proposal_id: int, stack: str, head_sha: str, main_sha: str, digest: str, document: str,
-                 state_serial: int, state_lineage: str, summary: Mapping[str, Any], preview: str) -> int:
+                 state_serial: int, state_lineage: str, summary: Mapping[str, Any], preview: str,
+                 artifact: bytes | None = None) -> int:
         result = self.conn.execute(insert(plans).values(
             proposal_id=proposal_id, stack=stack, head_sha=head_sha, main_sha=main_sha, digest=digest,
             document=document, state_serial=state_serial, state_lineage=state_lineage, summary=dict(summary),
-            preview=preview, created_at=now()))
+            preview=preview, artifact=artifact, created_at=now()))
         return int(result.inserted_primary_key[0])
 
     def plan_preview(self, plan_id: int) -> str | None:
         """The stored masked preview of a plan (None for plans saved before previews were stored)."""
         return self.conn.scalar(select(plans.c.preview).where(plans.c.id == plan_id))
+
+    def plan_artifact(self, plan_id: int) -> bytes | None:
+        """The engine's own saved plan (Terraform's plan file), if the engine keeps one."""
+        value = self.conn.scalar(select(plans.c.artifact).where(plans.c.id == plan_id))
+        return bytes(value) if value is not None else None
 
     def plan_document(self, plan_id: int) -> str:
         document = self.conn.scalar(select(plans.c.document).where(plans.c.id == plan_id))
@@ -352,7 +358,7 @@ class StoreSession:
         return str(document)
 
     def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
-        columns = [c for c in plans.c if c.name not in ("document", "preview")]  # the big ones are read on demand
+        columns = [c for c in plans.c if c.name not in ("document", "preview", "artifact")]  # the big ones are read on demand
         rows = self.conn.execute(
             select(*columns).where(plans.c.proposal_id == proposal_id, plans.c.head_sha == head_sha)
             .order_by(plans.c.id)).mappings()

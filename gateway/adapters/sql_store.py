@@ -20,6 +20,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -91,6 +92,7 @@ plans = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("main_sha", String(40), nullable=True),  # migration 2: the main commit the branch was merged onto
     Column("preview", Text, nullable=True),  # migration 3: the masked preview, so reads never decode the plan
+    Column("artifact", LargeBinary, nullable=True),  # migration 4: the engine's own plan file (Terraform's)
 )
 
 decisions = Table(
@@ -255,10 +257,18 @@ def _stored_previews(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE plans ADD COLUMN preview TEXT"))
 
 
+def _plan_artifacts(conn: Connection) -> None:
+    """Each plan keeps the engine's own plan file, which the apply runs."""
+    if "artifact" not in {c["name"] for c in inspect(conn).get_columns("plans")}:
+        kind = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
+        conn.execute(text(f"ALTER TABLE plans ADD COLUMN artifact {kind}"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
     (3, _stored_previews),
+    (4, _plan_artifacts),
 ]
 
 

@@ -131,8 +131,12 @@ def canonical_json(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def plan_digest(data: Mapping[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(data)).hexdigest()
+def plan_digest(data: Mapping[str, Any], artifact: bytes | None = None) -> str:
+    """What an approval binds to: the JSON plan, and the engine's own plan file when it keeps one."""
+    digest = hashlib.sha256(canonical_json(data))
+    if artifact is not None:
+        digest.update(b"\0artifact:" + hashlib.sha256(artifact).digest())
+    return "sha256:" + digest.hexdigest()
 
 
 def decode_plan_bytes(content: bytes) -> Any:

@@ -14,6 +14,7 @@ class StackSettings:
     path: str  # directory in the repo, e.g. stacks/network
     approver_groups: frozenset[str]
     protected: frozenset[str] = frozenset()  # resource addresses whose destruction needs more approvers
+    engine: str = "sandbox"  # sandbox | terraform
 
 
 @dataclass(frozen=True)

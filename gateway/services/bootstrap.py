@@ -19,7 +19,7 @@ def bootstrap_simulator(ws: Workspace) -> int:
             directory = ws.repo.export(sha, stack_settings.path, Path(tmp) / stack)
             inputs = ws.stack_inputs(stack)
             plan = ws.engine.plan(stack, directory, inputs)
-            outcome = ws.engine.apply(stack, directory, plan.document, plan.state_serial, inputs)
+            outcome = ws.engine.apply(stack, directory, plan.document, plan.state_serial, inputs, plan.artifact)
         if not outcome.succeeded:
             raise ApplyError(f"bootstrap of stack {stack} failed: {outcome.error}")
         created += len(outcome.applied)

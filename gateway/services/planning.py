@@ -71,7 +71,7 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent)
     findings = (unmasking_findings(ws, stack, directory, inputs)
                 + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context))
-    return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document),
+    return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document, engine_plan.artifact),
                            tuple(findings), assess_risk(plan))
 
 

@@ -15,6 +15,7 @@ class EnginePlan:
     document: Mapping[str, Any]
     state_serial: int
     state_lineage: str
+    artifact: bytes | None = None  # the engine's own saved plan (Terraform's plan file): what the apply runs
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Engine(Protocol):
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan: ...
 
     def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
-              inputs: StackInputs) -> ApplyOutcome: ...
+              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome: ...
 
     def state_serial(self, stack: str) -> int: ...
 

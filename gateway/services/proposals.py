@@ -303,7 +303,7 @@ def _record_plans(session: StoreSession, pid: int, head: str, main_sha: str, res
     for r in results:
         summary = r.summary()
         session.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
-                         r.engine_plan.state_lineage, summary, preview_to_json(r.preview()))
+                         r.engine_plan.state_lineage, summary, preview_to_json(r.preview()), r.engine_plan.artifact)
         session.append_event("gateway", "plan", {
             "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r), "state_serial": r.engine_plan.state_serial,
             **summary}, pid, [r.stack])

@@ -150,7 +150,8 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> str:
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:
         tampered = [stack for stack, plan in proposal.plans.items()
-                    if plan_digest(decode_plan_bytes(session.plan_document(plan.plan_id).encode())) != plan.digest]
+                    if plan_digest(decode_plan_bytes(session.plan_document(plan.plan_id).encode()),
+                                   session.plan_artifact(plan.plan_id)) != plan.digest]
     reasons += [f"the saved plan of stack {stack} does not hash to the approved digest "
                 f"({proposal.plans[stack].digest[:19]}…); it was altered after approval" for stack in tampered]
     if tampered:
@@ -171,6 +172,7 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     plan = proposal.plans[stack]
     with ws.store.session() as session:
         document = decode_plan_bytes(session.plan_document(plan.plan_id).encode())
+        artifact = session.plan_artifact(plan.plan_id)
         apply_id = session.start_apply(proposal.id, stack, plan.plan_id, runner, proposal.head_sha)
         session.append_event(actor, "apply.started", {
             "apply_id": apply_id, "runner": runner, "head_sha": proposal.head_sha, "digest": plan.digest,
@@ -179,7 +181,7 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
         directory = ws.repo.export(merged, settings.stacks[stack].path, Path(tmp) / stack)
-        result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack))
+        result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack), artifact)
     status = "succeeded" if result.succeeded else "failed"
     with ws.store.session() as session:
         session.finish_apply(apply_id, status, result.applied, result.error)

@@ -23,7 +23,7 @@ def _require_admin(actor: Principal) -> None:
 def edit_live_object(ws: Workspace, actor: Principal, stack: str, address: str, changes: Mapping[str, Any]) -> None:
     """Change a live object as someone in a console would; the next plan shows it as drift."""
     _require_admin(actor)
-    ws.engine.edit_object(stack, address, changes)  # type: ignore[attr-defined]
+    ws.simulator.edit_object(stack, address, changes)
 
 
 def inject_fault(ws: Workspace, actor: Principal, stack: str, address: str, message: str) -> None:

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
 from gateway.adapters.hcl_sensitivity import declared_sensitive_variables
@@ -17,6 +18,7 @@ from gateway.adapters.records import SqlStore
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sql_store import Database
+from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.config import Settings
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.repo_settings import RepoSettings
@@ -24,7 +26,11 @@ from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
 from gateway.services.ports import Engine, StackInputs
 
-SAMPLE_SECRETS = {"data": {"db_password": None}}  # None: generate a random value at init
+SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform"}
+SAMPLE_SECRETS = {  # None: generate a random value at init
+    "sandbox": {"data": {"db_password": None}},
+    "terraform": {"files": {"api_key": None}},
+}
 
 
 @dataclass
@@ -36,6 +42,7 @@ class Workspace:
     engine: Engine
     sandbox: SqlSandboxStore
     scrubber: Scrubber
+    simulator: SandboxEngine  # the sandbox engine itself, for acting on the simulated cloud behind its back
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""
@@ -78,7 +85,33 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     sandbox = SqlSandboxStore(db)
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
     install_log_scrubber(scrubber)
-    return Workspace(settings, db, SqlStore(db, scrubber), repo, SandboxEngine(sandbox), sandbox, scrubber)
+    simulator = SandboxEngine(sandbox)
+    engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings))}
+    engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
+    return Workspace(settings, db, SqlStore(db, scrubber), repo, engine, sandbox, scrubber, simulator)
+
+
+def _engine_name(repo_path: Path, stack: str | None) -> str:
+    """The engine main's gateway.yaml names for `stack` (the repo's default for None or an unknown stack).
+
+    A git handle of its own: engines are shared across threads, GitPython handles are not.
+    """
+    repo = GitDeclarationRepo(repo_path)
+    main = repo.resolve(str(repo.repo.head.reference.name) if not repo.repo.head.is_detached else "main")
+    settings = parse_repo_settings(repo.read_file(main, "gateway.yaml"))
+    return settings.stacks[stack].engine if stack in settings.stacks else settings.engine
+
+
+def terraform_setup(settings: Settings) -> TerraformSetup:
+    """The binary and CLI config: from settings, else those `make terraform` installed, else `terraform` on PATH."""
+    installed = Path(__file__).resolve().parents[2] / ".tools" / "terraform"
+    binary = settings.terraform_bin or (installed / "bin" / "terraform" if (installed / "bin" / "terraform").exists()
+                                        else Path(shutil.which("terraform") or "terraform"))
+    config = settings.terraform_cli_config or (installed / "terraformrc" if (installed / "terraformrc").exists()
+                                               else None)
+    # where the Terraform sample's test provider keeps its objects, unless the environment says otherwise
+    provider_env = {"SIM_PROVIDER_DIR": str(settings.home.resolve() / "sim-objects")}
+    return TerraformSetup(binary, config, settings.terraform_dir, settings.terraform_timeout_seconds, provider_env)
 
 
 def stack_secrets(settings: Settings, stack: str) -> dict[str, Any]:
@@ -97,24 +130,26 @@ def known_secret_values(settings: Settings) -> list[Any]:
             for value in json.loads(path.read_text()).values()]
 
 
-def sample_repo_path() -> Path:
-    return Path(str(resources.files("gateway") / "sample_repo"))
+def sample_repo_path(sample: str = "sandbox") -> Path:
+    return Path(str(resources.files("gateway") / SAMPLES[sample]))
 
 
-def create_workspace(settings: Settings, content: Path | None = None) -> Workspace:
+def create_workspace(settings: Settings, content: Path | None = None, sample: str = "sandbox") -> Workspace:
     """Create the workspace with a declaration repo (the sample one by default) and its secrets."""
     if settings.repo_path.exists():
         raise Conflict(f"a gateway workspace already exists at {settings.home}")
+    source = content or sample_repo_path(sample)
+    parse_repo_settings((source / "gateway.yaml").read_text())  # a bad gateway.yaml creates nothing
     settings.home.mkdir(parents=True, exist_ok=True)
     db = Database(settings.db_url)
     db.migrate()
     try:
-        repo = GitDeclarationRepo.create(settings.repo_path, content or sample_repo_path())
+        repo = GitDeclarationRepo.create(settings.repo_path, source)
     except Exception:
         shutil.rmtree(settings.repo_path, ignore_errors=True)
         raise
     settings.secrets_path.mkdir(mode=0o700, exist_ok=True)
-    for stack, values in SAMPLE_SECRETS.items():
+    for stack, values in SAMPLE_SECRETS[sample].items() if content is None else ():
         path = settings.secrets_path / f"{stack}.tfvars.json"
         resolved = {k: v or secrets.token_urlsafe(18) for k, v in values.items()}
         path.write_text(json.dumps(resolved))

@@ -129,7 +129,8 @@ class SandboxEngine:
         return EnginePlan(document=document, state_serial=state.serial, state_lineage=state.lineage)
 
     def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
-              inputs: StackInputs) -> ApplyOutcome:
+              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome:
+        """Apply exactly `document`'s changes (the sandbox keeps no plan file of its own: `artifact` is unused)."""
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
         if state.serial != expected_serial:
             raise ApplyError(

@@ -1,0 +1,45 @@
+"""The Engine port over several engines: each stack goes to the engine main's gateway.yaml names for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gateway.domain.errors import ConfigError
+from gateway.services.ports import ApplyOutcome, Engine, EnginePlan, StackInputs
+
+
+class EngineByStack:
+    """Dispatches by stack; `engine_of(stack)` reads main's settings (never a branch's)."""
+
+    def __init__(self, engines: Mapping[str, Engine], engine_of: Callable[[str | None], str]):
+        self.engines = dict(engines)
+        self.engine_of = engine_of
+
+    @property
+    def name(self) -> str:
+        """The repo's default engine."""
+        return self.engine_of(None)
+
+    def for_stack(self, stack: str) -> Engine:
+        name = self.engine_of(stack)
+        if name not in self.engines:
+            raise ConfigError(f"stack {stack} names engine {name!r}, which this gateway does not have")
+        return self.engines[name]
+
+    def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
+        return self.for_stack(stack).plan(stack, directory, inputs)
+
+    def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
+              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome:
+        return self.for_stack(stack).apply(stack, directory, document, expected_serial, inputs, artifact)
+
+    def state_serial(self, stack: str) -> int:
+        return self.for_stack(stack).state_serial(stack)
+
+    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
+        out: frozenset[str] = frozenset()
+        for engine in self.engines.values():
+            out |= engine.sensitive_attributes(resource_type)
+        return out

@@ -1,0 +1,286 @@
+"""The terraform engine: the Terraform (or OpenTofu: the same CLI) binary behind the Engine port.
+
+A plan runs `init`, `plan -out` and `show -json` in a scratch copy of the stack at the commit, and
+keeps Terraform's binary plan file with the JSON: the approval binds to both, and the apply runs
+exactly that file, never a fresh plan. Each stack's state lives in a local backend under the
+workspace (stacks that declare a backend of their own are refused for now). Values the gateway
+supplies are secret by origin: wherever one appears in the JSON plan it is marked sensitive, whatever
+the configuration declares, and it is cut out of every message Terraform writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from lark import Tree
+
+from gateway.adapters.sandbox.config import node_name, parse_hcl
+from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
+from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
+
+log = structlog.get_logger(__name__)
+
+PLAN_FILE = "gateway.tfplan"
+INPUTS_FILE = "gateway-inputs.tfvars.json"
+BACKEND_FILE = "gateway_backend_override.tf"
+CANCEL_GRACE_SECONDS = 30.0
+MASK = "(sensitive)"
+
+
+@dataclass(frozen=True)
+class TerraformSetup:
+    """Where the binary and its CLI config are, and how long one run may take."""
+
+    binary: Path
+    cli_config: Path | None
+    state_dir: Path
+    timeout_seconds: float = 1800.0
+    default_env: Mapping[str, str] = field(default_factory=dict)  # provider settings the environment may override
+
+
+class TerraformEngine:
+    """Plans and applies stacks with the Terraform CLI; every plan is Terraform's own JSON."""
+
+    name = "terraform"
+
+    def __init__(self, setup: TerraformSetup):
+        self.setup = setup
+        self._schemas: dict[str, frozenset[str]] = {}
+        self._schema_key: str | None = None  # the provider lock file the schemas were read for
+
+    # --- the Engine port -----------------------------------------------------------------------
+
+    def state_serial(self, stack: str) -> int:
+        return int(self._state(stack).get("serial", 0))
+
+    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
+        return self._schemas.get(resource_type, frozenset())
+
+    def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
+        self._prepare(stack, directory, inputs)
+        state = self._state(stack)
+        self._run(directory, ["init", "-input=false", "-no-color"], PlanError, inputs)
+        self._run(directory, ["plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}",
+                              f"-var-file={INPUTS_FILE}"], PlanError, inputs)
+        shown = self._run(directory, ["show", "-json", "-no-color", PLAN_FILE], PlanError, inputs)
+        self._learn_schemas(directory, inputs)
+        try:
+            document = json.loads(shown)
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"stack {stack}: `terraform show -json` did not write JSON ({exc})") from None
+        mask_secret_values(document, [v for v in inputs.values.values() if isinstance(v, str) and v])
+        artifact = (directory / PLAN_FILE).read_bytes()
+        log.info("terraform.plan", stack=stack, changes=len(document.get("resource_changes", [])))
+        return EnginePlan(document, int(state.get("serial", 0)), str(state.get("lineage", "")), artifact)
+
+    def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
+              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome:
+        if artifact is None:
+            raise ApplyError(f"stack {stack}: no saved Terraform plan file to apply; re-plan")
+        serial = self.state_serial(stack)
+        if serial != expected_serial:  # Terraform itself re-applies a plan made against an empty state
+            raise ApplyError(f"state of stack {stack} moved since the plan (serial {expected_serial} -> {serial})")
+        self._prepare(stack, directory, inputs)
+        (directory / PLAN_FILE).write_bytes(artifact)
+        self._run(directory, ["init", "-input=false", "-no-color"], ApplyError, inputs)
+        out, code = self._run_raw(directory, ["apply", "-input=false", "-no-color", "-json", "-lock-timeout=60s",
+                                              PLAN_FILE], inputs)
+        applied, failed, errors = _apply_events(out)
+        error = None
+        if code != 0:
+            error = _scrub("; ".join(errors) or "terraform apply failed", inputs)
+        log.info("terraform.apply", stack=stack, applied=len(applied), failed=failed, code=code)
+        return ApplyOutcome(code == 0, tuple(applied), failed, error, self.state_serial(stack))
+
+    # --- working directory, state and runs -----------------------------------------------------
+
+    def _state_file(self, stack: str) -> Path:
+        return self.setup.state_dir / stack / "terraform.tfstate"
+
+    def _state(self, stack: str) -> dict[str, Any]:
+        path = self._state_file(stack)
+        if not path.exists():
+            return {}
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BackendError(f"the Terraform state of stack {stack} cannot be read: {exc}") from None
+
+    def _prepare(self, stack: str, directory: Path, inputs: StackInputs) -> None:
+        """The gateway's backend for the stack and the values it supplies, beside the stack's files."""
+        files = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf"))
+                 if not p.is_symlink() and p.name != BACKEND_FILE}
+        if declares_backend(files):
+            raise ConfigError(f"stack {stack} declares a backend of its own; the terraform engine keeps each "
+                              "stack's state in the gateway's local backend for now (remove the backend block)")
+        state_file = self._state_file(stack)
+        state_file.parent.mkdir(parents=True, exist_ok=True)
+        (directory / BACKEND_FILE).write_text(
+            f'terraform {{\n  backend "local" {{\n    path = {json.dumps(str(state_file))}\n  }}\n}}\n')
+        values = directory / INPUTS_FILE
+        values.write_text(json.dumps(dict(inputs.values)))
+        values.chmod(0o600)
+
+    def _environment(self) -> dict[str, str]:
+        env = {**self.setup.default_env,
+               **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CLI_CONFIG_FILE", "TF_LOG"))}}
+        env.update({"TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1", "TF_INPUT": "0"})
+        if self.setup.cli_config:
+            env["TF_CLI_CONFIG_FILE"] = str(self.setup.cli_config)
+        return env
+
+    def _run(self, directory: Path, args: Sequence[str], error: type[Exception], inputs: StackInputs) -> str:
+        out, code = self._run_raw(directory, args, inputs)
+        if code != 0:
+            raise error(f"terraform {args[0]} failed: {_scrub(out.strip()[-2000:], inputs)}")
+        return out
+
+    def _run_raw(self, directory: Path, args: Sequence[str], inputs: StackInputs) -> tuple[str, int]:
+        """Run terraform; past the timeout it gets SIGINT (so it releases its state lock), then SIGKILL."""
+        try:
+            process = subprocess.Popen([str(self.setup.binary), *args], cwd=directory, env=self._environment(),
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        except OSError as exc:
+            raise BackendError(f"the terraform binary {self.setup.binary} cannot run: {exc}; "
+                               "run `make terraform` or set GATEWAY_TERRAFORM_BIN") from None
+        try:
+            out, _ = process.communicate(timeout=self.setup.timeout_seconds)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.communicate(timeout=CANCEL_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+            raise BackendError(f"terraform {args[0]} took longer than {self.setup.timeout_seconds:g} s and was "
+                               "stopped") from None
+        log.debug("terraform.run", command=args[0], code=process.returncode, output=_scrub(out[-4000:], inputs))
+        return out, process.returncode
+
+    def _learn_schemas(self, directory: Path, inputs: StackInputs) -> None:
+        """Which attributes each resource type's provider marks sensitive (once per set of providers)."""
+        lock = directory / ".terraform.lock.hcl"
+        key = lock.read_text() if lock.exists() else ""
+        if key and key == self._schema_key:
+            return
+        out, code = self._run_raw(directory, ["providers", "schema", "-json"], inputs)
+        if code != 0:
+            return
+        try:
+            schemas = json.loads(out).get("provider_schemas", {})
+        except json.JSONDecodeError:
+            return
+        for provider in schemas.values():
+            for rtype, schema in provider.get("resource_schemas", {}).items():
+                attributes = schema.get("block", {}).get("attributes", {})
+                self._schemas[rtype] = frozenset(n for n, a in attributes.items() if a.get("sensitive"))
+        self._schema_key = key
+
+
+def declares_backend(files: Mapping[str, str]) -> bool:
+    """Whether a `terraform { backend ... }` or `cloud` block is among these files."""
+    for name, text in files.items():
+        body = parse_hcl(name, text).children[0]
+        for block in (c for c in body.children if isinstance(c, Tree) and c.data == "block"):
+            if node_name(block.children[0]) != "terraform":
+                continue
+            inner = [c for c in block.children if isinstance(c, Tree) and c.data == "body"]
+            for child in (inner[0].children if inner else []):
+                if isinstance(child, Tree) and child.data == "block" and \
+                        node_name(child.children[0]) in ("backend", "cloud"):
+                    return True
+    return False
+
+
+def mask_secret_values(document: dict[str, Any], secrets: Sequence[str]) -> None:
+    """Mark sensitive, in place, every planned value that holds a secret the gateway supplied.
+
+    Terraform masks only what the configuration declares sensitive; a branch can remove that
+    declaration or call nonsensitive(). The gateway's own secrets stay masked regardless.
+    """
+    if not secrets:
+        return
+    for section in ("resource_changes", "resource_drift"):
+        for rc in document.get(section, []):
+            change = rc.get("change", {})
+            for side in ("before", "after"):
+                mask = _secret_mask(change.get(side), secrets)
+                if mask is not None:
+                    change[f"{side}_sensitive"] = _merge_masks(change.get(f"{side}_sensitive", False), mask)
+    for change in document.get("output_changes", {}).values():
+        for side in ("before", "after"):
+            if _secret_mask(change.get(side), secrets) is not None:
+                change[f"{side}_sensitive"] = True
+    for variable in document.get("variables", {}).values():  # the plan's own record of input values
+        if _secret_mask(variable.get("value"), secrets) is not None:
+            variable["value"] = MASK
+
+
+def _secret_mask(value: Any, secrets: Sequence[str]) -> Any:
+    """A Terraform-shaped mask of the leaves holding a secret, or None when none does."""
+    if isinstance(value, str):
+        return True if any(s in value for s in secrets) else None
+    if isinstance(value, dict):
+        masks = {k: m for k, v in value.items() if (m := _secret_mask(v, secrets)) is not None}
+        return masks or None
+    if isinstance(value, list):
+        items = [_secret_mask(v, secrets) for v in value]
+        return [m if m is not None else False for m in items] if any(m is not None for m in items) else None
+    return None
+
+
+def _merge_masks(existing: Any, extra: Any) -> Any:
+    if existing is True or extra is True:
+        return True
+    if isinstance(extra, dict):
+        base = dict(existing) if isinstance(existing, dict) else {}
+        for key, mask in extra.items():
+            base[key] = _merge_masks(base.get(key, False), mask)
+        return base
+    if isinstance(extra, list):
+        base_list = list(existing) if isinstance(existing, list) else [False] * len(extra)
+        base_list += [False] * (len(extra) - len(base_list))
+        return [_merge_masks(a, b) for a, b in zip(base_list, extra, strict=False)]
+    return existing
+
+
+def _apply_events(output: str) -> tuple[list[str], str | None, list[str]]:
+    """From `apply -json`: the addresses applied in order, the one that failed, and the error summaries."""
+    applied: list[str] = []
+    failed: str | None = None
+    errors: list[str] = []
+    for message in _json_lines(output):
+        kind = message.get("type")
+        address = message.get("hook", {}).get("resource", {}).get("addr")
+        if kind == "apply_complete" and address:
+            applied.append(address)
+        elif kind == "apply_errored" and address:
+            failed = failed or address
+        elif kind == "diagnostic" and message.get("@level") == "error":
+            diagnostic = message.get("diagnostic", {})
+            errors.append(f"{diagnostic.get('summary', '')}: {diagnostic.get('detail', '')}".strip(": "))
+    return applied, failed, errors
+
+
+def _json_lines(output: str) -> Iterator[dict[str, Any]]:
+    for line in output.splitlines():
+        if line.startswith("{"):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+def _scrub(text: str, inputs: StackInputs) -> str:
+    for value in inputs.values.values():
+        if isinstance(value, str) and value:
+            text = text.replace(value, MASK)
+    return text

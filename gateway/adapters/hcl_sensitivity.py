@@ -7,7 +7,7 @@ branches that try to unmask one, so the attempt is a deny finding a person sees,
 - a variable that main declares sensitive, declared without `sensitive = true` on the branch;
 - `nonsensitive(...)` over anything that carries a secret (a secret variable, a resource with a
   schema-sensitive attribute, or a local or resource built from either);
-- an output, not declared sensitive, built from such an unmasked value.
+- an output, not declared sensitive, built from a secret variable or such an unmasked value.
 """
 
 from __future__ import annotations
@@ -56,14 +56,15 @@ def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], 
                     unmasked_locals.add(address)
                 found.append(Unmasking(address, f"{address} applies nonsensitive() to a secret; secrets stay "
                                        "masked whatever the configuration says, and this change is denied"))
-    unmasked_locals = _closure(unmasked_locals, _local_references(blocks))
+    # an output not declared sensitive may not carry a secret variable, directly, through locals, or unmasked
+    exposing = _closure(unmasked_locals | {f"var.{name}" for name in secret_variables}, _local_references(blocks))
     for block in blocks:
         if block.kind == "output" and block.labels and not _is_sensitive(block):
             value = _attribute(block.body, "value")
-            hits = sorted(collect_references(value) & unmasked_locals) if value is not None else []
+            hits = sorted(collect_references(value) & exposing) if value is not None else []
             if hits:
                 found.append(Unmasking(f"output.{block.labels[0]}", f"output.{block.labels[0]} is built from "
-                                       f"{', '.join(hits)}, which unmasks a secret; declare it sensitive"))
+                                       f"{', '.join(hits)}, which carries a secret; declare the output sensitive"))
     return sorted(set(found), key=lambda u: (u.address, u.message))
 
 

@@ -1,83 +1,62 @@
-"""The `gateway` command: thin commands over the same services the API uses."""
+"""The `gateway` command. `preview` is defined here and starts fast; every other command lives in
+gateway/commands.py, imported only when one of them runs (it pulls in the database, git and the engines)."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import sys
-import threading
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gateway.adapters.records import now
-from gateway.config import Settings
-from gateway.domain.approvals import approval_blockers, required_approvals
 from gateway.domain.errors import GatewayError, Refused
-from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.plan import decode_plan_bytes, load_plan
 from gateway.domain.preview import RENDERERS, build_preview
-from gateway.domain.principals import Principal, PrincipalKind, Role
-from gateway.domain.proposal import Decision, Proposal
-from gateway.logs import configure_logging
-from gateway.output import scrub_standard_streams
-from gateway.services import audit as audit_service
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
-from gateway.services.planning import plan_stack
-from gateway.services.proposals import (
-    abandon_proposal,
-    claim_issues,
-    decide,
-    get_proposal,
-    open_proposal,
-    override_finding,
-    pending_changes,
-    proposal_previews,
-)
-from gateway.services.runner import merge_unmerged, runner_name
-from gateway.services.simulator import edit_live_object, inject_delay, inject_fault
-from gateway.services.users import add_principal, authenticate
-from gateway.services.views import view_proposal
-from gateway.services.workspace import Workspace, create_workspace, open_workspace
-
-FORMATS = click.Choice(sorted(RENDERERS))
 
 
-class Context:
-    def __init__(self) -> None:
-        self.settings = Settings()
-        self._ws: Workspace | None = None
+class _LazyGroup(click.Group):
+    """Its own commands, plus those of gateway.commands, loaded on first use."""
 
-    @property
-    def ws(self) -> Workspace:
-        if self._ws is None:
-            self._ws = open_workspace(self.settings)
-            scrub_standard_streams(self._ws.scrubber)
-        return self._ws
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(_commands().commands))
 
-    def actor(self) -> Principal:
-        token = self.settings.token.get_secret_value() if self.settings.token else None
-        return authenticate(self.ws, token)
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return super().get_command(ctx, name) or _commands().commands.get(name)
 
 
-pass_ctx = click.make_pass_decorator(Context, ensure=True)
+def _commands() -> click.Group:
+    from gateway.commands import cli as commands
+
+    return commands
 
 
-@click.group()
+@click.group(cls=_LazyGroup)
 @click.version_option(package_name="change-gateway")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """The change gateway: the one path by which agents and people change infrastructure."""
-    configure_logging()
+    if ctx.invoked_subcommand != "preview":
+        from gateway.logs import configure_logging
+
+        configure_logging()
 
 
-def main() -> None:
+@cli.command()
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(sorted(RENDERERS)), default="text", show_default=True)
+def preview(plan_file: Path, fmt: str) -> None:
+    """Render any Terraform/OpenTofu plan (`show -json` output) for a person."""
+    try:
+        content = plan_file.read_bytes()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {plan_file}: {exc.strerror}") from None
+    click.echo(RENDERERS[fmt](build_preview(load_plan(decode_plan_bytes(content)))), nl=False)
+
+
+def main(args: Any = None) -> None:
     """Entry point: a GatewayError is one clear line on stderr and a non-zero exit."""
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args, standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
@@ -91,508 +70,6 @@ def main() -> None:
     except GatewayError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
-
-
-# --- workspace and identities ----------------------------------------------------------------
-
-
-@cli.command()
-@click.option("--if-missing", is_flag=True, help="do nothing when the workspace exists (for containers' start-up)")
-@click.option("--sample", type=click.Choice(["sandbox", "terraform"]), default="sandbox", show_default=True,
-              help="sandbox: AWS-shaped stacks on the simulator; terraform: real Terraform (after `make terraform`)")
-@pass_ctx
-def init(ctx: Context, if_missing: bool, sample: str) -> None:
-    """Create the workspace in $GATEWAY_HOME with a sample declaration repo, main applied."""
-    if if_missing and ctx.settings.repo_path.exists():
-        click.echo(f"workspace already in {ctx.settings.home}")
-        return
-    ws = create_workspace(ctx.settings, sample=sample)
-    applied = bootstrap_simulator(ws)
-    click.echo(f"workspace created in {ctx.settings.home}")
-    click.echo(f"declaration repo: {ctx.settings.repo_path} (clone it, push a branch, `gateway propose`)")
-    where = "the simulated cloud (a simulator, no real cloud)" if sample == "sandbox" else "Terraform's local state"
-    click.echo(f"main's stacks applied to {where}: {applied} resources")
-    click.echo("next: `gateway users add NAME --role admin` (the first user needs no token)")
-
-
-@cli.group()
-def users() -> None:
-    """People and agents, and their tokens."""
-
-
-@users.command("add")
-@click.argument("name")
-@click.option("--role", "roles", multiple=True, required=True, type=click.Choice([r.value for r in Role]))
-@click.option("--group", "groups", multiple=True, help="approver group, e.g. platform")
-@click.option("--agent", is_flag=True, help="an AI agent principal (never approver or admin)")
-@pass_ctx
-def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str, ...], agent: bool) -> None:
-    """Create a principal and print its API token (shown once, stored hashed)."""
-    actor = ctx.actor() if ctx.settings.token else None
-    principal, token = add_principal(
-        ctx.ws, actor, name, frozenset(Role(r) for r in roles), frozenset(groups),
-        PrincipalKind.AGENT if agent else PrincipalKind.PERSON)
-    click.echo(f"added {principal.kind.value} {principal.name} ({', '.join(sorted(roles))})", err=True)
-    click.echo(token)
-
-
-@users.command("list")
-@pass_ctx
-def users_list(ctx: Context) -> None:
-    """List principals (names, kinds, roles, groups; never tokens)."""
-    ctx.actor()
-    with ctx.ws.store.session(readonly=True) as session:
-        for p in session.list_principals():
-            click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups))}")
-
-
-# --- plans and previews ----------------------------------------------------------------------
-
-
-@cli.command()
-@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
-def preview(plan_file: Path, fmt: str) -> None:
-    """Render any Terraform/OpenTofu plan (`show -json` output) for a person."""
-    try:
-        content = plan_file.read_bytes()
-    except OSError as exc:
-        raise click.ClickException(f"cannot read {plan_file}: {exc.strerror}") from None
-    click.echo(RENDERERS[fmt](build_preview(load_plan(decode_plan_bytes(content)))), nl=False)
-
-
-@cli.command()
-@click.option("--stack", required=True)
-@click.option("--ref", default=None, help="git ref of the declaration repo (default: main)")
-@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
-@pass_ctx
-def plan(ctx: Context, stack: str, ref: str | None, fmt: str) -> None:
-    """Plan one stack of the declaration repo with its engine and print the preview."""
-    ctx.actor()
-    result = plan_stack(ctx.ws, stack, ref or ctx.ws.main_branch())
-    if fmt == "text":
-        click.echo(f"stack {stack} at {result.sha[:12]}, plan {result.digest[:19]}…, state serial {result.engine_plan.state_serial}")
-    click.echo(RENDERERS[fmt](result.preview()), nl=False)
-
-
-# --- the change path -------------------------------------------------------------------------
-
-
-@cli.command()
-@click.option("--branch", required=True)
-@click.option("-m", "--message", "reason", required=True, help="why this change")
-@pass_ctx
-def propose(ctx: Context, branch: str, reason: str) -> None:
-    """Open a proposal from a branch of the declaration repo: plan every stack it touches."""
-    proposal = open_proposal(ctx.ws, ctx.actor(), branch, reason)
-    click.echo(f"proposal {proposal.id} opened for {branch} at {proposal.head_sha[:12]}: stacks {', '.join(proposal.stacks) or '(none)'}")
-    _echo_proposal(ctx.ws, proposal, "text")
-
-
-@cli.command()
-@click.argument("text")
-@click.option("--conversation", default=None, help="continue this conversation (adds a commit to its proposal)")
-@pass_ctx
-def request(ctx: Context, text: str, conversation: str | None) -> None:
-    """Ask the agent for a change in plain words; it opens a proposal you cannot approve yourself."""
-    _run_request(ctx, ctx.actor(), text, conversation)
-
-
-@cli.command()
-@pass_ctx
-def chat(ctx: Context) -> None:
-    """Talk to the agent; each message after the first refines the same proposal. Empty line or EOF quits."""
-    from gateway.services.agent_requests import model_from_settings
-
-    actor = ctx.actor()
-    model_from_settings(ctx.ws)  # fail now, not after the first message, when no model is configured
-    conversation = None
-    while True:
-        try:
-            text = click.prompt("you", default="", show_default=False, err=True)
-        except (EOFError, click.exceptions.Abort):
-            break
-        if not text.strip():
-            break
-        conversation = _run_request(ctx, actor, text, conversation)
-
-
-def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | None) -> str:
-    from gateway.services.agent_requests import submit_request  # the agent's libraries load only when used
-
-    outcome = submit_request(ctx.ws, actor, text, conversation,
-                             progress=lambda step: click.echo(f"  … {step}", err=True))
-    click.echo(f"conversation {outcome.conversation_id}: {outcome.steps} model call(s), {outcome.tokens} tokens")
-    if outcome.stopped:
-        click.echo(f"stopped: {outcome.stopped}")
-    elif outcome.proposal is None:
-        click.echo(f"agent: {outcome.summary or 'no change made'}")
-    else:
-        p = outcome.proposal
-        verb = "updated (new commit, re-planned)" if conversation else "opened"
-        click.echo(f"proposal {p.id} {verb} by {p.proposer.name} for {p.requester.name} on {p.branch}")
-        click.echo(f"agent's claim: {outcome.summary}")
-        for issue in outcome.claim_issues:
-            click.echo(f"  ! claim does not match the plan: {issue}")
-        _echo_proposal(ctx.ws, p, "text")
-    return outcome.conversation_id
-
-
-@cli.command("list")
-@click.option("--status", default=None)
-@pass_ctx
-def list_proposals(ctx: Context, status: str | None) -> None:
-    """List proposals, newest first."""
-    ctx.actor()
-    with ctx.ws.store.session(readonly=True) as session:
-        rows = session.list_proposals(status)
-    for r in rows:
-        click.echo(f"{r['id']:>4}  {r['status']:9} {r['branch']:30} {','.join(r['stacks'])}  {r['reason'].splitlines()[0][:50]}")
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
-@click.option("--diff", "show_diff", is_flag=True, help="also print the text diff of the branch")
-@pass_ctx
-def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
-    """Show a proposal: status, approvals (current or stale), and the preview of every stack."""
-    actor = ctx.actor()
-    if fmt == "json":  # the same document the API serves
-        click.echo(json.dumps(view_proposal(ctx.ws, actor, proposal_id).to_public(), indent=2, default=str))
-        return
-    proposal = get_proposal(ctx.ws, proposal_id)
-    for change in pending_changes(ctx.ws, proposal):
-        click.echo(f"note: {change}; the plans below predate it (`gateway sync {proposal_id}` re-plans; approve and apply re-plan first)")
-    _echo_proposal(ctx.ws, proposal, fmt)
-    if show_diff:
-        click.echo(ctx.ws.repo.diff(proposal.base_sha, proposal.head_sha))
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("-m", "--message", "comment", default="", help="comment")
-@click.option("--sha", "seen_sha", default=None, help="the commit you reviewed; refused if the branch moved")
-@pass_ctx
-def approve(ctx: Context, proposal_id: int, comment: str, seen_sha: str | None) -> None:
-    """Approve the proposal's current commit and plans."""
-    proposal, queued = approve_proposal(ctx.ws, ctx.actor(), proposal_id, comment, seen_sha)
-    click.echo(f"approved proposal {proposal.id} at {proposal.head_sha[:12]}")
-    if queued is None:
-        _echo_approval_state(ctx.ws, proposal)
-        return
-    click.echo("the last approval needed: applying now (gateway.yaml approvals.auto_apply)")
-    _finish_job(ctx, queued, no_wait=False)
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("-m", "--message", "comment", required=True, help="why it is rejected")
-@pass_ctx
-def reject(ctx: Context, proposal_id: int, comment: str) -> None:
-    """Reject the proposal; it stays stopped until a new commit."""
-    proposal = decide(ctx.ws, ctx.actor(), proposal_id, Decision.REJECT, comment)
-    click.echo(f"rejected proposal {proposal.id} at {proposal.head_sha[:12]}: {comment}")
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("--finding", "finding_key", required=True, help="STACK:RULE:ADDRESS, as `gateway show` lists it")
-@click.option("-m", "--reason", required=True)
-@click.option("--expires", required=True, type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M"]),
-              help="when the override stops counting (UTC)")
-@pass_ctx
-def override(ctx: Context, proposal_id: int, finding_key: str, reason: str, expires: datetime) -> None:
-    """Override one deny finding as a policy owner (recorded, attributable, expiring)."""
-    proposal = override_finding(ctx.ws, ctx.actor(), proposal_id, finding_key, reason, expires.replace(tzinfo=UTC))
-    click.echo(f"overrode {finding_key} on proposal {proposal.id} until {expires:%Y-%m-%d %H:%M} UTC")
-    _echo_approval_state(ctx.ws, proposal)
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("--no-wait", is_flag=True, help="queue the apply for a worker and print its job id")
-@pass_ctx
-def apply(ctx: Context, proposal_id: int, no_wait: bool) -> None:
-    """Apply exactly the approved plans, one stack at a time, then merge the branch (a job)."""
-    job = enqueue_job(ctx.ws, ctx.actor(), JobKind.APPLY, proposal_id)
-    _finish_job(ctx, job, no_wait)
-
-
-@cli.command()
-@click.argument("job_id", type=int)
-@click.option("--wait", is_flag=True, help="follow the job to its end, printing its progress")
-@pass_ctx
-def job(ctx: Context, job_id: int, wait: bool) -> None:
-    """Show a job: kind, status, progress, and its result once finished."""
-    ctx.actor()
-    found = ctx.ws.store.get_job(job_id)
-    click.echo(f"job {found.id}: {found.kind.value} of proposal {found.proposal_id} [{found.status.value}]"
-               + (f" on {found.runner}" if found.runner else ""))
-    if wait and not found.finished:
-        found = follow_job(ctx.ws, job_id, lambda line: click.echo(f"  {line}", err=True))
-    else:
-        for line in found.progress:
-            click.echo(f"  {line}")
-    if found.finished:
-        _echo_job_result(found)
-
-
-@cli.command()
-@click.option("--loops", default=2, show_default=True, type=click.IntRange(1, 64), help="jobs run at once")
-@click.option("--poll", "poll_seconds", default=0.5, show_default=True, type=float, help="seconds between claims")
-@pass_ctx
-def worker(ctx: Context, loops: int, poll_seconds: float) -> None:
-    """Run plan and apply jobs from the database until stopped (SIGTERM or Ctrl-C finish the jobs in hand)."""
-    from gateway.worker import Worker
-
-    running = Worker(ctx.ws, loops, poll_seconds).start()
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=running.stop, daemon=True).start())
-    click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.db.engine.dialect.name}", err=True)
-    try:
-        running.wait()
-    except KeyboardInterrupt:
-        running.stop()
-
-
-def _finish_job(ctx: Context, queued: Job, no_wait: bool) -> None:
-    """Print the job id; unless told not to wait, run it here (or follow the worker that took it)."""
-    click.echo(f"job {queued.id} queued: {queued.kind.value} of proposal {queued.proposal_id}", err=True)
-    if no_wait:
-        click.echo(f"follow it with `gateway job {queued.id} --wait`")
-        return
-    done = run_now_or_follow(ctx.ws, queued, runner_name(), lambda line: click.echo(f"  {line}", err=True))
-    _echo_job_result(done)
-
-
-def _echo_job_result(done: Job) -> None:
-    """The end of a job, as a person reads it; a non-zero exit unless it succeeded."""
-    if done.status == JobStatus.REFUSED:
-        raise Refused(done.result.get("reasons") or [done.error or "refused"])
-    for outcome in done.result.get("outcomes", []):
-        state = "applied" if outcome["succeeded"] else "FAILED"
-        click.echo(f"stack {outcome['stack']}: {state} ({len(outcome['applied'])} change(s) done)")
-        if outcome["error"]:
-            click.echo(f"  error: {outcome['error']}")
-    for change in done.result.get("changes", []):
-        click.echo(change)
-    if done.result.get("unmerged"):
-        click.echo(done.result["unmerged"], err=True)
-        sys.exit(1)
-    if done.status != JobStatus.SUCCEEDED:
-        if done.kind == JobKind.APPLY and done.result.get("outcomes"):
-            click.echo("the apply did not finish; what was done is recorded, and the next plan shows the rest "
-                       f"(`gateway sync {done.proposal_id}` re-plans it, `gateway abandon {done.proposal_id}` "
-                       "withdraws it)", err=True)
-        else:
-            click.echo(f"error: {done.error or done.status.value}", err=True)
-        sys.exit(1)
-    if done.result.get("merge_sha"):
-        click.echo(f"merged into main as {done.result['merge_sha'][:12]}")
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("--no-wait", is_flag=True, help="queue the plan for a worker and print its job id")
-@pass_ctx
-def sync(ctx: Context, proposal_id: int, no_wait: bool) -> None:
-    """Re-plan a proposal whose branch, main or stack state moved since its plans (a job)."""
-    _finish_job(ctx, enqueue_job(ctx.ws, ctx.actor(), JobKind.PLAN, proposal_id), no_wait)
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("-m", "--message", "reason", required=True, help="why it is withdrawn")
-@pass_ctx
-def abandon(ctx: Context, proposal_id: int, reason: str) -> None:
-    """Withdraw a proposal (open or failed); its branch may be proposed again."""
-    proposal = abandon_proposal(ctx.ws, ctx.actor(), proposal_id, reason)
-    click.echo(f"proposal {proposal.id} is {proposal.status.value}")
-
-
-@cli.command()
-@click.argument("proposal_id", type=int)
-@click.option("--acknowledge", is_flag=True, help="main was made to describe what runs by hand; record that")
-@click.option("-m", "--message", "note", default=None, help="with --acknowledge: how main was made right")
-@pass_ctx
-def merge(ctx: Context, proposal_id: int, acknowledge: bool, note: str | None) -> None:
-    """Leave `unmerged`: merge an applied proposal into main again, or acknowledge a merge made by hand."""
-    proposal = merge_unmerged(ctx.ws, ctx.actor(), proposal_id, (note or "") if acknowledge else None)
-    click.echo(f"proposal {proposal.id} is {proposal.status.value}; its stacks are unlocked")
-
-
-def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:
-    previews = proposal_previews(ws, proposal)
-    click.echo(f"proposal {proposal.id} [{proposal.status.value}] {proposal.branch} @ {proposal.head_sha[:12]}")
-    click.echo(f"  requested by {proposal.requester.name}, proposed by {proposal.proposer.name}: {proposal.reason}")
-    if proposal.agent_claim:
-        click.echo(f"  the agent claims: {proposal.agent_claim}")
-        for issue in claim_issues(ws, proposal):
-            click.echo(f"  ! the plan disagrees: {issue}")
-    for stack, p in proposal.plans.items():
-        click.echo(f"\n== stack {stack}: plan {p.digest[:19]}… (state serial {p.state_serial})")
-        click.echo(RENDERERS[fmt](previews[stack]), nl=False)
-    click.echo("")
-    _echo_approval_state(ws, proposal)
-
-
-def _echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
-    settings = ws.repo_settings()
-    for d in proposal.decisions:
-        mark = "current" if proposal.is_current(d) else "STALE"
-        click.echo(f"  {d.decision.value}d by {d.principal.name} at {d.head_sha[:12]} [{mark}] {d.comment}")
-    for o in proposal.overrides:
-        click.echo(f"  override of {o.finding_key} by {o.by} until {o.expires_at:%Y-%m-%d %H:%M} UTC: {o.reason}")
-    shortfall = approval_blockers(proposal, settings, now())
-    rejection = proposal.current_rejection
-    if rejection:
-        click.echo(f"  status: rejected by {rejection.principal.name}; stopped until a new commit")
-    elif shortfall:
-        for line in shortfall:
-            click.echo(f"  blocked: {line}")
-    else:
-        click.echo(f"  status: approved ({required_approvals(proposal, settings)} needed); ready to apply")
-
-
-# --- audit -----------------------------------------------------------------------------------
-
-
-@cli.group()
-def audit() -> None:
-    """Query, export and verify the append-only, hash-chained audit trail."""
-
-
-@audit.command("list")
-@click.option("--proposal", "proposal_id", type=int, default=None)
-@click.option("--actor", "actor_name", default=None)
-@click.option("--stack", default=None)
-@click.option("--since", default=None, help="ISO 8601 time")
-@pass_ctx
-def audit_list(ctx: Context, proposal_id: int | None, actor_name: str | None, stack: str | None, since: str | None) -> None:
-    """List events, oldest first."""
-    for e in audit_service.list_events(ctx.ws, ctx.actor(), proposal_id, actor_name, stack, since):
-        click.echo(_event_line(e))
-
-
-@audit.command("show")
-@click.argument("proposal_id", type=int)
-@pass_ctx
-def audit_show(ctx: Context, proposal_id: int) -> None:
-    """The whole story of one change, from request to merge."""
-    for e in audit_service.proposal_story(ctx.ws, ctx.actor(), proposal_id):
-        click.echo(_event_line(e))
-        details = {k: v for k, v in e.payload.items() if v not in (None, [], {}, "")}
-        for key, value in details.items():
-            click.echo(f"        {key}: {json.dumps(value) if not isinstance(value, str) else value}")
-
-
-@audit.command("export")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
-@click.option("--proposal", "proposal_id", type=int, default=None)
-@pass_ctx
-def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
-    """Export events with their hashes, for an auditor's own tools."""
-    events = audit_service.list_events(ctx.ws, ctx.actor(), proposal_id)
-    click.echo(audit_service.export_events(events, fmt), nl=False)
-
-
-@audit.command("verify")
-@pass_ctx
-def audit_verify(ctx: Context) -> None:
-    """Check the hash chain; exit 1 naming the first broken event."""
-    count, broken = audit_service.verify_trail(ctx.ws, ctx.actor())
-    if broken is not None:
-        click.echo(f"audit trail BROKEN at event {broken.seq}: {broken.reason}", err=True)
-        sys.exit(1)
-    click.echo(f"audit trail intact: {count} events, chain verified")
-
-
-def _event_line(e: Any) -> str:
-    target = f" proposal {e.proposal_id}" if e.proposal_id else ""
-    stacks = f" [{', '.join(e.stacks)}]" if e.stacks else ""
-    return f"{e.seq:>5} {e.at[:19]} {e.actor:16} {e.kind:18}{target}{stacks}"
-
-
-# --- the simulated cloud ---------------------------------------------------------------------
-
-
-@cli.group()
-def sandbox() -> None:
-    """Act on the simulated cloud behind the gateway's back (drift, faults). A simulator only."""
-
-
-@sandbox.command("edit")
-@click.option("--stack", required=True)
-@click.argument("address")
-@click.argument("assignments", nargs=-1, required=True)
-@pass_ctx
-def sandbox_edit(ctx: Context, stack: str, address: str, assignments: tuple[str, ...]) -> None:
-    """Change a live object as a console user would: ATTR=JSON_OR_TEXT ..."""
-    actor = ctx.actor()
-    changes = {}
-    for item in assignments:
-        name, sep, raw = item.partition("=")
-        if not sep or not name:
-            raise click.UsageError(f"expected ATTR=VALUE, got {item!r}")
-        try:
-            changes[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            changes[name] = raw
-    edit_live_object(ctx.ws, actor, stack, address, changes)
-    click.echo(f"edited {address} in the simulated cloud: {', '.join(changes)}")
-
-
-@sandbox.command("fail")
-@click.option("--stack", required=True)
-@click.argument("address")
-@click.option("-m", "--message", default="simulated provider error", show_default=True)
-@pass_ctx
-def sandbox_fail(ctx: Context, stack: str, address: str, message: str) -> None:
-    """Make the next apply of ADDRESS fail, leaving that apply half done."""
-    inject_fault(ctx.ws, ctx.actor(), stack, address, message)
-    click.echo(f"the next apply of {address} in stack {stack} will fail: {message}")
-
-
-@sandbox.command("slow")
-@click.option("--stack", required=True)
-@click.argument("address")
-@click.option("--seconds", type=float, required=True, help="how much longer the next apply of ADDRESS takes")
-@pass_ctx
-def sandbox_slow(ctx: Context, stack: str, address: str, seconds: float) -> None:
-    """Make the next apply of ADDRESS slow, as a slow provider would (to watch locks and workers)."""
-    inject_delay(ctx.ws, ctx.actor(), stack, address, seconds)
-    click.echo(f"the next apply of {address} in stack {stack} will take {seconds:g} s longer")
-
-
-@cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=int)
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(0, 64),
-              help="job loops in this process (0 when separate `gateway worker` processes run the jobs)")
-@click.option("--processes", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="API processes (uvicorn workers); each is stateless")
-@pass_ctx
-def serve(ctx: Context, host: str, port: int, workers: int, processes: int) -> None:
-    """Run the HTTP API and the review pages."""
-    import uvicorn
-
-    if processes > 1:  # uvicorn imports the app in each process: the settings come from the environment
-        os.environ["GATEWAY_SERVE_WORKERS"] = str(workers)
-        uvicorn.run("gateway.api.app:app_from_environment", factory=True, host=host, port=port,
-                    workers=processes, log_level="warning")
-        return
-    from gateway.api.app import create_app
-
-    uvicorn.run(create_app(ctx.settings, workers), host=host, port=port, log_level="warning")
-
-
-@cli.command()
-@click.option("--keep", is_flag=True, help="keep the temporary workspace and print where it is")
-def demo(keep: bool) -> None:
-    """Run the whole change path in a fresh temporary workspace, narrated."""
-    from gateway.demo import run_demo
-
-    run_demo(keep=keep)
 
 
 if __name__ == "__main__":

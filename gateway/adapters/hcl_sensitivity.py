@@ -12,6 +12,7 @@ branches that try to unmask one, so the attempt is a deny finding a person sees,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -35,12 +36,16 @@ class _Block:
 
 def declared_sensitive_variables(files: Mapping[str, str]) -> frozenset[str]:
     """The variables these files declare with `sensitive = true`."""
-    return frozenset(b.labels[0] for b in _blocks(files) if b.kind == "variable" and b.labels and _is_sensitive(b))
+    return frozenset(b.labels[0] for b in _blocks(_mentioning(files, ("variable",)))
+                     if b.kind == "variable" and b.labels and _is_sensitive(b))
 
 
 def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], main_sensitive: frozenset[str],
                     sensitive_attributes: Callable[[str], frozenset[str]]) -> list[Unmasking]:
     """Every place these files try to show a secret in clear, by address."""
+    if not any(_WORD.search(text) for text in files.values() if "nonsensitive" in text):
+        # no nonsensitive() anywhere: resources cannot unmask, so only variables, locals and outputs matter
+        files = _mentioning(files, ("variable", "locals", "output"))
     blocks = list(_blocks(files))
     found: list[Unmasking] = []
     for block in blocks:
@@ -98,6 +103,15 @@ def _closure(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
                 result.add(name)
                 changed = True
     return result
+
+
+_WORD = re.compile(r"\bnonsensitive\s*\(")
+
+
+def _mentioning(files: Mapping[str, str], kinds: tuple[str, ...]) -> dict[str, str]:
+    """The files that may hold a block of one of `kinds` (parsing is slow; most files hold only resources)."""
+    pattern = re.compile(r"^\s*(%s)\b" % "|".join(kinds), re.MULTILINE)
+    return {name: text for name, text in files.items() if pattern.search(text)}
 
 
 def _blocks(files: Mapping[str, str]) -> Iterator[_Block]:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +30,9 @@ from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job, run_now_or_follow
 from gateway.services.ports import StackInputs
-from gateway.services.proposals import decide, get_proposal, open_proposal, proposal_previews
+from gateway.services.proposals import decide, get_proposal, open_proposal, proposal_previews, sync_proposal
 from gateway.services.workspace import Workspace, create_workspace, open_workspace, stack_secrets, terraform_setup
+from gateway.worker import Worker
 
 from .conftest import Clone, add_people
 
@@ -189,6 +194,7 @@ def test_the_change_path_with_the_terraform_engine(tf_workspace: Workspace, tmp_
     decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
     done = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id), "test", lambda _: None)
     assert done.status == JobStatus.SUCCEEDED, done.error
+    assert any("sim_object.config" in line and "Modifications complete" in line for line in done.progress), done.progress
     after = get_proposal(ws, proposal.id)
     assert after.status == ProposalStatus.APPLIED and after.merge_sha
     contents = [json.loads(p.read_text())["content"] for p in (ws.settings.home / "sim-objects").glob("*.json")]
@@ -223,3 +229,106 @@ def test_a_branch_cannot_unmask_the_secret_on_the_terraform_engine(tf_workspace:
     assert denied == {"var.api_key", "output.c"}
     blockers = approval_blockers(get_proposal(ws, proposal.id), ws.repo_settings(), now())
     assert any("var.api_key" in b for b in blockers), blockers
+
+
+def test_a_worker_killed_mid_terraform_apply_is_recorded_and_terraform_lets_go(tf_workspace: Workspace,
+                                                                               tmp_path: Path) -> None:
+    ws, people = tf_workspace, add_people(tf_workspace)
+    Clone(ws, tmp_path / "clone").branch("more").edit("stacks/files/main.tf", "replicas=2", "replicas=3").push()
+    proposal = open_proposal(ws, people.alice, "more", "three replicas")
+    decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
+    job = enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id)
+    lock_file = ws.settings.terraform_dir / "files" / ".terraform.tfstate.lock.info"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update({"GATEWAY_HOME": str(ws.settings.home), "GATEWAY_LOCK_TTL_SECONDS": "2",
+                "SIM_PROVIDER_DELAY_SECONDS": "6"})  # the provider takes 6 s per change: time to kill the worker
+    if ws.settings.database_url:
+        env["GATEWAY_DATABASE_URL"] = ws.settings.database_url
+    worker = subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker", "--loops", "1", "--poll", "0.1"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_until(lambda: lock_file.exists(), 60)  # Terraform is applying, holding its state lock
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    _wait_until(lambda: not lock_file.exists(), 60)  # Terraform, interrupted, finished cleanly and let go
+    ws.settings = ws.settings.model_copy(update={"lock_ttl_seconds": 2})
+    time.sleep(2.1)
+    survivor = Worker(ws, loops=1, poll_seconds=0.05).start()
+    try:
+        _wait_until(lambda: ws.store.get_job(job.id).finished, 30)
+    finally:
+        survivor.stop()
+    assert ws.store.get_job(job.id).status == JobStatus.INTERRUPTED
+    with ws.store.session() as session:
+        assert [a["status"] for a in session.applies_of(proposal.id)] == ["interrupted"]
+        kinds = [e.kind for e in session.events(proposal_id=proposal.id)]
+    assert "proposal.interrupt" in kinds and "apply.succeeded" not in kinds
+    # Terraform's state is not locked: a re-plan (the survivor may already have queued one) shows what is left
+    replanned, _ = sync_proposal(ws, proposal.id)
+    assert replanned.status == ProposalStatus.OPEN and "files" in replanned.plans
+
+
+def _wait_until(condition, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_two_workers_never_run_terraform_on_one_stack_at_once(tf_workspace: Workspace, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, people = tf_workspace, add_people(tf_workspace)
+    ws.settings = ws.settings.model_copy(update={"lock_wait_seconds": 60})
+    clone = Clone(ws, tmp_path / "clone")
+    ids = []
+    for branch, new in (("three", "replicas=3"), ("four", "replicas=4")):
+        clone.branch(branch).edit("stacks/files/main.tf", "replicas=2", new).push()
+        ids.append(open_proposal(ws, people.alice, branch, new).id)
+        decide(ws, people.bob, ids[-1], Decision.APPROVE, "ok")
+    monkeypatch.setenv("SIM_PROVIDER_DELAY_SECONDS", "2")  # each apply takes a while: the two would overlap
+    jobs = [enqueue_job(ws, people.alice, JobKind.APPLY, pid) for pid in ids]
+    worker = Worker(ws, loops=2, poll_seconds=0.05).start()
+    try:
+        _wait_until(lambda: all(ws.store.get_job(j.id).finished for j in jobs), 120)
+    finally:
+        worker.stop()
+    statuses = sorted(ws.store.get_job(j.id).status.value for j in jobs)
+    assert statuses == ["refused", "succeeded"], [ws.store.get_job(j.id).error for j in jobs]  # the second re-plans
+    with ws.store.session() as session:
+        spans = [(a["started_at"], a["finished_at"]) for pid in ids for a in session.applies_of(pid)]
+    assert len(spans) == 1 or spans[0][1] <= spans[1][0] or spans[1][1] <= spans[0][0]
+    assert all("state lock" not in (ws.store.get_job(j.id).error or "") for j in jobs)
+
+
+def test_provider_credentials_never_reach_the_agent_or_the_model(tf_workspace: Workspace, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials live in the worker's environment; the agent plans with them and never sees them."""
+    from agents.llm import ChatModel
+    from gateway.services.agent_requests import submit_request
+
+    from .model_stub import ModelStub, tool_call
+
+    marker = "AKIA-MARKED-FAKE-CREDENTIAL-3f9c"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", marker)
+    monkeypatch.setenv("SIM_PROVIDER_TOKEN", marker)
+    ws, people = tf_workspace, add_people(tf_workspace)
+    with ModelStub() as stub:
+        stub.turns = [
+            tool_call("read_file", path="stacks/files/main.tf"),
+            tool_call("write_file", path="stacks/files/extra.tf",
+                      content='resource "sim_object" "extra" {\n  name    = "extra"\n  content = "hello"\n}\n'),
+            tool_call("run_preview", stack="files"),
+            tool_call("finish", summary="Added sim_object.extra; the plan only creates it."),
+        ]
+        outcome = submit_request(ws, people.alice, "add an object named extra", model=ChatModel(
+            stub.base_url, "test-key", "stub-model"))
+    assert outcome.proposal is not None and outcome.proposal.plans["files"].counts == {"create": 1}
+    assert "sim_object.extra" in json.dumps(stub.requests[3])  # the agent saw the real plan
+    assert all(marker not in json.dumps(body) for body in stub.requests)
+    with ws.store.session() as session:
+        assert marker not in json.dumps([e.payload for e in session.events()])

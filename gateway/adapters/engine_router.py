@@ -32,8 +32,9 @@ class EngineByStack:
         return self.for_stack(stack).plan(stack, directory, inputs)
 
     def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
-              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome:
-        return self.for_stack(stack).apply(stack, directory, document, expected_serial, inputs, artifact)
+              inputs: StackInputs, artifact: bytes | None = None,
+              progress: Callable[[str], None] | None = None) -> ApplyOutcome:
+        return self.for_stack(stack).apply(stack, directory, document, expected_serial, inputs, artifact, progress)
 
     def state_serial(self, stack: str) -> int:
         return self.for_stack(stack).state_serial(stack)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,9 @@ INPUTS_FILE = "gateway-inputs.tfvars.json"
 BACKEND_FILE = "gateway_backend_override.tf"
 CANCEL_GRACE_SECONDS = 30.0
 MASK = "(sensitive)"
+# If the worker dies mid-run, Terraform gets SIGINT (Linux parent-death signal): it stops cleanly, writes the
+# state it reached and releases its state lock, so the next worker records the apply interrupted and can plan.
+_INTERRUPT_IF_ORPHANED = ["setpriv", "--pdeathsig", "INT", "--"] if shutil.which("setpriv") else []
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,8 @@ class TerraformEngine:
         return EnginePlan(document, int(state.get("serial", 0)), str(state.get("lineage", "")), artifact)
 
     def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
-              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome:
+              inputs: StackInputs, artifact: bytes | None = None,
+              progress: Callable[[str], None] | None = None) -> ApplyOutcome:
         if artifact is None:
             raise ApplyError(f"stack {stack}: no saved Terraform plan file to apply; re-plan")
         serial = self.state_serial(stack)
@@ -92,7 +98,7 @@ class TerraformEngine:
         (directory / PLAN_FILE).write_bytes(artifact)
         self._run(directory, ["init", "-input=false", "-no-color"], ApplyError, inputs)
         out, code = self._run_raw(directory, ["apply", "-input=false", "-no-color", "-json", "-lock-timeout=60s",
-                                              PLAN_FILE], inputs)
+                                              PLAN_FILE], inputs, progress)
         applied, failed, errors = _apply_events(out)
         error = None
         if code != 0:
@@ -143,25 +149,42 @@ class TerraformEngine:
             raise error(f"terraform {args[0]} failed: {_scrub(out.strip()[-2000:], inputs)}")
         return out
 
-    def _run_raw(self, directory: Path, args: Sequence[str], inputs: StackInputs) -> tuple[str, int]:
-        """Run terraform; past the timeout it gets SIGINT (so it releases its state lock), then SIGKILL."""
-        try:
-            process = subprocess.Popen([str(self.setup.binary), *args], cwd=directory, env=self._environment(),
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        except OSError as exc:
-            raise BackendError(f"the terraform binary {self.setup.binary} cannot run: {exc}; "
-                               "run `make terraform` or set GATEWAY_TERRAFORM_BIN") from None
-        try:
-            out, _ = process.communicate(timeout=self.setup.timeout_seconds)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGINT)
+    def _run_raw(self, directory: Path, args: Sequence[str], inputs: StackInputs,
+                 on_line: Callable[[str], None] | None = None) -> tuple[str, int]:
+        """Run terraform; past the timeout it gets SIGINT (so it releases its state lock), then SIGKILL.
+
+        Output goes to a file, not a pipe: if this worker dies, Terraform must still be able to write
+        while it shuts down cleanly (a broken pipe would kill it holding its state lock). `on_line`
+        gets each line as it is written, secrets masked.
+        """
+        log_file = directory / f".gateway-{args[0]}.log"
+        deadline = time.monotonic() + self.setup.timeout_seconds
+        with log_file.open("w+") as sink, log_file.open() as tail:
             try:
-                process.communicate(timeout=CANCEL_GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
-            raise BackendError(f"terraform {args[0]} took longer than {self.setup.timeout_seconds:g} s and was "
-                               "stopped") from None
+                process = subprocess.Popen([*_INTERRUPT_IF_ORPHANED, str(self.setup.binary), *args], cwd=directory,
+                                           env=self._environment(), stdout=sink, stderr=subprocess.STDOUT)
+            except OSError as exc:
+                raise BackendError(f"the terraform binary {self.setup.binary} cannot run: {exc}; "
+                                   "run `make terraform` or set GATEWAY_TERRAFORM_BIN") from None
+            pending = ""
+            while True:
+                try:
+                    process.wait(timeout=0.2)
+                    finished = True
+                except subprocess.TimeoutExpired:
+                    finished = False
+                pending += tail.read()
+                *lines, pending = pending.split("\n")
+                for line in lines if on_line else ():
+                    on_line(_scrub(_readable(line), inputs))
+                if finished:
+                    break
+                if time.monotonic() > deadline:
+                    _interrupt(process)
+                    raise BackendError(f"terraform {args[0]} took longer than {self.setup.timeout_seconds:g} s "
+                                       "and was stopped") from None
+            sink.seek(0)
+            out = sink.read()
         log.debug("terraform.run", command=args[0], code=process.returncode, output=_scrub(out[-4000:], inputs))
         return out, process.returncode
 
@@ -183,6 +206,26 @@ class TerraformEngine:
                 attributes = schema.get("block", {}).get("attributes", {})
                 self._schemas[rtype] = frozenset(n for n, a in attributes.items() if a.get("sensitive"))
         self._schema_key = key
+
+
+def _interrupt(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT (Terraform stops cleanly and releases its state lock), then SIGKILL after a grace period."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=CANCEL_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _readable(line: str) -> str:
+    """A `-json` UI message as its human text; other lines as they are."""
+    if line.startswith("{"):
+        try:
+            return str(json.loads(line).get("@message", line))
+        except json.JSONDecodeError:
+            return line
+    return line
 
 
 def declares_backend(files: Mapping[str, str]) -> bool:

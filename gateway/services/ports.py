@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,7 +51,10 @@ class Engine(Protocol):
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan: ...
 
     def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
-              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome: ...
+              inputs: StackInputs, artifact: bytes | None = None,
+              progress: Callable[[str], None] | None = None) -> ApplyOutcome:
+        """Apply exactly the saved plan; `progress` gets the engine's own lines as they come, secrets masked."""
+        ...
 
     def state_serial(self, stack: str) -> int: ...
 

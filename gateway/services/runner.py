@@ -85,7 +85,7 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
         try:
             for stack in proposal.stacks:
                 say(f"applying stack {stack}")
-                outcome = _apply_stack(ws, actor, proposal, stack, runner, merged)
+                outcome = _apply_stack(ws, actor, proposal, stack, runner, merged, lambda line: say(f"  {line}"))
                 say(f"stack {stack}: {'applied' if outcome.succeeded else 'FAILED'} "
                     f"({len(outcome.applied)} change(s) done)")
                 report.outcomes.append(outcome)
@@ -168,7 +168,7 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> str:
 
 
 def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str, runner: str,
-                 merged: str) -> StackOutcome:
+                 merged: str, progress: Callable[[str], None]) -> StackOutcome:
     plan = proposal.plans[stack]
     with ws.store.session() as session:
         document = decode_plan_bytes(session.plan_document(plan.plan_id).encode())
@@ -181,7 +181,8 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
         directory = ws.repo.export(merged, settings.stacks[stack].path, Path(tmp) / stack)
-        result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack), artifact)
+        result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack), artifact,
+                                 progress)
     status = "succeeded" if result.succeeded else "failed"
     with ws.store.session() as session:
         session.finish_apply(apply_id, status, result.applied, result.error)

@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Optional, Type
@@ -40,6 +41,13 @@ from tf.utils import Diagnostics
 
 HOST, NAMESPACE, NAME, VERSION = "example.local", "gateway", "sim", "0.1.0"
 FIELDS = ("id", "name", "content", "secret")
+
+
+def _slow_down() -> None:
+    """A slow provider when SIM_PROVIDER_DELAY_SECONDS is set: to watch locks, timeouts and killed workers."""
+    delay = float(os.environ.get("SIM_PROVIDER_DELAY_SECONDS") or 0)
+    if delay > 0:
+        time.sleep(delay)
 
 
 def _store(diags: Diagnostics) -> Optional[Path]:
@@ -108,12 +116,14 @@ class SimObject(provider.Resource):
         )
 
     def create(self, ctx: CreateContext, planned: State) -> Optional[State]:
+        _slow_down()
         return _save(ctx.diagnostics, {**planned, "id": uuid.uuid4().hex[:16]})
 
     def read(self, ctx: ReadContext, current: State) -> Optional[State]:
         return _load(ctx.diagnostics, current["id"])
 
     def update(self, ctx: UpdateContext, current: State, planned: State) -> Optional[State]:
+        _slow_down()
         return _save(ctx.diagnostics, {**planned, "id": current["id"]})
 
     def delete(self, ctx: DeleteContext, current: State) -> None:

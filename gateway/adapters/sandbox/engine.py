@@ -129,8 +129,10 @@ class SandboxEngine:
         return EnginePlan(document=document, state_serial=state.serial, state_lineage=state.lineage)
 
     def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
-              inputs: StackInputs, artifact: bytes | None = None) -> ApplyOutcome:
-        """Apply exactly `document`'s changes (the sandbox keeps no plan file of its own: `artifact` is unused)."""
+              inputs: StackInputs, artifact: bytes | None = None,
+              progress: Callable[[str], None] | None = None) -> ApplyOutcome:
+        """Apply exactly `document`'s changes (the sandbox keeps no plan file of its own: `artifact` is unused;
+        it applies in one go, so it reports no progress lines)."""
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
         if state.serial != expected_serial:
             raise ApplyError(

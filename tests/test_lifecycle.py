@@ -289,3 +289,26 @@ def test_cli_show_only_reads_sync_replans_and_abandon_frees_the_branch(workspace
     again = run_cli(["propose", "--branch", "bigger", "-m", "smaller this time"], home, t["alice"])
     assert again.returncode == 0, again.stderr
     assert run_cli(["abandon", "1", "-m", "twice"], home, t["alice"]).returncode == 1
+
+
+def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Workspace, people: People,
+                                                               clone: Clone) -> None:
+    ws = workspace
+    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(ws, people.alice, "bigger", "more memory")
+    seen = proposal.current_digests
+    other = _approved(ws, people, clone, "cost", [(STAGING, '"cc-3003"', '"cc-3004"')])
+    assert apply_proposal(ws, people.alice, other).succeeded  # the state moves: same commit, a different plan
+    from gateway.services.proposals import sync_proposal
+
+    replanned, _ = sync_proposal(ws, proposal.id)
+    assert replanned.head_sha == proposal.head_sha and replanned.current_digests != seen
+    with pytest.raises(Refused, match="the plan changed since you looked at it"):
+        decide(ws, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha, seen_digests=seen)
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        stale = client.post(f"/api/v1/proposals/{proposal.id}/approve", json={"digests": seen},
+                            headers={"Authorization": f"Bearer {people.tokens['bob']}"})
+        assert stale.status_code == 403 and "plan changed" in stale.text
+        fresh = client.post(f"/api/v1/proposals/{proposal.id}/approve", json={"digests": replanned.current_digests},
+                            headers={"Authorization": f"Bearer {people.tokens['bob']}"})
+        assert fresh.status_code == 200

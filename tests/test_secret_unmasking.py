@@ -15,6 +15,7 @@ import structlog
 from fastapi.testclient import TestClient
 
 from gateway.api.app import create_app
+from gateway.domain.errors import ConfigError
 from gateway.domain.scrubbing import REDACTED, Scrubber
 from gateway.logs import configure_logging, install_log_scrubber
 from gateway.services.proposals import open_proposal
@@ -239,3 +240,68 @@ def test_scrubber_catches_a_secret_in_logs(workspace: Workspace, capsys: pytest.
         configure_logging(logging.getLevelName(logging.WARNING).lower())
     assert password not in err and REDACTED in err
 
+
+
+_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+_CHAR_MAP = "{ " + ", ".join(f'"{c}" = "{c}"' for c in _ALPHABET) + " }"
+SIDE_CHANNELS = [  # what a secret decides must be as secret as the secret (found in review)
+    ("index-by-secret", f'output "c" {{\n  value = [for i in range(24) : {_CHAR_MAP}[substr(var.db_password, i, 1)]]\n}}\n'),
+    ("secret-as-key", 'output "c" {\n  value = keys({ for x in [1] : var.db_password => x })\n}\n'),
+    ("for-filter", 'output "c" {\n  value = [for c in ["a", "b", "c"] : c if startswith(var.db_password, c)]\n}\n'),
+    ("template-if", 'output "c" {\n  value = "%{if length(var.db_password) > 3}long%{else}short%{endif}"\n}\n'),
+]
+
+
+@pytest.mark.parametrize(("name", "hcl"), SIDE_CHANNELS, ids=[c[0] for c in SIDE_CHANNELS])
+def test_what_a_secret_decides_stays_masked(workspace: Workspace, people: People, clone: Clone,
+                                            unscrubbed: Workspace, name: str, hcl: str) -> None:
+    password = _password(workspace)
+    clone.branch(name).write("stacks/data/leak.tf", hcl).push()
+    proposal = open_proposal(unscrubbed, people.alice, name, "innocent")
+    from gateway.domain.preview import render_text
+    from gateway.services.proposals import proposal_previews
+
+    text = render_text(proposal_previews(unscrubbed, proposal)["data"])
+    assert "c = (sensitive)" in text, text
+    _assert_hidden(password, text)
+    assert "output.c" in {f.address for f in proposal.plans["data"].findings if f.rule == "secret-unmasked"}
+
+
+def test_a_secret_cannot_name_instances(workspace: Workspace, people: People, clone: Clone) -> None:
+    password = _password(workspace)
+    clone.branch("keys").write("stacks/data/leak.tf", 'resource "aws_sqs_queue" "q" {\n'
+                               '  for_each = toset([lower(var.db_password)])\n  name = "q"\n  tags = local.tags\n}\n').push()
+    with pytest.raises(Exception, match="for_each cannot be derived from a sensitive value") as refused:
+        open_proposal(workspace, people.alice, "keys", "innocent")
+    assert password.lower() not in str(refused.value)
+
+
+def test_an_ignored_secret_attribute_stays_masked(workspace: Workspace, people: People, clone: Clone,
+                                                 unscrubbed: Workspace) -> None:
+    password = _password(workspace)
+    clone.branch("ignore").edit("stacks/data/main.tf", "    prevent_destroy = true\n",
+                                "    prevent_destroy = true\n    ignore_changes  = [password]\n")
+    clone.edit("stacks/data/main.tf", "backup_retention_period = 7", "backup_retention_period = 14")
+    clone.write("stacks/data/leak.tf", 'resource "aws_sqs_queue" "q" {\n'
+                '  name = "q-${aws_db_instance.orders.password}"\n  tags = local.tags\n}\n').push()
+    proposal = open_proposal(unscrubbed, people.alice, "ignore", "innocent")
+    from gateway.domain.preview import RENDERERS
+    from gateway.services.proposals import proposal_previews
+
+    _assert_hidden(password, *[r(p) for p in proposal_previews(unscrubbed, proposal).values() for r in RENDERERS.values()])
+
+
+@pytest.mark.parametrize(("path", "text", "says"), [
+    ("stacks/data/leak.tf.json", '{"output": {"c": {"value": "${var.db_password}"}}}', "JSON configuration"),
+    ("stacks/data/main_override.tf", 'variable "db_password" {\n  sensitive = false\n}\n', "override files"),
+    ("stacks/data/env.tf", 'locals {\n  env = file("/proc/self/environ")\n}\n', "not a plain relative path"),
+    ("stacks/data/up.tf", 'locals {\n  s = file("../../secrets/data.tfvars.json")\n}\n', "not a plain relative path"),
+    ("stacks/data/m/main.tf", 'variable "x" {}\noutput "y" {\n  value = nonsensitive(var.x)\n}\n', "in a module"),
+], ids=["tf-json", "override", "environ", "dotdot", "module"])
+def test_what_the_checks_cannot_read_is_refused_before_planning(workspace: Workspace, people: People, clone: Clone,
+                                                               path: str, text: str, says: str) -> None:
+    clone.branch("sneaky").write(path, text).push()
+    with pytest.raises(ConfigError, match=says):
+        open_proposal(workspace, people.alice, "sneaky", "innocent")
+    with workspace.store.session() as session:
+        assert session.list_proposals() == []

@@ -22,7 +22,7 @@ from gateway.adapters.records import now
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers
-from gateway.domain.errors import ApplyError, PlanError
+from gateway.domain.errors import ApplyError, ConfigError, PlanError
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.preview import RENDERERS, build_preview, render_text
@@ -152,16 +152,19 @@ def test_a_plan_is_applied_once_and_a_stale_one_is_refused(engine: TerraformEngi
 def test_supplied_secrets_stay_masked_whatever_the_configuration_says(engine: TerraformEngine, tmp_path: Path) -> None:
     secret = "s3cr3t-from-the-gateway-7f1e"
     stack = Stack(engine, tmp_path / "s", StackInputs({"api_key": secret}, frozenset({"api_key"})))
-    planned, _ = stack.plan('variable "api_key" {\n  type = string\n}\n'  # not declared sensitive
-                            'resource "sim_object" "a" {\n  name = "a"\n  content = "key=${var.api_key}"\n}\n'
-                            'output "leak" {\n  value = var.api_key\n}\n')
+    declared_plain = 'variable "api_key" {\n  type = string\n}\n'  # the branch does not declare it sensitive
+    planned, _ = stack.plan(declared_plain +
+                            'resource "sim_object" "a" {\n  name = "a"\n  content = "key=${var.api_key}"\n}\n')
     plan = load_plan(planned.document)
     assert plan.find("sim_object.a").change.after_sensitive["content"] is True  # Terraform alone: False
-    assert planned.document["output_changes"]["leak"]["after_sensitive"] is True
     preview = build_preview(plan)
     for render in RENDERERS.values():
         assert secret not in render(preview)
     assert secret not in json.dumps(planned.document.get("variables", {}))
+    # the gateway makes it sensitive to Terraform itself, so an output built from it is refused by Terraform
+    with pytest.raises(PlanError, match="Output refers to sensitive values") as refused:
+        stack.plan(declared_plain + 'output "leak" {\n  value = var.api_key\n}\n')
+    assert secret not in str(refused.value)
 
 
 def test_terraform_errors_reach_the_person_without_secrets(engine: TerraformEngine, tmp_path: Path) -> None:
@@ -211,22 +214,27 @@ def test_a_branch_cannot_unmask_the_secret_on_the_terraform_engine(tf_workspace:
     plain = open_workspace(ws.settings.model_copy(update={"scrub_known_secrets": False}))
     clone = Clone(ws, tmp_path / "clone")
     try:
-        # the attack: Terraform 1.0.3 refuses nonsensitive() of a value it no longer sees as
-        # sensitive, and its error, which quotes the value, reaches the person masked
+        # the attack: Terraform's nonsensitive() would unmask, so the gateway refuses to plan it at all
         clone.branch("leak").edit("stacks/files/main.tf", "  sensitive   = true\n", "")
         clone.write("stacks/files/leak.tf", 'output "c" {\n  value = nonsensitive(var.api_key)\n}\n').push()
-        with pytest.raises(PlanError) as refused:
+        with pytest.raises(ConfigError, match="output.c: nonsensitive\\(\\) over a secret is refused") as refused:
             open_proposal(plain, people.alice, "leak", "innocent")
-        assert secret not in str(refused.value) and "nonsensitive" in str(refused.value)
-        # the same without nonsensitive(): the plan runs, the value stays masked, and the change is denied
+        assert secret not in str(refused.value)
+        # without nonsensitive(): Terraform itself sees the variable as sensitive and refuses the output
         clone.write("stacks/files/leak.tf", 'output "c" {\n  value = "key: ${var.api_key}"\n}\n').push()
+        with pytest.raises(PlanError, match="Output refers to sensitive values") as refused:
+            open_proposal(plain, people.alice, "leak", "innocent")
+        assert secret not in str(refused.value)
+        # the declaration removed alone: the plan runs, the value stays masked, and the change is denied
+        clone.write("stacks/files/leak.tf", 'resource "sim_object" "copy" {\n  name    = "copy"\n'
+                    '  content = "key: ${var.api_key}"\n}\n').push()
         proposal = open_proposal(plain, people.alice, "leak", "innocent")
         rendered = [render(p) for p in proposal_previews(plain, proposal).values() for render in RENDERERS.values()]
     finally:
         plain.close()
     assert all(secret not in text for text in rendered)
     denied = {f.address for f in proposal.plans["files"].findings if f.rule == "secret-unmasked"}
-    assert denied == {"var.api_key", "output.c"}
+    assert denied == {"var.api_key"}
     blockers = approval_blockers(get_proposal(ws, proposal.id), ws.repo_settings(), now())
     assert any("var.api_key" in b for b in blockers), blockers
 

@@ -39,8 +39,8 @@ class EngineByStack:
     def state_serial(self, stack: str) -> int:
         return self.for_stack(stack).state_serial(stack)
 
-    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
-        out: frozenset[str] = frozenset()
-        for engine in self.engines.values():
-            out |= engine.sensitive_attributes(resource_type)
-        return out
+    def masks_by_origin(self, stack: str) -> bool:
+        return self.for_stack(stack).masks_by_origin(stack)
+
+    def sensitive_attributes(self, stack: str, resource_type: str) -> frozenset[str]:
+        return self.for_stack(stack).sensitive_attributes(stack, resource_type)

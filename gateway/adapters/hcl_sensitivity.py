@@ -25,6 +25,7 @@ from gateway.adapters.sandbox.config import collect_references, node_name, parse
 class Unmasking:
     address: str  # var.db_password, output.c, local.x, aws_s3_bucket.b
     message: str  # names addresses, never a value
+    by_function: bool = False  # nonsensitive() itself: an engine that cannot keep the mark would show the value
 
 
 @dataclass
@@ -32,6 +33,11 @@ class _Block:
     kind: str
     labels: list[str]
     body: Tree
+
+
+def declared_variables(files: Mapping[str, str]) -> frozenset[str]:
+    """Every variable these files declare."""
+    return frozenset(b.labels[0] for b in _blocks(_mentioning(files, ("variable",))) if b.kind == "variable" and b.labels)
 
 
 def declared_sensitive_variables(files: Mapping[str, str]) -> frozenset[str]:
@@ -60,7 +66,7 @@ def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], 
                 if address.startswith("local."):
                     unmasked_locals.add(address)
                 found.append(Unmasking(address, f"{address} applies nonsensitive() to a secret; secrets stay "
-                                       "masked whatever the configuration says, and this change is denied"))
+                                       "masked whatever the configuration says, and this change is denied", True))
     # an output not declared sensitive may not carry a secret variable, directly, through locals, or unmasked
     exposing = _closure(unmasked_locals | {f"var.{name}" for name in secret_variables}, _local_references(blocks))
     for block in blocks:
@@ -71,6 +77,45 @@ def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], 
                 found.append(Unmasking(f"output.{block.labels[0]}", f"output.{block.labels[0]} is built from "
                                        f"{', '.join(hits)}, which carries a secret; declare the output sensitive"))
     return sorted(set(found), key=lambda u: (u.address, u.message))
+
+
+FILE_FUNCTIONS = frozenset({"file", "filebase64", "templatefile", "fileset", "filemd5", "filesha1", "filesha256",
+                            "filesha512", "filebase64sha256", "filebase64sha512", "fileexists"})
+
+
+def find_outside_reads(files: Mapping[str, str]) -> list[Unmasking]:
+    """Calls that read files by a path that is not a plain relative one inside the stack.
+
+    An absolute or `..` path, or one built from values, could read the gateway's own secrets, state
+    or environment (`/proc/self/environ`) into a plan that people and the agent see.
+    """
+    found = []
+    for block in _blocks({n: t for n, t in files.items() if "file" in t}):
+        for address, expr in _expressions(block):
+            for call in expr.iter_subtrees():
+                if call.data != "function_call":
+                    continue
+                names = [str(c.children[0]) for c in call.children if isinstance(c, Tree) and c.data == "identifier"]
+                if names and names[-1] in FILE_FUNCTIONS and not _plain_relative_path(_arguments(call)):
+                    found.append(Unmasking(address, f"{address} calls {names[-1]}() with a path that is not a plain "
+                                           "relative path inside the stack; only those may be read"))
+    return sorted(set(found), key=lambda u: (u.address, u.message))
+
+
+def _plain_relative_path(arguments: Tree) -> bool:
+    """The first argument is a string literal (optionally after `${path.module}/`) with no `..`, not absolute."""
+    args = [c for c in arguments.children if isinstance(c, Tree) and c.data != "new_line_or_comment"]
+    if not args:
+        return True
+    parts = list(args[0].iter_subtrees_topdown())
+    strings = [p for p in parts if p.data == "string"]
+    if not strings:
+        return False
+    text = "".join(str(tok) for p in strings[0].iter_subtrees() for tok in p.children if not isinstance(tok, Tree))
+    refs = collect_references(args[0])
+    if refs - {"path.module"}:
+        return False
+    return not text.startswith("/") and ".." not in text and "~" not in text
 
 
 def _secret_carriers(blocks: list[_Block], secret_variables: frozenset[str],
@@ -147,9 +192,13 @@ def _attribute(body: Tree, name: str) -> Tree | None:
 
 
 def _is_sensitive(block: _Block) -> bool:
+    """Only the literal `true` counts: `!true`, `1 == 1` or a reference could hide a false."""
     expr = _attribute(block.body, "sensitive")
-    return expr is not None and any(t.data == "literal_value" and str(t.children[0]) == "true"
-                                    for t in expr.iter_subtrees())
+    if expr is None:
+        return False
+    literals = [t for t in expr.iter_subtrees() if t.data == "literal_value"]
+    return len(literals) == 1 and str(literals[0].children[0]) == "true" and \
+        sum(1 for t in expr.iter_subtrees() if t.data not in ("expr_term", "literal_value")) == 0
 
 
 def _nonsensitive_calls(expr: Tree) -> Iterator[Tree]:

@@ -152,8 +152,12 @@ class SqlStore:
             row = conn.execute(query).mappings().first()
             if row is None:
                 return None
-            conn.execute(update(jobs).where(jobs.c.id == row["id"]).values(
-                status=JobStatus.RUNNING.value, runner=runner, started_at=now(), heartbeat_at=now()))
+            try:
+                with conn.begin_nested():  # the unique index refuses a second running job for one proposal
+                    conn.execute(update(jobs).where(jobs.c.id == row["id"]).values(
+                        status=JobStatus.RUNNING.value, runner=runner, started_at=now(), heartbeat_at=now()))
+            except IntegrityError:
+                return None
             row = conn.execute(select(jobs).where(jobs.c.id == row["id"])).mappings().one()
         return _job(row)
 
@@ -287,6 +291,7 @@ class StoreSession:
             requester=self.principal(row["requester_id"]), proposer=self.principal(row["proposer_id"]),
             reason=row["reason"], stacks=tuple(row["stacks"]), status=ProposalStatus(row["status"]),
             merge_sha=row["merge_sha"], agent_claim=row["agent_claim"], changed_paths=tuple(row["changed_paths"]),
+            applied_sha=row["applied_sha"],
         )
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
         proposal.decisions = self._decisions(proposal_id)
@@ -311,7 +316,8 @@ class StoreSession:
         self.conn.execute(update(proposals).where(proposals.c.id == proposal_id).values(**values))
 
     def record_transition(self, proposal: Proposal, transition: Transition, actor: Principal | str,
-                          payload: Mapping[str, Any], merge_sha: str | None = None) -> ProposalStatus:
+                          payload: Mapping[str, Any], merge_sha: str | None = None,
+                          applied_sha: str | None = None) -> ProposalStatus:
         """Take one lifecycle transition and persist it with its audit event, in this transaction.
 
         The row changes only if it is still in the state the transition started from: a concurrent
@@ -323,6 +329,9 @@ class StoreSession:
         if merge_sha:
             values["merge_sha"] = merge_sha
             proposal.merge_sha = merge_sha
+        if applied_sha:
+            values["applied_sha"] = applied_sha
+            proposal.applied_sha = applied_sha
         moved = self.conn.execute(update(proposals).where(
             proposals.c.id == proposal.id, proposals.c.status == before.value).values(**values))
         if moved.rowcount != 1:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -76,6 +77,7 @@ proposals = Table(
     Column("merge_sha", String(40), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("applied_sha", String(40), nullable=True),  # migration 5: the merged commit an apply ran
 )
 
 plans = Table(
@@ -264,11 +266,23 @@ def _plan_artifacts(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE plans ADD COLUMN artifact {kind}"))
 
 
+ONE_RUNNING_JOB = Index("jobs_one_running_per_proposal", jobs.c.proposal_id, unique=True,
+                        sqlite_where=jobs.c.status == "running", postgresql_where=jobs.c.status == "running")
+
+
+def _applied_commits_and_one_running_job(conn: Connection) -> None:
+    """Each proposal records the commit its apply ran; never two running jobs for one proposal."""
+    if "applied_sha" not in {c["name"] for c in inspect(conn).get_columns("proposals")}:
+        conn.execute(text("ALTER TABLE proposals ADD COLUMN applied_sha VARCHAR(40)"))
+    ONE_RUNNING_JOB.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
     (3, _stored_previews),
     (4, _plan_artifacts),
+    (5, _applied_commits_and_one_running_job),
 ]
 
 

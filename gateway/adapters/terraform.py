@@ -15,8 +15,10 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from typing import Any
 import structlog
 from lark import Tree
 
+from gateway.adapters.hcl_sensitivity import declared_variables
 from gateway.adapters.sandbox.config import node_name, parse_hcl
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
 from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
@@ -33,8 +36,13 @@ log = structlog.get_logger(__name__)
 PLAN_FILE = "gateway.tfplan"
 INPUTS_FILE = "gateway-inputs.tfvars.json"
 BACKEND_FILE = "gateway_backend_override.tf"
+SENSITIVE_FILE = "gateway_sensitive_override.tf"
 CANCEL_GRACE_SECONDS = 30.0
 MASK = "(sensitive)"
+UNKNOWN_SCHEMA = frozenset({"(schema unknown: every attribute may be sensitive)"})
+# never handed to Terraform (a configuration could read its own environment): the gateway's settings,
+# including its database URL and token, and the model's key; provider credentials do pass
+_WITHHELD_ENV = ("GATEWAY_", "OPENAI_", "TF_CLI_CONFIG_FILE", "TF_LOG")
 # If the worker dies mid-run, Terraform gets SIGINT (Linux parent-death signal): it stops cleanly, writes the
 # state it reached and releases its state lock, so the next worker records the apply interrupted and can plan.
 _INTERRUPT_IF_ORPHANED = ["setpriv", "--pdeathsig", "INT", "--"] if shutil.which("setpriv") else []
@@ -66,10 +74,18 @@ class TerraformEngine:
     def state_serial(self, stack: str) -> int:
         return int(self._state(stack).get("serial", 0))
 
-    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
-        return self._schemas.get(resource_type, frozenset())
+    def masks_by_origin(self, stack: str) -> bool:
+        return False  # Terraform's nonsensitive() unmasks whatever we declare
+
+    def sensitive_attributes(self, stack: str, resource_type: str) -> frozenset[str]:
+        # a type whose schema could not be read counts as holding secrets (fail closed)
+        return self._schemas.get(resource_type, UNKNOWN_SCHEMA)
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
+        with _scratch_copy(directory) as work:
+            return self._plan(stack, work, inputs)
+
+    def _plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         self._prepare(stack, directory, inputs)
         state = self._state(stack)
         self._run(directory, ["init", "-input=false", "-no-color"], PlanError, inputs)
@@ -91,6 +107,11 @@ class TerraformEngine:
               progress: Callable[[str], None] | None = None) -> ApplyOutcome:
         if artifact is None:
             raise ApplyError(f"stack {stack}: no saved Terraform plan file to apply; re-plan")
+        with _scratch_copy(directory) as work:
+            return self._apply(stack, work, inputs, artifact, expected_serial, progress)
+
+    def _apply(self, stack: str, directory: Path, inputs: StackInputs, artifact: bytes, expected_serial: int,
+               progress: Callable[[str], None] | None) -> ApplyOutcome:
         serial = self.state_serial(stack)
         if serial != expected_serial:  # Terraform itself re-applies a plan made against an empty state
             raise ApplyError(f"state of stack {stack} moved since the plan (serial {expected_serial} -> {serial})")
@@ -123,7 +144,7 @@ class TerraformEngine:
     def _prepare(self, stack: str, directory: Path, inputs: StackInputs) -> None:
         """The gateway's backend for the stack and the values it supplies, beside the stack's files."""
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf"))
-                 if not p.is_symlink() and p.name != BACKEND_FILE}
+                 if not p.is_symlink() and p.name not in (BACKEND_FILE, SENSITIVE_FILE)}
         if declares_backend(files):
             raise ConfigError(f"stack {stack} declares a backend of its own; the terraform engine keeps each "
                               "stack's state in the gateway's local backend for now (remove the backend block)")
@@ -134,10 +155,14 @@ class TerraformEngine:
         values = directory / INPUTS_FILE
         values.write_text(json.dumps(dict(inputs.values)))
         values.chmod(0o600)
+        # a variable secret by origin is sensitive to Terraform too, whatever the branch declares
+        forced = sorted(inputs.secret & declared_variables(files))
+        (directory / SENSITIVE_FILE).write_text("".join(f'variable "{name}" {{\n  sensitive = true\n}}\n'
+                                                        for name in forced))
 
     def _environment(self) -> dict[str, str]:
         env = {**self.setup.default_env,
-               **{k: v for k, v in os.environ.items() if not k.startswith(("TF_CLI_CONFIG_FILE", "TF_LOG"))}}
+               **{k: v for k, v in os.environ.items() if not k.startswith(_WITHHELD_ENV)}}
         env.update({"TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1", "TF_INPUT": "0"})
         if self.setup.cli_config:
             env["TF_CLI_CONFIG_FILE"] = str(self.setup.cli_config)
@@ -146,7 +171,7 @@ class TerraformEngine:
     def _run(self, directory: Path, args: Sequence[str], error: type[Exception], inputs: StackInputs) -> str:
         out, code = self._run_raw(directory, args, inputs)
         if code != 0:
-            raise error(f"terraform {args[0]} failed: {_scrub(out.strip()[-2000:], inputs)}")
+            raise error(f"terraform {args[0]} failed: {_scrub(out.strip(), inputs)[-2000:]}")
         return out
 
     def _run_raw(self, directory: Path, args: Sequence[str], inputs: StackInputs,
@@ -167,25 +192,28 @@ class TerraformEngine:
                 raise BackendError(f"the terraform binary {self.setup.binary} cannot run: {exc}; "
                                    "run `make terraform` or set GATEWAY_TERRAFORM_BIN") from None
             pending = ""
-            while True:
-                try:
-                    process.wait(timeout=0.2)
-                    finished = True
-                except subprocess.TimeoutExpired:
-                    finished = False
-                pending += tail.read()
-                *lines, pending = pending.split("\n")
-                for line in lines if on_line else ():
-                    on_line(_scrub(_readable(line), inputs))
-                if finished:
-                    break
-                if time.monotonic() > deadline:
+            try:
+                while True:
+                    try:
+                        process.wait(timeout=0.2)
+                        finished = True
+                    except subprocess.TimeoutExpired:
+                        finished = False
+                    pending += tail.read()
+                    *lines, pending = pending.split("\n")
+                    for line in lines if on_line else ():
+                        _report(on_line, _scrub(_readable(line), inputs))
+                    if finished:
+                        break
+                    if time.monotonic() > deadline:
+                        raise BackendError(f"terraform {args[0]} took longer than {self.setup.timeout_seconds:g} s "
+                                           "and was stopped")
+            finally:
+                if process.poll() is None:  # any way out of here but its own end stops Terraform cleanly first
                     _interrupt(process)
-                    raise BackendError(f"terraform {args[0]} took longer than {self.setup.timeout_seconds:g} s "
-                                       "and was stopped") from None
             sink.seek(0)
             out = sink.read()
-        log.debug("terraform.run", command=args[0], code=process.returncode, output=_scrub(out[-4000:], inputs))
+        log.debug("terraform.run", command=args[0], code=process.returncode, output=_scrub(out, inputs)[-4000:])
         return out, process.returncode
 
     def _learn_schemas(self, directory: Path, inputs: StackInputs) -> None:
@@ -208,6 +236,16 @@ class TerraformEngine:
         self._schema_key = key
 
 
+@contextmanager
+def _scratch_copy(directory: Path) -> Iterator[Path]:
+    """A private copy of the stack to run Terraform in: what it writes (the supplied values, its plan file,
+    .terraform/) never lands in the caller's directory, which may be the agent's working copy."""
+    with tempfile.TemporaryDirectory(prefix="gw-terraform-") as tmp:
+        work = Path(tmp) / directory.name
+        shutil.copytree(directory, work, symlinks=True, ignore=shutil.ignore_patterns(".terraform", ".git"))
+        yield work
+
+
 def _interrupt(process: subprocess.Popen[bytes]) -> None:
     """SIGINT (Terraform stops cleanly and releases its state lock), then SIGKILL after a grace period."""
     process.send_signal(signal.SIGINT)
@@ -216,6 +254,14 @@ def _interrupt(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+def _report(on_line: Callable[[str], None], line: str) -> None:
+    """Progress is for people; failing to record a line never disturbs the run."""
+    try:
+        on_line(line)
+    except Exception:
+        log.warning("terraform.progress_lost", exc_info=True)
 
 
 def _readable(line: str) -> str:

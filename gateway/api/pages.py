@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
@@ -109,12 +110,13 @@ def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, a
 @router.post("/proposals/{proposal_id}/decide")
 def decide_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField,
                 decision: Annotated[Decision, Form()], sha: Annotated[str, Form()],
-                comment: Annotated[str, Form()] = "") -> Response:
+                comment: Annotated[str, Form()] = "", digests: Annotated[str, Form(max_length=20000)] = "") -> Response:
     check_csrf(request, csrf)
+    seen = _seen_digests(digests)
     if decision == Decision.APPROVE:
-        approve_proposal(ws, actor, proposal_id, comment, seen_sha=sha, auth="web-session")
+        approve_proposal(ws, actor, proposal_id, comment, seen_sha=sha, auth="web-session", seen_digests=seen)
     else:
-        decide(ws, actor, proposal_id, decision, comment, seen_sha=sha, auth="web-session")
+        decide(ws, actor, proposal_id, decision, comment, seen_sha=sha, auth="web-session", seen_digests=seen)
     return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
 
 
@@ -123,6 +125,19 @@ def apply_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, acto
     check_csrf(request, csrf)
     enqueue_job(ws, actor, JobKind.APPLY, proposal_id)  # a worker applies; the page shows the job's progress
     return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
+
+
+def _seen_digests(text: str) -> dict[str, str] | None:
+    """The plan digests the page showed (a form field); a malformed one is a clear error."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise InputError("the form's plan digests are not readable; reload the page") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InputError("the form's plan digests are not readable; reload the page")
+    return value
 
 
 AUDIT_FILTERS = ("since", "until", "stack", "address", "person", "action", "outcome", "proposal")

@@ -100,7 +100,7 @@ def read_diff(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> Pla
 
 @router.post("/proposals/{proposal_id}/approve", response_model=ProposalPublic, tags=["decisions"])
 def approve(proposal_id: ProposalId, body: DecisionCreate, ws: WorkspaceDep, actor: ActorDep) -> Response:
-    approve_proposal(ws, actor, proposal_id, body.comment, body.sha)
+    approve_proposal(ws, actor, proposal_id, body.comment, body.sha, seen_digests=body.digests)
     return proposal_document(ws, actor, proposal_id)
 
 

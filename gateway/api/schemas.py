@@ -96,6 +96,8 @@ class DecisionCreate(BaseModel):
     comment: str = Field(default="", max_length=4000)
     sha: str | None = Field(default=None, min_length=40, max_length=40, pattern="^[0-9a-f]{40}$",
                             description="the commit you reviewed; refused if the branch moved")
+    digests: dict[str, str] | None = Field(default=None, max_length=100,
+                                           description="stack -> plan digest you reviewed; refused if re-planned")
 
 
 class RejectionCreate(BaseModel):

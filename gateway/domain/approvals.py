@@ -6,6 +6,7 @@ approval is bound to one commit and one set of plans, and protected resources ne
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
@@ -32,7 +33,8 @@ def protected_destroys(proposal: Proposal, settings: RepoSettings) -> list[str]:
 
 
 def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings, now: datetime,
-                      decision: Decision = Decision.APPROVE, seen_sha: str | None = None) -> list[str]:
+                      decision: Decision = Decision.APPROVE, seen_sha: str | None = None,
+                      seen_digests: Mapping[str, str] | None = None) -> list[str]:
     """Why `principal` may not approve or reject `proposal` now (empty: they may)."""
     if principal.is_agent:
         return [f"{principal.name} is an agent; agents can never approve or reject a change"]
@@ -61,6 +63,8 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
         reasons.append(
             f"the branch moved to {proposal.head_sha[:12]} since you looked at {seen_sha[:12]}; review the new plan"
         )
+    if seen_digests is not None and dict(seen_digests) != proposal.current_digests:
+        reasons.append("the plan changed since you looked at it (re-planned at the same commit); review the new plan")
     if any(d.principal.id == principal.id for d in proposal.current_approvals):
         reasons.append(f"{principal.name} already approved this commit and plan")
     if decision == Decision.APPROVE:

@@ -71,6 +71,7 @@ class Proposal:
     changed_paths: tuple[str, ...] = ()
     merge_sha: str | None = None
     agent_claim: str | None = None
+    applied_sha: str | None = None  # the commit (the branch merged onto main) the last apply ran
 
     def take(self, transition: Transition) -> ProposalStatus:
         """Move along the lifecycle table; refuse with a reason when it does not allow this here."""

@@ -26,7 +26,10 @@ class Scrubber:
             text = value if isinstance(value, str) else json.dumps(value)
             if len(text) < MIN_LENGTH:
                 continue
-            spellings |= {text, json.dumps(text)[1:-1], html.escape(text), html.escape(json.dumps(text)[1:-1])}
+            for spelling in (text, json.dumps(text)[1:-1]):
+                # html.escape's entities and Jinja's (&#34; &#39;) differ for quotes: both are removed
+                spellings |= {spelling, html.escape(spelling),
+                              html.escape(spelling, quote=False).replace('"', "&#34;").replace("'", "&#39;")}
         self._spellings = sorted(spellings, key=len, reverse=True)  # longest first: no partial leftovers
 
     def __bool__(self) -> bool:

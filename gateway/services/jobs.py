@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -33,6 +33,7 @@ Progress = Callable[[str], None]
 def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_id: int) -> Job:
     """Queue a plan or apply of a proposal (one unfinished job of a kind per proposal) and return at once."""
     proposal = get_proposal(ws, proposal_id)
+    recover_abandoned_work(ws)  # a job whose worker died must not stand in for this one
     if isinstance(actor, Principal):
         if kind == JobKind.APPLY and actor.is_agent:
             raise Refused([f"{actor.name} is an agent; agents can never apply a change"])
@@ -50,9 +51,10 @@ def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_i
 
 
 def approve_proposal(ws: Workspace, actor: Principal, proposal_id: int, comment: str, seen_sha: str | None = None,
-                     auth: str = "api-token") -> tuple[Proposal, Job | None]:
+                     auth: str = "api-token",
+                     seen_digests: Mapping[str, str] | None = None) -> tuple[Proposal, Job | None]:
     """Record an approval; when gateway.yaml sets `auto_apply` and it was the last one needed, queue the apply."""
-    proposal = decide(ws, actor, proposal_id, Decision.APPROVE, comment, seen_sha, auth)
+    proposal = decide(ws, actor, proposal_id, Decision.APPROVE, comment, seen_sha, auth, seen_digests)
     settings = ws.repo_settings()
     if not settings.auto_apply or apply_refusals(actor, proposal, settings, now()):
         return proposal, None
@@ -125,7 +127,11 @@ def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: 
     """Wait for a job to finish, passing on each progress line once."""
     shown = 0
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    next_recovery = time.monotonic() + ws.settings.lock_ttl_seconds
     while True:
+        if time.monotonic() >= next_recovery:  # the worker running it may have died: then it ends interrupted
+            recover_abandoned_work(ws)
+            next_recovery = time.monotonic() + ws.settings.lock_ttl_seconds
         job = ws.store.get_job(job_id)
         for line in job.progress[shown:]:
             on_progress(line)

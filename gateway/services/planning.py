@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.adapters.checkov import run_checkov
-from gateway.adapters.hcl_sensitivity import find_unmaskings
-from gateway.domain.errors import NotFound
+from gateway.adapters.hcl_sensitivity import Unmasking, find_outside_reads, find_unmaskings
+from gateway.domain.errors import ConfigError, NotFound
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
 from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_plan
 from gateway.domain.preview import Preview, build_preview
@@ -66,18 +66,52 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
                    proposed_by_agent: bool) -> StackPlanResult:
     """Plan one stack from files on disk (a commit's export or the agent's working copy) and judge it."""
     inputs = ws.stack_inputs(stack)
+    refuse_unreadable_configuration(stack, directory)
+    unmaskings = stack_unmaskings(ws, stack, directory, inputs)
+    by_function = [u.address for u in unmaskings if u.by_function]
+    if by_function and not ws.engine.masks_by_origin(stack):  # the plan itself would show the value
+        raise ConfigError(f"stack {stack}: {', '.join(by_function)}: nonsensitive() over a secret is refused before "
+                          "planning; this stack's engine would show the value in the plan")
     engine_plan = ws.engine.plan(stack, directory, inputs)
     plan = load_plan(engine_plan.document)
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent)
-    findings = (unmasking_findings(ws, stack, directory, inputs)
+    findings = ([Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack) for u in unmaskings]
                 + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context))
     return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document, engine_plan.artifact),
                            tuple(findings), assess_risk(plan))
 
 
-def unmasking_findings(ws: Workspace, stack: str, directory: Path, inputs: StackInputs) -> list[Finding]:
-    """Deny findings for every place the stack's files try to show a secret in clear (by address, never value)."""
+UNCHECKABLE = ("*.tf.json", "override.tf", "*_override.tf", "override.tf.json", "*_override.tf.json")
+
+
+def refuse_unreadable_configuration(stack: str, directory: Path) -> None:
+    """Refuse, before any engine runs, what could show a secret or a local file in the plan itself.
+
+    Files the gateway's secret checks cannot read (JSON configuration, override files), `nonsensitive()`
+    inside a module directory, and file functions reading outside the stack are refused, not judged
+    later: by then the plan would already hold what they read.
+    """
+    uncheckable = sorted({str(p.relative_to(directory)) for pattern in UNCHECKABLE for p in directory.rglob(pattern)
+                          if ".terraform" not in p.parts})
+    if uncheckable:
+        raise ConfigError(f"stack {stack}: {', '.join(uncheckable)}: JSON configuration and override files are not "
+                          "planned by the gateway (its secret checks read HCL); write them as .tf files")
+    nested = sorted(str(p.relative_to(directory)) for p in directory.rglob("*.tf")
+                    if p.parent != directory and ".terraform" not in p.parts and not p.is_symlink()
+                    and "nonsensitive" in p.read_text(encoding="utf-8"))
+    if nested:
+        raise ConfigError(f"stack {stack}: {', '.join(nested)}: nonsensitive() in a module is refused; a module "
+                          "cannot be checked for what it unmasks")
+    files = {str(p.relative_to(directory)): p.read_text(encoding="utf-8") for p in sorted(directory.rglob("*.tf"))
+             if ".terraform" not in p.parts and not p.is_symlink()}
+    outside = find_outside_reads(files)
+    if outside:
+        raise ConfigError(f"stack {stack}: " + "; ".join(u.message for u in outside))
+
+
+def stack_unmaskings(ws: Workspace, stack: str, directory: Path, inputs: StackInputs) -> list[Unmasking]:
+    """Every place the stack's files try to show a secret in clear (by address, never value)."""
     files = {f"{directory.name}/{p.name}": p.read_text(encoding="utf-8")
              for p in sorted(directory.glob("*.tf")) if not p.is_symlink()}
-    return [Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack)
-            for u in find_unmaskings(files, inputs.secret, inputs.sensitive_on_main, ws.engine.sensitive_attributes)]
+    return find_unmaskings(files, inputs.secret, inputs.sensitive_on_main,
+                           lambda rtype: ws.engine.sensitive_attributes(stack, rtype))

@@ -58,6 +58,10 @@ class Engine(Protocol):
 
     def state_serial(self, stack: str) -> int: ...
 
-    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
-        """Attributes of a resource type that the provider schema marks sensitive."""
+    def masks_by_origin(self, stack: str) -> bool:
+        """Whether the engine keeps a secret masked through nonsensitive() (the sandbox does; Terraform cannot)."""
+        ...
+
+    def sensitive_attributes(self, stack: str, resource_type: str) -> frozenset[str]:
+        """Attributes of a resource type that the provider schema marks sensitive (non-empty when unknown)."""
         ...

@@ -173,7 +173,8 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
 
 
 def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision, comment: str,
-           seen_sha: str | None = None, auth: str = "api-token") -> Proposal:
+           seen_sha: str | None = None, auth: str = "api-token",
+           seen_digests: Mapping[str, str] | None = None) -> Proposal:
     """Approve or reject the proposal's current commit and plans, if the rules allow this person.
 
     The rules are checked and the decision written in one transaction, under the proposal's row lock,
@@ -182,11 +183,14 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     comment = comment.strip()
     if decision == Decision.REJECT and not comment:
         raise InputError("a rejection needs a reason (-m)")
-    _, changes = sync_proposal(ws, proposal_id)
     settings = ws.repo_settings()
+    if decision_refusals(actor, get_proposal(ws, proposal_id), settings, now(), decision):
+        changes: list[str] = []  # refused whatever the branch did: do not let this call re-plan anything
+    else:
+        _, changes = sync_proposal(ws, proposal_id)
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id, lock=True)
-        reasons = decision_refusals(actor, proposal, settings, now(), decision, seen_sha)
+        reasons = decision_refusals(actor, proposal, settings, now(), decision, seen_sha, seen_digests)
         if changes and not reasons:  # the decider has not seen what the proposal is now
             reasons = [f"the proposal changed before your decision was recorded ({'; '.join(changes)}); "
                        f"review it again with `gateway show {proposal_id}`"]
@@ -210,8 +214,9 @@ def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_
     """A policy owner lifts one deny finding, with a reason and an expiry; checked and written in one transaction."""
     if expires_at.tzinfo is None:
         expires_at = expires_at.replace(tzinfo=UTC)
-    sync_proposal(ws, proposal_id)
     settings = ws.repo_settings()
+    if not override_refusals(actor, get_proposal(ws, proposal_id), settings, finding_key, reason, expires_at, now()):
+        sync_proposal(ws, proposal_id)  # only someone who may override starts a re-plan
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id, lock=True)
         reasons = override_refusals(actor, proposal, settings, finding_key, reason, expires_at, now())

@@ -28,7 +28,7 @@ from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
 from gateway.domain.errors import Conflict, LockTimeout, RefMoved, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalStatus, Transition
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.workspace import Workspace
@@ -73,36 +73,57 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
     say(f"taking the locks of {', '.join(_lock_names(ws, proposal))}")
     with _stack_locks(ws, proposal, runner) as locks:
         say("re-checking approvals, plan digests, state serials and the merge")
-        main_sha = _preflight(ws, actor, proposal_id)
+        checked, main_sha = _preflight(ws, actor, proposal_id)
+        if set(_lock_names(ws, checked)) - set(locks.names):  # a new commit brought stacks we do not hold
+            _refuse(ws, actor, checked, ["the proposal changed while its locks were taken; apply again"])
         with ws.store.session() as session:
             proposal = session.get_proposal(proposal_id, lock=True)
-            session.record_transition(proposal, Transition.START_APPLY, actor, {
-                "runner": runner, "head_sha": proposal.head_sha, "main_sha": main_sha,
-                "digests": proposal.current_digests})
+            if (proposal.head_sha, proposal.current_digests, proposal.stacks) != \
+                    (checked.head_sha, checked.current_digests, checked.stacks):
+                moved = ["the proposal was re-planned after its approvals were checked; review it and apply again"]
+            else:
+                moved = []
+                merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
+                session.record_transition(proposal, Transition.START_APPLY, actor, {
+                    "runner": runner, "head_sha": proposal.head_sha, "main_sha": main_sha, "applied_sha": merged,
+                    "digests": proposal.current_digests}, applied_sha=merged)
+        if moved:
+            _refuse(ws, actor, proposal, moved)
         report = ApplyReport(proposal_id)
-        merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
-        stack = None
         try:
-            for stack in proposal.stacks:
-                say(f"applying stack {stack}")
-                outcome = _apply_stack(ws, actor, proposal, stack, runner, merged, lambda line: say(f"  {line}"))
-                say(f"stack {stack}: {'applied' if outcome.succeeded else 'FAILED'} "
-                    f"({len(outcome.applied)} change(s) done)")
-                report.outcomes.append(outcome)
-                if not outcome.succeeded:
-                    _transition(ws, proposal_id, Transition.FAIL, actor, {"stack": stack, "error": outcome.error})
-                    return report
-        except Exception as exc:  # the one place an unexpected error becomes a recorded, retryable state
-            log.exception("apply.crashed", proposal=proposal_id, stack=stack)
-            error = f"internal error during the apply of stack {stack}: {type(exc).__name__}: {exc}"
-            _record_crash(ws, actor, proposal_id, stack, error)
-            report.outcomes.append(StackOutcome(stack or "?", False, (), error))
-            return report
-        say("merging into main")
-        _merge(ws, actor, proposal, main_sha, merged, report)
-        if report.unmerged:
-            locks.keep_as(f"unmerged:{proposal_id}")
+            _apply_stacks(ws, actor, proposal, runner, merged, report, say)
+            if report.outcomes and not report.outcomes[-1].succeeded:
+                return report
+            if locks.lost:  # another runner may have taken a stack: never merge on top of that
+                raise LockLost(f"the locks of {', '.join(locks.lost)} expired during the apply")
+            say("merging into main")
+            _merge(ws, actor, proposal, main_sha, merged, report)
+            if report.unmerged:
+                locks.keep_as(f"unmerged:{proposal_id}")
+        except BaseException as exc:  # the one place an unexpected end becomes a recorded, retryable state
+            log.exception("apply.crashed", proposal=proposal_id)
+            error = f"the apply stopped: {type(exc).__name__}: {exc}"
+            _record_crash(ws, actor, proposal_id, error)
+            report.outcomes.append(StackOutcome("?", False, (), error))
+            if not isinstance(exc, Exception):
+                raise  # Ctrl-C, exit: recorded, then let it stop the process
     return report
+
+
+class LockLost(Exception):
+    """The heartbeat could not keep a lock: another runner may have written to the stack since."""
+
+
+def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, runner: str, merged: str,
+                  report: ApplyReport, say: Callable[[str], None]) -> None:
+    for stack in proposal.stacks:
+        say(f"applying stack {stack}")
+        outcome = _apply_stack(ws, actor, proposal, stack, runner, merged, lambda line: say(f"  {line}"))
+        say(f"stack {stack}: {'applied' if outcome.succeeded else 'FAILED'} ({len(outcome.applied)} change(s) done)")
+        report.outcomes.append(outcome)
+        if not outcome.succeeded:
+            _transition(ws, proposal.id, Transition.FAIL, actor, {"stack": stack, "error": outcome.error})
+            return
 
 
 def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledge: str | None = None) -> Proposal:
@@ -110,6 +131,8 @@ def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledg
     proposal = get_proposal(ws, proposal_id)
     if actor.is_agent:
         raise Refused([f"{actor.name} is an agent; agents can never merge or acknowledge a change"])
+    if not actor.roles & {Role.APPROVER, Role.ADMIN}:
+        raise Refused([f"{actor.name} may not merge or acknowledge: only approvers and admins may"])
     if proposal.status != ProposalStatus.UNMERGED:
         raise Refused([f"proposal {proposal_id} is {proposal.status.value}, not unmerged"])
     holder = f"unmerged:{proposal_id}"
@@ -118,10 +141,11 @@ def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledg
             raise Refused(["say how main was made to describe what runs (-m)"])
         _transition(ws, proposal_id, Transition.ACKNOWLEDGE_MERGE, actor, {"note": acknowledge.strip()})
     else:
-        main_sha = ws.repo.resolve(ws.main_branch())
-        merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
+        if not proposal.applied_sha:
+            raise Refused([f"proposal {proposal_id} has no record of what was applied; acknowledge instead"])
         report = ApplyReport(proposal_id)
-        _merge(ws, actor, proposal, main_sha, merged, report)
+        # compared with what was applied, never with itself: main must take the merge without changing a stack
+        _merge(ws, actor, proposal, "", proposal.applied_sha, report)
         if report.unmerged:
             raise Refused([report.unmerged])
     for stack in _lock_names(ws, proposal):
@@ -136,10 +160,11 @@ def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[s
     raise Refused(reasons)
 
 
-def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> str:
+def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Proposal, str]:
     """Under the locks: merge, approvals, saved-plan digests and state serials, or refuse and re-plan.
 
-    Returns the main commit the plans were merged onto, which the apply and the merge use.
+    Returns the proposal as checked, and the main commit its plans were merged onto (the apply and the
+    merge use it); the caller starts the apply only if the proposal is still exactly this one.
     """
     try:
         proposal, changes = sync_proposal(ws, proposal_id)
@@ -164,7 +189,8 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> str:
     if reasons:
         _refuse(ws, actor, proposal, reasons)
     main_shas = {p.main_sha for p in proposal.plans.values()}
-    return main_shas.pop() if len(main_shas) == 1 and None not in main_shas else ws.repo.resolve(ws.main_branch())
+    main_sha = main_shas.pop() if len(main_shas) == 1 and None not in main_shas else ws.repo.resolve(ws.main_branch())
+    return proposal, main_sha
 
 
 def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str, runner: str,
@@ -204,7 +230,7 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
     for _ in range(3):  # a race with a push elsewhere in the repo is retried on the new main
         current = ws.repo.resolve(main)
         try:
-            candidate = ws.repo.merge_preview(current, proposal.head_sha) if current != main_sha else applied
+            candidate = applied if current == main_sha else ws.repo.merge_preview(current, proposal.head_sha)
             drifted = [s for s in proposal.stacks if ws.repo.tree_of(candidate, settings.stacks[s].path)
                        != ws.repo.tree_of(applied, settings.stacks[s].path)]
             if drifted:
@@ -244,15 +270,15 @@ def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: 
         session.record_transition(session.get_proposal(proposal_id, lock=True), transition, actor, payload)
 
 
-def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, stack: str | None, error: str) -> None:
-    """An unexpected error: the running apply row and the proposal are recorded failed, with what was done."""
+def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str) -> None:
+    """An unexpected end: running apply rows and the proposal are recorded failed, with what was done."""
     with ws.store.session() as session:
         for record in session.applies_of(proposal_id):
             if record["status"] == "running":
                 session.finish_apply(record["id"], "failed", record["applied"], error)
         proposal = session.get_proposal(proposal_id, lock=True)
         if proposal.status == ProposalStatus.APPLYING:
-            session.record_transition(proposal, Transition.FAIL, actor, {"stack": stack, "error": error})
+            session.record_transition(proposal, Transition.FAIL, actor, {"error": error})
 
 
 def _lock_names(ws: Workspace, proposal: Proposal) -> list[str]:
@@ -272,6 +298,7 @@ class _HeldLocks:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{runner}", daemon=True)
         self.kept_as: str | None = None
+        self.lost: list[str] = []  # locks the heartbeat found taken by someone else
 
     def start(self) -> None:
         self._thread.start()
@@ -286,6 +313,7 @@ class _HeldLocks:
                 continue
             if lost:
                 log.error("lock.lost", runner=self.runner, stacks=lost)
+                self.lost = sorted(set(self.lost) | set(lost))
 
     def keep_as(self, holder: str) -> None:
         """Hand the locks to a holder that never expires (an applied, unmerged proposal)."""

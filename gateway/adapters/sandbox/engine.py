@@ -117,7 +117,10 @@ class SandboxEngine:
     def state_serial(self, stack: str) -> int:
         return self.store.read_serial(stack)
 
-    def sensitive_attributes(self, resource_type: str) -> frozenset[str]:
+    def masks_by_origin(self, stack: str) -> bool:
+        return True  # its evaluator keeps the Secret mark through nonsensitive()
+
+    def sensitive_attributes(self, stack: str, resource_type: str) -> frozenset[str]:
         return schema_for(resource_type).sensitive
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
@@ -272,7 +275,9 @@ class _Evaluation:
         """Each instance's index and an evaluator with its count.index / each.* set."""
         where = resource.key
         if resource.count is not None:
-            count, _ = unmark(self.evaluator(where).eval(resource.count))
+            count, mark = unmark(self.evaluator(where).eval(resource.count))
+            if mark:  # instance addresses are shown to everyone: they cannot come from a secret
+                raise ConfigError(f"stack {self.stack}: {where}: count cannot be derived from a sensitive value")
             if count is UNKNOWN:
                 raise PlanError(f"{where}: count depends on values known only after apply")
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
@@ -280,7 +285,9 @@ class _Evaluation:
             for i in range(count):
                 yield i, self.evaluator(f"{where}[{i}]", count={"index": i})
         elif resource.for_each is not None:
-            items, _ = unmark(self.evaluator(where).eval(resource.for_each))
+            items, mark = unmark(self.evaluator(where).eval(resource.for_each))
+            if mark:  # as in Terraform: the keys become addresses, shown to everyone
+                raise ConfigError(f"stack {self.stack}: {where}: for_each cannot be derived from a sensitive value")
             if items is UNKNOWN or contains_unknown(items):
                 raise PlanError(f"{where}: for_each depends on values known only after apply")
             pairs = items.items() if isinstance(items, dict) else ((str(v), v) for v in items)
@@ -465,7 +472,7 @@ class _Planner(_Evaluation):
             self._record(base, ["create"], None, after, None)
             return after
         before = _mark_sensitive(prior.attributes, set(prior.sensitive_attributes) | schema.sensitive)
-        proposed = proposed_attributes(resource, prior.attributes, desired)
+        proposed = proposed_attributes(resource, before, desired)  # kept values (ignore_changes) keep their marks
         changed = sorted(k for k in set(proposed) | set(prior.attributes)
                          if unmark(proposed.get(k))[0] != prior.attributes.get(k)
                          or contains_unknown(proposed.get(k)))

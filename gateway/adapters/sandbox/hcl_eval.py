@@ -176,10 +176,12 @@ class Evaluator:
     def _template(self, parts: list[Tree]) -> Any:
         pieces: list[Any] = []
         skipping: list[bool] = []  # one entry per open %{if}
+        condition_mark = Mark.NONE  # what the text says depends on its conditions: a masked one masks it
         for part in parts:
             inner = part.children[0]
             if isinstance(inner, Tree) and inner.data.startswith("template_"):
-                skipping = self._directive(inner, skipping)
+                skipping, mark = self._directive(inner, skipping)
+                condition_mark = max(condition_mark, mark)
                 continue
             if any(skipping):
                 continue
@@ -193,18 +195,18 @@ class Evaluator:
                     pieces.append(process_escape_sequences(text))
             else:
                 pieces.append(self.eval(_subtrees(inner)[0]))
-        return _concat(pieces, self)
+        return marked(_concat(pieces, self), condition_mark) if condition_mark else _concat(pieces, self)
 
-    def _directive(self, node: Tree, skipping: list[bool]) -> list[bool]:
+    def _directive(self, node: Tree, skipping: list[bool]) -> tuple[list[bool], Mark]:
         if node.data == "template_if_start":
-            cond, sensitive = unmark(self.eval(_subtrees(node)[0]))
+            cond, mark = unmark(self.eval(_subtrees(node)[0]))
             if cond is UNKNOWN:
                 raise self.fail("a template condition depends on a value known only after apply")
-            return skipping + [not cond]
+            return skipping + [not cond], mark
         if node.data == "template_else" and skipping:
-            return skipping[:-1] + [not skipping[-1]]
+            return skipping[:-1] + [not skipping[-1]], Mark.NONE
         if node.data == "template_endif" and skipping:
-            return skipping[:-1]
+            return skipping[:-1], Mark.NONE
         raise self.fail("template for-directives are not supported by the sandbox")
 
     def _heredoc_template(self, node: Tree, trim: bool = False) -> Any:
@@ -283,7 +285,12 @@ class Evaluator:
         if base is UNKNOWN or key is UNKNOWN:
             return UNKNOWN
         if isinstance(base, Sensitive):
-            return marked(self._index(base.value, key), base.mark)
+            return marked(self._index(base.value, key), max(base.mark, key_sensitive))
+        if key_sensitive:  # which element was picked tells about the key: the result is as secret as the key
+            try:
+                return marked(self._index(base, key), key_sensitive)
+            except ConfigError:
+                raise self.fail("index (sensitive) is out of range") from None
         try:
             if isinstance(base, list):
                 return base[int(key)]
@@ -356,7 +363,9 @@ class Evaluator:
         mark, scopes = self._for_scopes(intro)
         out = []
         for scope in scopes:
-            if cond is None or _truthy(scope.eval(_subtrees(cond)[0])):
+            keep, cond_mark = _condition(scope, cond)
+            mark = max(mark, cond_mark)  # which items were kept tells about the condition
+            if keep:
                 out.append(scope.eval(body))
         return marked(out, mark)
 
@@ -367,9 +376,12 @@ class Evaluator:
         mark, scopes = self._for_scopes(intro)
         out: dict[str, Any] = {}
         for scope in scopes:
-            if cond is not None and not _truthy(scope.eval(_subtrees(cond)[0])):
+            keep, cond_mark = _condition(scope, cond)
+            mark = max(mark, cond_mark)
+            if not keep:
                 continue
-            key, _ = unmark(scope.eval(key_node))  # a masked collection masks the whole result below
+            key, key_mark = unmark(scope.eval(key_node))
+            mark = max(mark, key_mark)  # a masked key (or collection) masks the whole result
             if key is UNKNOWN:
                 return UNKNOWN
             value = scope.eval(value_node)
@@ -410,9 +422,12 @@ def _type_name(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a bool"}.get(type(value), "a number" if isinstance(value, (int, float)) else "null")
 
 
-def _truthy(value: Any) -> bool:
-    plain, _ = unmark(value)
-    return bool(plain)
+def _condition(scope: Evaluator, cond: Tree | None) -> tuple[bool, Mark]:
+    """A for-expression's `if` filter: whether to keep the item, and the condition's mark."""
+    if cond is None:
+        return True, Mark.NONE
+    plain, mark = unmark(scope.eval(_subtrees(cond)[0]))
+    return bool(plain), mark
 
 
 def _concat(pieces: list[Any], ev: Evaluator) -> Any:

@@ -305,3 +305,13 @@ def test_what_the_checks_cannot_read_is_refused_before_planning(workspace: Works
         open_proposal(workspace, people.alice, "sneaky", "innocent")
     with workspace.store.session() as session:
         assert session.list_proposals() == []
+
+
+def test_try_does_not_turn_a_secret_into_a_yes_or_no(workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("try").write("stacks/data/leak.tf", 'output "c" {\n'
+                              '  value = try(tonumber(var.db_password), "not a number")\n}\n').push()
+    proposal = open_proposal(workspace, people.alice, "try", "innocent")
+    from gateway.domain.preview import render_text
+    from gateway.services.proposals import proposal_previews
+
+    assert "c = (sensitive)" in render_text(proposal_previews(workspace, proposal)["data"])

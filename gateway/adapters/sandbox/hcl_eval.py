@@ -70,6 +70,14 @@ def marked(value: Any, mark: Mark) -> Any:
     return value
 
 
+class MaskedFailure(ConfigError):
+    """An evaluation error decided by a masked value: `try()` must not turn it into a clear yes or no."""
+
+    def __init__(self, message: str, mark: Mark):
+        super().__init__(message)
+        self.mark = mark
+
+
 class Namespace:
     """A root name (`var`, `local`, `aws_vpc`) whose attributes are resolved on demand."""
 
@@ -117,8 +125,9 @@ class Evaluator:
     def child(self, **names: Any) -> Evaluator:
         return Evaluator({**self.scope, **names}, self.where)
 
-    def fail(self, message: str) -> ConfigError:
-        return ConfigError(f"{self.where}: {message}")
+    def fail(self, message: str, mark: Mark = Mark.NONE) -> ConfigError:
+        """An evaluation error; `mark` says a masked value decided it (so even the failure is a secret)."""
+        return MaskedFailure(f"{self.where}: {message}", mark) if mark else ConfigError(f"{self.where}: {message}")
 
     def eval(self, node: Any) -> Any:
         if isinstance(node, Token):
@@ -167,7 +176,7 @@ class Evaluator:
             return str(term.children[0])  # a bare name is the key itself, not a reference
         key, sensitive = unmark(self.eval(node))
         if sensitive:
-            raise self.fail("a sensitive value cannot be used as an object key")
+            raise self.fail("a sensitive value cannot be used as an object key", sensitive)
         return key
 
     def _string(self, node: Tree) -> Any:
@@ -290,7 +299,7 @@ class Evaluator:
             try:
                 return marked(self._index(base, key), key_sensitive)
             except ConfigError:
-                raise self.fail("index (sensitive) is out of range") from None
+                raise self.fail("index (sensitive) is out of range", key_sensitive) from None
         try:
             if isinstance(base, list):
                 return base[int(key)]
@@ -347,12 +356,15 @@ class Evaluator:
         return _apply_marked(func, args, self)
 
     def _try(self, candidates: list[Tree]) -> Any:
+        mark = Mark.NONE  # which candidate wins tells whether a masked value made the earlier ones fail
         for candidate in candidates:
             try:
-                return self.eval(candidate)
+                return marked(self.eval(candidate), mark)
+            except MaskedFailure as exc:
+                mark = max(mark, exc.mark)
             except ConfigError:
                 continue
-        raise self.fail("try: no argument could be evaluated")
+        raise self.fail("try: no argument could be evaluated", mark)
 
     # --- for expressions -------------------------------------------------------------------
 
@@ -459,8 +471,8 @@ def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator) -> A
         raise
     except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:
         # the library's message may quote its arguments; never quote a sensitive one
-        raise ev.fail("an operation on a sensitive value failed" if any(marks)
-                      else str(exc) or type(exc).__name__) from None
+        raise ev.fail("an operation on a sensitive value failed" if any(marks) else str(exc) or type(exc).__name__,
+                      max(marks, default=Mark.NONE)) from None
     return marked(result, max(marks, default=Mark.NONE))
 
 

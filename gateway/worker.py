@@ -30,7 +30,6 @@ class Worker:
         self.loops = loops
         self.poll_seconds = poll_seconds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.jobs_run = 0
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._loop, args=(i,), name=f"worker-{i}", daemon=True)
                          for i in range(loops)]
@@ -63,7 +62,6 @@ class Worker:
                     continue
                 log.info("job.claimed", job=job.id, kind=job.kind.value, runner=runner)
                 run_job(ws, job, runner)
-                self.jobs_run += 1
             except Exception:  # a loop never dies of one bad turn; the database may be restarting
                 log.exception("worker.loop_error", runner=runner)
                 self._stop.wait(self.poll_seconds)

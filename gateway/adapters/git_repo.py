@@ -39,6 +39,10 @@ class GitDeclarationRepo:
             clone.git.push("origin", main_branch)
         return cls(path)
 
+    def main_branch(self) -> str:
+        """The repo's default branch (HEAD of the bare repo), whose rules bind every proposal."""
+        return str(self.repo.head.reference.name) if not self.repo.head.is_detached else "main"
+
     def resolve(self, ref: str) -> str:
         """The commit SHA a branch, tag or SHA names."""
         try:

@@ -29,7 +29,7 @@ class Unmasking:
 
 
 @dataclass
-class _Block:
+class Block:
     kind: str
     labels: list[str]
     body: Tree
@@ -37,22 +37,22 @@ class _Block:
 
 def declared_variables(files: Mapping[str, str]) -> frozenset[str]:
     """Every variable these files declare."""
-    return frozenset(b.labels[0] for b in _blocks(_mentioning(files, ("variable",))) if b.kind == "variable" and b.labels)
+    return frozenset(b.labels[0] for b in top_level_blocks(_mentioning(files, ("variable",))) if b.kind == "variable" and b.labels)
 
 
 def declared_sensitive_variables(files: Mapping[str, str]) -> frozenset[str]:
     """The variables these files declare with `sensitive = true`."""
-    return frozenset(b.labels[0] for b in _blocks(_mentioning(files, ("variable",)))
+    return frozenset(b.labels[0] for b in top_level_blocks(_mentioning(files, ("variable",)))
                      if b.kind == "variable" and b.labels and _is_sensitive(b))
 
 
 def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], main_sensitive: frozenset[str],
                     sensitive_attributes: Callable[[str], frozenset[str]]) -> list[Unmasking]:
     """Every place these files try to show a secret in clear, by address."""
-    if not any(_WORD.search(text) for text in files.values() if "nonsensitive" in text):
+    if not any(_NONSENSITIVE_CALL.search(text) for text in files.values() if "nonsensitive" in text):
         # no nonsensitive() anywhere: resources cannot unmask, so only variables, locals and outputs matter
         files = _mentioning(files, ("variable", "locals", "output"))
-    blocks = list(_blocks(files))
+    blocks = list(top_level_blocks(files))
     found: list[Unmasking] = []
     for block in blocks:
         if block.kind == "variable" and block.labels and block.labels[0] in main_sensitive and not _is_sensitive(block):
@@ -90,7 +90,7 @@ def find_outside_reads(files: Mapping[str, str]) -> list[Unmasking]:
     or environment (`/proc/self/environ`) into a plan that people and the agent see.
     """
     found = []
-    for block in _blocks({n: t for n, t in files.items() if "file" in t}):
+    for block in top_level_blocks({n: t for n, t in files.items() if "file" in t}):
         for address, expr in _expressions(block):
             for call in expr.iter_subtrees():
                 if call.data != "function_call":
@@ -118,7 +118,7 @@ def _plain_relative_path(arguments: Tree) -> bool:
     return not text.startswith("/") and ".." not in text and "~" not in text
 
 
-def _secret_carriers(blocks: list[_Block], secret_variables: frozenset[str],
+def _secret_carriers(blocks: list[Block], secret_variables: frozenset[str],
                      sensitive_attributes: Callable[[str], frozenset[str]]) -> set[str]:
     """References (`var.x`, `local.y`, `aws_db_instance.z`) whose value carries a secret."""
     tainted = {f"var.{name}" for name in secret_variables}
@@ -132,7 +132,7 @@ def _secret_carriers(blocks: list[_Block], secret_variables: frozenset[str],
     return _closure(tainted, edges)
 
 
-def _local_references(blocks: list[_Block]) -> dict[str, set[str]]:
+def _local_references(blocks: list[Block]) -> dict[str, set[str]]:
     return {f"local.{name}": collect_references(expr)
             for block in blocks if block.kind == "locals" for name, expr in _attributes(block.body)}
 
@@ -150,7 +150,7 @@ def _closure(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
     return result
 
 
-_WORD = re.compile(r"\bnonsensitive\s*\(")
+_NONSENSITIVE_CALL = re.compile(r"\bnonsensitive\s*\(")
 
 
 def _mentioning(files: Mapping[str, str], kinds: tuple[str, ...]) -> dict[str, str]:
@@ -159,16 +159,17 @@ def _mentioning(files: Mapping[str, str], kinds: tuple[str, ...]) -> dict[str, s
     return {name: text for name, text in files.items() if pattern.search(text)}
 
 
-def _blocks(files: Mapping[str, str]) -> Iterator[_Block]:
+def top_level_blocks(files: Mapping[str, str]) -> Iterator[Block]:
+    """Every top-level block of these files: its type, labels and body tree."""
     for filename, text in sorted(files.items()):
         body = parse_hcl(filename, text).children[0]
         for child in body.children:
             if isinstance(child, Tree) and child.data == "block":
                 parts = [c for c in child.children if isinstance(c, Tree) and c.data != "new_line_or_comment"]
-                yield _Block(node_name(parts[0]), [node_name(p) for p in parts[1:-1]], parts[-1])
+                yield Block(node_name(parts[0]), [node_name(p) for p in parts[1:-1]], parts[-1])
 
 
-def _expressions(block: _Block) -> Iterator[tuple[str, Tree]]:
+def _expressions(block: Block) -> Iterator[tuple[str, Tree]]:
     """(address, expression) for every expression of a top-level block, nested blocks included."""
     if block.kind == "locals":
         for name, expr in _attributes(block.body):
@@ -191,7 +192,7 @@ def _attribute(body: Tree, name: str) -> Tree | None:
     return next((expr for n, expr in _attributes(body) if n == name), None)
 
 
-def _is_sensitive(block: _Block) -> bool:
+def _is_sensitive(block: Block) -> bool:
     """Only the literal `true` counts: `!true`, `1 == 1` or a reference could hide a false."""
     expr = _attribute(block.body, "sensitive")
     if expr is None:

@@ -26,8 +26,8 @@ from typing import Any
 import structlog
 from lark import Tree
 
-from gateway.adapters.hcl_sensitivity import declared_variables
-from gateway.adapters.sandbox.config import node_name, parse_hcl
+from gateway.adapters.hcl_sensitivity import declared_variables, top_level_blocks
+from gateway.adapters.sandbox.config import node_name
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
 from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
 
@@ -276,17 +276,8 @@ def _readable(line: str) -> str:
 
 def declares_backend(files: Mapping[str, str]) -> bool:
     """Whether a `terraform { backend ... }` or `cloud` block is among these files."""
-    for name, text in files.items():
-        body = parse_hcl(name, text).children[0]
-        for block in (c for c in body.children if isinstance(c, Tree) and c.data == "block"):
-            if node_name(block.children[0]) != "terraform":
-                continue
-            inner = [c for c in block.children if isinstance(c, Tree) and c.data == "body"]
-            for child in (inner[0].children if inner else []):
-                if isinstance(child, Tree) and child.data == "block" and \
-                        node_name(child.children[0]) in ("backend", "cloud"):
-                    return True
-    return False
+    return any(isinstance(child, Tree) and child.data == "block" and node_name(child.children[0]) in ("backend", "cloud")
+               for block in top_level_blocks(files) if block.kind == "terraform" for child in block.body.children)
 
 
 def mask_secret_values(document: dict[str, Any], secrets: Sequence[str]) -> None:

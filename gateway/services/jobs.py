@@ -7,7 +7,6 @@ together with the apply it was running (via the stack lock that stopped being re
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,6 +20,7 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
+from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
 from gateway.services.runner import ApplyReport, apply_proposal, record_interrupted
 from gateway.services.workspace import Workspace
@@ -68,7 +68,8 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
         if on_progress:
             on_progress(line)
 
-    beat = _Heartbeat(ws, job, runner)
+    beat = Heartbeat(f"job-{job.id}", max(0.05, min(10.0, ws.settings.lock_ttl_seconds / 3)),
+                     lambda: ws.store.heartbeat_job(job.id, runner))
     beat.start()
     status, result, error = JobStatus.FAILED, {}, None
     try:
@@ -187,27 +188,3 @@ def enqueue_moved_proposals(ws: Workspace) -> list[int]:
         if changes_since_plans(ws, basis, main_sha, serial_of):
             queued.append(enqueue_job(ws, "gateway", JobKind.PLAN, basis.proposal_id).id)
     return queued
-
-
-class _Heartbeat:
-    """Renews a running job's heartbeat from a thread until stopped."""
-
-    def __init__(self, ws: Workspace, job: Job, runner: str):
-        self.ws, self.job, self.runner = ws, job, runner
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"job-{job.id}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _beat(self) -> None:
-        interval = max(0.05, min(10.0, self.ws.settings.lock_ttl_seconds / 3))
-        while not self._stop.wait(interval):
-            try:
-                self.ws.store.heartbeat_job(self.job.id, self.runner)
-            except Exception:  # the next beat tries again
-                log.exception("job.heartbeat_failed", job=self.job.id)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from gateway.domain.errors import Conflict, LockTimeout, RefMoved, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalStatus, Transition
+from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
@@ -290,39 +290,30 @@ def _lock_names(ws: Workspace, proposal: Proposal) -> list[str]:
 
 
 class _HeldLocks:
-    """The locks one runner holds, renewed by a heartbeat thread until released or kept."""
+    """The locks one runner holds, renewed by a heartbeat until released or kept."""
 
     def __init__(self, ws: Workspace, runner: str):
         self.ws, self.runner = ws, runner
         self.names: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{runner}", daemon=True)
         self.kept_as: str | None = None
         self.lost: list[str] = []  # locks the heartbeat found taken by someone else
+        self._heartbeat = Heartbeat(f"locks-{runner}", max(0.05, ws.settings.lock_ttl_seconds / 3), self._renew)
 
     def start(self) -> None:
-        self._thread.start()
+        self._heartbeat.start()
 
-    def _beat(self) -> None:
-        interval = max(0.05, self.ws.settings.lock_ttl_seconds / 3)
-        while not self._stop.wait(interval):
-            try:
-                lost = self.ws.store.renew_locks(self.names, self.runner, self.ws.settings.lock_ttl_seconds)
-            except Exception:  # the next beat tries again; a lock that expires meanwhile is recorded by its breaker
-                log.exception("lock.heartbeat_failed", runner=self.runner)
-                continue
-            if lost:
-                log.error("lock.lost", runner=self.runner, stacks=lost)
-                self.lost = sorted(set(self.lost) | set(lost))
+    def _renew(self) -> None:
+        lost = self.ws.store.renew_locks(self.names, self.runner, self.ws.settings.lock_ttl_seconds)
+        if lost:
+            log.error("lock.lost", runner=self.runner, stacks=lost)
+            self.lost = sorted(set(self.lost) | set(lost))
 
     def keep_as(self, holder: str) -> None:
         """Hand the locks to a holder that never expires (an applied, unmerged proposal)."""
         self.kept_as = holder
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._heartbeat.stop()
         for name in self.names:
             if self.kept_as:
                 self.ws.store.hand_over_lock(name, self.runner, self.kept_as)

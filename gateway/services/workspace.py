@@ -46,11 +46,10 @@ class Workspace:
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""
-        main = ref or self.main_branch()
-        return parse_repo_settings(self.repo.read_file(self.repo.resolve(main), "gateway.yaml"))
+        return read_repo_settings(self.repo, ref)
 
     def main_branch(self) -> str:
-        return str(self.repo.repo.head.reference.name) if not self.repo.repo.head.is_detached else "main"
+        return self.repo.main_branch()
 
     def main_sensitive_variables(self, stack: str) -> frozenset[str]:
         """The variables main declares sensitive in `stack`: a branch may add to them, never remove."""
@@ -96,10 +95,13 @@ def _engine_name(repo_path: Path, stack: str | None) -> str:
 
     A git handle of its own: engines are shared across threads, GitPython handles are not.
     """
-    repo = GitDeclarationRepo(repo_path)
-    main = repo.resolve(str(repo.repo.head.reference.name) if not repo.repo.head.is_detached else "main")
-    settings = parse_repo_settings(repo.read_file(main, "gateway.yaml"))
+    settings = read_repo_settings(GitDeclarationRepo(repo_path))
     return settings.stacks[stack].engine if stack in settings.stacks else settings.engine
+
+
+def read_repo_settings(repo: GitDeclarationRepo, ref: str | None = None) -> RepoSettings:
+    """gateway.yaml as of `ref`, main by default (parsed once per content)."""
+    return parse_repo_settings(repo.read_file(repo.resolve(ref or repo.main_branch()), "gateway.yaml"))
 
 
 def terraform_setup(settings: Settings) -> TerraformSetup:

@@ -26,6 +26,7 @@ from gateway.domain.proposal import Decision, Proposal
 from gateway.output import scrub_standard_streams
 from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.github import link_account
 from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
 from gateway.services.planning import plan_stack
 from gateway.services.proposals import (
@@ -123,6 +124,18 @@ def users_list(ctx: Context) -> None:
     with ctx.ws.store.session(readonly=True) as session:
         for p in session.list_principals():
             click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups))}")
+
+
+@users.command("link")
+@click.argument("name")
+@click.option("--github", "login", required=True, help="their GitHub login (its numeric id is what is stored)")
+@click.option("--github-id", type=click.IntRange(1), default=None,
+              help="the numeric id, when GitHub cannot be asked (otherwise looked up)")
+@pass_ctx
+def users_link(ctx: Context, name: str, login: str, github_id: int | None) -> None:
+    """Link a person (or the agent, whose reviews then never count) to a GitHub account."""
+    github_id, login = link_account(ctx.ws, ctx.actor(), name, login, github_id)
+    click.echo(f"linked {name} to GitHub user {login} (id {github_id})")
 
 
 # --- plans and previews ----------------------------------------------------------------------

@@ -31,6 +31,16 @@ class Settings(BaseSettings):
     terraform_cli_config: Path | None = Field(
         default=None, description="Terraform CLI config (provider mirror); default: `make terraform`'s")
     terraform_timeout_seconds: float = Field(default=1800.0, gt=0, description="longest one terraform run may take")
+    public_url: str = Field(default="http://127.0.0.1:8000", description="where people reach the review pages")
+    github_token: SecretStr | None = Field(default=None, description="GitHub token (then commit statuses, not checks)")
+    github_app_id: int | None = Field(default=None, description="GitHub App id (preferred: only an App writes checks)")
+    github_app_private_key: SecretStr | None = Field(default=None, description="the App's PEM private key")
+    github_app_private_key_file: Path | None = Field(default=None, description="... or a file holding it")
+    github_installation_id: int | None = Field(default=None, description="the App's installation on the repo")
+    github_webhook_secret: SecretStr | None = Field(
+        default=None, description="verifies X-Hub-Signature-256; the webhook route refuses to start without it")
+    github_write_interval_seconds: float = Field(
+        default=1.0, ge=0, description="pause between writes to GitHub (its secondary rate limits)")
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
 

@@ -3,7 +3,8 @@
 Each loop has its own git handle and claims one job at a time; any number of worker processes on
 any number of machines can share one PostgreSQL. A housekeeping thread beside the loops records
 the work of workers that stopped heart-beating as interrupted, and queues a plan job for every open
-proposal whose branch, main or stack state moved (reads never re-plan).
+proposal whose branch, main or stack state moved (reads never re-plan), and a publish job for every
+pull request that shows less than its proposal's trail.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 
 import structlog
 
+from gateway.services.github import queue_behind
 from gateway.services.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
 from gateway.services.workspace import Workspace
 
@@ -74,6 +76,7 @@ class Worker:
                 for what in recover_abandoned_work(ws):
                     log.warning("worker.recovered", what=what)
                 enqueue_moved_proposals(ws)
+                queue_behind(ws)
             except Exception:
                 log.exception("worker.housekeeping_error")
             self._stop.wait(HOUSEKEEPING_SECONDS)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.domain.errors import ConfigError
 from gateway.domain.policy import PolicySettings
-from gateway.domain.repo_settings import RepoSettings, StackSettings
+from gateway.domain.repo_settings import GitHubSettings, RepoSettings, StackSettings
 
 EngineName = Literal["sandbox", "terraform"]
 
@@ -42,6 +42,16 @@ class _RawPolicy(BaseModel):
     checkov: Literal["off", "warn", "deny"] = "warn"
 
 
+class _RawGitHub(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", description="owner/name on GitHub")
+    api_url: str = Field(default="https://api.github.com", pattern=r"^https?://",
+                         description="GitHub Enterprise: https://HOST/api/v3")
+    git_url: str | None = Field(default=None, description="where branches are pushed and fetched")
+    teams: dict[str, str] = Field(default={}, description="approver group -> GitHub team slug")
+    merge_method: Literal["merge", "squash", "rebase"] = "merge"
+
+
 class _RawSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     engine: EngineName = Field(default="sandbox", description="sandbox (the simulator) or terraform (the CLI)")
@@ -49,6 +59,8 @@ class _RawSettings(BaseModel):
     stacks: dict[str, _RawStack] = Field(min_length=1)
     protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
     policy: _RawPolicy = _RawPolicy()
+    forge: Literal["github"] | None = Field(default=None, description="where proposals become pull requests")
+    github: _RawGitHub | None = None
 
 
 @functools.lru_cache(maxsize=64)
@@ -66,6 +78,12 @@ def parse_repo_settings(text: str) -> RepoSettings:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"gateway.yaml: {problems}") from None
+    if raw.forge == "github" and raw.github is None:
+        raise ConfigError("gateway.yaml: forge: github needs a github: section with at least the repository")
+    github = None
+    if raw.forge == "github" and raw.github is not None:
+        g = raw.github
+        github = GitHubSettings(g.repository, g.api_url.rstrip("/"), g.git_url, dict(g.teams), g.merge_method)
     stacks = {
         name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected),
                             s.engine or raw.engine)
@@ -88,4 +106,5 @@ def parse_repo_settings(text: str) -> RepoSettings:
             owner_groups=frozenset(raw.policy.owners),
             checkov=raw.policy.checkov,
         ),
+        github=github,
     )

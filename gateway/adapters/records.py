@@ -26,12 +26,15 @@ from gateway.adapters.sql_store import (
     conversations,
     decisions,
     dumps,
+    github_accounts,
     jobs,
     overrides,
     plans,
     principals,
     proposals,
+    pull_requests,
     stack_locks,
+    webhook_deliveries,
 )
 from gateway.domain.audit import AuditEvent, event_hash
 from gateway.domain.errors import Conflict, NotFound
@@ -200,7 +203,8 @@ def _job(row: Mapping[str, Any]) -> Job:
     return Job(id=row["id"], kind=JobKind(row["kind"]), proposal_id=row["proposal_id"],
                requested_by=row["requested_by"], status=JobStatus(row["status"]), runner=row["runner"],
                progress=tuple(row["progress"] or ()), result=dict(row["result"] or {}), error=row["error"],
-               created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"])
+               created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"],
+               args=dict(row.get("args") or {}))
 
 
 def _aware(value: datetime) -> datetime:
@@ -429,6 +433,10 @@ class StoreSession:
         self.conn.execute(update(conversations).where(conversations.c.id == conversation_id)
                           .values(proposal_id=proposal_id))
 
+    def conversation_of_proposal(self, proposal_id: int) -> dict[str, Any] | None:
+        row = self.conn.execute(select(conversations).where(conversations.c.proposal_id == proposal_id)).mappings().first()
+        return dict(row) if row else None
+
     # --- agent runs (a request the API runs in the background) -------------------------------
 
     def add_agent_run(self, run_id: str, requester: Principal, request: str, conversation_id: str | None) -> None:
@@ -445,18 +453,19 @@ class StoreSession:
 
     # --- jobs ------------------------------------------------------------------------------
 
-    def add_job(self, kind: JobKind, proposal_id: int | None, requested_by: Principal | str) -> int:
+    def add_job(self, kind: JobKind, proposal_id: int | None, requested_by: Principal | str,
+                args: Mapping[str, Any] | None = None) -> int:
         who = requested_by.id if isinstance(requested_by, Principal) else requested_by
         result = self.conn.execute(insert(jobs).values(
             kind=kind.value, proposal_id=proposal_id, requested_by=who, status=JobStatus.QUEUED.value,
-            progress=[], created_at=now()))
+            progress=[], created_at=now(), args=dict(args or {})))
         return int(result.inserted_primary_key[0])
 
-    def queued_job(self, kind: JobKind, proposal_id: int) -> int | None:
-        """A job of this kind for this proposal that has not finished yet (so a second is not queued)."""
+    def queued_job(self, kind: JobKind, proposal_id: int, running_too: bool = True) -> int | None:
+        """A job of this kind for this proposal that has not finished (or not started) yet, so a second is not queued."""
+        waiting = [JobStatus.QUEUED.value, JobStatus.RUNNING.value] if running_too else [JobStatus.QUEUED.value]
         return self.conn.scalar(select(jobs.c.id).where(
-            jobs.c.kind == kind.value, jobs.c.proposal_id == proposal_id,
-            jobs.c.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).limit(1))
+            jobs.c.kind == kind.value, jobs.c.proposal_id == proposal_id, jobs.c.status.in_(waiting)).limit(1))
 
     def proposals_with_unfinished_jobs(self, kind: JobKind) -> set[int]:
         return set(self.conn.scalars(select(jobs.c.proposal_id).where(
@@ -470,6 +479,88 @@ class StoreSession:
         done = self.conn.execute(query.values(status=status.value, result=dict(result or {}),
                                               error=self.scrubber.scrub(error) if error else None, finished_at=now()))
         return done.rowcount == 1
+
+    # --- GitHub: linked accounts, pull requests, webhook deliveries ---------------------------
+
+    def link_github(self, principal: Principal, github_id: int, login: str) -> None:
+        """Link a person to a GitHub account (by its numeric id: logins can be renamed and reused)."""
+        self.conn.execute(delete(github_accounts).where((github_accounts.c.principal_id == principal.id)
+                                                        | (github_accounts.c.github_id == github_id)))
+        self.conn.execute(insert(github_accounts).values(github_id=github_id, login=login, principal_id=principal.id,
+                                                         linked_at=now()))
+
+    def principal_by_github_id(self, github_id: int) -> Principal | None:
+        pid = self.conn.scalar(select(github_accounts.c.principal_id).where(github_accounts.c.github_id == github_id))
+        return self.principal(pid) if pid else None
+
+    def github_login_of(self, principal_id: str) -> str | None:
+        return self.conn.scalar(select(github_accounts.c.login).where(github_accounts.c.principal_id == principal_id))
+
+    def add_delivery(self, delivery_id: str, event: str, action: str | None, payload: str) -> bool:
+        """Record a webhook delivery once; False when this delivery id was recorded before (a redelivery)."""
+        try:
+            with self.conn.begin_nested():
+                self.conn.execute(insert(webhook_deliveries).values(
+                    delivery_id=delivery_id, event=event, action=action, payload=payload, received_at=now()))
+        except IntegrityError:
+            return False
+        return True
+
+    def set_delivery_job(self, delivery_id: str, job_id: int) -> None:
+        self.conn.execute(update(webhook_deliveries).where(webhook_deliveries.c.delivery_id == delivery_id)
+                          .values(job_id=job_id))
+
+    def delivery(self, delivery_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute(select(webhook_deliveries).where(
+            webhook_deliveries.c.delivery_id == delivery_id)).mappings().first()
+        return dict(row) if row else None
+
+    def link_pull_request(self, proposal_id: int, repository: str, number: int) -> None:
+        """Record the proposal's pull request (once: a second link of the same proposal changes nothing)."""
+        try:
+            with self.conn.begin_nested():
+                self.conn.execute(insert(pull_requests).values(
+                    proposal_id=proposal_id, repository=repository, number=number, published_seq=0, created_at=now()))
+        except IntegrityError:
+            pass
+
+    def pull_request_of(self, proposal_id: int) -> dict[str, Any] | None:
+        row = self.conn.execute(select(pull_requests).where(pull_requests.c.proposal_id == proposal_id)).mappings().first()
+        return dict(row) if row else None
+
+    def proposal_for_pull_request(self, repository: str, number: int) -> int | None:
+        """The newest proposal of this pull request (a reopened one gets a new proposal)."""
+        return self.conn.scalar(select(pull_requests.c.proposal_id).where(
+            pull_requests.c.repository == repository, pull_requests.c.number == number)
+            .order_by(pull_requests.c.proposal_id.desc()).limit(1))
+
+    def mark_published(self, proposal_id: int, seq: int, comment_id: int | None, error: str | None = None) -> None:
+        values: dict[str, Any] = {"publish_error": self.scrubber.scrub(error) if error else None,
+                                  "attempted_at": now()}
+        if error is None:
+            values["published_seq"] = seq
+        if comment_id is not None:
+            values["comment_id"] = comment_id
+        self.conn.execute(update(pull_requests).where(pull_requests.c.proposal_id == proposal_id).values(**values))
+
+    def unpublished_proposals(self, open_statuses: Collection[ProposalStatus], retry_after_seconds: float) -> list[int]:
+        """Proposals whose pull request shows less than their trail: newer events, or no pull request yet (open ones).
+
+        One whose last publish failed waits `retry_after_seconds` before it is tried again.
+        """
+        newest = (select(audit_events.c.proposal_id, func.max(audit_events.c.seq).label("seq"))
+                  .where(audit_events.c.proposal_id.is_not(None)).group_by(audit_events.c.proposal_id).subquery())
+        behind = select(pull_requests.c.proposal_id).join(newest, newest.c.proposal_id == pull_requests.c.proposal_id) \
+            .where(newest.c.seq > pull_requests.c.published_seq,
+                   pull_requests.c.publish_error.is_(None)
+                   | (pull_requests.c.attempted_at < now() - timedelta(seconds=retry_after_seconds)))
+        unlinked = select(proposals.c.id).where(proposals.c.status.in_([s.value for s in open_statuses]),
+                                                proposals.c.id.not_in(select(pull_requests.c.proposal_id)))
+        return sorted(set(self.conn.scalars(behind)) | set(self.conn.scalars(unlinked)))
+
+    def newest_event_seq(self, proposal_id: int) -> int:
+        return int(self.conn.scalar(select(func.max(audit_events.c.seq)).where(
+            audit_events.c.proposal_id == proposal_id)) or 0)
 
     # --- applies ---------------------------------------------------------------------------
 

@@ -236,9 +236,43 @@ jobs = Table(
     Column("started_at", DateTime(timezone=True), nullable=True),
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("args", JSON, nullable=True),  # migration 6: what the job works on besides its proposal (a delivery)
 )
 
-_FIRST_TABLES = [t for t in metadata.sorted_tables if t.name != "jobs"]
+# GitHub (migration 6): linked accounts, the pull request of each proposal, and every webhook delivery.
+github_accounts = Table(
+    "github_accounts", metadata,
+    Column("github_id", BigInteger, primary_key=True, autoincrement=False),  # GitHub's numeric user id: logins change
+    Column("login", String(100), nullable=False),
+    Column("principal_id", String(36), nullable=False, unique=True),
+    Column("linked_at", DateTime(timezone=True), nullable=False),
+)
+
+pull_requests = Table(
+    "pull_requests", metadata,
+    Column("proposal_id", Integer, primary_key=True, autoincrement=False),
+    Column("repository", String(200), nullable=False),
+    Column("number", Integer, nullable=False),
+    Column("comment_id", BigInteger, nullable=True),  # the sticky comment, edited in place
+    Column("published_seq", BigInteger, nullable=False),  # the newest trail event the comment and checks show
+    Column("publish_error", Text, nullable=True),
+    Column("attempted_at", DateTime(timezone=True), nullable=True),  # the last publish; a failed one waits to retry
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("pull_requests_by_number", "repository", "number"),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries", metadata,
+    Column("delivery_id", String(100), primary_key=True),  # X-GitHub-Delivery: the same on a redelivery
+    Column("event", String(60), nullable=False),
+    Column("action", String(60), nullable=True),
+    Column("payload", Text, nullable=False),
+    Column("job_id", Integer, nullable=True),
+    Column("received_at", DateTime(timezone=True), nullable=False),
+)
+
+_FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in ("jobs", "github_accounts", "pull_requests",
+                                                                       "webhook_deliveries")]
 
 
 def _initial_schema(conn: Connection) -> None:
@@ -277,12 +311,20 @@ def _applied_commits_and_one_running_job(conn: Connection) -> None:
     ONE_RUNNING_JOB.create(conn, checkfirst=True)
 
 
+def _github(conn: Connection) -> None:
+    """Pull requests on GitHub: linked accounts, each proposal's pull request, webhook deliveries, job arguments."""
+    metadata.create_all(conn, tables=[github_accounts, pull_requests, webhook_deliveries])
+    if "args" not in {c["name"] for c in inspect(conn).get_columns("jobs")}:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN args JSON"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
     (3, _stored_previews),
     (4, _plan_artifacts),
     (5, _applied_commits_and_one_running_job),
+    (6, _github),
 ]
 
 

@@ -18,6 +18,7 @@ from gateway.api.errors import error_body, status_for
 from gateway.api.scrubbing import ScrubResponses
 from gateway.config import Settings
 from gateway.domain.errors import AuthError, ConfigError, GatewayError, Refused
+from gateway.services.github import require_webhook_secret
 from gateway.services.workspace import open_workspace
 from gateway.worker import Worker
 
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     """The app over one workspace; `workers` job loops run in this process (0: separate `gateway worker`s do)."""
     settings = settings or Settings()
     workspace = open_workspace(settings)
+    require_webhook_secret(workspace)  # a forge without a webhook secret does not start
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

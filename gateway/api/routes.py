@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, Response
 
 from gateway.api.deps import ActorDep, JobId, ProposalId, WorkspaceDep
 from gateway.api.schemas import (
     DecisionCreate,
+    DeliveryPublic,
     ErrorPublic,
     EventPublic,
     Health,
@@ -24,11 +26,13 @@ from gateway.api.schemas import (
     VerifyPublic,
 )
 from gateway.domain.audit import AuditEvent
+from gateway.domain.errors import InputError
 from gateway.domain.jobs import JobKind
 from gateway.domain.preview import RENDERERS
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.github_webhooks import MAX_BODY, receive_delivery
 from gateway.services.jobs import approve_proposal, enqueue_job
 from gateway.services.proposals import decide, get_proposal, override_finding, proposal_previews
 from gateway.services.views import view_proposal
@@ -131,6 +135,15 @@ def replan(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> JobPub
 @router.get("/jobs/{job_id}", response_model=JobPublic, tags=["jobs"])
 def read_job(job_id: JobId, ws: WorkspaceDep, actor: ActorDep) -> JobPublic:
     return JobPublic.of(ws.store.get_job(job_id))
+
+
+@router.post("/github/webhook", response_model=DeliveryPublic, status_code=202, tags=["github"])
+async def github_webhook(request: Request, ws: WorkspaceDep) -> DeliveryPublic:
+    """GitHub's deliveries: the signature is checked over the raw body first; the work is a job's."""
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        raise InputError(f"a delivery is at most {MAX_BODY // (1024 * 1024)} MB")
+    body = await request.body()
+    return DeliveryPublic(**await run_in_threadpool(receive_delivery, ws, request.headers, body))
 
 
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])

@@ -110,6 +110,14 @@ class OverrideCreate(BaseModel):
     expires_at: datetime
 
 
+class DeliveryPublic(BaseModel):
+    """A GitHub webhook delivery, recorded and queued (a redelivery of the same id changes nothing)."""
+
+    delivery: str
+    duplicate: bool
+    job: int | None = Field(description="the job handling it; none for events the gateway does not act on")
+
+
 class JobPublic(BaseModel):
     """A plan or apply job: queued at once, run by a worker; poll it until `finished`."""
 

@@ -11,6 +11,8 @@ from typing import Any
 class JobKind(StrEnum):
     PLAN = "plan"  # re-plan a proposal whose branch, main or stack state moved
     APPLY = "apply"  # apply an approved proposal and merge it
+    WEBHOOK = "webhook"  # handle one GitHub webhook delivery (args: delivery)
+    PUBLISH = "publish"  # bring the proposal's pull request up to date: sticky comment, checks
 
 
 class JobStatus(StrEnum):
@@ -39,6 +41,7 @@ class Job:
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    args: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:

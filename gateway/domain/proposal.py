@@ -19,6 +19,7 @@ __all__ = ["Decision", "DecisionRecord", "Proposal", "ProposalStatus", "StackPla
 class Decision(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"
+    WITHDRAW = "withdraw"  # the person takes back their earlier decisions (e.g. their review was dismissed)
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,16 @@ class Proposal:
         return {stack: plan.digest for stack, plan in self.plans.items()}
 
     def is_current(self, decision: DecisionRecord) -> bool:
-        """A decision counts only for the commit and the exact plans it named."""
+        """A decision counts only for the commit and the exact plans it named, until its maker withdraws it."""
+        if decision.decision == Decision.WITHDRAW or self._withdrawn(decision):
+            return False
         if decision.decision == Decision.REJECT:
             return decision.head_sha == self.head_sha  # a rejection stands until a new commit
         return decision.head_sha == self.head_sha and dict(decision.digests) == self.current_digests
+
+    def _withdrawn(self, decision: DecisionRecord) -> bool:
+        return any(w.decision == Decision.WITHDRAW and w.principal.id == decision.principal.id and w.id > decision.id
+                   for w in self.decisions)
 
     @property
     def current_approvals(self) -> list[DecisionRecord]:
@@ -103,7 +110,7 @@ class Proposal:
 
     @property
     def stale_decisions(self) -> list[DecisionRecord]:
-        return [d for d in self.decisions if not self.is_current(d)]
+        return [d for d in self.decisions if d.decision != Decision.WITHDRAW and not self.is_current(d)]
 
     @property
     def risk(self) -> RiskLevel:

@@ -18,6 +18,28 @@ class StackSettings:
 
 
 @dataclass(frozen=True)
+class GitHubSettings:
+    """The repo's pull requests live on GitHub (or GitHub Enterprise); credentials come from the gateway's settings."""
+
+    repository: str  # owner/name
+    api_url: str = "https://api.github.com"  # GitHub Enterprise: https://HOST/api/v3
+    git_url: str | None = None  # where branches are pushed and fetched; derived from api_url when unset
+    teams: Mapping[str, str] = field(default_factory=dict)  # approver group -> team slug in the repo's organisation
+    merge_method: str = "merge"
+
+    @property
+    def owner(self) -> str:
+        return self.repository.split("/", 1)[0]
+
+    def clone_url(self) -> str:
+        if self.git_url:
+            return self.git_url
+        api = self.api_url.rstrip("/")
+        host = "https://github.com" if api == "https://api.github.com" else api.removesuffix("/api/v3")
+        return f"{host}/{self.repository}.git"
+
+
+@dataclass(frozen=True)
 class RepoSettings:
     stacks: Mapping[str, StackSettings]
     engine: str = "sandbox"
@@ -28,6 +50,7 @@ class RepoSettings:
     config_approver_groups: frozenset[str] = field(default_factory=frozenset)
     risk_approvals: Mapping[str, int] = field(default_factory=dict)  # risk level -> approvers needed
     policy: PolicySettings = field(default_factory=PolicySettings)
+    github: GitHubSettings | None = None  # `forge: github`: proposals are pull requests there
 
     def stack_for_path(self, path: str) -> StackSettings | None:
         for stack in self.stacks.values():

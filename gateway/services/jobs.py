@@ -20,6 +20,7 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
+from gateway.services.github import publish
 from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
 from gateway.services.runner import ApplyReport, apply_proposal, record_interrupted
@@ -75,8 +76,14 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     try:
         if job.kind == JobKind.PLAN:
             status, result = _run_plan(ws, job, progress)
-        else:
+        elif job.kind == JobKind.APPLY:
             status, result, error = _run_apply(ws, job, runner, progress)
+        elif job.kind == JobKind.PUBLISH:
+            status, result = JobStatus.SUCCEEDED, {"pull_request": publish(ws, _proposal_id(job))}
+        else:
+            from gateway.services.github_webhooks import handle_delivery  # it queues jobs itself: imported late
+
+            status, result = JobStatus.SUCCEEDED, handle_delivery(ws, job)
     except Refused as exc:
         status, result, error = JobStatus.REFUSED, {"reasons": exc.reasons}, "; ".join(exc.reasons)
     except GatewayError as exc:
@@ -87,7 +94,8 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     finally:
         beat.stop()
     with ws.store.session() as session:
-        if session.finish_job(job.id, status, result, error):
+        if session.finish_job(job.id, status, result, error) and job.kind != JobKind.PUBLISH:
+            # a publish job only mirrors the trail to GitHub: recording it would make the trail move again
             proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
             session.append_event("gateway", f"job.{status.value}", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},

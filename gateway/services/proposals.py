@@ -209,6 +209,22 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     return proposal
 
 
+def withdraw_decisions(ws: Workspace, actor: Principal | str, person: Principal, proposal_id: int,
+                       reason: str) -> Proposal:
+    """Take back `person`'s current decisions (their review was dismissed); the trail says who and why."""
+    with ws.store.session() as session:
+        proposal = session.get_proposal(proposal_id, lock=True)
+        current = [d for d in proposal.decisions if d.principal.id == person.id and proposal.is_current(d)]
+        if not current:
+            return proposal
+        session.add_decision(proposal_id, person, Decision.WITHDRAW, proposal.head_sha, proposal.current_digests,
+                             reason, "withdrawn")
+        session.append_event(actor, "decision.withdrawn", {
+            "by": person.name, "withdrawn": [{"id": d.id, "decision": d.decision.value} for d in current],
+            "reason": reason, "head_sha": proposal.head_sha}, proposal_id, proposal.stacks)
+        return session.get_proposal(proposal_id)
+
+
 def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_key: str, reason: str,
                      expires_at: datetime) -> Proposal:
     """A policy owner lifts one deny finding, with a reason and an expiry; checked and written in one transaction."""

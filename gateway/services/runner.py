@@ -23,12 +23,14 @@ from typing import NoReturn
 
 import structlog
 
+from gateway.adapters.github_forge import GitHubForge
 from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
-from gateway.domain.errors import Conflict, LockTimeout, RefMoved, Refused
+from gateway.domain.errors import BackendError, Conflict, LockTimeout, NotFound, RefMoved, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalStatus, Transition
+from gateway.services.github import forge_of, github_approval_refusals, refresh_from_github
 from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.workspace import Workspace
@@ -167,10 +169,11 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
     merge use it); the caller starts the apply only if the proposal is still exactly this one.
     """
     try:
+        refresh_from_github(ws, get_proposal(ws, proposal_id))
         proposal, changes = sync_proposal(ws, proposal_id)
-    except Conflict as exc:  # main moved and the branch no longer merges: nothing is applied
+    except (Conflict, NotFound) as exc:  # main moved and the branch no longer merges: nothing is applied
         _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
-    reasons = apply_refusals(actor, proposal, ws.repo_settings(), now())
+    reasons = apply_refusals(actor, proposal, ws.repo_settings(), now()) + github_approval_refusals(ws, proposal)
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:
@@ -222,28 +225,22 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
 
 def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, applied: str,
            report: ApplyReport) -> None:
-    """Merge exactly what was applied; if main moved under a stack meanwhile, say so and keep the locks."""
-    main = ws.main_branch()
-    settings = ws.repo_settings()
+    """Merge exactly what was applied; if main moved under a stack meanwhile, say so and keep the locks.
+
+    With a forge the merge is GitHub's, of exactly the approved head (a push that slipped in is refused there).
+    """
     message = (f"Merge proposal {proposal.id}: {proposal.reason.splitlines()[0][:72]}\n\n"
                f"Applied by the change gateway from {proposal.head_sha}.")
-    for _ in range(3):  # a race with a push elsewhere in the repo is retried on the new main
-        current = ws.repo.resolve(main)
-        try:
-            candidate = applied if current == main_sha else ws.repo.merge_preview(current, proposal.head_sha)
-            drifted = [s for s in proposal.stacks if ws.repo.tree_of(candidate, settings.stacks[s].path)
-                       != ws.repo.tree_of(applied, settings.stacks[s].path)]
-            if drifted:
-                raise Conflict(f"main changed stack(s) {', '.join(drifted)} during the apply")
-            report.merge_sha = ws.repo.merge(current, proposal.head_sha, main, message)
-            break
-        except RefMoved:
-            continue
-        except Conflict as exc:
-            report.unmerged = _unmerged_reason(proposal, str(exc))
-            break
-    else:
-        report.unmerged = _unmerged_reason(proposal, f"{main} kept moving while merging")
+    forge = forge_of(ws)
+    with ws.store.session(readonly=True) as session:
+        pull = session.pull_request_of(proposal.id) if forge else None
+    try:
+        if forge is not None and pull is not None:
+            report.merge_sha = _merge_on_github(ws, forge, pull["number"], proposal, applied, message)
+        else:
+            report.merge_sha = _merge_locally(ws, proposal, main_sha, applied, message)
+    except (Conflict, BackendError, NotFound) as exc:
+        report.unmerged = _unmerged_reason(proposal, str(exc))
     with ws.store.session() as session:
         current = session.get_proposal(proposal.id, lock=True)
         if report.merge_sha:
@@ -251,10 +248,43 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
                                       else Transition.FINISH, actor, {"merge_sha": report.merge_sha},
                                       merge_sha=report.merge_sha)
             session.append_event(actor, "merged", {
-                "branch": proposal.branch, "into": main, "merge_sha": report.merge_sha,
+                "branch": proposal.branch, "into": ws.main_branch(), "merge_sha": report.merge_sha,
+                "on": f"github #{pull['number']}" if pull else "gateway",
                 "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
         elif current.status == ProposalStatus.APPLYING:
             session.record_transition(current, Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})
+
+
+def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: str, message: str) -> str:
+    main = ws.main_branch()
+    for _ in range(3):  # a race with a push elsewhere in the repo is retried on the new main
+        current = ws.repo.resolve(main)
+        _refuse_changed_stacks(ws, proposal, current, main_sha, applied)
+        try:
+            return ws.repo.merge(current, proposal.head_sha, main, message)
+        except RefMoved:
+            continue
+    raise Conflict(f"{main} kept moving while merging")
+
+
+def _merge_on_github(ws: Workspace, forge: GitHubForge, number: int, proposal: Proposal, applied: str,
+                     message: str) -> str:
+    main = ws.main_branch()
+    forge.fetch_main(main)
+    _refuse_changed_stacks(ws, proposal, ws.repo.resolve(main), "", applied)
+    merge_sha = forge.merge(number, proposal.head_sha, message.splitlines()[0], message)
+    forge.fetch_main(main)
+    return merge_sha
+
+
+def _refuse_changed_stacks(ws: Workspace, proposal: Proposal, current: str, main_sha: str, applied: str) -> None:
+    """Main must take the merge without changing a stack from what was applied."""
+    settings = ws.repo_settings()
+    candidate = applied if current == main_sha else ws.repo.merge_preview(current, proposal.head_sha)
+    drifted = [s for s in proposal.stacks if ws.repo.tree_of(candidate, settings.stacks[s].path)
+               != ws.repo.tree_of(applied, settings.stacks[s].path)]
+    if drifted:
+        raise Conflict(f"main changed stack(s) {', '.join(drifted)} during the apply")
 
 
 def _unmerged_reason(proposal: Proposal, why: str) -> str:

@@ -1,0 +1,250 @@
+"""GitHub through PyGithub, and its git over plain `git push`/`git fetch`: the gateway's one forge adapter.
+
+Credentials come from the gateway's settings: a GitHub App installation (preferred; only an App
+writes check runs) or a token (then commit statuses stand in for checks). Git authenticates with an
+HTTP header passed in the environment, so no token lands in a command line, a remote or a log.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TypeVar
+
+import git
+from github import Auth, Github, GithubException, UnknownObjectException
+from github.PullRequest import PullRequest
+from github.Repository import Repository
+
+from gateway.domain.errors import BackendError, Conflict, NotConfigured, NotFound
+from gateway.domain.github import Check, CheckState
+from gateway.domain.repo_settings import GitHubSettings
+
+T = TypeVar("T")
+STATUS_STATES = {CheckState.PENDING: "pending", CheckState.SUCCESS: "success", CheckState.FAILURE: "failure",
+                 CheckState.NEUTRAL: "error"}
+
+
+@dataclass(frozen=True)
+class GitHubCredentials:
+    token: str | None = None
+    app_id: int | None = None
+    private_key: str | None = None
+    installation_id: int | None = None
+    write_interval_seconds: float = 1.0
+
+    @property
+    def is_app(self) -> bool:
+        return bool(self.app_id and self.private_key and self.installation_id)
+
+    def auth(self) -> Auth.Auth:
+        if self.is_app:
+            assert self.app_id and self.private_key and self.installation_id
+            return Auth.AppAuth(self.app_id, self.private_key).get_installation_auth(self.installation_id)
+        if self.token:
+            return Auth.Token(self.token)
+        raise NotConfigured("GitHub has no credentials: set GATEWAY_GITHUB_APP_ID, GATEWAY_GITHUB_APP_PRIVATE_KEY "
+                            "(or _FILE) and GATEWAY_GITHUB_INSTALLATION_ID, or GATEWAY_GITHUB_TOKEN")
+
+
+@dataclass(frozen=True)
+class PullInfo:
+    number: int
+    head_ref: str
+    head_sha: str
+    state: str
+    merged: bool
+    url: str
+
+
+class GitHubForge:
+    """One repository on GitHub. Not thread-safe: one per thread (PyGithub's sessions are not shared)."""
+
+    def __init__(self, settings: GitHubSettings, credentials: GitHubCredentials, local_repo: Path):
+        self.settings = settings
+        self.credentials = credentials
+        self.local_repo = local_repo
+        self._auth = credentials.auth()
+
+    @cached_property
+    def gh(self) -> Github:
+        interval = self.credentials.write_interval_seconds or None
+        return Github(auth=self._auth, base_url=self.settings.api_url, retry=None, seconds_between_requests=None,
+                      seconds_between_writes=interval)
+
+    @cached_property
+    def repo(self) -> Repository:
+        return _call(lambda: self.gh.get_repo(self.settings.repository), f"repository {self.settings.repository}")
+
+    def close(self) -> None:
+        if "gh" in self.__dict__:
+            self.gh.close()
+
+    # --- git ---------------------------------------------------------------------------------
+
+    def fetch_main(self, main: str) -> None:
+        """Make the gateway's main exactly GitHub's (with a forge, GitHub's main is the truth)."""
+        self._git("fetch", "--quiet", "--update-head-ok", "--no-tags", self.settings.clone_url(),
+                  f"+refs/heads/{main}:refs/heads/{main}")
+
+    def sync_branch(self, branch: str) -> str:
+        """Bring a pull request's branch and the gateway's copy together; returns the head both now have.
+
+        GitHub ahead: take it. The gateway ahead (the agent's commits not yet pushed): push them.
+        Diverged (a force-push on GitHub): GitHub's wins, the pull request is what people review.
+        """
+        remote = f"refs/remotes/github/{branch}"
+        self._git("fetch", "--quiet", "--no-tags", self.settings.clone_url(), f"+refs/heads/{branch}:{remote}")
+        repo = git.Repo(self.local_repo)
+        theirs = repo.commit(remote).hexsha
+        local = f"refs/heads/{branch}"
+        ours = repo.commit(local).hexsha if branch in {h.name for h in repo.branches} else None
+        if ours is not None and ours != theirs and repo.is_ancestor(theirs, ours):
+            self.push(branch, ours)
+            return ours
+        repo.git.update_ref(local, theirs)
+        return theirs
+
+    def push(self, branch: str, sha: str) -> None:
+        """Publish a branch the gateway made (never forced: a branch someone else moved is not overwritten)."""
+        self._git("push", "--quiet", self.settings.clone_url(), f"{sha}:refs/heads/{branch}")
+
+    def _git(self, *args: str) -> None:
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **self._git_auth_env()}
+        try:
+            git.Repo(self.local_repo).git.execute(["git", *args], env=env)
+        except git.GitCommandError as exc:
+            raise BackendError(f"git {args[0]} with GitHub failed: {str(exc.stderr).strip() or exc.status}") from None
+
+    def _git_auth_env(self) -> dict[str, str]:
+        token = getattr(self._auth, "token", None)
+        if not token or not self.settings.clone_url().startswith("https://"):
+            return {}
+        basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"}
+
+    # --- pull requests -----------------------------------------------------------------------
+
+    def open_pull(self, branch: str, base: str, title: str, body: str) -> PullInfo:
+        """The open pull request of `branch`, opened now if there is none."""
+        existing = _call(lambda: list(self.repo.get_pulls(state="open", head=f"{self.settings.owner}:{branch}",
+                                                               base=base)), f"pull requests of {branch}")
+        pr = existing[0] if existing else _call(
+            lambda: self.repo.create_pull(base=base, head=branch, title=title[:250], body=body), "open a pull request")
+        return _info(pr)
+
+    def pull(self, number: int) -> PullInfo:
+        return _info(self._pr(number))
+
+    def upsert_comment(self, number: int, comment_id: int | None, body: str) -> int:
+        """Edit the sticky comment in place; post it when there is none yet (or it was deleted)."""
+        pr = self._pr(number)
+        if comment_id is not None:
+            try:
+                comment = pr.get_issue_comment(comment_id)
+                _call(lambda: comment.edit(body), "edit the gateway's comment")
+                return comment_id
+            except UnknownObjectException:
+                pass
+        return int(_call(lambda: pr.create_issue_comment(body), "comment on the pull request").id)
+
+    def reply(self, number: int, body: str) -> None:
+        """A one-off comment, for a pull request that has no proposal (a fork, an unlinked author)."""
+        pr = self._pr(number)
+        _call(lambda: pr.create_issue_comment(body), "comment on the pull request")
+
+    def request_teams(self, number: int, teams: list[str]) -> None:
+        if teams:
+            _call(lambda: self._pr(number).create_review_request(team_reviewers=teams), "request reviews")
+
+    def set_checks(self, sha: str, checks: list[Check], details_url: str) -> None:
+        """Check runs with an App; commit statuses with a token (GitHub lets only Apps write check runs)."""
+        commit = _call(lambda: self.repo.get_commit(sha), f"commit {sha[:12]}")
+        if not self.credentials.is_app:
+            for c in checks:
+                _call(lambda c=c: commit.create_status(
+                    state=STATUS_STATES[c.state], target_url=details_url, description=f"{c.title}: {c.summary}"[:140],
+                    context=c.name), f"status {c.name}")
+            return
+        existing = {run.name: run for run in _call(lambda: list(commit.get_check_runs()), "check runs")}
+        for c in checks:
+            fields = _check_run_fields(c, details_url)
+            if c.name in existing:
+                _call(lambda c=c, f=fields: existing[c.name].edit(**f), f"check {c.name}")
+            else:
+                _call(lambda c=c, f=fields: self.repo.create_check_run(name=c.name, head_sha=sha, **f),
+                           f"check {c.name}")
+
+    def merge(self, number: int, sha: str, title: str, message: str) -> str:
+        """Merge exactly `sha`: GitHub refuses if the head moved since (a push that slipped in is never merged)."""
+        pr = self._pr(number)
+        try:
+            status = pr.merge(merge_method=self.settings.merge_method, sha=sha, commit_title=title[:250],
+                              commit_message=message)
+        except GithubException as exc:
+            why = _message(exc)
+            if exc.status == 409:
+                raise Conflict(f"GitHub refused the merge: the pull request's head moved from {sha[:12]} ({why})") \
+                    from None
+            raise Conflict(f"GitHub refused the merge ({exc.status}: {why})") from None
+        if not status.merged:
+            raise Conflict(f"GitHub did not merge the pull request: {status.message}")
+        return str(status.sha)
+
+    # --- people ------------------------------------------------------------------------------
+
+    def user_id(self, login: str) -> tuple[int, str]:
+        """The numeric id and exact login of a GitHub user."""
+        user = _call(lambda: self.gh.get_user(login), f"GitHub user {login}")
+        return int(user.id), str(user.login)
+
+    def is_team_member(self, team_slug: str, login: str) -> bool:
+        """An active member of the team now (a pending invitation does not count)."""
+        try:
+            team = self.gh.get_organization(self.settings.owner).get_team_by_slug(team_slug)
+            return str(team.get_team_membership(login).state) == "active"
+        except UnknownObjectException:
+            return False
+        except GithubException as exc:
+            raise BackendError(f"GitHub: team {team_slug} membership of {login}: {_message(exc)}") from None
+
+    # -------------------------------------------------------------------------------------------
+
+    def _pr(self, number: int) -> PullRequest:
+        return _call(lambda: self.repo.get_pull(number), f"pull request #{number}")
+
+
+
+def _call(fn: Callable[[], T], what: str) -> T:
+    """One GitHub call, its failures as the gateway's errors (a person reads them, in the trail or a job)."""
+    try:
+        return fn()
+    except UnknownObjectException:
+        raise NotFound(f"GitHub has no {what}") from None
+    except GithubException as exc:
+        raise BackendError(f"GitHub: {what}: {exc.status} {_message(exc)}") from None
+    except OSError as exc:  # connection refused, DNS, TLS
+        raise BackendError(f"GitHub unreachable ({what}): {exc}") from None
+
+
+def _info(pr: PullRequest) -> PullInfo:
+    return PullInfo(pr.number, pr.head.ref, pr.head.sha, pr.state, bool(pr.merged), pr.html_url)
+
+
+def _check_run_fields(check: Check, details_url: str) -> dict:
+    output = {"title": check.title[:250], "summary": check.summary[:60000] or check.title}
+    if check.text:
+        output["text"] = check.text
+    if check.state == CheckState.PENDING:
+        return {"status": "in_progress", "details_url": details_url, "output": output}
+    return {"status": "completed", "conclusion": check.state.value, "details_url": details_url, "output": output}
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data if isinstance(exc.data, dict) else {}
+    return str(data.get("message") or exc.message or exc)

@@ -1,0 +1,240 @@
+"""A proposal's pull request on GitHub: opening it, keeping its sticky comment and checks in step with
+the trail, linking people's GitHub accounts, and re-checking GitHub team membership.
+
+The pull request mirrors the gateway, never the other way round: what it shows is rendered from the
+proposal's records, and a pull request is behind whenever its proposal has trail events newer than
+the last ones it showed (the housekeeping loop queues a publish job for it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import structlog
+
+from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+from gateway.adapters.records import now
+from gateway.domain.approvals import approval_blockers, required_approvals
+from gateway.domain.errors import ConfigError, GatewayError, InputError, NotFound, Refused
+from gateway.domain.github import PullRequestView, pull_request_checks, render_comment
+from gateway.domain.jobs import JobKind
+from gateway.domain.lifecycle import DECIDABLE
+from gateway.domain.principals import Principal, Role
+from gateway.domain.proposal import Proposal
+from gateway.domain.repo_settings import RepoSettings
+from gateway.services.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
+from gateway.services.workspace import Workspace
+
+log = structlog.get_logger(__name__)
+
+PUBLISH_RETRY_SECONDS = 30.0  # after a failed publish (GitHub down, rate-limited), wait this long
+GITHUB_AUTH = ("github-review", "github-comment")  # how a decision made on GitHub was authenticated
+_forges = threading.local()
+
+
+def credentials(ws: Workspace) -> GitHubCredentials:
+    s = ws.settings
+    key = s.github_app_private_key.get_secret_value() if s.github_app_private_key else None
+    if key is None and s.github_app_private_key_file is not None:
+        try:
+            key = s.github_app_private_key_file.read_text()
+        except OSError as exc:
+            raise ConfigError(f"GATEWAY_GITHUB_APP_PRIVATE_KEY_FILE: {exc}") from None
+    return GitHubCredentials(s.github_token.get_secret_value() if s.github_token else None, s.github_app_id, key,
+                             s.github_installation_id, s.github_write_interval_seconds)
+
+
+def forge_of(ws: Workspace) -> GitHubForge | None:
+    """The repo's GitHub, when main's gateway.yaml says `forge: github` (one client per thread)."""
+    github = ws.repo_settings().github
+    if github is None:
+        return None
+    key = (github.repository, github.api_url, github.clone_url(), str(ws.settings.repo_path))
+    cache: dict = _forges.__dict__.setdefault("by_key", {})
+    if key not in cache:
+        cache[key] = GitHubForge(github, credentials(ws), ws.settings.repo_path)
+    forge: GitHubForge = cache[key]
+    forge.settings = github  # team mappings may have changed on main
+    return forge
+
+
+def require_webhook_secret(ws: Workspace) -> str | None:
+    """The webhook secret, or None without a forge; a forge without a secret stops the service from starting."""
+    if ws.repo_settings().github is None:
+        return None
+    secret = ws.settings.github_webhook_secret
+    if secret is None or not secret.get_secret_value().strip():
+        raise ConfigError("gateway.yaml says forge: github, but GATEWAY_GITHUB_WEBHOOK_SECRET is not set: the webhook "
+                          "route will not accept unsigned deliveries; set the secret GitHub signs them with")
+    return secret.get_secret_value()
+
+
+def link_account(ws: Workspace, actor: Principal, name: str, login: str, github_id: int | None = None) -> tuple[int, str]:
+    """Link a person to a GitHub account by its numeric id (asked of GitHub unless given)."""
+    if not actor.has_role(Role.ADMIN):
+        raise Refused([f"{actor.name} is not an admin; only admins link accounts"])
+    if github_id is None:
+        forge = forge_of(ws)
+        if forge is None:
+            raise InputError("no forge in gateway.yaml to look the login up; pass --github-id")
+        github_id, login = forge.user_id(login)
+    with ws.store.session() as session:
+        principal = session.principal_by_name(name)
+        if principal is None:
+            raise NotFound(f"no user {name}")
+        session.link_github(principal, github_id, login)
+        session.append_event(actor, "principal.github_linked", {"name": name, "github_login": login,
+                                                                "github_id": github_id})
+    return github_id, login
+
+
+# --- keeping the pull request in step --------------------------------------------------------
+
+
+def queue_behind(ws: Workspace) -> list[int]:
+    """Queue a publish job for every proposal whose pull request shows less than its trail (housekeeping)."""
+    if ws.repo_settings().github is None:
+        return []
+    queued = []
+    with ws.store.session() as session:
+        for pid in session.unpublished_proposals(DECIDABLE, PUBLISH_RETRY_SECONDS):
+            if session.queued_job(JobKind.PUBLISH, pid, running_too=False) is None:
+                queued.append(session.add_job(JobKind.PUBLISH, pid, "gateway"))
+    return queued
+
+
+def publish(ws: Workspace, proposal_id: int) -> int | None:
+    """Open the proposal's pull request if it has none, then bring its comment and checks up to date.
+
+    Returns the pull request's number (None without a forge, or for a closed proposal that never had one).
+    """
+    forge = forge_of(ws)
+    if forge is None:
+        return None
+    with ws.store.session(readonly=True) as session:
+        link = session.pull_request_of(proposal_id)
+        seq = session.newest_event_seq(proposal_id)
+    proposal = get_proposal(ws, proposal_id)
+    if link is None:
+        if proposal.status not in DECIDABLE:
+            return None
+        link = _open_pull_request(ws, forge, proposal)
+    try:
+        if proposal.proposer.is_agent and proposal.status in DECIDABLE:
+            forge.sync_branch(proposal.branch)  # the agent's newest commits reach the pull request
+        view = pull_request_view(ws, proposal)
+        comment_id = forge.upsert_comment(link["number"], link["comment_id"], render_comment(view))
+        forge.set_checks(proposal.head_sha, pull_request_checks(view), view.page_url)
+    except GatewayError as exc:
+        with ws.store.session() as session:
+            session.mark_published(proposal_id, seq, None, error=str(exc))
+        raise
+    with ws.store.session() as session:
+        session.mark_published(proposal_id, seq, comment_id)
+    return int(link["number"])
+
+
+def _open_pull_request(ws: Workspace, forge: GitHubForge, proposal: Proposal) -> dict:
+    """Push the proposal's branch and open its pull request (or adopt the open one), asking its approver teams."""
+    forge.push(proposal.branch, proposal.head_sha)
+    title = proposal.reason.strip().splitlines()[0][:120]
+    body = (f"{proposal.reason.strip()}\n\nOpened by the change gateway for proposal {proposal.id}, requested by "
+            f"{proposal.requester.name}. Approve with a review on the latest commit or on the [review page]"
+            f"({page_url(ws, proposal.id)}).")
+    pull = forge.open_pull(proposal.branch, ws.main_branch(), title, body)
+    settings = ws.repo_settings()
+    with ws.store.session() as session:
+        session.link_pull_request(proposal.id, forge.settings.repository, pull.number)
+        session.append_event("gateway", "github.pull_request_opened", {
+            "repository": forge.settings.repository, "number": pull.number, "url": pull.url,
+            "head_sha": proposal.head_sha}, proposal.id, proposal.stacks)
+        link = session.pull_request_of(proposal.id)
+    forge.request_teams(pull.number, approver_teams(settings, proposal))
+    assert link is not None
+    return link
+
+
+def approver_teams(settings: RepoSettings, proposal: Proposal) -> list[str]:
+    teams = settings.github.teams if settings.github else {}
+    return sorted({teams[g] for s in proposal.stacks if s in settings.stacks
+                   for g in settings.stacks[s].approver_groups if g in teams})
+
+
+def page_url(ws: Workspace, proposal_id: int) -> str:
+    return f"{ws.settings.public_url.rstrip('/')}/proposals/{proposal_id}"
+
+
+def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
+    settings = ws.repo_settings()
+    moment = now()
+    with ws.store.session(readonly=True) as session:
+        events = session.events(proposal_id=proposal.id)
+    refusals = [f"{e.actor}: {'; '.join(e.payload.get('reasons', []))}" for e in events
+                if e.kind.endswith(".refused") and e.payload.get("head_sha") in (proposal.head_sha, None)][-6:]
+    transitions = [e for e in events if e.kind.startswith("proposal.")]
+    return PullRequestView(
+        proposal=proposal,
+        previews=proposal_previews(ws, proposal),
+        required_approvals=required_approvals(proposal, settings),
+        blocked_by=approval_blockers(proposal, settings, moment) if proposal.status in DECIDABLE else [],
+        claim_issues=claim_issues(ws, proposal),
+        pending=pending_changes(ws, proposal),
+        approver_groups={s: sorted(settings.stacks[s].approver_groups) for s in proposal.stacks
+                         if s in settings.stacks},
+        teams=dict(settings.github.teams) if settings.github else {},
+        refusals=refusals,
+        page_url=page_url(ws, proposal.id),
+        outcome=_outcome(proposal, transitions[-1].payload if transitions else {}),
+    )
+
+
+def _outcome(proposal: Proposal, last: Mapping) -> str | None:
+    status = proposal.status.value
+    if proposal.merge_sha and status == "applied":
+        return f"Applied and merged into main as {proposal.merge_sha[:12]}."
+    detail = last.get("error") or last.get("reason")
+    if status in ("failed", "unmerged", "abandoned") and detail:
+        return f"{status.capitalize()}: {detail}"
+    return None
+
+
+def refresh_from_github(ws: Workspace, proposal: Proposal) -> None:
+    """Before an apply: main and the pull request's branch as GitHub has them now (no forge: nothing to do)."""
+    forge = forge_of(ws)
+    if forge is None:
+        return
+    with ws.store.session(readonly=True) as session:
+        linked = session.pull_request_of(proposal.id) is not None
+    forge.fetch_main(ws.main_branch())
+    if linked:
+        forge.sync_branch(proposal.branch)
+
+
+# --- GitHub team membership, at approval and again at apply ---------------------------------
+
+
+def verified_groups(ws: Workspace, forge: GitHubForge, principal: Principal, login: str) -> tuple[frozenset[str], dict]:
+    """The person's groups that count for a decision made on GitHub: those whose mapped team they are in now."""
+    teams = forge.settings.teams
+    checked = {g: forge.is_team_member(teams[g], login) for g in sorted(principal.groups) if g in teams}
+    return frozenset(g for g, member in checked.items() if member), checked
+
+
+def github_approval_refusals(ws: Workspace, proposal: Proposal) -> list[str]:
+    """At apply: every approval given on GitHub still needs its maker in an allowed team now."""
+    forge = forge_of(ws)
+    if forge is None:
+        return []
+    settings = ws.repo_settings()
+    reasons = []
+    for approval in proposal.current_approvals:
+        if not approval.auth.startswith(GITHUB_AUTH):
+            continue
+        login = approval.auth.split(":", 1)[1].split("#", 1)[0]
+        groups, _ = verified_groups(ws, forge, approval.principal, login)
+        missing = [s for s in proposal.stacks if s in settings.stacks and not groups & settings.stacks[s].approver_groups]
+        if missing:
+            reasons.append(f"{approval.principal.name}'s approval on GitHub no longer counts: {login} is not an active "
+                           f"member of an approver team of {', '.join(missing)} any more")
+    return reasons

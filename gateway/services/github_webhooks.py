@@ -1,0 +1,373 @@
+"""GitHub webhooks: verified and recorded at once, handled by a worker with the gateway's own rules.
+
+A review or a comment on GitHub is one more way in, never a way around: an approval counts only
+from a linked person with the approver role, in an allowed group whose GitHub team they are an
+active member of, who neither requested nor proposed the change, on the exact commit the current
+plans were made from. Whatever does not count is recorded with the reason, and the sticky comment
+shows it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from gateway.adapters.github_forge import GitHubForge
+from gateway.domain.errors import AuthError, GatewayError, InputError, NotFound, Refused
+from gateway.domain.github import (
+    MIN_FINGERPRINT,
+    Command,
+    CommandKind,
+    parse_command,
+    plan_fingerprint,
+    signature_valid,
+)
+from gateway.domain.jobs import Job, JobKind
+from gateway.domain.lifecycle import ACTIVE, DECIDABLE
+from gateway.domain.principals import Principal
+from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
+from gateway.services.github import forge_of, require_webhook_secret, verified_groups
+from gateway.services.jobs import enqueue_job
+from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
+from gateway.services.workspace import Workspace
+
+log = structlog.get_logger(__name__)
+
+HANDLED_EVENTS = frozenset({"pull_request", "pull_request_review", "issue_comment", "push"})
+MAX_BODY = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
+
+
+def receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    """Verify the signature over the raw body, record the delivery once, queue its handling; nothing else.
+
+    A missing or wrong signature is an AuthError before anything is parsed or written. A redelivery
+    (the same X-GitHub-Delivery) changes nothing and says so.
+    """
+    secret = require_webhook_secret(ws)
+    if secret is None:
+        raise NotFound("no GitHub forge is configured in gateway.yaml")
+    if not signature_valid(secret, body, headers.get("x-hub-signature-256")):
+        raise AuthError("the webhook signature (X-Hub-Signature-256) is missing or does not match the secret")
+    delivery, event = headers.get("x-github-delivery", "").strip(), headers.get("x-github-event", "").strip()
+    if not delivery or not event or len(delivery) > 100 or len(event) > 60:
+        raise InputError("a delivery needs the X-GitHub-Delivery and X-GitHub-Event headers")
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        raise InputError("the delivery's body is not JSON") from None
+    if not isinstance(payload, dict):
+        raise InputError("the delivery's body is not a JSON object")
+    action = payload.get("action") if isinstance(payload.get("action"), str) else None
+    with ws.store.session() as session:
+        if not session.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
+            known = session.delivery(delivery) or {}
+            return {"delivery": delivery, "duplicate": True, "job": known.get("job_id")}
+        job_id = None
+        if event in HANDLED_EVENTS:
+            number = _pull_number(payload)
+            repository = str((payload.get("repository") or {}).get("full_name") or "")
+            proposal_id = session.proposal_for_pull_request(repository, number) if number else None
+            job_id = session.add_job(JobKind.WEBHOOK, proposal_id, "github", {"delivery": delivery})
+            session.set_delivery_job(delivery, job_id)
+    return {"delivery": delivery, "duplicate": False, "job": job_id}
+
+
+def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
+    """The worker's side: act on one recorded delivery. What it records reaches the pull request through
+    the housekeeping loop's publish jobs (the trail moved), refusals included."""
+    with ws.store.session(readonly=True) as session:
+        delivery = session.delivery(str(job.args.get("delivery")))
+    if delivery is None:
+        raise NotFound(f"job {job.id} names no recorded delivery")
+    forge = forge_of(ws)
+    payload = json.loads(delivery["payload"])
+    repository = (payload.get("repository") or {}).get("full_name")
+    if forge is None or repository != forge.settings.repository:
+        return {"ignored": f"a delivery for {repository}, which is not this gateway's repository"}
+    _, result = HANDLERS[delivery["event"]](ws, forge, payload)
+    return result
+
+
+Outcome = tuple[int | None, dict[str, Any]]
+
+
+# --- pull_request ------------------------------------------------------------------------------
+
+
+def _on_pull_request(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+    action, pr = payload.get("action"), payload["pull_request"]
+    number, branch = int(pr["number"]), str(pr["head"]["ref"])
+    proposal_id = _proposal_id(ws, forge, number)
+    if action in ("opened", "reopened"):
+        return _on_opened(ws, forge, payload, proposal_id)
+    if proposal_id is None:
+        return None, {"ignored": f"pull request #{number} has no proposal"}
+    if action == "synchronize":
+        forge.fetch_main(ws.main_branch())
+        forge.sync_branch(branch)
+        _, changes = sync_proposal(ws, proposal_id)
+        return proposal_id, {"changes": changes}
+    if action == "closed":
+        return proposal_id, _on_closed(ws, payload, proposal_id)
+    return None, {"ignored": f"pull_request {action}"}
+
+
+def _on_opened(ws: Workspace, forge: GitHubForge, payload: dict, proposal_id: int | None) -> Outcome:
+    pr = payload["pull_request"]
+    number, branch = int(pr["number"]), str(pr["head"]["ref"])
+    if proposal_id is not None and get_proposal(ws, proposal_id).status in ACTIVE:
+        return proposal_id, {"ignored": f"pull request #{number} is proposal {proposal_id} already"}
+    with ws.store.session() as session:
+        ours = session.open_proposal_for_branch(branch)
+        if ours is not None and session.pull_request_of(ours) is None:  # the gateway opened it a moment ago
+            session.link_pull_request(ours, forge.settings.repository, number)
+        author = session.principal_by_github_id(int(pr["user"]["id"]))
+    if ours is not None:
+        return ours, {"linked": ours}
+    head_repo = (pr["head"].get("repo") or {}).get("full_name")
+    reasons = []
+    if head_repo != forge.settings.repository:
+        reasons.append(f"pull request #{number} comes from the fork {head_repo or '(deleted)'}: the gateway plans "
+                       f"only branches of {forge.settings.repository}, whose code it may run")
+    if pr["base"]["ref"] != ws.main_branch():
+        reasons.append(f"pull request #{number} targets {pr['base']['ref']}; the gateway plans changes to "
+                       f"{ws.main_branch()} only")
+    login = pr["user"]["login"]
+    if author is None:
+        reasons.append(f"GitHub user {login} is not linked to a gateway person "
+                       f"(an admin runs `gateway users link NAME --github {login}`)")
+    if not reasons:
+        assert author is not None
+        forge.fetch_main(ws.main_branch())
+        forge.sync_branch(branch)
+        reason = "\n\n".join(p for p in (pr.get("title") or "", pr.get("body") or "") if p.strip())[:4000]
+        try:
+            proposal = open_proposal(ws, author, branch, reason or f"pull request #{number}")
+        except GatewayError as exc:
+            reasons = exc.reasons if isinstance(exc, Refused) else [str(exc)]
+        else:
+            with ws.store.session() as session:
+                session.link_pull_request(proposal.id, forge.settings.repository, number)
+            return proposal.id, {"opened": proposal.id}
+    with ws.store.session() as session:
+        session.append_event(_actor(payload["sender"]), "github.pull_request.refused", {
+            "number": number, "reasons": reasons, "head_sha": pr["head"]["sha"]})
+    forge.reply(number, "The change gateway does not plan this pull request:\n\n" + "\n".join(f"- {r}" for r in reasons))
+    return None, {"refused": reasons}
+
+
+def _on_closed(ws: Workspace, payload: dict, proposal_id: int) -> dict[str, Any]:
+    pr, sender = payload["pull_request"], payload["sender"]
+    with ws.store.session() as session:
+        proposal = session.get_proposal(proposal_id, lock=True)
+        if pr.get("merged"):
+            if proposal.status == ProposalStatus.APPLIED:
+                return {"merged": pr.get("merge_commit_sha")}
+            # someone merged on GitHub what the gateway never applied: main now describes what does not run
+            warning = (f"pull request #{pr['number']} was merged on GitHub by {sender['login']} while proposal "
+                       f"{proposal_id} is {proposal.status.value}: main now describes changes that were never applied")
+            session.append_event(_actor(sender), "github.merged_without_apply", {
+                "number": pr["number"], "merge_commit_sha": pr.get("merge_commit_sha"), "warning": warning},
+                proposal_id, proposal.stacks)
+            log.error("github.merged_without_apply", proposal=proposal_id, number=pr["number"])
+            if proposal.status in DECIDABLE:
+                session.record_transition(proposal, Transition.ABANDON, _actor(sender), {"reason": warning})
+            return {"merged_without_apply": warning}
+        if proposal.status in DECIDABLE:
+            session.record_transition(proposal, Transition.ABANDON, _actor(sender), {
+                "reason": f"pull request #{pr['number']} closed on GitHub by {sender['login']} without merging"})
+            return {"abandoned": proposal_id}
+    return {"ignored": f"proposal {proposal_id} is {proposal.status.value}"}
+
+
+# --- pull_request_review -------------------------------------------------------------------------
+
+
+def _on_review(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+    action, review = payload.get("action"), payload["review"]
+    proposal_id = _proposal_id(ws, forge, int(payload["pull_request"]["number"]))
+    if proposal_id is None:
+        return None, {"ignored": "no proposal for this pull request"}
+    user = review["user"]
+    auth = f"github-review:{user['login']}#{review['id']}"
+    with ws.store.session(readonly=True) as session:
+        person = session.principal_by_github_id(int(user["id"]))
+    if action == "dismissed":
+        if person is None:
+            return proposal_id, {"ignored": f"{user['login']} is not linked"}
+        withdraw_decisions(ws, _actor(payload["sender"]), person, proposal_id,
+                           f"review {review['id']} dismissed on GitHub by {payload['sender']['login']}")
+        return proposal_id, {"withdrawn": person.name}
+    state = str(review.get("state", "")).lower()
+    if action != "submitted" or state not in ("approved", "changes_requested"):
+        return proposal_id, {"ignored": f"review {action} {state}"}
+    decision = Decision.APPROVE if state == "approved" else Decision.REJECT
+    proposal = _catch_up(ws, forge, proposal_id)
+    reasons = _identity_refusals(user, person)
+    if not reasons and review.get("commit_id") != proposal.head_sha:
+        reasons.append(f"the review is of commit {str(review.get('commit_id'))[:12]}, but the current plans are of "
+                       f"{proposal.head_sha[:12]}: review the latest commit")
+    if reasons:
+        _refuse(ws, user, proposal, decision, reasons, auth)
+    assert person is not None
+    comment = (review.get("body") or "").strip() or ("approved on GitHub" if decision == Decision.APPROVE
+                                                       else "changes requested on GitHub")
+    _decide_on_github(ws, forge, person, user["login"], proposal, decision, comment, auth,
+                      seen_sha=review["commit_id"])
+    return proposal_id, {decision.value: person.name}
+
+
+# --- issue_comment: /gateway commands --------------------------------------------------------------
+
+
+def _on_comment(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+    comment, issue, user = payload["comment"], payload["issue"], payload["comment"]["user"]
+    if payload.get("action") != "created" or "pull_request" not in issue:
+        return None, {"ignored": "not a new comment on a pull request"}
+    if user.get("type") == "Bot" or str(user.get("login", "")).endswith("[bot]"):
+        return None, {"ignored": "comments by bots are not commands"}
+    command = parse_command(comment.get("body") or "")
+    if command is None:
+        return None, {"ignored": "not a /gateway command"}
+    proposal_id = _proposal_id(ws, forge, int(issue["number"]))
+    if proposal_id is None:
+        forge.reply(int(issue["number"]), "This pull request has no proposal in the change gateway.")
+        return None, {"ignored": "no proposal"}
+    auth = f"github-comment:{user['login']}#{comment['id']}"
+    with ws.store.session(readonly=True) as session:
+        person = session.principal_by_github_id(int(user["id"]))
+    proposal = get_proposal(ws, proposal_id)
+    reasons = _identity_refusals(user, person)
+    if reasons:
+        _refuse(ws, user, proposal, command.kind, reasons, auth)
+    assert person is not None
+    return proposal_id, COMMANDS[command.kind](ws, forge, person, user["login"], proposal, command, auth)
+
+
+def _command_plan(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+                  command: Command, auth: str) -> dict[str, Any]:
+    return {"job": enqueue_job(ws, person, JobKind.PLAN, proposal.id).id}
+
+
+def _command_apply(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+                   command: Command, auth: str) -> dict[str, Any]:
+    return {"job": enqueue_job(ws, person, JobKind.APPLY, proposal.id).id}
+
+
+def _command_decide(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+                    command: Command, auth: str) -> dict[str, Any]:
+    decision = Decision.APPROVE if command.kind == CommandKind.APPROVE else Decision.REJECT
+    seen = None
+    if decision == Decision.APPROVE:
+        current = plan_fingerprint(proposal.current_digests)
+        prefix = command.argument.strip().lower()
+        if len(prefix) < MIN_FINGERPRINT or not current.startswith(prefix):
+            _refuse(ws, {"login": login}, proposal, decision, [
+                f"`/gateway approve {prefix or '…'}` does not name the current plan {current[:12]} (give at least "
+                f"{MIN_FINGERPRINT} characters of the plan id the comment shows)"], auth)
+        seen = proposal.current_digests
+    _decide_on_github(ws, forge, person, login, _catch_up(ws, forge, proposal.id), decision,
+                      command.argument if decision == Decision.REJECT else "approved with /gateway approve", auth,
+                      seen_sha=proposal.head_sha, seen_digests=seen)
+    return {decision.value: person.name}
+
+
+def _command_ask(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+                 command: Command, auth: str) -> dict[str, Any]:
+    from gateway.services.agent_requests import submit_request  # the agent (and its model client) only when asked
+
+    with ws.store.session(readonly=True) as session:
+        conversation = session.conversation_of_proposal(proposal.id)
+    if conversation is None or conversation["requester_id"] != person.id:
+        _refuse(ws, {"login": login}, proposal, command.kind, [
+            "only the person who asked the agent for this change can ask it to revise the branch"], auth)
+    assert conversation is not None
+    outcome = submit_request(ws, person, command.argument, conversation["id"])
+    return {"asked": conversation["id"], "stopped": outcome.stopped, "changed_files": outcome.changed_files}
+
+
+COMMANDS: dict[CommandKind, Callable[..., dict[str, Any]]] = {
+    CommandKind.PLAN: _command_plan, CommandKind.APPLY: _command_apply, CommandKind.APPROVE: _command_decide,
+    CommandKind.REJECT: _command_decide, CommandKind.ASK: _command_ask,
+}
+
+
+# --- push -------------------------------------------------------------------------------------------
+
+
+def _on_push(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+    """Main moved on GitHub: fetch it; the housekeeping loop re-plans the proposals whose plans it touched."""
+    if payload.get("ref") == f"refs/heads/{ws.main_branch()}":
+        forge.fetch_main(ws.main_branch())
+        return None, {"fetched": ws.main_branch()}
+    return None, {"ignored": f"push to {payload.get('ref')}"}
+
+
+HANDLERS: dict[str, Callable[[Workspace, GitHubForge, dict], Outcome]] = {
+    "pull_request": _on_pull_request, "pull_request_review": _on_review, "issue_comment": _on_comment,
+    "push": _on_push,
+}
+
+
+# -----------------------------------------------------------------------------------------------------
+
+
+def _decide_on_github(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+                      decision: Decision, comment: str, auth: str, seen_sha: str | None,
+                      seen_digests: Mapping[str, str] | None = None) -> None:
+    """Decide as the person, counting only the groups whose GitHub team they are an active member of now."""
+    groups, checked = verified_groups(ws, forge, person, login)
+    with ws.store.session() as session:
+        session.append_event(person, "github.team_check", {
+            "login": login, "teams": {g: forge.settings.teams[g] for g in checked}, "active": sorted(groups),
+            "not_member": sorted(g for g, ok in checked.items() if not ok), "head_sha": proposal.head_sha},
+            proposal.id, proposal.stacks)
+    decide(ws, replace(person, groups=groups), proposal.id, decision, comment, seen_sha, auth, seen_digests)
+
+
+def _identity_refusals(user: Mapping, person: Principal | None) -> list[str]:
+    if user.get("type") == "Bot" or str(user.get("login", "")).endswith("[bot]"):
+        return [f"{user.get('login')} is a bot account; bots never approve, reject or command changes"]
+    if person is None:
+        return [f"GitHub user {user.get('login')} is not linked to a gateway person "
+                f"(an admin runs `gateway users link NAME --github {user.get('login')}`)"]
+    return []
+
+
+def _refuse(ws: Workspace, user: Mapping, proposal: Proposal, what: Decision | CommandKind, reasons: list[str],
+            auth: str) -> None:
+    kind = f"{what.value}.refused"
+    with ws.store.session() as session:
+        session.append_event(_actor(user), kind, {"reasons": reasons, "head_sha": proposal.head_sha,
+                                                  "authenticated_by": auth}, proposal.id, proposal.stacks)
+    raise Refused(reasons)
+
+
+def _catch_up(ws: Workspace, forge: GitHubForge, proposal_id: int) -> Proposal:
+    """Fetch main and the branch from GitHub and re-plan if either moved, so decisions bind to what GitHub shows."""
+    proposal = get_proposal(ws, proposal_id)
+    if proposal.status in DECIDABLE:
+        forge.fetch_main(ws.main_branch())
+        forge.sync_branch(proposal.branch)
+        proposal, _ = sync_proposal(ws, proposal_id)
+    return proposal
+
+
+def _actor(user: Mapping) -> str:
+    return f"github:{user.get('login', '?')}"
+
+
+def _pull_number(payload: Mapping) -> int | None:
+    pr = payload.get("pull_request") or {}
+    issue = payload.get("issue") or {}
+    number = pr.get("number") or (issue.get("number") if "pull_request" in issue else None)
+    return int(number) if isinstance(number, int) else None
+
+
+def _proposal_id(ws: Workspace, forge: GitHubForge, number: int) -> int | None:
+    with ws.store.session(readonly=True) as session:
+        return session.proposal_for_pull_request(forge.settings.repository, number)

@@ -1,0 +1,309 @@
+"""Pull requests on GitHub, end to end: the real app and its worker, PyGithub talking to a fake GitHub over
+real HTTP (its answers validated against GitHub's REST description), signed webhook deliveries built
+from the fake's state (validated against the webhook description), and real git on both sides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+from gateway import worker as worker_module
+from gateway.api.app import create_app
+from gateway.commands import cli
+from gateway.config import Settings
+from gateway.domain.errors import ConfigError
+from gateway.domain.github import plan_fingerprint
+from gateway.services.agent_requests import agent_principal
+from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.github import link_account
+from gateway.services.proposals import get_proposal
+from gateway.services.workspace import Workspace, create_workspace
+
+from .conftest import Clone, People, add_people
+from .github_fake import FakeGitHub
+from .model_stub import ModelStub, tool_call
+
+SECRET = "It's a Secret to Everybody"
+T = TypeVar("T")
+
+QUEUE = '''resource "aws_sqs_queue" "refunds" {
+  name = "refund-events"
+  tags = { owner = "payments", "cost-centre" = "cc-42" }
+}
+'''
+
+
+@dataclass
+class World:
+    ws: Workspace
+    gh: FakeGitHub
+    client: TestClient
+    people: People
+    stub: ModelStub
+    home: Path
+
+    def deliver(self, event: str, payload: dict[str, Any], delivery: str | None = None,
+                secret: str | None = SECRET) -> Any:
+        body = json.dumps(payload).encode()
+        headers = {"X-GitHub-Event": event, "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+                   "Content-Type": "application/json"}
+        if secret is not None:
+            headers["X-Hub-Signature-256"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        return self.client.post("/api/v1/github/webhook", content=body, headers=headers)
+
+    def auth(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.people.tokens[name]}"}
+
+    def events(self, proposal_id: int | None = None, kind: str | None = None) -> list[Any]:
+        with self.ws.store.session(readonly=True) as session:
+            return session.events(proposal_id=proposal_id, kind=kind)
+
+    def sticky(self, number: int) -> str:
+        mine = [c["body"] for c in self.gh.comments(number) if "change-gateway:proposal:" in c["body"]]
+        return mine[-1] if mine else ""
+
+    def statuses(self, sha: str) -> dict[str, str]:
+        latest: dict[str, str] = {}
+        for status in self.gh.statuses(sha):  # oldest first: the newest of each context wins
+            latest[status["context"]] = status["state"]
+        return latest
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
+    with FakeGitHub(tmp_path / "github") as gh, ModelStub() as stub:
+        settings = Settings(home=tmp_path / "home", token=None, lock_wait_seconds=2, github_token="ghp_test_token",
+                            github_webhook_secret=SECRET, github_write_interval_seconds=0,
+                            public_url="http://gateway.test", openai_base_url=stub.base_url, openai_api_key="k",
+                            model="stub-model")
+        ws = create_workspace(settings)
+        bootstrap_simulator(ws)
+        people = add_people(ws)
+        main = Clone(ws, tmp_path / "admin-clone")
+        main.write("gateway.yaml", main.read("gateway.yaml") + (
+            f"\nforge: github\ngithub:\n  repository: {gh.full_name}\n  api_url: {gh.url}\n"
+            f"  git_url: {gh.git_url}\n  teams: {{platform: platform-team, app: app-team}}\n"))
+        main.push("GitHub is the forge", author="admin")
+        ws.repo.repo.git.push(gh.git_url, "+main:main")
+        for name in ("alice", "bob", "carol", "erin", "dana"):
+            link_account(ws, people.admin, name, name, gh.add_user(name))
+        agent_principal(ws)
+        link_account(ws, people.admin, "gateway-agent", "gateway-bot", gh.add_user("gateway-bot", user_type="Bot"))
+        gh.add_user("mallory")
+        gh.add_team("platform-team", ["bob", "carol"])
+        gh.add_team("app-team", ["alice"])
+        with TestClient(create_app(settings, workers=1)) as client:
+            yield World(ws, gh, client, people, stub, settings.home)
+        ws.close()
+    assert not (gh.schema_errors or gh.request_errors or gh.unhandled), (gh.schema_errors, gh.request_errors,
+                                                                         gh.unhandled)
+
+
+def open_pull_on_github(world: World, branch: str = "feature/refunds", user: str = "alice", **kwargs: Any) -> int:
+    """A person pushes a branch to GitHub and opens a pull request there; GitHub tells the gateway."""
+    world.gh.push_commit(branch, {"stacks/app-staging/queue.tf": QUEUE}, "Add a refunds queue", author_login=user)
+    number = world.gh.open_pull(branch, "Add a queue for refund events", "Refunds need a queue.", user, **kwargs)
+    assert world.deliver("pull_request", world.gh.pull_request_event(number, "opened", sender=user)).status_code == 202
+    return number
+
+
+def proposal_of(world: World, number: int) -> int:
+    def probe() -> int | None:
+        with world.ws.store.session(readonly=True) as session:
+            return session.proposal_for_pull_request(world.gh.full_name, number)
+    return wait_for(f"a proposal for pull request #{number}", probe)
+
+
+def test_an_agent_request_becomes_a_pull_request_approved_applied_and_merged_on_github(world: World) -> None:
+    world.stub.turns = [
+        tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+        tool_call("run_preview", stack="app-staging"),
+        tool_call("finish", summary="Adds aws_sqs_queue.refunds; nothing is deleted."),
+    ]
+    run = world.client.post("/api/v1/requests", json={"text": "Add a queue for refund events in staging"},
+                            headers=world.auth("alice")).json()
+    proposal_id = wait_for("the agent's proposal", lambda: world.client.get(
+        f"/api/v1/requests/{run['id']}", headers=world.auth("alice")).json().get("proposal_id"))
+    proposal = get_proposal(world.ws, proposal_id)
+
+    [pull] = wait_for("the pull request", lambda: [p for p in world.gh.pulls() if p["head"]["ref"] == proposal.branch])
+    number = pull["number"]
+    assert pull["head"]["sha"] == proposal.head_sha  # the agent's branch was pushed as it is
+    comment = wait_for("the sticky comment", lambda: world.sticky(number))
+    assert "Requested by **alice**, proposed by **gateway-agent** (agent)" in comment
+    assert "aws_sqs_queue.refunds" in comment and "the plan agrees with what the agent says" in comment
+    assert "needs **1** approval(s)" in comment and "team `platform-team`" in comment
+    expected = {"gateway/plan": "success", "gateway/policy": "success", "gateway/approval": "pending",
+                "gateway/apply": "pending"}
+    wait_for("the four checks", lambda: world.statuses(proposal.head_sha) == expected)
+    assert set(world.gh.review_requests(number)["teams"]) == {"platform-team", "app-team"}
+
+    review = world.gh.add_review(number, "carol", "APPROVED", body="looks right")
+    assert world.deliver("pull_request_review", world.gh.review_event(review)).status_code == 202
+    wait_for("carol's approval", lambda: get_proposal(world.ws, proposal_id).current_approvals)
+
+    command = world.gh.add_comment(number, "carol", "/gateway apply")
+    assert world.deliver("issue_comment", world.gh.comment_event(command)).status_code == 202
+    wait_for("the apply", lambda: get_proposal(world.ws, proposal_id).status.value == "applied")
+    merged = world.gh.pull(number)
+    assert merged["merged"] and get_proposal(world.ws, proposal_id).merge_sha == merged["merge_commit_sha"]
+    [merge_call] = [body for method, path, body in world.gh.requests if path.endswith(f"/pulls/{number}/merge")]
+    assert merge_call["sha"] == proposal.head_sha  # merged exactly the approved head
+    assert world.ws.repo.resolve("main") == merged["merge_commit_sha"]  # the gateway's main follows GitHub's
+
+    wait_for("the outcome on the pull request", lambda: "Applied and merged into main" in world.sticky(number)
+             and world.statuses(proposal.head_sha).get("gateway/apply") == "success")
+    assert world.statuses(proposal.head_sha)["gateway/approval"] == "success"
+
+    story = CliRunner().invoke(cli, ["audit", "show", str(proposal_id)], env={
+        "GATEWAY_HOME": str(world.home), "GATEWAY_TOKEN": world.people.tokens["dana"]})
+    assert story.exit_code == 0, story.output
+    approval = next(line for line in story.output.splitlines() if " approval" in line)
+    assert "carol" in approval
+    assert f"authenticated_by: github-review:carol#{review['id']}" in story.output
+    assert "github.team_check" in story.output and "platform" in story.output
+
+
+def test_a_pull_request_opened_on_github_is_a_proposal_of_its_author(world: World) -> None:
+    number = open_pull_on_github(world)
+    proposal = get_proposal(world.ws, proposal_of(world, number))
+    assert (proposal.requester.name, proposal.proposer.name, proposal.stacks) == ("alice", "alice", ("app-staging",))
+    assert proposal.head_sha == world.gh.pull(number)["head"]["sha"]
+    comment = wait_for("the sticky comment", lambda: world.sticky(number))
+    assert f"/gateway approve {plan_fingerprint(proposal.current_digests)[:12]}" in comment
+
+    # a push re-plans, and the approval given before it is stale
+    review = world.gh.add_review(number, "carol", "APPROVED")
+    world.deliver("pull_request_review", world.gh.review_event(review))
+    wait_for("the approval", lambda: get_proposal(world.ws, proposal.id).current_approvals)
+    before = world.gh.pull(number)["head"]["sha"]
+    after = world.gh.push_commit("feature/refunds", {"stacks/app-staging/queue2.tf": QUEUE.replace("refunds", "r2")},
+                                 "Another queue", author_login="alice")
+    world.deliver("pull_request", world.gh.pull_request_event(number, "synchronize", sender="alice",
+                                                              before=before, after=after))
+    wait_for("the re-plan", lambda: get_proposal(world.ws, proposal.id).head_sha == after)
+    assert not get_proposal(world.ws, proposal.id).current_approvals
+    wait_for("the comment to show the new plan", lambda: after[:12] in world.sticky(number))
+
+    # closed without merging: abandoned
+    world.gh.close_pull(number)
+    world.deliver("pull_request", world.gh.pull_request_event(number, "closed", sender="alice"))
+    wait_for("the abandon", lambda: get_proposal(world.ws, proposal.id).status.value == "abandoned")
+
+
+def test_signatures_and_redeliveries(world: World) -> None:
+    world.gh.push_commit("feature/refunds", {"stacks/app-staging/queue.tf": QUEUE}, "queue", author_login="alice")
+    number = world.gh.open_pull("feature/refunds", "Add a queue", "", "alice")
+    payload = world.gh.pull_request_event(number, "opened", sender="alice")
+    assert world.deliver("pull_request", payload, secret=None).status_code == 401
+    assert world.deliver("pull_request", payload, secret="not the secret").status_code == 401
+    with world.ws.store.session(readonly=True) as session:
+        assert session.proposal_for_pull_request(world.gh.full_name, number) is None
+    assert world.ws.db.engine.connect().exec_driver_sql("select count(*) from webhook_deliveries").scalar() == 0
+
+    first = world.deliver("pull_request", payload, delivery="delivery-1")
+    again = world.deliver("pull_request", payload, delivery="delivery-1")
+    assert first.status_code == again.status_code == 202
+    assert (first.json()["duplicate"], again.json()["duplicate"]) == (False, True)
+    assert again.json()["job"] == first.json()["job"]
+    proposal_of(world, number)
+    opened = [e for e in world.events(kind="proposal.opened")]
+    assert len(opened) == 1
+
+
+def test_a_forge_without_a_webhook_secret_does_not_start(world: World) -> None:
+    settings = world.ws.settings.model_copy(update={"github_webhook_secret": None})
+    with pytest.raises(ConfigError, match="GATEWAY_GITHUB_WEBHOOK_SECRET"):
+        create_app(settings, workers=0)
+
+
+def test_approvals_that_do_not_count_are_refused_with_the_reason_in_the_trail_and_the_comment(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    gh = world.gh
+
+    def refused(login: str, event: str, payload: dict[str, Any], reason: str) -> None:
+        count = len([e for e in world.events(pid) if e.kind.endswith(".refused")])
+        assert world.deliver(event, payload).status_code == 202
+        event_ = wait_for(f"the refusal of {login}", lambda: [
+            e for e in world.events(pid) if e.kind.endswith(".refused")][count:])[0]
+        assert reason in "; ".join(event_.payload["reasons"]), event_.payload
+        wait_for(f"the comment to say why {login} does not count", lambda: reason in world.sticky(number))
+        assert not get_proposal(world.ws, pid).current_approvals
+
+    refused("alice", "pull_request_review", gh.review_event(gh.add_review(number, "alice", "APPROVED")),
+            "alice requested this change")
+    refused("gateway-bot", "pull_request_review", gh.review_event(gh.add_review(number, "gateway-bot", "APPROVED")),
+            "gateway-bot is a bot account")
+    refused("mallory", "pull_request_review", gh.review_event(gh.add_review(number, "mallory", "APPROVED")),
+            "GitHub user mallory is not linked")
+    gh.remove_member("platform-team", "bob")
+    refused("bob", "pull_request_review", gh.review_event(gh.add_review(number, "bob", "APPROVED")),
+            "bob is not in an approver group of stack app-staging")
+    assert world.events(pid, kind="github.team_check")[-1].payload["not_member"] == ["platform"]
+    old = gh.pull(number)["head"]["sha"]
+    gh.push_commit("feature/refunds", {"stacks/app-staging/more.tf": QUEUE.replace("refunds", "more")}, "more",
+                   author_login="alice")
+    refused("carol", "pull_request_review", gh.review_event(gh.add_review(number, "carol", "APPROVED", commit_id=old)),
+            f"the review is of commit {old[:12]}")
+    refused("dana", "issue_comment", gh.comment_event(gh.add_comment(number, "dana", "/gateway approve 0000000")),
+            "does not name the current plan")
+    proposal = get_proposal(world.ws, pid)
+    fingerprint = plan_fingerprint(proposal.current_digests)[:12]
+    refused("dana", "issue_comment", gh.comment_event(gh.add_comment(number, "dana", f"/gateway approve {fingerprint}")),
+            "dana does not have the approver role")
+
+
+def test_a_push_after_the_approval_stops_the_apply_and_the_merge(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    proposal = get_proposal(world.ws, pid)
+    fingerprint = plan_fingerprint(proposal.current_digests)[:12]
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
+        number, "carol", f"/gateway approve {fingerprint}")))
+    approval = wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)[0]
+    assert approval.auth.startswith("github-comment:carol#")
+    # a push slips in on GitHub; its webhook has not arrived when carol asks for the apply
+    world.gh.push_commit("feature/refunds", {"stacks/app-staging/sneaky.tf": QUEUE.replace("refunds", "sneaky")},
+                         "sneaky", author_login="alice")
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "carol", "/gateway apply")))
+    refusal = wait_for("the apply's refusal", lambda: world.events(pid, kind="apply.refused"))[0]
+    assert "needs 1 approval(s)" in "; ".join(refusal.payload["reasons"])
+    assert not world.gh.pull(number)["merged"]
+    assert not [body for _, path, body in world.gh.requests if path.endswith("/merge")]
+    assert get_proposal(world.ws, pid).status.value == "open"
+
+
+def test_a_pull_request_from_a_fork_is_not_planned(world: World) -> None:
+    world.gh.push_commit("feature/fork", {"stacks/app-staging/queue.tf": QUEUE}, "queue", author_login="alice")
+    number = world.gh.open_pull("feature/fork", "From a fork", "", "alice", fork=True)
+    world.deliver("pull_request", world.gh.pull_request_event(number, "opened", sender="alice"))
+    reply = wait_for("the reply", lambda: [c["body"] for c in world.gh.comments(number)])
+    assert "comes from the fork" in reply[0]
+    refusal = world.events(kind="github.pull_request.refused")[0]
+    assert "comes from the fork" in refusal.payload["reasons"][0]
+    with world.ws.store.session(readonly=True) as session:
+        assert session.proposal_for_pull_request(world.gh.full_name, number) is None

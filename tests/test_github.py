@@ -11,10 +11,12 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
@@ -31,7 +33,7 @@ from gateway.services.github import link_account
 from gateway.services.proposals import get_proposal
 from gateway.services.workspace import Workspace, create_workspace
 
-from .conftest import Clone, People, add_people
+from .conftest import FIXTURES, Clone, People, add_people
 from .github_fake import FakeGitHub
 from .model_stub import ModelStub, tool_call
 
@@ -91,18 +93,21 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30) -> T
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
-    with FakeGitHub(tmp_path / "github") as gh, ModelStub() as stub:
-        settings = Settings(home=tmp_path / "home", token=None, lock_wait_seconds=2, github_token="ghp_test_token",
+@contextmanager
+def github_world(root: Path, app: bool = False, database_url: str | None = None) -> Iterator[World]:
+    """A workspace whose gateway.yaml says `forge: github`, its app and worker, GitHub's fake and a model stub."""
+    with FakeGitHub(root / "github") as gh, ModelStub() as stub:
+        credentials: dict[str, Any] = ({"github_app_id": gh.app_id, "github_app_private_key": gh.app_private_key_pem,
+                                        "github_installation_id": gh.installation_id} if app
+                                       else {"github_token": "ghp_test_token"})
+        settings = Settings(home=root / "home", database_url=database_url, token=None, lock_wait_seconds=2,
                             github_webhook_secret=SECRET, github_write_interval_seconds=0,
                             public_url="http://gateway.test", openai_base_url=stub.base_url, openai_api_key="k",
-                            model="stub-model")
+                            model="stub-model", **credentials)
         ws = create_workspace(settings)
         bootstrap_simulator(ws)
         people = add_people(ws)
-        main = Clone(ws, tmp_path / "admin-clone")
+        main = Clone(ws, root / "admin-clone")
         main.write("gateway.yaml", main.read("gateway.yaml") + (
             f"\nforge: github\ngithub:\n  repository: {gh.full_name}\n  api_url: {gh.url}\n"
             f"  git_url: {gh.git_url}\n  teams: {{platform: platform-team, app: app-team}}\n"))
@@ -120,6 +125,13 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         ws.close()
     assert not (gh.schema_errors or gh.request_errors or gh.unhandled), (gh.schema_errors, gh.request_errors,
                                                                          gh.unhandled)
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
+    with github_world(tmp_path) as w:
+        yield w
 
 
 def open_pull_on_github(world: World, branch: str = "feature/refunds", user: str = "alice", **kwargs: Any) -> int:
@@ -277,7 +289,19 @@ def test_approvals_that_do_not_count_are_refused_with_the_reason_in_the_trail_an
             "dana does not have the approver role")
 
 
+@pytest.mark.postgres
+def test_a_push_after_the_approval_stops_the_apply_and_the_merge_on_postgres(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str) -> None:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
+    with github_world(tmp_path, database_url=postgres_url) as world:
+        push_after_approval(world)
+
+
 def test_a_push_after_the_approval_stops_the_apply_and_the_merge(world: World) -> None:
+    push_after_approval(world)
+
+
+def push_after_approval(world: World) -> None:
     number = open_pull_on_github(world)
     pid = proposal_of(world, number)
     proposal = get_proposal(world.ws, pid)
@@ -307,3 +331,99 @@ def test_a_pull_request_from_a_fork_is_not_planned(world: World) -> None:
     assert "comes from the fork" in refusal.payload["reasons"][0]
     with world.ws.store.session(readonly=True) as session:
         assert session.proposal_for_pull_request(world.gh.full_name, number) is None
+
+
+def test_with_a_github_app_the_checks_are_check_runs_and_the_whole_plan_is_in_the_plan_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
+    with github_world(tmp_path, app=True) as world:
+        number = open_pull_on_github(world)
+        head = world.gh.pull(number)["head"]["sha"]
+        runs = wait_for("four check runs", lambda: (lambda r: r if len(r) == 4 else None)(
+            {run["name"]: run for run in world.gh.check_runs(head)}))
+        assert (runs["gateway/plan"]["status"], runs["gateway/plan"]["conclusion"]) == ("completed", "success")
+        assert "aws_sqs_queue.refunds" in runs["gateway/plan"]["output"]["text"]
+        assert runs["gateway/approval"]["status"] == "in_progress"
+        assert runs["gateway/apply"]["status"] == "in_progress"
+        assert runs["gateway/plan"]["details_url"].startswith("http://gateway.test/proposals/")
+        assert not world.gh.statuses(head)  # an App writes checks, not statuses
+        assert any(body and body.get("permissions") is not None for method, path, body in world.gh.requests
+                   if path.endswith("/access_tokens"))  # authenticated as the App's installation
+
+
+def test_a_dismissed_review_withdraws_the_approval_and_changes_requested_rejects(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    review = world.gh.add_review(number, "carol", "APPROVED")
+    world.deliver("pull_request_review", world.gh.review_event(review))
+    wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
+    world.gh.dismiss_review(number, review["id"], "not so fast")
+    world.deliver("pull_request_review", world.gh.review_event(review, action="dismissed", sender="bob"))
+    wait_for("the withdrawal", lambda: not get_proposal(world.ws, pid).current_approvals)
+    [withdrawn] = world.events(pid, kind="decision.withdrawn")
+    assert withdrawn.actor == "github:bob" and withdrawn.payload["by"] == "carol"
+
+    changes = world.gh.add_review(number, "bob", "CHANGES_REQUESTED", body="name the queue after the team")
+    world.deliver("pull_request_review", world.gh.review_event(changes))
+    rejection = wait_for("bob's rejection", lambda: get_proposal(world.ws, pid).current_rejection)
+    assert rejection.principal.name == "bob" and rejection.comment == "name the queue after the team"
+    wait_for("the comment to say so", lambda: "rejected by **bob**: name the queue" in world.sticky(number))
+
+
+def test_a_merge_by_hand_on_github_before_any_apply_is_reported_loudly(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    world.gh.add_token("ghp_bob", "bob")
+    response = httpx.put(f"{world.gh.url}/repos/{world.gh.full_name}/pulls/{number}/merge",
+                         headers={"Authorization": "token ghp_bob"}, json={"merge_method": "merge"})
+    assert response.status_code == 200, response.text
+    world.deliver("pull_request", world.gh.pull_request_event(number, "closed", sender="bob"))
+    [warning] = wait_for("the warning", lambda: world.events(pid, kind="github.merged_without_apply"))
+    assert "main now describes changes that were never applied" in warning.payload["warning"]
+    assert get_proposal(world.ws, pid).status.value == "abandoned"
+    wait_for("the comment to say so", lambda: "were never applied" in world.sticky(number))
+
+
+def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_requester_may(world: World) -> None:
+    world.stub.turns = [tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                        tool_call("finish", summary="Adds aws_sqs_queue.refunds.")]
+    run = world.client.post("/api/v1/requests", json={"text": "Add a queue for refund events in staging"},
+                            headers=world.auth("alice")).json()
+    pid = wait_for("the proposal", lambda: world.client.get(f"/api/v1/requests/{run['id']}",
+                                                            headers=world.auth("alice")).json().get("proposal_id"))
+    first = get_proposal(world.ws, pid)
+    [pull] = wait_for("the pull request", lambda: [p for p in world.gh.pulls() if p["head"]["ref"] == first.branch])
+    number = pull["number"]
+
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "carol", "/gateway add a DLQ")))
+    refusal = wait_for("carol's refusal", lambda: world.events(pid, kind="ask.refused"))[0]
+    assert "only the person who asked the agent" in refusal.payload["reasons"][0]
+
+    dlq = QUEUE.replace("refunds", "refunds_dlq").replace("refund-events", "refund-events-dlq")
+    world.stub.turns = [tool_call("write_file", path="stacks/app-staging/dlq.tf", content=dlq),
+                        tool_call("finish", summary="Adds aws_sqs_queue.refunds_dlq as a dead-letter queue.")]
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
+        number, "alice", "/gateway also add a dead-letter queue")))
+    revised = wait_for("the revision", lambda: (lambda p: p if p.head_sha != first.head_sha else None)(
+        get_proposal(world.ws, pid)))
+    assert set(revised.changed_paths) == {"stacks/app-staging/queue.tf", "stacks/app-staging/dlq.tf"}
+    wait_for("the push to GitHub", lambda: world.gh.pull(number)["head"]["sha"] == revised.head_sha)
+    assert "also add a dead-letter queue" in json.dumps(world.stub.requests[-2]["messages"])  # same conversation
+    assert "Add a queue for refund events" in json.dumps(world.stub.requests[-2]["messages"])
+
+
+def test_edited_comments_bot_comments_and_other_repositories_do_nothing(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    comment = world.gh.add_comment(number, "carol", "looks good")
+    world.gh.edit_comment(comment["id"], "/gateway apply")
+    edited = world.deliver("issue_comment", world.gh.comment_event(comment, action="edited")).json()
+    bot = world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
+        number, "gateway-bot", "/gateway apply"))).json()
+    real = json.loads((FIXTURES / "github" / "pull_request_review__submitted.payload.json").read_text())
+    other = world.deliver("pull_request_review", real).json()  # GitHub's own example: Codertocat/Hello-World
+    for delivery in (edited, bot, other):
+        job = wait_for("the job", lambda d=delivery: (lambda j: j if j.finished else None)(
+            world.ws.store.get_job(d["job"])))
+        assert job.status.value == "succeeded" and "ignored" in job.result, job
+    assert not [j for j in world.ws.store.jobs_of(pid) if j.kind.value == "apply"]

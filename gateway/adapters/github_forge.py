@@ -121,8 +121,11 @@ class GitHubForge:
             raise BackendError(f"git {args[0]} with GitHub failed: {str(exc.stderr).strip() or exc.status}") from None
 
     def _git_auth_env(self) -> dict[str, str]:
+        if not self.settings.clone_url().startswith("https://"):
+            return {}
+        self.gh  # an App's installation token is fetched through the client's requester  # noqa: B018
         token = getattr(self._auth, "token", None)
-        if not token or not self.settings.clone_url().startswith("https://"):
+        if not token:
             return {}
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",

@@ -21,6 +21,7 @@ COMMENT_BUDGET = 60_000  # the sticky comment stays under the limit by design, w
 CHECK_TEXT_LIMIT = 65_535  # a check run's output.text
 MIN_FINGERPRINT = 7  # `/gateway approve` needs at least this many characters of the plan's fingerprint
 MARKER = "<!-- change-gateway:proposal:{id} -->"
+CHANGES_HEADING = "#### Changes"  # where render_markdown starts listing each resource
 
 
 def signature_valid(secret: str, body: bytes, header: str | None) -> bool:
@@ -146,6 +147,9 @@ def _comment_head(view: PullRequestView) -> str:
     for stack in p.stacks:
         groups = view.approver_groups.get(stack, ())
         lines.append(f"- `{stack}`: from " + (", ".join(_group(g, view.teams) for g in groups) or "nobody"))
+    rejection = p.current_rejection
+    if rejection is not None:
+        lines.append(f"- :x: rejected by **{rejection.principal.name}**: {rejection.comment}")
     lines += [f"- :no_entry: {reason}" for reason in view.blocked_by]
     lines += [f"- :hourglass: {change} (a re-plan is queued)" for change in view.pending]
     if view.refusals:
@@ -169,15 +173,12 @@ def _stack_sections(view: PullRequestView, detailed: bool) -> str:
         if detailed:
             out.append(render_markdown(preview))
             continue
-        out.append(render_markdown(_without_changes(preview)))
-        out.append(f"\n_{len(preview.changes)} resource change(s) are not listed here, to stay under GitHub's "
-                   f"comment limit: see the `gateway/plan` check or the [review page]({view.page_url})._\n")
+        # everything before the per-resource changes: counts, risk, destroys and replacements, policy, drift
+        out.append(render_markdown(preview).split(CHANGES_HEADING, 1)[0].rstrip() + "\n")
+        out.append(f"\n_{len(preview.changes)} resource change(s) and the outputs are not listed here, to stay "
+                   f"under GitHub's comment limit: see the `gateway/plan` check or the [review page]"
+                   f"({view.page_url})._\n")
     return "".join(out)
-
-
-def _without_changes(preview: Preview) -> Preview:
-    return Preview(preview.engine, preview.counts, preview.danger, preview.drift, (), preview.outputs, preview.risk,
-                   preview.findings)
 
 
 def _comment_foot(view: PullRequestView) -> str:

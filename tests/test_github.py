@@ -226,6 +226,20 @@ def test_a_pull_request_opened_on_github_is_a_proposal_of_its_author(world: Worl
     wait_for("the abandon", lambda: get_proposal(world.ws, proposal.id).status.value == "abandoned")
 
 
+def test_people_link_their_github_account_by_its_numeric_id(world: World) -> None:
+    frank_id = world.gh.add_user("frank-gh")
+    result = CliRunner().invoke(cli, ["users", "link", "frank", "--github", "frank-gh"], env={
+        "GATEWAY_HOME": str(world.home), "GATEWAY_TOKEN": world.people.tokens["admin"],
+        "GATEWAY_GITHUB_TOKEN": "ghp_admin"})
+    assert result.exit_code == 0, result.output
+    assert f"linked frank to GitHub user frank-gh (id {frank_id})" in result.output
+    with world.ws.store.session(readonly=True) as session:
+        assert session.principal_by_github_id(frank_id).name == "frank"
+    refused = CliRunner().invoke(cli, ["users", "link", "frank", "--github", "frank-gh", "--github-id", "5"], env={
+        "GATEWAY_HOME": str(world.home), "GATEWAY_TOKEN": world.people.tokens["carol"]})
+    assert refused.exit_code != 0 and "only admins link accounts" in str(refused.exception)
+
+
 def test_signatures_and_redeliveries(world: World) -> None:
     world.gh.push_commit("feature/refunds", {"stacks/app-staging/queue.tf": QUEUE}, "queue", author_login="alice")
     number = world.gh.open_pull("feature/refunds", "Add a queue", "", "alice")

@@ -42,8 +42,9 @@ from gateway.logs import configure_logging  # noqa: E402
 from gateway.services.bootstrap import bootstrap_simulator  # noqa: E402
 from gateway.services.github import link_account  # noqa: E402
 from gateway.services.workspace import create_workspace  # noqa: E402
-from tests.conftest import Clone, add_people  # noqa: E402
+from tests.conftest import add_people  # noqa: E402
 from tests.github_fake import FakeGitHub  # noqa: E402
+from tests.test_github import make_github_the_forge  # noqa: E402
 
 SECRET = "benchmark-secret"
 PULLS, DELIVERIES, CLIENTS = 20, 400, 4
@@ -68,12 +69,7 @@ def run(workers: int, root: Path) -> None:
         ws = create_workspace(settings)
         bootstrap_simulator(ws)
         people = add_people(ws)
-        admin_clone = Clone(ws, root / "clone")
-        admin_clone.write("gateway.yaml", admin_clone.read("gateway.yaml") + (
-            f"\nforge: github\ngithub:\n  repository: {gh.full_name}\n  api_url: {gh.url}\n  git_url: {gh.git_url}\n"
-            "  teams: {platform: platform-team, app: app-team}\n"))
-        admin_clone.push("GitHub is the forge", author="admin")
-        ws.repo.repo.git.push(gh.git_url, "+main:main")
+        make_github_the_forge(ws, gh, root / "clone")
         for name in ("alice", "carol"):
             link_account(ws, people.admin, name, name, gh.add_user(name))
         gh.add_team("platform-team", ["carol"])

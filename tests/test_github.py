@@ -93,6 +93,16 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30) -> T
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def make_github_the_forge(ws: Workspace, gh: FakeGitHub, clone_dir: Path) -> None:
+    """An admin commits `forge: github` to main (teams: platform, app), and main becomes GitHub's main."""
+    main = Clone(ws, clone_dir)
+    main.write("gateway.yaml", main.read("gateway.yaml") + (
+        f"\nforge: github\ngithub:\n  repository: {gh.full_name}\n  api_url: {gh.url}\n"
+        f"  git_url: {gh.git_url}\n  teams: {{platform: platform-team, app: app-team}}\n"))
+    main.push("GitHub is the forge", author="admin")
+    ws.repo.repo.git.push(gh.git_url, "+main:main")
+
+
 @contextmanager
 def github_world(root: Path, app: bool = False, database_url: str | None = None) -> Iterator[World]:
     """A workspace whose gateway.yaml says `forge: github`, its app and worker, GitHub's fake and a model stub."""
@@ -107,12 +117,7 @@ def github_world(root: Path, app: bool = False, database_url: str | None = None)
         ws = create_workspace(settings)
         bootstrap_simulator(ws)
         people = add_people(ws)
-        main = Clone(ws, root / "admin-clone")
-        main.write("gateway.yaml", main.read("gateway.yaml") + (
-            f"\nforge: github\ngithub:\n  repository: {gh.full_name}\n  api_url: {gh.url}\n"
-            f"  git_url: {gh.git_url}\n  teams: {{platform: platform-team, app: app-team}}\n"))
-        main.push("GitHub is the forge", author="admin")
-        ws.repo.repo.git.push(gh.git_url, "+main:main")
+        make_github_the_forge(ws, gh, root / "admin-clone")
         for name in ("alice", "bob", "carol", "erin", "dana"):
             link_account(ws, people.admin, name, name, gh.add_user(name))
         agent_principal(ws)

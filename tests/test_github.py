@@ -251,6 +251,9 @@ def test_signatures_and_redeliveries(world: World) -> None:
     payload = world.gh.pull_request_event(number, "opened", sender="alice")
     assert world.deliver("pull_request", payload, secret=None).status_code == 401
     assert world.deliver("pull_request", payload, secret="not the secret").status_code == 401
+    forged = world.client.post("/api/v1/github/webhook", content=json.dumps(payload).encode(), headers={
+        "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "x", "X-Hub-Signature-256": "sha256=é".encode()})
+    assert forged.status_code == 401
     with world.ws.store.session(readonly=True) as session:
         assert session.proposal_for_pull_request(world.gh.full_name, number) is None
     assert world.ws.db.engine.connect().exec_driver_sql("select count(*) from webhook_deliveries").scalar() == 0
@@ -439,10 +442,47 @@ def test_edited_comments_bot_comments_and_other_repositories_do_nothing(world: W
     edited = world.deliver("issue_comment", world.gh.comment_event(comment, action="edited")).json()
     bot = world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
         number, "gateway-bot", "/gateway apply"))).json()
-    real = json.loads((FIXTURES / "github" / "pull_request_review__submitted.payload.json").read_text())
-    other = world.deliver("pull_request_review", real).json()  # GitHub's own example: Codertocat/Hello-World
-    for delivery in (edited, bot, other):
-        job = wait_for("the job", lambda d=delivery: (lambda j: j if j.finished else None)(
-            world.ws.store.get_job(d["job"])))
-        assert job.status.value == "succeeded" and "ignored" in job.result, job
+    review = json.loads((FIXTURES / "github" / "pull_request_review__submitted.payload.json").read_text())
+    commented = world.deliver("pull_request_review", review).json()  # GitHub's own example: a comment-only review
+    assert edited["job"] is bot["job"] is commented["job"] is None  # recorded, and nothing to do
+    opened = json.loads((FIXTURES / "github" / "pull_request__opened.payload.json").read_text())
+    other = world.deliver("pull_request", opened).json()  # GitHub's own example, for Codertocat/Hello-World
+    job = wait_for("the job", lambda: (lambda j: j if j.finished else None)(world.ws.store.get_job(other["job"])))
+    assert job.status.value == "succeeded" and "not this gateway's repository" in job.result["ignored"]
+    with world.ws.store.session(readonly=True) as session:
+        assert session.delivery(edited["delivery"])["event"] == "issue_comment"
     assert not [j for j in world.ws.store.jobs_of(pid) if j.kind.value == "apply"]
+
+
+def test_whoever_pushes_to_the_branch_and_a_review_github_dismissed_do_not_count(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    gh = world.gh
+    late = gh.add_review(number, "bob", "APPROVED")
+    submitted = gh.review_event(late)
+    gh.dismiss_review(number, late["id"], "stale")
+    world.deliver("pull_request_review", gh.review_event(late, action="dismissed", sender="carol"))
+    world.deliver("pull_request_review", submitted)  # the submission arrives after its dismissal
+    refusal = wait_for("bob's refusal", lambda: world.events(pid, kind="approve.refused"))[0]
+    assert f"GitHub shows review {late['id']} as dismissed" in refusal.payload["reasons"][0]
+
+    before = gh.pull(number)["head"]["sha"]
+    after = gh.push_commit("feature/refunds", {"stacks/app-staging/extra.tf": QUEUE.replace("refunds", "extra")},
+                           "carol's addition", author_login="carol")
+    world.deliver("pull_request", gh.pull_request_event(number, "synchronize", sender="carol", before=before,
+                                                        after=after))
+    wait_for("the re-plan", lambda: get_proposal(world.ws, pid).head_sha == after)
+    world.deliver("pull_request_review", gh.review_event(gh.add_review(number, "carol", "APPROVED")))
+    refusal = wait_for("carol's refusal", lambda: world.events(pid, kind="approve.refused")[1:])[0]
+    assert f"carol pushed commit {after[:12]} to this pull request" in refusal.payload["reasons"][0]
+    assert not get_proposal(world.ws, pid).current_approvals
+
+
+def test_a_push_to_main_outside_the_gateway_is_recorded_loudly(world: World) -> None:
+    before = world.gh.branch_sha("main")
+    after = world.gh.push_commit("main", {"stacks/app-staging/hotfix.tf": QUEUE.replace("refunds", "hotfix")},
+                                 "hotfix straight to main", author_login="bob")
+    world.deliver("push", world.gh.push_event("main", before, after, sender="bob"))
+    [pushed] = wait_for("the warning", lambda: world.events(kind="github.main_pushed"))
+    assert pushed.payload["stacks"] == ["app-staging"] and "never applied" in pushed.payload["warning"]
+    assert world.ws.repo.resolve("main") == after  # GitHub's main is the truth

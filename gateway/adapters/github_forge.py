@@ -59,6 +59,7 @@ class PullInfo:
     state: str
     merged: bool
     url: str
+    merge_commit_sha: str | None = None
 
 
 class GitHubForge:
@@ -145,16 +146,28 @@ class GitHubForge:
         return _info(self._pr(number))
 
     def upsert_comment(self, number: int, comment_id: int | None, body: str) -> int:
-        """Edit the sticky comment in place; post it when there is none yet (or it was deleted)."""
+        """Edit the sticky comment in place (not when it already reads so); post it when there is none yet."""
         pr = self._pr(number)
         if comment_id is not None:
             try:
-                comment = pr.get_issue_comment(comment_id)
-                _call(lambda: comment.edit(body), "edit the gateway's comment")
-                return comment_id
-            except UnknownObjectException:
+                comment = _call(lambda: pr.get_issue_comment(comment_id), "the gateway's comment")
+            except NotFound:  # deleted by someone: post it again
                 pass
+            else:
+                if comment.body != body:
+                    _call(lambda: comment.edit(body), "edit the gateway's comment")
+                return comment_id
         return int(_call(lambda: pr.create_issue_comment(body), "comment on the pull request").id)
+
+    def review(self, number: int, review_id: int) -> tuple[str, str | None, int]:
+        """A review as GitHub has it now: state (upper-case), commit, author id. Deliveries can be late or replayed."""
+        review = _call(lambda: self._pr(number).get_review(review_id), f"review {review_id} of #{number}")
+        return str(review.state), review.commit_id, int(review.user.id)
+
+    def comment(self, number: int, comment_id: int) -> tuple[str, int]:
+        """A comment as GitHub has it now: body and author id (an edited or deleted one is not a command)."""
+        comment = _call(lambda: self._pr(number).get_issue_comment(comment_id), f"comment {comment_id} of #{number}")
+        return str(comment.body or ""), int(comment.user.id)
 
     def reply(self, number: int, body: str) -> None:
         """A one-off comment, for a pull request that has no proposal (a fork, an unlinked author)."""
@@ -184,8 +197,15 @@ class GitHubForge:
                            f"check {c.name}")
 
     def merge(self, number: int, sha: str, title: str, message: str) -> str:
-        """Merge exactly `sha`: GitHub refuses if the head moved since (a push that slipped in is never merged)."""
+        """Merge exactly `sha`: GitHub refuses if the head moved since (a push that slipped in is never merged).
+
+        A pull request GitHub already merged at exactly `sha` (an earlier attempt whose answer was lost) counts.
+        """
         pr = self._pr(number)
+        if pr.merged:
+            if pr.head.sha == sha and pr.merge_commit_sha:
+                return str(pr.merge_commit_sha)
+            raise Conflict(f"pull request #{number} was merged on GitHub at {pr.head.sha[:12]}, not at {sha[:12]}")
         try:
             status = pr.merge(merge_method=self.settings.merge_method, sha=sha, commit_title=title[:250],
                               commit_message=message)
@@ -236,7 +256,7 @@ def _call(fn: Callable[[], T], what: str) -> T:
 
 
 def _info(pr: PullRequest) -> PullInfo:
-    return PullInfo(pr.number, pr.head.ref, pr.head.sha, pr.state, bool(pr.merged), pr.html_url)
+    return PullInfo(pr.number, pr.head.ref, pr.head.sha, pr.state, bool(pr.merged), pr.html_url, pr.merge_commit_sha)
 
 
 def _check_run_fields(check: Check, details_url: str) -> dict:

@@ -534,11 +534,23 @@ class StoreSession:
             pull_requests.c.repository == repository, pull_requests.c.number == number)
             .order_by(pull_requests.c.proposal_id.desc()).limit(1))
 
-    def mark_published(self, proposal_id: int, seq: int, comment_id: int | None, error: str | None = None) -> None:
+    def proposal_merged_as(self, sha: str) -> int | None:
+        """The proposal whose merge made commit `sha` (None: the gateway did not make it)."""
+        return self.conn.scalar(select(proposals.c.id).where(proposals.c.merge_sha == sha).limit(1)) if sha else None
+
+    def recently_failed_jobs(self, kind: JobKind, seconds: float) -> set[int]:
+        """Proposals with a job of this kind that failed in the last `seconds` (their retry waits)."""
+        since = now() - timedelta(seconds=seconds)
+        return set(self.conn.scalars(select(jobs.c.proposal_id).where(
+            jobs.c.kind == kind.value, jobs.c.status == JobStatus.FAILED.value, jobs.c.finished_at > since)))
+
+    def mark_published(self, proposal_id: int, seq: int, comment_id: int | None, error: str | None = None,
+                       digest: str | None = None) -> None:
         values: dict[str, Any] = {"publish_error": self.scrubber.scrub(error) if error else None,
                                   "attempted_at": now()}
         if error is None:
             values["published_seq"] = seq
+            values["published_digest"] = digest
         if comment_id is not None:
             values["comment_id"] = comment_id
         self.conn.execute(update(pull_requests).where(pull_requests.c.proposal_id == proposal_id).values(**values))

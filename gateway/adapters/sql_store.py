@@ -255,6 +255,7 @@ pull_requests = Table(
     Column("number", Integer, nullable=False),
     Column("comment_id", BigInteger, nullable=True),  # the sticky comment, edited in place
     Column("published_seq", BigInteger, nullable=False),  # the newest trail event the comment and checks show
+    Column("published_digest", String(64), nullable=True),  # of what was last written: the same is not rewritten
     Column("publish_error", Text, nullable=True),
     Column("attempted_at", DateTime(timezone=True), nullable=True),  # the last publish; a failed one waits to retry
     Column("created_at", DateTime(timezone=True), nullable=False),

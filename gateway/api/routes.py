@@ -140,10 +140,12 @@ def read_job(job_id: JobId, ws: WorkspaceDep, actor: ActorDep) -> JobPublic:
 @router.post("/github/webhook", response_model=DeliveryPublic, status_code=202, tags=["github"])
 async def github_webhook(request: Request, ws: WorkspaceDep) -> DeliveryPublic:
     """GitHub's deliveries: the signature is checked over the raw body first; the work is a job's."""
-    if int(request.headers.get("content-length") or 0) > MAX_BODY:
-        raise InputError(f"a delivery is at most {MAX_BODY // (1024 * 1024)} MB")
-    body = await request.body()
-    return DeliveryPublic(**await run_in_threadpool(receive_delivery, ws, request.headers, body))
+    body = bytearray()
+    async for chunk in request.stream():  # counted as it comes: a chunked body has no Content-Length
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise InputError(f"a delivery is at most {MAX_BODY // (1024 * 1024)} MB")
+    return DeliveryPublic(**await run_in_threadpool(receive_delivery, ws, request.headers, bytes(body)))
 
 
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])

@@ -28,8 +28,8 @@ def signature_valid(secret: str, body: bytes, header: str | None) -> bool:
     """Whether `X-Hub-Signature-256` is the HMAC-SHA256 of the raw body under the secret (constant time)."""
     if not secret or not header or not header.startswith("sha256="):
         return False
-    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, header.removeprefix("sha256=").strip().lower())
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest().encode()
+    return hmac.compare_digest(expected, header.removeprefix("sha256=").strip().lower().encode("utf-8", "replace"))
 
 
 def plan_fingerprint(digests: Mapping[str, str]) -> str:

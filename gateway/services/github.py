@@ -8,6 +8,7 @@ the last ones it showed (the housekeeping loop queues a publish job for it).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Mapping
 
@@ -16,6 +17,7 @@ import structlog
 from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
 from gateway.adapters.records import now
 from gateway.domain.approvals import approval_blockers, required_approvals
+from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import ConfigError, GatewayError, InputError, NotFound, Refused
 from gateway.domain.github import PullRequestView, pull_request_checks, render_comment
 from gateway.domain.jobs import JobKind
@@ -61,7 +63,11 @@ def forge_of(ws: Workspace) -> GitHubForge | None:
 
 def require_webhook_secret(ws: Workspace) -> str | None:
     """The webhook secret, or None without a forge; a forge without a secret stops the service from starting."""
-    if ws.repo_settings().github is None:
+    try:
+        forge = ws.repo_settings().github
+    except ConfigError:  # a broken gateway.yaml is reported where it is used; it does not stop the service
+        return None
+    if forge is None:
         return None
     secret = ws.settings.github_webhook_secret
     if secret is None or not secret.get_secret_value().strip():
@@ -98,8 +104,9 @@ def queue_behind(ws: Workspace) -> list[int]:
         return []
     queued = []
     with ws.store.session() as session:
+        waiting = session.recently_failed_jobs(JobKind.PUBLISH, PUBLISH_RETRY_SECONDS)
         for pid in session.unpublished_proposals(DECIDABLE, PUBLISH_RETRY_SECONDS):
-            if session.queued_job(JobKind.PUBLISH, pid, running_too=False) is None:
+            if pid not in waiting and session.queued_job(JobKind.PUBLISH, pid, running_too=False) is None:
                 queued.append(session.add_job(JobKind.PUBLISH, pid, "gateway"))
     return queued
 
@@ -120,18 +127,22 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
         if proposal.status not in DECIDABLE:
             return None
         link = _open_pull_request(ws, forge, proposal)
+    comment_id = link["comment_id"]
     try:
         if proposal.proposer.is_agent and proposal.status in DECIDABLE:
             forge.sync_branch(proposal.branch)  # the agent's newest commits reach the pull request
         view = pull_request_view(ws, proposal)
-        comment_id = forge.upsert_comment(link["number"], link["comment_id"], render_comment(view))
-        forge.set_checks(proposal.head_sha, pull_request_checks(view), view.page_url)
+        body, checks = render_comment(view), pull_request_checks(view)
+        digest = hashlib.sha256(repr((proposal.head_sha, body, checks)).encode()).hexdigest()
+        if digest != link["published_digest"] or comment_id is None:  # GitHub's rate limits: write only news
+            comment_id = forge.upsert_comment(link["number"], comment_id, body)
+            forge.set_checks(proposal.head_sha, checks, view.page_url)
     except GatewayError as exc:
         with ws.store.session() as session:
             session.mark_published(proposal_id, seq, None, error=str(exc))
         raise
     with ws.store.session() as session:
-        session.mark_published(proposal_id, seq, comment_id)
+        session.mark_published(proposal_id, seq, comment_id, digest=digest)
     return int(link["number"])
 
 
@@ -170,8 +181,8 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
     moment = now()
     with ws.store.session(readonly=True) as session:
         events = session.events(proposal_id=proposal.id)
-    refusals = [f"{e.actor}: {'; '.join(e.payload.get('reasons', []))}" for e in events
-                if e.kind.endswith(".refused") and e.payload.get("head_sha") in (proposal.head_sha, None)][-6:]
+    refusals = [_not_counted(e) for e in events if (e.kind.endswith(".refused") and e.payload.get("head_sha") in (
+        proposal.head_sha, None)) or e.kind in ("job.failed", "github.merged_without_apply")][-6:]
     transitions = [e for e in events if e.kind.startswith("proposal.")]
     return PullRequestView(
         proposal=proposal,
@@ -187,6 +198,15 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         page_url=page_url(ws, proposal.id),
         outcome=_outcome(proposal, transitions[-1].payload if transitions else {}),
     )
+
+
+def _not_counted(event: AuditEvent) -> str:
+    """One line of what did not count, or could not be done, and why."""
+    if event.kind == "job.failed":
+        return f"a {event.payload.get('kind')} job failed: {event.payload.get('error')} (try again)"
+    if event.kind == "github.merged_without_apply":
+        return f":rotating_light: {event.payload.get('warning')}"
+    return f"{event.actor}: {'; '.join(event.payload.get('reasons', []))}"
 
 
 def _outcome(proposal: Proposal, last: Mapping) -> str | None:
@@ -231,10 +251,16 @@ def github_approval_refusals(ws: Workspace, proposal: Proposal) -> list[str]:
     for approval in proposal.current_approvals:
         if not approval.auth.startswith(GITHUB_AUTH):
             continue
-        login = approval.auth.split(":", 1)[1].split("#", 1)[0]
-        groups, _ = verified_groups(ws, forge, approval.principal, login)
-        missing = [s for s in proposal.stacks if s in settings.stacks and not groups & settings.stacks[s].approver_groups]
+        with ws.store.session(readonly=True) as session:  # the linked account now, not the login of then
+            login = session.github_login_of(approval.principal.id)
+        groups, _ = verified_groups(ws, forge, approval.principal, login) if login else (frozenset(), {})
+        missing = [f"stack {s}" for s in proposal.stacks
+                   if s in settings.stacks and not groups & settings.stacks[s].approver_groups]
+        if any(settings.is_protected_path(p) for p in proposal.changed_paths) and \
+                not groups & settings.config_approver_groups:
+            missing.append("the protected paths")
         if missing:
-            reasons.append(f"{approval.principal.name}'s approval on GitHub no longer counts: {login} is not an active "
-                           f"member of an approver team of {', '.join(missing)} any more")
+            reasons.append(f"{approval.principal.name}'s approval on GitHub no longer counts: "
+                           f"{login or 'their GitHub account'} is not an active member of an approver team of "
+                           f"{', '.join(missing)} any more")
     return reasons

@@ -67,13 +67,28 @@ def receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> 
             known = session.delivery(delivery) or {}
             return {"delivery": delivery, "duplicate": True, "job": known.get("job_id")}
         job_id = None
-        if event in HANDLED_EVENTS:
+        if needs_handling(event, payload):
             number = _pull_number(payload)
             repository = str((payload.get("repository") or {}).get("full_name") or "")
             proposal_id = session.proposal_for_pull_request(repository, number) if number else None
             job_id = session.add_job(JobKind.WEBHOOK, proposal_id, "github", {"delivery": delivery})
             session.set_delivery_job(delivery, job_id)
     return {"delivery": delivery, "duplicate": False, "job": job_id}
+
+
+def needs_handling(event: str, payload: Mapping[str, Any]) -> bool:
+    """Whether a delivery can do anything: edited comments, bots' comments (the gateway's own edits among them),
+    comments on issues and comment-only reviews are recorded and left there."""
+    if event not in HANDLED_EVENTS:
+        return False
+    if event == "issue_comment":
+        user = (payload.get("comment") or {}).get("user") or {}
+        return (payload.get("action") == "created" and "pull_request" in (payload.get("issue") or {})
+                and not _is_bot(user) and parse_command(str((payload.get("comment") or {}).get("body") or "")) is not None)
+    if event == "pull_request_review":
+        state = str((payload.get("review") or {}).get("state") or "").lower()
+        return payload.get("action") == "dismissed" or state in ("approved", "changes_requested")
+    return True
 
 
 def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
@@ -107,6 +122,11 @@ def _on_pull_request(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcom
     if proposal_id is None:
         return None, {"ignored": f"pull request #{number} has no proposal"}
     if action == "synchronize":
+        sender = payload["sender"]
+        with ws.store.session() as session:  # whoever pushes to the branch shares in proposing it
+            session.append_event(_actor(sender), "github.pushed", {
+                "number": number, "github_id": sender["id"], "login": sender["login"],
+                "before": payload.get("before"), "head_sha": payload.get("after")}, proposal_id)
         forge.fetch_main(ws.main_branch())
         forge.sync_branch(branch)
         _, changes = sync_proposal(ws, proposal_id)
@@ -121,23 +141,23 @@ def _on_opened(ws: Workspace, forge: GitHubForge, payload: dict, proposal_id: in
     number, branch = int(pr["number"]), str(pr["head"]["ref"])
     if proposal_id is not None and get_proposal(ws, proposal_id).status in ACTIVE:
         return proposal_id, {"ignored": f"pull request #{number} is proposal {proposal_id} already"}
-    with ws.store.session() as session:
-        ours = session.open_proposal_for_branch(branch)
-        if ours is not None and session.pull_request_of(ours) is None:  # the gateway opened it a moment ago
-            session.link_pull_request(ours, forge.settings.repository, number)
-        author = session.principal_by_github_id(int(pr["user"]["id"]))
-    if ours is not None:
-        return ours, {"linked": ours}
     head_repo = (pr["head"].get("repo") or {}).get("full_name")
     reasons = []
-    if head_repo != forge.settings.repository:
+    if head_repo != forge.settings.repository:  # checked first: a fork's branch may share a proposal's name
         reasons.append(f"pull request #{number} comes from the fork {head_repo or '(deleted)'}: the gateway plans "
                        f"only branches of {forge.settings.repository}, whose code it may run")
     if pr["base"]["ref"] != ws.main_branch():
         reasons.append(f"pull request #{number} targets {pr['base']['ref']}; the gateway plans changes to "
                        f"{ws.main_branch()} only")
+    with ws.store.session() as session:
+        ours = session.open_proposal_for_branch(branch) if not reasons else None
+        if ours is not None and session.pull_request_of(ours) is None:  # the gateway opened it a moment ago
+            session.link_pull_request(ours, forge.settings.repository, number)
+        author = session.principal_by_github_id(int(pr["user"]["id"]))
+    if ours is not None:
+        return ours, {"linked": ours}
     login = pr["user"]["login"]
-    if author is None:
+    if author is None and not reasons:
         reasons.append(f"GitHub user {login} is not linked to a gateway person "
                        f"(an admin runs `gateway users link NAME --github {login}`)")
     if not reasons:
@@ -167,6 +187,12 @@ def _on_closed(ws: Workspace, payload: dict, proposal_id: int) -> dict[str, Any]
         if pr.get("merged"):
             if proposal.status == ProposalStatus.APPLIED:
                 return {"merged": pr.get("merge_commit_sha")}
+            if proposal.status == ProposalStatus.UNMERGED and pr["head"]["sha"] == proposal.head_sha:
+                session.append_event(_actor(sender), "github.merged_unmerged", {
+                    "number": pr["number"], "merge_commit_sha": pr.get("merge_commit_sha"),
+                    "next": f"GitHub merged the applied head; `gateway merge {proposal_id}` records it"},
+                    proposal_id, proposal.stacks)
+                return {"merged_after_apply": pr.get("merge_commit_sha")}
             # someone merged on GitHub what the gateway never applied: main now describes what does not run
             warning = (f"pull request #{pr['number']} was merged on GitHub by {sender['login']} while proposal "
                        f"{proposal_id} is {proposal.status.value}: main now describes changes that were never applied")
@@ -200,14 +226,20 @@ def _on_review(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
         if person is None:
             return proposal_id, {"ignored": f"{user['login']} is not linked"}
         withdraw_decisions(ws, _actor(payload["sender"]), person, proposal_id,
-                           f"review {review['id']} dismissed on GitHub by {payload['sender']['login']}")
+                           f"review {review['id']} dismissed on GitHub by {payload['sender']['login']}", made_by=auth)
         return proposal_id, {"withdrawn": person.name}
     state = str(review.get("state", "")).lower()
     if action != "submitted" or state not in ("approved", "changes_requested"):
         return proposal_id, {"ignored": f"review {action} {state}"}
     decision = Decision.APPROVE if state == "approved" else Decision.REJECT
+    seen = get_proposal(ws, proposal_id)  # the plans shown while the reviewer reviewed
     proposal = _catch_up(ws, forge, proposal_id)
     reasons = _identity_refusals(user, person)
+    if not reasons:  # a delivery can be late or replayed: what counts is the review as GitHub has it now
+        now_state, now_commit, author = forge.review(int(payload["pull_request"]["number"]), int(review["id"]))
+        if (now_state.lower(), now_commit, author) != (state, review.get("commit_id"), int(user["id"])):
+            reasons.append(f"GitHub shows review {review['id']} as {now_state.lower()} on commit "
+                           f"{str(now_commit)[:12]} now; only the review as it stands counts")
     if not reasons and review.get("commit_id") != proposal.head_sha:
         reasons.append(f"the review is of commit {str(review.get('commit_id'))[:12]}, but the current plans are of "
                        f"{proposal.head_sha[:12]}: review the latest commit")
@@ -216,8 +248,8 @@ def _on_review(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
     assert person is not None
     comment = (review.get("body") or "").strip() or ("approved on GitHub" if decision == Decision.APPROVE
                                                        else "changes requested on GitHub")
-    _decide_on_github(ws, forge, person, user["login"], proposal, decision, comment, auth,
-                      seen_sha=review["commit_id"])
+    _decide_on_github(ws, forge, person, user, proposal, decision, comment, auth, seen_sha=review["commit_id"],
+                      seen_digests=seen.current_digests if seen.head_sha == review["commit_id"] else None)
     return proposal_id, {decision.value: person.name}
 
 
@@ -228,7 +260,7 @@ def _on_comment(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
     comment, issue, user = payload["comment"], payload["issue"], payload["comment"]["user"]
     if payload.get("action") != "created" or "pull_request" not in issue:
         return None, {"ignored": "not a new comment on a pull request"}
-    if user.get("type") == "Bot" or str(user.get("login", "")).endswith("[bot]"):
+    if _is_bot(user):
         return None, {"ignored": "comments by bots are not commands"}
     command = parse_command(comment.get("body") or "")
     if command is None:
@@ -242,23 +274,27 @@ def _on_comment(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
         person = session.principal_by_github_id(int(user["id"]))
     proposal = get_proposal(ws, proposal_id)
     reasons = _identity_refusals(user, person)
+    if not reasons:  # a delivery can be late or replayed: the comment must still say this, by this person
+        body, author = forge.comment(int(issue["number"]), int(comment["id"]))
+        if (body, author) != (comment.get("body"), int(user["id"])):
+            reasons.append(f"comment {comment['id']} reads differently on GitHub now; an edited comment is not a command")
     if reasons:
         _refuse(ws, user, proposal, command.kind, reasons, auth)
     assert person is not None
-    return proposal_id, COMMANDS[command.kind](ws, forge, person, user["login"], proposal, command, auth)
+    return proposal_id, COMMANDS[command.kind](ws, forge, person, user, proposal, command, auth)
 
 
-def _command_plan(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+def _command_plan(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
                   command: Command, auth: str) -> dict[str, Any]:
     return {"job": enqueue_job(ws, person, JobKind.PLAN, proposal.id).id}
 
 
-def _command_apply(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+def _command_apply(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
                    command: Command, auth: str) -> dict[str, Any]:
     return {"job": enqueue_job(ws, person, JobKind.APPLY, proposal.id).id}
 
 
-def _command_decide(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+def _command_decide(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
                     command: Command, auth: str) -> dict[str, Any]:
     decision = Decision.APPROVE if command.kind == CommandKind.APPROVE else Decision.REJECT
     seen = None
@@ -266,24 +302,24 @@ def _command_decide(ws: Workspace, forge: GitHubForge, person: Principal, login:
         current = plan_fingerprint(proposal.current_digests)
         prefix = command.argument.strip().lower()
         if len(prefix) < MIN_FINGERPRINT or not current.startswith(prefix):
-            _refuse(ws, {"login": login}, proposal, decision, [
+            _refuse(ws, user, proposal, decision, [
                 f"`/gateway approve {prefix or '…'}` does not name the current plan {current[:12]} (give at least "
                 f"{MIN_FINGERPRINT} characters of the plan id the comment shows)"], auth)
         seen = proposal.current_digests
-    _decide_on_github(ws, forge, person, login, _catch_up(ws, forge, proposal.id), decision,
+    _decide_on_github(ws, forge, person, user, _catch_up(ws, forge, proposal.id), decision,
                       command.argument if decision == Decision.REJECT else "approved with /gateway approve", auth,
                       seen_sha=proposal.head_sha, seen_digests=seen)
     return {decision.value: person.name}
 
 
-def _command_ask(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+def _command_ask(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
                  command: Command, auth: str) -> dict[str, Any]:
     from gateway.services.agent_requests import submit_request  # the agent (and its model client) only when asked
 
     with ws.store.session(readonly=True) as session:
         conversation = session.conversation_of_proposal(proposal.id)
     if conversation is None or conversation["requester_id"] != person.id:
-        _refuse(ws, {"login": login}, proposal, command.kind, [
+        _refuse(ws, user, proposal, command.kind, [
             "only the person who asked the agent for this change can ask it to revise the branch"], auth)
     assert conversation is not None
     outcome = submit_request(ws, person, command.argument, conversation["id"])
@@ -303,6 +339,18 @@ def _on_push(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
     """Main moved on GitHub: fetch it; the housekeeping loop re-plans the proposals whose plans it touched."""
     if payload.get("ref") == f"refs/heads/{ws.main_branch()}":
         forge.fetch_main(ws.main_branch())
+        after = str(payload.get("after") or "")
+        with ws.store.session() as session:
+            if not session.proposal_merged_as(after):  # not the gateway's merge: main moved outside the gateway
+                settings = ws.repo_settings()
+                before = str(payload.get("before") or "")
+                paths = ws.repo.changed_paths(before, after) if before.strip("0") else []
+                stacks = settings.stacks_touched(paths)
+                session.append_event(_actor(payload["sender"]), "github.main_pushed", {
+                    "before": before, "after": after, "stacks": stacks, "changed_paths": paths[:200],
+                    "warning": f"{payload['sender'].get('login')} pushed to {ws.main_branch()} outside the gateway"
+                               + (f": stacks {', '.join(stacks)} now describe what was never applied" if stacks else "")},
+                    None, stacks)
         return None, {"fetched": ws.main_branch()}
     return None, {"ignored": f"push to {payload.get('ref')}"}
 
@@ -316,10 +364,19 @@ HANDLERS: dict[str, Callable[[Workspace, GitHubForge, dict], Outcome]] = {
 # -----------------------------------------------------------------------------------------------------
 
 
-def _decide_on_github(ws: Workspace, forge: GitHubForge, person: Principal, login: str, proposal: Proposal,
+def _decide_on_github(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
                       decision: Decision, comment: str, auth: str, seen_sha: str | None,
                       seen_digests: Mapping[str, str] | None = None) -> None:
-    """Decide as the person, counting only the groups whose GitHub team they are an active member of now."""
+    """Decide as the person, counting only the groups whose GitHub team they are an active member of now.
+
+    Whoever pushed to the pull request's branch proposed part of it: they decide nothing on it.
+    """
+    login = str(user["login"])
+    pushed = [e for e in _events(ws, proposal.id, "github.pushed") if e.payload.get("github_id") == user["id"]]
+    if pushed:
+        _refuse(ws, user, proposal, decision, [
+            f"{login} pushed commit {str(pushed[-1].payload.get('head_sha'))[:12]} to this pull request and cannot "
+            f"approve or reject it"], auth)
     groups, checked = verified_groups(ws, forge, person, login)
     with ws.store.session() as session:
         session.append_event(person, "github.team_check", {
@@ -329,8 +386,17 @@ def _decide_on_github(ws: Workspace, forge: GitHubForge, person: Principal, logi
     decide(ws, replace(person, groups=groups), proposal.id, decision, comment, seen_sha, auth, seen_digests)
 
 
+def _is_bot(user: Mapping) -> bool:
+    return user.get("type") == "Bot" or str(user.get("login", "")).endswith("[bot]")
+
+
+def _events(ws: Workspace, proposal_id: int, kind: str) -> list[Any]:
+    with ws.store.session(readonly=True) as session:
+        return session.events(proposal_id=proposal_id, kind=kind)
+
+
 def _identity_refusals(user: Mapping, person: Principal | None) -> list[str]:
-    if user.get("type") == "Bot" or str(user.get("login", "")).endswith("[bot]"):
+    if _is_bot(user):
         return [f"{user.get('login')} is a bot account; bots never approve, reject or command changes"]
     if person is None:
         return [f"GitHub user {user.get('login')} is not linked to a gateway person "

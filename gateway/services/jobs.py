@@ -94,13 +94,20 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     finally:
         beat.stop()
     with ws.store.session() as session:
-        if session.finish_job(job.id, status, result, error) and job.kind != JobKind.PUBLISH:
-            # a publish job only mirrors the trail to GitHub: recording it would make the trail move again
+        if session.finish_job(job.id, status, result, error) and _worth_recording(job, status, result):
             proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
             session.append_event("gateway", f"job.{status.value}", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
                 job.proposal_id, proposal.stacks if proposal else ())
     return ws.store.get_job(job.id)
+
+
+def _worth_recording(job: Job, status: JobStatus, result: Mapping[str, Any]) -> bool:
+    """Every job's end is in the trail, except the ones that only mirror it: publish jobs, and deliveries that
+    changed nothing (recording those would move the trail, and so the pull request, again)."""
+    if job.kind == JobKind.PUBLISH:
+        return False
+    return not (job.kind == JobKind.WEBHOOK and status == JobStatus.SUCCEEDED and "ignored" in result)
 
 
 def _run_plan(ws: Workspace, job: Job, progress: Progress) -> tuple[JobStatus, dict[str, Any]]:

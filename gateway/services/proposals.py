@@ -210,11 +210,12 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
 
 
 def withdraw_decisions(ws: Workspace, actor: Principal | str, person: Principal, proposal_id: int,
-                       reason: str) -> Proposal:
-    """Take back `person`'s current decisions (their review was dismissed); the trail says who and why."""
+                       reason: str, made_by: str | None = None) -> Proposal:
+    """Take back `person`'s current decisions (those `made_by` one review, when given); the trail says who and why."""
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id, lock=True)
-        current = [d for d in proposal.decisions if d.principal.id == person.id and proposal.is_current(d)]
+        current = [d for d in proposal.decisions if d.principal.id == person.id and proposal.is_current(d)
+                   and made_by in (None, d.auth)]
         if not current:
             return proposal
         session.add_decision(proposal_id, person, Decision.WITHDRAW, proposal.head_sha, proposal.current_digests,

@@ -26,7 +26,7 @@ import structlog
 from gateway.adapters.github_forge import GitHubForge
 from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
-from gateway.domain.errors import BackendError, Conflict, LockTimeout, NotFound, RefMoved, Refused
+from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalStatus, Transition
@@ -273,7 +273,10 @@ def _merge_on_github(ws: Workspace, forge: GitHubForge, number: int, proposal: P
     forge.fetch_main(main)
     _refuse_changed_stacks(ws, proposal, ws.repo.resolve(main), "", applied)
     merge_sha = forge.merge(number, proposal.head_sha, message.splitlines()[0], message)
-    forge.fetch_main(main)
+    try:
+        forge.fetch_main(main)
+    except GatewayError as exc:  # merged all the same: the next fetch brings main
+        log.warning("github.fetch_after_merge_failed", proposal=proposal.id, error=str(exc))
     return merge_sha
 
 

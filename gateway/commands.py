@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import click
@@ -20,6 +21,7 @@ from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers, required_approvals
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.plan import decode_plan_bytes
 from gateway.domain.preview import RENDERERS
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal
@@ -29,6 +31,7 @@ from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.github import link_account
 from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
 from gateway.services.planning import plan_stack
+from gateway.services.policies import evaluate_plan_document, run_policy_tests
 from gateway.services.proposals import (
     abandon_proposal,
     claim_issues,
@@ -153,6 +156,44 @@ def plan(ctx: Context, stack: str, ref: str | None, fmt: str) -> None:
     if fmt == "text":
         click.echo(f"stack {stack} at {result.sha[:12]}, plan {result.digest[:19]}…, state serial {result.engine_plan.state_serial}")
     click.echo(RENDERERS[fmt](result.preview()), nl=False)
+
+
+@cli.group()
+def policy() -> None:
+    """Rego policies under policies/ on main: run their tests, try them on a plan."""
+
+
+@policy.command("test")
+@click.option("--stack", default=None, help="only the packages this stack is judged by")
+@pass_ctx
+def policy_test(ctx: Context, stack: str | None) -> None:
+    """Run the policies' `test_` rules (as `opa test` does); exits non-zero if one fails."""
+    ctx.actor()
+    outcomes = run_policy_tests(ctx.ws, stack)
+    for outcome in outcomes:
+        click.echo(f"{'PASS' if outcome.passed else 'FAIL'} {outcome.name}" + (f": {outcome.error}" if outcome.error else ""))
+    failed = [o for o in outcomes if not o.passed]
+    click.echo(f"{len(outcomes) - len(failed)}/{len(outcomes)} passed" if outcomes else "no Rego tests on main")
+    if failed:
+        raise SystemExit(1)
+
+
+@policy.command("eval")
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--stack", required=True, help="judge it as a plan of this stack (its packages, its secrets)")
+@click.option("--agent", is_flag=True, help="as if an agent proposed it")
+@pass_ctx
+def policy_eval(ctx: Context, plan_file: Path, stack: str, agent: bool) -> None:
+    """What main's Rego policies say of any `show -json` plan."""
+    ctx.actor()
+    try:
+        document = decode_plan_bytes(plan_file.read_bytes())
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {plan_file}: {exc.strerror}") from None
+    findings = evaluate_plan_document(ctx.ws, document, stack, agent)
+    for f in findings:
+        click.echo(f"{f.severity.value.upper():4} {f.rule} {f.address}: {f.message}")
+    click.echo(f"{len(findings)} finding(s)")
 
 
 # --- the change path -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ class _RawStack(BaseModel):
     engine: EngineName | None = Field(default=None, description="this stack's engine; the repo's when unset")
     approvers: list[str] = Field(min_length=1)
     protected: list[str] = []
+    policies: list[str] | None = Field(default=None, description="Rego packages for this stack; all when unset")
 
 
 class _RawApprovals(BaseModel):
@@ -86,7 +87,7 @@ def parse_repo_settings(text: str) -> RepoSettings:
         github = GitHubSettings(g.repository, g.api_url.rstrip("/"), g.git_url, dict(g.teams), g.merge_method)
     stacks = {
         name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected),
-                            s.engine or raw.engine)
+                            s.engine or raw.engine, tuple(s.policies) if s.policies is not None else None)
         for name, s in raw.stacks.items()
     }
     return RepoSettings(

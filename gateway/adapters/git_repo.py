@@ -83,6 +83,21 @@ class GitDeclarationRepo:
         return {f"{subdir}/{blob.name}": blob.data_stream.read().decode("utf-8")
                 for blob in tree.blobs if blob.name.endswith(suffix) and blob.mode != blob.link_mode}
 
+    def read_tree(self, sha: str, subdir: str) -> dict[str, str]:
+        """The text of every file under `subdir` at `sha`, recursively (symlinks and non-UTF-8 files skipped)."""
+        try:
+            tree = self.repo.commit(sha).tree / subdir
+        except KeyError:
+            return {}
+        out = {}
+        for item in tree.traverse():
+            if item.type == "blob" and item.mode != item.link_mode:
+                try:
+                    out[item.path] = item.data_stream.read().decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+        return out
+
     def export(self, sha: str, subdir: str, dest: Path) -> Path:
         """Write the files under `subdir` at commit `sha` into `dest` (not recursing into subfolders' git links)."""
         try:

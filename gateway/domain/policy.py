@@ -61,6 +61,8 @@ class PolicyContext:
     settings: PolicySettings
     protected: frozenset[str] = frozenset()
     proposed_by_agent: bool = False
+    requester: str = ""  # who asked for the change (for policies that judge by it)
+    changed_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

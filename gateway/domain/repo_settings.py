@@ -15,6 +15,7 @@ class StackSettings:
     approver_groups: frozenset[str]
     protected: frozenset[str] = frozenset()  # resource addresses whose destruction needs more approvers
     engine: str = "sandbox"  # sandbox | terraform
+    policies: tuple[str, ...] | None = None  # the Rego packages judging this stack; None: every package
 
 
 @dataclass(frozen=True)

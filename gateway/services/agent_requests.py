@@ -25,7 +25,7 @@ from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
-from gateway.services.planning import plan_directory
+from gateway.services.planning import ChangeOrigin, plan_directory
 from gateway.services.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
@@ -79,7 +79,7 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
         clone = _working_copy(ws, branch, Path(tmp) / "repo")
-        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws))
+        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person))
         limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens)
         with open_checkpointer(ws.settings.db_url) as checkpointer:
             graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress, ws.scrubber)
@@ -122,7 +122,7 @@ def _working_copy(ws: Workspace, branch: str, path: Path) -> git.Repo:
     return clone
 
 
-def _preview_tool(ws: Workspace) -> Callable[[str, Path], str]:
+def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], str]:
     """The agent's preview: engine truth, masked, with policy findings; errors as text."""
     settings = ws.repo_settings()
 
@@ -131,7 +131,7 @@ def _preview_tool(ws: Workspace) -> Callable[[str, Path], str]:
             return f"error: unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})"
         try:
             result = plan_directory(ws, settings, stack, root / settings.stacks[stack].path, "(working copy)",
-                                    proposed_by_agent=True)
+                                    ChangeOrigin(by_agent=True, requester=person.name))
         except GatewayError as exc:
             return f"error: the engine could not plan stack {stack}: {exc}"
         text = render_text(result.preview())

@@ -15,6 +15,7 @@ from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_pla
 from gateway.domain.preview import Preview, build_preview
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
+from gateway.services.policies import rego_findings
 from gateway.services.ports import EnginePlan, StackInputs
 from gateway.services.workspace import Workspace
 
@@ -47,7 +48,16 @@ class StackPlanResult:
         return build_preview(self.plan, findings=self.findings, risk=self.risk)
 
 
-def plan_stack(ws: Workspace, stack: str, ref: str, proposed_by_agent: bool = False) -> StackPlanResult:
+@dataclass(frozen=True)
+class ChangeOrigin:
+    """Who a plan is for, as policies see it: proposed by an agent or a person, for whom, touching what."""
+
+    by_agent: bool = False
+    requester: str = ""
+    changed_paths: tuple[str, ...] = ()
+
+
+def plan_stack(ws: Workspace, stack: str, ref: str, origin: ChangeOrigin = ChangeOrigin()) -> StackPlanResult:
     """Plan one stack of the declaration repo as of `ref`, then judge it: policy findings and risk.
 
     The rules come from main's gateway.yaml, never from the branch being judged.
@@ -59,11 +69,11 @@ def plan_stack(ws: Workspace, stack: str, ref: str, proposed_by_agent: bool = Fa
         raise NotFound(f"unknown stack {stack!r} (stacks: {known})")
     with tempfile.TemporaryDirectory(prefix=f"gw-{stack}-") as tmp:
         directory = ws.repo.export(sha, settings.stacks[stack].path, Path(tmp) / stack)
-        return plan_directory(ws, settings, stack, directory, sha, proposed_by_agent)
+        return plan_directory(ws, settings, stack, directory, sha, origin)
 
 
 def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory: Path, sha: str,
-                   proposed_by_agent: bool) -> StackPlanResult:
+                   origin: ChangeOrigin) -> StackPlanResult:
     """Plan one stack from files on disk (a commit's export or the agent's working copy) and judge it."""
     inputs = ws.stack_inputs(stack)
     refuse_unreadable_configuration(stack, directory)
@@ -74,11 +84,14 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
                           "planning; this stack's engine would show the value in the plan")
     engine_plan = ws.engine.plan(stack, directory, inputs)
     plan = load_plan(engine_plan.document)
-    context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, proposed_by_agent)
+    context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, origin.by_agent,
+                            origin.requester, origin.changed_paths)
+    risk = assess_risk(plan)
     findings = ([Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack) for u in unmaskings]
-                + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context))
+                + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context)
+                + rego_findings(ws, settings, engine_plan.document, context, inputs, risk))
     return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document, engine_plan.artifact),
-                           tuple(findings), assess_risk(plan))
+                           tuple(findings), risk)
 
 
 UNCHECKABLE = ("*.tf.json", "override.tf", "*_override.tf", "override.tf.json", "*_override.tf.json")

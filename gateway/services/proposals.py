@@ -17,7 +17,7 @@ from gateway.domain.preview import Preview, build_preview, preview_from_json, pr
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
 from gateway.domain.risk import Risk
-from gateway.services.planning import StackPlanResult, plan_stack
+from gateway.services.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace
 
 MAX_REASON = 4000
@@ -49,7 +49,8 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     if not paths:
         raise InputError(f"branch {branch} has no changes against {main}")
     stacks = ws.repo_settings().stacks_touched(paths)
-    main_sha, results = plan_merged(ws, stacks, head, actor.is_agent)  # plan before writing anything
+    origin = ChangeOrigin(actor.is_agent, requester.name, tuple(paths))
+    main_sha, results = plan_merged(ws, stacks, head, origin)  # plan before writing anything
     with ws.store.session() as session:
         if session.open_proposal_for_branch(branch) is not None:
             raise Conflict(f"branch {branch} already has an open proposal")
@@ -63,7 +64,8 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
         return session.get_proposal(pid)
 
 
-def plan_merged(ws: Workspace, stacks: Sequence[str], head: str, by_agent: bool) -> tuple[str, list[StackPlanResult]]:
+def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
+                origin: ChangeOrigin) -> tuple[str, list[StackPlanResult]]:
     """Plan each stack as main will be after merging `head` into the current main.
 
     An approval thus covers what main will describe once the change is applied; a branch that does
@@ -71,7 +73,7 @@ def plan_merged(ws: Workspace, stacks: Sequence[str], head: str, by_agent: bool)
     """
     main_sha = ws.repo.resolve(ws.main_branch())
     merged = ws.repo.merge_preview(main_sha, head)
-    return main_sha, [plan_stack(ws, stack, merged, by_agent) for stack in stacks]
+    return main_sha, [plan_stack(ws, stack, merged, origin) for stack in stacks]
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
         stacks = tuple(ws.repo_settings().stacks_touched(paths))
-    main_sha, results = plan_merged(ws, stacks, head, proposal.proposer.is_agent)
+    main_sha, results = plan_merged(ws, stacks, head, _origin(proposal, paths))
     with ws.store.session() as session:
         locked = session.get_proposal(proposal_id, lock=True)
         if locked.status not in DECIDABLE:
@@ -267,9 +269,13 @@ def abandon_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason: 
 
 def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
     """Plan every stack of the proposal afresh at its commit (merged onto main) and save the plans."""
-    main_sha, results = plan_merged(ws, proposal.stacks, proposal.head_sha, proposal.proposer.is_agent)
+    main_sha, results = plan_merged(ws, proposal.stacks, proposal.head_sha, _origin(proposal, proposal.changed_paths))
     with ws.store.session() as session:
         _record_plans(session, proposal.id, proposal.head_sha, main_sha, results)
+
+
+def _origin(proposal: Proposal, paths: Sequence[str]) -> ChangeOrigin:
+    return ChangeOrigin(proposal.proposer.is_agent, proposal.requester.name, tuple(paths))
 
 
 def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:

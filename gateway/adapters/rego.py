@@ -1,0 +1,172 @@
+"""Rego policies from main's `policies/`, evaluated by regopy in a process of its own.
+
+The policy set of one commit of `policies/` is loaded into one evaluator process once and reused for
+every plan until `policies/` changes on main. rego-cpp can crash on some policies (and does on some
+inputs): the process boundary turns that into a deny finding instead of a dead worker.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import yaml
+
+from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.domain.errors import ConfigError
+from gateway.domain.rego import RegoModule, RegoPolicies
+
+POLICY_DIR = "policies"
+DATA_DIR = "policies/data"
+TIMEOUT_SECONDS = 120.0
+KEEP_EVALUATORS = 4
+
+
+def load_policies(repo: GitDeclarationRepo, sha: str) -> RegoPolicies | None:
+    """The Rego modules and data under `policies/` at `sha` (None when there are no modules); read once per tree."""
+    tree = repo.tree_of(sha, POLICY_DIR)
+    if tree is None:
+        return None
+    if tree not in _loaded:
+        _loaded[tree] = _read_policies(repo, sha, tree)
+        while len(_loaded) > KEEP_EVALUATORS:
+            _loaded.popitem(last=False)
+    return _loaded[tree]
+
+
+_loaded: OrderedDict[str, RegoPolicies | None] = OrderedDict()
+
+
+def _read_policies(repo: GitDeclarationRepo, sha: str, tree: str) -> RegoPolicies | None:
+    files = repo.read_tree(sha, POLICY_DIR)
+    modules = tuple(RegoModule(path, text) for path, text in sorted(files.items()) if path.endswith(".rego"))
+    if not modules:
+        return None
+    data: dict[str, Any] = {}
+    for path, text in sorted(files.items()):
+        if not path.startswith(DATA_DIR + "/") or not path.endswith((".json", ".yaml", ".yml")):
+            continue
+        try:
+            document = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path} is not valid {'JSON' if path.endswith('.json') else 'YAML'}: {exc}") from None
+        if not isinstance(document, dict):
+            raise ConfigError(f"{path} must hold an object: its keys are what policies read under data")
+        data.update(document)
+    return RegoPolicies(tree, modules, data)
+
+
+@dataclass
+class Evaluation:
+    results: dict[str, Any] = field(default_factory=dict)  # query -> the rule's value (None: undefined)
+    errors: dict[str, str] = field(default_factory=dict)  # query -> why it could not be evaluated
+    module_errors: dict[str, str] = field(default_factory=dict)  # path -> why the module did not load
+
+
+class RegoEvaluator:
+    """One policy set, loaded once into a regopy process that answers one request at a time."""
+
+    def __init__(self, policies: RegoPolicies):
+        self.policies = policies
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
+        self._stderr: IO[str] | None = None
+        self.module_errors: dict[str, str] = {}
+
+    def evaluate(self, input_document: Any, queries: Sequence[str]) -> Evaluation:
+        """Evaluate the queries on the input; a crash of the process is reported for every query, never raised."""
+        with self._lock:
+            try:
+                answer = self._ask({"input": input_document, "queries": list(queries)})
+            except _Crashed as exc:
+                return Evaluation(errors={q: str(exc) for q in queries}, module_errors=dict(self.module_errors))
+        return Evaluation(answer["results"], answer["errors"], dict(self.module_errors))
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self._process is None or self._process.poll() is not None:
+            self._start()
+        return self._exchange(request)
+
+    def _start(self) -> None:
+        self._stop()
+        self._stderr = tempfile.TemporaryFile("w+")
+        self._process = subprocess.Popen([sys.executable, "-m", "gateway.adapters.rego_process"], text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        setup = {"modules": {m.path: m.source for m in self.policies.modules}, "data": self.policies.data}
+        self.module_errors = self._exchange(setup)["module_errors"]
+
+    def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        process = self._process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        watchdog = threading.Timer(TIMEOUT_SECONDS, process.kill)
+        watchdog.start()
+        try:
+            process.stdin.write(json.dumps(message) + "\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = ""
+        finally:
+            watchdog.cancel()
+        if not line:
+            raise _Crashed(self._why_it_stopped())
+        try:
+            return dict(json.loads(line))
+        except ValueError:
+            self._stop()
+            raise _Crashed(f"the Rego interpreter answered something unreadable: {line[:200]!r}") from None
+
+    def _why_it_stopped(self) -> str:
+        process = self._process
+        code = process.wait() if process else None
+        said = ""
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            said = " ".join(self._stderr.read().split())[-300:]
+        self._stop()
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return f"the Rego interpreter stopped ({how}){': ' + said if said else ''}"
+
+    def _stop(self) -> None:
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait()
+            for stream in (self._process.stdin, self._process.stdout):
+                if stream:
+                    stream.close()
+        if self._stderr is not None:
+            self._stderr.close()
+        self._process, self._stderr = None, None
+
+
+class _Crashed(Exception):
+    pass
+
+
+_evaluators: OrderedDict[str, RegoEvaluator] = OrderedDict()
+_evaluators_lock = threading.Lock()
+
+
+def evaluator_for(policies: RegoPolicies) -> RegoEvaluator:
+    """The evaluator of this policy set (by the tree id of `policies/`), made once per process."""
+    with _evaluators_lock:
+        evaluator = _evaluators.get(policies.tree)
+        if evaluator is None:
+            evaluator = _evaluators[policies.tree] = RegoEvaluator(policies)
+            while len(_evaluators) > KEEP_EVALUATORS:
+                _, old = _evaluators.popitem(last=False)
+                old.close()
+        _evaluators.move_to_end(policies.tree)
+        return evaluator

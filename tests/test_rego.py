@@ -1,0 +1,180 @@
+"""Rego policies from the declaration repo's policies/, judged by a real Rego interpreter (regopy) on the
+plans of real proposals: deny, warn, overrides, namespaces per stack, data, failing closed, agent-only
+rules, a branch that changes a policy, masked secrets, and the `gateway policy` commands."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from gateway.adapters import rego as rego_adapter
+from gateway.adapters.records import now
+from gateway.domain.errors import Refused
+from gateway.domain.policy import Severity
+from gateway.domain.proposal import Decision, Proposal
+from gateway.services.proposals import decide, open_proposal, override_finding
+from gateway.services.runner import apply_proposal
+from gateway.services.workspace import Workspace, stack_secrets
+
+from .conftest import Clone, People, run_cli
+
+BUCKET = '''resource "aws_s3_bucket" "exports" {
+  bucket = "orders-exports"
+  tags   = merge(local.tags, { "data-classification" = "LEVEL" })
+}
+
+resource "aws_s3_bucket_public_access_block" "exports" {
+  bucket                  = aws_s3_bucket.exports.id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "exports" {
+  bucket = aws_s3_bucket.exports.id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm = "aws:kms"
+    }
+  }
+}
+'''
+ROLE = '''resource "aws_iam_role" "ci" {
+  name               = "orders-ci"
+  assume_role_policy = "{}"
+  tags               = local.tags
+}
+'''
+
+
+def on_main(ws: Workspace, tmp_path: Path, files: dict[str, str]) -> None:
+    """An admin changes main directly (policies are main's, and so in force at once)."""
+    clone = Clone(ws, tmp_path / f"main-{len(list(tmp_path.iterdir()))}")
+    for path, text in files.items():
+        clone.write(path, text)
+    clone.push("policy change", author="admin")
+
+
+def rego(proposal: Proposal) -> list[tuple[str, str, str]]:
+    rules = {"s3-data-classification", "agent-iam", "policy-error"}
+    return sorted((f.rule, f.severity.value, f.address) for f in proposal.findings
+                  if f.rule in rules or f.rule.startswith("terraform."))
+
+
+def test_the_sample_policies_warn_with_data_and_an_agent_only_rule_denies_until_overridden(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("exports").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "top-secret")).push()
+    proposal = open_proposal(workspace, people.alice, "exports", "an exports bucket")
+    assert rego(proposal) == [("s3-data-classification", "warn", "aws_s3_bucket.exports")], proposal.findings
+    [warning] = [f for f in proposal.findings if f.rule == "s3-data-classification"]
+    assert warning.message.endswith("one of: public, internal, confidential, restricted")  # policies/data
+    clone.branch("internal").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "internal")).push()
+    assert rego(open_proposal(workspace, people.alice, "internal", "classified")) == []
+
+    clone.branch("ci-role").write("stacks/platform/ci.tf", ROLE).push()
+    by_person = open_proposal(workspace, people.alice, "ci-role", "a role for CI")
+    assert rego(by_person) == []  # a person may propose IAM changes
+    clone.branch("agent-role").write("stacks/platform/ci.tf", ROLE).push()
+    by_agent = open_proposal(workspace, people.agent, "agent-role", "a role for CI", requester=people.alice)
+    assert rego(by_agent) == [("agent-iam", "deny", "aws_iam_role.ci")]
+    key = "platform:agent-iam:aws_iam_role.ci"
+    with pytest.raises(Refused, match=f"policy denies {key}"):
+        decide(workspace, people.bob, by_agent.id, Decision.APPROVE, "")
+    override_finding(workspace, people.frank, by_agent.id, key, "CI role reviewed by security", now() + timedelta(days=1))
+    decide(workspace, people.bob, by_agent.id, Decision.APPROVE, "")
+    decide(workspace, people.carol, by_agent.id, Decision.APPROVE, "")  # IAM: high risk, two approvers
+    assert apply_proposal(workspace, people.alice, by_agent.id).succeeded
+
+
+def test_a_stack_runs_only_the_packages_gateway_yaml_chooses(workspace: Workspace, people: People, clone: Clone,
+                                                             tmp_path: Path) -> None:
+    yaml = clone.read("gateway.yaml").replace("    path: stacks/app-staging\n",
+                                              "    path: stacks/app-staging\n    policies: [terraform.agent]\n")
+    on_main(workspace, tmp_path, {"gateway.yaml": yaml})
+    clone.repo.git.pull("-q", "origin", "main")
+    clone.branch("exports").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "nope")).push()
+    assert rego(open_proposal(workspace, people.alice, "exports", "unclassified, but not judged by s3")) == []
+    clone.branch("prod").write("stacks/app-prod/exports.tf", BUCKET.replace("LEVEL", "nope")).push()
+    assert rego(open_proposal(workspace, people.alice, "prod", "judged by every package")) == [
+        ("s3-data-classification", "warn", "aws_s3_bucket.exports")]
+
+
+def test_a_policy_that_does_not_parse_or_cannot_finish_fails_closed(workspace: Workspace, people: People,
+                                                                    clone: Clone, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    on_main(workspace, tmp_path, {"policies/broken.rego": "package broken\nimport rego.v1\n\ndeny contains m if {\n  m := \n}\n"})
+    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "tags", "cost centre moved")
+    [error] = [f for f in proposal.findings if f.rule == "policy-error"]
+    assert error.severity == Severity.DENY and error.address == "policies/broken.rego"
+    assert "Invalid assignment operator" in error.message and "broken.rego:5" in error.message
+    with pytest.raises(Refused, match="policy denies app-staging:policy-error:policies/broken.rego"):
+        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+
+    monkeypatch.setattr(rego_adapter, "TIMEOUT_SECONDS", 1.0)
+    on_main(workspace, tmp_path, {"policies/broken.rego": "package slow\nimport rego.v1\n\n"
+                                  "deny contains n if {\n  n := count(numbers.range(1, 2000000000))\n}\n"})
+    clone.branch("tags2").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3005"').push()
+    slow = open_proposal(workspace, people.alice, "tags2", "cost centre moved again")
+    stopped = {f.address: f.message for f in slow.findings if f.rule == "policy-error"}
+    assert "the Rego interpreter stopped (signal 9)" in stopped["slow.deny"]  # and so is every rule it was asked
+
+
+def test_a_branch_that_changes_a_policy_is_not_judged_by_it_and_needs_config_approvers(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    lenient = clone.read("policies/s3.rego").replace('action in {"create", "update"}', 'action in {"nothing"}')
+    clone.branch("lenient").write("policies/s3.rego", lenient) \
+        .write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "nope")).push()
+    proposal = open_proposal(workspace, people.alice, "lenient", "quieter bucket policy, and a bucket")
+    assert rego(proposal) == [("s3-data-classification", "warn", "aws_s3_bucket.exports")]  # main's policy
+    with pytest.raises(Refused, match="erin is not in a group allowed to approve changes to protected paths"):
+        decide(workspace, people.erin, proposal.id, Decision.APPROVE, "")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
+    clone.repo.git.pull("-q", "origin", "main")
+    clone.branch("second").write("stacks/app-staging/more.tf", BUCKET.replace("exports", "more").replace(
+        "LEVEL", "nope")).push()
+    assert rego(open_proposal(workspace, people.alice, "second", "judged by the merged policy")) == []
+
+
+def test_secrets_are_masked_in_what_policies_see(workspace: Workspace, people: People, clone: Clone,
+                                                 tmp_path: Path) -> None:
+    on_main(workspace, tmp_path, {"policies/leak.rego": (
+        "package leak\nimport rego.v1\n\nwarn contains m if {\n  some rc in input.resource_changes\n"
+        "  rc.type == \"aws_db_instance\"\n  m := sprintf(\"password %v, variables %v\", "
+        "[rc.change.after.password, input.variables])\n}\n")})
+    clone.repo.git.pull("-q", "origin", "main")
+    clone.branch("db").edit("stacks/data/main.tf", "db.t4g.medium", "db.r6g.large").push()
+    proposal = open_proposal(workspace, people.alice, "db", "a bigger database")
+    [leak] = [f for f in proposal.findings if f.rule == "leak.warn"]
+    password = stack_secrets(workspace.settings, "data")["db_password"]
+    assert "password (sensitive)" in leak.message and password not in json.dumps([f.to_json() for f in proposal.findings])
+
+
+def test_policy_commands_run_the_tests_and_judge_any_plan(workspace: Workspace, people: People, tmp_path: Path) -> None:
+    home, token = workspace.settings.home, people.tokens["alice"]
+    tested = run_cli(["policy", "test"], home, token)
+    assert tested.returncode == 0, tested.stderr
+    assert "PASS terraform.s3.test_an_unclassified_bucket_warns" in tested.stdout and "6/6 passed" in tested.stdout
+    only = run_cli(["policy", "test", "--stack", "app-staging"], home, token)
+    assert "6/6 passed" in only.stdout
+
+    on_main(workspace, tmp_path, {"policies/wrong_test.rego": "package terraform.s3\nimport rego.v1\n\n"
+                                  "test_wrong if {\n  count(warn) == 5 with input.resource_changes as []\n}\n"})
+    failing = run_cli(["policy", "test"], home, token)
+    assert failing.returncode == 1 and "FAIL terraform.s3.test_wrong" in failing.stdout
+
+    plan = {"format_version": "1.2", "terraform_version": "1.9.0", "resource_changes": [
+        {"address": "aws_iam_role.x", "mode": "managed", "type": "aws_iam_role", "name": "x",
+         "change": {"actions": ["create"], "before": None, "after": {"name": "x"}, "after_unknown": {}}}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    as_agent = run_cli(["policy", "eval", str(path), "--stack", "platform", "--agent"], home, token)
+    assert as_agent.returncode == 0, as_agent.stderr
+    assert "DENY agent-iam aws_iam_role.x: an agent may not change IAM resources" in as_agent.stdout
+    as_person = run_cli(["policy", "eval", str(path), "--stack", "platform"], home, token)
+    assert "0 finding(s)" in as_person.stdout

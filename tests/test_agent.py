@@ -27,7 +27,7 @@ QUEUE = '''resource "aws_sqs_queue" "refunds" {
 '''
 OPEN_BUCKET = '''resource "aws_s3_bucket" "exports" {
   bucket = "orders-exports-staging"
-  tags   = local.tags
+  tags   = merge(local.tags, { "data-classification" = "internal" })
 }
 resource "aws_s3_bucket_server_side_encryption_configuration" "exports" {
   bucket = aws_s3_bucket.exports.id

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from gateway.adapters.records import now
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
@@ -173,6 +174,46 @@ def test_terraform_errors_reach_the_person_without_secrets(engine: TerraformEngi
     with pytest.raises(PlanError) as failure:
         stack.plan('variable "api_key" {\n  type = number\n}\n')  # the secret is not a number: Terraform quotes it
     assert secret not in str(failure.value) and "api_key" in str(failure.value)
+
+
+@pytest.mark.postgres
+def test_a_stack_keeps_its_state_in_the_backend_it_declares(engine: TerraformEngine, tmp_path: Path,
+                                                            postgres_url: str) -> None:
+    conn = postgres_url.replace("postgresql+psycopg://", "postgres://") + "?sslmode=disable"
+    backend = f'terraform {{\n  backend "pg" {{\n    conn_str = "{conn}"\n  }}\n}}\n'
+    stack = Stack(engine, tmp_path / "s")
+    first, first_dir = stack.plan(backend + 'resource "sim_object" "a" {\n  name = "a"\n}\n')
+    second, second_dir = stack.plan(backend + 'resource "sim_object" "a" {\n  name = "a"\n  content = "x"\n}\n')
+    outcome = stack.apply(first, first_dir)
+    assert outcome.succeeded and outcome.state_serial > 0
+    assert engine.state_serial("s") == outcome.state_serial  # read from PostgreSQL, where Terraform keeps it
+    assert not (tmp_path / "state" / "s" / "terraform.tfstate").exists()
+    pg = create_engine(postgres_url)
+    with pg.connect() as connection:
+        stored = connection.execute(text("select data from terraform_remote_state.states")).scalar_one()
+    pg.dispose()
+    assert [r["name"] for r in json.loads(stored)["resources"]] == ["a"]
+    with pytest.raises(ApplyError, match="moved since the plan"):  # applied once, even from an empty state
+        stack.apply(first, first_dir)
+    with pytest.raises(ApplyError, match="moved since the plan"):
+        stack.apply(second, second_dir)
+    updated, _ = stack.plan_and_apply(backend + 'resource "sim_object" "a" {\n  name = "a"\n  content = "y"\n}\n')
+    assert _kinds(updated.document) == {"sim_object.a": ChangeKind.UPDATE}  # the state in PostgreSQL was used
+
+
+def test_a_branch_cannot_move_a_stacks_state(tf_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = tf_workspace, add_people(tf_workspace)
+    backend = 'terraform {\n  backend "local" {\n    path = "PATH"\n  }\n}\n'
+    admin = Clone(ws, tmp_path / "admin")
+    admin.write("stacks/files/backend.tf", backend.replace("PATH", str(tmp_path / "files.tfstate"))).push(
+        "files' state in a place of its own", author="admin")
+    clone = Clone(ws, tmp_path / "clone").branch("elsewhere")
+    clone.write("stacks/files/backend.tf", backend.replace("PATH", str(tmp_path / "empty.tfstate"))).push()
+    with pytest.raises(ConfigError, match="moves where the stack's state lives"):
+        open_proposal(ws, people.alice, "elsewhere", "start from an empty state")
+    clone.branch("fine").edit("stacks/files/main.tf", "replicas=2", "replicas=3").push()
+    proposal = open_proposal(ws, people.alice, "fine", "three replicas")  # the backend as main has it
+    assert proposal.plans["files"].counts == {"update": 1} or proposal.plans["files"].counts.get("create")
 
 
 # --- the whole change path with `engine: terraform` --------------------------------------------

@@ -2,8 +2,9 @@
 
 A plan runs `init`, `plan -out` and `show -json` in a scratch copy of the stack at the commit, and
 keeps Terraform's binary plan file with the JSON: the approval binds to both, and the apply runs
-exactly that file, never a fresh plan. Each stack's state lives in a local backend under the
-workspace (stacks that declare a backend of their own are refused for now). Values the gateway
+exactly that file, never a fresh plan. A stack's state lives where its files declare (`terraform {
+backend ... }`, as main has it: planning refuses a branch that changes it), else in a local backend
+under the workspace; the state serial is read from that backend. Values the gateway
 supplies are secret by origin: wherever one appears in the JSON plan it is marked sensitive, whatever
 the configuration declares, and it is cut out of every message Terraform writes.
 """
@@ -23,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hcl2
 import structlog
-from lark import Tree
 
-from gateway.adapters.hcl_sensitivity import declared_variables, top_level_blocks
-from gateway.adapters.sandbox.config import node_name
+from gateway.adapters.hcl_sensitivity import declared_variables
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
 from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
 
@@ -37,6 +37,8 @@ PLAN_FILE = "gateway.tfplan"
 INPUTS_FILE = "gateway-inputs.tfvars.json"
 BACKEND_FILE = "gateway_backend_override.tf"
 SENSITIVE_FILE = "gateway_sensitive_override.tf"
+BACKEND_JSON = "backend.tf.json"  # a stack's own backend, alone in a directory where its state is read
+SERIAL_TTL_SECONDS = 2.0  # reads of a declared backend's serial are reused this long (an apply reads afresh)
 CANCEL_GRACE_SECONDS = 30.0
 MASK = "(sensitive)"
 UNKNOWN_SCHEMA = frozenset({"(schema unknown: every attribute may be sensitive)"})
@@ -68,11 +70,12 @@ class TerraformEngine:
         self.setup = setup
         self._schemas: dict[str, frozenset[str]] = {}
         self._schema_key: str | None = None  # the provider lock file the schemas were read for
+        self._serials: dict[str, tuple[float, dict[str, Any]]] = {}  # stack -> (when read, state) of declared backends
 
     # --- the Engine port -----------------------------------------------------------------------
 
     def state_serial(self, stack: str) -> int:
-        return int(self._state(stack).get("serial", 0))
+        return state_version(self._state(stack))
 
     def masks_by_origin(self, stack: str) -> bool:
         return False  # Terraform's nonsensitive() unmasks whatever we declare
@@ -100,7 +103,7 @@ class TerraformEngine:
         mask_secret_values(document, [v for v in inputs.values.values() if isinstance(v, str) and v])
         artifact = (directory / PLAN_FILE).read_bytes()
         log.info("terraform.plan", stack=stack, changes=len(document.get("resource_changes", [])))
-        return EnginePlan(document, int(state.get("serial", 0)), str(state.get("lineage", "")), artifact)
+        return EnginePlan(document, state_version(state), str(state.get("lineage", "")), artifact)
 
     def apply(self, stack: str, directory: Path, document: Mapping[str, Any], expected_serial: int,
               inputs: StackInputs, artifact: bytes | None = None,
@@ -112,7 +115,7 @@ class TerraformEngine:
 
     def _apply(self, stack: str, directory: Path, inputs: StackInputs, artifact: bytes, expected_serial: int,
                progress: Callable[[str], None] | None) -> ApplyOutcome:
-        serial = self.state_serial(stack)
+        serial = state_version(self._state(stack, fresh=True))
         if serial != expected_serial:  # Terraform itself re-applies a plan made against an empty state
             raise ApplyError(f"state of stack {stack} moved since the plan (serial {expected_serial} -> {serial})")
         self._prepare(stack, directory, inputs)
@@ -125,14 +128,24 @@ class TerraformEngine:
         if code != 0:
             error = _scrub("; ".join(errors) or "terraform apply failed", inputs)
         log.info("terraform.apply", stack=stack, applied=len(applied), failed=failed, code=code)
-        return ApplyOutcome(code == 0, tuple(applied), failed, error, self.state_serial(stack))
+        return ApplyOutcome(code == 0, tuple(applied), failed, error,
+                            state_version(self._state(stack, fresh=True)))
 
     # --- working directory, state and runs -----------------------------------------------------
 
     def _state_file(self, stack: str) -> Path:
         return self.setup.state_dir / stack / "terraform.tfstate"
 
-    def _state(self, stack: str) -> dict[str, Any]:
+    def _backend_dir(self, stack: str) -> Path:
+        return self.setup.state_dir / stack / "backend"
+
+    def _state(self, stack: str, fresh: bool = False) -> dict[str, Any]:
+        """The stack's state (serial and lineage are what the gateway checks), from whichever backend holds it."""
+        if (self._backend_dir(stack) / BACKEND_JSON).exists():
+            cached = self._serials.get(stack)
+            if fresh or cached is None or time.monotonic() - cached[0] > SERIAL_TTL_SECONDS:
+                cached = self._serials[stack] = (time.monotonic(), self._pull_state(stack))
+            return cached[1]
         path = self._state_file(stack)
         if not path.exists():
             return {}
@@ -141,17 +154,29 @@ class TerraformEngine:
         except (OSError, json.JSONDecodeError) as exc:
             raise BackendError(f"the Terraform state of stack {stack} cannot be read: {exc}") from None
 
+    def _pull_state(self, stack: str) -> dict[str, Any]:
+        directory = self._backend_dir(stack)
+        inputs = StackInputs()
+        if not (directory / ".terraform").exists():
+            self._run(directory, ["init", "-input=false", "-no-color"], BackendError, inputs)
+        pulled = self._run(directory, ["state", "pull"], BackendError, inputs)
+        try:
+            return dict(json.loads(pulled)) if pulled.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise BackendError(f"the Terraform state of stack {stack} cannot be read from its backend: {exc}") from None
+
     def _prepare(self, stack: str, directory: Path, inputs: StackInputs) -> None:
-        """The gateway's backend for the stack and the values it supplies, beside the stack's files."""
+        """The stack's backend (its own, or the gateway's local one) and the values the gateway supplies."""
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf"))
                  if not p.is_symlink() and p.name not in (BACKEND_FILE, SENSITIVE_FILE)}
-        if declares_backend(files):
-            raise ConfigError(f"stack {stack} declares a backend of its own; the terraform engine keeps each "
-                              "stack's state in the gateway's local backend for now (remove the backend block)")
-        state_file = self._state_file(stack)
-        state_file.parent.mkdir(parents=True, exist_ok=True)
-        (directory / BACKEND_FILE).write_text(
-            f'terraform {{\n  backend "local" {{\n    path = {json.dumps(str(state_file))}\n  }}\n}}\n')
+        backend = declared_backend(files)
+        if backend is not None:
+            self._remember_backend(stack, backend)
+        else:
+            state_file = self._state_file(stack)
+            state_file.parent.mkdir(parents=True, exist_ok=True)
+            (directory / BACKEND_FILE).write_text(
+                f'terraform {{\n  backend "local" {{\n    path = {json.dumps(str(state_file))}\n  }}\n}}\n')
         values = directory / INPUTS_FILE
         values.write_text(json.dumps(dict(inputs.values)))
         values.chmod(0o600)
@@ -159,6 +184,19 @@ class TerraformEngine:
         forced = sorted(inputs.secret & declared_variables(files))
         (directory / SENSITIVE_FILE).write_text("".join(f'variable "{name}" {{\n  sensitive = true\n}}\n'
                                                         for name in forced))
+
+    def _remember_backend(self, stack: str, backend: Mapping[str, Any]) -> None:
+        """Keep the stack's backend, alone, where its state serial is read between runs (re-initialised on change)."""
+        directory = self._backend_dir(stack)
+        text = json.dumps({"terraform": {"backend": backend}}, sort_keys=True, indent=2)
+        path = directory / BACKEND_JSON
+        if path.exists() and path.read_text() == text:
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(directory / ".terraform", ignore_errors=True)
+        path.write_text(text)
+        path.chmod(0o600)
+        self._serials.pop(stack, None)
 
     def _environment(self) -> dict[str, str]:
         env = {**self.setup.default_env,
@@ -274,10 +312,49 @@ def _readable(line: str) -> str:
     return line
 
 
-def declares_backend(files: Mapping[str, str]) -> bool:
-    """Whether a `terraform { backend ... }` or `cloud` block is among these files."""
-    return any(isinstance(child, Tree) and child.data == "block" and node_name(child.children[0]) in ("backend", "cloud")
-               for block in top_level_blocks(files) if block.kind == "terraform" for child in block.body.children)
+def state_version(state: Mapping[str, Any]) -> int:
+    """What the gateway compares to tell whether a stack's state moved: 0 for no state, serial + 1 for a state.
+
+    Serial alone does not tell an empty state from a new one (some backends write a first state with serial
+    0), and Terraform re-applies a plan made against an empty state: that must never pass as unmoved.
+    """
+    return int(state.get("serial", 0)) + 1 if state.get("lineage") else 0
+
+
+def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
+    """The `terraform { backend "TYPE" { ... } }` these files declare, as `{TYPE: {setting: value}}` (None: none).
+
+    Backend settings are literals in Terraform (no variables), so they read as plain values. A `cloud` block
+    is refused: Terraform Cloud runs plans itself, out of the gateway's reach.
+    """
+    found: list[dict[str, Any]] = []
+    for name, text in files.items():
+        if "backend" not in text and "cloud" not in text:
+            continue
+        try:
+            document = hcl2.loads(text)
+        except Exception as exc:  # python-hcl2 raises lark's errors
+            raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
+        for block in document.get("terraform", []):
+            if "cloud" in block:
+                raise ConfigError(f"{name}: a `cloud` block hands plans to Terraform Cloud; the gateway plans and "
+                                  "applies itself (declare a backend instead)")
+            for backend in block.get("backend", []):
+                found.append({_literal(kind): _literal(settings) for kind, settings in backend.items()})
+    if len(found) > 1:
+        raise ConfigError("the stack declares more than one backend")
+    return found[0] if found else None
+
+
+def _literal(value: Any) -> Any:
+    """python-hcl2's rendering of a literal (quoted strings, block markers) as the plain value."""
+    if isinstance(value, str) and len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+        return json.loads(value)
+    if isinstance(value, dict):
+        return {_literal(k): _literal(v) for k, v in value.items() if k != "__is_block__"}
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    return value
 
 
 def mask_secret_values(document: dict[str, Any], secrets: Sequence[str]) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.adapters.checkov import run_checkov
 from gateway.adapters.hcl_sensitivity import Unmasking, find_outside_reads, find_unmaskings
+from gateway.adapters.terraform import declared_backend
 from gateway.domain.errors import ConfigError, NotFound
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
 from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_plan
@@ -77,6 +78,7 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
     """Plan one stack from files on disk (a commit's export or the agent's working copy) and judge it."""
     inputs = ws.stack_inputs(stack)
     refuse_unreadable_configuration(stack, directory)
+    refuse_backend_change(ws, settings, stack, directory)
     unmaskings = stack_unmaskings(ws, stack, directory, inputs)
     by_function = [u.address for u in unmaskings if u.by_function]
     if by_function and not ws.engine.masks_by_origin(stack):  # the plan itself would show the value
@@ -120,6 +122,18 @@ def refuse_unreadable_configuration(stack: str, directory: Path) -> None:
     outside = find_outside_reads(files)
     if outside:
         raise ConfigError(f"stack {stack}: " + "; ".join(u.message for u in outside))
+
+
+def refuse_backend_change(ws: Workspace, settings: RepoSettings, stack: str, directory: Path) -> None:
+    """A stack's state lives where main says: a branch that moves it (another stack's state, an empty one) is
+    refused. Moving a backend is an operator's change on main, with its state migrated; a new stack may declare one."""
+    on_main = ws.repo.read_files(ws.repo.resolve(ws.main_branch()), settings.stacks[stack].path, ".tf")
+    if not on_main:
+        return
+    here = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf")) if not p.is_symlink()}
+    if declared_backend(here) != declared_backend(on_main):
+        raise ConfigError(f"stack {stack}: the change moves where the stack's state lives (its backend block differs "
+                          f"from main's); a backend is changed on main, with its state migrated, not in a proposal")
 
 
 def stack_unmaskings(ws: Workspace, stack: str, directory: Path, inputs: StackInputs) -> list[Unmasking]:

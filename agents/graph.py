@@ -26,12 +26,16 @@ class Limits:
 
 def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: Limits,
                 checkpointer: Checkpointer | None = None, progress: Progress | None = None,
-                scrubber: Scrubber | None = None) -> Any:
-    """The agent's graph; `scrubber` cuts known secrets out of tool results and of every model request."""
+                scrubber: Scrubber | None = None, should_stop: Callable[[], str | None] | None = None) -> Any:
+    """The agent's graph; `scrubber` cuts known secrets out of tool results and of every model request;
+    `should_stop` is asked before each model call (the circuit breaker) and ends the run with its reason."""
     say = progress or (lambda _: None)
     scrub = scrubber or Scrubber()
 
     def call_model(state: AgentState) -> dict[str, Any]:
+        stop = should_stop() if should_stop else None
+        if stop:
+            return {"stopped": stop}
         if state["steps"] >= limits.max_steps:
             return {"stopped": f"step bound reached: {state['steps']} model calls (limit {limits.max_steps})"}
         if state["tokens"] >= limits.max_tokens:

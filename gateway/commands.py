@@ -28,6 +28,7 @@ from gateway.domain.proposal import Decision, Proposal
 from gateway.output import scrub_standard_streams
 from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
 from gateway.services.github import link_account
 from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
 from gateway.services.planning import plan_stack
@@ -194,6 +195,44 @@ def policy_eval(ctx: Context, plan_file: Path, stack: str, agent: bool) -> None:
     for f in findings:
         click.echo(f"{f.severity.value.upper():4} {f.rule} {f.address}: {f.message}")
     click.echo(f"{len(findings)} finding(s)")
+
+
+@cli.group()
+def breaker() -> None:
+    """The circuit breaker on agent changes, and the kill switch."""
+
+
+@breaker.command("status")
+@pass_ctx
+def breaker_show(ctx: Context) -> None:
+    """Every breaker that was tripped, opened or reset, and where it stands."""
+    ctx.actor()
+    states = breaker_status(ctx.ws)
+    for s in states:
+        click.echo(f"{s['agent']:20} {'OPEN' if s['open'] else 'closed':6} since {s['changed_at']:%Y-%m-%d %H:%M} "
+                   f"by {s['changed_by']}: {s['reason']}")
+    if not states:
+        click.echo("no breaker has tripped: every agent may propose")
+
+
+@breaker.command("open")
+@click.option("--agent", "agent_name", default=None, help="one agent (default: every agent, the kill switch)")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def breaker_open(ctx: Context, agent_name: str | None, reason: str) -> None:
+    """Stop agents now: no agent proposes, running requests stop (admins only)."""
+    open_breaker(ctx.ws, ctx.actor(), agent_name, reason)
+    click.echo(f"breaker open for {agent_name or 'every agent'}")
+
+
+@breaker.command("reset")
+@click.option("--agent", "agent_name", default=None, help="one agent's breaker (default: the one for every agent)")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def breaker_reset(ctx: Context, agent_name: str | None, reason: str) -> None:
+    """Close a tripped or opened breaker (people in a resetter group), with a reason."""
+    reset_breaker(ctx.ws, ctx.actor(), agent_name, reason)
+    click.echo(f"breaker closed for {agent_name or 'every agent'}")
 
 
 # --- the change path -------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.domain.breaker import BreakerSettings
 from gateway.domain.errors import ConfigError
 from gateway.domain.policy import PolicySettings
 from gateway.domain.repo_settings import GitHubSettings, RepoSettings, StackSettings
@@ -53,6 +55,14 @@ class _RawGitHub(BaseModel):
     merge_method: Literal["merge", "squash", "rebase"] = "merge"
 
 
+class _RawBreaker(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    window_minutes: float = Field(default=5, gt=0, description="the sliding window agent changes are summed over")
+    max_growth_percent: float = Field(default=100, gt=0, description="capacity agents may add in one window")
+    max_destroy_count: int = Field(default=10, ge=0, description="resources agents may delete in one window")
+    resetters: list[str] = Field(default=[], description="groups whose people may reset a tripped breaker")
+
+
 class _RawSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     engine: EngineName = Field(default="sandbox", description="sandbox (the simulator) or terraform (the CLI)")
@@ -61,6 +71,7 @@ class _RawSettings(BaseModel):
     protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
     policy: _RawPolicy = _RawPolicy()
     forge: Literal["github"] | None = Field(default=None, description="where proposals become pull requests")
+    breaker: _RawBreaker = _RawBreaker()
     github: _RawGitHub | None = None
 
 
@@ -108,4 +119,6 @@ def parse_repo_settings(text: str) -> RepoSettings:
             checkov=raw.policy.checkov,
         ),
         github=github,
+        breaker=BreakerSettings(timedelta(minutes=raw.breaker.window_minutes), raw.breaker.max_growth_percent,
+                                raw.breaker.max_destroy_count, frozenset(raw.breaker.resetters)),
     )

@@ -23,6 +23,8 @@ from gateway.adapters.sql_store import (
     applies,
     audit_events,
     audit_head,
+    breaker_changes,
+    breaker_states,
     conversations,
     decisions,
     dumps,
@@ -37,6 +39,7 @@ from gateway.adapters.sql_store import (
     webhook_deliveries,
 )
 from gateway.domain.audit import AuditEvent, event_hash
+from gateway.domain.breaker import CapacityChange
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
@@ -573,6 +576,46 @@ class StoreSession:
     def newest_event_seq(self, proposal_id: int) -> int:
         return int(self.conn.scalar(select(func.max(audit_events.c.seq)).where(
             audit_events.c.proposal_id == proposal_id)) or 0)
+
+    # --- the circuit breaker ------------------------------------------------------------------
+
+    def record_capacity_change(self, change: CapacityChange) -> None:
+        """A proposal's latest capacity figures (a re-plan replaces its earlier ones; the first time stays)."""
+        first = self.conn.scalar(select(breaker_changes.c.at).where(
+            breaker_changes.c.proposal_id == change.proposal_id))
+        self.conn.execute(delete(breaker_changes).where(breaker_changes.c.proposal_id == change.proposal_id))
+        self.conn.execute(insert(breaker_changes).values(
+            proposal_id=change.proposal_id, principal_id=change.principal_id, before=dict(change.before),
+            added=change.added, destroyed=change.destroyed, at=first or change.at))
+
+    def capacity_changes(self, principal_id: str | None, since: datetime) -> list[CapacityChange]:
+        """Agent changes since `since`, oldest first: one agent's, or every agent's (None)."""
+        query = select(breaker_changes).where(breaker_changes.c.at >= since).order_by(breaker_changes.c.at)
+        if principal_id is not None:
+            query = query.where(breaker_changes.c.principal_id == principal_id)
+        return [CapacityChange(r["proposal_id"], r["principal_id"], dict(r["before"]), float(r["added"]),
+                               int(r["destroyed"]), _aware(r["at"])) for r in self.conn.execute(query).mappings()]
+
+    def breaker_state(self, scope: str) -> dict[str, Any] | None:
+        row = self.conn.execute(select(breaker_states).where(breaker_states.c.scope == scope)).mappings().first()
+        return {**row, "changed_at": _aware(row["changed_at"])} if row else None
+
+    def breaker_states(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(select(breaker_states).order_by(breaker_states.c.scope)).mappings()
+        return [{**r, "changed_at": _aware(r["changed_at"])} for r in rows]
+
+    def set_breaker(self, scope: str, is_open: bool, reason: str, by: str) -> None:
+        self.conn.execute(delete(breaker_states).where(breaker_states.c.scope == scope))
+        self.conn.execute(insert(breaker_states).values(scope=scope, open=is_open, reason=reason, changed_by=by,
+                                                        changed_at=now()))
+
+    def stop_agent_runs(self, reason: str) -> list[str]:
+        """Mark every running agent request stopped (each run also checks the breaker between its steps)."""
+        running = list(self.conn.scalars(select(agent_runs.c.id).where(agent_runs.c.status == "running")))
+        if running:
+            self.conn.execute(update(agent_runs).where(agent_runs.c.id.in_(running)).values(
+                status="stopped", message=reason, updated_at=now()))
+        return running
 
     # --- applies ---------------------------------------------------------------------------
 

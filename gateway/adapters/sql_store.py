@@ -17,8 +17,10 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -272,8 +274,28 @@ webhook_deliveries = Table(
     Column("received_at", DateTime(timezone=True), nullable=False),
 )
 
-_FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in ("jobs", "github_accounts", "pull_requests",
-                                                                       "webhook_deliveries")]
+# The circuit breaker (migration 7): each agent change's capacity figures, and each breaker's state.
+breaker_changes = Table(
+    "breaker_changes", metadata,
+    Column("proposal_id", Integer, primary_key=True, autoincrement=False),  # a proposal counts once: its latest plans
+    Column("principal_id", String(36), nullable=False, index=True),
+    Column("before", JSON, nullable=False),  # stack -> capacity its resources held before the change
+    Column("added", Float, nullable=False),
+    Column("destroyed", Integer, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, index=True),
+)
+
+breaker_states = Table(
+    "breaker_states", metadata,
+    Column("scope", String(36), primary_key=True),  # an agent principal's id, or "*" for every agent
+    Column("open", Boolean, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("changed_by", String(100), nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+)
+
+_LATER_TABLES = ("jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
 def _initial_schema(conn: Connection) -> None:
@@ -319,6 +341,11 @@ def _github(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE jobs ADD COLUMN args JSON"))
 
 
+def _breaker(conn: Connection) -> None:
+    """The circuit breaker on runaway automation."""
+    metadata.create_all(conn, tables=[breaker_changes, breaker_states])
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -326,6 +353,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (4, _plan_artifacts),
     (5, _applied_commits_and_one_running_job),
     (6, _github),
+    (7, _breaker),
 ]
 
 

@@ -314,7 +314,7 @@ def agent_capacity_growth(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
         for rtype, path in CAPACITY_PATHS:
             if rc.type != rtype:
                 continue
-            before, after = _number_at(rc.change.before, path), _number_at(rc.change.after, path)
+            before, after = number_at(rc.change.before, path), number_at(rc.change.after, path)
             if before and after is not None and (after - before) * 100 > before * limit:
                 yield _finding(ctx, "agent-capacity-growth", rc, f"{'.'.join(map(str, path))} grows {before} -> {after}, "
                                f"more than {limit}% in one agent change")
@@ -330,7 +330,7 @@ def agent_capacity_growth(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
                           f"instance count grows {before} -> {after}, more than {limit}% in one agent change", ctx.stack)
 
 
-def _number_at(value: Any, path: tuple[str | int, ...]) -> float | None:
+def number_at(value: Any, path: tuple[str | int, ...]) -> float | None:
     for step in path:
         if isinstance(step, int) and isinstance(value, list) and step < len(value):
             value = value[step]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gateway.domain.breaker import BreakerSettings
 from gateway.domain.policy import PolicySettings
 
 
@@ -52,6 +53,7 @@ class RepoSettings:
     risk_approvals: Mapping[str, int] = field(default_factory=dict)  # risk level -> approvers needed
     policy: PolicySettings = field(default_factory=PolicySettings)
     github: GitHubSettings | None = None  # `forge: github`: proposals are pull requests there
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
 
     def stack_for_path(self, path: str) -> StackSettings | None:
         for stack in self.stacks.values():

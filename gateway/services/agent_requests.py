@@ -25,6 +25,7 @@ from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
+from gateway.services.breaker import agent_stop_reason
 from gateway.services.planning import ChangeOrigin, plan_directory
 from gateway.services.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
@@ -74,6 +75,9 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         raise InputError(f"the request is too long ({len(text)} characters, at most {MAX_REQUEST})")
     model = model or model_from_settings(ws)
     agent = agent_principal(ws)
+    stopped = agent_stop_reason(ws, agent)
+    if stopped:
+        raise Refused([stopped])
     conversation_id, branch, proposal_id = _conversation(ws, person, conversation_id)
     prompt = load_prompt(PROMPT)
     settings = ws.repo_settings()
@@ -82,7 +86,8 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person))
         limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens)
         with open_checkpointer(ws.settings.db_url) as checkpointer:
-            graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress, ws.scrubber)
+            graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress, ws.scrubber,
+                                lambda: agent_stop_reason(ws, agent))
             state = graph.invoke(
                 {"messages": [{"role": "user", "content": text}], "steps": 0, "tokens": 0, "summary": None, "stopped": None},
                 {"configurable": {"thread_id": conversation_id}, "recursion_limit": 4 * limits.max_steps + 10})

@@ -10,9 +10,10 @@ from typing import Any
 import structlog
 
 from agents.llm import ChatModel
-from gateway.domain.errors import GatewayError, NotFound
+from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.principals import Principal
-from gateway.services.agent_requests import model_from_settings, submit_request
+from gateway.services.agent_requests import agent_principal, model_from_settings, submit_request
+from gateway.services.breaker import agent_stop_reason
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -20,8 +21,11 @@ log = structlog.get_logger(__name__)
 
 def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
                     model: ChatModel | None = None) -> str:
-    """Check what can be checked now (model configured), then run the agent in a thread."""
+    """Check what can be checked now (model configured, the breaker closed), then run the agent in a thread."""
     model = model or model_from_settings(ws)
+    stopped = agent_stop_reason(ws, agent_principal(ws))
+    if stopped:
+        raise Refused([stopped])
     run_id = uuid.uuid4().hex[:12]
     with ws.store.session() as session:
         session.add_agent_run(run_id, person, text, conversation_id)

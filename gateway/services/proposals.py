@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from gateway.adapters.records import StoreSession, now
@@ -17,6 +17,7 @@ from gateway.domain.preview import Preview, build_preview, preview_from_json, pr
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
 from gateway.domain.risk import Risk
+from gateway.services.breaker import guard_agent_change
 from gateway.services.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace
 
@@ -51,10 +52,13 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     stacks = ws.repo_settings().stacks_touched(paths)
     origin = ChangeOrigin(actor.is_agent, requester.name, tuple(paths))
     main_sha, results = plan_merged(ws, stacks, head, origin)  # plan before writing anything
+    capacity = guard_agent_change(ws, actor, None, results) if actor.is_agent else None
     with ws.store.session() as session:
         if session.open_proposal_for_branch(branch) is not None:
             raise Conflict(f"branch {branch} already has an open proposal")
         pid = session.add_proposal(branch, base, head, requester, actor, reason, stacks, paths, agent_claim=agent_claim)
+        if capacity is not None:
+            session.record_capacity_change(replace(capacity, proposal_id=pid))
         session.append_event(requester, "change.requested", {"reason": reason, "branch": branch}, pid, stacks)
         session.append_event(actor, "proposal.opened", {
             "branch": branch, "base_sha": base, "head_sha": head, "requester": requester.name,
@@ -152,10 +156,14 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
         stacks = tuple(ws.repo_settings().stacks_touched(paths))
     main_sha, results = plan_merged(ws, stacks, head, _origin(proposal, paths))
+    new_agent_work = head != proposal.head_sha and proposal.proposer.is_agent
+    capacity = guard_agent_change(ws, proposal.proposer, proposal_id, results) if new_agent_work else None
     with ws.store.session() as session:
         locked = session.get_proposal(proposal_id, lock=True)
         if locked.status not in DECIDABLE:
             return locked, []
+        if capacity is not None:
+            session.record_capacity_change(capacity)
         if head != locked.head_sha:
             _record_commits(ws, session, proposal_id, locked.head_sha, head, stacks)
             session.update_head(proposal_id, head, stacks, paths)

@@ -1,0 +1,108 @@
+"""The circuit breaker on agent changes: cumulative over a sliding window, it trips at the right change
+with the figures, stops agents (requests in flight included) until a resetter resets it, and the kill
+switch stops every agent."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.llm import ChatModel
+from gateway.domain.errors import Refused
+from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
+from gateway.services.proposals import open_proposal
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People
+from .model_stub import ModelStub, tool_call
+
+ASG = '''resource "aws_autoscaling_group" "workers" {
+  name             = "workers"
+  min_size         = 1
+  max_size         = 40
+  desired_capacity = DESIRED
+}
+'''
+BREAKER = "\nbreaker:\n  window_minutes: WINDOW\n  max_growth_percent: 20\n  max_destroy_count: 3\n  resetters: [platform]\n"
+
+
+def with_workers(ws: Workspace, clone: Clone, window: float = 5) -> None:
+    """Main gets an autoscaling group (10 of 40; with the web instance, capacity 51 as the breaker counts it)
+    and breaker settings."""
+    clone.write("stacks/app-staging/asg.tf", ASG.replace("DESIRED", "10"))
+    clone.write("gateway.yaml", clone.read("gateway.yaml") + BREAKER.replace("WINDOW", str(window)))
+    clone.push("workers and a breaker", author="admin")
+    bootstrap_simulator(ws)  # the group exists before any agent touches it
+
+
+def agent_change(ws: Workspace, people: People, clone: Clone, n: int, desired: int = 12) -> Any:
+    clone.branch(f"grow-{n}").write("stacks/app-staging/asg.tf", ASG.replace("DESIRED", str(desired))).push()
+    return open_proposal(ws, people.agent, f"grow-{n}", f"more workers ({n})", requester=people.alice)
+
+
+@pytest.fixture
+def stub() -> Iterator[ModelStub]:
+    with ModelStub() as server:
+        yield server
+
+
+def test_small_agent_changes_trip_the_breaker_at_the_right_one_until_a_resetter_resets_it(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    with_workers(workspace, clone)
+    for n in range(1, 6):  # +2 each: 10 of 51 added after five changes, under 20%
+        agent_change(workspace, people, clone, n)
+    with pytest.raises(Refused, match=r"circuit breaker: 6 change\(s\) by this agent in 5 minutes add 12 capacity "
+                                      r"to 51 \(24%, limit 20%\)"):
+        agent_change(workspace, people, clone, 6)
+    with pytest.raises(Refused, match="the circuit breaker for infra-agent is open since"):
+        agent_change(workspace, people, clone, 7, desired=11)  # however small: the agent is stopped
+    clone.branch("by-hand").write("stacks/app-staging/asg.tf", ASG.replace("DESIRED", "12")).push()
+    assert open_proposal(workspace, people.alice, "by-hand", "a person still may")  # people are not stopped
+
+    with pytest.raises(Refused, match="erin is not in a resetter group"):
+        reset_breaker(workspace, people.erin, "infra-agent", "looks fine")
+    with pytest.raises(Refused, match="agents never reset the breaker"):
+        reset_breaker(workspace, people.agent, "infra-agent", "let me go")
+    reset_breaker(workspace, people.bob, "infra-agent", "the growth was planned: scaling for the sale")
+    assert agent_change(workspace, people, clone, 8)  # the window starts again at the reset
+    with workspace.store.session(readonly=True) as session:
+        kinds = [e.kind for e in session.events() if e.kind.startswith("breaker.")]
+    assert kinds == ["breaker.tripped", "breaker.refused", "breaker.reset"]
+    [state] = breaker_status(workspace)
+    assert (state["agent"], state["open"], state["changed_by"]) == ("infra-agent", False, "bob")
+
+
+def test_the_window_slides_past_old_changes(workspace: Workspace, people: People, clone: Clone) -> None:
+    with_workers(workspace, clone, window=0.05)  # three seconds
+    for n in range(1, 6):
+        agent_change(workspace, people, clone, n)
+    time.sleep(3.2)
+    for n in range(6, 11):
+        agent_change(workspace, people, clone, n)  # the first five left the window
+
+
+def test_the_kill_switch_stops_every_agent_and_a_request_in_flight(workspace: Workspace, people: People,
+                                                                   stub: ModelStub, tmp_path: Path) -> None:
+    with pytest.raises(Refused, match="only admins open the breaker"):
+        open_breaker(workspace, people.bob, None, "panic")
+
+    def meanwhile_an_admin_pulls_the_switch(body: dict[str, Any]) -> dict[str, Any]:
+        open_breaker(workspace, people.admin, None, "incident 42: agents off")
+        return tool_call("write_file", path="stacks/app-staging/q.tf", content='resource "aws_sqs_queue" "q" {}\n')
+
+    stub.turns = [meanwhile_an_admin_pulls_the_switch, tool_call("finish", summary="done")]
+    run_id = start_agent_run(workspace, people.alice, "add a queue", model=ChatModel(stub.base_url, "k", "stub"))
+    deadline = time.monotonic() + 30
+    while (run := get_agent_run(workspace, people.alice, run_id))["status"] == "running":
+        assert time.monotonic() < deadline, run
+        time.sleep(0.1)
+    assert run["status"] == "stopped" and "incident 42: agents off" in run["message"] and run["proposal_id"] is None
+    assert len(stub.requests) == 1  # it never asked the model again
+    with pytest.raises(Refused, match="the circuit breaker for every agent is open"):
+        start_agent_run(workspace, people.alice, "anything", model=ChatModel(stub.base_url, "k", "stub"))

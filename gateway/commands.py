@@ -29,6 +29,7 @@ from gateway.output import scrub_standard_streams
 from gateway.services import audit as audit_service
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
+from gateway.services.drift import revert_drift
 from gateway.services.github import link_account
 from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
 from gateway.services.planning import plan_stack
@@ -233,6 +234,23 @@ def breaker_reset(ctx: Context, agent_name: str | None, reason: str) -> None:
     """Close a tripped or opened breaker (people in a resetter group), with a reason."""
     reset_breaker(ctx.ws, ctx.actor(), agent_name, reason)
     click.echo(f"breaker closed for {agent_name or 'every agent'}")
+
+
+@cli.command("drift")
+@click.option("--stack", "stacks", multiple=True, help="stacks to check (default: every stack)")
+@pass_ctx
+def drift(ctx: Context, stacks: tuple[str, ...]) -> None:
+    """Look for drift; revert it alone where gateway.yaml allows, else open a revert that needs approval."""
+    ctx.actor()
+    for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
+        outcome = revert_drift(ctx.ws, stack)
+        if outcome.proposal is None:
+            click.echo(f"{stack}: {'; '.join(outcome.reasons)}")
+        elif outcome.automatic:
+            click.echo(f"{stack}: drift reverted automatically by proposal {outcome.proposal.id} (job {outcome.job.id if outcome.job else '?'})")
+        else:
+            click.echo(f"{stack}: proposal {outcome.proposal.id} reverts the drift and needs approval: "
+                       f"{'; '.join(outcome.reasons)}")
 
 
 # --- the change path -------------------------------------------------------------------------

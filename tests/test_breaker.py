@@ -1,6 +1,7 @@
-"""The circuit breaker on agent changes: cumulative over a sliding window, it trips at the right change
-with the figures, stops agents (requests in flight included) until a resetter resets it, and the kill
-switch stops every agent."""
+"""Guards on runaway automation. The circuit breaker on agent changes: cumulative over a sliding window, it
+trips at the right change with the figures, stops agents (requests in flight included) until a resetter
+resets it, and the kill switch stops every agent. Automatic drift correction: only where a stack opted in,
+only in-place updates of unprotected resources; anything else is a revert that needs approval."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ import pytest
 
 from agents.llm import ChatModel
 from gateway.domain.errors import Refused
+from gateway.domain.proposal import Decision
 from gateway.services.agent_runs import get_agent_run, start_agent_run
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
-from gateway.services.proposals import open_proposal
+from gateway.services.drift import revert_drift
+from gateway.services.jobs import run_now_or_follow
+from gateway.services.proposals import decide, get_proposal, open_proposal
+from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People
@@ -106,3 +111,45 @@ def test_the_kill_switch_stops_every_agent_and_a_request_in_flight(workspace: Wo
     assert len(stub.requests) == 1  # it never asked the model again
     with pytest.raises(Refused, match="the circuit breaker for every agent is open"):
         start_agent_run(workspace, people.alice, "anything", model=ChatModel(stub.base_url, "k", "stub"))
+
+
+# --- automatic drift correction -------------------------------------------------------------------
+
+
+def opt_in(ws: Workspace, clone: Clone, stacks: list[str]) -> str:
+    yaml = clone.read("gateway.yaml")
+    for stack in stacks:
+        yaml = yaml.replace(f"    path: stacks/{stack}\n", f"    path: stacks/{stack}\n    drift: {{auto_revert: true}}\n")
+    clone.write("gateway.yaml", yaml)
+    return clone.push("revert drift alone on " + ", ".join(stacks), author="admin")
+
+
+def test_the_gateway_reverts_in_place_drift_alone_only_where_allowed(workspace: Workspace, people: People,
+                                                                     clone: Clone) -> None:
+    switch = opt_in(workspace, clone, ["app-staging", "app-prod", "network"])
+    sim = workspace.simulator
+    sim.edit_object("app-staging", "aws_instance.web[0]", {"tags": {"Name": "renamed-in-console"}})
+    reverted = revert_drift(workspace, "app-staging")
+    assert reverted.automatic and reverted.proposal is not None and reverted.job is not None
+    assert reverted.proposal.proposer.name == "gateway" and reverted.proposal.current_approvals == []
+    done = run_now_or_follow(workspace, reverted.job, "test", lambda _: None)
+    assert done.status.value == "succeeded", done.error
+    assert get_proposal(workspace, reverted.proposal.id).status.value == "applied"
+    assert revert_drift(workspace, "app-staging").reasons == ["no drift to revert"]  # the console edit is undone
+    with workspace.store.session(readonly=True) as session:
+        [authority] = [e.payload["authority"] for e in session.events(kind="drift.auto_revert")]
+    assert authority == switch  # the commit that set the switch decided it
+
+    sim.edit_object("network", "aws_security_group_rule.internal_ingress", {"cidr_blocks": ["0.0.0.0/0"]})
+    replace_ = revert_drift(workspace, "network")
+    assert not replace_.automatic and "the revert would replace, not only update in place" in replace_.reasons[0]
+    sim.edit_object("app-prod", "aws_lb.web", {"tags": {"owner": "someone"}})
+    protected = revert_drift(workspace, "app-prod")
+    assert not protected.automatic and "changes protected aws_lb.web" in protected.reasons[0]
+    sim.edit_object("data", "aws_db_instance.orders", {"tags": {"owner": "someone"}})
+    elsewhere = revert_drift(workspace, "data")
+    assert not elsewhere.automatic and elsewhere.reasons == ["stack data does not set drift.auto_revert"]
+    with pytest.raises(Refused, match="needs 1 approval"):  # a revert that needs a person waits for one
+        apply_proposal(workspace, people.admin, elsewhere.proposal.id)
+    decide(workspace, people.bob, elsewhere.proposal.id, Decision.APPROVE, "revert the console edit")
+    assert apply_proposal(workspace, people.alice, elsewhere.proposal.id).succeeded

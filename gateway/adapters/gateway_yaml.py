@@ -17,6 +17,12 @@ from gateway.domain.repo_settings import GitHubSettings, RepoSettings, StackSett
 EngineName = Literal["sandbox", "terraform"]
 
 
+class _RawDrift(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    auto_revert: bool = Field(default=False, description="revert drift without a person's approval, when every "
+                              "change is an in-place update of an unprotected resource")
+
+
 class _RawStack(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str
@@ -24,6 +30,7 @@ class _RawStack(BaseModel):
     approvers: list[str] = Field(min_length=1)
     protected: list[str] = []
     policies: list[str] | None = Field(default=None, description="Rego packages for this stack; all when unset")
+    drift: _RawDrift = _RawDrift()
 
 
 class _RawApprovals(BaseModel):
@@ -98,7 +105,8 @@ def parse_repo_settings(text: str) -> RepoSettings:
         github = GitHubSettings(g.repository, g.api_url.rstrip("/"), g.git_url, dict(g.teams), g.merge_method)
     stacks = {
         name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected),
-                            s.engine or raw.engine, tuple(s.policies) if s.policies is not None else None)
+                            s.engine or raw.engine, tuple(s.policies) if s.policies is not None else None,
+                            s.drift.auto_revert)
         for name, s in raw.stacks.items()
     }
     return RepoSettings(

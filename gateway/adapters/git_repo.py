@@ -123,6 +123,14 @@ class GitDeclarationRepo:
         return self._git("commit-tree", tree, "-p", main_sha, "-p", head_sha, "-m", "merge preview",
                          env=committer_env())
 
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        return bool(self.repo.is_ancestor(older, newer))
+
+    def last_commit_touching(self, ref: str, path: str) -> str | None:
+        """The newest commit on `ref` that changed `path` (what made a setting what it is)."""
+        sha = self._git("log", "-1", "--format=%H", ref, "--", path).strip()
+        return sha or None
+
     def tree_of(self, sha: str, subdir: str) -> str | None:
         """The tree id of `subdir` at `sha` (None when it does not exist): equal ids, equal files."""
         try:

@@ -45,7 +45,7 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
 from gateway.domain.policy import Finding, Override
 from gateway.domain.principals import Principal, PrincipalKind, Role
-from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalStatus, StackPlan
+from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalKind, ProposalStatus, StackPlan
 from gateway.domain.risk import RiskLevel
 from gateway.domain.scrubbing import Scrubber
 
@@ -258,8 +258,9 @@ class StoreSession:
 
     def add_proposal(self, branch: str, base_sha: str, head_sha: str, requester: Principal, proposer: Principal,
                      reason: str, stacks: Sequence[str], changed_paths: Sequence[str], agent_claim: str | None = None,
-                     prompt_version: str | None = None, model: str | None = None) -> int:
-        result = self.conn.execute(insert(proposals).values(
+                     prompt_version: str | None = None, model: str | None = None,
+                     kind: ProposalKind = ProposalKind.CHANGE) -> int:
+        result = self.conn.execute(insert(proposals).values(kind=kind.value,
             branch=branch, base_sha=base_sha, head_sha=head_sha, requester_id=requester.id,
             proposer_id=proposer.id, reason=reason, status=INITIAL.value, stacks=list(stacks),
             changed_paths=list(changed_paths),
@@ -298,7 +299,7 @@ class StoreSession:
             requester=self.principal(row["requester_id"]), proposer=self.principal(row["proposer_id"]),
             reason=row["reason"], stacks=tuple(row["stacks"]), status=ProposalStatus(row["status"]),
             merge_sha=row["merge_sha"], agent_claim=row["agent_claim"], changed_paths=tuple(row["changed_paths"]),
-            applied_sha=row["applied_sha"],
+            applied_sha=row["applied_sha"], kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
         )
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
         proposal.decisions = self._decisions(proposal_id)
@@ -387,7 +388,7 @@ class StoreSession:
                 risk=RiskLevel(r["summary"].get("risk", {}).get("level", "low")),
                 risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
                 findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])),
-                main_sha=r["main_sha"])
+                main_sha=r["main_sha"], changed=tuple(r["summary"].get("changed", [])))
         return current
 
     # --- decisions -------------------------------------------------------------------------

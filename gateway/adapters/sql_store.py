@@ -80,6 +80,7 @@ proposals = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("applied_sha", String(40), nullable=True),  # migration 5: the merged commit an apply ran
+    Column("kind", String(20), nullable=True),  # migration 8: change | drift_revert (NULL: change)
 )
 
 plans = Table(
@@ -346,6 +347,12 @@ def _breaker(conn: Connection) -> None:
     metadata.create_all(conn, tables=[breaker_changes, breaker_states])
 
 
+def _proposal_kinds(conn: Connection) -> None:
+    """A proposal is a change, or an automatic revert of drift."""
+    if "kind" not in {c["name"] for c in inspect(conn).get_columns("proposals")}:
+        conn.execute(text("ALTER TABLE proposals ADD COLUMN kind VARCHAR(20)"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -354,6 +361,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (5, _applied_commits_and_one_running_job),
     (6, _github),
     (7, _breaker),
+    (8, _proposal_kinds),
 ]
 
 

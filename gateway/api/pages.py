@@ -20,6 +20,7 @@ from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.breaker import breaker_status
 from gateway.services.jobs import approve_proposal, enqueue_job
 from gateway.services.proposals import decide
 from gateway.services.users import authenticate_person
@@ -78,7 +79,8 @@ def index(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLRespon
         rows = session.list_proposals()
         names = {p.id: p.name for p in session.list_principals()}
     proposals = [{**r, "requester": names.get(r["requester_id"]), "proposer": names.get(r["proposer_id"])} for r in rows]
-    return render(request, "index.html", actor, proposals=proposals)
+    breakers = [b for b in breaker_status(ws) if b["open"]]
+    return render(request, "index.html", actor, proposals=proposals, breakers=breakers)
 
 
 @router.get("/requests/new")

@@ -12,7 +12,7 @@ from datetime import datetime
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.policy import Severity
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Decision, Proposal
+from gateway.domain.proposal import Decision, Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
 
 
@@ -120,6 +120,8 @@ def approval_blockers(proposal: Proposal, settings: RepoSettings, now: datetime)
 
 
 def approval_shortfall(proposal: Proposal, settings: RepoSettings) -> list[str]:
+    if proposal.kind == ProposalKind.DRIFT_REVERT and not auto_revert_refusals(proposal, settings):
+        return []  # main as it is, on stacks that opted in, updated in place only: the switch's commit decided
     needed = required_approvals(proposal, settings)
     approvers = {d.principal.id for d in proposal.current_approvals}
     if len(approvers) >= needed:
@@ -131,6 +133,31 @@ def approval_shortfall(proposal: Proposal, settings: RepoSettings) -> list[str]:
     note = f"; {stale} earlier decision(s) are stale after a new commit or plan" if stale else ""
     return [f"needs {needed} approval(s) of the current commit and plan from different approvers, "
             f"has {len(approvers)}{why}{note}"]
+
+
+def auto_revert_refusals(proposal: Proposal, settings: RepoSettings) -> list[str]:
+    """Why this revert of drift needs a person's approval (empty: the gateway may apply it alone).
+
+    Only main as it is, on stacks whose gateway.yaml on main sets `drift.auto_revert`, when every change is
+    an in-place update of a resource that is not protected and no policy finding denies.
+    """
+    if proposal.kind != ProposalKind.DRIFT_REVERT:
+        return ["only a revert of drift is ever applied without approval"]
+    reasons = []
+    for stack, plan in proposal.plans.items():
+        stack_settings = settings.stacks.get(stack)
+        if stack_settings is None or not stack_settings.auto_revert_drift:
+            reasons.append(f"stack {stack} does not set drift.auto_revert")
+            continue
+        other = sorted(kind for kind, n in plan.counts.items() if n and kind not in ("update", "no-op", "read"))
+        if other:
+            reasons.append(f"stack {stack}: the revert would {', '.join(other)}, not only update in place")
+        protected = [a for a in plan.changed if a in stack_settings.protected or _base_address(a) in stack_settings.protected]
+        if protected:
+            reasons.append(f"stack {stack}: the revert changes protected {', '.join(protected)}")
+    if any(f.severity == Severity.DENY for f in proposal.findings):
+        reasons.append("a policy finding denies it")
+    return reasons
 
 
 def _base_address(address: str) -> str:

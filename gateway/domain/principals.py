@@ -22,6 +22,7 @@ class Role(StrEnum):
 class PrincipalKind(StrEnum):
     PERSON = "person"
     AGENT = "agent"
+    SYSTEM = "system"  # the gateway itself, for what a setting lets it do alone (an automatic drift revert)
 
 
 AGENT_FORBIDDEN_ROLES = frozenset({Role.APPROVER, Role.ADMIN})

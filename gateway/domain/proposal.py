@@ -13,7 +13,12 @@ from gateway.domain.policy import Finding, Override, unresolved_denies
 from gateway.domain.principals import Principal
 from gateway.domain.risk import RiskLevel
 
-__all__ = ["Decision", "DecisionRecord", "Proposal", "ProposalStatus", "StackPlan", "Transition"]
+__all__ = ["Decision", "DecisionRecord", "Proposal", "ProposalKind", "ProposalStatus", "StackPlan", "Transition"]
+
+
+class ProposalKind(StrEnum):
+    CHANGE = "change"  # a branch that changes the declarations
+    DRIFT_REVERT = "drift_revert"  # main as it is, applied again to undo what changed outside the gateway
 
 
 class Decision(StrEnum):
@@ -37,6 +42,7 @@ class StackPlan:
     risk_reasons: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()
     main_sha: str | None = None  # the main commit the branch was merged onto for this plan
+    changed: tuple[str, ...] = ()  # addresses the plan changes (anything but no-op and read)
 
     @property
     def has_changes(self) -> bool:
@@ -73,6 +79,7 @@ class Proposal:
     merge_sha: str | None = None
     agent_claim: str | None = None
     applied_sha: str | None = None  # the commit (the branch merged onto main) the last apply ran
+    kind: ProposalKind = ProposalKind.CHANGE
 
     def take(self, transition: Transition) -> ProposalStatus:
         """Move along the lifecycle table; refuse with a reason when it does not allow this here."""

@@ -17,6 +17,7 @@ class StackSettings:
     protected: frozenset[str] = frozenset()  # resource addresses whose destruction needs more approvers
     engine: str = "sandbox"  # sandbox | terraform
     policies: tuple[str, ...] | None = None  # the Rego packages judging this stack; None: every package
+    auto_revert_drift: bool = False  # the gateway may revert drift here alone (in-place updates only)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ from gateway.domain.github import PullRequestView, pull_request_checks, render_c
 from gateway.domain.jobs import JobKind
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Proposal
+from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
+from gateway.services.breaker import open_breaker_reason
 from gateway.services.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
 from gateway.services.workspace import Workspace
 
@@ -124,7 +125,7 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
         seq = session.newest_event_seq(proposal_id)
     proposal = get_proposal(ws, proposal_id)
     if link is None:
-        if proposal.status not in DECIDABLE:
+        if proposal.status not in DECIDABLE or proposal.kind == ProposalKind.DRIFT_REVERT:  # nothing to review there
             return None
         link = _open_pull_request(ws, forge, proposal)
     comment_id = link["comment_id"]
@@ -184,6 +185,10 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
     refusals = [_not_counted(e) for e in events if (e.kind.endswith(".refused") and e.payload.get("head_sha") in (
         proposal.head_sha, None)) or e.kind in ("job.failed", "github.merged_without_apply")][-6:]
     transitions = [e for e in events if e.kind.startswith("proposal.")]
+    if proposal.proposer.is_agent:
+        with ws.store.session(readonly=True) as session:
+            stopped = open_breaker_reason(session, proposal.proposer)
+        refusals = refusals + ([f":octagonal_sign: {stopped}"] if stopped else [])
     return PullRequestView(
         proposal=proposal,
         previews=proposal_previews(ws, proposal),

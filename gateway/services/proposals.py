@@ -64,7 +64,7 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
             "branch": branch, "base_sha": base, "head_sha": head, "requester": requester.name,
             "proposer": actor.name, "changed_paths": paths}, pid, stacks)
         _record_commits(ws, session, pid, base, head, stacks)
-        _record_plans(session, pid, head, main_sha, results)
+        record_plans(session, pid, head, main_sha, results)
         return session.get_proposal(pid)
 
 
@@ -167,7 +167,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         if head != locked.head_sha:
             _record_commits(ws, session, proposal_id, locked.head_sha, head, stacks)
             session.update_head(proposal_id, head, stacks, paths)
-        _record_plans(session, proposal_id, head, main_sha, results)
+        record_plans(session, proposal_id, head, main_sha, results)
         updated = session.get_proposal(proposal_id)
         if updated.status == ProposalStatus.FAILED:
             session.record_transition(updated, Transition.REPLAN, "gateway", {"because": changes})
@@ -279,7 +279,7 @@ def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
     """Plan every stack of the proposal afresh at its commit (merged onto main) and save the plans."""
     main_sha, results = plan_merged(ws, proposal.stacks, proposal.head_sha, _origin(proposal, proposal.changed_paths))
     with ws.store.session() as session:
-        _record_plans(session, proposal.id, proposal.head_sha, main_sha, results)
+        record_plans(session, proposal.id, proposal.head_sha, main_sha, results)
 
 
 def _origin(proposal: Proposal, paths: Sequence[str]) -> ChangeOrigin:
@@ -335,7 +335,7 @@ def _record_commits(ws: Workspace, session: StoreSession, pid: int, base: str, h
             "message": str(commit.message).strip()[:500]}, pid, stacks)
 
 
-def _record_plans(session: StoreSession, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
+def record_plans(session: StoreSession, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
     for r in results:
         summary = r.summary()
         session.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,

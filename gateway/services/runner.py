@@ -260,6 +260,8 @@ def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: st
     for _ in range(3):  # a race with a push elsewhere in the repo is retried on the new main
         current = ws.repo.resolve(main)
         _refuse_changed_stacks(ws, proposal, current, main_sha, applied)
+        if ws.repo.is_ancestor(proposal.head_sha, current):  # nothing to merge (a revert of drift applies main)
+            return current
         try:
             return ws.repo.merge(current, proposal.head_sha, main, message)
         except RefMoved:

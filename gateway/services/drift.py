@@ -1,0 +1,94 @@
+"""Reverting drift: main applied again where the cloud changed outside the gateway.
+
+A revert is a proposal of main as it is (kind `drift_revert`, proposed by the gateway itself). Where
+main's gateway.yaml sets `drift.auto_revert` on the stack and every change is an in-place update of an
+unprotected resource with no policy deny, the gateway applies it without a person, recording the commit
+that set the switch as its authority; it counts against the circuit breaker like an agent change.
+Anything else stays a proposal that needs approval like any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from gateway.domain.approvals import auto_revert_refusals
+from gateway.domain.errors import NotFound, Refused
+from gateway.domain.jobs import Job, JobKind
+from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.proposal import Proposal, ProposalKind
+from gateway.services.breaker import guard_agent_change
+from gateway.services.jobs import enqueue_job
+from gateway.services.planning import ChangeOrigin, plan_stack
+from gateway.services.proposals import get_proposal, record_plans
+from gateway.services.workspace import Workspace
+
+SYSTEM_NAME = "gateway"
+
+
+@dataclass
+class DriftOutcome:
+    stack: str
+    proposal: Proposal | None = None
+    automatic: bool = False
+    job: Job | None = None
+    reasons: list[str] = field(default_factory=list)  # why it needs a person (or why nothing was opened)
+
+
+def system_principal(ws: Workspace) -> Principal:
+    """The gateway's own principal (made on first use): it proposes and applies reverts a setting allows."""
+    with ws.store.session() as session:
+        gateway = session.principal_by_name(SYSTEM_NAME)
+        if gateway is None:
+            gateway = session.add_principal(SYSTEM_NAME, PrincipalKind.SYSTEM, frozenset({Role.REQUESTER}),
+                                            frozenset(), hash_token(new_token()))
+            session.append_event("gateway", "principal.added", {"name": SYSTEM_NAME, "kind": "system",
+                                                                "roles": ["requester"]})
+    return gateway
+
+
+def revert_drift(ws: Workspace, stack: str) -> DriftOutcome:
+    """Plan main for `stack`; if the cloud drifted from it, open a revert, and apply it alone where allowed."""
+    settings = ws.repo_settings()
+    if stack not in settings.stacks:
+        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    branch = f"drift/{stack}"
+    with ws.store.session(readonly=True) as session:
+        existing = session.open_proposal_for_branch(branch)
+    if existing is not None:
+        return DriftOutcome(stack, get_proposal(ws, existing), reasons=[f"proposal {existing} already reverts it"])
+    gateway = system_principal(ws)
+    main_sha = ws.repo.resolve(ws.main_branch())
+    result = plan_stack(ws, stack, main_sha, ChangeOrigin(requester=SYSTEM_NAME))
+    drifted = [d.address for d in result.plan.resource_drift]
+    if not drifted or not result.plan.changes:
+        return DriftOutcome(stack, reasons=["no drift to revert"])
+    breaker: list[str] = []
+    try:
+        capacity = guard_agent_change(ws, gateway, None, [result])
+    except Refused as exc:
+        capacity, breaker = None, exc.reasons
+    ws.repo.repo.git.update_ref(f"refs/heads/{branch}", main_sha)  # the revert's "branch" is main as it is
+    reason = f"revert drift on stack {stack}: {', '.join(drifted[:20])} changed outside the gateway"
+    with ws.store.session() as session:
+        pid = session.add_proposal(branch, main_sha, main_sha, gateway, gateway, reason, [stack], [],
+                                   kind=ProposalKind.DRIFT_REVERT)
+        session.append_event(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha}, pid,
+                             [stack])
+        session.append_event(gateway, "proposal.opened", {"branch": branch, "base_sha": main_sha,
+                                                          "head_sha": main_sha, "kind": "drift_revert"}, pid, [stack])
+        record_plans(session, pid, main_sha, main_sha, [result])
+        if capacity is not None:
+            session.record_capacity_change(replace(capacity, proposal_id=pid))
+    proposal = get_proposal(ws, pid)
+    reasons = auto_revert_refusals(proposal, settings) + breaker
+    with ws.store.session() as session:
+        if reasons:
+            session.append_event(gateway, "drift.revert_proposed", {"stack": stack, "needs_approval": reasons}, pid,
+                                 [stack])
+        else:
+            session.append_event(gateway, "drift.auto_revert", {
+                "stack": stack, "changes": [rc.address for rc in result.plan.changes],
+                "authority": ws.repo.last_commit_touching(main_sha, "gateway.yaml")}, pid, [stack])
+    if reasons:
+        return DriftOutcome(stack, proposal, reasons=reasons)
+    return DriftOutcome(stack, proposal, automatic=True, job=enqueue_job(ws, gateway, JobKind.APPLY, pid))

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from agents.llm import ChatModel
+from gateway.adapters.records import now
+from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, trip_reason
 from gateway.domain.errors import Refused
 from gateway.domain.proposal import Decision
 from gateway.services.agent_runs import get_agent_run, start_agent_run
@@ -153,3 +155,15 @@ def test_the_gateway_reverts_in_place_drift_alone_only_where_allowed(workspace: 
         apply_proposal(workspace, people.admin, elsewhere.proposal.id)
     decide(workspace, people.bob, elsewhere.proposal.id, Decision.APPROVE, "revert the console edit")
     assert apply_proposal(workspace, people.alice, elsewhere.proposal.id).succeeded
+
+
+def test_deletions_by_agents_count_too() -> None:
+    def change(pid: int, destroyed: int) -> CapacityChange:
+        return CapacityChange(pid, "agent-1", {"s": 10.0}, 0.0, destroyed, now())
+
+    settings = BreakerSettings(max_destroy_count=3)
+    history = [change(1, 1), change(2, 2)]
+    assert trip_reason(history, change(3, 0), settings, "agent-1") is None
+    assert trip_reason(history, change(3, 1), settings, "agent-1") == (
+        "circuit breaker: 3 change(s) by this agent in 5 minutes delete or replace 4 resources (limit 3)")
+    assert trip_reason(history, change(2, 0), settings, ALL_AGENTS) is None  # a proposal counts once: its latest

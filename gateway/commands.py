@@ -110,13 +110,15 @@ def users() -> None:
 @click.option("--role", "roles", multiple=True, required=True, type=click.Choice([r.value for r in Role]))
 @click.option("--group", "groups", multiple=True, help="approver group, e.g. platform")
 @click.option("--agent", is_flag=True, help="an AI agent principal (never approver or admin)")
+@click.option("--for", "acting_for", default=None, help="with --agent: the person every call of the agent is for")
 @pass_ctx
-def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str, ...], agent: bool) -> None:
+def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str, ...], agent: bool,
+              acting_for: str | None) -> None:
     """Create a principal and print its API token (shown once, stored hashed)."""
     actor = ctx.actor() if ctx.settings.token else None
     principal, token = add_principal(
         ctx.ws, actor, name, frozenset(Role(r) for r in roles), frozenset(groups),
-        PrincipalKind.AGENT if agent else PrincipalKind.PERSON)
+        PrincipalKind.AGENT if agent else PrincipalKind.PERSON, acting_for)
     click.echo(f"added {principal.kind.value} {principal.name} ({', '.join(sorted(roles))})", err=True)
     click.echo(token)
 
@@ -234,6 +236,17 @@ def breaker_reset(ctx: Context, agent_name: str | None, reason: str) -> None:
     """Close a tripped or opened breaker (people in a resetter group), with a reason."""
     reset_breaker(ctx.ws, ctx.actor(), agent_name, reason)
     click.echo(f"breaker closed for {agent_name or 'every agent'}")
+
+
+@cli.command("mcp")
+@pass_ctx
+def mcp(ctx: Context) -> None:
+    """The MCP server over stdio, for an external agent whose token is GATEWAY_TOKEN (`--agent --for PERSON`)."""
+    from gateway.mcp_server import build_server  # the MCP SDK only for this command
+
+    principal = ctx.actor()
+    sys.stdout = sys.__stdout__  # the protocol's own stream: every tool result is scrubbed where it is made
+    build_server(ctx.ws, principal).run("stdio")
 
 
 @cli.command("drift")

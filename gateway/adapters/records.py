@@ -224,14 +224,14 @@ class StoreSession:
     # --- principals ------------------------------------------------------------------------
 
     def add_principal(self, name: str, kind: PrincipalKind, roles: frozenset[Role], groups: frozenset[str],
-                      token_hash: str) -> Principal:
+                      token_hash: str, acting_for: str | None = None) -> Principal:
         if self.principal_by_name(name) is not None:
             raise Conflict(f"a principal named {name!r} already exists")
         pid = str(uuid.uuid4())
         self.conn.execute(insert(principals).values(
             id=pid, name=name, kind=kind.value, roles=sorted(roles), groups=sorted(groups),
-            token_hash=token_hash, created_at=now()))
-        return Principal(pid, name, kind, roles, groups)
+            token_hash=token_hash, acting_for=acting_for, created_at=now()))
+        return Principal(pid, name, kind, roles, groups, acting_for)
 
     def count_principals(self) -> int:
         return int(self.conn.scalar(select(func.count()).select_from(principals)) or 0)
@@ -686,7 +686,7 @@ class StoreSession:
 
 def _principal(row: Mapping[str, Any]) -> Principal:
     return Principal(row["id"], row["name"], PrincipalKind(row["kind"]),
-                     frozenset(Role(r) for r in row["roles"]), frozenset(row["groups"]))
+                     frozenset(Role(r) for r in row["roles"]), frozenset(row["groups"]), row["acting_for"])
 
 
 def _event(row: Mapping[str, Any]) -> AuditEvent:

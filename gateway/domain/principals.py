@@ -35,6 +35,7 @@ class Principal:
     kind: PrincipalKind
     roles: frozenset[Role]
     groups: frozenset[str] = frozenset()
+    acting_for: str | None = None  # an agent's person (its id): whom every call of the agent is made for
 
     @property
     def is_agent(self) -> bool:

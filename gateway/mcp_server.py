@@ -1,0 +1,134 @@
+"""The gateway's MCP server (the official MCP Python SDK): `gateway mcp` over stdio, and `/mcp` on the
+service over streamable HTTP with a bearer token. Thin: every tool is a function of
+services/external_agents.py, run off the event loop, its refusals returned as tool errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+
+from gateway.domain.errors import AuthError, GatewayError, Refused
+from gateway.domain.principals import Principal
+from gateway.services import external_agents as agents
+from gateway.services.users import authenticate
+from gateway.services.workspace import Workspace
+
+INSTRUCTIONS = (
+    "The change gateway: the one path to change this organisation's infrastructure. Read the declarations "
+    "(list_stacks, read_file, search, and the conventions and policies resources), try a change with preview "
+    "(the engine's real plan, policy findings and risk, nothing opened), then propose it with a reason. A "
+    "different person approves it; you can never approve, override or apply. Changes to gateway.yaml, "
+    "policies/ and other protected paths are refused.")
+
+
+class GatewayTokens:
+    """The SDK's bearer check with the gateway's own tokens: any valid token passes; the tools decide."""
+
+    def __init__(self, ws: Workspace):
+        self.ws = ws
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            principal = await anyio.to_thread.run_sync(authenticate, self.ws, token)
+        except GatewayError:
+            return None
+        return AccessToken(token=token, client_id=principal.id, scopes=[], subject=principal.id)
+
+
+def build_server(ws: Workspace, principal: Principal | None = None) -> MCPServer:
+    """Over stdio, `principal` is who started it (GATEWAY_TOKEN); over HTTP, each request's bearer token."""
+    http = principal is None
+    public = ws.settings.public_url.rstrip("/")
+    server = MCPServer(
+        "change-gateway", instructions=INSTRUCTIONS,
+        token_verifier=GatewayTokens(ws) if http else None,
+        auth=AuthSettings(issuer_url=public, resource_server_url=f"{public}/mcp", validate_token_resource=False)
+        if http else None)  # the gateway's own tokens: not issued for another resource
+
+    def current() -> tuple[Workspace, agents.Caller]:
+        request_ws = ws.for_request()
+        who = principal
+        if who is None:
+            token = get_access_token()
+            if token is None:
+                raise AuthError("send `Authorization: Bearer TOKEN` with an agent's token")
+            with request_ws.store.session(readonly=True) as session:
+                who = session.principal(token.client_id)
+        return request_ws, agents.caller_of(request_ws, who)
+
+    async def run(tool: str, arguments: dict[str, Any], work: Callable[[Workspace, agents.Caller], Any]) -> str:
+        def blocking() -> str:
+            request_ws, caller = current()
+            result = agents.call(request_ws, caller, tool, arguments, partial(work, request_ws, caller))
+            return result if isinstance(result, str) else json.dumps(result, indent=2)
+        try:
+            return await anyio.to_thread.run_sync(blocking)
+        except Refused as exc:
+            raise ToolError("refused: " + "; ".join(exc.reasons)) from None
+        except GatewayError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+    @server.tool(description="The stacks of the declaration repo: path, engine, approver groups, protected resources.")
+    async def list_stacks() -> str:
+        return await run("list_stacks", {}, lambda w, _c: agents.list_stacks(w))
+
+    @server.tool(description="Read a file of main, or of one of your proposals' branches (by proposal number).")
+    async def read_file(path: str, proposal: int | None = None) -> str:
+        return await run("read_file", {"path": path, "proposal": proposal},
+                         lambda w, c: agents.read_file(w, c, path, proposal))
+
+    @server.tool(description="Search main's (or a proposal's) text files for a regular expression.")
+    async def search(pattern: str, proposal: int | None = None) -> str:
+        return await run("search", {"pattern": pattern, "proposal": proposal},
+                         lambda w, c: agents.search(w, c, pattern, proposal))
+
+    @server.tool(description="Plan edits (path -> whole new file content) on top of main without opening anything: "
+                             "the engine's preview per stack, policy findings and risk.")
+    async def preview(changes: dict[str, str]) -> str:
+        return await run("preview", {"changes": changes}, lambda w, c: agents.preview(w, c, changes))
+
+    @server.tool(description="Open a proposal of the edits (path -> whole new file content) with a reason, for "
+                             "the person you act for; returns its number and review link.")
+    async def propose(changes: dict[str, str], reason: str) -> str:
+        return await run("propose", {"changes": changes, "reason": reason},
+                         lambda w, c: agents.propose(w, c, changes, reason))
+
+    @server.tool(description="Where one of your proposals stands: status, risk, findings, what still blocks it.")
+    async def proposal_status(proposal: int) -> str:
+        return await run("proposal_status", {"proposal": proposal},
+                         lambda w, c: agents.proposal_status(w, c, proposal))
+
+    @server.resource("gateway://conventions", mime_type="text/yaml",
+                     description="Main's gateway.yaml: stacks, approvers, protected paths, policy settings.")
+    async def conventions() -> str:
+        return await run("conventions", {}, lambda w, _c: agents.conventions(w))
+
+    @server.resource("gateway://policies", mime_type="text/plain",
+                     description="The built-in policy rules and main's Rego policies.")
+    async def policies() -> str:
+        return await run("policies", {}, lambda w, _c: agents.policy_rules(w))
+
+    return server
+
+
+def http_app(server: MCPServer, ws: Workspace) -> Starlette:
+    """The streamable-HTTP app to mount at /mcp, accepting the public URL's host and loopback."""
+    host = urlsplit(ws.settings.public_url).netloc
+    hosts = [host, "127.0.0.1:*", "localhost:*", "[::1]:*", "testserver"]
+    security = TransportSecuritySettings(allowed_hosts=hosts,
+                                         allowed_origins=[f"{urlsplit(ws.settings.public_url).scheme}://{host}",
+                                                          "http://127.0.0.1:*", "http://localhost:*"])
+    return server.streamable_http_app(streamable_http_path="/", transport_security=security)

@@ -1,0 +1,222 @@
+"""What an external agent (an MCP client) may do through the gateway, and nothing more: read the
+declarations, try changes against the engine and the policies, propose, and see where its proposals
+stand. It never holds cloud keys, and it can never approve, override or apply.
+
+Every call is made by an agent principal for the person it is bound to (`gateway users add NAME
+--agent --for PERSON`), is rate-limited per agent, and lands in the trail (the arguments as a digest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import git
+
+from agents.tools import RepoTools
+from gateway.adapters.git_repo import committer_env
+from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.policy import RULES
+from gateway.domain.preview import render_text
+from gateway.domain.principals import Principal
+from gateway.services.planning import ChangeOrigin, plan_directory
+from gateway.services.proposals import get_proposal, open_proposal
+from gateway.services.views import view_proposal
+from gateway.services.workspace import Workspace
+
+T = TypeVar("T")
+MAX_CHANGES = 50
+_calls: dict[str, deque[float]] = {}
+_calls_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Caller:
+    agent: Principal
+    person: Principal
+
+
+def caller_of(ws: Workspace, principal: Principal) -> Caller:
+    """The agent and the person it acts for; anything else is refused."""
+    if not principal.is_agent:
+        raise Refused([f"{principal.name} is not an agent: the MCP server is for agents acting for a person"])
+    if principal.acting_for is None:
+        raise Refused([f"{principal.name} acts for no person; an admin binds it with "
+                       f"`gateway users add NAME --agent --for PERSON`"])
+    with ws.store.session(readonly=True) as session:
+        person = session.principal(principal.acting_for)
+    return Caller(principal, person)
+
+
+def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any], work: Callable[[], T]) -> T:
+    """One tool call: rate-limited, recorded (arguments as a digest) with its outcome, secrets scrubbed."""
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+    outcome = "ok"
+    try:
+        _rate_limit(ws, caller.agent)
+        result = work()
+        return ws.scrubber.scrub(result) if isinstance(result, str) else ws.scrubber.scrub_data(result)
+    except GatewayError as exc:
+        outcome = f"refused: {exc}"
+        raise
+    finally:
+        with ws.store.session() as session:
+            session.append_event(caller.agent, "mcp.call", {
+                "tool": tool, "for": caller.person.name, "arguments_sha256": digest,
+                "outcome": ws.scrubber.scrub(outcome)[:500]})
+
+
+def _rate_limit(ws: Workspace, agent: Principal) -> None:
+    limit = ws.settings.mcp_calls_per_minute
+    moment = time.monotonic()
+    with _calls_lock:
+        recent = _calls.setdefault(agent.id, deque())
+        while recent and moment - recent[0] > 60:
+            recent.popleft()
+        if len(recent) >= limit:
+            raise Refused([f"{agent.name} made {limit} calls in the last minute (the limit); wait and try again"])
+        recent.append(moment)
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def list_stacks(ws: Workspace) -> list[dict[str, Any]]:
+    settings = ws.repo_settings()
+    return [{"name": s.name, "path": s.path, "engine": s.engine, "approver_groups": sorted(s.approver_groups),
+             "protected": sorted(s.protected)} for s in settings.stacks.values()]
+
+
+def read_file(ws: Workspace, caller: Caller, path: str, proposal: int | None = None) -> str:
+    with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
+        return ws.scrubber.scrub(_tool(tools.call("read_file", json.dumps({"path": path}))))
+
+
+def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = None) -> str:
+    with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
+        return ws.scrubber.scrub(_tool(tools.call("search", json.dumps({"pattern": pattern}))))
+
+
+def conventions(ws: Workspace) -> str:
+    """Main's gateway.yaml: the stacks, approvers, protected paths and policy settings a change meets."""
+    return ws.repo.read_file(ws.repo.resolve(ws.main_branch()), "gateway.yaml")
+
+
+def policy_rules(ws: Workspace) -> str:
+    """The built-in rules, and main's Rego policies as they are."""
+    main = ws.repo.resolve(ws.main_branch())
+    rego = {path: text for path, text in ws.repo.read_tree(main, "policies").items() if path.endswith(".rego")}
+    lines = ["Built-in rules (every plan):"] + [f"- {rule.__name__}: {(rule.__doc__ or '').strip()}" for rule in RULES]
+    lines += ["", "Rego policies on main:"] + [f"--- {path}\n{text}" for path, text in sorted(rego.items())]
+    return "\n".join(lines)
+
+
+# --- trying and proposing -------------------------------------------------------------------------
+
+
+def preview(ws: Workspace, caller: Caller, changes: Mapping[str, str]) -> dict[str, Any]:
+    """Plan the edits (path -> new content) on top of main, opening nothing: the masked preview per stack,
+    its policy findings and its risk."""
+    with _working_copy(ws, ws.main_branch()) as tools:
+        paths = _write(tools, changes)
+        settings = ws.repo_settings()
+        stacks = settings.stacks_touched(paths)
+        out: dict[str, Any] = {"changed_paths": paths, "stacks": {}}
+        for stack in stacks:
+            try:
+                result = plan_directory(ws, settings, stack, tools.root / settings.stacks[stack].path,
+                                        "(preview)", ChangeOrigin(True, caller.person.name, tuple(paths)))
+            except GatewayError as exc:
+                out["stacks"][stack] = {"error": ws.scrubber.scrub(str(exc))}
+                continue
+            out["stacks"][stack] = {
+                "preview": ws.scrubber.scrub(render_text(result.preview())), "risk": result.risk.to_json(),
+                "findings": [f.to_json() for f in result.findings],
+                "denies": sum(1 for f in result.findings if f.severity == "deny")}
+    return out
+
+
+def propose(ws: Workspace, caller: Caller, changes: Mapping[str, str], reason: str) -> dict[str, Any]:
+    """Open a proposal of the edits on a new branch, for the person; the agent is its proposer."""
+    if not reason.strip():
+        raise InputError("say why: a proposal needs a reason")
+    branch = f"mcp/{caller.agent.name}-{uuid.uuid4().hex[:8]}"
+    with _working_copy(ws, ws.main_branch()) as tools:
+        _write(tools, changes)
+        clone = git.Repo(tools.root)
+        clone.git.checkout("-q", "-b", branch)
+        clone.git.add("-A")
+        clone.git.execute(["git", "commit", "-q", "-m", f"{reason.strip().splitlines()[0][:72]}\n\n"
+                           f"Proposed-by: {caller.agent.name} for {caller.person.name}"],
+                          env=committer_env(caller.agent.name, f"{caller.agent.name}@gateway.local"))
+        clone.git.push("-q", "origin", f"HEAD:refs/heads/{branch}")
+    proposal = open_proposal(ws, caller.agent, branch, reason, requester=caller.person)
+    return {"proposal": proposal.id, "branch": branch, "status": proposal.status.value,
+            "review": f"{ws.settings.public_url.rstrip('/')}/proposals/{proposal.id}"}
+
+
+def proposal_status(ws: Workspace, caller: Caller, proposal_id: int) -> dict[str, Any]:
+    """Where a proposal of this person or agent stands, and what blocks it; never a way to approve."""
+    proposal = _own(ws, caller, proposal_id)
+    view = view_proposal(ws, caller.agent, proposal.id)
+    return {"proposal": proposal.id, "status": proposal.status.value, "risk": proposal.risk.value,
+            "required_approvals": view.required_approvals, "blocked_by": view.blocked_by,
+            "approvals": sorted({d.principal.name for d in proposal.current_approvals}),
+            "pending": view.pending, "findings": [f.to_json() for f in proposal.findings],
+            "review": f"{ws.settings.public_url.rstrip('/')}/proposals/{proposal.id}"}
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+def _own(ws: Workspace, caller: Caller, proposal_id: int) -> Any:
+    try:
+        proposal = get_proposal(ws, proposal_id)
+    except NotFound:
+        proposal = None
+    if proposal is None or caller.person.id != proposal.requester.id and caller.agent.id != proposal.proposer.id:
+        raise NotFound(f"no proposal {proposal_id} of {caller.person.name}'s")
+    return proposal
+
+
+def _ref(ws: Workspace, caller: Caller, proposal_id: int | None) -> str:
+    return ws.main_branch() if proposal_id is None else _own(ws, caller, proposal_id).head_sha
+
+
+@contextmanager
+def _working_copy(ws: Workspace, ref: str) -> Iterator[RepoTools]:
+    """A clone of the declaration repo at `ref`, with the built-in agent's confined tools over it."""
+    with tempfile.TemporaryDirectory(prefix="gw-mcp-") as tmp:
+        clone = git.Repo.clone_from(str(ws.settings.repo_path.resolve()), Path(tmp) / "repo", no_checkout=True)
+        clone.git.checkout("-q", ref)
+        yield RepoTools(Path(clone.working_dir), ws.repo_settings().protected_paths, lambda _s, _p: "")
+
+
+def _write(tools: RepoTools, changes: Mapping[str, str]) -> list[str]:
+    if not changes:
+        raise InputError("no changes: give at least one path and its new content")
+    if len(changes) > MAX_CHANGES:
+        raise InputError(f"too many files at once ({len(changes)}, at most {MAX_CHANGES})")
+    for path, content in changes.items():
+        if not isinstance(content, str):
+            raise InputError(f"{path}: the new content must be text")
+        _tool(tools.call("write_file", json.dumps({"path": path, "content": content})))
+    return sorted(tools.written)
+
+
+def _tool(result: str) -> str:
+    """The built-in tools answer refusals as text; here they are refusals."""
+    if re.match(r"^(refused|error): ", result):
+        raise Refused([result.split(": ", 1)[1]])
+    return result

@@ -1,0 +1,156 @@
+"""External agents through the MCP server, driven by the official SDK's own client over stdio (the real
+`gateway mcp` command) and over streamable HTTP (the real app under uvicorn, bearer tokens)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.api.app import create_app
+from gateway.domain.errors import Refused
+from gateway.domain.principals import PrincipalKind, Role
+from gateway.domain.proposal import Decision
+from gateway.services.proposals import decide, get_proposal
+from gateway.services.users import add_principal
+from gateway.services.workspace import Workspace, stack_secrets
+
+from .conftest import People
+
+QUEUE = ('resource "aws_sqs_queue" "refunds" {\n  name = "refund-events"\n'
+         '  tags = { owner = "payments", "cost-centre" = "cc-42" }\n}\n')
+PUBLIC = ('resource "aws_s3_bucket" "site" {\n  bucket = "orders-site"\n  acl    = "public-read"\n'
+          '  tags   = { owner = "web", "cost-centre" = "cc-1" }\n}\n')
+
+
+@pytest.fixture
+def agents(workspace: Workspace, people: People) -> dict[str, str]:
+    """Tokens: an external agent acting for alice, and one acting for nobody."""
+    bound = add_principal(workspace, people.admin, "editor-agent", frozenset({Role.REQUESTER}),
+                          kind=PrincipalKind.AGENT, acting_for="alice")[1]
+    loose = add_principal(workspace, people.admin, "loose-agent", frozenset({Role.REQUESTER}),
+                          kind=PrincipalKind.AGENT)[1]
+    return {"bound": bound, "loose": loose}
+
+
+def stdio(workspace: Workspace, token: str) -> Client:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update({"GATEWAY_HOME": str(workspace.settings.home), "GATEWAY_TOKEN": token, "GATEWAY_LOG_LEVEL": "error"})
+    return Client(StdioServerParameters(command=sys.executable, args=["-m", "gateway.cli", "mcp"], env=env))
+
+
+def run(test: Callable[[], Awaitable[Any]]) -> Any:
+    return anyio.run(test)
+
+
+async def text(client: Client, tool: str, **arguments: Any) -> tuple[bool, str]:
+    result = await client.call_tool(tool, arguments)
+    return bool(result.is_error), "".join(getattr(c, "text", "") for c in result.content)
+
+
+def test_an_external_agent_previews_and_proposes_over_stdio_and_can_do_nothing_more(
+        workspace: Workspace, people: People, agents: dict[str, str]) -> None:
+    secret = str(stack_secrets(workspace.settings, "data")["db_password"])
+    said: list[str] = []
+
+    async def session() -> int:
+        async with stdio(workspace, agents["bound"]) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert tools == {"list_stacks", "read_file", "search", "preview", "propose", "proposal_status"}
+            error, stacks = await text(client, "list_stacks")
+            assert not error and "app-staging" in stacks
+            error, compliant = await text(client, "preview", changes={"stacks/app-staging/queue.tf": QUEUE})
+            said.append(compliant)
+            assert not error and json.loads(compliant)["stacks"]["app-staging"]["denies"] == 0
+            assert "aws_sqs_queue.refunds" in json.loads(compliant)["stacks"]["app-staging"]["preview"]
+            error, denied = await text(client, "preview", changes={"stacks/app-staging/site.tf": PUBLIC})
+            said.append(denied)
+            assert json.loads(denied)["stacks"]["app-staging"]["denies"] >= 1
+            error, db = await text(client, "preview", changes={"stacks/data/main.tf": workspace.repo.read_file(
+                workspace.repo.resolve("main"), "stacks/data/main.tf").replace("db.t4g.medium", "db.r6g.large")})
+            said.append(db)
+            error, escaped = await text(client, "read_file", path="../../../etc/passwd")
+            assert error and "would leave the repository" in escaped
+            error, protected = await text(client, "propose", changes={"gateway.yaml": "stacks: {}\n"}, reason="x")
+            assert error and "protected path" in protected
+            conventions = (await client.read_resource("gateway://conventions")).contents[0].text
+            assert "approvers" in conventions
+            error, opened = await text(client, "propose", changes={"stacks/app-staging/queue.tf": QUEUE},
+                                       reason="a queue for refund events")
+            said.append(opened)
+            assert not error, opened
+            proposal_id = int(json.loads(opened)["proposal"])
+            error, status = await text(client, "proposal_status", proposal=proposal_id)
+            said.append(status)
+            assert not error and "needs 1 approval" in " ".join(json.loads(status)["blocked_by"])
+            error, other = await text(client, "proposal_status", proposal=proposal_id + 100)
+            assert error and "no proposal" in other
+            return proposal_id
+
+    proposal_id = run(session)
+    proposal = get_proposal(workspace, proposal_id)
+    assert (proposal.requester.name, proposal.proposer.name) == ("alice", "editor-agent")
+    with pytest.raises(Refused, match="editor-agent is an agent; agents can never approve"):
+        decide(workspace, proposal.proposer, proposal_id, Decision.APPROVE, "")
+    assert all(secret not in s for s in said)
+    with workspace.store.session(readonly=True) as session:
+        calls = [e for e in session.events(kind="mcp.call")]
+    assert {e.actor for e in calls} == {"editor-agent"} and {e.payload["for"] for e in calls} == {"alice"}
+    assert any(e.payload["outcome"].startswith("refused:") for e in calls)
+
+    async def loose() -> str:
+        async with stdio(workspace, agents["loose"]) as client:
+            error, answer = await text(client, "list_stacks")
+            assert error
+            return answer
+
+    assert "acts for no person" in run(loose)
+
+
+@pytest.fixture
+def served(workspace: Workspace) -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(workspace.settings, workers=0), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_the_service_serves_mcp_over_http_with_bearer_tokens(workspace: Workspace, people: People,
+                                                              agents: dict[str, str], served: str) -> None:
+    assert httpx.post(f"{served}/mcp/", json={}).status_code == 401
+
+    async def session(token: str) -> tuple[bool, str]:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http, \
+                Client(streamable_http_client(f"{served}/mcp/", http_client=http)) as client:
+            return await text(client, "propose", changes={"stacks/app-staging/queue.tf": QUEUE}, reason="a queue")
+
+    error, opened = run(lambda: session(agents["bound"]))
+    assert not error, opened
+    assert get_proposal(workspace, int(json.loads(opened)["proposal"])).requester.name == "alice"
+    error, refused = run(lambda: session(people.tokens["alice"]))  # a person's token: not an agent
+    assert error and "is not an agent" in refused

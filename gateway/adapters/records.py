@@ -570,8 +570,10 @@ class StoreSession:
             .where(newest.c.seq > pull_requests.c.published_seq,
                    pull_requests.c.publish_error.is_(None)
                    | (pull_requests.c.attempted_at < now() - timedelta(seconds=retry_after_seconds)))
-        unlinked = select(proposals.c.id).where(proposals.c.status.in_([s.value for s in open_statuses]),
-                                                proposals.c.id.not_in(select(pull_requests.c.proposal_id)))
+        unlinked = select(proposals.c.id).where(  # a revert of drift has nothing to review in a pull request
+            proposals.c.status.in_([s.value for s in open_statuses]),
+            proposals.c.kind.is_(None) | (proposals.c.kind != ProposalKind.DRIFT_REVERT.value),
+            proposals.c.id.not_in(select(pull_requests.c.proposal_id)))
         return sorted(set(self.conn.scalars(behind)) | set(self.conn.scalars(unlinked)))
 
     def newest_event_seq(self, proposal_id: int) -> int:

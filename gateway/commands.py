@@ -21,6 +21,7 @@ from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers, required_approvals
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.plan import decode_plan_bytes
 from gateway.domain.preview import RENDERERS
 from gateway.domain.principals import Principal, PrincipalKind, Role
@@ -531,9 +532,14 @@ def _echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
     settings = ws.repo_settings()
     for d in proposal.decisions:
         mark = "current" if proposal.is_current(d) else "STALE"
-        click.echo(f"  {d.decision.value}d by {d.principal.name} at {d.head_sha[:12]} [{mark}] {d.comment}")
+        done = {"approve": "approved", "reject": "rejected", "withdraw": "withdrawn"}[d.decision.value]
+        click.echo(f"  {done} by {d.principal.name} at {d.head_sha[:12]} [{mark}] {d.comment}")
     for o in proposal.overrides:
         click.echo(f"  override of {o.finding_key} by {o.by} until {o.expires_at:%Y-%m-%d %H:%M} UTC: {o.reason}")
+    if proposal.status not in DECIDABLE:  # it takes no more decisions: say where it ended, not what it lacks
+        merged = f", merged as {proposal.merge_sha[:12]}" if proposal.merge_sha else ""
+        click.echo(f"  status: {proposal.status.value}{merged}")
+        return
     shortfall = approval_blockers(proposal, settings, now())
     rejection = proposal.current_rejection
     if rejection:

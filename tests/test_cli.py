@@ -114,6 +114,8 @@ def test_the_whole_path_through_the_command(workspace: Workspace, people: People
     applied = run_cli(["apply", "1"], home, token=people.tokens["alice"])
     assert applied.returncode == 0, applied.stderr
     assert "merged into main" in applied.stdout
+    after = run_cli(["show", "1"], home, token=people.tokens["dana"])
+    assert "status: applied, merged as" in after.stdout and "ready to apply" not in after.stdout
     story = run_cli(["audit", "show", "1"], home, token=people.tokens["dana"])
     assert "approval" in story.stdout and "merged" in story.stdout
     verify = run_cli(["audit", "verify"], home, token=people.tokens["dana"])

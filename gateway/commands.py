@@ -255,9 +255,9 @@ def mcp(ctx: Context) -> None:
 @pass_ctx
 def drift(ctx: Context, stacks: tuple[str, ...]) -> None:
     """Look for drift; revert it alone where gateway.yaml allows, else open a revert that needs approval."""
-    ctx.actor()
+    actor = ctx.actor()
     for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
-        outcome = revert_drift(ctx.ws, stack)
+        outcome = revert_drift(ctx.ws, actor, stack)
         if outcome.proposal is None:
             click.echo(f"{stack}: {'; '.join(outcome.reasons)}")
         elif outcome.automatic:

@@ -6,7 +6,8 @@ services/external_agents.py, run off the event loop, its refusals returned as to
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.domain.principals import Principal
@@ -131,4 +133,32 @@ def http_app(server: MCPServer, ws: Workspace) -> Starlette:
     security = TransportSecuritySettings(allowed_hosts=hosts,
                                          allowed_origins=[f"{urlsplit(ws.settings.public_url).scheme}://{host}",
                                                           "http://127.0.0.1:*", "http://localhost:*"])
-    return server.streamable_http_app(streamable_http_path="/", transport_security=security)
+    # stateless: any API process answers any request (no session lives in one process's memory)
+    return server.streamable_http_app(streamable_http_path="/", transport_security=security, stateless_http=True,
+                                      json_response=True)
+
+
+class McpMount:
+    """The ASGI app mounted at /mcp: a fresh MCP server for each run of the service's lifespan (an SDK session
+    manager runs once), answering 503 outside one."""
+
+    def __init__(self, ws: Workspace):
+        self.ws = ws
+        self._app: Starlette | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        server = build_server(self.ws)
+        self._app = http_app(server, self.ws)
+        try:
+            async with server.session_manager.run():
+                yield
+        finally:
+            self._app = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self._app is None:
+            response = JSONResponse({"error": "NotConfigured", "detail": "the MCP server is not running"}, 503)
+            await response(scope, receive, send)
+            return
+        await self._app(scope, receive, send)

@@ -131,25 +131,25 @@ def test_the_gateway_reverts_in_place_drift_alone_only_where_allowed(workspace: 
     switch = opt_in(workspace, clone, ["app-staging", "app-prod", "network"])
     sim = workspace.simulator
     sim.edit_object("app-staging", "aws_instance.web[0]", {"tags": {"Name": "renamed-in-console"}})
-    reverted = revert_drift(workspace, "app-staging")
+    reverted = revert_drift(workspace, people.admin, "app-staging")
     assert reverted.automatic and reverted.proposal is not None and reverted.job is not None
     assert reverted.proposal.proposer.name == "gateway" and reverted.proposal.current_approvals == []
     done = run_now_or_follow(workspace, reverted.job, "test", lambda _: None)
     assert done.status.value == "succeeded", done.error
     assert get_proposal(workspace, reverted.proposal.id).status.value == "applied"
-    assert revert_drift(workspace, "app-staging").reasons == ["no drift to revert"]  # the console edit is undone
+    assert revert_drift(workspace, people.admin, "app-staging").reasons == ["no drift to revert"]  # the console edit is undone
     with workspace.store.session(readonly=True) as session:
         [authority] = [e.payload["authority"] for e in session.events(kind="drift.auto_revert")]
     assert authority == switch  # the commit that set the switch decided it
 
     sim.edit_object("network", "aws_security_group_rule.internal_ingress", {"cidr_blocks": ["0.0.0.0/0"]})
-    replace_ = revert_drift(workspace, "network")
+    replace_ = revert_drift(workspace, people.admin, "network")
     assert not replace_.automatic and "the revert would replace, not only update in place" in replace_.reasons[0]
     sim.edit_object("app-prod", "aws_lb.web", {"tags": {"owner": "someone"}})
-    protected = revert_drift(workspace, "app-prod")
+    protected = revert_drift(workspace, people.admin, "app-prod")
     assert not protected.automatic and "changes protected aws_lb.web" in protected.reasons[0]
     sim.edit_object("data", "aws_db_instance.orders", {"tags": {"owner": "someone"}})
-    elsewhere = revert_drift(workspace, "data")
+    elsewhere = revert_drift(workspace, people.admin, "data")
     assert not elsewhere.automatic and elsewhere.reasons == ["stack data does not set drift.auto_revert"]
     with pytest.raises(Refused, match="needs 1 approval"):  # a revert that needs a person waits for one
         apply_proposal(workspace, people.admin, elsewhere.proposal.id)
@@ -167,3 +167,26 @@ def test_deletions_by_agents_count_too() -> None:
     assert trip_reason(history, change(3, 1), settings, "agent-1") == (
         "circuit breaker: 3 change(s) by this agent in 5 minutes delete or replace 4 resources (limit 3)")
     assert trip_reason(history, change(2, 0), settings, ALL_AGENTS) is None  # a proposal counts once: its latest
+
+
+def test_a_revert_of_drift_cannot_carry_a_change_or_what_main_never_applied(workspace: Workspace, people: People,
+                                                                            clone: Clone, tmp_path: Path) -> None:
+    opt_in(workspace, clone, ["app-staging"])
+    workspace.simulator.edit_object("data", "aws_db_instance.orders", {"tags": {"owner": "someone"}})
+    waiting = revert_drift(workspace, people.admin, "data")
+    assert waiting.proposal is not None and not waiting.automatic
+    hijack = Clone(workspace, tmp_path / "hijack")
+    hijack.repo.git.checkout("-q", "-B", "drift/data", "origin/drift/data")
+    hijack.write("policies/evil.rego", "package evil\n").push("ride along")
+    with pytest.raises(Refused):
+        apply_proposal(workspace, people.admin, waiting.proposal.id)
+    after = get_proposal(workspace, waiting.proposal.id)
+    assert after.status.value == "abandoned" and after.merge_sha is None
+    assert "evil.rego" not in workspace.repo.read_tree(workspace.repo.resolve("main"), "policies")
+
+    clone.repo.git.pull("-q", "origin", "main")
+    clone.edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-9999"').push("pushed to main, never applied",
+                                                                          author="admin")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"tags": {"Name": "renamed-in-console"}})
+    mixed = revert_drift(workspace, people.admin, "app-staging")
+    assert not mixed.automatic and any("which did not drift" in r for r in mixed.reasons), mixed.reasons

@@ -15,11 +15,12 @@ from gateway.adapters.records import now
 from gateway.domain.errors import Refused
 from gateway.domain.policy import Severity
 from gateway.domain.proposal import Decision, Proposal
+from gateway.domain.rego import masked_input
 from gateway.services.proposals import decide, open_proposal, override_finding
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .conftest import Clone, People, run_cli
+from .conftest import FIXTURES, Clone, People, run_cli
 
 BUCKET = '''resource "aws_s3_bucket" "exports" {
   bucket = "orders-exports"
@@ -178,3 +179,30 @@ def test_policy_commands_run_the_tests_and_judge_any_plan(workspace: Workspace, 
     assert "DENY agent-iam aws_iam_role.x: an agent may not change IAM resources" in as_agent.stdout
     as_person = run_cli(["policy", "eval", str(path), "--stack", "platform"], home, token)
     assert "0 finding(s)" in as_person.stdout
+
+
+def test_what_policies_see_of_a_real_plan_has_every_sensitive_value_masked() -> None:
+    document = json.loads((FIXTURES / "tfplan" / "tf-plan-format_sensitive.tfplan.json").read_text())
+    seen = json.dumps(masked_input(document, frozenset()))
+    assert "hxk5iA==" in json.dumps(document) and "87193988" in json.dumps(document)
+    assert "hxk5iA==" not in seen and "87193988" not in seen  # prior_state keeps them one level down
+
+
+def test_conftest_rule_names_count_and_a_missing_package_fails_closed(workspace: Workspace, people: People,
+                                                                      clone: Clone, tmp_path: Path) -> None:
+    yaml = clone.read("gateway.yaml").replace("    path: stacks/app-prod\n",
+                                              "    path: stacks/app-prod\n    policies: [terraform.nowhere]\n")
+    on_main(workspace, tmp_path, {"gateway.yaml": yaml, "policies/named.rego": (
+        "package terraform.named\nimport rego.v1\n\n  deny_every_queue contains m if {\n"
+        "    some rc in input.resource_changes\n    rc.type == \"aws_sqs_queue\"\n"
+        "    m := {\"msg\": \"no queues\", \"address\": rc.address}\n  }\n")})
+    clone.repo.git.pull("-q", "origin", "main")
+    queue = 'resource "aws_sqs_queue" "q" {\n  name = "q"\n  tags = local.tags\n}\n'
+    clone.branch("q").write("stacks/app-staging/q.tf", queue).push()
+    denied = open_proposal(workspace, people.alice, "q", "a queue")
+    assert ("terraform.named.deny_every_queue", "deny", "aws_sqs_queue.q") in [
+        (f.rule, f.severity.value, f.address) for f in denied.findings]
+    clone.branch("prod-q").write("stacks/app-prod/q.tf", queue).push()
+    missing = open_proposal(workspace, people.alice, "prod-q", "a queue in prod")
+    [error] = [f for f in missing.findings if f.rule == "policy-error"]
+    assert "no Rego package terraform.nowhere on main" in error.message

@@ -388,7 +388,8 @@ class StoreSession:
                 risk=RiskLevel(r["summary"].get("risk", {}).get("level", "low")),
                 risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
                 findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])),
-                main_sha=r["main_sha"], changed=tuple(r["summary"].get("changed", [])))
+                main_sha=r["main_sha"], changed=tuple(r["summary"].get("changed", [])),
+                drift=tuple(r["summary"].get("drift", [])))
         return current
 
     # --- decisions -------------------------------------------------------------------------
@@ -583,13 +584,11 @@ class StoreSession:
     # --- the circuit breaker ------------------------------------------------------------------
 
     def record_capacity_change(self, change: CapacityChange) -> None:
-        """A proposal's latest capacity figures (a re-plan replaces its earlier ones; the first time stays)."""
-        first = self.conn.scalar(select(breaker_changes.c.at).where(
-            breaker_changes.c.proposal_id == change.proposal_id))
+        """A proposal's latest capacity figures, at the time of its latest plans (a re-plan replaces the earlier)."""
         self.conn.execute(delete(breaker_changes).where(breaker_changes.c.proposal_id == change.proposal_id))
         self.conn.execute(insert(breaker_changes).values(
             proposal_id=change.proposal_id, principal_id=change.principal_id, before=dict(change.before),
-            added=change.added, destroyed=change.destroyed, at=first or change.at))
+            added=change.added, destroyed=change.destroyed, at=change.at))
 
     def capacity_changes(self, principal_id: str | None, since: datetime) -> list[CapacityChange]:
         """Agent changes since `since`, oldest first: one agent's, or every agent's (None)."""

@@ -34,14 +34,18 @@ def load_policies(repo: GitDeclarationRepo, sha: str) -> RegoPolicies | None:
     tree = repo.tree_of(sha, POLICY_DIR)
     if tree is None:
         return None
-    if tree not in _loaded:
-        _loaded[tree] = _read_policies(repo, sha, tree)
+    with _evaluators_lock:
+        if tree in _loaded:
+            return _loaded[tree]
+    policies = _read_policies(repo, sha, tree)
+    with _evaluators_lock:
+        _loaded[tree] = policies
         while len(_loaded) > KEEP_EVALUATORS:
             _loaded.popitem(last=False)
-    return _loaded[tree]
+    return policies
 
 
-_loaded: OrderedDict[str, RegoPolicies | None] = OrderedDict()
+_loaded: OrderedDict[str, RegoPolicies | None] = OrderedDict()  # guarded by _evaluators_lock
 
 
 def _read_policies(repo: GitDeclarationRepo, sha: str, tree: str) -> RegoPolicies | None:
@@ -79,6 +83,7 @@ class RegoEvaluator:
         self._process: subprocess.Popen[str] | None = None
         self._stderr: IO[str] | None = None
         self.module_errors: dict[str, str] = {}
+        self.closed = False
 
     def evaluate(self, input_document: Any, queries: Sequence[str]) -> Evaluation:
         """Evaluate the queries on the input; a crash of the process is reported for every query, never raised."""
@@ -91,9 +96,12 @@ class RegoEvaluator:
 
     def close(self) -> None:
         with self._lock:
+            self.closed = True
             self._stop()
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.closed:
+            raise _Crashed("the evaluator was closed (the policies changed meanwhile); plan again")
         if self._process is None or self._process.poll() is not None:
             self._start()
         return self._exchange(request)
@@ -161,12 +169,14 @@ _evaluators_lock = threading.Lock()
 
 def evaluator_for(policies: RegoPolicies) -> RegoEvaluator:
     """The evaluator of this policy set (by the tree id of `policies/`), made once per process."""
+    evicted = []
     with _evaluators_lock:
         evaluator = _evaluators.get(policies.tree)
         if evaluator is None:
             evaluator = _evaluators[policies.tree] = RegoEvaluator(policies)
             while len(_evaluators) > KEEP_EVALUATORS:
-                _, old = _evaluators.popitem(last=False)
-                old.close()
+                evicted.append(_evaluators.popitem(last=False)[1])
         _evaluators.move_to_end(policies.tree)
-        return evaluator
+    for old in evicted:  # outside the lock: closing waits for an evaluation in progress
+        old.close()
+    return evaluator

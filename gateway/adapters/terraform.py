@@ -173,6 +173,9 @@ class TerraformEngine:
         if backend is not None:
             self._remember_backend(stack, backend)
         else:
+            if self._backend_dir(stack).exists():  # main no longer declares one: the local backend again
+                shutil.rmtree(self._backend_dir(stack), ignore_errors=True)
+                self._serials.pop(stack, None)
             state_file = self._state_file(stack)
             state_file.parent.mkdir(parents=True, exist_ok=True)
             (directory / BACKEND_FILE).write_text(

@@ -18,7 +18,7 @@ from gateway.api.errors import error_body, status_for
 from gateway.api.scrubbing import ScrubResponses
 from gateway.config import Settings
 from gateway.domain.errors import AuthError, ConfigError, GatewayError, Refused
-from gateway.mcp_server import build_server, http_app
+from gateway.mcp_server import McpMount
 from gateway.services.github import require_webhook_secret
 from gateway.services.workspace import open_workspace
 from gateway.worker import Worker
@@ -50,14 +50,13 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     workspace = open_workspace(settings)
     require_webhook_secret(workspace)  # a forge without a webhook secret does not start
 
-    mcp = build_server(workspace)
-    mcp_app = http_app(mcp, workspace)
+    mcp = McpMount(workspace)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = Worker(workspace, workers, poll_seconds=0.2).start() if workers else None
         try:
-            async with mcp.session_manager.run():
+            async with mcp.running():
                 yield
         finally:
             if worker:
@@ -71,7 +70,7 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
     app.include_router(routes.router)
     app.include_router(pages.router)
-    app.mount("/mcp", mcp_app)  # external agents: the MCP server over streamable HTTP, bearer token
+    app.mount("/mcp", mcp)  # external agents: the MCP server over streamable HTTP, bearer token
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:

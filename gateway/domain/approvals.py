@@ -138,12 +138,17 @@ def approval_shortfall(proposal: Proposal, settings: RepoSettings) -> list[str]:
 def auto_revert_refusals(proposal: Proposal, settings: RepoSettings) -> list[str]:
     """Why this revert of drift needs a person's approval (empty: the gateway may apply it alone).
 
-    Only main as it is, on stacks whose gateway.yaml on main sets `drift.auto_revert`, when every change is
-    an in-place update of a resource that is not protected and no policy finding denies.
+    Only main exactly as the revert was opened on (its branch took no commit), on stacks whose gateway.yaml
+    on main sets `drift.auto_revert`, when every change undoes drift found at planning (never a commit on
+    main nobody applied), is an in-place update of a resource that is not protected, and no policy denies.
     """
     if proposal.kind != ProposalKind.DRIFT_REVERT:
         return ["only a revert of drift is ever applied without approval"]
     reasons = []
+    if proposal.head_sha != proposal.base_sha or proposal.changed_paths:
+        reasons.append("the revert's branch took commits: it is a change, not a revert")
+    if not proposal.stacks or set(proposal.plans) != set(proposal.stacks):
+        reasons.append("the revert has no current plan for each of its stacks")
     for stack, plan in proposal.plans.items():
         stack_settings = settings.stacks.get(stack)
         if stack_settings is None or not stack_settings.auto_revert_drift:
@@ -152,6 +157,10 @@ def auto_revert_refusals(proposal: Proposal, settings: RepoSettings) -> list[str
         other = sorted(kind for kind, n in plan.counts.items() if n and kind not in ("update", "no-op", "read"))
         if other:
             reasons.append(f"stack {stack}: the revert would {', '.join(other)}, not only update in place")
+        beyond = sorted(set(plan.changed) - set(plan.drift))
+        if beyond:
+            reasons.append(f"stack {stack}: the plan also changes {', '.join(beyond)}, which did not drift "
+                           f"(main describes something never applied there)")
         protected = [a for a in plan.changed if a in stack_settings.protected or _base_address(a) in stack_settings.protected]
         if protected:
             reasons.append(f"stack {stack}: the revert changes protected {', '.join(protected)}")

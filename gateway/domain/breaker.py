@@ -2,7 +2,7 @@
 
 Each agent change adds capacity (the counted paths of the agent-capacity rule, and instance counts) and
 destroys resources. Over a sliding window, per agent and for all agents together, the capacity added is
-compared with what the touched stacks held when the window's first change reached them; past the limit,
+compared with what the touched stacks held before those changes; past the limit,
 or past the destroy limit, the breaker trips: the change is refused and the agent stops until a person
 resets it.
 """
@@ -69,9 +69,9 @@ def trip_reason(history: Sequence[CapacityChange], change: CapacityChange, setti
     """
     window = [c for c in history if c.proposal_id != change.proposal_id] + [change]
     base: dict[str, float] = {}
-    for c in window:  # what each stack held when the window's first change reached it
+    for c in window:  # what each stack held before the window's changes (the most any of them saw there)
         for stack, held in c.before.items():
-            base.setdefault(stack, held)
+            base[stack] = max(base.get(stack, 0.0), held)
     held = sum(base.values())
     added = sum(c.added for c in window)
     destroyed = sum(c.destroyed for c in window)

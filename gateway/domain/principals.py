@@ -26,6 +26,7 @@ class PrincipalKind(StrEnum):
 
 
 AGENT_FORBIDDEN_ROLES = frozenset({Role.APPROVER, Role.ADMIN})
+SYSTEM_NAME = "gateway"  # the gateway's own principal; nobody else may be called so
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ def check_principal(name: str, kind: PrincipalKind, roles: frozenset[Role]) -> N
     """Refuse a principal the rules forbid: an agent can never approve or administer."""
     if not name or len(name) > 100 or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise InputError(f"invalid name {name!r}: use letters, digits, '-', '_' or '.' (at most 100)")
+    if name == SYSTEM_NAME and kind != PrincipalKind.SYSTEM:
+        raise InputError(f"{SYSTEM_NAME!r} is the gateway's own name; choose another")
     if kind == PrincipalKind.AGENT and roles & AGENT_FORBIDDEN_ROLES:
         forbidden = ", ".join(sorted(roles & AGENT_FORBIDDEN_ROLES))
         raise InputError(f"an agent cannot hold the {forbidden} role")

@@ -43,6 +43,7 @@ class StackPlan:
     findings: tuple[Finding, ...] = ()
     main_sha: str | None = None  # the main commit the branch was merged onto for this plan
     changed: tuple[str, ...] = ()  # addresses the plan changes (anything but no-op and read)
+    drift: tuple[str, ...] = ()  # addresses found changed outside the gateway when it was planned
 
     @property
     def has_changes(self) -> bool:

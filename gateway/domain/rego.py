@@ -21,7 +21,7 @@ RULES = {"deny": Severity.DENY, "violation": Severity.DENY, "warn": Severity.WAR
 MASK = "(sensitive)"
 MAX_MESSAGE = 500
 _PACKAGE = re.compile(r"^\s*package\s+([A-Za-z_][\w.]*)", re.MULTILINE)
-_RULE = re.compile(r"^(deny|violation|warn|test_\w+)\b", re.MULTILINE)
+_RULE = re.compile(r"^\s*((?:deny|violation|warn)(?:_\w+)?|test_\w+)\b", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class RegoPolicies:
         """`data.PKG.RULE` for every conftest rule of the chosen packages (all of them when None)."""
         chosen = self.packages if packages is None else {p: m for p, m in self.packages.items() if p in packages}
         return sorted(f"data.{package}.{rule}" for package, modules in chosen.items()
-                      for rule in set().union(*(m.rules for m in modules)) if rule in RULES)
+                      for rule in set().union(*(m.rules for m in modules)) if severity_of(rule) is not None)
 
     def tests(self, packages: Sequence[str] | None) -> list[str]:
         chosen = self.packages if packages is None else {p: m for p, m in self.packages.items() if p in packages}
@@ -68,10 +68,17 @@ class RegoPolicies:
                       for rule in set().union(*(m.rules for m in modules)) if rule.startswith("test_"))
 
 
+def severity_of(rule: str) -> Severity | None:
+    """`deny`, `violation`, `warn`, and conftest's `deny_*` / `violation_*` / `warn_*`; other rules are helpers."""
+    return next((severity for prefix, severity in RULES.items() if rule == prefix or rule.startswith(prefix + "_")),
+                None)
+
+
 def findings_from(stack: str, query: str, value: Any) -> list[Finding]:
     """What one rule's value says, as findings (`query` is `data.PKG.RULE`)."""
     package, rule = query.removeprefix("data.").rsplit(".", 1)
-    severity = RULES[rule]
+    severity = severity_of(rule)
+    assert severity is not None
     items: list[Any]
     if value is None:
         items = []
@@ -116,9 +123,11 @@ def masked_input(document: Mapping[str, Any], secret_variables: frozenset[str]) 
     declared = _declared_sensitive(document)
     out["variables"] = {name: ({"value": MASK} if name in secret_variables | declared else value)
                         for name, value in (document.get("variables") or {}).items()}
-    for key in ("planned_values", "prior_state"):
-        if isinstance(document.get(key), Mapping):
-            out[key] = _masked_values(document[key])
+    if isinstance(document.get("planned_values"), Mapping):
+        out["planned_values"] = _masked_values(document["planned_values"])
+    prior = document.get("prior_state")
+    if isinstance(prior, Mapping) and isinstance(prior.get("values"), Mapping):  # a state: its values one level down
+        out["prior_state"] = {**prior, "values": _masked_values(prior["values"])}
     return out
 
 

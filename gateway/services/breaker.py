@@ -9,7 +9,7 @@ from typing import Any
 from gateway.adapters.records import StoreSession, now
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, capacity_of, trip_reason
 from gateway.domain.errors import InputError, NotFound, Refused
-from gateway.domain.principals import Principal, Role
+from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.services.planning import StackPlanResult
 from gateway.services.workspace import Workspace
 
@@ -122,7 +122,7 @@ def _scope(session: StoreSession, agent_name: str | None) -> str:
     if agent_name is None:
         return ALL_AGENTS
     agent = session.principal_by_name(agent_name)
-    if agent is None or not agent.is_agent:
+    if agent is None or not (agent.is_agent or agent.kind == PrincipalKind.SYSTEM):
         raise NotFound(f"no agent {agent_name}")
     return agent.id
 

@@ -12,17 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gateway.domain.approvals import auto_revert_refusals
-from gateway.domain.errors import NotFound, Refused
+from gateway.domain.errors import ConfigError, NotFound, Refused
 from gateway.domain.jobs import Job, JobKind
-from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.principals import SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.breaker import guard_agent_change
 from gateway.services.jobs import enqueue_job
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.proposals import get_proposal, record_plans
 from gateway.services.workspace import Workspace
-
-SYSTEM_NAME = "gateway"
 
 
 @dataclass
@@ -43,11 +41,18 @@ def system_principal(ws: Workspace) -> Principal:
                                             frozenset(), hash_token(new_token()))
             session.append_event("gateway", "principal.added", {"name": SYSTEM_NAME, "kind": "system",
                                                                 "roles": ["requester"]})
+    if gateway.kind != PrincipalKind.SYSTEM:
+        raise ConfigError(f"the principal named {SYSTEM_NAME!r} is not the gateway's own; rename it")
     return gateway
 
 
-def revert_drift(ws: Workspace, stack: str) -> DriftOutcome:
-    """Plan main for `stack`; if the cloud drifted from it, open a revert, and apply it alone where allowed."""
+def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
+    """Plan main for `stack`; if the cloud drifted from it, open a revert, and apply it alone where allowed.
+
+    `actor` asked for the check (a person, or the gateway's own schedule); the revert is the gateway's.
+    """
+    if actor.is_agent or not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+        raise Refused([f"{actor.name} may not start a drift check"])
     settings = ws.repo_settings()
     if stack not in settings.stacks:
         raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
@@ -62,25 +67,27 @@ def revert_drift(ws: Workspace, stack: str) -> DriftOutcome:
     drifted = [d.address for d in result.plan.resource_drift]
     if not drifted or not result.plan.changes:
         return DriftOutcome(stack, reasons=["no drift to revert"])
-    breaker: list[str] = []
-    try:
+    try:  # an automatic revert counts like an agent change: with the breaker open, nothing is opened
         capacity = guard_agent_change(ws, gateway, None, [result])
     except Refused as exc:
-        capacity, breaker = None, exc.reasons
+        with ws.store.session() as session:
+            session.append_event(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
+                                                          "requested_by": actor.name, "not_reverted": exc.reasons},
+                                 None, [stack])
+        return DriftOutcome(stack, reasons=exc.reasons)
     ws.repo.repo.git.update_ref(f"refs/heads/{branch}", main_sha)  # the revert's "branch" is main as it is
     reason = f"revert drift on stack {stack}: {', '.join(drifted[:20])} changed outside the gateway"
     with ws.store.session() as session:
         pid = session.add_proposal(branch, main_sha, main_sha, gateway, gateway, reason, [stack], [],
                                    kind=ProposalKind.DRIFT_REVERT)
-        session.append_event(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha}, pid,
-                             [stack])
+        session.append_event(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
+                                                      "requested_by": actor.name}, pid, [stack])
         session.append_event(gateway, "proposal.opened", {"branch": branch, "base_sha": main_sha,
                                                           "head_sha": main_sha, "kind": "drift_revert"}, pid, [stack])
         record_plans(session, pid, main_sha, main_sha, [result])
-        if capacity is not None:
-            session.record_capacity_change(replace(capacity, proposal_id=pid))
+        session.record_capacity_change(replace(capacity, proposal_id=pid))
     proposal = get_proposal(ws, pid)
-    reasons = auto_revert_refusals(proposal, settings) + breaker
+    reasons = auto_revert_refusals(proposal, settings)
     with ws.store.session() as session:
         if reasons:
             session.append_event(gateway, "drift.revert_proposed", {"stack": stack, "needs_approval": reasons}, pid,

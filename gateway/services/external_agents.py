@@ -29,7 +29,7 @@ from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Principal, Role
 from gateway.services.planning import ChangeOrigin, plan_directory
 from gateway.services.proposals import get_proposal, open_proposal
 from gateway.services.views import view_proposal
@@ -56,6 +56,8 @@ def caller_of(ws: Workspace, principal: Principal) -> Caller:
                        f"`gateway users add NAME --agent --for PERSON`"])
     with ws.store.session(readonly=True) as session:
         person = session.principal(principal.acting_for)
+    if person.is_agent or not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+        raise Refused([f"{principal.name} acts for {person.name}, who may not request changes"])
     return Caller(principal, person)
 
 

@@ -29,7 +29,7 @@ from gateway.domain.github import (
 from gateway.domain.jobs import Job, JobKind
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.principals import Principal
-from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
+from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.services.github import forge_of, require_webhook_secret, verified_groups
 from gateway.services.jobs import enqueue_job
 from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
@@ -151,6 +151,8 @@ def _on_opened(ws: Workspace, forge: GitHubForge, payload: dict, proposal_id: in
                        f"{ws.main_branch()} only")
     with ws.store.session() as session:
         ours = session.open_proposal_for_branch(branch) if not reasons else None
+        if ours is not None and session.get_proposal(ours).kind == ProposalKind.DRIFT_REVERT:
+            ours = None  # a revert of drift is never a pull request's proposal
         if ours is not None and session.pull_request_of(ours) is None:  # the gateway opened it a moment ago
             session.link_pull_request(ours, forge.settings.repository, number)
         author = session.principal_by_github_id(int(pr["user"]["id"]))

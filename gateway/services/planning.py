@@ -125,11 +125,9 @@ def refuse_unreadable_configuration(stack: str, directory: Path) -> None:
 
 
 def refuse_backend_change(ws: Workspace, settings: RepoSettings, stack: str, directory: Path) -> None:
-    """A stack's state lives where main says: a branch that moves it (another stack's state, an empty one) is
-    refused. Moving a backend is an operator's change on main, with its state migrated; a new stack may declare one."""
+    """A stack's state lives where main says: a branch that moves it (another stack's state, an empty one), or
+    gives a new stack one, is refused. A backend is an operator's change on main, with its state migrated."""
     on_main = ws.repo.read_files(ws.repo.resolve(ws.main_branch()), settings.stacks[stack].path, ".tf")
-    if not on_main:
-        return
     here = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf")) if not p.is_symlink()}
     if declared_backend(here) != declared_backend(on_main):
         raise ConfigError(f"stack {stack}: the change moves where the stack's state lives (its backend block differs "

@@ -29,13 +29,18 @@ def rego_findings(ws: Workspace, settings: RepoSettings, document: Mapping[str, 
     if policies is None:
         return []
     stack = context.stack
-    queries = policies.queries(settings.stacks[stack].policies if stack in settings.stacks else None)
+    chosen = settings.stacks[stack].policies if stack in settings.stacks else None
+    queries = policies.queries(chosen)
+    unknown = sorted(set(chosen or ()) - set(policies.packages))
     gateway_input = {"stack": stack, "proposer_kind": "agent" if context.proposed_by_agent else "person",
                      "requester": context.requester, "changed_paths": list(context.changed_paths),
                      "risk": risk.to_json()}
     document_input = {**masked_input(document, inputs.secret), "gateway": gateway_input}
     evaluation = evaluator_for(policies).evaluate(document_input, queries)
     findings = [policy_error(stack, path, error) for path, error in sorted(evaluation.module_errors.items())]
+    findings += [policy_error(stack, f"gateway.yaml stacks.{stack}.policies",
+                              f"no Rego package {package} on main: a policy the stack names is missing")
+                 for package in unknown]
     for query in queries:
         if query in evaluation.errors:
             findings.append(policy_error(stack, query.removeprefix("data."), evaluation.errors[query]))

@@ -15,7 +15,7 @@ from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Decision, Proposal, ProposalStatus, Transition
+from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.services.breaker import guard_agent_change
 from gateway.services.planning import ChangeOrigin, StackPlanResult, plan_stack
@@ -152,6 +152,14 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         raise NotFound(f"branch {proposal.branch} of proposal {proposal_id} no longer exists")
     head = ws.repo.resolve(proposal.branch)
     stacks, paths = proposal.stacks, proposal.changed_paths
+    if head != proposal.head_sha and proposal.kind == ProposalKind.DRIFT_REVERT:
+        why = (f"commit {head[:12]} was pushed to {proposal.branch}: a revert of drift is main as it is and takes "
+               "no commits (propose a change on a branch of its own)")
+        with ws.store.session() as session:
+            locked = session.get_proposal(proposal_id, lock=True)
+            if locked.status in DECIDABLE:
+                session.record_transition(locked, Transition.ABANDON, "gateway", {"reason": why})
+            return session.get_proposal(proposal_id), [why]
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
         stacks = tuple(ws.repo_settings().stacks_touched(paths))

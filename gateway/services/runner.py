@@ -29,7 +29,7 @@ from gateway.domain.approvals import apply_refusals
 from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Proposal, ProposalStatus, Transition
+from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.services.github import forge_of, github_approval_refusals, refresh_from_github
 from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
@@ -260,8 +260,8 @@ def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: st
     for _ in range(3):  # a race with a push elsewhere in the repo is retried on the new main
         current = ws.repo.resolve(main)
         _refuse_changed_stacks(ws, proposal, current, main_sha, applied)
-        if ws.repo.is_ancestor(proposal.head_sha, current):  # nothing to merge (a revert of drift applies main)
-            return current
+        if proposal.kind == ProposalKind.DRIFT_REVERT and ws.repo.is_ancestor(proposal.head_sha, current):
+            return current  # a revert of drift applied main: there is nothing to merge
         try:
             return ws.repo.merge(current, proposal.head_sha, main, message)
         except RefMoved:

@@ -29,6 +29,8 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
         person = session.principal_by_name(acting_for) if acting_for else None
         if acting_for is not None and (person is None or person.kind != PrincipalKind.PERSON):
             raise NotFound(f"no person {acting_for} for the agent to act for")
+        if person is not None and not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+            raise Refused([f"{person.name} may not request changes, so no agent may act for them"])
         principal = session.add_principal(name, kind, roles, groups, hash_token(token), person.id if person else None)
         session.append_event(actor or name, "principal.added", {
             "name": name, "kind": kind.value, "roles": sorted(roles), "groups": sorted(groups),

@@ -19,6 +19,7 @@ import click
 from gateway.adapters.records import now
 from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers, required_approvals
+from gateway.domain.audit import Checkpoint
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
@@ -590,18 +591,37 @@ def audit_show(ctx: Context, proposal_id: int) -> None:
 def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
     """Export events with their hashes, for an auditor's own tools."""
     events = audit_service.list_events(ctx.ws, ctx.actor(), proposal_id)
-    click.echo(audit_service.export_events(events, fmt), nl=False)
+    with ctx.ws.store.session(readonly=True) as session:
+        checkpoints = session.checkpoints() if proposal_id is None else []
+    click.echo(audit_service.export_events(events, fmt, checkpoints), nl=False)
 
 
 @audit.command("verify")
+@click.option("--against", "checkpoint_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="a checkpoint kept from `gateway audit checkpoint`: prove the trail up to it is unchanged")
 @pass_ctx
-def audit_verify(ctx: Context) -> None:
-    """Check the hash chain; exit 1 naming the first broken event."""
-    count, broken = audit_service.verify_trail(ctx.ws, ctx.actor())
+def audit_verify(ctx: Context, checkpoint_file: Path | None) -> None:
+    """Check the hash chain (and, with --against, that it is the one a kept checkpoint signed); exit 1 if not."""
+    if checkpoint_file is None:
+        count, broken = audit_service.verify_trail(ctx.ws, ctx.actor())
+    else:
+        try:
+            checkpoint = Checkpoint.from_json(json.loads(checkpoint_file.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise click.ClickException(f"{checkpoint_file} is not a checkpoint: {exc}") from None
+        count, broken = audit_service.verify_checkpoint(ctx.ws, ctx.actor(), checkpoint)
     if broken is not None:
         click.echo(f"audit trail BROKEN at event {broken.seq}: {broken.reason}", err=True)
         sys.exit(1)
-    click.echo(f"audit trail intact: {count} events, chain verified")
+    what = f"up to the checkpoint of event {count}, as signed" if checkpoint_file else "chain verified"
+    click.echo(f"audit trail intact: {count} events, {what}")
+
+
+@audit.command("checkpoint")
+@pass_ctx
+def audit_checkpoint(ctx: Context) -> None:
+    """Sign the chain's head now and print the checkpoint: keep it somewhere the database's owner cannot write."""
+    click.echo(json.dumps(audit_service.sign_checkpoint(ctx.ws, ctx.actor()).to_json(), indent=2))
 
 
 def _event_line(e: Any) -> str:

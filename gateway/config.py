@@ -45,6 +45,14 @@ class Settings(BaseSettings):
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
 
+    audit_signing_key_file: Path | None = Field(
+        default=None, description="Ed25519 key that signs audit checkpoints (default: made in the workspace, 0600)")
+    audit_checkpoint_minutes: float = Field(default=60.0, gt=0, description="how often workers sign a checkpoint")
+
+    @property
+    def signing_key_path(self) -> Path:
+        return self.audit_signing_key_file or self.home / "audit-signing.key"
+
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home.resolve() / 'gateway.db'}"

@@ -4,7 +4,8 @@ Each loop has its own git handle and claims one job at a time; any number of wor
 any number of machines can share one PostgreSQL. A housekeeping thread beside the loops records
 the work of workers that stopped heart-beating as interrupted, and queues a plan job for every open
 proposal whose branch, main or stack state moved (reads never re-plan), and a publish job for every
-pull request that shows less than its proposal's trail.
+pull request that shows less than its proposal's trail; it also signs a checkpoint of the audit chain when one
+is due.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 
 import structlog
 
+from gateway.services.audit import checkpoint_if_due
 from gateway.services.github import queue_behind
 from gateway.services.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
 from gateway.services.workspace import Workspace
@@ -77,6 +79,7 @@ class Worker:
                     log.warning("worker.recovered", what=what)
                 enqueue_moved_proposals(ws)
                 queue_behind(ws)
+                checkpoint_if_due(ws)
             except Exception:
                 log.exception("worker.housekeeping_error")
             self._stop.wait(HOUSEKEEPING_SECONDS)

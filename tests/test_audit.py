@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, select, update
 
-from gateway.adapters.sql_store import audit_events
+from gateway.adapters.records import _event
+from gateway.adapters.sql_store import audit_events, audit_head
+from gateway.domain.audit import GENESIS, event_hash
 from gateway.domain.errors import Refused
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
@@ -18,7 +21,7 @@ from gateway.services.proposals import decide, open_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .conftest import Clone, People, add_people
+from .conftest import Clone, People, add_people, run_cli
 
 
 def run_one_change(ws: Workspace, people: People, tmp_path: Path) -> int:
@@ -131,3 +134,44 @@ def test_reordered_events_are_found(audited: tuple[Workspace, People, int]) -> N
                                  .values(id=other["id"], **{k: other[k] for k in fields}))
     _, broken = audit_service.verify_trail(ws, people.dana)
     assert broken is not None and broken.seq == 5
+
+
+def test_a_consistent_rewrite_of_events_and_head_is_caught_by_a_kept_checkpoint(
+        audited: tuple[Workspace, People, int], tmp_path: Path) -> None:
+    ws, people, _ = audited
+    kept = tmp_path / "checkpoint.json"
+    signed = run_cli(["audit", "checkpoint"], ws.settings.home, token=people.tokens["dana"],
+                     database_url=ws.settings.database_url)
+    assert signed.returncode == 0, signed.stderr
+    kept.write_text(signed.stdout)
+    assert oct(ws.settings.signing_key_path.stat().st_mode)[-3:] == "600"  # the key is outside the database
+    clean = run_cli(["audit", "verify", "--against", str(kept)], ws.settings.home, token=people.tokens["dana"],
+                    database_url=ws.settings.database_url)
+    assert clean.returncode == 0 and "as signed" in clean.stdout, clean.stderr
+
+    # whoever can write the database rewrites the approval's actor and re-chains every event and the head after it
+    with ws.store.session() as session:
+        rows = session.conn.execute(select(audit_events).order_by(audit_events.c.seq)).mappings().all()
+        prev = GENESIS
+        for row in rows:
+            event = _event(row)
+            if event.kind == "approval":
+                event = replace(event, actor="mallory")
+            event = replace(event, prev_hash=prev, hash=event_hash(prev, event.content()))
+            session.conn.execute(update(audit_events).where(audit_events.c.seq == event.seq).values(
+                actor=event.actor, prev_hash=event.prev_hash, hash=event.hash))
+            prev = event.hash
+        session.conn.execute(update(audit_head).values(hash=prev))
+    assert audit_service.verify_trail(ws, people.dana)[1] is None  # the chain alone cannot tell
+    caught = run_cli(["audit", "verify", "--against", str(kept)], ws.settings.home, token=people.tokens["dana"],
+                     database_url=ws.settings.database_url)
+    assert caught.returncode == 1 and "was rewritten" in caught.stderr
+
+    forged = json.loads(kept.read_text()) | {"hash": prev}  # and a checkpoint cannot be made to agree
+    kept.write_text(json.dumps(forged))
+    refused = run_cli(["audit", "verify", "--against", str(kept)], ws.settings.home, token=people.tokens["dana"],
+                      database_url=ws.settings.database_url)
+    assert refused.returncode == 1 and "signature does not verify" in refused.stderr
+    exported = run_cli(["audit", "export"], ws.settings.home, token=people.tokens["dana"],
+                       database_url=ws.settings.database_url)
+    assert json.loads(exported.stdout.strip().splitlines()[-1])["checkpoint"]["signature"]

@@ -21,6 +21,7 @@ from gateway.adapters.sql_store import (
     Database,
     agent_runs,
     applies,
+    audit_checkpoints,
     audit_events,
     audit_head,
     breaker_changes,
@@ -38,7 +39,7 @@ from gateway.adapters.sql_store import (
     stack_locks,
     webhook_deliveries,
 )
-from gateway.domain.audit import AuditEvent, event_hash
+from gateway.domain.audit import AuditEvent, Checkpoint, event_hash
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
@@ -679,6 +680,15 @@ class StoreSession:
             query = query.where(audit_events.c.kind == kind)
         events = [_event(r) for r in self.conn.execute(query).mappings()]
         return [e for e in events if stack is None or stack in e.stacks]
+
+    def add_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Keep a signed checkpoint (once per event: a second one of the same head changes nothing)."""
+        if self.conn.scalar(select(audit_checkpoints.c.seq).where(audit_checkpoints.c.seq == checkpoint.seq)) is None:
+            self.conn.execute(insert(audit_checkpoints).values(**checkpoint.to_json()))
+
+    def checkpoints(self) -> list[Checkpoint]:
+        rows = self.conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.seq)).mappings()
+        return [Checkpoint.from_json(r) for r in rows]
 
     def chain_head(self) -> tuple[int, str] | None:
         head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1)).mappings().first()

@@ -295,7 +295,17 @@ breaker_states = Table(
     Column("changed_at", DateTime(timezone=True), nullable=False),
 )
 
-_LATER_TABLES = ("jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+# Signed checkpoints of the chain's head (migration 9): the key that signs them is not in the database.
+audit_checkpoints = Table(
+    "audit_checkpoints", metadata,
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
+    Column("hash", String(71), nullable=False),
+    Column("at", String(40), nullable=False),
+    Column("public_key", String(64), nullable=False),
+    Column("signature", String(120), nullable=False),
+)
+
+_LATER_TABLES = ("audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -353,6 +363,11 @@ def _proposal_kinds(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE proposals ADD COLUMN kind VARCHAR(20)"))
 
 
+def _audit_checkpoints(conn: Connection) -> None:
+    """Signed checkpoints of the audit chain."""
+    audit_checkpoints.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -362,6 +377,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (6, _github),
     (7, _breaker),
     (8, _proposal_kinds),
+    (9, _audit_checkpoints),
 ]
 
 

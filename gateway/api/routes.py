@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -25,7 +26,7 @@ from gateway.api.schemas import (
     RequestPublic,
     VerifyPublic,
 )
-from gateway.domain.audit import AuditEvent
+from gateway.domain.audit import AuditEvent, Checkpoint
 from gateway.domain.errors import InputError
 from gateway.domain.jobs import JobKind
 from gateway.domain.preview import RENDERERS
@@ -160,13 +161,15 @@ def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: ProposalQuery = No
 @router.get("/audit/export", response_model=None, responses=CSV_OR_JSONL, tags=["audit"])
 def audit_export(ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
                  proposal: ProposalQuery = None, address: str | None = None) -> PlainTextResponse:
-    return export_response(audit_service.list_events(ws, actor, proposal, address=address), format)
+    with ws.store.session(readonly=True) as session:
+        checkpoints = session.checkpoints() if proposal is None and address is None else []
+    return export_response(audit_service.list_events(ws, actor, proposal, address=address), format, checkpoints)
 
 
-def export_response(events: list[AuditEvent], format: str) -> PlainTextResponse:
+def export_response(events: list[AuditEvent], format: str, checkpoints: Sequence[Checkpoint] = ()) -> PlainTextResponse:
     """Events as a CSV or JSONL download (the API and the audit page serve the same file)."""
     media = "text/csv" if format == "csv" else "application/x-ndjson"
-    return PlainTextResponse(audit_service.export_events(events, format), media_type=media,
+    return PlainTextResponse(audit_service.export_events(events, format, checkpoints), media_type=media,
                              headers={"Content-Disposition": f'attachment; filename="audit.{format}"'})
 
 

@@ -63,3 +63,47 @@ def verify_chain(events: Iterable[AuditEvent], head: tuple[int, str] | None) -> 
     elif last is not None:
         return ChainBreak(None, "the chain head record is missing")
     return None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A signed statement of the chain's head: "up to event `seq`, the chain ends in `hash`".
+
+    Signed with a key kept outside the database, so whoever can rewrite every row and the head
+    consistently still cannot make an earlier checkpoint agree with the rewritten chain.
+    """
+
+    seq: int
+    hash: str
+    at: str
+    public_key: str  # base64 of the raw Ed25519 public key that signed it
+    signature: str  # base64
+
+    def message(self) -> bytes:
+        return canonical_json({"seq": self.seq, "hash": self.hash, "at": self.at, "public_key": self.public_key})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "hash": self.hash, "at": self.at, "public_key": self.public_key,
+                "signature": self.signature}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        return cls(int(data["seq"]), str(data["hash"]), str(data["at"]), str(data["public_key"]),
+                   str(data["signature"]))
+
+
+def verify_against(events: Iterable[AuditEvent], checkpoint: Checkpoint) -> ChainBreak | None:
+    """Whether the trail, up to the checkpoint's event, is the one the checkpoint signed (the signature is
+    checked by the caller): every event chained, and the chain ending in the checkpoint's hash."""
+    upto = [e for e in events if e.seq <= checkpoint.seq]
+    last = upto[-1] if upto else None
+    broken = verify_chain(upto, (last.seq, last.hash)) if last else None  # the head: the checkpoint's, below
+    if broken is not None:
+        return broken
+    if last is None or last.seq != checkpoint.seq:
+        return ChainBreak(checkpoint.seq, f"event {checkpoint.seq} of the checkpoint is missing")
+    if last.hash != checkpoint.hash:
+        return ChainBreak(checkpoint.seq, f"the trail up to event {checkpoint.seq} is not the one the checkpoint "
+                                          f"signed: it was rewritten (chain ends in {last.hash[:19]}…, signed "
+                                          f"{checkpoint.hash[:19]}…)")
+    return None

@@ -1,4 +1,4 @@
-"""Auditors' queries over the trail: list, one change's story, export, verify."""
+"""Auditors' queries over the trail: list, one change's story, export, verify, signed checkpoints."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 
-from gateway.domain.audit import AuditEvent, ChainBreak, verify_chain
+from gateway.adapters.records import now
+from gateway.adapters.signing import SigningKey, signature_valid
+from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, verify_against, verify_chain
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.principals import Principal, Role
 from gateway.services.workspace import Workspace
@@ -65,13 +68,50 @@ def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | Non
     return len(events), verify_chain(events, head)
 
 
+def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint:
+    """Sign the chain's head now and keep the checkpoint (an auditor keeps the printed copy, too)."""
+    if actor is not None:
+        require_auditor(actor)
+    key = SigningKey.load_or_create(ws.settings.signing_key_path)
+    with ws.store.session() as session:
+        seq, head = session.chain_head() or (0, GENESIS)
+        unsigned = Checkpoint(seq, head, now().isoformat(timespec="seconds"), key.public_key, "")
+        checkpoint = replace(unsigned, signature=key.sign(unsigned.message()))
+        session.add_checkpoint(checkpoint)
+    return checkpoint
+
+
+def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -> tuple[int, ChainBreak | None]:
+    """The trail up to a checkpoint an auditor kept: its signature, and the chain ending where it signed."""
+    require_auditor(actor)
+    if not signature_valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
+        return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
+    with ws.store.session(readonly=True) as session:
+        events = session.events()
+    return checkpoint.seq, verify_against(events, checkpoint)
+
+
+def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:
+    """For workers: sign a checkpoint when the newest is older than the interval and the chain moved since."""
+    with ws.store.session(readonly=True) as session:
+        kept = session.checkpoints()
+        head = session.chain_head()
+    if head is None or (kept and kept[-1].seq == head[0]):
+        return None
+    if kept and now() - datetime.fromisoformat(kept[-1].at) < timedelta(minutes=ws.settings.audit_checkpoint_minutes):
+        return None
+    return sign_checkpoint(ws)
+
+
 EXPORT_FIELDS = ("seq", "id", "at", "actor", "actor_kind", "kind", "proposal_id", "stacks", "payload", "prev_hash", "hash")
 
 
-def export_events(events: Sequence[AuditEvent], fmt: str) -> str:
+def export_events(events: Sequence[AuditEvent], fmt: str, checkpoints: Sequence[Checkpoint] = ()) -> str:
+    """Events with their hashes; the JSONL export ends with the signed checkpoints, one `{"checkpoint": ...}` a line."""
     rows = [{**e.content(), "prev_hash": e.prev_hash, "hash": e.hash} for e in events]
     if fmt == "jsonl":
-        return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        return ("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+                + "".join(json.dumps({"checkpoint": c.to_json()}, sort_keys=True) + "\n" for c in checkpoints))
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=EXPORT_FIELDS)

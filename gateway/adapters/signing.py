@@ -1,0 +1,55 @@
+"""The audit trail's signing key: Ed25519 (the `cryptography` package), kept in a file outside the database."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from gateway.domain.errors import ConfigError
+
+
+class SigningKey:
+    def __init__(self, key: Ed25519PrivateKey):
+        self._key = key
+        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        self.public_key = base64.b64encode(raw).decode()
+
+    @classmethod
+    def load_or_create(cls, path: Path) -> SigningKey:
+        """The key in `path` (PEM), made there with mode 0600 the first time; a readable-by-others key is refused."""
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pem = Ed25519PrivateKey.generate().private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # another process made it a moment ago
+            else:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(pem)
+        if path.stat().st_mode & 0o077:
+            raise ConfigError(f"{path}: the audit signing key must be readable by its owner only (chmod 600)")
+        try:
+            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{path} is not a PEM private key: {exc}") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ConfigError(f"{path} is not an Ed25519 key")
+        return cls(key)
+
+    def sign(self, message: bytes) -> str:
+        return base64.b64encode(self._key.sign(message)).decode()
+
+
+def signature_valid(public_key: str, message: bytes, signature: str) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key)).verify(base64.b64decode(signature), message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True

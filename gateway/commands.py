@@ -48,7 +48,15 @@ from gateway.services.proposals import (
 )
 from gateway.services.runner import merge_unmerged, runner_name
 from gateway.services.simulator import edit_live_object, inject_delay, inject_fault
-from gateway.services.users import add_principal, authenticate
+from gateway.services.users import (
+    add_principal,
+    authenticate,
+    disable_principal,
+    enable_principal,
+    revoke_token,
+    rotate_token,
+    set_access,
+)
 from gateway.services.views import view_proposal
 from gateway.services.workspace import Workspace, create_workspace, open_workspace
 
@@ -128,11 +136,65 @@ def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str
 @users.command("list")
 @pass_ctx
 def users_list(ctx: Context) -> None:
-    """List principals (names, kinds, roles, groups; never tokens)."""
+    """List principals: kind, roles, groups, state, token expiry and last use (never tokens)."""
     ctx.actor()
     with ctx.ws.store.session(readonly=True) as session:
         for p in session.list_principals():
-            click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups))}")
+            record = session.credentials(p.id)
+            used = f"{record['last_used_at']:%Y-%m-%d %H:%M}" if record["last_used_at"] else "never"
+            expires = f"{record['token_expires_at']:%Y-%m-%d}" if record["token_expires_at"] else "-"
+            click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups)):18} "
+                       f"{'DISABLED' if p.disabled else 'enabled':9} token expires {expires:10} last used {used}")
+
+
+@users.command("disable")
+@click.argument("name")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def users_disable(ctx: Context, name: str, reason: str) -> None:
+    """Disable a principal: no sign-in, no API, and their approvals stop counting."""
+    disable_principal(ctx.ws, ctx.actor(), name, reason)
+    click.echo(f"{name} disabled")
+
+
+@users.command("enable")
+@click.argument("name")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def users_enable(ctx: Context, name: str, reason: str) -> None:
+    enable_principal(ctx.ws, ctx.actor(), name, reason)
+    click.echo(f"{name} enabled")
+
+
+@users.command("rotate-token")
+@click.argument("name")
+@pass_ctx
+def users_rotate(ctx: Context, name: str) -> None:
+    """Print a new token for NAME (shown once); the old one stops working at once."""
+    click.echo(rotate_token(ctx.ws, ctx.actor(), name))
+
+
+@users.command("revoke-token")
+@click.argument("name")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def users_revoke(ctx: Context, name: str, reason: str) -> None:
+    """No token works for NAME until one is rotated."""
+    revoke_token(ctx.ws, ctx.actor(), name, reason)
+    click.echo(f"{name}'s token revoked")
+
+
+@users.command("set")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, type=click.Choice([r.value for r in Role]), help="replaces the roles")
+@click.option("--group", "groups", multiple=True, help="replaces the approver groups")
+@click.option("--no-groups", is_flag=True, help="remove every approver group")
+@pass_ctx
+def users_set(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str, ...], no_groups: bool) -> None:
+    """Change a principal's roles and/or approver groups."""
+    new_groups = frozenset() if no_groups else (frozenset(groups) if groups else None)
+    p = set_access(ctx.ws, ctx.actor(), name, frozenset(Role(r) for r in roles) if roles else None, new_groups)
+    click.echo(f"{p.name}: roles {','.join(sorted(p.roles))}; groups {','.join(sorted(p.groups)) or '-'}")
 
 
 @users.command("link")

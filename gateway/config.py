@@ -41,6 +41,7 @@ class Settings(BaseSettings):
         default=None, description="verifies X-Hub-Signature-256; the webhook route refuses to start without it")
     github_write_interval_seconds: float = Field(
         default=1.0, ge=0, description="pause between writes to GitHub (its secondary rate limits)")
+    token_ttl_days: float | None = Field(default=90.0, description="new tokens expire after this many days (unset: never)")
     mcp_calls_per_minute: int = Field(default=60, ge=1, description="calls one external agent may make a minute")
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)

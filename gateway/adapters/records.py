@@ -251,6 +251,21 @@ class StoreSession:
             raise NotFound(f"unknown principal {pid}")
         return _principal(row)
 
+    def credentials(self, pid: str) -> dict[str, Any]:
+        """A principal's credential record: when disabled, when its token expires, when it was last used."""
+        row = self.conn.execute(select(principals.c.disabled_at, principals.c.token_expires_at,
+                                       principals.c.last_used_at).where(principals.c.id == pid)).mappings().first()
+        if row is None:
+            raise NotFound(f"unknown principal {pid}")
+        return {k: (_aware(v) if v else None) for k, v in row.items()}
+
+    def update_principal(self, pid: str, **values: Any) -> None:
+        self.conn.execute(update(principals).where(principals.c.id == pid).values(**values))
+
+    def enabled_admins(self) -> list[str]:
+        rows = self.conn.execute(select(principals.c.id, principals.c.roles).where(principals.c.disabled_at.is_(None)))
+        return [r.id for r in rows if Role.ADMIN.value in r.roles]
+
     def list_principals(self) -> list[Principal]:
         rows = self.conn.execute(select(principals).order_by(principals.c.name)).mappings()
         return [_principal(r) for r in rows]
@@ -697,7 +712,8 @@ class StoreSession:
 
 def _principal(row: Mapping[str, Any]) -> Principal:
     return Principal(row["id"], row["name"], PrincipalKind(row["kind"]),
-                     frozenset(Role(r) for r in row["roles"]), frozenset(row["groups"]), row["acting_for"])
+                     frozenset(Role(r) for r in row["roles"]), frozenset(row["groups"]), row["acting_for"],
+                     row.get("disabled_at") is not None)
 
 
 def _event(row: Mapping[str, Any]) -> AuditEvent:

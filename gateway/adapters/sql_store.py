@@ -59,6 +59,9 @@ principals = Table(
     Column("token_hash", String(64), nullable=False, unique=True),
     Column("acting_for", String(36), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("disabled_at", DateTime(timezone=True), nullable=True),  # migration 10: credentials with a lifecycle
+    Column("token_expires_at", DateTime(timezone=True), nullable=True),
+    Column("last_used_at", DateTime(timezone=True), nullable=True),
 )
 
 proposals = Table(
@@ -368,6 +371,15 @@ def _audit_checkpoints(conn: Connection) -> None:
     audit_checkpoints.create(conn, checkfirst=True)
 
 
+def _credential_lifecycle(conn: Connection) -> None:
+    """Principals can be disabled; tokens expire; last use is kept."""
+    present = {c["name"] for c in inspect(conn).get_columns("principals")}
+    kind = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
+    for column in ("disabled_at", "token_expires_at", "last_used_at"):
+        if column not in present:
+            conn.execute(text(f"ALTER TABLE principals ADD COLUMN {column} {kind}"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -378,6 +390,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (7, _breaker),
     (8, _proposal_kinds),
     (9, _audit_checkpoints),
+    (10, _credential_lifecycle),
 ]
 
 

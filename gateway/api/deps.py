@@ -36,10 +36,13 @@ def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
         raise AuthError("sign in first")
     with ws.store.session(readonly=True) as session:
         try:
-            return session.principal(principal_id)
+            principal = session.principal(principal_id)
         except Exception:
-            request.session.clear()
-            raise AuthError("your session is no longer valid; sign in again") from None
+            principal = None
+    if principal is None or principal.disabled:  # a disabled person's sessions end at once
+        request.session.clear()
+        raise AuthError("your session is no longer valid; sign in again")
+    return principal
 
 
 PageActorDep = Annotated[Principal, Depends(page_actor)]

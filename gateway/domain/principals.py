@@ -37,6 +37,7 @@ class Principal:
     roles: frozenset[Role]
     groups: frozenset[str] = frozenset()
     acting_for: str | None = None  # an agent's person (its id): whom every call of the agent is made for
+    disabled: bool = False  # a disabled principal signs in nowhere and its approvals stop counting
 
     @property
     def is_agent(self) -> bool:

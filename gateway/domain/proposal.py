@@ -110,7 +110,9 @@ class Proposal:
 
     @property
     def current_approvals(self) -> list[DecisionRecord]:
-        return [d for d in self.decisions if d.decision == Decision.APPROVE and self.is_current(d)]
+        """Approvals of the current commit and plans by people who are not disabled (checked again at apply)."""
+        return [d for d in self.decisions if d.decision == Decision.APPROVE and self.is_current(d)
+                and not d.principal.disabled]
 
     @property
     def current_rejection(self) -> DecisionRecord | None:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+from gateway.adapters.records import now
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
 from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
 from gateway.services.workspace import Workspace
+
+LAST_USE_GRANULARITY = timedelta(minutes=1)  # a token's last use is written at most once a minute
 
 
 def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: frozenset[Role],
@@ -32,6 +37,7 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
         if person is not None and not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
             raise Refused([f"{person.name} may not request changes, so no agent may act for them"])
         principal = session.add_principal(name, kind, roles, groups, hash_token(token), person.id if person else None)
+        session.update_principal(principal.id, token_expires_at=_expiry(ws))
         session.append_event(actor or name, "principal.added", {
             "name": name, "kind": kind.value, "roles": sorted(roles), "groups": sorted(groups),
             "acting_for": acting_for})
@@ -39,14 +45,94 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
 
 
 def authenticate(ws: Workspace, token: str | None) -> Principal:
+    """The principal a token belongs to: not disabled, the token not expired; its last use is kept (to the minute)."""
     if not token:
         raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
                         "`gateway users add` printed")
     with ws.store.session(readonly=True) as session:
         principal = session.principal_by_token_hash(hash_token(token.strip()))
+        record = session.credentials(principal.id) if principal else {}
     if principal is None:
         raise AuthError("the token is not valid")
+    if principal.disabled:
+        raise AuthError(f"{principal.name} is disabled")
+    moment = now()
+    if record["token_expires_at"] is not None and record["token_expires_at"] <= moment:
+        raise AuthError(f"the token of {principal.name} expired at {record['token_expires_at']:%Y-%m-%d %H:%M} UTC; "
+                        f"an admin runs `gateway users rotate-token {principal.name}`")
+    if record["last_used_at"] is None or moment - record["last_used_at"] > LAST_USE_GRANULARITY:
+        with ws.store.session() as session:
+            session.update_principal(principal.id, last_used_at=moment)
     return principal
+
+
+# --- credentials with a lifecycle: every change by an admin, in the trail -------------------------
+
+
+def disable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
+    """Nobody signs in as them any more; their approvals stop counting (an apply checks again)."""
+    return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)}, disabled_at=now())
+
+
+def enable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
+    return _change(ws, actor, name, "principal.enabled", {"reason": _why(reason)}, disabled_at=None)
+
+
+def rotate_token(ws: Workspace, actor: Principal, name: str) -> str:
+    """A new token (shown this once); the old one stops working at once."""
+    token = new_token()
+    _change(ws, actor, name, "principal.token_rotated", {}, token_hash=hash_token(token),
+            token_expires_at=_expiry(ws))
+    return token
+
+
+def revoke_token(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
+    """No token works for them until an admin rotates one."""
+    return _change(ws, actor, name, "principal.token_revoked", {"reason": _why(reason)},
+                   token_hash=hash_token(new_token()))
+
+
+def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role] | None,
+               groups: frozenset[str] | None) -> Principal:
+    """Change someone's roles and/or approver groups."""
+    with ws.store.session(readonly=True) as session:
+        target = session.principal_by_name(name)
+    if target is None:
+        raise NotFound(f"no user {name}")
+    new_roles = roles if roles is not None else target.roles
+    check_principal(target.name, target.kind, new_roles)
+    values: dict = {"roles": sorted(new_roles)}
+    if groups is not None:
+        values["groups"] = sorted(groups)
+    return _change(ws, actor, name, "principal.access_changed", {
+        "roles": sorted(new_roles), "groups": sorted(groups if groups is not None else target.groups),
+        "was": {"roles": sorted(target.roles), "groups": sorted(target.groups)}}, **values)
+
+
+def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict, **values: object) -> Principal:
+    if actor.is_agent or not actor.has_role(Role.ADMIN):
+        raise Refused([f"{actor.name} is not an admin; only admins change users"])
+    with ws.store.session() as session:
+        target = session.principal_by_name(name)
+        if target is None:
+            raise NotFound(f"no user {name}")
+        session.update_principal(target.id, **values)
+        admins = session.enabled_admins()
+        if not admins:
+            raise Refused([f"{name} is the last enabled admin: add another admin first"])
+        session.append_event(actor, kind, {"name": name, **payload})
+        return session.principal(target.id)
+
+
+def _why(reason: str) -> str:
+    if not reason.strip():
+        raise InputError("say why (-m)")
+    return reason.strip()[:1000]
+
+
+def _expiry(ws: Workspace) -> datetime | None:
+    days = ws.settings.token_ttl_days
+    return now() + timedelta(days=days) if days else None
 
 
 def authenticate_person(ws: Workspace, token: str | None) -> Principal:

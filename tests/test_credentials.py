@@ -1,0 +1,95 @@
+"""Credentials with a lifecycle: disable, enable, rotate, revoke, change access, expiry, last use; every change
+by an admin and in the trail; the last admin stays; a disabled approver's approval stops counting at apply."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gateway.adapters.records import now
+from gateway.api.app import create_app
+from gateway.domain.errors import AuthError, Refused
+from gateway.domain.principals import Role
+from gateway.domain.proposal import Decision
+from gateway.services.proposals import decide, open_proposal
+from gateway.services.runner import apply_proposal
+from gateway.services.users import (
+    authenticate,
+    disable_principal,
+    enable_principal,
+    revoke_token,
+    rotate_token,
+    set_access,
+)
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People, run_cli
+
+
+def test_each_credential_operation_works_and_is_recorded(workspace: Workspace, people: People) -> None:
+    bob_token = people.tokens["bob"]
+    assert authenticate(workspace, bob_token).name == "bob"
+    with pytest.raises(Refused, match="only admins change users"):
+        disable_principal(workspace, people.carol, "bob", "no")
+    disable_principal(workspace, people.admin, "bob", "left the company")
+    with pytest.raises(AuthError, match="bob is disabled"):
+        authenticate(workspace, bob_token)
+    enable_principal(workspace, people.admin, "bob", "came back")
+    assert authenticate(workspace, bob_token).name == "bob"
+    new = rotate_token(workspace, people.admin, "bob")
+    with pytest.raises(AuthError, match="not valid"):
+        authenticate(workspace, bob_token)
+    assert authenticate(workspace, new).name == "bob"
+    revoke_token(workspace, people.admin, "bob", "laptop lost")
+    with pytest.raises(AuthError, match="not valid"):
+        authenticate(workspace, new)
+    changed = set_access(workspace, people.admin, "carol", frozenset({Role.APPROVER}), frozenset({"data"}))
+    assert changed.groups == frozenset({"data"})
+    with pytest.raises(Refused, match="the last enabled admin"):
+        disable_principal(workspace, people.admin, "admin", "oops")
+    with pytest.raises(Refused, match="the last enabled admin"):
+        set_access(workspace, people.admin, "admin", frozenset({Role.AUDITOR}), None)
+    with workspace.store.session(readonly=True) as session:
+        kinds = [e.kind for e in session.events() if e.kind.startswith("principal.") and e.kind != "principal.added"]
+        assert session.credentials(people.alice.id)["token_expires_at"] > now() + timedelta(days=89)
+        assert session.credentials(people.admin.id)["last_used_at"] is None
+    assert kinds == ["principal.disabled", "principal.enabled", "principal.token_rotated", "principal.token_revoked",
+                     "principal.access_changed"]
+
+
+def test_an_expired_token_is_refused_and_last_use_is_listed(workspace: Workspace, people: People) -> None:
+    with workspace.store.session() as session:
+        session.update_principal(people.dana.id, token_expires_at=now() - timedelta(minutes=1))
+    with pytest.raises(AuthError, match="expired"):
+        authenticate(workspace, people.tokens["dana"])
+    listed = run_cli(["users", "list"], workspace.settings.home, token=people.tokens["admin"])
+    admin_line = next(line for line in listed.stdout.splitlines() if line.startswith("admin "))
+    assert "enabled" in admin_line and "last used 20" in admin_line  # this very call
+
+
+def test_a_disabled_approvers_approval_stops_counting_at_apply(workspace: Workspace, people: People,
+                                                               clone: Clone, tmp_path: Path) -> None:
+    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "tags", "cost centre moved")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    disable_principal(workspace, people.admin, "bob", "left the company")
+    with pytest.raises(Refused, match=r"needs 1 approval\(s\).*has 0"):
+        apply_proposal(workspace, people.alice, proposal.id)
+    enable_principal(workspace, people.admin, "bob", "back")
+    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
+
+
+def test_a_disabled_persons_page_session_ends_at_once(workspace: Workspace, people: People) -> None:
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        form = client.get("/login").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)  # type: ignore[union-attr]
+        signed_in = client.post("/login", data={"token": people.tokens["bob"], "csrf": csrf}, follow_redirects=False)
+        assert signed_in.status_code == 303
+        assert client.get("/", follow_redirects=False).status_code == 200
+        disable_principal(workspace, people.admin, "bob", "left the company")
+        ended = client.get("/", follow_redirects=False)
+        assert ended.status_code == 303 and ended.headers["location"] == "/login"

@@ -159,3 +159,22 @@ def test_all_action_lists_are_classified() -> None:
     assert kinds[("create", "delete")] == ChangeKind.REPLACE_CREATE_FIRST
     assert kinds[("delete", "create")] == ChangeKind.REPLACE
     assert len(set(kinds.values())) == 9
+
+
+def test_a_resource_that_only_moved_or_is_imported_is_listed_and_counted_in_every_format() -> None:
+    moved = {"address": "aws_s3_bucket.new", "previous_address": "aws_s3_bucket.old", "mode": "managed",
+             "type": "aws_s3_bucket", "name": "new",
+             "change": {"actions": ["no-op"], "before": {"bucket": "b"}, "after": {"bucket": "b"}, "after_unknown": {}}}
+    imported = {**moved, "address": "aws_s3_bucket.imp", "name": "imp", "previous_address": None,
+                "change": {**moved["change"], "importing": {"id": "imp-1"}}}
+    preview = build_preview(load_plan({"format_version": "1.2", "terraform_version": "1.9.0",
+                                       "resource_changes": [moved, imported]}))
+    assert preview.has_changes
+    text, markdown, document = (RENDERERS[f](preview) for f in ("text", "markdown", "json"))
+    for rendered in (text, markdown):
+        assert "1 to import" in rendered and "1 moved" in rendered
+        assert "aws_s3_bucket.new" in rendered and "moved from aws_s3_bucket.old" in rendered
+        assert "importing id imp-1" in rendered
+    data = json.loads(document)
+    assert data["counts"] == {"moved": 1, "import": 1}
+    assert [c["label"] for c in data["changes"]] == ["moved, nothing else changes", "imported, nothing else changes"]

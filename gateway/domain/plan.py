@@ -101,10 +101,18 @@ class Plan:
 
     @property
     def changes(self) -> tuple[ResourceChange, ...]:
-        """Resource changes that do something (no-ops and reads left out)."""
+        """Resource changes that do something: no-ops and reads left out, except a no-op that moves a resource
+        to a new address or imports it (a rename through `moved` never looks like nothing happened)."""
         return tuple(
             rc for rc in self.resource_changes if rc.kind not in (ChangeKind.NO_OP, ChangeKind.READ)
+            or rc.previous_address or rc.change.importing is not None
         )
+
+    def moves_and_imports(self) -> dict[str, int]:
+        """How many resources change address (`moved`) and how many are imported, as Terraform's summary counts them."""
+        tally = {"moved": sum(1 for rc in self.resource_changes if rc.previous_address),
+                 "import": sum(1 for rc in self.resource_changes if rc.change.importing is not None)}
+        return {k: n for k, n in tally.items() if n}
 
     @property
     def destructive(self) -> tuple[ResourceChange, ...]:
@@ -119,7 +127,8 @@ class Plan:
     def counts(self) -> dict[ChangeKind, int]:
         tally: dict[ChangeKind, int] = {}
         for rc in self.changes:
-            tally[rc.kind] = tally.get(rc.kind, 0) + 1
+            if rc.kind != ChangeKind.NO_OP:  # a moved or imported no-op is counted by moves_and_imports
+                tally[rc.kind] = tally.get(rc.kind, 0) + 1
         return tally
 
     def find(self, address: str) -> ResourceChange | None:

@@ -44,7 +44,7 @@ SYMBOLS: dict[ChangeKind, str] = {
     ChangeKind.FORGET: ".",
     ChangeKind.CREATE_FORGET: "+/.",
     ChangeKind.READ: "<=",
-    ChangeKind.NO_OP: " ",
+    ChangeKind.NO_OP: "=",  # listed only when the resource moves or is imported
 }
 
 _REASONS = {
@@ -108,7 +108,7 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
     changes = tuple(_entry(rc) for rc in plan.changes)
     return Preview(
         engine=engine or _engine_label(plan),
-        counts={kind.value: n for kind, n in plan.counts().items()},
+        counts={**{kind.value: n for kind, n in plan.counts().items()}, **plan.moves_and_imports()},
         danger=tuple(e for e in changes if e.kind in DANGER_KINDS),
         drift=tuple(_drift_entry(d, plan.find(d.address)) for d in plan.resource_drift),
         changes=changes,
@@ -201,10 +201,13 @@ def _path_sort_key(path: str) -> tuple:
 
 def _entry(rc: ResourceChange) -> ResourceEntry:
     importing = rc.change.importing or {}
+    label = KIND_LABELS[rc.kind]
+    if rc.kind == ChangeKind.NO_OP:  # listed only when it moves or is imported: say which, not "no change"
+        label = "imported, nothing else changes" if rc.change.importing is not None else "moved, nothing else changes"
     return ResourceEntry(
         address=rc.address,
         kind=rc.kind,
-        label=KIND_LABELS[rc.kind],
+        label=label,
         reason=danger_reason(rc) if rc.kind in DANGER_KINDS else None,
         attributes=_attribute_diffs(rc.change),
         previous_address=rc.previous_address,
@@ -276,6 +279,10 @@ def _count_line(preview: Preview) -> str:
     for kind in ("forget", "create-forget"):
         if c.get(kind):
             parts.append(f"{c[kind]} to {kind}")
+    if c.get("import"):
+        parts.insert(0, f"{c['import']} to import")
+    if c.get("moved"):
+        parts.append(f"{c['moved']} moved")
     return ", ".join(parts)
 
 

@@ -37,7 +37,7 @@ class StackPlanResult:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "counts": {k.value: n for k, n in self.plan.counts().items()},
+            "counts": {**{k.value: n for k, n in self.plan.counts().items()}, **self.plan.moves_and_imports()},
             "destructive": [rc.address for rc in self.plan.destructive],
             "changed": [rc.address for rc in self.plan.changes],
             "drift": [rc.address for rc in self.plan.resource_drift],

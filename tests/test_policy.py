@@ -3,12 +3,14 @@ on plans the sandbox engine makes and on real AWS plans from public repositories
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.adapters import checkov as checkov_adapter
 from gateway.adapters.checkov import parse_checkov_report, run_checkov
 from gateway.adapters.records import now
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -267,9 +269,26 @@ def test_checkov_report_becomes_findings_and_is_optional() -> None:
     [finding] = parse_checkov_report(report, "s", Severity.WARN)
     assert finding == Finding("checkov:CKV_AWS_24", Severity.WARN, "aws_security_group.g",
                               "Ensure no security groups allow ingress from 0.0.0.0:0 to port 22", "s")
-    assert parse_checkov_report("not json", "s", Severity.WARN) == []
+    assert parse_checkov_report("not json", "s", Severity.WARN) is None
     off = PolicyContext("s", PolicySettings(checkov="off"))
     assert run_checkov({"format_version": "1.2"}, off, executable="/bin/false") == []
+    warn = PolicyContext("s", PolicySettings(checkov="warn"))
+    assert run_checkov({"format_version": "1.2"}, warn, executable="/bin/echo") == []  # unreadable: warn adds nothing
+
+
+def test_checkov_deny_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deny = PolicyContext("s", PolicySettings(checkov="deny"))
+    [unreadable] = run_checkov({"format_version": "1.2"}, deny, executable="/bin/echo")
+    assert (unreadable.rule, unreadable.severity) == ("checkov-unavailable", Severity.DENY)
+    assert "could not be read" in unreadable.message
+    [missing] = run_checkov({"format_version": "1.2"}, deny, executable=str(tmp_path / "no-checkov"))
+    assert "did not finish" in missing.message
+    slow = tmp_path / "slow-checkov"
+    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(checkov_adapter, "TIMEOUT_SECONDS", 0.5)
+    [timed_out] = run_checkov({"format_version": "1.2"}, deny, executable=str(slow))
+    assert "TimeoutExpired" in timed_out.message
 
 
 # --- in the flow -------------------------------------------------------------------------------
@@ -338,3 +357,18 @@ def test_a_change_to_the_policy_config_is_itself_a_proposal(workspace: Workspace
     assert workspace.repo_settings().policy.max_deletes == 10  # nothing changes before apply
     assert apply_proposal(workspace, people.alice, proposal.id).succeeded
     assert workspace.repo_settings().policy.max_deletes == 50
+
+
+def test_a_literal_secret_in_the_configuration_is_denied_without_quoting_it(workspace: Workspace, people: People,
+                                                                            clone: Clone) -> None:
+    literal = "Hunter2-not-from-a-secret-store"
+    clone.branch("literal").edit("stacks/data/main.tf", "password                = var.db_password",
+                                 f'password                = "{literal}"').push()
+    proposal = open_proposal(workspace, people.alice, "literal", "simpler password handling")
+    [finding] = [f for f in proposal.findings if f.rule == "literal-secret"]
+    assert finding.severity == Severity.DENY and finding.address == "aws_db_instance.orders"
+    assert finding.message.startswith("password is set from a literal")
+    assert literal not in json.dumps([f.to_json() for f in proposal.findings])
+    clone.branch("from-var").edit("stacks/data/main.tf", '"16.3"', '"17.2"').push()
+    assert not [f for f in open_proposal(workspace, people.alice, "from-var", "pg 17").findings
+                if f.rule == "literal-secret"]

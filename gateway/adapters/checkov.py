@@ -25,16 +25,20 @@ TIMEOUT_SECONDS = 120
 
 
 def run_checkov(document: Mapping[str, Any], context: PolicyContext, executable: str | None = None) -> list[Finding]:
-    """Findings from checkov's failed checks; empty when it is off, absent or fails to run."""
+    """Findings from checkov's failed checks; empty when it is off. With `checkov: warn` a checkov that is absent
+    or fails adds nothing; with `checkov: deny` that is itself a deny finding (it fails closed)."""
     if context.settings.checkov == "off":
         return []
+    deny = context.settings.checkov == "deny"
     binary = executable or shutil.which("checkov")
     if binary is None:
-        return []
-    severity = Severity.DENY if context.settings.checkov == "deny" else Severity.WARN
+        return [_unavailable(context, "checkov is not installed")] if deny else []
+    severity = Severity.DENY if deny else Severity.WARN
     with tempfile.TemporaryDirectory(prefix="gw-checkov-") as tmp:
         plan_file = Path(tmp) / "tfplan.json"
-        plan_file.write_bytes(canonical_json(document))
+        fd = os.open(plan_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the plan holds secrets: owner only
+        with os.fdopen(fd, "wb") as out:
+            out.write(canonical_json(document))
         try:
             completed = subprocess.run(
                 [binary, "-f", str(plan_file), "--framework", "terraform_plan", "-o", "json", "--compact",
@@ -43,17 +47,27 @@ def run_checkov(document: Mapping[str, Any], context: PolicyContext, executable:
                 env={**os.environ, "BC_SKIP_MAPPING": "TRUE"})
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.warning("checkov.failed", error=str(exc))
-            return []
-    return parse_checkov_report(completed.stdout, context.stack, severity)
+            return [_unavailable(context, f"checkov did not finish: {type(exc).__name__}")] if deny else []
+    findings = parse_checkov_report(completed.stdout, context.stack, severity)
+    if findings is None:
+        return [_unavailable(context, "checkov's output could not be read")] if deny else []
+    return findings
 
 
-def parse_checkov_report(output: str, stack: str, severity: Severity) -> list[Finding]:
-    """Read `checkov -o json` output: one report, a list of reports, or a bare summary."""
+def _unavailable(context: PolicyContext, why: str) -> Finding:
+    return Finding("checkov-unavailable", Severity.DENY, "(plan)",
+                   f"{why}; gateway.yaml sets policy.checkov: deny, so the plan is not judged passed", context.stack)
+
+
+def parse_checkov_report(output: str, stack: str, severity: Severity) -> list[Finding] | None:
+    """Read `checkov -o json` output: one report, a list of reports, or a bare summary (None: unreadable)."""
     try:
         data = json.loads(output) if output.strip() else {}
     except json.JSONDecodeError:
         log.warning("checkov.unreadable_output", head=output[:200])
-        return []
+        return None
+    if not isinstance(data, (dict, list)):
+        return None
     reports = data if isinstance(data, list) else [data]
     findings = []
     for report in reports:

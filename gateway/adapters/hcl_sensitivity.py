@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+import hcl2
 from lark import Tree
 
 from gateway.adapters.sandbox.config import collect_references, node_name, parse_hcl
@@ -213,3 +214,63 @@ def _nonsensitive_calls(expr: Tree) -> Iterator[Tree]:
 def _arguments(call: Tree) -> Tree:
     return next((c for c in call.children if isinstance(c, Tree) and c.data == "arguments"), Tree("arguments", []))
 
+
+
+_SECRET_WORD = re.compile(r"password|passwd|secret|token|api_?key|private_key|access_key", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(?:^|_)(password|passwd|secret|token|api_key|apikey|private_key|access_key|secret_key)"
+                          r"(?:$|_)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LiteralSecret:
+    address: str  # aws_db_instance.orders, provider.aws, module.db
+    attribute: str  # the attribute's path, e.g. password or rule.secret_key; never its value
+
+
+def find_literal_secrets(files: Mapping[str, str]) -> list[LiteralSecret]:
+    """Secret-like attributes (`password`, `token`, `secret_key`, ...) set from a string literal in a resource,
+    data source, provider or module block, rather than from a variable the gateway supplies or a secret store."""
+    found = []
+    for text in files.values():
+        if not _SECRET_WORD.search(text):
+            continue
+        try:
+            document = hcl2.loads(text)
+        except Exception:  # python-hcl2 raises lark's errors; the engine reports the file properly
+            continue
+        for kind in ("resource", "data"):
+            for block in document.get(kind, []):
+                for rtype, named in block.items():
+                    for rname, body in named.items():
+                        prefix = "data." if kind == "data" else ""
+                        found += _literals(f"{prefix}{_unquote(rtype)}.{_unquote(rname)}", body, "")
+        for kind in ("provider", "module"):
+            for block in document.get(kind, []):
+                for label, body in block.items():
+                    found += _literals(f"{kind}.{_unquote(label)}", body, "")
+    return found
+
+
+def _literals(address: str, body: object, path: str) -> list[LiteralSecret]:
+    out = []
+    if isinstance(body, list):
+        for item in body:
+            out += _literals(address, item, path)
+    elif isinstance(body, dict):
+        for key, value in body.items():
+            if key == "__is_block__":
+                continue
+            where = f"{path}.{key}" if path else key
+            if isinstance(value, str) and _SECRET_NAME.search(key) and _is_literal(value):
+                out.append(LiteralSecret(address, where))
+            elif isinstance(value, (dict, list)):
+                out += _literals(address, value, where)
+    return out
+
+
+def _is_literal(value: str) -> bool:
+    return len(value) > 2 and value.startswith('"') and value.endswith('"') and "${" not in value
+
+
+def _unquote(label: str) -> str:
+    return label[1:-1] if len(label) >= 2 and label.startswith('"') and label.endswith('"') else label

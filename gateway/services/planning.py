@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.adapters.checkov import run_checkov
-from gateway.adapters.hcl_sensitivity import Unmasking, find_outside_reads, find_unmaskings
+from gateway.adapters.hcl_sensitivity import Unmasking, find_literal_secrets, find_outside_reads, find_unmaskings
 from gateway.adapters.terraform import declared_backend
 from gateway.domain.errors import ConfigError, NotFound
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
@@ -89,7 +89,11 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, origin.by_agent,
                             origin.requester, origin.changed_paths)
     risk = assess_risk(plan)
-    findings = ([Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack) for u in unmaskings]
+    literal = [Finding("literal-secret", Severity.DENY, f.address,
+                       f"{f.attribute} is set from a literal in the configuration: a secret in git; take it from a "
+                       f"variable the gateway supplies or a secret store", stack)
+               for f in find_literal_secrets(stack_files(directory))]
+    findings = (literal + [Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack) for u in unmaskings]
                 + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context)
                 + rego_findings(ws, settings, engine_plan.document, context, inputs, risk))
     return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document, engine_plan.artifact),
@@ -134,9 +138,12 @@ def refuse_backend_change(ws: Workspace, settings: RepoSettings, stack: str, dir
                           f"from main's); a backend is changed on main, with its state migrated, not in a proposal")
 
 
+def stack_files(directory: Path) -> dict[str, str]:
+    return {f"{directory.name}/{p.name}": p.read_text(encoding="utf-8")
+            for p in sorted(directory.glob("*.tf")) if not p.is_symlink()}
+
+
 def stack_unmaskings(ws: Workspace, stack: str, directory: Path, inputs: StackInputs) -> list[Unmasking]:
     """Every place the stack's files try to show a secret in clear (by address, never value)."""
-    files = {f"{directory.name}/{p.name}": p.read_text(encoding="utf-8")
-             for p in sorted(directory.glob("*.tf")) if not p.is_symlink()}
-    return find_unmaskings(files, inputs.secret, inputs.sensitive_on_main,
+    return find_unmaskings(stack_files(directory), inputs.secret, inputs.sensitive_on_main,
                            lambda rtype: ws.engine.sensitive_attributes(stack, rtype))

@@ -76,7 +76,7 @@ class RepoTools:
             result = f"error: the arguments are not valid JSON ({exc})"
         except TypeError as exc:
             result = f"error: wrong arguments for {name}: {exc}"
-        except (OSError, UnicodeDecodeError) as exc:
+        except Exception as exc:  # whatever a tool meets, the model reads it as the tool's error; the run goes on
             result = f"error: {exc.__class__.__name__}: {exc}"
         return result if len(result) <= MAX_RESULT else result[:MAX_RESULT] + "\n… (truncated)"
 

@@ -333,3 +333,13 @@ def test_a_symlinked_tf_file_is_not_read_into_a_preview(workspace: Workspace, pe
     assert "app-staging/leak.tf: symlinks are not read" in result
     password = stack_secrets(workspace.settings, "data")["db_password"]
     assert not any(password in json.dumps(body) for body in stub.requests)
+
+
+def test_writing_a_file_back_as_it_was_proposes_nothing_and_breaks_nothing(workspace: Workspace, people: People,
+                                                                           stub: ModelStub) -> None:
+    same = workspace.repo.read_file(workspace.repo.resolve("main"), "stacks/app-staging/main.tf")
+    stub.turns = [tool_call("write_file", path="stacks/app-staging/main.tf", content=same),
+                  tool_call("finish", summary="Nothing needed changing.")]
+    outcome = submit_request(workspace, people.alice, "Make sure staging is tagged", model=model(stub))
+    assert outcome.proposal is None and outcome.stopped == (
+        "the agent's edits left every file as it was: nothing to propose")

@@ -98,6 +98,9 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         _record_request(ws, person, agent, text, outcome, prompt.version, model.model)
         if outcome.stopped or not tools.written:
             return outcome
+        if not clone.is_dirty(untracked_files=True):  # it wrote files back as they were: nothing to propose
+            outcome.stopped = "the agent's edits left every file as it was: nothing to propose"
+            return outcome
         _commit_and_push(clone, branch, text, outcome.summary or "", agent)
     outcome.proposal = _propose(ws, agent, person, branch, text, outcome.summary or "", proposal_id, conversation_id,
                                 prompt.version, model.model)

@@ -9,10 +9,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import delete, select, update
 
 from gateway.adapters.records import _event
 from gateway.adapters.sql_store import audit_events, audit_head
+from gateway.api.app import create_app
 from gateway.domain.audit import GENESIS, event_hash
 from gateway.domain.errors import Refused
 from gateway.domain.proposal import Decision
@@ -175,3 +177,36 @@ def test_a_consistent_rewrite_of_events_and_head_is_caught_by_a_kept_checkpoint(
     exported = run_cli(["audit", "export"], ws.settings.home, token=people.tokens["dana"],
                        database_url=ws.settings.database_url)
     assert json.loads(exported.stdout.strip().splitlines()[-1])["checkpoint"]["signature"]
+
+
+def test_filters_run_on_exact_addresses_prefixes_stacks_and_outcomes_and_pages_follow_on(workspace: Workspace,
+                                                                                         people: People) -> None:
+    with workspace.store.session() as session:
+        session.append_event("gateway", "apply.succeeded", {"applied": ["aws_instance.web[0]"]}, 101, ["app"])
+        session.append_event("gateway", "apply.failed", {"applied": ["aws_instance.web2"]}, 102, ["app"])
+        session.append_event("gateway", "plan", {"changed": ["module.db.aws_db_instance.main"]}, 103, ["data"])
+    def proposals(**filters: str) -> list[int | None]:  # the bootstrap's events name the sample's resources too
+        return [e.proposal_id for e in audit_service.list_events(workspace, people.dana, **filters)
+                if e.proposal_id in (101, 102, 103)]
+
+    assert proposals(address="aws_instance.web2") == [102]  # `web2`, not `web` too
+    assert proposals(address="aws_instance.web[0]") == [101]
+    assert proposals(address="aws_instance.web*") == [101, 102]
+    assert proposals(address="module.db.*") == [103]
+    assert proposals(stack="data") == [103] and proposals(outcome="failed") == [102]
+    applies = audit_service.list_events(workspace, people.dana, action="apply")
+    assert [e.proposal_id for e in applies if e.proposal_id] == [101, 102]
+    assert all(e.kind.startswith("apply.") for e in applies)
+
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        auth = {"Authorization": f"Bearer {people.tokens['dana']}"}
+        seen, after = [], 0
+        while True:
+            page = client.get("/api/v1/audit/events", params={"after": after, "limit": 3}, headers=auth)
+            assert page.status_code == 200
+            seen += [e["seq"] for e in page.json()]
+            if "X-Next-After" not in page.headers:
+                break
+            after = int(page.headers["X-Next-After"])
+        with workspace.store.session(readonly=True) as session:
+            assert seen == [e.seq for e in session.events()]  # every event once, in order

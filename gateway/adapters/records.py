@@ -11,6 +11,7 @@ import json
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,8 @@ from gateway.adapters.sql_store import (
     agent_runs,
     applies,
     audit_checkpoints,
+    audit_event_addresses,
+    audit_event_stacks,
     audit_events,
     audit_head,
     breaker_changes,
@@ -39,7 +42,7 @@ from gateway.adapters.sql_store import (
     stack_locks,
     webhook_deliveries,
 )
-from gateway.domain.audit import AuditEvent, Checkpoint, event_hash
+from gateway.domain.audit import AuditEvent, Checkpoint, event_addresses, event_hash, event_outcome
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
@@ -676,25 +679,42 @@ class StoreSession:
         self.conn.execute(insert(audit_events).values(
             seq=event.seq, id=event.id, at=event.at, actor=event.actor, actor_kind=event.actor_kind,
             kind=event.kind, proposal_id=event.proposal_id, stacks=list(event.stacks),
-            payload=dumps(event.payload), prev_hash=event.prev_hash, hash=event.hash))
+            payload=dumps(event.payload), prev_hash=event.prev_hash, hash=event.hash, outcome=event_outcome(kind)))
+        if event.stacks:
+            self.conn.execute(insert(audit_event_stacks), [{"seq": event.seq, "stack": s} for s in set(event.stacks)])
+        addresses = event_addresses(event.payload)
+        if addresses:
+            self.conn.execute(insert(audit_event_addresses), [{"seq": event.seq, "address": a} for a in addresses])
         self.conn.execute(update(audit_head).where(audit_head.c.id == 1).values(seq=event.seq, hash=event.hash))
         return event
 
     def events(self, proposal_id: int | None = None, actor: str | None = None, stack: str | None = None,
                since: str | None = None, kind: str | None = None) -> list[AuditEvent]:
-        query = select(audit_events).order_by(audit_events.c.seq)
-        if proposal_id is not None and not 0 < proposal_id <= MAX_ID:
+        return self.query_events(EventQuery(proposal_id=proposal_id, actor=actor, stack=stack, since=since,
+                                            kind=kind))
+
+    def query_events(self, q: EventQuery, after: int = 0, limit: int | None = None) -> list[AuditEvent]:
+        """Events matching every filter, oldest first, from `after` (keyset pagination), in SQL on indexed columns."""
+        if q.proposal_id is not None and not 0 < q.proposal_id <= MAX_ID:
             return []
-        if proposal_id is not None:
-            query = query.where(audit_events.c.proposal_id == proposal_id)
-        if actor:
-            query = query.where(audit_events.c.actor == actor)
-        if since:
-            query = query.where(audit_events.c.at >= since)
-        if kind:
-            query = query.where(audit_events.c.kind == kind)
-        events = [_event(r) for r in self.conn.execute(query).mappings()]
-        return [e for e in events if stack is None or stack in e.stacks]
+        query = select(audit_events).where(audit_events.c.seq > after, *_event_filters(q)).order_by(audit_events.c.seq)
+        if limit is not None:
+            query = query.limit(limit)
+        return [_event(r) for r in self.conn.execute(query).mappings()]
+
+    def iter_events(self, batch: int = 5000, upto: int | None = None) -> Iterator[AuditEvent]:
+        """Every event in order, read a batch at a time (constant memory however long the trail)."""
+        after = 0
+        while True:
+            query = select(audit_events).where(audit_events.c.seq > after)
+            if upto is not None:
+                query = query.where(audit_events.c.seq <= upto)
+            rows = self.conn.execute(query.order_by(audit_events.c.seq).limit(batch)).mappings().all()
+            if not rows:
+                return
+            for row in rows:
+                yield _event(row)
+            after = rows[-1]["seq"]
 
     def add_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Keep a signed checkpoint (once per event: a second one of the same head changes nothing)."""
@@ -708,6 +728,49 @@ class StoreSession:
     def chain_head(self) -> tuple[int, str] | None:
         head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1)).mappings().first()
         return (head["seq"], head["hash"]) if head else None
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """What an auditor filters the trail by; every filter is a condition on an indexed column."""
+
+    proposal_id: int | None = None
+    actor: str | None = None
+    stack: str | None = None
+    since: str | None = None
+    until: str | None = None
+    kind: str | None = None
+    action: str | None = None  # a kind or a kind prefix: `apply` matches apply.started, apply.failed, ...
+    outcome: str | None = None
+    address: str | None = None  # exact, or a prefix when it ends with `*`
+
+
+def _event_filters(q: EventQuery) -> list[Any]:
+    out: list[Any] = []
+    if q.proposal_id is not None:
+        out.append(audit_events.c.proposal_id == q.proposal_id)
+    if q.actor:
+        out.append(audit_events.c.actor == q.actor)
+    if q.since:
+        out.append(audit_events.c.at >= q.since)
+    if q.until:
+        out.append(audit_events.c.at <= q.until)
+    if q.kind:
+        out.append(audit_events.c.kind == q.kind)
+    if q.action:
+        out.append((audit_events.c.kind == q.action) | audit_events.c.kind.startswith(q.action + ".", autoescape=True))
+    if q.outcome:
+        out.append(audit_events.c.outcome == q.outcome)
+    if q.stack:
+        out.append(audit_events.c.seq.in_(select(audit_event_stacks.c.seq).where(audit_event_stacks.c.stack == q.stack)))
+    if q.address:
+        column = audit_event_addresses.c.address
+        match = column.startswith(q.address[:-1], autoescape=True) if q.address.endswith("*") else column == q.address
+        naming = select(audit_event_addresses.c.seq).where(match)
+        proposals = select(audit_events.c.proposal_id).where(audit_events.c.seq.in_(naming),
+                                                             audit_events.c.proposal_id.is_not(None))
+        out.append(audit_events.c.seq.in_(naming) | audit_events.c.proposal_id.in_(proposals))
+    return out
 
 
 def _principal(row: Mapping[str, Any]) -> Principal:

@@ -38,7 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
-from gateway.domain.audit import GENESIS
+from gateway.domain.audit import GENESIS, event_addresses, event_outcome
 from gateway.domain.errors import BackendError, ConfigError
 
 metadata = MetaData()
@@ -215,6 +215,22 @@ audit_events = Table(
     Column("payload", Text, nullable=False),
     Column("prev_hash", String(71), nullable=False),
     Column("hash", String(71), nullable=False),
+    Column("outcome", String(20), nullable=True),  # migration 11: refused | failed | succeeded | ... (from kind)
+)
+
+# What the trail is searched by (migration 11): each event's stacks and resource addresses, one row each.
+audit_event_stacks = Table(
+    "audit_event_stacks", metadata,
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
+    Column("stack", String(100), primary_key=True),
+    Index("audit_event_stacks_by_stack", "stack", "seq"),
+)
+
+audit_event_addresses = Table(
+    "audit_event_addresses", metadata,
+    Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
+    Column("address", String(300), primary_key=True),
+    Index("audit_event_addresses_by_address", "address", "seq"),
 )
 
 # The chain's head, kept apart so that deleting the newest events is found too.
@@ -308,7 +324,7 @@ audit_checkpoints = Table(
     Column("signature", String(120), nullable=False),
 )
 
-_LATER_TABLES = ("audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("audit_event_stacks", "audit_event_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -380,6 +396,28 @@ def _credential_lifecycle(conn: Connection) -> None:
             conn.execute(text(f"ALTER TABLE principals ADD COLUMN {column} {kind}"))
 
 
+AUDIT_INDEXES = (Index("audit_events_by_outcome", audit_events.c.outcome, audit_events.c.seq),
+                 Index("audit_events_by_actor", audit_events.c.actor, audit_events.c.seq),
+                 Index("audit_events_by_at", audit_events.c.at))
+
+
+def _audit_search(conn: Connection) -> None:
+    """Filters that run in SQL on indexed columns: stacks, addresses, outcome, actor, time; existing events indexed."""
+    if "outcome" not in {c["name"] for c in inspect(conn).get_columns("audit_events")}:
+        conn.execute(text("ALTER TABLE audit_events ADD COLUMN outcome VARCHAR(20)"))
+    metadata.create_all(conn, tables=[audit_event_stacks, audit_event_addresses])
+    for index in AUDIT_INDEXES:
+        index.create(conn, checkfirst=True)
+    for row in conn.execute(select(audit_events.c.seq, audit_events.c.kind, audit_events.c.stacks,
+                                   audit_events.c.payload)).mappings().all():
+        conn.execute(audit_events.update().where(audit_events.c.seq == row["seq"]).values(
+            outcome=event_outcome(row["kind"])))
+        for stack in set(row["stacks"] or []):
+            conn.execute(audit_event_stacks.insert().values(seq=row["seq"], stack=stack))
+        for address in event_addresses(json.loads(row["payload"])):
+            conn.execute(audit_event_addresses.insert().values(seq=row["seq"], address=address))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -391,6 +429,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (8, _proposal_kinds),
     (9, _audit_checkpoints),
     (10, _credential_lifecycle),
+    (11, _audit_search),
 ]
 
 

@@ -142,6 +142,7 @@ def _seen_digests(text: str) -> dict[str, str] | None:
     return value
 
 
+PAGE_EVENTS = 500  # events per audit page; the next page starts after the last one shown
 AUDIT_FILTERS = ("since", "until", "stack", "address", "person", "action", "outcome", "proposal")
 
 
@@ -152,11 +153,16 @@ def _audit_query(request: Request) -> dict[str, str]:
 @router.get("/audit")
 def audit_page(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
     q = _audit_query(request)
-    events = _filtered_events(ws, actor, q)
+    after = request.query_params.get("after", "0")
+    if not after.isdigit():
+        raise InputError(f"after {after!r} is not an event number")
+    events = _filtered_events(ws, actor, q, int(after), PAGE_EVENTS)
     count, broken = audit_service.verify_trail(ws, actor)
     verify = {"intact": broken is None, "events": count, "seq": broken.seq if broken else None,
               "reason": broken.reason if broken else None}
-    return render(request, "audit.html", actor, events=events, q=q, query=urlencode(q), verify=verify)
+    following = urlencode({**q, "after": events[-1].seq}) if len(events) == PAGE_EVENTS else None
+    return render(request, "audit.html", actor, events=events, q=q, query=urlencode(q), verify=verify,
+                  following=following)
 
 
 @router.get("/audit/export")
@@ -164,9 +170,11 @@ def audit_export(request: Request, ws: WorkspaceDep, actor: PageActorDep, format
     return export_response(_filtered_events(ws, actor, _audit_query(request)), format)
 
 
-def _filtered_events(ws: WorkspaceDep, actor: Principal, q: dict[str, str]) -> list[Any]:
+def _filtered_events(ws: WorkspaceDep, actor: Principal, q: dict[str, str], after: int = 0,
+                     limit: int | None = None) -> list[Any]:
     proposal = q.get("proposal")
     if proposal is not None and not proposal.isdigit():
         raise InputError(f"proposal {proposal!r} is not a number")
     return audit_service.list_events(ws, actor, int(proposal) if proposal else None, q.get("person"), q.get("stack"),
-                                     q.get("since"), q.get("until"), q.get("address"), q.get("action"), q.get("outcome"))
+                                     q.get("since"), q.get("until"), q.get("address"), q.get("action"), q.get("outcome"),
+                                     after, limit)

@@ -150,11 +150,18 @@ async def github_webhook(request: Request, ws: WorkspaceDep) -> DeliveryPublic:
 
 
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])
-def audit_events(ws: WorkspaceDep, actor: ActorDep, proposal: ProposalQuery = None, person: str | None = None,
-                 stack: str | None = None, since: datetime | None = None, until: datetime | None = None,
-                 address: str | None = None, action: str | None = None, outcome: str | None = None) -> list[EventPublic]:
+def audit_events(response: Response, ws: WorkspaceDep, actor: ActorDep, proposal: ProposalQuery = None,
+                 person: str | None = None, stack: str | None = None, since: datetime | None = None,
+                 until: datetime | None = None,
+                 address: Annotated[str | None, Query(description="exact, or a prefix ending in *")] = None,
+                 action: str | None = None, outcome: str | None = None,
+                 after: Annotated[int, Query(ge=0, le=2**62, description="only events after this one")] = 0,
+                 limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> list[EventPublic]:
+    """A page of events, oldest first; when it is full, `X-Next-After` says where the next page starts."""
     events = audit_service.list_events(ws, actor, proposal, person, stack, since and since.isoformat(),
-                                       until and until.isoformat(), address, action, outcome)
+                                       until and until.isoformat(), address, action, outcome, after, limit)
+    if len(events) == limit:
+        response.headers["X-Next-After"] = str(events[-1].seq)
     return [EventPublic(**e.content(), prev_hash=e.prev_hash, hash=e.hash) for e in events]
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,31 @@ class AuditEvent:
         }
 
 
+_ADDRESS = re.compile(r"^(?:module\.[\w-]+(?:\[[^\]]+\])?\.)*(?:data\.)?[a-z][a-z0-9_]*\.[A-Za-z_][\w-]*(?:\[[^\]]+\])?$")
+OUTCOMES = frozenset({"refused", "failed", "succeeded", "interrupted", "withdrawn", "tripped"})
+
+
+def event_addresses(payload: Any) -> set[str]:
+    """Every resource address an event's payload names (what the trail is searched by)."""
+    found: set[str] = set()
+    if isinstance(payload, str):
+        if len(payload) <= 300 and _ADDRESS.match(payload):
+            found.add(payload)
+    elif isinstance(payload, Mapping):
+        for value in payload.values():
+            found |= event_addresses(value)
+    elif isinstance(payload, (list, tuple)):
+        for value in payload:
+            found |= event_addresses(value)
+    return found
+
+
+def event_outcome(kind: str) -> str | None:
+    """`apply.refused` -> `refused`: the outcome an auditor filters by (None when the kind names none)."""
+    last = kind.rsplit(".", 1)[-1]
+    return last if last in OUTCOMES else None
+
+
 def event_hash(prev_hash: str, content: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(prev_hash.encode() + canonical_json(content)).hexdigest()
 
@@ -44,8 +70,9 @@ class ChainBreak:
     reason: str
 
 
-def verify_chain(events: Iterable[AuditEvent], head: tuple[int, str] | None) -> ChainBreak | None:
-    """The first place the chain is broken (edited, removed or reordered event), or None."""
+def verify_chain(events: Iterable[AuditEvent], head: tuple[int, str] | None,
+                 require_head: bool = True) -> ChainBreak | None:
+    """The first place the chain is broken (edited, removed or reordered event), or None; streams its events."""
     prev_hash, prev_seq, last = GENESIS, 0, None
     for event in events:
         if event.seq != prev_seq + 1:
@@ -60,7 +87,7 @@ def verify_chain(events: Iterable[AuditEvent], head: tuple[int, str] | None) -> 
         last_seq, last_hash = (last.seq, last.hash) if last else (0, GENESIS)
         if (last_seq, last_hash) != (head_seq, head_hash):
             return ChainBreak(head_seq, f"the newest events are missing: the chain should end at event {head_seq}")
-    elif last is not None:
+    elif last is not None and require_head:
         return ChainBreak(None, "the chain head record is missing")
     return None
 
@@ -95,11 +122,19 @@ class Checkpoint:
 def verify_against(events: Iterable[AuditEvent], checkpoint: Checkpoint) -> ChainBreak | None:
     """Whether the trail, up to the checkpoint's event, is the one the checkpoint signed (the signature is
     checked by the caller): every event chained, and the chain ending in the checkpoint's hash."""
-    upto = [e for e in events if e.seq <= checkpoint.seq]
-    last = upto[-1] if upto else None
-    broken = verify_chain(upto, (last.seq, last.hash)) if last else None  # the head: the checkpoint's, below
+    seen: list[AuditEvent] = []  # only the newest event is kept: the events stream through
+
+    def upto() -> Iterator[AuditEvent]:
+        for event in events:
+            if event.seq > checkpoint.seq:
+                return
+            seen[:] = [event]
+            yield event
+
+    broken = verify_chain(upto(), None, require_head=False)
     if broken is not None:
         return broken
+    last = seen[0] if seen else None
     if last is None or last.seq != checkpoint.seq:
         return ChainBreak(checkpoint.seq, f"event {checkpoint.seq} of the checkpoint is missing")
     if last.hash != checkpoint.hash:

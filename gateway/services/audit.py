@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from gateway.adapters.records import now
+from gateway.adapters.records import EventQuery, now
 from gateway.adapters.signing import SigningKey, signature_valid
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, verify_against, verify_chain
 from gateway.domain.errors import InputError, NotFound, Refused
@@ -26,24 +26,17 @@ def require_auditor(actor: Principal) -> None:
 
 def list_events(ws: Workspace, actor: Principal, proposal_id: int | None = None, actor_name: str | None = None,
                 stack: str | None = None, since: str | None = None, until: str | None = None,
-                address: str | None = None, action: str | None = None, outcome: str | None = None) -> list[AuditEvent]:
-    """Events, oldest first; `address` finds a resource anywhere in an event, `action` is a kind
-    prefix (e.g. `apply`), `outcome` a kind suffix (`refused`, `failed`, `succeeded`)."""
+                address: str | None = None, action: str | None = None, outcome: str | None = None,
+                after: int = 0, limit: int | None = None) -> list[AuditEvent]:
+    """Events, oldest first, after event `after` (keyset pagination), at most `limit`. `address` is a resource
+    address, exact or a prefix ending in `*`, and brings the events of the proposals that name it; `action` is a
+    kind or kind prefix (e.g. `apply`), `outcome` a kind's outcome (`refused`, `failed`, `succeeded`)."""
     require_auditor(actor)
-    until = _iso(until, "--until") if until else None
-    since = _iso(since, "--since") if since else None
+    query = EventQuery(proposal_id=proposal_id, actor=actor_name, stack=stack,
+                       since=_iso(since, "--since") if since else None, until=_iso(until, "--until") if until else None,
+                       action=action, outcome=outcome, address=address)
     with ws.store.session(readonly=True) as session:
-        events = session.events(proposal_id=proposal_id, actor=actor_name, stack=stack, since=since)
-    if until:
-        events = [e for e in events if e.at <= until]
-    if action:
-        events = [e for e in events if e.kind == action or e.kind.startswith(action + ".")]
-    if outcome:
-        events = [e for e in events if e.kind.endswith(outcome)]
-    if address:
-        proposals = {e.proposal_id for e in events if address in json.dumps(e.payload)}
-        events = [e for e in events if address in json.dumps(e.payload) or (e.proposal_id is not None and e.proposal_id in proposals)]
-    return events
+        return session.query_events(query, after, limit)
 
 
 def _iso(value: str, name: str) -> str:
@@ -61,11 +54,19 @@ def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[Au
 
 
 def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None]:
+    """The whole chain, read a batch at a time: memory stays flat however long the trail."""
     require_auditor(actor)
+    counted = [0]
+
+    def counting(events: Iterator[AuditEvent]) -> Iterator[AuditEvent]:
+        for event in events:
+            counted[0] += 1
+            yield event
+
     with ws.store.session(readonly=True) as session:
-        events = session.events()
         head = session.chain_head()
-    return len(events), verify_chain(events, head)
+        broken = verify_chain(counting(session.iter_events()), head)
+    return counted[0], broken
 
 
 def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint:
@@ -87,8 +88,7 @@ def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -
     if not signature_valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
         return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
     with ws.store.session(readonly=True) as session:
-        events = session.events()
-    return checkpoint.seq, verify_against(events, checkpoint)
+        return checkpoint.seq, verify_against(session.iter_events(upto=checkpoint.seq), checkpoint)
 
 
 def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:

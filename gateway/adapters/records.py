@@ -69,7 +69,9 @@ class SqlStore:
     def session(self, readonly: bool = False) -> Iterator[StoreSession]:
         """One transaction over the records; `readonly` for reads, which then never wait for a writer."""
         with self.db.transaction(readonly) as conn:
-            yield StoreSession(conn, self.scrubber)
+            session = StoreSession(conn, self.scrubber)
+            yield session
+            session.write_chain_head()  # once, before the commit, after however many events
 
     # --- stack locks: committed on their own -------------------------------------------------
 
@@ -224,6 +226,8 @@ class StoreSession:
     def __init__(self, conn: Connection, scrubber: Scrubber | None = None):
         self.conn = conn
         self.scrubber = scrubber or Scrubber()
+        self._head: tuple[int, str] | None = None  # the chain's head, row-locked by this transaction's first event
+        self._head_moved = False
 
     # --- principals ------------------------------------------------------------------------
 
@@ -666,9 +670,12 @@ class StoreSession:
 
     def append_event(self, actor: Principal | str, kind: str, payload: Mapping[str, Any],
                      proposal_id: int | None = None, stacks: Sequence[str] = ()) -> AuditEvent:
-        """Add one event to the chain; the head row lock keeps concurrent writers in line."""
-        head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
-        prev_seq, prev_hash = head["seq"], head["hash"]
+        """Add one event to the chain; the head row lock (taken by the transaction's first event, held to its
+        commit) keeps concurrent writers in line; the head row is written once, at the end of the transaction."""
+        if self._head is None:
+            head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
+            self._head = (head["seq"], head["hash"])
+        prev_seq, prev_hash = self._head
         name, actor_kind = (actor.name, actor.kind.value) if isinstance(actor, Principal) else (actor, "system")
         event = AuditEvent(
             seq=prev_seq + 1, id=str(uuid.uuid4()), at=now().isoformat(timespec="microseconds"),
@@ -685,8 +692,14 @@ class StoreSession:
         addresses = event_addresses(event.payload)
         if addresses:
             self.conn.execute(insert(audit_event_addresses), [{"seq": event.seq, "address": a} for a in addresses])
-        self.conn.execute(update(audit_head).where(audit_head.c.id == 1).values(seq=event.seq, hash=event.hash))
+        self._head, self._head_moved = (event.seq, event.hash), True
         return event
+
+    def write_chain_head(self) -> None:
+        if self._head_moved and self._head is not None:
+            self.conn.execute(update(audit_head).where(audit_head.c.id == 1).values(seq=self._head[0],
+                                                                                      hash=self._head[1]))
+            self._head_moved = False
 
     def events(self, proposal_id: int | None = None, actor: str | None = None, stack: str | None = None,
                since: str | None = None, kind: str | None = None) -> list[AuditEvent]:
@@ -726,6 +739,8 @@ class StoreSession:
         return [Checkpoint.from_json(r) for r in rows]
 
     def chain_head(self) -> tuple[int, str] | None:
+        if self._head is not None:
+            return self._head
         head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1)).mappings().first()
         return (head["seq"], head["hash"]) if head else None
 

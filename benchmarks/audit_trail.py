@@ -1,6 +1,6 @@
 """The audit trail at scale on PostgreSQL: N events (default 1,000,000) appended through the real append path
-(`StoreSession.append_event`: the hash chain, the head row lock, the stack and address index rows), 2,000 to a
-transaction, then the auditor's filters and verify.
+(`StoreSession.append_events`, which `append_event` is: the hash chain, the head row lock, the stack and address
+index rows), 2,000 to a transaction, then the auditor's filters and verify.
 
 Prints appends per second, p50/p95 of each filter for one page of 100 events (as the API serves them), verify's
 throughput and the process's peak memory while verifying. It is not a test.
@@ -54,15 +54,14 @@ def main() -> None:
         started = time.perf_counter()
         for first in range(0, events, BATCH):
             with store.session() as session:
-                for i in range(first, min(first + BATCH, events)):
-                    session.append_event(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10,
-                                         [STACKS[i % len(STACKS)]])
+                session.append_events([(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10,
+                                        [STACKS[i % len(STACKS)]]) for i in range(first, min(first + BATCH, events))])
         appended = time.perf_counter() - started
         with db.engine.connect() as conn:
             conn.execute(text("ANALYZE"))
             conn.commit()
         print(f"{events:,} events appended in {appended:.0f} s ({events / appended:,.0f} events/s, "
-              f"{BATCH} a transaction, through append_event)")
+              f"{BATCH} a transaction, through append_events)")
 
         filters = {
             "stack": lambda: EventQuery(stack=rng.choice(STACKS)),

@@ -670,30 +670,40 @@ class StoreSession:
 
     def append_event(self, actor: Principal | str, kind: str, payload: Mapping[str, Any],
                      proposal_id: int | None = None, stacks: Sequence[str] = ()) -> AuditEvent:
-        """Add one event to the chain; the head row lock (taken by the transaction's first event, held to its
-        commit) keeps concurrent writers in line; the head row is written once, at the end of the transaction."""
+        """Add one event to the chain."""
+        return self.append_events([(actor, kind, payload, proposal_id, stacks)])[0]
+
+    def append_events(self, entries: Sequence[tuple[Principal | str, str, Mapping[str, Any], int | None,
+                                                    Sequence[str]]]) -> list[AuditEvent]:
+        """Add events to the chain in order, written together. The head row lock (taken by the transaction's first
+        event, held to its commit) keeps concurrent writers in line; the head row is written at the commit."""
         if self._head is None:
             head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
             self._head = (head["seq"], head["hash"])
-        prev_seq, prev_hash = self._head
-        name, actor_kind = (actor.name, actor.kind.value) if isinstance(actor, Principal) else (actor, "system")
-        event = AuditEvent(
-            seq=prev_seq + 1, id=str(uuid.uuid4()), at=now().isoformat(timespec="microseconds"),
-            actor=name, actor_kind=actor_kind, kind=kind, proposal_id=proposal_id,
-            stacks=tuple(stacks), payload=self.scrubber.scrub_data(json.loads(dumps(payload))),
-            prev_hash=prev_hash, hash="")
-        event = AuditEvent(**{**event.__dict__, "hash": event_hash(prev_hash, event.content())})
-        self.conn.execute(insert(audit_events).values(
-            seq=event.seq, id=event.id, at=event.at, actor=event.actor, actor_kind=event.actor_kind,
-            kind=event.kind, proposal_id=event.proposal_id, stacks=list(event.stacks),
-            payload=dumps(event.payload), prev_hash=event.prev_hash, hash=event.hash, outcome=event_outcome(kind)))
-        if event.stacks:
-            self.conn.execute(insert(audit_event_stacks), [{"seq": event.seq, "stack": s} for s in set(event.stacks)])
-        addresses = event_addresses(event.payload)
-        if addresses:
-            self.conn.execute(insert(audit_event_addresses), [{"seq": event.seq, "address": a} for a in addresses])
-        self._head, self._head_moved = (event.seq, event.hash), True
-        return event
+        events, rows, stack_rows, address_rows = [], [], [], []
+        for actor, kind, payload, proposal_id, stacks in entries:
+            prev_seq, prev_hash = self._head
+            name, actor_kind = (actor.name, actor.kind.value) if isinstance(actor, Principal) else (actor, "system")
+            event = AuditEvent(
+                seq=prev_seq + 1, id=str(uuid.uuid4()), at=now().isoformat(timespec="microseconds"),
+                actor=name, actor_kind=actor_kind, kind=kind, proposal_id=proposal_id,
+                stacks=tuple(stacks), payload=self.scrubber.scrub_data(json.loads(dumps(payload))),
+                prev_hash=prev_hash, hash="")
+            event = AuditEvent(**{**event.__dict__, "hash": event_hash(prev_hash, event.content())})
+            rows.append({"seq": event.seq, "id": event.id, "at": event.at, "actor": event.actor,
+                         "actor_kind": event.actor_kind, "kind": event.kind, "proposal_id": event.proposal_id,
+                         "stacks": list(event.stacks), "payload": dumps(event.payload), "prev_hash": event.prev_hash,
+                         "hash": event.hash, "outcome": event_outcome(kind)})
+            stack_rows += [{"seq": event.seq, "stack": s} for s in set(event.stacks)]
+            address_rows += [{"seq": event.seq, "address": a} for a in event_addresses(event.payload)]
+            self._head, self._head_moved = (event.seq, event.hash), True
+            events.append(event)
+        self.conn.execute(insert(audit_events), rows)
+        if stack_rows:
+            self.conn.execute(insert(audit_event_stacks), stack_rows)
+        if address_rows:
+            self.conn.execute(insert(audit_event_addresses), address_rows)
+        return events
 
     def write_chain_head(self) -> None:
         if self._head_moved and self._head is not None:

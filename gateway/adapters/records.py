@@ -790,7 +790,8 @@ def _event_filters(q: EventQuery) -> list[Any]:
         out.append(audit_events.c.seq.in_(select(audit_event_stacks.c.seq).where(audit_event_stacks.c.stack == q.stack)))
     if q.address:
         column = audit_event_addresses.c.address
-        match = column.startswith(q.address[:-1], autoescape=True) if q.address.endswith("*") else column == q.address
+        prefix = q.address[:-1].replace("/", "//").replace("%", "/%").replace("_", "/_")
+        match = column.like(prefix + "%", escape="/") if q.address.endswith("*") else column == q.address
         naming = select(audit_event_addresses.c.seq).where(match)
         proposals = select(audit_events.c.proposal_id).where(audit_events.c.seq.in_(naming),
                                                              audit_events.c.proposal_id.is_not(None))

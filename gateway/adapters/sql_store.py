@@ -231,6 +231,8 @@ audit_event_addresses = Table(
     Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
     Column("address", String(300), primary_key=True),
     Index("audit_event_addresses_by_address", "address", "seq"),
+    # prefix searches (LIKE 'aws_s3_bucket.%') on PostgreSQL, whatever the database's collation
+    Index("audit_event_addresses_by_prefix", "address", postgresql_ops={"address": "text_pattern_ops"}),
 )
 
 # The chain's head, kept apart so that deleting the newest events is found too.

@@ -46,9 +46,16 @@ class Settings(BaseSettings):
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
 
+    data_key_file: Path | None = Field(
+        default=None, description="Fernet key sealing saved plans and the simulated cloud at rest (default: made in "
+        "the workspace, 0600)")
     audit_signing_key_file: Path | None = Field(
         default=None, description="Ed25519 key that signs audit checkpoints (default: made in the workspace, 0600)")
     audit_checkpoint_minutes: float = Field(default=60.0, gt=0, description="how often workers sign a checkpoint")
+
+    @property
+    def data_key_path(self) -> Path:
+        return self.data_key_file or self.home / "data.key"
 
     @property
     def signing_key_path(self) -> Path:

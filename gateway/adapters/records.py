@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.sql_store import (
     Database,
     agent_runs,
@@ -61,15 +62,16 @@ def now() -> datetime:
 
 
 class SqlStore:
-    def __init__(self, db: Database, scrubber: Scrubber | None = None):
+    def __init__(self, db: Database, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
         self.db = db
         self.scrubber = scrubber or Scrubber()
+        self.sealer = sealer  # saved plans hold secrets in clear: sealed at rest
 
     @contextmanager
     def session(self, readonly: bool = False) -> Iterator[StoreSession]:
         """One transaction over the records; `readonly` for reads, which then never wait for a writer."""
         with self.db.transaction(readonly) as conn:
-            session = StoreSession(conn, self.scrubber)
+            session = StoreSession(conn, self.scrubber, self.sealer)
             yield session
             session.write_chain_head()  # once, before the commit, after however many events
 
@@ -223,9 +225,10 @@ def _aware(value: datetime) -> datetime:
 class StoreSession:
     """One transaction's view of the records."""
 
-    def __init__(self, conn: Connection, scrubber: Scrubber | None = None):
+    def __init__(self, conn: Connection, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
         self.conn = conn
         self.scrubber = scrubber or Scrubber()
+        self.sealer = sealer
         self._head: tuple[int, str] | None = None  # the chain's head, row-locked by this transaction's first event
         self._head_moved = False
 
@@ -378,8 +381,9 @@ class StoreSession:
                  artifact: bytes | None = None) -> int:
         result = self.conn.execute(insert(plans).values(
             proposal_id=proposal_id, stack=stack, head_sha=head_sha, main_sha=main_sha, digest=digest,
-            document=document, state_serial=state_serial, state_lineage=state_lineage, summary=dict(summary),
-            preview=preview, artifact=artifact, created_at=now()))
+            document=self.sealer.seal_text(document), state_serial=state_serial, state_lineage=state_lineage,
+            summary=dict(summary), preview=preview,
+            artifact=self.sealer.seal_bytes(artifact) if artifact is not None else None, created_at=now()))
         return int(result.inserted_primary_key[0])
 
     def plan_preview(self, plan_id: int) -> str | None:
@@ -389,13 +393,13 @@ class StoreSession:
     def plan_artifact(self, plan_id: int) -> bytes | None:
         """The engine's own saved plan (Terraform's plan file), if the engine keeps one."""
         value = self.conn.scalar(select(plans.c.artifact).where(plans.c.id == plan_id))
-        return bytes(value) if value is not None else None
+        return self.sealer.open_bytes(bytes(value)) if value is not None else None
 
     def plan_document(self, plan_id: int) -> str:
         document = self.conn.scalar(select(plans.c.document).where(plans.c.id == plan_id))
         if document is None:
             raise NotFound(f"no saved plan {plan_id}")
-        return str(document)
+        return self.sealer.open_text(str(document))
 
     def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
         columns = [c for c in plans.c if c.name not in ("document", "preview", "artifact")]  # the big ones are read on demand

@@ -17,6 +17,7 @@ from gateway.adapters.hcl_sensitivity import declared_sensitive_variables
 from gateway.adapters.records import SqlStore
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
+from gateway.adapters.sealing import Sealer
 from gateway.adapters.sql_store import Database
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.config import Settings
@@ -81,13 +82,14 @@ def open_workspace(settings: Settings) -> Workspace:
 
 
 def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspace:
-    sandbox = SqlSandboxStore(db)
+    sealer = Sealer.from_key_file(settings.data_key_path)
+    sandbox = SqlSandboxStore(db, sealer)
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
     install_log_scrubber(scrubber)
     simulator = SandboxEngine(sandbox)
     engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings))}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
-    return Workspace(settings, db, SqlStore(db, scrubber), repo, engine, sandbox, scrubber, simulator)
+    return Workspace(settings, db, SqlStore(db, scrubber, sealer), repo, engine, sandbox, scrubber, simulator)
 
 
 def _engine_name(repo_path: Path, stack: str | None) -> str:

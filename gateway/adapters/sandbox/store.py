@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 
 from gateway.adapters.sandbox.engine import StackState
+from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.sql_store import (
     Database,
     dumps,
@@ -24,8 +25,9 @@ from gateway.domain.errors import BackendError
 class SqlSandboxStore:
     """Implements SandboxStore on the shared Database."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, sealer: Sealer = UNSEALED):
         self.db = db
+        self.sealer = sealer  # the simulated cloud holds secrets in clear: its state and objects are sealed
 
     def read_serial(self, stack: str) -> int:
         """The state's serial alone (0 before the first apply): what staleness checks need."""
@@ -39,7 +41,9 @@ class SqlSandboxStore:
                                 .where(state_resources.c.stack == stack)).all()
         if header is None:
             return None
-        return StackState.from_json({**json.loads(header), "resources": {a: json.loads(b) for a, b in rows}})
+        open_ = self.sealer.open_text
+        return StackState.from_json({**json.loads(open_(header)),
+                                     "resources": {a: json.loads(open_(b)) for a, b in rows}})
 
     def write_state(self, stack: str, state: StackState, expected_serial: int,
                     changed: Collection[str] | None = None) -> None:
@@ -48,7 +52,8 @@ class SqlSandboxStore:
         Only the `changed` addresses are rewritten, so persisting after every step of a large
         apply stays cheap; None rewrites every resource.
         """
-        header = dumps({"lineage": state.lineage, "serial": state.serial, "outputs": state.outputs})
+        header = self.sealer.seal_text(dumps({"lineage": state.lineage, "serial": state.serial,
+                                              "outputs": state.outputs}))
         with self.db.transaction() as conn:
             exists = conn.scalar(select(stack_states.c.serial).where(stack_states.c.stack == stack)) is not None
             if not exists and expected_serial == 0:
@@ -67,7 +72,7 @@ class SqlSandboxStore:
             elif addresses:
                 conn.execute(delete(state_resources).where(state_resources.c.stack == stack,
                                                            state_resources.c.address.in_(addresses)))
-            rows = [{"stack": stack, "address": a, "body": dumps(asdict(state.resources[a]))}
+            rows = [{"stack": stack, "address": a, "body": self.sealer.seal_text(dumps(asdict(state.resources[a])))}
                     for a in addresses if a in state.resources]
             if rows:
                 conn.execute(state_resources.insert(), rows)
@@ -81,7 +86,7 @@ class SqlSandboxStore:
                 for start in range(0, len(ids), 500):
                     rows = conn.execute(select(sandbox_objects.c.id, sandbox_objects.c.attributes).where(
                         sandbox_objects.c.type == rtype, sandbox_objects.c.id.in_(ids[start:start + 500])))
-                    found.update({(rtype, rid): json.loads(body) for rid, body in rows})
+                    found.update({(rtype, rid): json.loads(self.sealer.open_text(body)) for rid, body in rows})
         return found
 
     def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
@@ -89,12 +94,13 @@ class SqlSandboxStore:
             body = conn.scalar(
                 select(sandbox_objects.c.attributes).where(sandbox_objects.c.type == rtype, sandbox_objects.c.id == rid)
             )
-        return json.loads(body) if body else None
+        return json.loads(self.sealer.open_text(body)) if body else None
 
     def put_object(self, rtype: str, rid: str, attributes: Mapping[str, Any]) -> None:
         with self.db.transaction() as conn:
             conn.execute(delete(sandbox_objects).where(sandbox_objects.c.type == rtype, sandbox_objects.c.id == rid))
-            conn.execute(sandbox_objects.insert().values(type=rtype, id=rid, attributes=dumps(attributes)))
+            conn.execute(sandbox_objects.insert().values(type=rtype, id=rid,
+                                                         attributes=self.sealer.seal_text(dumps(attributes))))
 
     def delete_object(self, rtype: str, rid: str) -> None:
         with self.db.transaction() as conn:

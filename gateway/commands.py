@@ -57,7 +57,7 @@ from gateway.services.users import (
     rotate_token,
     set_access,
 )
-from gateway.services.views import view_proposal
+from gateway.services.views import list_proposal_rows, view_proposal
 from gateway.services.workspace import Workspace, create_workspace, open_workspace
 
 FORMATS = click.Choice(sorted(RENDERERS))
@@ -397,12 +397,14 @@ def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | 
 @click.option("--status", default=None)
 @pass_ctx
 def list_proposals(ctx: Context, status: str | None) -> None:
-    """List proposals, newest first."""
-    ctx.actor()
-    with ctx.ws.store.session(readonly=True) as session:
-        rows = session.list_proposals(status)
-    for r in rows:
-        click.echo(f"{r['id']:>4}  {r['status']:9} {r['branch']:30} {','.join(r['stacks'])}  {r['reason'].splitlines()[0][:50]}")
+    """List proposals: those waiting for your approval first (marked *), then newest first."""
+    for r in list_proposal_rows(ctx.ws, ctx.actor(), status):
+        mark = "*" if r.waiting_for_you else " "
+        click.echo(f"{mark}{r.id:>4}  {r.status:9} {r.risk:8} {_age(now() - r.created_at):>5} {r.branch:30} "
+                   f"{','.join(r.stacks)}  "
+                   f"{r.reason.splitlines()[0][:50]}")
+        for blocker in r.blocked_by[:2]:
+            click.echo(f"        blocked: {blocker}")
 
 
 @cli.command()
@@ -574,6 +576,11 @@ def merge(ctx: Context, proposal_id: int, acknowledge: bool, note: str | None) -
     """Leave `unmerged`: merge an applied proposal into main again, or acknowledge a merge made by hand."""
     proposal = merge_unmerged(ctx.ws, ctx.actor(), proposal_id, (note or "") if acknowledge else None)
     click.echo(f"proposal {proposal.id} is {proposal.status.value}; its stacks are unlocked")
+
+
+def _age(delta: Any) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes}m" if minutes < 120 else (f"{minutes // 60}h" if minutes < 48 * 60 else f"{minutes // 1440}d")
 
 
 def _echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:

@@ -7,7 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from gateway.api.app import create_app
+from gateway.services.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People, run_cli
@@ -167,3 +170,19 @@ def test_simulator_controls_are_for_admins(workspace: Workspace, people: People)
     assert edited.returncode == 0, edited.stderr
     plan = run_cli(["plan", "--stack", "network"], home, token=people.tokens["bob"])
     assert "aws_vpc.main: changed outside the gateway; this apply would revert it" in plan.stdout
+
+
+def test_one_list_for_the_command_and_the_api_waiting_for_you_first(workspace: Workspace, people: People,
+                                                                    clone: Clone) -> None:
+    clone.branch("staging").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    staging = open_proposal(workspace, people.alice, "staging", "cost centre moved")
+    clone.branch("data").edit("stacks/data/main.tf", '"16.3"', '"17.2"').push()
+    data = open_proposal(workspace, people.alice, "data", "PostgreSQL 17")
+    listed = run_cli(["list"], workspace.settings.home, token=people.tokens["erin"])  # erin approves data only
+    lines = [line for line in listed.stdout.splitlines() if not line.startswith(" " * 8)]
+    assert lines[0].startswith(f"*{data.id:>4}") and lines[1].startswith(f" {staging.id:>4}")
+    assert "blocked: needs 1 approval(s)" in listed.stdout
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        rows = client.get("/api/v1/proposals", headers={"Authorization": f"Bearer {people.tokens['erin']}"}).json()
+    assert [(r["id"], r["waiting_for_you"]) for r in rows] == [(data.id, True), (staging.id, False)]
+    assert rows[0]["risk"] and rows[0]["created_at"].endswith(("Z", "+00:00"))  # a time with its zone

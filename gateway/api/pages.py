@@ -24,7 +24,7 @@ from gateway.services.breaker import breaker_status
 from gateway.services.jobs import approve_proposal, enqueue_job
 from gateway.services.proposals import decide
 from gateway.services.users import authenticate_person
-from gateway.services.views import view_proposal
+from gateway.services.views import list_proposal_rows, view_proposal
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 router = APIRouter(include_in_schema=False)
@@ -75,10 +75,7 @@ def logout(request: Request, csrf: CsrfField) -> Response:
 
 @router.get("/")
 def index(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
-    with ws.store.session(readonly=True) as session:
-        rows = session.list_proposals()
-        names = {p.id: p.name for p in session.list_principals()}
-    proposals = [{**r, "requester": names.get(r["requester_id"]), "proposer": names.get(r["proposer_id"])} for r in rows]
+    proposals = list_proposal_rows(ws, actor)
     breakers = [b for b in breaker_status(ws) if b["open"]]
     return render(request, "index.html", actor, proposals=proposals, breakers=breakers)
 

@@ -36,7 +36,7 @@ from gateway.services.agent_runs import get_agent_run, start_agent_run
 from gateway.services.github_webhooks import MAX_BODY, receive_delivery
 from gateway.services.jobs import approve_proposal, enqueue_job
 from gateway.services.proposals import decide, get_proposal, override_finding, proposal_previews
-from gateway.services.views import view_proposal
+from gateway.services.views import list_proposal_rows, view_proposal
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
 TEXT = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
@@ -71,12 +71,11 @@ def _run(run: dict) -> dict:
 
 @router.get("/proposals", response_model=list[ProposalSummary], tags=["proposals"])
 def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None) -> list[ProposalSummary]:
-    with ws.store.session(readonly=True) as session:
-        rows = session.list_proposals(status)
-        names = {p.id: p.name for p in session.list_principals()}
-    return [ProposalSummary(id=r["id"], branch=r["branch"], status=r["status"], stacks=r["stacks"], reason=r["reason"],
-                            requester=names.get(r["requester_id"], "?"), proposer=names.get(r["proposer_id"], "?"))
-            for r in rows]
+    """Proposals waiting for your approval first, then newest first."""
+    return [ProposalSummary(id=r.id, branch=r.branch, status=r.status, stacks=r.stacks, reason=r.reason,
+                            requester=r.requester, proposer=r.proposer, risk=r.risk, blocked_by=r.blocked_by,
+                            created_at=r.created_at, waiting_for_you=r.waiting_for_you)
+            for r in list_proposal_rows(ws, actor, status)]
 
 
 def proposal_document(ws: WorkspaceDep, actor: ActorDep, proposal_id: int) -> Response:

@@ -74,6 +74,10 @@ class ProposalSummary(BaseModel):
     reason: str
     requester: str
     proposer: str
+    risk: str | None = None
+    blocked_by: list[str] = Field(default=[], description="what still stands before an apply")
+    created_at: datetime | None = None
+    waiting_for_you: bool = Field(default=False, description="you may approve it now")
 
 
 class ProposalPublic(ProposalSummary):

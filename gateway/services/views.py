@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.adapters.records import now
@@ -15,6 +16,7 @@ from gateway.domain.approvals import (
     required_approvals,
 )
 from gateway.domain.jobs import Job
+from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
@@ -90,3 +92,39 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
         pending=pending_changes(ws, proposal),
         jobs=ws.store.jobs_of(proposal_id),
     )
+
+
+@dataclass(frozen=True)
+class ProposalRow:
+    """One line of a proposal list, the same for the command, the API and the pages."""
+
+    id: int
+    branch: str
+    status: str
+    stacks: list[str]
+    reason: str
+    requester: str
+    proposer: str
+    risk: str
+    blocked_by: list[str]  # what still stands before an apply (open proposals)
+    created_at: datetime
+    waiting_for_you: bool  # the viewer may approve it now
+
+
+def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = None) -> list[ProposalRow]:
+    """Proposals, those waiting for the viewer's approval first, then newest first."""
+    settings = ws.repo_settings()
+    moment = now()
+    rows = []
+    with ws.store.session(readonly=True) as session:
+        for row in session.list_proposals(status):
+            proposal = session.get_proposal(row["id"])
+            decidable = proposal.status in DECIDABLE
+            rows.append(ProposalRow(
+                id=proposal.id, branch=proposal.branch, status=proposal.status.value, stacks=list(proposal.stacks),
+                reason=proposal.reason, requester=proposal.requester.name, proposer=proposal.proposer.name,
+                risk=proposal.risk.value,
+                blocked_by=approval_blockers(proposal, settings, moment) if decidable else [],
+                created_at=row["created_at"] if row["created_at"].tzinfo else row["created_at"].replace(tzinfo=UTC),
+                waiting_for_you=decidable and not decision_refusals(viewer, proposal, settings, moment)))
+    return sorted(rows, key=lambda r: (not r.waiting_for_you, -r.id))

@@ -34,6 +34,7 @@ from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
 from gateway.services.drift import revert_drift
 from gateway.services.github import link_account
 from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
+from gateway.services.main_watch import acknowledge_push, unacknowledged, watch_main
 from gateway.services.planning import plan_stack
 from gateway.services.policies import evaluate_plan_document, run_policy_tests
 from gateway.services.proposals import (
@@ -311,6 +312,34 @@ def mcp(ctx: Context) -> None:
     principal = ctx.actor()
     sys.stdout = sys.__stdout__  # the protocol's own stream: every tool result is scrubbed where it is made
     build_server(ctx.ws, principal).run("stdio")
+
+
+@cli.group("main")
+def main_group() -> None:
+    """Commits pushed to main outside the gateway."""
+
+
+@main_group.command("status")
+@pass_ctx
+def main_status(ctx: Context) -> None:
+    """Pushes to main the gateway did not make and nobody acknowledged yet."""
+    ctx.actor()
+    watch_main(ctx.ws)
+    pushes = unacknowledged(ctx.ws)
+    for p in pushes:
+        click.echo(f"{p['sha'][:12]} by {p['author']}: stacks {', '.join(p['stacks']) or '-'}")
+    if not pushes:
+        click.echo("main holds only what the gateway merged (or what was acknowledged)")
+
+
+@main_group.command("acknowledge")
+@click.argument("sha")
+@click.option("-m", "--message", "reason", required=True, help="what was done about it")
+@pass_ctx
+def main_acknowledge(ctx: Context, sha: str, reason: str) -> None:
+    """Acknowledge a push to main (reverted, or brought in through a proposal): applies on its stacks go on."""
+    push = acknowledge_push(ctx.ws, ctx.actor(), sha, reason)
+    click.echo(f"acknowledged {push['sha'][:12]} (stacks {', '.join(push['stacks']) or '-'})")
 
 
 @cli.command("drift")

@@ -19,6 +19,7 @@ import structlog
 from gateway.services.audit import checkpoint_if_due
 from gateway.services.github import queue_behind
 from gateway.services.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
+from gateway.services.main_watch import watch_main
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -77,6 +78,7 @@ class Worker:
             try:
                 for what in recover_abandoned_work(ws):
                     log.warning("worker.recovered", what=what)
+                watch_main(ws)
                 enqueue_moved_proposals(ws)
                 queue_behind(ws)
                 checkpoint_if_due(ws)

@@ -23,6 +23,7 @@ from gateway.domain.errors import LockTimeout, Refused
 from gateway.domain.lifecycle import FINAL, TRANSITIONS, ProposalStatus, Transition, next_status, ways_out
 from gateway.domain.principals import Principal, PrincipalKind
 from gateway.domain.proposal import Decision, Proposal
+from gateway.services.main_watch import acknowledge_push, watch_main
 from gateway.services.ports import ApplyOutcome, Engine
 from gateway.services.proposals import abandon_proposal, decide, get_proposal, open_proposal
 from gateway.services.runner import _acquire, apply_proposal, merge_unmerged
@@ -312,3 +313,29 @@ def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Worksp
         fresh = client.post(f"/api/v1/proposals/{proposal.id}/approve", json={"digests": replanned.current_digests},
                             headers={"Authorization": f"Bearer {people.tokens['bob']}"})
         assert fresh.status_code == 200
+
+
+def test_a_push_to_main_outside_the_gateway_holds_applies_on_its_stacks_until_acknowledged(
+        workspace: Workspace, people: People, clone: Clone, tmp_path: Path) -> None:
+    ws = workspace
+    first = _approved(ws, people, clone, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
+    assert apply_proposal(ws, people.alice, first).succeeded
+    assert watch_main(ws) == []  # the gateway's own merge is not a push
+    pusher = Clone(ws, tmp_path / "pusher")
+    pusher.edit(STAGING, '"cc-3003"', '"cc-7777"')
+    pusher.repo.git.add("-A")
+    pusher.repo.git.execute(["git", "commit", "-qm", "hotfix"], env=committer_env("mallory", "m@example.com"))
+    pusher.repo.git.push("-q", "origin", "HEAD:main")
+    pushed = pusher.repo.head.commit.hexsha
+
+    clone.repo.git.fetch("-q", "origin")
+    second = _approved(ws, people, clone, "later", [(STAGING, '"t3.medium"', '"t3.large"')])
+    with pytest.raises(Refused, match=f"commit {pushed[:12]} by mallory <m@example.com> was pushed to main outside"):
+        apply_proposal(ws, people.alice, second)
+    with pytest.raises(Refused, match="only approvers and admins may"):
+        acknowledge_push(ws, people.alice, pushed[:12], "it was a hotfix")
+    acknowledge_push(ws, people.bob, pushed[:12], "the hotfix is what runs; kept")
+    assert apply_proposal(ws, people.alice, second).succeeded
+    with ws.store.session(readonly=True) as session:
+        kinds = [e.kind for e in session.events() if e.kind.startswith("main.")]
+    assert kinds == ["main.pushed_outside", "main.push_acknowledged"]

@@ -10,6 +10,7 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import git
@@ -123,6 +124,16 @@ class GitDeclarationRepo:
         return self._git("commit-tree", tree, "-p", main_sha, "-p", head_sha, "-m", "merge preview",
                          env=committer_env())
 
+    def first_parent_commits(self, since: str, until: str) -> list[tuple[str, str | None, str]]:
+        """(sha, first parent, author) of each commit on `until`'s first-parent line after `since`, oldest first."""
+        out = self._git("log", "--first-parent", "--reverse", "--format=%H %P%x09%an <%ae>", f"{since}..{until}")
+        commits = []
+        for line in out.splitlines():
+            shas, _, author = line.partition("\t")
+            sha, *parents = shas.split()
+            commits.append((sha, parents[0] if parents else None, author))
+        return commits
+
     def is_ancestor(self, older: str, newer: str) -> bool:
         return bool(self.repo.is_ancestor(older, newer))
 
@@ -138,13 +149,17 @@ class GitDeclarationRepo:
         except KeyError:
             return None
 
-    def merge(self, main_sha: str, head_sha: str, into: str, message: str) -> str:
+    def merge(self, main_sha: str, head_sha: str, into: str, message: str,
+              before_moving: Callable[[str], None] | None = None) -> str:
         """Merge `head_sha` into branch `into`, which must still be at `main_sha`; refuse on conflicts.
 
-        The ref moves only if nobody moved it meanwhile (update-ref's compare-and-swap). Returns the new SHA.
+        The ref moves only if nobody moved it meanwhile (update-ref's compare-and-swap); `before_moving` learns the
+        merge commit first (the gateway records it as its own). Returns the new SHA.
         """
         tree = self._merge_tree(main_sha, head_sha)
         commit = self._git("commit-tree", tree, "-p", main_sha, "-p", head_sha, "-m", message, env=committer_env())
+        if before_moving is not None:
+            before_moving(commit)
         try:
             self._git("update-ref", f"refs/heads/{into}", commit, main_sha)
         except BackendError as exc:

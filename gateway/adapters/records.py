@@ -35,6 +35,8 @@ from gateway.adapters.sql_store import (
     dumps,
     github_accounts,
     jobs,
+    main_pushes,
+    markers,
     overrides,
     plans,
     principals,
@@ -607,6 +609,36 @@ class StoreSession:
     def newest_event_seq(self, proposal_id: int) -> int:
         return int(self.conn.scalar(select(func.max(audit_events.c.seq)).where(
             audit_events.c.proposal_id == proposal_id)) or 0)
+
+    # --- main moved outside the gateway --------------------------------------------------------
+
+    def marker(self, name: str) -> str | None:
+        return self.conn.scalar(select(markers.c.value).where(markers.c.name == name))
+
+    def set_marker(self, name: str, value: str) -> None:
+        self.conn.execute(delete(markers).where(markers.c.name == name))
+        self.conn.execute(insert(markers).values(name=name, value=value))
+
+    def add_main_push(self, sha: str, stacks: Sequence[str], paths: Sequence[str], author: str) -> bool:
+        if self.conn.scalar(select(main_pushes.c.sha).where(main_pushes.c.sha == sha)) is not None:
+            return False
+        self.conn.execute(insert(main_pushes).values(sha=sha, stacks=list(stacks), paths=list(paths)[:500],
+                                                     author=author[:200], detected_at=now()))
+        return True
+
+    def unacknowledged_pushes(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(select(main_pushes).where(main_pushes.c.acknowledged_at.is_(None))
+                                 .order_by(main_pushes.c.detected_at)).mappings()
+        return [dict(r) for r in rows]
+
+    def acknowledge_push(self, sha: str, by: str, reason: str) -> dict[str, Any] | None:
+        row = self.conn.execute(select(main_pushes).where(main_pushes.c.sha.startswith(sha, autoescape=True),
+                                                          main_pushes.c.acknowledged_at.is_(None))).mappings().all()
+        if len(row) != 1:
+            return None
+        self.conn.execute(update(main_pushes).where(main_pushes.c.sha == row[0]["sha"]).values(
+            acknowledged_by=by, acknowledged_at=now(), reason=reason))
+        return dict(row[0])
 
     # --- the circuit breaker ------------------------------------------------------------------
 

@@ -326,7 +326,26 @@ audit_checkpoints = Table(
     Column("signature", String(120), nullable=False),
 )
 
-_LATER_TABLES = ("audit_event_stacks", "audit_event_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+# Commits on main the gateway did not make (migration 12): applies on their stacks wait for an acknowledgement.
+main_pushes = Table(
+    "main_pushes", metadata,
+    Column("sha", String(40), primary_key=True),
+    Column("stacks", JSON, nullable=False),
+    Column("paths", JSON, nullable=False),
+    Column("author", String(200), nullable=False),
+    Column("detected_at", DateTime(timezone=True), nullable=False),
+    Column("acknowledged_by", String(100), nullable=True),
+    Column("acknowledged_at", DateTime(timezone=True), nullable=True),
+    Column("reason", Text, nullable=True),
+)
+
+markers = Table(  # small facts the gateway keeps: the last main commit it has looked at
+    "markers", metadata,
+    Column("name", String(60), primary_key=True),
+    Column("value", String(200), nullable=False),
+)
+
+_LATER_TABLES = ("main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -420,6 +439,11 @@ def _audit_search(conn: Connection) -> None:
             conn.execute(audit_event_addresses.insert().values(seq=row["seq"], address=address))
 
 
+def _main_pushes(conn: Connection) -> None:
+    """Commits pushed to main outside the gateway, and what the gateway last saw of main."""
+    metadata.create_all(conn, tables=[main_pushes, markers])
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -432,6 +456,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (9, _audit_checkpoints),
     (10, _credential_lifecycle),
     (11, _audit_search),
+    (12, _main_pushes),
 ]
 
 

@@ -22,6 +22,7 @@ from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
 from gateway.services.breaker import breaker_status
 from gateway.services.jobs import approve_proposal, enqueue_job
+from gateway.services.main_watch import unacknowledged
 from gateway.services.proposals import decide
 from gateway.services.users import authenticate_person
 from gateway.services.views import list_proposal_rows, view_proposal
@@ -44,8 +45,9 @@ def check_csrf(request: Request, token: str) -> None:
 
 
 def render(request: Request, name: str, actor: Principal | None, status_code: int = 200, **context: Any) -> HTMLResponse:
+    pushes = unacknowledged(request.app.state.workspace) if actor else []  # on every page: main moved outside
     return templates.TemplateResponse(request, name, {
-        "actor": actor, "csrf": csrf_token(request),
+        "actor": actor, "csrf": csrf_token(request), "pushes": pushes,
         "can_audit": bool(actor and actor.roles & audit_service.AUDIT_ROLES), **context}, status_code=status_code)
 
 

@@ -18,6 +18,7 @@ from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.services.breaker import guard_agent_change
+from gateway.services.main_watch import watch_main
 from gateway.services.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace
 
@@ -143,6 +144,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     A write path (plan jobs, decisions, applies): reads call `pending_changes` instead.
     Returns the proposal and what changed, in words (empty when nothing moved).
     """
+    watch_main(ws)  # a push to main outside the gateway is recorded at the next sync
     with ws.store.session(readonly=True) as session:
         proposal = session.get_proposal(proposal_id)
     changes = pending_changes(ws, proposal)

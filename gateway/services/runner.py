@@ -32,6 +32,7 @@ from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.services.github import forge_of, github_approval_refusals, refresh_from_github
 from gateway.services.heartbeat import Heartbeat
+from gateway.services.main_watch import push_refusals, record_own_commit, watch_main
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
@@ -173,7 +174,9 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
         proposal, changes = sync_proposal(ws, proposal_id)
     except (Conflict, NotFound) as exc:  # main moved and the branch no longer merges: nothing is applied
         _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
-    reasons = apply_refusals(actor, proposal, ws.repo_settings(), now()) + github_approval_refusals(ws, proposal)
+    watch_main(ws)
+    reasons = (apply_refusals(actor, proposal, ws.repo_settings(), now()) + github_approval_refusals(ws, proposal)
+               + push_refusals(ws, proposal))
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:
@@ -263,7 +266,8 @@ def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: st
         if proposal.kind == ProposalKind.DRIFT_REVERT and ws.repo.is_ancestor(proposal.head_sha, current):
             return current  # a revert of drift applied main: there is nothing to merge
         try:
-            return ws.repo.merge(current, proposal.head_sha, main, message)
+            return ws.repo.merge(current, proposal.head_sha, main, message,
+                                 before_moving=lambda sha: record_own_commit(ws, sha))
         except RefMoved:
             continue
     raise Conflict(f"{main} kept moving while merging")
@@ -275,6 +279,7 @@ def _merge_on_github(ws: Workspace, forge: GitHubForge, number: int, proposal: P
     forge.fetch_main(main)
     _refuse_changed_stacks(ws, proposal, ws.repo.resolve(main), "", applied)
     merge_sha = forge.merge(number, proposal.head_sha, message.splitlines()[0], message)
+    record_own_commit(ws, merge_sha)  # before main is fetched: never taken for a push made outside the gateway
     try:
         forge.fetch_main(main)
     except GatewayError as exc:  # merged all the same: the next fetch brings main

@@ -153,6 +153,8 @@ def create_workspace(settings: Settings, content: Path | None = None, sample: st
         shutil.rmtree(settings.repo_path, ignore_errors=True)
         raise
     settings.secrets_path.mkdir(mode=0o700, exist_ok=True)
+    with SqlStore(db).session() as session:  # main as created: what later pushes to main are compared with
+        session.set_marker("main_seen", repo.resolve(repo.main_branch()))
     for stack, values in SAMPLE_SECRETS[sample].items() if content is None else ():
         path = settings.secrets_path / f"{stack}.tfvars.json"
         resolved = {k: v or secrets.token_urlsafe(18) for k, v in values.items()}

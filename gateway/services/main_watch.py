@@ -1,0 +1,88 @@
+"""Commits on main that the gateway did not make: found, recorded, and in the way of applies on the stacks they
+touch until a person acknowledges them (main then describes something nobody applied through the gateway)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.domain.errors import InputError, NotFound, Refused
+from gateway.domain.principals import Principal, Role
+from gateway.domain.proposal import Proposal
+from gateway.services.workspace import Workspace
+
+SEEN = "main_seen"  # the last main commit the gateway looked at
+
+
+def own_commit(sha: str) -> str:
+    return f"gateway_commit:{sha}"
+
+
+def record_own_commit(ws: Workspace, sha: str) -> None:
+    """Before main moves to a commit the gateway made (a merge), so that it is never taken for a push."""
+    with ws.store.session() as session:
+        session.set_marker(own_commit(sha), "merge")
+
+
+def watch_main(ws: Workspace) -> list[dict[str, Any]]:
+    """Record each commit on main's first-parent line since the gateway last looked that it did not make."""
+    main_sha = ws.repo.resolve(ws.main_branch())
+    with ws.store.session(readonly=True) as session:
+        seen = session.marker(SEEN)
+    if seen == main_sha:
+        return []
+    found: list[dict[str, Any]] = []
+    commits = ws.repo.first_parent_commits(seen, main_sha) if seen and _known(ws, seen) else []
+    settings = ws.repo_settings()
+    with ws.store.session() as session:
+        for sha, parent, author in commits:
+            if session.marker(own_commit(sha)) or session.proposal_merged_as(sha) or parent is None:
+                continue
+            paths = ws.repo.changed_paths(parent, sha)
+            stacks = settings.stacks_touched(paths)
+            if session.add_main_push(sha, stacks, paths, author):
+                session.append_event("gateway", "main.pushed_outside", {
+                    "sha": sha, "author": author, "stacks": stacks, "changed_paths": paths[:200]}, None, stacks)
+                found.append({"sha": sha, "stacks": stacks, "author": author})
+        session.set_marker(SEEN, main_sha)
+    return found
+
+
+def _known(ws: Workspace, sha: str) -> bool:
+    try:
+        ws.repo.resolve(sha)
+    except NotFound:
+        return False
+    return True
+
+
+def push_refusals(ws: Workspace, proposal: Proposal) -> list[str]:
+    """Unacknowledged pushes to main on the proposal's stacks: an apply waits for a person to look at them."""
+    with ws.store.session(readonly=True) as session:
+        pushes = session.unacknowledged_pushes()
+    return [f"commit {p['sha'][:12]} by {p['author']} was pushed to main outside the gateway and changes stack(s) "
+            f"{', '.join(sorted(set(p['stacks']) & set(proposal.stacks)))}: main describes what was never applied; "
+            f"an approver acknowledges it (`gateway main acknowledge {p['sha'][:12]} -m why`) before an apply there"
+            for p in pushes if set(p["stacks"]) & set(proposal.stacks)]
+
+
+def unacknowledged(ws: Workspace) -> list[dict[str, Any]]:
+    with ws.store.session(readonly=True) as session:
+        return session.unacknowledged_pushes()
+
+
+def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> dict[str, Any]:
+    """An approver or admin has looked at a push to main (reverted it, or applied it through a proposal)."""
+    if actor.is_agent or not actor.roles & {Role.APPROVER, Role.ADMIN}:
+        raise Refused([f"{actor.name} may not acknowledge a push to main: only approvers and admins may"])
+    reason = reason.strip()
+    if not reason:
+        raise InputError("say what was done about it (-m)")
+    if len(sha) < 7:
+        raise InputError("name the commit with at least 7 characters of its sha")
+    with ws.store.session() as session:
+        push = session.acknowledge_push(sha, actor.name, reason)
+        if push is None:
+            raise NotFound(f"no unacknowledged push to main matches {sha}")
+        session.append_event(actor, "main.push_acknowledged", {"sha": push["sha"], "stacks": push["stacks"],
+                                                               "reason": reason}, None, push["stacks"])
+    return push

@@ -697,10 +697,17 @@ def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
 @audit.command("verify")
 @click.option("--against", "checkpoint_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="a checkpoint kept from `gateway audit checkpoint`: prove the trail up to it is unchanged")
+@click.option("--resume", is_flag=True, help="only what follows the newest checkpoint this gateway signed")
 @pass_ctx
-def audit_verify(ctx: Context, checkpoint_file: Path | None) -> None:
+def audit_verify(ctx: Context, checkpoint_file: Path | None, resume: bool) -> None:
     """Check the hash chain (and, with --against, that it is the one a kept checkpoint signed); exit 1 if not."""
-    if checkpoint_file is None:
+    if resume:
+        count, broken, since = audit_service.verify_from_checkpoint(ctx.ws, ctx.actor())
+        if broken is None:
+            where = f"after the checkpoint of event {since.seq}" if since else "from the start (no checkpoint yet)"
+            click.echo(f"audit trail intact: {count} events verified {where}")
+            return
+    elif checkpoint_file is None:
         count, broken = audit_service.verify_trail(ctx.ws, ctx.actor())
     else:
         try:

@@ -210,3 +210,18 @@ def test_filters_run_on_exact_addresses_prefixes_stacks_and_outcomes_and_pages_f
             after = int(page.headers["X-Next-After"])
         with workspace.store.session(readonly=True) as session:
             assert seen == [e.seq for e in session.events()]  # every event once, in order
+
+
+def test_verify_resumes_after_the_newest_checkpoint_and_still_sees_a_rewrite_before_it(
+        audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    checkpoint = audit_service.sign_checkpoint(ws, people.dana)
+    with ws.store.session() as session:
+        session.append_event("gateway", "note", {"text": "after the checkpoint"})
+    count, broken, since = audit_service.verify_from_checkpoint(ws, people.dana)
+    assert broken is None and since == checkpoint and count == 1  # only what follows it was read
+    with ws.store.session() as session:
+        session.conn.execute(update(audit_events).where(audit_events.c.seq == checkpoint.seq)
+                             .values(hash="sha256:" + "1" * 64))
+    _, broken, _ = audit_service.verify_from_checkpoint(ws, people.dana)
+    assert broken is not None and "no longer ends in the hash its checkpoint signed" in broken.reason

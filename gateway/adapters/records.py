@@ -761,9 +761,8 @@ class StoreSession:
             query = query.limit(limit)
         return [_event(r) for r in self.conn.execute(query).mappings()]
 
-    def iter_events(self, batch: int = 5000, upto: int | None = None) -> Iterator[AuditEvent]:
-        """Every event in order, read a batch at a time (constant memory however long the trail)."""
-        after = 0
+    def iter_events(self, batch: int = 5000, upto: int | None = None, after: int = 0) -> Iterator[AuditEvent]:
+        """Every event (after `after`) in order, read a batch at a time (constant memory however long the trail)."""
         while True:
             query = select(audit_events).where(audit_events.c.seq > after)
             if upto is not None:

@@ -71,9 +71,13 @@ class ChainBreak:
 
 
 def verify_chain(events: Iterable[AuditEvent], head: tuple[int, str] | None,
-                 require_head: bool = True) -> ChainBreak | None:
-    """The first place the chain is broken (edited, removed or reordered event), or None; streams its events."""
-    prev_hash, prev_seq, last = GENESIS, 0, None
+                 require_head: bool = True, start: tuple[int, str] = (0, GENESIS)) -> ChainBreak | None:
+    """The first place the chain is broken (edited, removed or reordered event), or None; streams its events.
+
+    `start` resumes after an event already proven (a checkpoint's seq and hash): the events given follow it.
+    """
+    prev_seq, prev_hash = start
+    last = None
     for event in events:
         if event.seq != prev_seq + 1:
             return ChainBreak(event.seq, f"event {prev_seq + 1} is missing (next present is {event.seq})")
@@ -84,7 +88,7 @@ def verify_chain(events: Iterable[AuditEvent], head: tuple[int, str] | None,
         prev_hash, prev_seq, last = event.hash, event.seq, event
     if head is not None:
         head_seq, head_hash = head
-        last_seq, last_hash = (last.seq, last.hash) if last else (0, GENESIS)
+        last_seq, last_hash = (last.seq, last.hash) if last else start
         if (last_seq, last_hash) != (head_seq, head_hash):
             return ChainBreak(head_seq, f"the newest events are missing: the chain should end at event {head_seq}")
     elif last is not None and require_head:

@@ -56,17 +56,22 @@ def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[Au
 def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None]:
     """The whole chain, read a batch at a time: memory stays flat however long the trail."""
     require_auditor(actor)
-    counted = [0]
-
-    def counting(events: Iterator[AuditEvent]) -> Iterator[AuditEvent]:
-        for event in events:
-            counted[0] += 1
-            yield event
-
+    counter = _Counter()
     with ws.store.session(readonly=True) as session:
-        head = session.chain_head()
-        broken = verify_chain(counting(session.iter_events()), head)
-    return counted[0], broken
+        broken = verify_chain(counter.count(session.iter_events()), session.chain_head())
+    return counter.seen, broken
+
+
+class _Counter:
+    """Counts the events streaming through a verification (which never holds them all)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def count(self, events: Iterator[AuditEvent]) -> Iterator[AuditEvent]:
+        for event in events:
+            self.seen += 1
+            yield event
 
 
 def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint:
@@ -80,6 +85,28 @@ def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint
         checkpoint = replace(unsigned, signature=key.sign(unsigned.message()))
         session.add_checkpoint(checkpoint)
     return checkpoint
+
+
+def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None, Checkpoint | None]:
+    """Resume: prove the chain after the newest checkpoint this gateway signed (its signature checked with the
+    gateway's key), and that the checkpoint's event still ends in the signed hash. Returns events verified."""
+    require_auditor(actor)
+    key = SigningKey.load_or_create(ws.settings.signing_key_path)
+    with ws.store.session(readonly=True) as session:
+        kept = [c for c in session.checkpoints() if c.public_key == key.public_key
+                and signature_valid(c.public_key, c.message(), c.signature)]
+        checkpoint = None
+        start = (0, GENESIS)
+        if kept:
+            checkpoint = kept[-1]
+            anchor = session.query_events(EventQuery(), after=checkpoint.seq - 1, limit=1)
+            if not anchor or anchor[0].seq != checkpoint.seq or anchor[0].hash != checkpoint.hash:
+                return 0, ChainBreak(checkpoint.seq, f"event {checkpoint.seq} no longer ends in the hash its "
+                                                     "checkpoint signed: the trail was rewritten"), checkpoint
+            start = (checkpoint.seq, checkpoint.hash)
+        counter = _Counter()
+        broken = verify_chain(counter.count(session.iter_events(after=start[0])), session.chain_head(), start=start)
+    return counter.seen, broken, checkpoint
 
 
 def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -> tuple[int, ChainBreak | None]:

@@ -4,12 +4,11 @@ kept outside the database. Digests are computed over the plaintext, so approvals
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from gateway.adapters.keyfiles import private_key_file
 from gateway.domain.errors import BackendError, ConfigError
 
 TEXT_MARK = "sealed:v1:"
@@ -25,22 +24,7 @@ class Sealer:
     @classmethod
     def from_key_file(cls, path: Path) -> Sealer:
         """The key in `path` (made there, 0600, the first time); a key readable by others is refused."""
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process made it a moment ago
-            else:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(Fernet.generate_key())
-        for _ in range(50):  # another process may be writing it this instant
-            key = path.read_bytes().strip()
-            if key:
-                break
-            time.sleep(0.02)
-        if path.stat().st_mode & 0o077:
-            raise ConfigError(f"{path}: the data key must be readable by its owner only (chmod 600)")
+        key = private_key_file(path, Fernet.generate_key, "data key")
         try:
             return cls(key)
         except ValueError as exc:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from gateway.adapters.keyfiles import private_key_file
 from gateway.domain.errors import ConfigError
 
 
@@ -22,21 +22,11 @@ class SigningKey:
     @classmethod
     def load_or_create(cls, path: Path) -> SigningKey:
         """The key in `path` (PEM), made there with mode 0600 the first time; a readable-by-others key is refused."""
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pem = Ed25519PrivateKey.generate().private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process made it a moment ago
-            else:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(pem)
-        if path.stat().st_mode & 0o077:
-            raise ConfigError(f"{path}: the audit signing key must be readable by its owner only (chmod 600)")
+        pem = private_key_file(path, lambda: Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+            "audit signing key")
         try:
-            key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+            key = serialization.load_pem_private_key(pem, password=None)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{path} is not a PEM private key: {exc}") from None
         if not isinstance(key, Ed25519PrivateKey):

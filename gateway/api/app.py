@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,11 +12,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.sessions import SessionMiddleware
 
+from gateway.adapters.keyfiles import private_key_file
 from gateway.api import pages, routes
 from gateway.api.errors import error_body, status_for
 from gateway.api.scrubbing import ScrubResponses
 from gateway.config import Settings
-from gateway.domain.errors import AuthError, ConfigError, GatewayError, Refused
+from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.mcp_server import McpMount
 from gateway.services.github import require_webhook_secret
 from gateway.services.workspace import open_workspace
@@ -29,19 +29,7 @@ def session_secret(settings: Settings) -> str:
     if settings.session_secret:
         return settings.session_secret.get_secret_value()
     path = Path(settings.home) / "session.key"
-    try:  # exclusive create: API processes starting together agree on one key
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as key_file:
-            key_file.write(secrets.token_urlsafe(48))
-    for _ in range(50):  # another process may be writing it this instant
-        key = path.read_text().strip()
-        if key:
-            return key
-        time.sleep(0.02)
-    raise ConfigError(f"{path} is empty; delete it to make a new session key")
+    return private_key_file(path, lambda: secrets.token_urlsafe(48).encode(), "session key").decode()
 
 
 def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:

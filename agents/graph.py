@@ -3,6 +3,8 @@ or a bound on steps or tokens. Nothing here does work at import time."""
 
 from __future__ import annotations
 
+import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,13 +26,19 @@ class Limits:
     max_tokens: int = 200_000
 
 
+Record = Callable[[str, dict[str, Any]], None]
+
+
 def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: Limits,
                 checkpointer: Checkpointer | None = None, progress: Progress | None = None,
-                scrubber: Scrubber | None = None, should_stop: Callable[[], str | None] | None = None) -> Any:
+                scrubber: Scrubber | None = None, should_stop: Callable[[], str | None] | None = None,
+                record: Record | None = None) -> Any:
     """The agent's graph; `scrubber` cuts known secrets out of tool results and of every model request;
-    `should_stop` is asked before each model call (the circuit breaker) and ends the run with its reason."""
+    `should_stop` is asked before each model call (the circuit breaker) and ends the run with its reason;
+    `record` hears of every model call and tool call (for the trail: what was called, never the content)."""
     say = progress or (lambda _: None)
     scrub = scrubber or Scrubber()
+    note = record or (lambda _kind, _data: None)
 
     def call_model(state: AgentState) -> dict[str, Any]:
         stop = should_stop() if should_stop else None
@@ -42,16 +50,24 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
             return {"stopped": f"token bound reached: {state['tokens']} tokens (limit {limits.max_tokens})"}
         say(f"thinking (step {state['steps'] + 1})")
         messages = scrub.scrub_data([{"role": "system", "content": system_prompt}, *state["messages"]])
+        started = time.monotonic()
         reply = model.complete(messages, TOOL_SCHEMAS)
+        note("model_call", {"step": state["steps"] + 1, "tokens": reply.tokens,
+                            "seconds": round(time.monotonic() - started, 3),
+                            "tool_calls": [c["function"]["name"] for c in reply.message.get("tool_calls") or []]})
         return {"messages": [reply.message], "steps": state["steps"] + 1, "tokens": state["tokens"] + reply.tokens}
 
     def run_tools(state: AgentState) -> dict[str, Any]:
         results = []
         for call in state["messages"][-1].get("tool_calls", []):
-            name = call["function"]["name"]
-            say(f"{name} {call['function'].get('arguments', '')[:80]}")
-            results.append({"role": "tool", "tool_call_id": call["id"],
-                            "content": scrub.scrub(tools.call(name, call["function"].get("arguments", "{}")))})
+            name, arguments = call["function"]["name"], call["function"].get("arguments", "{}")
+            say(f"{name} {arguments[:80]}")
+            started = time.monotonic()
+            result = scrub.scrub(tools.call(name, arguments))
+            note("tool_call", {"tool": name, "arguments_sha256": hashlib.sha256(arguments.encode()).hexdigest(),
+                               "outcome": result.split(":", 1)[0] if result.startswith(("refused:", "error:")) else "ok",
+                               "seconds": round(time.monotonic() - started, 3)})
+            results.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         return {"messages": results, "summary": tools.summary}
 
     def after_model(state: AgentState) -> str:

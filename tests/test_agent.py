@@ -13,6 +13,7 @@ import pytest
 from agents.llm import ChatModel
 from gateway.domain.errors import NotConfigured, Refused
 from gateway.domain.proposal import Decision
+from gateway.services import audit as audit_service
 from gateway.services.agent_requests import AGENT_NAME, submit_request
 from gateway.services.proposals import decide, get_proposal, proposal_previews
 from gateway.services.workspace import Workspace, open_workspace, stack_secrets
@@ -343,3 +344,19 @@ def test_writing_a_file_back_as_it_was_proposes_nothing_and_breaks_nothing(works
     outcome = submit_request(workspace, people.alice, "Make sure staging is tagged", model=model(stub))
     assert outcome.proposal is None and outcome.stopped == (
         "the agent's edits left every file as it was: nothing to propose")
+
+
+def test_every_model_and_tool_call_is_in_the_changes_story(workspace: Workspace, people: People,
+                                                            stub: ModelStub) -> None:
+    stub.turns = queue_script()
+    outcome = submit_request(workspace, people.alice, "Add a queue for refund events in staging", model=model(stub))
+    assert outcome.proposal is not None
+    story = audit_service.proposal_story(workspace, people.dana, outcome.proposal.id)
+    calls = [e for e in story if e.kind in ("agent.model_call", "agent.tool_call")]
+    assert [e.payload.get("tool") for e in calls if e.kind == "agent.tool_call"] == [
+        "list_files", "read_file", "write_file", "run_preview", "finish"]
+    assert len([e for e in calls if e.kind == "agent.model_call"]) == 5
+    assert all(e.payload["conversation"] == outcome.conversation_id and e.actor == AGENT_NAME for e in calls)
+    assert all(e.payload["prompt_version"].startswith("agent-system-v1") for e in calls)
+    assert "refund-events" not in json.dumps([e.payload for e in calls])  # what was called, never the content
+    assert story.index(calls[0]) < story.index(next(e for e in story if e.kind == "proposal.opened"))

@@ -87,7 +87,8 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens)
         with open_checkpointer(ws.settings.db_url) as checkpointer:
             graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress, ws.scrubber,
-                                lambda: agent_stop_reason(ws, agent))
+                                lambda: agent_stop_reason(ws, agent),
+                                _trail_of_calls(ws, agent, conversation_id, prompt.version, model.model))
             state = graph.invoke(
                 {"messages": [{"role": "user", "content": text}], "steps": 0, "tokens": 0, "summary": None, "stopped": None},
                 {"configurable": {"thread_id": conversation_id}, "recursion_limit": 4 * limits.max_steps + 10})
@@ -170,6 +171,16 @@ def _propose(ws: Workspace, agent: Principal, person: Principal, branch: str, re
         session.set_agent_details(proposal_id, prompt_version, model, agent_claim=summary)
     proposal, _ = sync_proposal(ws, proposal_id)
     return proposal
+
+
+def _trail_of_calls(ws: Workspace, agent: Principal, conversation_id: str, prompt_version: str,
+                    model: str) -> Callable[[str, dict], None]:
+    """Every model call and tool call of the run, in the trail (what and how long, never the content)."""
+    def record(kind: str, data: dict) -> None:
+        with ws.store.session() as session:
+            session.append_event(agent, f"agent.{kind}", {**data, "conversation": conversation_id,
+                                                          "model": model, "prompt_version": prompt_version})
+    return record
 
 
 def _record_request(ws: Workspace, person: Principal, agent: Principal, text: str, outcome: RequestOutcome,

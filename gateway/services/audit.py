@@ -47,10 +47,15 @@ def _iso(value: str, name: str) -> str:
 
 
 def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[AuditEvent]:
+    """The change's events, with the agent's work for it (its conversation's requests, model and tool calls)."""
     events = list_events(ws, actor, proposal_id=proposal_id)
     if not events:
         raise NotFound(f"no proposal {proposal_id} in the audit trail")
-    return events
+    with ws.store.session(readonly=True) as session:
+        conversation = session.conversation_of_proposal(proposal_id)
+        agent_work = session.query_events(EventQuery(action="agent")) if conversation else []
+    ours = [e for e in agent_work if conversation and e.payload.get("conversation") == conversation["id"]]
+    return sorted({e.seq: e for e in events + ours}.values(), key=lambda e: e.seq)
 
 
 def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None]:

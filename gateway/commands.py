@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -607,7 +607,7 @@ def merge(ctx: Context, proposal_id: int, acknowledge: bool, note: str | None) -
     click.echo(f"proposal {proposal.id} is {proposal.status.value}; its stacks are unlocked")
 
 
-def _age(delta: Any) -> str:
+def _age(delta: timedelta) -> str:
     minutes = int(delta.total_seconds() // 60)
     return f"{minutes}m" if minutes < 120 else (f"{minutes // 60}h" if minutes < 48 * 60 else f"{minutes // 1440}d")
 

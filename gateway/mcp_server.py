@@ -22,18 +22,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
+from agents.prompts import load_prompt
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.domain.principals import Principal
 from gateway.services import external_agents as agents
 from gateway.services.users import authenticate
 from gateway.services.workspace import Workspace
 
-INSTRUCTIONS = (
-    "The change gateway: the one path to change this organisation's infrastructure. Read the declarations "
-    "(list_stacks, read_file, search, and the conventions and policies resources), try a change with preview "
-    "(the engine's real plan, policy findings and risk, nothing opened), then propose it with a reason. A "
-    "different person approves it; you can never approve, override or apply. Changes to gateway.yaml, "
-    "policies/ and other protected paths are refused.")
+INSTRUCTIONS = "mcp_instructions"  # prompts/mcp_instructions.md: what the external agent is told
 
 
 class GatewayTokens:
@@ -55,7 +51,7 @@ def build_server(ws: Workspace, principal: Principal | None = None) -> MCPServer
     http = principal is None
     public = ws.settings.public_url.rstrip("/")
     server = MCPServer(
-        "change-gateway", instructions=INSTRUCTIONS,
+        "change-gateway", instructions=load_prompt(INSTRUCTIONS).text,
         token_verifier=GatewayTokens(ws) if http else None,
         auth=AuthSettings(issuer_url=public, resource_server_url=f"{public}/mcp", validate_token_resource=False)
         if http else None)  # the gateway's own tokens: not issued for another resource

@@ -8,7 +8,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 
 from gateway.domain.lifecycle import ProposalStatus
@@ -102,6 +102,7 @@ class PullRequestView:
     teams: Mapping[str, str]  # group -> GitHub team slug
     refusals: Sequence[str]  # recent decisions and commands that did not count, with why
     page_url: str
+    at: datetime  # when it is shown: overrides that lapsed by then no longer lift a deny
     outcome: str | None = None  # the last apply's result, in words
 
 
@@ -194,7 +195,7 @@ def pull_request_checks(view: PullRequestView) -> list[Check]:
     plan_text = _plan_text(view)
     plan = (Check("gateway/plan", CheckState.PENDING, "Re-planning", "; ".join(view.pending), plan_text)
             if view.pending else Check("gateway/plan", CheckState.SUCCESS, "Planned", counts or "no stacks", plan_text))
-    blocking = p.blocking_findings(datetime.now(UTC))
+    blocking = p.blocking_findings(view.at)
     warnings = [f for f in p.findings if f.severity != Severity.DENY]
     policy = (Check("gateway/policy", CheckState.FAILURE, f"{len(blocking)} deny finding(s)",
                     "\n".join(f"{f.rule} {f.address}: {f.message}" for f in blocking))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tempfile
 import threading
 import time
@@ -24,12 +23,13 @@ from typing import Any, TypeVar
 
 import git
 
-from agents.tools import RepoTools
+from agents.tools import RepoTools, ToolRefused
 from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, Role
+from gateway.domain.proposal import Proposal
 from gateway.services.planning import ChangeOrigin, plan_directory
 from gateway.services.proposals import get_proposal, open_proposal
 from gateway.services.views import view_proposal
@@ -102,12 +102,12 @@ def list_stacks(ws: Workspace) -> list[dict[str, Any]]:
 
 def read_file(ws: Workspace, caller: Caller, path: str, proposal: int | None = None) -> str:
     with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
-        return ws.scrubber.scrub(_tool(tools.call("read_file", json.dumps({"path": path}))))
+        return ws.scrubber.scrub(_tool(lambda: tools.tool_read_file(path)))
 
 
 def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = None) -> str:
     with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
-        return ws.scrubber.scrub(_tool(tools.call("search", json.dumps({"pattern": pattern}))))
+        return ws.scrubber.scrub(_tool(lambda: tools.tool_search(pattern)))
 
 
 def conventions(ws: Workspace) -> str:
@@ -182,7 +182,7 @@ def proposal_status(ws: Workspace, caller: Caller, proposal_id: int) -> dict[str
 # -------------------------------------------------------------------------------------------------
 
 
-def _own(ws: Workspace, caller: Caller, proposal_id: int) -> Any:
+def _own(ws: Workspace, caller: Caller, proposal_id: int) -> Proposal:
     try:
         proposal = get_proposal(ws, proposal_id)
     except NotFound:
@@ -213,12 +213,15 @@ def _write(tools: RepoTools, changes: Mapping[str, str]) -> list[str]:
     for path, content in changes.items():
         if not isinstance(content, str):
             raise InputError(f"{path}: the new content must be text")
-        _tool(tools.call("write_file", json.dumps({"path": path, "content": content})))
+        _tool(lambda path=path, content=content: tools.tool_write_file(path, content))
     return sorted(tools.written)
 
 
-def _tool(result: str) -> str:
-    """The built-in tools answer refusals as text; here they are refusals."""
-    if re.match(r"^(refused|error): ", result):
-        raise Refused([result.split(": ", 1)[1]])
-    return result
+def _tool(work: Callable[[], str]) -> str:
+    """The built-in agent's confined tools; what they refuse is a refusal here too."""
+    try:
+        return work()
+    except ToolRefused as exc:
+        raise Refused([str(exc)]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{type(exc).__name__}: {exc}") from None

@@ -201,6 +201,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         teams=dict(settings.github.teams) if settings.github else {},
         refusals=refusals,
         page_url=page_url(ws, proposal.id),
+        at=moment,
         outcome=_outcome(proposal, transitions[-1].payload if transitions else {}),
     )
 
@@ -239,7 +240,7 @@ def refresh_from_github(ws: Workspace, proposal: Proposal) -> None:
 # --- GitHub team membership, at approval and again at apply ---------------------------------
 
 
-def verified_groups(ws: Workspace, forge: GitHubForge, principal: Principal, login: str) -> tuple[frozenset[str], dict]:
+def verified_groups(forge: GitHubForge, principal: Principal, login: str) -> tuple[frozenset[str], dict]:
     """The person's groups that count for a decision made on GitHub: those whose mapped team they are in now."""
     teams = forge.settings.teams
     checked = {g: forge.is_team_member(teams[g], login) for g in sorted(principal.groups) if g in teams}
@@ -258,7 +259,7 @@ def github_approval_refusals(ws: Workspace, proposal: Proposal) -> list[str]:
             continue
         with ws.store.session(readonly=True) as session:  # the linked account now, not the login of then
             login = session.github_login_of(approval.principal.id)
-        groups, _ = verified_groups(ws, forge, approval.principal, login) if login else (frozenset(), {})
+        groups, _ = verified_groups(forge, approval.principal, login) if login else (frozenset(), {})
         missing = [f"stack {s}" for s in proposal.stacks
                    if s in settings.stacks and not groups & settings.stacks[s].approver_groups]
         if any(settings.is_protected_path(p) for p in proposal.changed_paths) and \

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -379,7 +379,7 @@ def _decide_on_github(ws: Workspace, forge: GitHubForge, person: Principal, user
         _refuse(ws, user, proposal, decision, [
             f"{login} pushed commit {str(pushed[-1].payload.get('head_sha'))[:12]} to this pull request and cannot "
             f"approve or reject it"], auth)
-    groups, checked = verified_groups(ws, forge, person, login)
+    groups, checked = verified_groups(forge, person, login)
     with ws.store.session() as session:
         session.append_event(person, "github.team_check", {
             "login": login, "teams": {g: forge.settings.teams[g] for g in checked}, "active": sorted(groups),
@@ -407,7 +407,7 @@ def _identity_refusals(user: Mapping, person: Principal | None) -> list[str]:
 
 
 def _refuse(ws: Workspace, user: Mapping, proposal: Proposal, what: Decision | CommandKind, reasons: list[str],
-            auth: str) -> None:
+            auth: str) -> NoReturn:
     kind = f"{what.value}.refused"
     with ws.store.session() as session:
         session.append_event(_actor(user), kind, {"reasons": reasons, "head_sha": proposal.head_sha,

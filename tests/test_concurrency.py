@@ -65,14 +65,25 @@ def test_the_same_proposal_applied_twice_at_once_applies_once(workspace: Workspa
     Clone(workspace, tmp_path / "clone").branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     pid = open_proposal(workspace, people.alice, "bigger", "x").id
     decide(workspace, people.bob, pid, Decision.APPROVE, "")
+    # another runner holds the stack, so the job waits for it until both callers have asked
+    assert workspace.store.acquire_lock("app-staging", "other-host:1", ttl_seconds=600)[0]
     runs = [spawn_apply(workspace, people.tokens["alice"], pid) for _ in range(2)]
+    asked = [p.stderr.readline() for p in runs if p.stderr]
+    workspace.store.release_lock("app-staging", "other-host:1")
     results = [(p.wait(timeout=180), *p.communicate()) for p in runs]
     # both asked for the same apply: one job, run once, and both callers see its end
     assert [code for code, _, _ in results] == [0, 0], results
-    assert all("job 1 queued" in err and "merged into main" in out for _, out, err in results), results
+    assert asked == ["job 1 queued: apply of proposal 1\n"] * 2, results
+    assert all("merged into main" in out for _, out, _ in results), results
     with workspace.store.session() as session:
         assert [a["status"] for a in session.applies_of(pid)] == ["succeeded"]
     assert [j.status.value for j in workspace.store.jobs_of(pid)] == ["succeeded"]
+
+    # asked once more after it ended: refused at once, and no job is queued to refuse it later
+    late = spawn_apply(workspace, people.tokens["alice"], pid)
+    code, _, err = late.wait(timeout=180), *late.communicate()
+    assert (code, err) == (1, "refused: proposal 1 is applied\n")
+    assert len(workspace.store.jobs_of(pid)) == 1
 
 
 def test_a_live_lock_makes_the_apply_wait_then_refuse_naming_the_holder(workspace: Workspace, tmp_path: Path) -> None:

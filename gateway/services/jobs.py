@@ -17,7 +17,7 @@ from gateway.adapters.records import now
 from gateway.domain.approvals import apply_refusals
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.lifecycle import DECIDABLE
+from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
 from gateway.services.github import publish
@@ -45,6 +45,10 @@ def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_i
         if existing is not None:
             job_id = existing
         else:
+            status = session.get_proposal(proposal_id).status
+            if kind == JobKind.APPLY and next_status(status, Transition.START_APPLY) is None:
+                # asked again after the apply ended: say so now rather than queue a job only to refuse it
+                raise Refused([f"proposal {proposal_id} is {status.value}"])
             job_id = session.add_job(kind, proposal_id, actor)
             session.append_event(actor, "job.queued", {"job": job_id, "kind": kind.value}, proposal_id,
                                  proposal.stacks)

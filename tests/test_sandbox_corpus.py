@@ -39,6 +39,9 @@ KNOWN_GAPS: dict[str, str] = {
     "tur-alb-module": "ConfigError: alb/main.tf: module alb: module calls are not simulated by the sandbox engine",
     "tur-asg-module": "ConfigError: asg/main.tf: module asg: module calls are not simulated by the sandbox engine",
     "learn-modules-create": "ConfigError: learn-modules-create/main.tf: module vpc: module calls are not simulated by the sandbox engine",
+    "learn-count": "ConfigError: learn-count/main.tf: data aws_availability_zones available: data sources are not simulated by the sandbox engine",
+    "tur-hello-world-app": "ConfigError: standalone/main.tf: module hello_world_app: module calls are not simulated by the sandbox engine",
+    "tam-iam-user": "ConfigError: iam-user/main.tf: module iam_user: module calls are not simulated by the sandbox engine",
 }
 
 ENTRIES = load_corpus()

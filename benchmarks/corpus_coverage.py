@@ -1,12 +1,15 @@
 """How much of the public corpus (tests/fixtures/corpus) the sandbox plans as Terraform would.
 
 Prints, per entry: planned (the plan creates what Terraform creates), wrong (it plans, but not
-that), or failed (the first error), and the time the plan took; then the totals. Not a test.
-Usage: python benchmarks/corpus_coverage.py [NAME ...]
+that), or failed (the first error), and the time the plan took; then the totals. With --census,
+also what each entry's files use beyond the first error: data source types, module calls, dynamic
+and provisioner blocks, Terraform functions the sandbox's evaluator does not have, tfvars files. Not a test.
+Usage: python benchmarks/corpus_coverage.py [--census] [NAME ...]   (from the project root)
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 import time
@@ -17,10 +20,40 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gateway.adapters.sandbox.engine import SandboxEngine  # noqa: E402
+from gateway.adapters.sandbox.hcl_eval import FUNCTIONS  # noqa: E402
 from gateway.adapters.sandbox.store import SqlSandboxStore  # noqa: E402
 from gateway.adapters.sql_store import Database  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
 from tests.corpus import CorpusEntry, created_addresses, load_corpus, plan_entry  # noqa: E402
+
+# Terraform's built-in functions (its documented list, 1.x), to tell a call from other words followed by "(".
+TERRAFORM_FUNCTIONS = frozenset("""
+    abs ceil floor log max min parseint pow signum chomp endswith format formatlist indent join lower regex
+    regexall replace split startswith strcontains strrev substr templatestring title trim trimprefix trimspace
+    trimsuffix upper alltrue anytrue chunklist coalesce coalescelist compact concat contains distinct element
+    flatten index keys length lookup matchkeys merge one range reverse setintersection setproduct setsubtract
+    setunion slice sort sum transpose values zipmap base64decode base64encode base64gzip csvdecode jsondecode
+    jsonencode textdecodebase64 textencodebase64 urlencode yamldecode yamlencode abspath dirname pathexpand
+    basename file fileexists fileset filebase64 templatefile formatdate plantimestamp timeadd timecmp timestamp
+    base64sha256 base64sha512 bcrypt filebase64sha256 filebase64sha512 filemd5 filesha1 filesha256 filesha512
+    md5 rsadecrypt sha1 sha256 sha512 uuid uuidv5 cidrhost cidrnetmask cidrsubnet cidrsubnets can issensitive
+    nonsensitive sensitive tobool tolist tomap tonumber toset tostring try
+""".split())
+
+
+def census(entry: CorpusEntry) -> str:
+    """What the entry's *.tf files (its modules' included) use that a plain resource file does not."""
+    text = "\n".join(re.sub(r"(?m)^\s*(#|//).*$", "", f.read_text()) for f in sorted(entry.directory.rglob("*.tf")))
+    data = sorted(set(re.findall(r'(?m)^data\s+"([\w-]+)"', text)))
+    missing = sorted({f for f in re.findall(r"\b([a-z][a-z0-9]*)\(", text) if f in TERRAFORM_FUNCTIONS} - set(FUNCTIONS))
+    counts = {label: len(re.findall(pattern, text)) for label, pattern in (
+        ("module calls", r'(?m)^module\s+"'), ("dynamic blocks", r'dynamic\s+"'), ("provisioners", r'provisioner\s+"'))}
+    parts = [f"data: {', '.join(data)}" if data else "",
+             *(f"{n} {label}" for label, n in counts.items() if n),
+             f"functions missing: {', '.join(missing)}" if missing else "",
+             "registry modules in .terraform/modules" if (entry.directory / entry.root / ".terraform").is_dir() else "",
+             *(f.name for f in sorted((entry.directory / entry.root).glob("*.tfvars")))]
+    return "; ".join(p for p in parts if p) or "-"
 
 
 def first_line(exc: BaseException) -> str:
@@ -45,7 +78,8 @@ def check(engine: SandboxEngine, entry: CorpusEntry, workdir: Path) -> tuple[str
 
 def main() -> None:
     configure_logging("warning")
-    wanted = set(sys.argv[1:])
+    args = sys.argv[1:]
+    wanted = {a for a in args if not a.startswith("--")}
     entries = [e for e in load_corpus() if not wanted or e.name in wanted]
     tally: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,6 +96,10 @@ def main() -> None:
             print(f"{entry.name:34} {outcome:8} {elapsed:6.2f} s  {detail}")
     print(f"\n{tally.get('planned', 0)} of {len(entries)} planned as Terraform would; "
           f"{tally.get('wrong', 0)} planned differently; {tally.get('failed', 0)} failed")
+    if "--census" in args:
+        print("\nwhat each entry uses (its modules included):")
+        for entry in entries:
+            print(f"{entry.name:34} {census(entry)}")
 
 
 if __name__ == "__main__":

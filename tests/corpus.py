@@ -13,9 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.domain.plan import ChangeKind, Plan, load_plan
-from gateway.services.ports import StackInputs
+from gateway.services.ports import Engine, StackInputs
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 
@@ -45,7 +44,7 @@ def load_corpus() -> list[CorpusEntry]:
     return entries
 
 
-def plan_entry(engine: SandboxEngine, entry: CorpusEntry, workdir: Path) -> Plan:
+def plan_entry(engine: Engine, entry: CorpusEntry, workdir: Path) -> Plan:
     """Plan the entry from empty state the way the gateway plans a stack: a copy of its files, no inputs."""
     copy = workdir / entry.name
     shutil.copytree(entry.directory, copy)

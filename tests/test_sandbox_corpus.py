@@ -43,6 +43,7 @@ KNOWN_GAPS: dict[str, str] = {
     "learn-count": "ConfigError: learn-count/main.tf: data aws_availability_zones available: data sources are not simulated by the sandbox engine",
     "tur-hello-world-app": "ConfigError: standalone/main.tf: module hello_world_app: module calls are not simulated by the sandbox engine",
     "tam-iam-user": "ConfigError: iam-user/main.tf: module iam_user: module calls are not simulated by the sandbox engine",
+    "tam-s3-object": "ConfigError: object/main.tf: module object: module calls are not simulated by the sandbox engine",
 }
 
 ENTRIES = load_corpus()

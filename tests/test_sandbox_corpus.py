@@ -59,9 +59,10 @@ def _param(entry: CorpusEntry) -> object:
     return pytest.param(entry, id=entry.name, marks=marks)
 
 
-@pytest.fixture
-def engine(tmp_path: Path) -> SandboxEngine:
-    db = Database(f"sqlite:///{tmp_path / 'corpus.db'}")
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> SandboxEngine:
+    """One simulated cloud for the module: each entry plans its own stack (named after it) from empty state."""
+    db = Database(f"sqlite:///{tmp_path_factory.mktemp('corpus') / 'corpus.db'}")
     db.migrate()
     return SandboxEngine(SqlSandboxStore(db))
 

@@ -1,19 +1,28 @@
 """How much of the public corpus (tests/fixtures/corpus) the sandbox plans as Terraform would.
 
 Prints, per entry: planned (the plan creates what Terraform creates), wrong (it plans, but not
-that), or failed (the first error), and the time the plan took; then the totals. With --census,
-also what each entry's files use beyond the first error: data source types, module calls, dynamic
-and provisioner blocks, Terraform functions the sandbox's evaluator does not have, tfvars files. Not a test.
-Usage: python benchmarks/corpus_coverage.py [--census] [NAME ...]   (from the project root)
+that), or failed (the first error), and the time the plan took; then the totals. Not a test.
+
+--gateway  plan each entry the way a proposal is planned: the corpus committed to a declaration repo,
+           one stack per entry, each planned by plan_stack (the stack folder's export, the checks
+           before the engine, policy); without it, each entry's files are planned by the engine.
+--census   also print what each entry uses beyond its first error: data source types, module calls,
+           dynamic and provisioner blocks, Terraform functions the sandbox's evaluator lacks, tfvars.
+
+Usage (from the project root): python benchmarks/corpus_coverage.py [--gateway] [--census] [NAME ...]
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 # The corpus and its expectations live with the tests; import this tree's gateway, not an installed one.
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +32,10 @@ from gateway.adapters.sandbox.engine import SandboxEngine  # noqa: E402
 from gateway.adapters.sandbox.hcl_eval import FUNCTIONS  # noqa: E402
 from gateway.adapters.sandbox.store import SqlSandboxStore  # noqa: E402
 from gateway.adapters.sql_store import Database  # noqa: E402
+from gateway.domain.plan import Plan  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
+from gateway.services.planning import plan_stack  # noqa: E402
+from tests.conftest import Clone, make_workspace  # noqa: E402
 from tests.corpus import CorpusEntry, created_addresses, load_corpus, plan_entry  # noqa: E402
 
 # Terraform's built-in functions (its documented list, 1.x), to tell a call from other words followed by "(".
@@ -61,10 +73,10 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def check(engine: SandboxEngine, entry: CorpusEntry, workdir: Path) -> tuple[str, str]:
+def judge(entry: CorpusEntry, plan_of: Callable[[CorpusEntry], Plan]) -> tuple[str, str]:
     """(outcome, detail) of planning one entry."""
     try:
-        plan = plan_entry(engine, entry, workdir)
+        plan = plan_of(entry)
     except Exception as exc:  # every failure is a finding here, whatever its class
         return "failed", first_line(exc)
     created = created_addresses(plan)
@@ -76,6 +88,28 @@ def check(engine: SandboxEngine, entry: CorpusEntry, workdir: Path) -> tuple[str
     return "planned", f"{len(created)} creates"
 
 
+def engine_planner(tmp: Path) -> Callable[[CorpusEntry], Plan]:
+    """Each entry's files, copied, planned by the sandbox engine: what tests/test_sandbox_corpus.py does."""
+    db = Database(f"sqlite:///{tmp}/corpus.db")
+    db.migrate()
+    engine = SandboxEngine(SqlSandboxStore(db))
+    return lambda entry: plan_entry(engine, entry, Path(tempfile.mkdtemp(dir=tmp)))
+
+
+def gateway_planner(tmp: Path, entries: list[CorpusEntry]) -> Callable[[CorpusEntry], Plan]:
+    """The whole corpus committed to a workspace's declaration repo, one stack per entry (at its root
+    folder), each planned by plan_stack: the stack's export, the gateway's checks before the engine, policy."""
+    ws = make_workspace(tmp / "home")
+    clone = Clone(ws, tmp / "clone").branch("main")
+    settings = yaml.safe_load(clone.read("gateway.yaml"))
+    for entry in entries:
+        shutil.copytree(entry.directory, clone.path / "corpus" / entry.name)
+        path = (Path("corpus") / entry.name / entry.root).as_posix()
+        settings["stacks"][entry.name] = {"path": path, "approvers": ["platform"]}
+    clone.write("gateway.yaml", yaml.safe_dump(settings, sort_keys=False)).push("the corpus, one stack per entry")
+    return lambda entry: plan_stack(ws, entry.name, "main").plan
+
+
 def main() -> None:
     configure_logging("warning")
     args = sys.argv[1:]
@@ -83,14 +117,12 @@ def main() -> None:
     entries = [e for e in load_corpus() if not wanted or e.name in wanted]
     tally: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        db = Database(f"sqlite:///{tmp}/corpus.db")
-        db.migrate()
-        engine = SandboxEngine(SqlSandboxStore(db))
-        for number, entry in enumerate(entries):
-            workdir = Path(tmp) / str(number)
-            workdir.mkdir()
+        via_gateway = "--gateway" in args
+        plan_of = gateway_planner(Path(tmp), entries) if via_gateway else engine_planner(Path(tmp))
+        print("through the gateway's plan_stack" if via_gateway else "through the sandbox engine's plan")
+        for entry in entries:
             start = time.perf_counter()
-            outcome, detail = check(engine, entry, workdir)
+            outcome, detail = judge(entry, plan_of)
             elapsed = time.perf_counter() - start
             tally[outcome] = tally.get(outcome, 0) + 1
             print(f"{entry.name:34} {outcome:8} {elapsed:6.2f} s  {detail}")

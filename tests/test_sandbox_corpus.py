@@ -9,6 +9,7 @@ xfail, so the suite stays green and fails the moment the entry starts passing (t
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sql_store import Database
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.domain.plan import ChangeKind
+from gateway.services.workspace import Workspace
 
+from .conftest import Clone
 from .corpus import CorpusEntry, created_addresses, load_corpus, plan_entry
 
 # The first error of each entry the sandbox cannot plan today, as measured (one line each).
@@ -91,3 +94,14 @@ def test_expectations_are_what_the_real_terraform_plans(entry: CorpusEntry, tmp_
     plan = plan_entry(engine, entry, tmp_path)
     assert plan.counts() == {ChangeKind.CREATE: entry.creates}
     assert [a for a in entry.addresses if a not in created_addresses(plan)] == []
+
+
+@pytest.mark.xfail(strict=True, reason="the gateway exports only the stack's own folder (GitDeclarationRepo.export), "
+                   "so a module the stack calls with a ../ source is not there to plan")
+def test_a_stack_export_carries_the_local_modules_it_calls(workspace: Workspace, clone: Clone, tmp_path: Path) -> None:
+    entry = next(e for e in ENTRIES if e.name == "tur-iam-users-module-count")  # live/... calls ../../../modules/...
+    shutil.copytree(entry.directory, clone.branch("corpus").path / "corpus" / entry.name)
+    sha = clone.push("a stack in the book's live/ and modules/ layout")
+    directory = workspace.repo.export(sha, f"corpus/{entry.name}/{entry.root}", tmp_path / "export" / "stack")
+    assert (directory / "main.tf").is_file()
+    assert (directory / "../../../modules/landing-zone/iam-user/main.tf").is_file()

@@ -6,14 +6,16 @@ that), or failed (the first error), and the time the plan took; then the totals.
 --gateway  plan each entry the way a proposal is planned: the corpus committed to a declaration repo,
            one stack per entry, each planned by plan_stack (the stack folder's export, the checks
            before the engine, policy); without it, each entry's files are planned by the engine.
+--known-gaps  also print tests/test_sandbox_corpus.py's KNOWN_GAPS as measured now, ready to paste.
 --census   also print what each entry uses beyond its first error: data source types, module calls,
            dynamic and provisioner blocks, Terraform functions the sandbox's evaluator lacks, tfvars.
 
-Usage (from the project root): python benchmarks/corpus_coverage.py [--gateway] [--census] [NAME ...]
+Usage (from the project root): python benchmarks/corpus_coverage.py [--gateway] [--known-gaps] [--census] [NAME ...]
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -116,6 +118,7 @@ def main() -> None:
     wanted = {a for a in args if not a.startswith("--")}
     entries = [e for e in load_corpus() if not wanted or e.name in wanted]
     tally: dict[str, int] = {}
+    gaps: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         via_gateway = "--gateway" in args
         plan_of = gateway_planner(Path(tmp), entries) if via_gateway else engine_planner(Path(tmp))
@@ -125,9 +128,14 @@ def main() -> None:
             outcome, detail = judge(entry, plan_of)
             elapsed = time.perf_counter() - start
             tally[outcome] = tally.get(outcome, 0) + 1
+            if outcome != "planned":
+                gaps[entry.name] = detail
             print(f"{entry.name:34} {outcome:8} {elapsed:6.2f} s  {detail}")
     print(f"\n{tally.get('planned', 0)} of {len(entries)} planned as Terraform would; "
           f"{tally.get('wrong', 0)} planned differently; {tally.get('failed', 0)} failed")
+    if "--known-gaps" in args:
+        print("\nKNOWN_GAPS: dict[str, str] = {")
+        print("".join(f"    {json.dumps(name)}: {json.dumps(detail)},\n" for name, detail in gaps.items()) + "}")
     if "--census" in args:
         print("\nwhat each entry uses (its modules included):")
         for entry in entries:

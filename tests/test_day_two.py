@@ -5,12 +5,15 @@ break-glass windows with a codify deadline."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import timedelta
 
 import pytest
+from fastapi.testclient import TestClient
 
 from gateway.adapters.records import now
+from gateway.api.app import create_app
 from gateway.domain.errors import Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
 from gateway.domain.proposal import Decision
@@ -144,3 +147,35 @@ def _instance_id(ws: Workspace) -> str:
     state = ws.sandbox.read_state("app-staging")
     assert state is not None
     return state.resources["aws_instance.web[0]"].id
+
+
+def sign_in(client: TestClient, token: str) -> None:
+    form = client.get("/login").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert csrf is not None
+    assert client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False).status_code == 303
+
+
+def test_drift_over_http_and_on_the_pages(workspace: Workspace, people: People, clone: Clone) -> None:
+    console_edit(workspace)
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    clone.branch("more-tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "more-tags", "new cost centre")
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        listed = client.get("/api/v1/drift?open=true", headers={"Authorization": f"Bearer {people.tokens['dana']}"})
+        assert listed.status_code == 200
+        [public] = listed.json()
+        assert public["id"] == record.id and public["status"] == "open"
+        assert public["resources"][0]["attributes"] == [{"path": "instance_type", "before": '"t3.small"',
+                                                         "after": '"t3.medium"'}]
+        assert client.get("/api/v1/drift").status_code == 401
+        document = client.get(f"/api/v1/proposals/{proposal.id}",
+                              headers={"Authorization": f"Bearer {people.tokens['bob']}"}).json()
+        assert document["plans"][0]["preview"]["open_drift"][0]["record_id"] == record.id
+        sign_in(client, people.tokens["bob"])
+        page = client.get("/drift").text
+        assert "aws_instance.web[0]" in page and "instance_type" in page and "open" in page
+        shown = client.get(f"/proposals/{proposal.id}").text
+        assert "Open drift on this stack" in shown and "This apply would revert:" in shown
+        assert shown.index("Open drift on this stack") < shown.index("<h3>Changes</h3>")

@@ -1,0 +1,60 @@
+"""Day two over HTTP: drift records (API list and page) and break-glass windows (on the same page)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel
+
+from gateway.api.deps import ActorDep, PageActorDep, WorkspaceDep
+from gateway.api.pages import render
+from gateway.api.routes import ERRORS
+from gateway.services.drift_records import list_drift_records
+
+api = APIRouter(prefix="/api/v1", responses=ERRORS)
+pages = APIRouter(include_in_schema=False)
+
+
+class DriftAttributePublic(BaseModel):
+    path: str
+    before: str | None  # what the gateway recorded (masked)
+    after: str | None  # reality now (masked)
+
+
+class DriftResourcePublic(BaseModel):
+    address: str
+    summary: str
+    reverted_by_apply: bool
+    attributes: list[DriftAttributePublic]
+
+
+class DriftRecordPublic(BaseModel):
+    id: int
+    stack: str
+    status: str
+    expected: bool
+    opened_at: str
+    updated_at: str
+    closed_at: str | None
+    closed_by: str | None
+    closed_reason: str | None
+    closed_by_proposal: int | None
+    break_glass_id: int | None
+    resources: list[DriftResourcePublic]
+
+
+StackQuery = Annotated[str | None, Query(max_length=100, description="only this stack's records")]
+
+
+@api.get("/drift", response_model=list[DriftRecordPublic], tags=["drift"])
+def drift_records(ws: WorkspaceDep, actor: ActorDep, stack: StackQuery = None,
+                  open: Annotated[bool, Query(description="only open records")] = False) -> list[DriftRecordPublic]:
+    """Drift records, newest first: what changed outside the gateway per stack, masked, and how each ended."""
+    return [DriftRecordPublic(**r.to_public()) for r in list_drift_records(ws, actor, stack, open)]
+
+
+@pages.get("/drift")
+def drift_page(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+    return render(request, "drift.html", actor, records=list_drift_records(ws, actor))

@@ -421,6 +421,20 @@ def drift_codify(ctx: Context, stack: str) -> None:
     _echo_proposal(ctx.ws, proposal, "text")
 
 
+@cli.command()
+@click.argument("proposal_id", type=int)
+@click.option("-m", "--message", "reason", required=True, help="why it is rolled back")
+@pass_ctx
+def rollback(ctx: Context, proposal_id: int, reason: str) -> None:
+    """Open a proposal that reverts the merge of an applied change, planned and approved like any other."""
+    from gateway.services.rollback import rollback_proposal
+
+    proposal = rollback_proposal(ctx.ws, ctx.actor(), proposal_id, reason)
+    click.echo(f"proposal {proposal.id} rolls back proposal {proposal_id} on branch {proposal.branch}: "
+               f"stacks {', '.join(proposal.stacks) or '(none)'}")
+    _echo_proposal(ctx.ws, proposal, "text")
+
+
 # --- the change path -------------------------------------------------------------------------
 
 

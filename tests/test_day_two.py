@@ -21,6 +21,7 @@ from gateway.services.codify import codify_drift
 from gateway.services.drift import revert_drift
 from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
 from gateway.services.proposals import decide, open_proposal, proposal_previews
+from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace
 from gateway.worker import Worker
@@ -179,3 +180,59 @@ def test_drift_over_http_and_on_the_pages(workspace: Workspace, people: People, 
         shown = client.get(f"/proposals/{proposal.id}").text
         assert "Open drift on this stack" in shown and "This apply would revert:" in shown
         assert shown.index("Open drift on this stack") < shown.index("<h3>Changes</h3>")
+
+
+# --- rollback ---------------------------------------------------------------------------------------
+
+EXPORTS = '''
+resource "aws_security_group" "exports" {
+  name        = "orders-exports-staging"
+  description = "exports"
+  vpc_id      = var.vpc_id
+  tags        = local.tags
+}
+'''
+
+
+def live_state(ws: Workspace, stack: str) -> dict[str, dict]:
+    """Each resource of the stack's state with what the simulated cloud holds for it."""
+    state = ws.sandbox.read_state(stack)
+    assert state is not None
+    return {address: ws.sandbox.get_object(r.type, r.id) or {} for address, r in state.resources.items()}
+
+
+def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(workspace: Workspace, people: People,
+                                                                       clone: Clone) -> None:
+    before = live_state(workspace, "app-staging")
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"')
+    clone.write("stacks/app-staging/exports.tf", EXPORTS).push("bigger web, and an exports bucket")
+    change = open_proposal(workspace, people.alice, "bigger", "bigger web and an exports bucket")
+    approve_and_apply(workspace, people, change.id)
+    assert live_state(workspace, "app-staging") != before
+
+    rollback = rollback_proposal(workspace, people.alice, change.id, "the bucket was not wanted after all")
+    assert rollback.branch == f"rollback/{change.id}" and rollback.stacks == ("app-staging",)
+    text = render_text(proposal_previews(workspace, rollback)["app-staging"])
+    first, second = text.splitlines()[:2]
+    assert first == ("NOTE: THIS ROLLBACK DESTROYS aws_security_group.exports: what proposal "
+                     f"{change.id} created goes, with any data in it")
+    assert second.startswith(f"NOTE: this rolls back proposal {change.id} (bigger web and an exports bucket; merged as")
+    with pytest.raises(Refused, match=r"needs 2 approval\(s\).*risk high"):  # approved like any other
+        apply_proposal(workspace, people.admin, rollback.id)
+    decide(workspace, people.carol, rollback.id, Decision.APPROVE, "yes, it destroys the group")
+    approve_and_apply(workspace, people, rollback.id)
+    assert live_state(workspace, "app-staging") == before
+    assert "exports.tf" not in str(workspace.repo.read_files(workspace.repo.resolve("main"), "stacks/app-staging", ".tf"))
+    with workspace.store.session(readonly=True) as session:
+        [opened] = session.events(kind="rollback.opened")
+    assert opened.payload["rolls_back"] == change.id and opened.payload["destroys"] == {
+        "app-staging": ["aws_security_group.exports"]}
+
+
+def test_only_an_applied_change_is_rolled_back(workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    waiting = open_proposal(workspace, people.alice, "bigger", "bigger web")
+    with pytest.raises(Refused, match=f"proposal {waiting.id} is open; only an applied, merged change"):
+        rollback_proposal(workspace, people.alice, waiting.id, "changed my mind")
+    done = run_cli(["rollback", str(waiting.id), "-m", "why"], workspace.settings.home, people.tokens["alice"])
+    assert done.returncode == 1 and "only an applied, merged change is rolled back" in done.stderr

@@ -181,7 +181,8 @@ class GitDeclarationRepo:
         """A new branch at `onto_sha` plus a commit reverting merge `merge_sha` (its first parent is the mainline)."""
         def revert(work: Path) -> None:
             try:
-                self._git("-C", str(work), "revert", "--no-edit", "-m", "1", merge_sha,
+                mainline = ["-m", "1"] if len(self.repo.commit(merge_sha).parents) > 1 else []  # squash: one parent
+                self._git("-C", str(work), "revert", "--no-edit", *mainline, merge_sha,
                           env=committer_env(author, f"{author}@gateway"))
             except BackendError as exc:
                 raise Conflict(f"the merge {merge_sha[:12]} no longer reverts cleanly on main "

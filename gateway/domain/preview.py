@@ -108,6 +108,7 @@ class Preview:
     risk: Risk | None = None
     findings: tuple[Finding, ...] = ()
     open_drift: tuple[OpenDrift, ...] = ()  # the stack's open drift record, shown first (added when read)
+    notices: tuple[str, ...] = ()  # what a person must read first: a rollback's target and what it destroys, an import's proof
 
     @property
     def has_changes(self) -> bool:
@@ -311,6 +312,7 @@ def _open_drift_lines(preview: Preview) -> list[str]:
             lines.append("  this apply would revert: " + "; ".join(_drift_summary(d) for d in o.reverts))
         if o.keeps:
             lines.append("  this apply keeps (the drift stays): " + "; ".join(_drift_summary(d) for d in o.keeps))
+    lines += [f"NOTE: {n}" for n in preview.notices]
     return lines + [""] if lines else []
 
 
@@ -387,6 +389,8 @@ def render_markdown(preview: Preview) -> str:
         if o.keeps:
             first.append("> this apply keeps (the drift stays): " + "; ".join(f"`{_drift_summary(d)}`" for d in o.keeps))
         first.append("")
+    for n in preview.notices:
+        first += [f"> **Note:** {n}", ""]
     if not preview.has_changes and not preview.drift:
         return "\n".join(first) + f"**{NO_CHANGES}**\n"
     lines = first + [f"### Plan ({preview.engine})", "", f"**{_count_line(preview)}**", ""]
@@ -472,6 +476,7 @@ def preview_from_json(text: str) -> Preview:
         findings=tuple(Finding.from_json(f) for f in data.get("findings", [])),
         open_drift=tuple(OpenDrift(o["record_id"], o["since"], o["expected"], drift_entries(o["reverts"]),
                                    drift_entries(o["keeps"])) for o in data.get("open_drift", [])),
+        notices=tuple(data.get("notices", [])),
     )
 
 

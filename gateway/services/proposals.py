@@ -17,8 +17,8 @@ from gateway.domain.preview import Preview, build_preview, preview_from_json, pr
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
+from gateway.services.annotations import annotate_previews
 from gateway.services.breaker import guard_agent_change
-from gateway.services.drift_records import open_drift_by_stack, with_open_drift
 from gateway.services.main_watch import watch_main
 from gateway.services.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace
@@ -308,10 +308,7 @@ def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:
             previews[stack] = session.plan_preview(plan.plan_id) or preview_to_json(build_preview(
                 load_plan(json.loads(session.plan_document(plan.plan_id))), findings=plan.findings,
                 risk=Risk(plan.risk, plan.risk_reasons)))
-    if proposal.status in DECIDABLE:  # open drift on its stacks comes first: what this apply would revert
-        for stack, record in open_drift_by_stack(ws, list(previews)).items():
-            previews[stack] = preview_to_json(with_open_drift(preview_from_json(previews[stack]), record))
-    return previews
+    return annotate_previews(ws, proposal, previews)
 
 
 def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:

@@ -435,6 +435,22 @@ def rollback(ctx: Context, proposal_id: int, reason: str) -> None:
     _echo_proposal(ctx.ws, proposal, "text")
 
 
+@cli.command("import")
+@click.option("--stack", required=True)
+@click.argument("address")
+@click.argument("resource_id")
+@click.option("--set", "assignments", multiple=True, help="ATTR=JSON_OR_TEXT: declare this instead of what the object holds")
+@pass_ctx
+def import_command(ctx: Context, stack: str, address: str, resource_id: str, assignments: tuple[str, ...]) -> None:
+    """Bring an existing object under management: an import block plus its configuration, proven zero-diff (sandbox)."""
+    from gateway.services.imports import import_resource, parse_overrides
+
+    proposal = import_resource(ctx.ws, ctx.actor(), stack, address, resource_id, parse_overrides(assignments))
+    click.echo(f"proposal {proposal.id} imports {address} (id {resource_id}) on branch {proposal.branch}: "
+               "the plan shows the import and no other change for it")
+    _echo_proposal(ctx.ws, proposal, "text")
+
+
 # --- the change path -------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from gateway.domain.proposal import Decision
 from gateway.services.codify import codify_drift
 from gateway.services.drift import revert_drift
 from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
+from gateway.services.imports import import_resource
 from gateway.services.proposals import decide, open_proposal, proposal_previews
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
@@ -236,3 +237,47 @@ def test_only_an_applied_change_is_rolled_back(workspace: Workspace, people: Peo
         rollback_proposal(workspace, people.alice, waiting.id, "changed my mind")
     done = run_cli(["rollback", str(waiting.id), "-m", "why"], workspace.settings.home, people.tokens["alice"])
     assert done.returncode == 1 and "only an applied, merged change is rolled back" in done.stderr
+
+
+# --- import -----------------------------------------------------------------------------------------
+
+
+def made_in_the_console(ws: Workspace) -> str:
+    """A security group someone made by hand in the (simulated) console: no stack manages it."""
+    state = ws.sandbox.read_state("app-staging")
+    assert state is not None
+    web = ws.sandbox.get_object("aws_security_group", state.resources["aws_security_group.web"].id)
+    assert web is not None
+    ws.sandbox.put_object("aws_security_group", "sg-0console000000001", {
+        **web, "id": "sg-0console000000001", "name": "orders-admin-staging", "description": "made by hand",
+        "arn": "arn:aws:ec2:eu-west-1:123456789012:security-group/sg-0console000000001"})
+    return "sg-0console000000001"
+
+
+def test_an_import_with_zero_diff_is_proposed_and_applied(workspace: Workspace, people: People) -> None:
+    rid = made_in_the_console(workspace)
+    before = workspace.sandbox.get_object("aws_security_group", rid)
+    proposal = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    assert proposal.branch == "import/app-staging-admin"
+    assert dict(proposal.plans["app-staging"].counts) == {"import": 1}
+    text = render_text(proposal_previews(workspace, proposal)["app-staging"])
+    assert text.startswith(f"NOTE: imports aws_security_group.admin (id {rid}) with zero diff: the plan shows the "
+                           "import and no other change for that address")
+    diff = workspace.repo.diff(proposal.base_sha, proposal.head_sha)
+    assert "to = aws_security_group.admin" in diff and f'id = "{rid}"' in diff and '"orders-admin-staging"' in diff
+    approve_and_apply(workspace, people, proposal.id)
+    state = workspace.sandbox.read_state("app-staging")
+    assert state is not None and state.resources["aws_security_group.admin"].id == rid
+    assert workspace.sandbox.get_object("aws_security_group", rid) == before  # brought under management as it was
+
+
+def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Workspace, people: People) -> None:
+    rid = made_in_the_console(workspace)
+    with pytest.raises(Refused, match=r"not zero-diff: the plan would also update it, changing tags.owner "
+                                      r'\("app-team" -> "someone-else"\)'):
+        import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid,
+                        {"tags": {"owner": "someone-else", "cost-centre": "cc-3003", "stack": "app-staging"}})
+    assert not workspace.repo.branch_exists("import/app-staging-admin")  # nothing half-written
+    missing = run_cli(["import", "--stack", "app-staging", "aws_security_group.other", "sg-nope"],
+                      workspace.settings.home, people.tokens["alice"])
+    assert missing.returncode == 1 and "no aws_security_group with id 'sg-nope' exists" in missing.stderr

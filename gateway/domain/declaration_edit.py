@@ -21,14 +21,25 @@ class NotCodifiable(InputError):
     """An attribute the gateway cannot rewrite alone; the message says where and why."""
 
 
-def hcl_literal(value: Any) -> str | None:
-    """`value` as an HCL literal, or None when it is not of a simple type (string, number, bool)."""
+def hcl_literal(value: Any, nested: bool = False) -> str | None:
+    """`value` as an HCL literal, or None when it is not of a simple type (string, number, bool).
+
+    With `nested`, lists and maps of simple values are literals too (for an import's configuration).
+    """
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return json.dumps(value)
     if isinstance(value, str):
         return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
+    if nested and isinstance(value, list):
+        items = [hcl_literal(v) for v in value]
+        return None if None in items else "[" + ", ".join(str(i) for i in items) + "]"
+    if nested and isinstance(value, Mapping):
+        pairs = [(json.dumps(str(k)), hcl_literal(v)) for k, v in value.items()]
+        if any(v is None for _, v in pairs):
+            return None
+        return "{" + ", ".join(f"{k} = {v}" for k, v in pairs) + "}"
     return None
 
 
@@ -78,7 +89,19 @@ def set_attribute(text: str, filename: str, rtype: str, name: str, attribute: st
     return "\n".join(lines) + "\n"
 
 
-def resource_block(rtype: str, name: str, attributes: Mapping[str, Any]) -> str:
-    """A new resource block with the given attributes, each a literal (others are left out by the caller)."""
-    body = [f"  {k} = {lit}" for k, v in sorted(attributes.items()) if (lit := hcl_literal(v)) is not None]
-    return f'resource "{rtype}" "{name}" {{\n' + "\n".join(body) + "\n}\n"
+def import_declaration(address: str, rid: str, attributes: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """An `import` block and a resource block for `address` (type.name) whose attributes are literals; also the
+    attributes left out (not literals), so the plan can show whether the configuration still matches."""
+    rtype, name = address.split(".", 1)
+    body, left_out = [], []
+    for key, value in sorted(attributes.items()):
+        if value is None:
+            continue
+        literal = hcl_literal(value, nested=True)
+        if literal is None:
+            left_out.append(key)
+        else:
+            body.append(f"  {key} = {literal}")
+    text = (f'import {{\n  to = {address}\n  id = {hcl_literal(rid)}\n}}\n\n'
+            f'resource "{rtype}" "{name}" {{\n' + "\n".join(body) + "\n}\n")
+    return text, left_out

@@ -451,6 +451,101 @@ def import_command(ctx: Context, stack: str, address: str, resource_id: str, ass
     _echo_proposal(ctx.ws, proposal, "text")
 
 
+@cli.group("break-glass")
+def break_glass() -> None:
+    """Incident windows: change a stack outside the gateway, in the open, then codify within the deadline."""
+
+
+@break_glass.command("open")
+@click.option("--stack", required=True)
+@click.option("-m", "--message", "reason", required=True, help="the incident, e.g. 'incident 4711: db CPU'")
+@click.option("--for", "duration", required=True, help="how long, e.g. 2h or 30m")
+@pass_ctx
+def break_glass_open(ctx: Context, stack: str, reason: str, duration: str) -> None:
+    """Open a window (a break-glass group member; on a protected stack a second person confirms)."""
+    from gateway.domain.drift import parse_interval
+    from gateway.services.break_glass import open_break_glass
+
+    window = open_break_glass(ctx.ws, ctx.actor(), stack, reason, parse_interval(duration, "--for"))
+    if window.opened_at is None:
+        click.echo(f"break-glass window {window.id} on {stack} waits for a second person of the break-glass group: "
+                   f"`gateway break-glass confirm {window.id}`")
+    else:
+        click.echo(f"break-glass window {window.id} on {stack} is open until {window.ends_at:%Y-%m-%d %H:%M} UTC; "
+                   "drift made meanwhile is expected, and must be codified after it")
+
+
+@break_glass.command("confirm")
+@click.argument("window_id", type=int)
+@pass_ctx
+def break_glass_confirm(ctx: Context, window_id: int) -> None:
+    """Confirm a window asked for on a protected stack (a second person of the break-glass group)."""
+    from gateway.services.break_glass import confirm_break_glass
+
+    window = confirm_break_glass(ctx.ws, ctx.actor(), window_id)
+    click.echo(f"break-glass window {window.id} on {window.stack} is open until {window.ends_at:%Y-%m-%d %H:%M} UTC")
+
+
+@break_glass.command("close")
+@click.argument("window_id", type=int)
+@click.option("-m", "--message", "note", default="", help="how the incident ended")
+@pass_ctx
+def break_glass_close(ctx: Context, window_id: int, note: str) -> None:
+    """End a window early; its drift is recorded and the codify deadline starts."""
+    from gateway.services.break_glass import close_break_glass
+
+    window = close_break_glass(ctx.ws, ctx.actor(), window_id, note)
+    deadline = window.codify_by(ctx.ws.repo_settings().break_glass)
+    click.echo(f"break-glass window {window.id} on {window.stack} closed; codify its drift by "
+               f"{deadline:%Y-%m-%d %H:%M} UTC (`gateway drift codify --stack {window.stack}`)" if deadline else
+               f"break-glass window {window.id} cancelled before it opened")
+
+
+@break_glass.command("acknowledge")
+@click.argument("window_id", type=int)
+@click.option("-m", "--message", "note", required=True, help="what is being done about the uncodified drift")
+@pass_ctx
+def break_glass_acknowledge(ctx: Context, window_id: int, note: str) -> None:
+    """Acknowledge an overdue window (the break-glass group): applies on its stack go on."""
+    from gateway.services.break_glass import acknowledge_break_glass
+
+    window = acknowledge_break_glass(ctx.ws, ctx.actor(), window_id, note)
+    click.echo(f"break-glass window {window.id} on {window.stack} acknowledged; applies there go on")
+
+
+@break_glass.command("list")
+@pass_ctx
+def break_glass_list(ctx: Context) -> None:
+    """Break-glass windows, newest first, with where each stands."""
+    from gateway.services.break_glass import sweep_break_glass, windows_of
+
+    ctx.actor()
+    sweep_break_glass(ctx.ws)
+    settings = ctx.ws.repo_settings().break_glass
+    windows = windows_of(ctx.ws)
+    for w in windows:
+        deadline = w.codify_by(settings)
+        click.echo(f"{w.id:>4} {w.stack:14} {w.state(now(), settings).value:22} by {w.opened_by}"
+                   + (f" (confirmed by {w.confirmed_by})" if w.confirmed_by else "")
+                   + (f", codify by {deadline:%Y-%m-%d %H:%M}" if deadline else "") + f": {w.reason}")
+    if not windows:
+        click.echo("no break-glass window was ever opened")
+
+
+@break_glass.command("show")
+@click.argument("window_id", type=int)
+@pass_ctx
+def break_glass_show(ctx: Context, window_id: int) -> None:
+    """The whole episode as one story (as `gateway audit show --break-glass N`)."""
+    _echo_story(audit_service_story(ctx, window_id))
+
+
+def audit_service_story(ctx: Context, window_id: int) -> list[Any]:
+    from gateway.services.break_glass import break_glass_story
+
+    return break_glass_story(ctx.ws, ctx.actor(), window_id)
+
+
 # --- the change path -------------------------------------------------------------------------
 
 
@@ -763,11 +858,21 @@ def audit_list(ctx: Context, proposal_id: int | None, actor_name: str | None, st
 
 
 @audit.command("show")
-@click.argument("proposal_id", type=int)
+@click.argument("proposal_id", type=int, required=False)
+@click.option("--break-glass", "window_id", type=int, default=None, help="a break-glass episode instead of a change")
 @pass_ctx
-def audit_show(ctx: Context, proposal_id: int) -> None:
-    """The whole story of one change, from request to merge."""
-    for e in audit_service.proposal_story(ctx.ws, ctx.actor(), proposal_id):
+def audit_show(ctx: Context, proposal_id: int | None, window_id: int | None) -> None:
+    """The whole story of one change, from request to merge (or of one break-glass episode)."""
+    if (proposal_id is None) == (window_id is None):
+        raise click.UsageError("name a proposal, or a break-glass window with --break-glass N")
+    if window_id is not None:
+        _echo_story(audit_service_story(ctx, window_id))
+        return
+    _echo_story(audit_service.proposal_story(ctx.ws, ctx.actor(), proposal_id or 0))
+
+
+def _echo_story(events: list[Any]) -> None:
+    for e in events:
         click.echo(_event_line(e))
         details = {k: v for k, v in e.payload.items() if v not in (None, [], {}, "")}
         for key, value in details.items():

@@ -16,7 +16,16 @@ from gateway.adapters.records import now
 from gateway.api.app import create_app
 from gateway.domain.errors import Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
+from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision
+from gateway.services.break_glass import (
+    acknowledge_break_glass,
+    close_break_glass,
+    confirm_break_glass,
+    open_break_glass,
+    overdue_windows,
+    sweep_break_glass,
+)
 from gateway.services.codify import codify_drift
 from gateway.services.drift import revert_drift
 from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
@@ -24,6 +33,7 @@ from gateway.services.imports import import_resource
 from gateway.services.proposals import decide, open_proposal, proposal_previews
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
+from gateway.services.users import add_principal
 from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 
@@ -281,3 +291,81 @@ def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Works
     missing = run_cli(["import", "--stack", "app-staging", "aws_security_group.other", "sg-nope"],
                       workspace.settings.home, people.tokens["alice"])
     assert missing.returncode == 1 and "no aws_security_group with id 'sg-nope' exists" in missing.stderr
+
+
+# --- break-glass ------------------------------------------------------------------------------------
+
+
+def break_glass_rules(clone: Clone, codify_within: str) -> None:
+    clone.branch("main")
+    clone.write("gateway.yaml", clone.read("gateway.yaml")
+                + f"\nbreak_glass:\n  groups: [oncall]\n  codify_within: {codify_within}\n")
+    clone.push("on-call may break the glass", author="admin")
+
+
+def on_call(ws: Workspace, people: People, name: str) -> tuple[Principal, str]:
+    return add_principal(ws, people.admin, name, frozenset({Role.REQUESTER}), frozenset({"oncall"}))
+
+
+def test_a_break_glass_window_codified_in_time_is_one_clean_story(workspace: Workspace, people: People,
+                                                                   clone: Clone) -> None:
+    break_glass_rules(clone, "1h")
+    olga, _ = on_call(workspace, people, "olga")
+    with pytest.raises(Refused, match="alice is not in a break-glass group"):
+        open_break_glass(workspace, people.alice, "app-staging", "incident 7", timedelta(hours=2))
+    with pytest.raises(Refused, match="only people may break the glass"):
+        open_break_glass(workspace, people.agent, "app-staging", "incident 7", timedelta(hours=2))
+    window = open_break_glass(workspace, olga, "app-staging", "incident 7: web tier saturated", timedelta(hours=2))
+    assert window.opened_at is not None  # app-staging protects nothing: no second person needed
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
+    close_break_glass(workspace, olga, window.id, "load is back to normal")
+    [record] = list_drift_records(workspace, people.bob, only_open=True)
+    assert record.expected and record.break_glass_id == window.id
+    codify = codify_drift(workspace, olga, "app-staging")
+    assert "expected: made during a break-glass window" in render_text(proposal_previews(workspace, codify)["app-staging"])
+    approve_and_apply(workspace, people, codify.id)
+    assert sweep_break_glass(workspace) == [f"window {window.id} settled"]
+    assert overdue_windows(workspace) == []
+
+    story = run_cli(["audit", "show", "--break-glass", str(window.id)], workspace.settings.home, people.tokens["dana"])
+    assert story.returncode == 0, story.stderr
+    kinds = [line.split()[3] for line in story.stdout.splitlines() if line[:5].strip().isdigit()]
+    for kind in ("break_glass.opened", "drift.opened", "break_glass.closed", "proposal.opened", "approval",
+                 "apply.succeeded", "merged", "drift.closed", "break_glass.settled"):
+        assert kind in kinds, (kind, story.stdout)
+    assert kinds.index("break_glass.opened") < kinds.index("drift.opened") < kinds.index("drift.closed")
+
+
+def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_acknowledged(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    break_glass_rules(clone, "1s")
+    olga, _ = on_call(workspace, people, "olga")
+    paul, paul_token = on_call(workspace, people, "paul")
+    window = open_break_glass(workspace, olga, "app-prod", "incident 8: lb", timedelta(hours=1))
+    assert window.opened_at is None  # app-prod is protected: a second person confirms
+    with pytest.raises(Refused, match="olga asked for this window; a second person confirms it"):
+        confirm_break_glass(workspace, olga, window.id)
+    assert confirm_break_glass(workspace, paul, window.id).opened_at is not None
+    workspace.simulator.edit_object("app-prod", "aws_instance.web[0]", {"instance_type": "t3.xlarge"})
+    close_break_glass(workspace, olga, window.id, "over")
+    time.sleep(1.2)  # past the codify deadline
+    assert sweep_break_glass(workspace) == [f"window {window.id} overdue"]
+    with workspace.store.session(readonly=True) as session:
+        [flag] = session.events(kind="break_glass.overdue")
+    assert flag.payload["drifted"] == ["aws_instance.web[0]"] and tuple(flag.stacks) == ("app-prod",)
+
+    clone.branch("tags").edit("stacks/app-prod/main.tf", '"cc-3003"', '"cc-3004"').push()
+    change = open_proposal(workspace, people.alice, "tags", "new cost centre")
+    decide(workspace, people.bob, change.id, Decision.APPROVE, "ok")
+    with pytest.raises(Refused, match=f"break-glass window {window.id} .* acknowledges it"):
+        apply_proposal(workspace, people.alice, change.id)
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        sign_in(client, people.tokens["bob"])
+        assert f'id="break-glass-{window.id}"' in client.get("/").text
+        assert "overdue" in client.get("/drift").text
+    with pytest.raises(Refused, match="bob is not in a break-glass group"):
+        acknowledge_break_glass(workspace, people.bob, window.id, "seen")
+    acknowledged = run_cli(["break-glass", "acknowledge", str(window.id), "-m", "codify ticket OPS-12"],
+                           workspace.settings.home, paul_token)
+    assert acknowledged.returncode == 0, acknowledged.stderr
+    assert apply_proposal(workspace, people.alice, change.id).succeeded

@@ -8,9 +8,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
 
+from gateway.adapters.records import now
 from gateway.api.deps import ActorDep, PageActorDep, WorkspaceDep
 from gateway.api.pages import render
 from gateway.api.routes import ERRORS
+from gateway.services.break_glass import windows_of
 from gateway.services.drift_records import list_drift_records
 
 api = APIRouter(prefix="/api/v1", responses=ERRORS)
@@ -57,4 +59,7 @@ def drift_records(ws: WorkspaceDep, actor: ActorDep, stack: StackQuery = None,
 
 @pages.get("/drift")
 def drift_page(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
-    return render(request, "drift.html", actor, records=list_drift_records(ws, actor))
+    settings = ws.repo_settings().break_glass
+    moment = now()
+    windows = [(w, w.state(moment, settings).value, w.codify_by(settings)) for w in windows_of(ws)]
+    return render(request, "drift.html", actor, records=list_drift_records(ws, actor), windows=windows)

@@ -59,7 +59,7 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
         session.set_marker(CHECKED + stack, moment.isoformat())
         record = session.open_drift_record(stack)
         windows = [BreakGlassWindow.from_row(r) for r in session.break_glass_windows(stack)]
-        window = next((w for w in windows if w.is_open(moment)), None)
+        window = next((w for w in windows if _covers(w, moment)), None)
         base = {"stack": stack, "main_sha": result.sha, "requested_by": who,
                 "drifted": {d.address: [a.path for a in d.attributes] or [d.summary] for d in found}}
         if not found and record is None:
@@ -92,6 +92,13 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
             session.append_event(actor, "drift.checked", {**base, "outcome": outcome}, None, [stack])
         latest = session.drift_records(stack)[:1]
     return DriftCheck(stack, tuple(found), latest[0] if latest and outcome != "clean" else None, outcome)
+
+
+def _covers(window: BreakGlassWindow, moment: datetime) -> bool:
+    """Drift found while a window is open, or after it ended and before it was settled, is the window's."""
+    ended = window.ended_at
+    return window.is_open(moment) or (window.opened_at is not None and ended is not None and ended <= moment
+                                      and window.codified_at is None)
 
 
 def _way_out(proposal: Proposal) -> str:

@@ -30,6 +30,7 @@ from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTime
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
+from gateway.services.break_glass import break_glass_refusals
 from gateway.services.drift_records import settle_drift_after_apply
 from gateway.services.github import forge_of, github_approval_refusals, refresh_from_github
 from gateway.services.heartbeat import Heartbeat
@@ -179,7 +180,7 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
         _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
     watch_main(ws)
     reasons = (apply_refusals(actor, proposal, ws.repo_settings(), now()) + github_approval_refusals(ws, proposal)
-               + push_refusals(ws, proposal))
+               + push_refusals(ws, proposal) + break_glass_refusals(ws, proposal))
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:

@@ -1007,8 +1007,14 @@ def serve(ctx: Context, host: str, port: int, workers: int, processes: int) -> N
 
 @cli.command()
 @click.option("--keep", is_flag=True, help="keep the temporary workspace and print where it is")
-def demo(keep: bool) -> None:
+@click.option("--day-two", "day_two", is_flag=True, help="drift -> codify, and break-glass -> codify, instead")
+def demo(keep: bool, day_two: bool) -> None:
     """Run the whole change path in a fresh temporary workspace, narrated."""
+    if day_two:
+        from gateway.demo_day_two import run_day_two_demo
+
+        run_day_two_demo(keep=keep)
+        return
     from gateway.demo import run_demo
 
     run_demo(keep=keep)

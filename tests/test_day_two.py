@@ -8,6 +8,7 @@ import json
 import re
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -78,8 +79,7 @@ def test_the_scheduled_check_records_drift_and_a_later_proposal_shows_it_first(w
     preview = proposal_previews(workspace, proposal)["app-staging"]
     text = render_text(preview)
     assert text.startswith(f"OPEN DRIFT on this stack (drift record {record.id}")
-    assert 'this apply would revert: aws_instance.web[0] (instance_type: "t3.medium" -> "t3.small")' not in text
-    assert 'this apply would revert: aws_instance.web[0] (instance_type: "t3.small" -> "t3.medium")' in text
+    assert 'this apply would revert: aws_instance.web[0] (instance_type: now "t3.medium", declared "t3.small")' in text
     assert text.index("OPEN DRIFT") < text.index("Plan (")
     assert render_markdown(preview).startswith("> :warning: **Open drift on this stack**")
     assert json.loads(render_json(preview))["open_drift"][0]["reverts"][0]["address"] == "aws_instance.web[0]"
@@ -369,3 +369,15 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
                            workspace.settings.home, paul_token)
     assert acknowledged.returncode == 0, acknowledged.stderr
     assert apply_proposal(workspace, people.alice, change.id).succeeded
+
+
+def test_the_day_two_demo_narrates_drift_and_break_glass_to_codify(tmp_path: Path) -> None:
+    result = run_cli(["demo", "--day-two"], tmp_path / "unused", timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "drift record 1 opened: aws_instance.web[0] (instance_type)" in out
+    assert "OPEN DRIFT on this stack (drift record 1" in out and "this apply would revert: aws_instance.web[0]" in out
+    assert "drift record 1 on app-staging: closed; proposal 2 (a codify) was applied" in out
+    assert "break-glass window 1 waits for confirmation" in out and "window 1 settled" in out
+    assert out.index("break_glass.opened") < out.index("drift.opened") < out.index("break_glass.settled")
+    assert "audit trail intact" in out

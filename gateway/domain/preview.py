@@ -317,7 +317,7 @@ def _open_drift_lines(preview: Preview) -> list[str]:
 
 
 def _drift_summary(d: DriftEntry) -> str:
-    attrs = ", ".join(f"{a.path}: {a.before or '(unset)'} -> {a.after or '(unset)'}" for a in d.attributes)
+    attrs = ", ".join(f"{a.path}: now {a.after or '(unset)'}, declared {a.before or '(unset)'}" for a in d.attributes)
     return f"{d.address} ({attrs or d.summary})"
 
 

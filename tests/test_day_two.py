@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.records import now
 from gateway.api.app import create_app
@@ -38,7 +39,7 @@ from gateway.services.users import add_principal
 from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 
-from .conftest import Clone, People, run_cli
+from .conftest import Clone, People, add_people, run_cli
 
 
 def every(ws: Workspace, clone: Clone, stack: str, interval: str) -> None:
@@ -381,3 +382,21 @@ def test_the_day_two_demo_narrates_drift_and_break_glass_to_codify(tmp_path: Pat
     assert "break-glass window 1 waits for confirmation" in out and "window 1 settled" in out
     assert out.index("break_glass.opened") < out.index("drift.opened") < out.index("break_glass.settled")
     assert "audit trail intact" in out
+
+
+def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -> None:
+    ws = any_workspace
+    people = add_people(ws)
+    console_edit(ws)
+    opened = check_drift(ws, people.admin, "app-staging")
+    assert opened.outcome == "opened" and check_drift(ws, people.admin, "app-staging").outcome == "unchanged"
+    with ws.store.session() as session, pytest.raises(IntegrityError):  # one open record per stack, whoever races
+        session.add_drift_record("app-staging", [], False, None)
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
+    closed = check_drift(ws, people.admin, "app-staging")
+    assert closed.outcome == "closed" and closed.record is not None and closed.record.closed_reason == (
+        "a check finds no drift any more")
+    with ws.store.session() as session:
+        wid = session.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
+        window = session.break_glass(wid)
+    assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)

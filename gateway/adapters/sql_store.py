@@ -481,9 +481,15 @@ def _main_pushes(conn: Connection) -> None:
     metadata.create_all(conn, tables=[main_pushes, markers])
 
 
+ONE_OPEN_DRIFT_RECORD = Index("drift_records_one_open_per_stack", drift_records.c.stack, unique=True,
+                              sqlite_where=drift_records.c.status == "open",
+                              postgresql_where=drift_records.c.status == "open")
+
+
 def _day_two(conn: Connection) -> None:
-    """Drift records per stack and break-glass windows."""
+    """Drift records per stack (one open at a time, whatever workers race) and break-glass windows."""
     metadata.create_all(conn, tables=[drift_records, break_glass_windows])
+    ONE_OPEN_DRIFT_RECORD.create(conn, checkfirst=True)
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [

@@ -400,3 +400,21 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
         wid = session.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
         window = session.break_glass(wid)
     assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
+
+
+def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database(workspace: Workspace,
+                                                                                 people: People) -> None:
+    leaked = "console-typed-Pa55word-9172"
+    workspace.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
+    record = check_drift(workspace, people.admin, "data").record
+    assert record is not None
+    [attribute] = record.resources[0].attributes
+    assert (attribute.path, attribute.before, attribute.after) == ("password", "(sensitive)", "(sensitive)")
+    with pytest.raises(Refused, match=r"aws_db_instance.orders.password: its value is sensitive"):
+        codify_drift(workspace, people.alice, "data")
+    listed = run_cli(["drift", "list"], workspace.settings.home, people.tokens["dana"])
+    assert listed.returncode == 0 and leaked not in listed.stdout
+    with workspace.db.engine.connect() as conn:
+        for table in ("drift_records", "audit_events"):
+            rows = conn.exec_driver_sql(f"select * from {table}").fetchall()
+            assert leaked not in str(rows), table

@@ -1,6 +1,7 @@
 """Day two on the Terraform engine (a real Terraform 1.0.3 and the test provider, whose objects are JSON files):
 drift found and recorded, codified by the gateway, proven by a plan with no changes, and the record closed.
-Skipped, saying why, only where `make terraform` has not run. Import blocks do not exist in Terraform 1.0.3."""
+A rollback of an applied change ends with the objects as they were. Skipped, saying why, only where
+`make terraform` has not run. Import blocks do not exist in Terraform 1.0.3: the import command says so."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from gateway.domain.proposal import Decision
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.codify import codify_drift
 from gateway.services.drift_records import check_drift, list_drift_records
-from gateway.services.proposals import decide
+from gateway.services.proposals import decide, open_proposal
+from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace, create_workspace
 
-from .conftest import add_people
+from .conftest import Clone, add_people
 
 INSTALLED = Path(__file__).resolve().parent.parent / ".tools" / "terraform"
 
@@ -68,3 +70,22 @@ def test_import_is_refused_on_terraform_1_0(tf_workspace: Workspace) -> None:
     people = add_people(tf_workspace)
     with pytest.raises(InputError, match="Terraform 1.0.3 has no import blocks"):
         import_resource(tf_workspace, people.alice, "files", "sim_object.extra", "some-id")
+
+
+def objects(ws: Workspace) -> dict[str, dict]:
+    return {o["name"]: o for o in (json.loads(p.read_text()) for p in (ws.settings.home / "sim-objects").glob("*.json"))}
+
+
+def test_a_rollback_on_terraform_ends_with_the_objects_as_before(tf_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = tf_workspace, add_people(tf_workspace)
+    before = objects(ws)
+    Clone(ws, tmp_path / "clone").branch("more").edit("stacks/files/main.tf", "replicas=2", "replicas=3").push()
+    change = open_proposal(ws, people.alice, "more", "three replicas")
+    decide(ws, people.bob, change.id, Decision.APPROVE, "ok")
+    assert apply_proposal(ws, people.alice, change.id).succeeded
+    assert objects(ws)["app-config"]["content"] == "replicas=3"
+    rollback = rollback_proposal(ws, people.alice, change.id, "three was too many")
+    assert rollback.plans["files"].counts == {"update": 1}
+    decide(ws, people.bob, rollback.id, Decision.APPROVE, "back to two")
+    assert apply_proposal(ws, people.alice, rollback.id).succeeded
+    assert objects(ws) == before

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import structlog
+
 from gateway.adapters.records import now
 from gateway.domain.audit import AuditEvent
 from gateway.domain.break_glass import (
@@ -18,12 +20,14 @@ from gateway.domain.break_glass import (
     confirm_refusals,
     open_refusals,
 )
-from gateway.domain.errors import InputError, NotFound, Refused
+from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.principals import SYSTEM_NAME, Principal
 from gateway.domain.proposal import Proposal
 from gateway.services import audit as audit_service
 from gateway.services.drift_records import check_drift
 from gateway.services.workspace import Workspace
+
+log = structlog.get_logger(__name__)
 
 ACTIVE_STATES = (WindowState.AWAITING_CONFIRMATION, WindowState.OPEN)
 
@@ -82,7 +86,10 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
     if window.closed_at is not None or (window.ended_at is not None and window.ended_at <= moment):
         raise Refused([f"break-glass window {window_id} has already ended"])
     if window.opened_at is not None:
-        check_drift(ws, SYSTEM_NAME, window.stack)  # while it is open: what was changed is expected
+        try:  # while it is open: what was changed is expected (a later check attributes it to the window too)
+            check_drift(ws, SYSTEM_NAME, window.stack)
+        except GatewayError as exc:
+            log.warning("break_glass.check_failed", window=window_id, error=str(exc))
     with ws.store.session() as session:
         session.update_break_glass(window_id, closed_at=now())
         session.append_event(actor, "break_glass.closed", {"break_glass": window_id, "stack": window.stack,

@@ -10,16 +10,16 @@ changes the declaration to match); after such an apply the gateway checks again,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
 
 from gateway.adapters.records import now
 from gateway.domain.break_glass import BreakGlassWindow
-from gateway.domain.drift import DriftRecord, check_due, open_drift_notice
+from gateway.domain.drift import DriftRecord, check_due
 from gateway.domain.errors import GatewayError, NotFound, Refused
-from gateway.domain.preview import DriftEntry, Preview
+from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import SYSTEM_NAME, Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.planning import ChangeOrigin, plan_stack
@@ -154,11 +154,4 @@ def open_drift_by_stack(ws: Workspace, stacks: Sequence[str]) -> dict[str, Drift
     with ws.store.session(readonly=True) as session:
         found = {s: session.open_drift_record(s) for s in stacks}
     return {s: r for s, r in found.items() if r is not None}
-
-
-def with_open_drift(preview: Preview, record: DriftRecord | None) -> Preview:
-    """The preview with the stack's open drift record in front (what this apply would revert, what it keeps)."""
-    if record is None:
-        return preview
-    return replace(preview, open_drift=(open_drift_notice(record, preview.drift),))
 

@@ -364,6 +364,8 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
         sign_in(client, people.tokens["bob"])
         assert f'id="break-glass-{window.id}"' in client.get("/").text
         assert "overdue" in client.get("/drift").text
+        [listed] = client.get("/api/v1/break-glass", headers={"Authorization": f"Bearer {people.tokens['dana']}"}).json()
+        assert (listed["id"], listed["state"], listed["confirmed_by"]) == (window.id, "overdue", "paul")
     with pytest.raises(Refused, match="bob is not in a break-glass group"):
         acknowledge_break_glass(workspace, people.bob, window.id, "seen")
     acknowledged = run_cli(["break-glass", "acknowledge", str(window.id), "-m", "codify ticket OPS-12"],

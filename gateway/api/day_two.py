@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -47,6 +48,20 @@ class DriftRecordPublic(BaseModel):
     resources: list[DriftResourcePublic]
 
 
+class BreakGlassPublic(BaseModel):
+    id: int
+    stack: str
+    state: str  # awaiting confirmation | open | codify due | overdue | acknowledged | settled | cancelled
+    reason: str
+    opened_by: str
+    confirmed_by: str | None
+    opened_at: str | None
+    ended_at: str | None
+    codify_by: str | None
+    acknowledged_by: str | None
+    acknowledgement: str | None
+
+
 StackQuery = Annotated[str | None, Query(max_length=100, description="only this stack's records")]
 
 
@@ -55,6 +70,23 @@ def drift_records(ws: WorkspaceDep, actor: ActorDep, stack: StackQuery = None,
                   open: Annotated[bool, Query(description="only open records")] = False) -> list[DriftRecordPublic]:
     """Drift records, newest first: what changed outside the gateway per stack, masked, and how each ended."""
     return [DriftRecordPublic(**r.to_public()) for r in list_drift_records(ws, actor, stack, open)]
+
+
+@api.get("/break-glass", response_model=list[BreakGlassPublic], tags=["drift"])
+def break_glass_windows(ws: WorkspaceDep, actor: ActorDep) -> list[BreakGlassPublic]:
+    """Break-glass windows, newest first, with where each stands (an overdue one holds applies on its stack)."""
+    del actor  # any signed-in principal may read them
+    settings = ws.repo_settings().break_glass
+    moment = now()
+    return [BreakGlassPublic(
+        id=w.id, stack=w.stack, state=w.state(moment, settings).value, reason=w.reason, opened_by=w.opened_by,
+        confirmed_by=w.confirmed_by, opened_at=_iso(w.opened_at), ended_at=_iso(w.ended_at),
+        codify_by=_iso(w.codify_by(settings)), acknowledged_by=w.acknowledged_by, acknowledgement=w.acknowledgement)
+        for w in windows_of(ws)]
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
 
 
 @pages.get("/drift")

@@ -384,7 +384,7 @@ def drift_check(ctx: Context, stacks: tuple[str, ...]) -> None:
         r = check.record
         click.echo(f"{stack}: drift record {r.id} {check.outcome}" + (" (expected: break-glass window)" if r.expected else ""))
         for entry in check.found:
-            click.echo(f"  ! {entry.address}: {entry.summary}")
+            click.echo(f"  ! {entry.address}: {entry.summary.split(';')[0]}")  # what main's apply would do is a proposal's
             for a in entry.attributes:
                 click.echo(f"      {a.path}: {a.before or '(unset)'} (recorded) -> {a.after or '(unset)'} (now)")
 

@@ -420,3 +420,28 @@ def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database
         for table in ("drift_records", "audit_events"):
             rows = conn.exec_driver_sql(f"select * from {table}").fetchall()
             assert leaked not in str(rows), table
+
+
+def test_a_pushed_import_with_a_diff_is_denied_until_a_policy_owner_overrides_it(workspace: Workspace,
+                                                                                 people: People, clone: Clone) -> None:
+    rid = made_in_the_console(workspace)
+    clone.branch("adopt").write("stacks/app-staging/admin.tf", f'''import {{
+  to = aws_security_group.admin
+  id = "{rid}"
+}}
+
+resource "aws_security_group" "admin" {{
+  name        = "orders-admin-staging"
+  description = "made by hand"
+  vpc_id      = var.vpc_id
+  tags        = merge(local.tags, {{ imported = "yes" }})
+}}
+''').push("adopt the admin group")
+    proposal = open_proposal(workspace, people.alice, "adopt", "adopt the console's admin group")
+    [finding] = [f for f in proposal.findings if f.rule == "import-zero-diff"]
+    assert finding.address == "aws_security_group.admin" and "changing tags" in finding.message
+    text = render_text(proposal_previews(workspace, proposal)["app-staging"])
+    assert text.startswith(f"NOTE: imports aws_security_group.admin (id {rid}) but NOT with zero diff: the plan "
+                           "would also change it (update in place): tags.imported")
+    with pytest.raises(Refused, match="policy denies app-staging:import-zero-diff:aws_security_group.admin"):
+        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")

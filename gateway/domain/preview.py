@@ -119,6 +119,7 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
                   risk: Risk | None = None) -> Preview:
     """Mask, classify and order a plan for a person (with its policy findings and risk, if judged)."""
     changes = tuple(_entry(rc) for rc in plan.changes)
+    imports = tuple(_import_notice(e) for e in changes if e.importing_id)
     return Preview(
         engine=engine or _engine_label(plan),
         counts={**{kind.value: n for kind, n in plan.counts().items()}, **plan.moves_and_imports()},
@@ -133,7 +134,16 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
         ),
         risk=risk,
         findings=tuple(findings),
+        notices=imports,
     )
+
+
+def _import_notice(e: ResourceEntry) -> str:
+    if e.kind == ChangeKind.NO_OP:
+        return (f"imports {e.address} (id {e.importing_id}) with zero diff: the plan shows the import and no other "
+                "change for that address")
+    return (f"imports {e.address} (id {e.importing_id}) but NOT with zero diff: the plan would also change it "
+            f"({e.label}): {', '.join(a.path for a in e.attributes) or 'the object'}")
 
 
 def _engine_label(plan: Plan) -> str:

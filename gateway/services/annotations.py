@@ -1,5 +1,6 @@
 """What a proposal's previews show before the plan, added when they are read (the stored previews never change):
-the stack's open drift record (what this apply would revert), and what a rollback or an import must say first."""
+the stack's open drift record (what this apply would revert), and what a rollback must say first (an import's
+zero-diff statement is the preview's own: `build_preview` writes it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from gateway.services.drift_records import open_drift_by_stack
 from gateway.services.workspace import Workspace
 
 ROLLBACK_OF = "rollback_of:"  # marker: proposal id -> the proposal it rolls back, and why
-IMPORT_OF = "import_of:"  # marker: proposal id -> the address and id it imports
 
 
 def annotate_previews(ws: Workspace, proposal: Proposal, previews: dict[str, str]) -> dict[str, str]:
@@ -22,9 +22,8 @@ def annotate_previews(ws: Workspace, proposal: Proposal, previews: dict[str, str
     with ws.store.session(readonly=True) as session:
         rollback_of = session.marker(f"{ROLLBACK_OF}{proposal.id}")
         rollback = session.get_proposal(int(rollback_of)) if rollback_of else None
-        importing = session.marker(f"{IMPORT_OF}{proposal.id}")
     drift = open_drift_by_stack(ws, list(previews)) if proposal.status in DECIDABLE else {}
-    if not (rollback or importing or drift):
+    if not (rollback or drift):
         return previews
     out = {}
     for stack, text in previews.items():
@@ -37,8 +36,6 @@ def annotate_previews(ws: Workspace, proposal: Proposal, previews: dict[str, str
             document["open_drift"] = [_open_drift_json(open_drift_notice(record, plan_drift))]
         if rollback:
             notices += rollback_notices(rollback, [d["address"] for d in document["danger"]])
-        if importing:
-            notices += import_notices(importing, document["changes"])
         document["notices"] = notices
         out[stack] = json.dumps(document, separators=(",", ":"), ensure_ascii=False, default=str)
     return out
@@ -58,14 +55,3 @@ def rollback_notices(of: Proposal, doomed: list[str]) -> list[str]:
                         "with any data in it")
     return lines
 
-
-def import_notices(address: str, changes: list[dict[str, Any]]) -> list[str]:
-    """Whether the plan imports `address` with zero diff (`changes`: the preview's entries, public JSON)."""
-    entry = next((e for e in changes if e["address"] == address), None)
-    if entry is None or not entry.get("importing_id"):
-        return [f"imports {address}: the plan no longer shows the import"]
-    if entry["attributes"]:
-        return [f"imports {address} (id {entry['importing_id']}) but NOT zero-diff: the plan would also change "
-                f"{', '.join(a['path'] for a in entry['attributes'])}"]
-    return [f"imports {address} (id {entry['importing_id']}) with zero diff: the plan shows the import and no other "
-            "change for that address"]

@@ -19,7 +19,6 @@ from gateway.domain.plan import ChangeKind
 from gateway.domain.preview import build_preview
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
-from gateway.services.annotations import IMPORT_OF
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.proposals import get_proposal, open_proposal
 from gateway.services.workspace import Workspace
@@ -67,7 +66,6 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
         ws.repo.delete_branch(branch)
         raise
     with ws.store.session() as session:
-        session.set_marker(f"{IMPORT_OF}{proposal.id}", address)
         session.append_event(actor, "import.proposed", {"address": address, "id": rid, "branch": branch,
                                                         "zero_diff": True}, proposal.id, [stack])
     return get_proposal(ws, proposal.id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,12 +15,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import IntegrityError
 
+from agents.llm import ChatModel
 from gateway.adapters.records import now
 from gateway.api.app import create_app
 from gateway.domain.errors import Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision
+from gateway.services.agent_requests import submit_request
 from gateway.services.break_glass import (
     acknowledge_break_glass,
     close_break_glass,
@@ -40,6 +43,7 @@ from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 
 from .conftest import Clone, People, add_people, run_cli
+from .model_stub import ModelStub, tool_call
 
 
 def every(ws: Workspace, clone: Clone, stack: str, interval: str) -> None:
@@ -445,3 +449,35 @@ resource "aws_security_group" "admin" {{
                            "would also change it (update in place): tags.imported")
     with pytest.raises(Refused, match="policy denies app-staging:import-zero-diff:aws_security_group.admin"):
         decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+
+
+def test_the_agent_codifies_drift_on_request(workspace: Workspace, people: People) -> None:
+    console_edit(workspace)
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    seen: list[str] = []
+
+    def after_preview(next_turn: dict) -> Callable[[dict], dict]:
+        def turn(body: dict) -> dict:
+            seen.append(next(m["content"] for m in reversed(body["messages"]) if m["role"] == "tool"))
+            return next_turn
+        return turn
+
+    with ModelStub() as stub:
+        stub.turns = [
+            tool_call("run_preview", stack="app-staging"),
+            after_preview(tool_call("patch_file", path="stacks/app-staging/main.tf",
+                                    old='instance_type          = "t3.small"', new='instance_type          = "t3.medium"')),
+            tool_call("run_preview", stack="app-staging"),
+            after_preview(tool_call("finish", summary="Codified the console change: the web instance is t3.medium "
+                                                      "in the declaration; the plan has no changes.")),
+        ]
+        outcome = submit_request(workspace, people.alice, "Codify the drift on app-staging: keep what runs",
+                                 model=ChatModel(stub.base_url, "k", "stub"))
+    assert 'instance_type: "t3.small" (recorded) -> "t3.medium" (now)' in seen[0]  # the drift, as the agent saw it
+    assert "No changes" in seen[1]
+    proposal = outcome.proposal
+    assert proposal is not None and proposal.proposer.is_agent and not proposal.plans["app-staging"].has_changes
+    approve_and_apply(workspace, people, proposal.id)
+    [closed] = list_drift_records(workspace, people.bob)
+    assert closed.closed_by_proposal == proposal.id and "a codify" in (closed.closed_reason or "")

@@ -65,7 +65,7 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
         if not found and record is None:
             outcome = "clean"
         elif not found and record is not None:
-            reason = (f"proposal {settled_by.id} ({_way_out(settled_by)}) was applied; a check after it finds no drift"
+            reason = (f"proposal {settled_by.id} ({_way_out(settled_by, stack)}) was applied; a check after it finds no drift"
                       if settled_by else "a check finds no drift any more")
             session.close_drift_record(record.id, who, reason, settled_by.id if settled_by else None)
             session.append_event(actor, "drift.closed", {**base, "record": record.id, "reason": reason,
@@ -101,10 +101,12 @@ def _covers(window: BreakGlassWindow, moment: datetime) -> bool:
                                       and window.codified_at is None)
 
 
-def _way_out(proposal: Proposal) -> str:
+def _way_out(proposal: Proposal, stack: str) -> str:
+    """How an applied proposal settled a stack's drift: a revert, or a codify (its plan there changed nothing)."""
     if proposal.kind == ProposalKind.DRIFT_REVERT:
         return "a revert of the drift"
-    return "a codify" if proposal.branch.startswith("codify/") else "a change"
+    plan = proposal.plans.get(stack)
+    return "a codify" if plan is not None and not plan.has_changes else "a change"
 
 
 def check_scheduled_drift(ws: Workspace, moment: datetime | None = None) -> list[DriftCheck]:

@@ -342,10 +342,19 @@ def main_acknowledge(ctx: Context, sha: str, reason: str) -> None:
     click.echo(f"acknowledged {push['sha'][:12]} (stacks {', '.join(push['stacks']) or '-'})")
 
 
-@cli.command("drift")
+@cli.group("drift", invoke_without_command=True)
+@click.option("--stack", "stacks", multiple=True, help="without a subcommand: as `gateway drift revert`")
+@click.pass_context
+def drift(click_ctx: click.Context, stacks: tuple[str, ...]) -> None:
+    """Drift: check and record it (check, list), and the ways out (revert, codify)."""
+    if click_ctx.invoked_subcommand is None:
+        click_ctx.invoke(drift_revert, stacks=stacks)
+
+
+@drift.command("revert")
 @click.option("--stack", "stacks", multiple=True, help="stacks to check (default: every stack)")
 @pass_ctx
-def drift(ctx: Context, stacks: tuple[str, ...]) -> None:
+def drift_revert(ctx: Context, stacks: tuple[str, ...]) -> None:
     """Look for drift; revert it alone where gateway.yaml allows, else open a revert that needs approval."""
     actor = ctx.actor()
     for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
@@ -357,6 +366,184 @@ def drift(ctx: Context, stacks: tuple[str, ...]) -> None:
         else:
             click.echo(f"{stack}: proposal {outcome.proposal.id} reverts the drift and needs approval: "
                        f"{'; '.join(outcome.reasons)}")
+
+
+@drift.command("check")
+@click.option("--stack", "stacks", multiple=True, help="stacks to check (default: every stack)")
+@pass_ctx
+def drift_check(ctx: Context, stacks: tuple[str, ...]) -> None:
+    """Refresh main's declaration against reality; record what drifted (a drift record per stack)."""
+    from gateway.services.drift_records import check_drift
+
+    actor = ctx.actor()
+    for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
+        check = check_drift(ctx.ws, actor, stack)
+        if check.record is None:
+            click.echo(f"{stack}: no drift")
+            continue
+        r = check.record
+        click.echo(f"{stack}: drift record {r.id} {check.outcome}" + (" (expected: break-glass window)" if r.expected else ""))
+        for entry in check.found:
+            click.echo(f"  ! {entry.address}: {entry.summary.split(';')[0]}")  # what main's apply would do is a proposal's
+            for a in entry.attributes:
+                click.echo(f"      {a.path}: {a.before or '(unset)'} (recorded) -> {a.after or '(unset)'} (now)")
+
+
+@drift.command("list")
+@click.option("--stack", default=None)
+@click.option("--open", "only_open", is_flag=True, help="only open records")
+@pass_ctx
+def drift_list(ctx: Context, stack: str | None, only_open: bool) -> None:
+    """Drift records, newest first: open ones need a revert or a codify."""
+    from gateway.services.drift_records import list_drift_records
+
+    records = list_drift_records(ctx.ws, ctx.actor(), stack, only_open)
+    for r in records:
+        state = "OPEN" if r.status.value == "open" else "closed"
+        click.echo(f"{r.id:>4} {r.stack:14} {state:6} since {r.opened_at:%Y-%m-%d %H:%M}"
+                   + (" expected (break-glass)" if r.expected else "") + f"  {r.describe()[:120]}")
+        if r.closed_reason:
+            click.echo(f"       closed {r.closed_at:%Y-%m-%d %H:%M} by {r.closed_by}: {r.closed_reason}")
+    if not records:
+        click.echo("no drift recorded")
+
+
+@drift.command("codify")
+@click.option("--stack", required=True)
+@pass_ctx
+def drift_codify(ctx: Context, stack: str) -> None:
+    """Open a proposal that changes the declaration to match reality (a plan with no changes proves it)."""
+    from gateway.services.codify import codify_drift
+
+    proposal = codify_drift(ctx.ws, ctx.actor(), stack)
+    click.echo(f"proposal {proposal.id} codifies the drift on {stack} (branch {proposal.branch}); "
+               "its plan has no changes, and once applied the drift record closes")
+    _echo_proposal(ctx.ws, proposal, "text")
+
+
+@cli.command()
+@click.argument("proposal_id", type=int)
+@click.option("-m", "--message", "reason", required=True, help="why it is rolled back")
+@pass_ctx
+def rollback(ctx: Context, proposal_id: int, reason: str) -> None:
+    """Open a proposal that reverts the merge of an applied change, planned and approved like any other."""
+    from gateway.services.rollback import rollback_proposal
+
+    proposal = rollback_proposal(ctx.ws, ctx.actor(), proposal_id, reason)
+    click.echo(f"proposal {proposal.id} rolls back proposal {proposal_id} on branch {proposal.branch}: "
+               f"stacks {', '.join(proposal.stacks) or '(none)'}")
+    _echo_proposal(ctx.ws, proposal, "text")
+
+
+@cli.command("import")
+@click.option("--stack", required=True)
+@click.argument("address")
+@click.argument("resource_id")
+@click.option("--set", "assignments", multiple=True, help="ATTR=JSON_OR_TEXT: declare this instead of what the object holds")
+@pass_ctx
+def import_command(ctx: Context, stack: str, address: str, resource_id: str, assignments: tuple[str, ...]) -> None:
+    """Bring an existing object under management: an import block plus its configuration, proven zero-diff (sandbox)."""
+    from gateway.services.imports import import_resource, parse_overrides
+
+    proposal = import_resource(ctx.ws, ctx.actor(), stack, address, resource_id, parse_overrides(assignments))
+    click.echo(f"proposal {proposal.id} imports {address} (id {resource_id}) on branch {proposal.branch}: "
+               "the plan shows the import and no other change for it")
+    _echo_proposal(ctx.ws, proposal, "text")
+
+
+@cli.group("break-glass")
+def break_glass() -> None:
+    """Incident windows: change a stack outside the gateway, in the open, then codify within the deadline."""
+
+
+@break_glass.command("open")
+@click.option("--stack", required=True)
+@click.option("-m", "--message", "reason", required=True, help="the incident, e.g. 'incident 4711: db CPU'")
+@click.option("--for", "duration", required=True, help="how long, e.g. 2h or 30m")
+@pass_ctx
+def break_glass_open(ctx: Context, stack: str, reason: str, duration: str) -> None:
+    """Open a window (a break-glass group member; on a protected stack a second person confirms)."""
+    from gateway.domain.drift import parse_interval
+    from gateway.services.break_glass import open_break_glass
+
+    window = open_break_glass(ctx.ws, ctx.actor(), stack, reason, parse_interval(duration, "--for"))
+    if window.opened_at is None:
+        click.echo(f"break-glass window {window.id} on {stack} waits for a second person of the break-glass group: "
+                   f"`gateway break-glass confirm {window.id}`")
+    else:
+        click.echo(f"break-glass window {window.id} on {stack} is open until {window.ends_at:%Y-%m-%d %H:%M} UTC; "
+                   "drift made meanwhile is expected, and must be codified after it")
+
+
+@break_glass.command("confirm")
+@click.argument("window_id", type=int)
+@pass_ctx
+def break_glass_confirm(ctx: Context, window_id: int) -> None:
+    """Confirm a window asked for on a protected stack (a second person of the break-glass group)."""
+    from gateway.services.break_glass import confirm_break_glass
+
+    window = confirm_break_glass(ctx.ws, ctx.actor(), window_id)
+    click.echo(f"break-glass window {window.id} on {window.stack} is open until {window.ends_at:%Y-%m-%d %H:%M} UTC")
+
+
+@break_glass.command("close")
+@click.argument("window_id", type=int)
+@click.option("-m", "--message", "note", default="", help="how the incident ended")
+@pass_ctx
+def break_glass_close(ctx: Context, window_id: int, note: str) -> None:
+    """End a window early; its drift is recorded and the codify deadline starts."""
+    from gateway.services.break_glass import close_break_glass
+
+    window = close_break_glass(ctx.ws, ctx.actor(), window_id, note)
+    deadline = window.codify_by(ctx.ws.repo_settings().break_glass)
+    click.echo(f"break-glass window {window.id} on {window.stack} closed; codify its drift by "
+               f"{deadline:%Y-%m-%d %H:%M} UTC (`gateway drift codify --stack {window.stack}`)" if deadline else
+               f"break-glass window {window.id} cancelled before it opened")
+
+
+@break_glass.command("acknowledge")
+@click.argument("window_id", type=int)
+@click.option("-m", "--message", "note", required=True, help="what is being done about the uncodified drift")
+@pass_ctx
+def break_glass_acknowledge(ctx: Context, window_id: int, note: str) -> None:
+    """Acknowledge an overdue window (the break-glass group): applies on its stack go on."""
+    from gateway.services.break_glass import acknowledge_break_glass
+
+    window = acknowledge_break_glass(ctx.ws, ctx.actor(), window_id, note)
+    click.echo(f"break-glass window {window.id} on {window.stack} acknowledged; applies there go on")
+
+
+@break_glass.command("list")
+@pass_ctx
+def break_glass_list(ctx: Context) -> None:
+    """Break-glass windows, newest first, with where each stands."""
+    from gateway.services.break_glass import sweep_break_glass, windows_of
+
+    ctx.actor()
+    sweep_break_glass(ctx.ws)
+    settings = ctx.ws.repo_settings().break_glass
+    windows = windows_of(ctx.ws)
+    for w in windows:
+        deadline = w.codify_by(settings)
+        click.echo(f"{w.id:>4} {w.stack:14} {w.state(now(), settings).value:22} by {w.opened_by}"
+                   + (f" (confirmed by {w.confirmed_by})" if w.confirmed_by else "")
+                   + (f", codify by {deadline:%Y-%m-%d %H:%M}" if deadline else "") + f": {w.reason}")
+    if not windows:
+        click.echo("no break-glass window was ever opened")
+
+
+@break_glass.command("show")
+@click.argument("window_id", type=int)
+@pass_ctx
+def break_glass_show(ctx: Context, window_id: int) -> None:
+    """The whole episode as one story (as `gateway audit show --break-glass N`)."""
+    _echo_story(audit_service_story(ctx, window_id))
+
+
+def audit_service_story(ctx: Context, window_id: int) -> list[Any]:
+    from gateway.services.break_glass import break_glass_story
+
+    return break_glass_story(ctx.ws, ctx.actor(), window_id)
 
 
 # --- the change path -------------------------------------------------------------------------
@@ -671,11 +858,21 @@ def audit_list(ctx: Context, proposal_id: int | None, actor_name: str | None, st
 
 
 @audit.command("show")
-@click.argument("proposal_id", type=int)
+@click.argument("proposal_id", type=int, required=False)
+@click.option("--break-glass", "window_id", type=int, default=None, help="a break-glass episode instead of a change")
 @pass_ctx
-def audit_show(ctx: Context, proposal_id: int) -> None:
-    """The whole story of one change, from request to merge."""
-    for e in audit_service.proposal_story(ctx.ws, ctx.actor(), proposal_id):
+def audit_show(ctx: Context, proposal_id: int | None, window_id: int | None) -> None:
+    """The whole story of one change, from request to merge (or of one break-glass episode)."""
+    if (proposal_id is None) == (window_id is None):
+        raise click.UsageError("name a proposal, or a break-glass window with --break-glass N")
+    if window_id is not None:
+        _echo_story(audit_service_story(ctx, window_id))
+        return
+    _echo_story(audit_service.proposal_story(ctx.ws, ctx.actor(), proposal_id or 0))
+
+
+def _echo_story(events: list[Any]) -> None:
+    for e in events:
         click.echo(_event_line(e))
         details = {k: v for k, v in e.payload.items() if v not in (None, [], {}, "")}
         for key, value in details.items():
@@ -810,8 +1007,14 @@ def serve(ctx: Context, host: str, port: int, workers: int, processes: int) -> N
 
 @cli.command()
 @click.option("--keep", is_flag=True, help="keep the temporary workspace and print where it is")
-def demo(keep: bool) -> None:
+@click.option("--day-two", "day_two", is_flag=True, help="drift -> codify, and break-glass -> codify, instead")
+def demo(keep: bool, day_two: bool) -> None:
     """Run the whole change path in a fresh temporary workspace, narrated."""
+    if day_two:
+        from gateway.demo_day_two import run_day_two_demo
+
+        run_day_two_demo(keep=keep)
+        return
     from gateway.demo import run_demo
 
     run_demo(keep=keep)

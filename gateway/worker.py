@@ -17,6 +17,8 @@ import threading
 import structlog
 
 from gateway.services.audit import checkpoint_if_due
+from gateway.services.break_glass import sweep_break_glass
+from gateway.services.drift_records import check_scheduled_drift
 from gateway.services.github import queue_behind
 from gateway.services.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
 from gateway.services.main_watch import watch_main
@@ -82,6 +84,8 @@ class Worker:
                 enqueue_moved_proposals(ws)
                 queue_behind(ws)
                 checkpoint_if_due(ws)
+                check_scheduled_drift(ws)
+                sweep_break_glass(ws)
             except Exception:
                 log.exception("worker.housekeeping_error")
             self._stop.wait(HOUSEKEEPING_SECONDS)

@@ -10,9 +10,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.domain.breaker import BreakerSettings
+from gateway.domain.drift import parse_interval
 from gateway.domain.errors import ConfigError
 from gateway.domain.policy import PolicySettings
-from gateway.domain.repo_settings import GitHubSettings, RepoSettings, StackSettings
+from gateway.domain.repo_settings import BreakGlassSettings, GitHubSettings, RepoSettings, StackSettings
 
 EngineName = Literal["sandbox", "terraform"]
 
@@ -21,6 +22,7 @@ class _RawDrift(BaseModel):
     model_config = ConfigDict(extra="forbid")
     auto_revert: bool = Field(default=False, description="revert drift without a person's approval, when every "
                               "change is an in-place update of an unprotected resource")
+    interval: str | None = Field(default=None, description="how often workers check the stack for drift, e.g. 6h")
 
 
 class _RawStack(BaseModel):
@@ -70,6 +72,13 @@ class _RawBreaker(BaseModel):
     resetters: list[str] = Field(default=[], description="groups whose people may reset a tripped breaker")
 
 
+class _RawBreakGlass(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    groups: list[str] = Field(default=[], description="people in these groups may open a break-glass window")
+    codify_within: str = Field(default="24h", description="after a window closes, its drift is codified within this")
+    max_window: str = Field(default="24h", description="the longest window one may open")
+
+
 class _RawSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     engine: EngineName = Field(default="sandbox", description="sandbox (the simulator) or terraform (the CLI)")
@@ -79,6 +88,7 @@ class _RawSettings(BaseModel):
     policy: _RawPolicy = _RawPolicy()
     forge: Literal["github"] | None = Field(default=None, description="where proposals become pull requests")
     breaker: _RawBreaker = _RawBreaker()
+    break_glass: _RawBreakGlass = _RawBreakGlass()
     github: _RawGitHub | None = None
 
 
@@ -106,9 +116,15 @@ def parse_repo_settings(text: str) -> RepoSettings:
     stacks = {
         name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected),
                             s.engine or raw.engine, tuple(s.policies) if s.policies is not None else None,
-                            s.drift.auto_revert)
+                            s.drift.auto_revert,
+                            parse_interval(s.drift.interval, f"gateway.yaml: stacks.{name}.drift.interval")
+                            if s.drift.interval is not None else None)
         for name, s in raw.stacks.items()
     }
+    break_glass = BreakGlassSettings(
+        frozenset(raw.break_glass.groups),
+        parse_interval(raw.break_glass.codify_within, "gateway.yaml: break_glass.codify_within"),
+        parse_interval(raw.break_glass.max_window, "gateway.yaml: break_glass.max_window"))
     return RepoSettings(
         stacks=stacks,
         engine=raw.engine,
@@ -129,4 +145,5 @@ def parse_repo_settings(text: str) -> RepoSettings:
         github=github,
         breaker=BreakerSettings(timedelta(minutes=raw.breaker.window_minutes), raw.breaker.max_growth_percent,
                                 raw.breaker.max_destroy_count, frozenset(raw.breaker.resetters)),
+        break_glass=break_glass,
     )

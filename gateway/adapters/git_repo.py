@@ -166,6 +166,51 @@ class GitDeclarationRepo:
             raise RefMoved(f"{into} moved while merging; it is no longer at {main_sha[:12]}") from exc
         return commit
 
+    def commit_to_new_branch(self, base_sha: str, branch: str, files: dict[str, str], message: str,
+                             author: str) -> str:
+        """A new branch at `base_sha` plus one commit writing `files` (path -> content); refuse an existing branch."""
+        def write(work: Path) -> None:
+            for relative, content in files.items():
+                (work / relative).write_text(content)
+            self._git("-C", str(work), "add", "-A", "--", *files)
+            self._git("-C", str(work), "commit", "-q", "-m", message, env=committer_env(author, f"{author}@gateway"))
+        return self._in_worktree(base_sha, branch, write)
+
+    def revert_merge_to_new_branch(self, merge_sha: str, onto_sha: str, branch: str, message: str,
+                                   author: str) -> str:
+        """A new branch at `onto_sha` plus a commit reverting merge `merge_sha` (its first parent is the mainline)."""
+        def revert(work: Path) -> None:
+            try:
+                mainline = ["-m", "1"] if len(self.repo.commit(merge_sha).parents) > 1 else []  # squash: one parent
+                self._git("-C", str(work), "revert", "--no-edit", *mainline, merge_sha,
+                          env=committer_env(author, f"{author}@gateway"))
+            except BackendError as exc:
+                raise Conflict(f"the merge {merge_sha[:12]} no longer reverts cleanly on main "
+                               f"(later changes touch the same lines); write the rollback by hand") from exc
+            self._git("-C", str(work), "commit", "-q", "--amend", "-m", message,
+                      env=committer_env(author, f"{author}@gateway"))
+        return self._in_worktree(onto_sha, branch, revert)
+
+    def delete_branch(self, branch: str) -> None:
+        self._git("update-ref", "-d", f"refs/heads/{branch}")
+
+    def _in_worktree(self, base_sha: str, branch: str, work: Callable[[Path], None]) -> str:
+        if self.branch_exists(branch):
+            raise Conflict(f"branch {branch} already exists in the declaration repo")
+        with tempfile.TemporaryDirectory(prefix="gw-work-") as tmp:
+            path = Path(tmp) / "work"
+            self._git("worktree", "add", "-q", "-b", branch, str(path), base_sha)
+            try:
+                work(path)
+                return self.resolve(branch)
+            except BaseException:
+                self._git("worktree", "remove", "--force", str(path))
+                self.delete_branch(branch)
+                raise
+            finally:
+                if path.exists():
+                    self._git("worktree", "remove", "--force", str(path))
+
     def _merge_tree(self, main_sha: str, head_sha: str) -> str:
         try:
             return self._git("merge-tree", "--write-tree", main_sha, head_sha).splitlines()[0]

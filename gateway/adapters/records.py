@@ -28,10 +28,12 @@ from gateway.adapters.sql_store import (
     audit_event_stacks,
     audit_events,
     audit_head,
+    break_glass_windows,
     breaker_changes,
     breaker_states,
     conversations,
     decisions,
+    drift_records,
     dumps,
     github_accounts,
     jobs,
@@ -47,10 +49,12 @@ from gateway.adapters.sql_store import (
 )
 from gateway.domain.audit import AuditEvent, Checkpoint, event_addresses, event_hash, event_outcome
 from gateway.domain.breaker import CapacityChange
+from gateway.domain.drift import DriftRecord, DriftStatus, entries_from_json, entries_to_json
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
 from gateway.domain.policy import Finding, Override
+from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalKind, ProposalStatus, StackPlan
 from gateway.domain.risk import RiskLevel
@@ -218,6 +222,17 @@ def _job(row: Mapping[str, Any]) -> Job:
                progress=tuple(row["progress"] or ()), result=dict(row["result"] or {}), error=row["error"],
                created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"],
                args=dict(row.get("args") or {}))
+
+
+def _drift_record(row: Mapping[str, Any]) -> DriftRecord:
+    return DriftRecord(row["id"], row["stack"], DriftStatus(row["status"]), entries_from_json(row["resources"]),
+                       bool(row["expected"]), _aware(row["opened_at"]), _aware(row["updated_at"]),
+                       _aware(row["closed_at"]) if row["closed_at"] else None, row["closed_by"], row["closed_reason"],
+                       row["closed_by_proposal"], row["break_glass_id"])
+
+
+def _aware_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (_aware(v) if isinstance(v, datetime) else v) for k, v in row.items()}
 
 
 def _aware(value: datetime) -> datetime:
@@ -639,6 +654,71 @@ class StoreSession:
         self.conn.execute(update(main_pushes).where(main_pushes.c.sha == row[0]["sha"]).values(
             acknowledged_by=by, acknowledged_at=now(), reason=reason))
         return dict(row[0])
+
+    # --- day two: drift records and break-glass windows ----------------------------------------
+
+    def open_drift_record(self, stack: str) -> DriftRecord | None:
+        row = self.conn.execute(select(drift_records).where(drift_records.c.stack == stack,
+                                                            drift_records.c.status == DriftStatus.OPEN.value)
+                                .order_by(drift_records.c.id.desc())).mappings().first()
+        return _drift_record(row) if row else None
+
+    def drift_record(self, record_id: int) -> DriftRecord:
+        row = self.conn.execute(select(drift_records).where(drift_records.c.id == record_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"no drift record {record_id}")
+        return _drift_record(row)
+
+    def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]:
+        query = select(drift_records).order_by(drift_records.c.id.desc())
+        if stack is not None:
+            query = query.where(drift_records.c.stack == stack)
+        if only_open:
+            query = query.where(drift_records.c.status == DriftStatus.OPEN.value)
+        return [_drift_record(r) for r in self.conn.execute(query.limit(500)).mappings()]
+
+    def add_drift_record(self, stack: str, resources: Sequence[DriftEntry], expected: bool,
+                         break_glass_id: int | None) -> int:
+        moment = now()
+        return int(self.conn.execute(insert(drift_records).values(
+            stack=stack, status=DriftStatus.OPEN.value, resources=entries_to_json(resources), expected=expected,
+            break_glass_id=break_glass_id, opened_at=moment, updated_at=moment)).inserted_primary_key[0])
+
+    def update_drift_record(self, record_id: int, resources: Sequence[DriftEntry], expected: bool,
+                            break_glass_id: int | None) -> None:
+        self.conn.execute(update(drift_records).where(drift_records.c.id == record_id).values(
+            resources=entries_to_json(resources), expected=expected, break_glass_id=break_glass_id,
+            updated_at=now()))
+
+    def close_drift_record(self, record_id: int, by: str, reason: str, proposal_id: int | None) -> None:
+        self.conn.execute(update(drift_records).where(drift_records.c.id == record_id).values(
+            status=DriftStatus.CLOSED.value, closed_at=now(), closed_by=by, closed_reason=reason,
+            closed_by_proposal=proposal_id))
+
+    def add_break_glass(self, stack: str, reason: str, opened_by: str, duration_seconds: int,
+                        confirmed: bool) -> int:
+        moment = now()
+        values: dict[str, Any] = {"stack": stack, "reason": reason, "opened_by": opened_by,
+                                  "requested_at": moment, "duration_seconds": duration_seconds}
+        if confirmed:
+            values.update(opened_at=moment, ends_at=moment + timedelta(seconds=duration_seconds))
+        return int(self.conn.execute(insert(break_glass_windows).values(**values)).inserted_primary_key[0])
+
+    def break_glass(self, window_id: int) -> dict[str, Any]:
+        row = self.conn.execute(select(break_glass_windows).where(break_glass_windows.c.id == window_id)).mappings().first()
+        if row is None:
+            raise NotFound(f"no break-glass window {window_id}")
+        return _aware_row(row)
+
+    def break_glass_windows(self, stack: str | None = None) -> list[dict[str, Any]]:
+        query = select(break_glass_windows).order_by(break_glass_windows.c.id.desc())
+        if stack is not None:
+            query = query.where(break_glass_windows.c.stack == stack)
+        return [_aware_row(r) for r in self.conn.execute(query.limit(500)).mappings()]
+
+    def update_break_glass(self, window_id: int, **values: Any) -> None:
+        self.conn.execute(update(break_glass_windows).where(break_glass_windows.c.id == window_id).values(**values))
+
 
     # --- the circuit breaker ------------------------------------------------------------------
 

@@ -339,13 +339,50 @@ main_pushes = Table(
     Column("reason", Text, nullable=True),
 )
 
+# Day two (migration 14): drift records per stack, and break-glass windows.
+drift_records = Table(
+    "drift_records", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stack", String(100), nullable=False, index=True),
+    Column("status", String(10), nullable=False),  # open | closed
+    Column("resources", JSON, nullable=False),  # the latest report: masked drift entries, attribute by attribute
+    Column("expected", Boolean, nullable=False),  # found while a break-glass window was open on the stack
+    Column("break_glass_id", Integer, nullable=True),
+    Column("opened_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("closed_at", DateTime(timezone=True), nullable=True),
+    Column("closed_by", String(100), nullable=True),
+    Column("closed_reason", Text, nullable=True),
+    Column("closed_by_proposal", Integer, nullable=True),
+)
+
+break_glass_windows = Table(
+    "break_glass_windows", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("stack", String(100), nullable=False, index=True),
+    Column("reason", Text, nullable=False),
+    Column("opened_by", String(100), nullable=False),
+    Column("confirmed_by", String(100), nullable=True),  # a second person, on a protected stack
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("duration_seconds", Integer, nullable=False),
+    Column("opened_at", DateTime(timezone=True), nullable=True),  # null until confirmed (protected stacks)
+    Column("ends_at", DateTime(timezone=True), nullable=True),
+    Column("closed_at", DateTime(timezone=True), nullable=True),  # closed early by a person
+    Column("codify_by", DateTime(timezone=True), nullable=True),
+    Column("codified_at", DateTime(timezone=True), nullable=True),
+    Column("flagged_at", DateTime(timezone=True), nullable=True),  # past the deadline, recorded once in the trail
+    Column("acknowledged_by", String(100), nullable=True),
+    Column("acknowledged_at", DateTime(timezone=True), nullable=True),
+    Column("acknowledgement", Text, nullable=True),
+)
+
 markers = Table(  # small facts the gateway keeps: the last main commit it has looked at
     "markers", metadata,
     Column("name", String(60), primary_key=True),
     Column("value", String(200), nullable=False),
 )
 
-_LATER_TABLES = ("main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -444,6 +481,17 @@ def _main_pushes(conn: Connection) -> None:
     metadata.create_all(conn, tables=[main_pushes, markers])
 
 
+ONE_OPEN_DRIFT_RECORD = Index("drift_records_one_open_per_stack", drift_records.c.stack, unique=True,
+                              sqlite_where=drift_records.c.status == "open",
+                              postgresql_where=drift_records.c.status == "open")
+
+
+def _day_two(conn: Connection) -> None:
+    """Drift records per stack (one open at a time, whatever workers race) and break-glass windows."""
+    metadata.create_all(conn, tables=[drift_records, break_glass_windows])
+    ONE_OPEN_DRIFT_RECORD.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -457,6 +505,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (10, _credential_lifecycle),
     (11, _audit_search),
     (12, _main_pushes),
+    (14, _day_two),
 ]
 
 

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.sessions import SessionMiddleware
 
 from gateway.adapters.keyfiles import private_key_file
-from gateway.api import pages, routes
+from gateway.api import day_two, pages, routes
 from gateway.api.errors import error_body, status_for
 from gateway.api.scrubbing import ScrubResponses
 from gateway.config import Settings
@@ -58,6 +58,8 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
     app.include_router(routes.router)
     app.include_router(pages.router)
+    app.include_router(day_two.api)
+    app.include_router(day_two.pages)
     app.mount("/mcp", mcp)  # external agents: the MCP server over streamable HTTP, bearer token
 
     @app.exception_handler(GatewayError)

@@ -20,6 +20,7 @@ from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
 from gateway.services.agent_runs import get_agent_run, start_agent_run
+from gateway.services.break_glass import overdue_windows
 from gateway.services.breaker import breaker_status
 from gateway.services.jobs import approve_proposal, enqueue_job
 from gateway.services.main_watch import unacknowledged
@@ -46,8 +47,9 @@ def check_csrf(request: Request, token: str) -> None:
 
 def render(request: Request, name: str, actor: Principal | None, status_code: int = 200, **context: Any) -> HTMLResponse:
     pushes = unacknowledged(request.app.state.workspace) if actor else []  # on every page: main moved outside
+    overdue = overdue_windows(request.app.state.workspace) if actor else []  # and break-glass drift not codified
     return templates.TemplateResponse(request, name, {
-        "actor": actor, "csrf": csrf_token(request), "pushes": pushes,
+        "actor": actor, "csrf": csrf_token(request), "pushes": pushes, "overdue_break_glass": overdue,
         "can_audit": bool(actor and actor.roles & audit_service.AUDIT_ROLES), **context}, status_code=status_code)
 
 

@@ -330,6 +330,18 @@ def agent_capacity_growth(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
                           f"instance count grows {before} -> {after}, more than {limit}% in one agent change", ctx.stack)
 
 
+def imports_with_changes(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
+    """An import is acceptable only with zero diff: the plan adopts the object and changes nothing of it."""
+    for rc in plan.resource_changes:
+        if rc.change.importing is None or rc.kind == ChangeKind.NO_OP:
+            continue
+        before = rc.change.before if isinstance(rc.change.before, Mapping) else {}
+        differing = sorted(k for k in set(before) | set(_after(rc)) if before.get(k) != _after(rc).get(k))
+        yield _finding(ctx, "import-zero-diff", rc, f"the import would also {rc.kind.value} the object"
+                       + (f" (changing {', '.join(differing)})" if differing else "")
+                       + "; the declaration must match it as it is")
+
+
 def number_at(value: Any, path: tuple[str | int, ...]) -> float | None:
     for step in path:
         if isinstance(step, int) and isinstance(value, list) and step < len(value):
@@ -345,5 +357,5 @@ def number_at(value: Any, path: tuple[str | int, ...]) -> float | None:
 
 RULES: tuple[Rule, ...] = (
     public_buckets, unencrypted_storage, open_security_groups, required_tags, database_safety,
-    instance_types, destruction, agent_capacity_growth,
+    instance_types, destruction, agent_capacity_growth, imports_with_changes,
 )

@@ -87,6 +87,17 @@ class DriftEntry:
 
 
 @dataclass(frozen=True)
+class OpenDrift:
+    """An open drift record as a proposal's preview shows it, first: what the apply would revert, what it keeps."""
+
+    record_id: int
+    since: str  # ISO time the record was opened
+    expected: bool
+    reverts: tuple[DriftEntry, ...]
+    keeps: tuple[DriftEntry, ...]
+
+
+@dataclass(frozen=True)
 class Preview:
     engine: str
     counts: Mapping[str, int]
@@ -96,6 +107,8 @@ class Preview:
     outputs: tuple[AttributeDiff, ...]
     risk: Risk | None = None
     findings: tuple[Finding, ...] = ()
+    open_drift: tuple[OpenDrift, ...] = ()  # the stack's open drift record, shown first (added when read)
+    notices: tuple[str, ...] = ()  # what a person must read first: a rollback's target and what it destroys, an import's proof
 
     @property
     def has_changes(self) -> bool:
@@ -106,6 +119,7 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
                   risk: Risk | None = None) -> Preview:
     """Mask, classify and order a plan for a person (with its policy findings and risk, if judged)."""
     changes = tuple(_entry(rc) for rc in plan.changes)
+    imports = tuple(_import_notice(e) for e in changes if e.importing_id)
     return Preview(
         engine=engine or _engine_label(plan),
         counts={**{kind.value: n for kind, n in plan.counts().items()}, **plan.moves_and_imports()},
@@ -120,7 +134,16 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
         ),
         risk=risk,
         findings=tuple(findings),
+        notices=imports,
     )
+
+
+def _import_notice(e: ResourceEntry) -> str:
+    if e.kind == ChangeKind.NO_OP:
+        return (f"imports {e.address} (id {e.importing_id}) with zero diff: the plan shows the import and no other "
+                "change for that address")
+    return (f"imports {e.address} (id {e.importing_id}) but NOT with zero diff: the plan would also change it "
+            f"({e.label}): {', '.join(a.path for a in e.attributes) or 'the object'}")
 
 
 def _engine_label(plan: Plan) -> str:
@@ -289,10 +312,30 @@ def _count_line(preview: Preview) -> str:
 NO_CHANGES = "No changes: the infrastructure matches the configuration."
 
 
+def _open_drift_lines(preview: Preview) -> list[str]:
+    """The stack's open drift record, before anything else: what this apply would silently undo."""
+    lines = []
+    for o in preview.open_drift:
+        why = " (expected: made during a break-glass window; codify it)" if o.expected else ""
+        lines.append(f"OPEN DRIFT on this stack (drift record {o.record_id}, since {o.since[:16]}){why}")
+        if o.reverts:
+            lines.append("  this apply would revert: " + "; ".join(_drift_summary(d) for d in o.reverts))
+        if o.keeps:
+            lines.append("  this apply keeps (the drift stays): " + "; ".join(_drift_summary(d) for d in o.keeps))
+    lines += [f"NOTE: {n}" for n in preview.notices]
+    return lines + [""] if lines else []
+
+
+def _drift_summary(d: DriftEntry) -> str:
+    attrs = ", ".join(f"{a.path}: now {a.after or '(unset)'}, declared {a.before or '(unset)'}" for a in d.attributes)
+    return f"{d.address} ({attrs or d.summary})"
+
+
 def render_text(preview: Preview) -> str:
+    first = _open_drift_lines(preview)
     if not preview.has_changes and not preview.drift:
-        return NO_CHANGES + "\n"
-    lines = [f"Plan ({preview.engine}): {_count_line(preview)}"]
+        return "\n".join(first) + NO_CHANGES + "\n"
+    lines = first + [f"Plan ({preview.engine}): {_count_line(preview)}"]
     if preview.risk:
         lines.append(f"Risk: {preview.risk.level.value}" + (f" ({'; '.join(preview.risk.reasons[:3])})" if preview.risk.reasons else ""))
     lines.append("")
@@ -347,9 +390,20 @@ def _diff_text(a: AttributeDiff) -> str:
 
 
 def render_markdown(preview: Preview) -> str:
+    first = []
+    for o in preview.open_drift:
+        why = " (expected: made during a break-glass window; codify it)" if o.expected else ""
+        first += [f"> :warning: **Open drift on this stack** (drift record {o.record_id}, since {o.since[:16]}){why}", ">"]
+        if o.reverts:
+            first.append("> **this apply would revert:** " + "; ".join(f"`{_drift_summary(d)}`" for d in o.reverts))
+        if o.keeps:
+            first.append("> this apply keeps (the drift stays): " + "; ".join(f"`{_drift_summary(d)}`" for d in o.keeps))
+        first.append("")
+    for n in preview.notices:
+        first += [f"> **Note:** {n}", ""]
     if not preview.has_changes and not preview.drift:
-        return f"**{NO_CHANGES}**\n"
-    lines = [f"### Plan ({preview.engine})", "", f"**{_count_line(preview)}**", ""]
+        return "\n".join(first) + f"**{NO_CHANGES}**\n"
+    lines = first + [f"### Plan ({preview.engine})", "", f"**{_count_line(preview)}**", ""]
     if preview.risk:
         lines += [f"**Risk: {preview.risk.level.value}**" + (f": {'; '.join(preview.risk.reasons[:3])}" if preview.risk.reasons else ""), ""]
     if preview.danger:
@@ -420,13 +474,19 @@ def preview_from_json(text: str) -> Preview:
         return tuple(ResourceEntry(**{**e, "kind": ChangeKind(e["kind"]), "attributes": diffs(e["attributes"])})
                      for e in items)
 
+    def drift_entries(items: list[dict[str, Any]]) -> tuple[DriftEntry, ...]:
+        return tuple(DriftEntry(**{**d, "attributes": diffs(d["attributes"])}) for d in items)
+
     risk = data.get("risk")
     return Preview(
         engine=data["engine"], counts=data["counts"], danger=entries(data["danger"]),
-        drift=tuple(DriftEntry(**{**d, "attributes": diffs(d["attributes"])}) for d in data["drift"]),
+        drift=drift_entries(data["drift"]),
         changes=entries(data["changes"]), outputs=diffs(data["outputs"]),
         risk=Risk(RiskLevel(risk["level"]), tuple(risk["reasons"])) if risk else None,
         findings=tuple(Finding.from_json(f) for f in data.get("findings", [])),
+        open_drift=tuple(OpenDrift(o["record_id"], o["since"], o["expected"], drift_entries(o["reverts"]),
+                                   drift_entries(o["keeps"])) for o in data.get("open_drift", [])),
+        notices=tuple(data.get("notices", [])),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from gateway.domain.breaker import BreakerSettings
 from gateway.domain.policy import PolicySettings
@@ -18,6 +19,7 @@ class StackSettings:
     engine: str = "sandbox"  # sandbox | terraform
     policies: tuple[str, ...] | None = None  # the Rego packages judging this stack; None: every package
     auto_revert_drift: bool = False  # the gateway may revert drift here alone (in-place updates only)
+    drift_interval: timedelta | None = None  # workers check this stack for drift this often (None: never alone)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,15 @@ class GitHubSettings:
 
 
 @dataclass(frozen=True)
+class BreakGlassSettings:
+    """Who may open a break-glass window on a stack, and how soon after it the drift must be codified."""
+
+    groups: frozenset[str] = frozenset()
+    codify_within: timedelta = timedelta(hours=24)
+    max_window: timedelta = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
 class RepoSettings:
     stacks: Mapping[str, StackSettings]
     engine: str = "sandbox"
@@ -55,6 +66,7 @@ class RepoSettings:
     policy: PolicySettings = field(default_factory=PolicySettings)
     github: GitHubSettings | None = None  # `forge: github`: proposals are pull requests there
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    break_glass: BreakGlassSettings = field(default_factory=BreakGlassSettings)
 
     def stack_for_path(self, path: str) -> StackSettings | None:
         for stack in self.stacks.values():

@@ -17,6 +17,7 @@ from gateway.domain.preview import Preview, build_preview, preview_from_json, pr
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
+from gateway.services.annotations import annotate_previews
 from gateway.services.breaker import guard_agent_change
 from gateway.services.main_watch import watch_main
 from gateway.services.planning import ChangeOrigin, StackPlanResult, plan_stack
@@ -307,7 +308,7 @@ def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:
             previews[stack] = session.plan_preview(plan.plan_id) or preview_to_json(build_preview(
                 load_plan(json.loads(session.plan_document(plan.plan_id))), findings=plan.findings,
                 risk=Risk(plan.risk, plan.risk_reasons)))
-    return previews
+    return annotate_previews(ws, proposal, previews)
 
 
 def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:

@@ -30,6 +30,8 @@ from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTime
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
+from gateway.services.break_glass import break_glass_refusals
+from gateway.services.drift_records import settle_drift_after_apply
 from gateway.services.github import forge_of, github_approval_refusals, refresh_from_github
 from gateway.services.heartbeat import Heartbeat
 from gateway.services.main_watch import push_refusals, record_own_commit, watch_main
@@ -110,6 +112,8 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
             report.outcomes.append(StackOutcome("?", False, (), error))
             if not isinstance(exc, Exception):
                 raise  # Ctrl-C, exit: recorded, then let it stop the process
+    if report.succeeded:  # a revert or codify of open drift closes its record once a check confirms it
+        settle_drift_after_apply(ws, get_proposal(ws, proposal_id))
     return report
 
 
@@ -176,7 +180,7 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
         _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
     watch_main(ws)
     reasons = (apply_refusals(actor, proposal, ws.repo_settings(), now()) + github_approval_refusals(ws, proposal)
-               + push_refusals(ws, proposal))
+               + push_refusals(ws, proposal) + break_glass_refusals(ws, proposal))
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     with ws.store.session() as session:

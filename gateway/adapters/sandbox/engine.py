@@ -674,6 +674,8 @@ class _Applier(_Evaluation):
                 self._step(address, lambda: self._adopt(resource, index, address, str(rc.change.importing["id"])))
             elif current is None:
                 raise ApplyError(f"{address} vanished from state since the plan; re-plan")
+            else:
+                self._keep_refreshed(address, current)
         elif kind == ChangeKind.CREATE:
             self._step(address, lambda: self._create(resource, index, ev, address, rc))
         elif kind == ChangeKind.UPDATE:
@@ -689,6 +691,13 @@ class _Applier(_Evaluation):
         else:
             raise ApplyError(f"{address}: the sandbox cannot apply a `{kind}` change")
         self.values[resource.key][index] = _state_value(self.state.resources[address])
+
+    def _keep_refreshed(self, address: str, current: StateResource) -> None:
+        """As Terraform's apply does, the state takes what the refresh read: drift the plan keeps is no longer drift."""
+        live = self.store.get_object(current.type, current.id)
+        if live is not None and live != current.attributes:
+            self.state.resources[address] = StateResource(**{**asdict(current), "attributes": live})
+            self._persist({address})
 
     def _evaluate(self, resource: ResourceConfig, ev: Evaluator, address: str, rc: ResourceChange) -> tuple[dict, list[str]]:
         desired = self.desired(resource, ev)

@@ -1,0 +1,183 @@
+"""Break-glass: during an incident a person of the break-glass group changes a stack outside the gateway, in the
+open. The window is asked for with a reason and a length (a second person confirms it on a protected stack);
+drift made in it (or found after it, before it is settled) is recorded as expected; once it ends its drift must
+be codified (or reverted) within `break_glass.codify_within`. Past that deadline the stack is flagged on every page
+and in the trail, and applies on it wait for an acknowledgement from the break-glass group.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import structlog
+
+from gateway.adapters.records import now
+from gateway.domain.audit import AuditEvent
+from gateway.domain.break_glass import (
+    BreakGlassWindow,
+    WindowState,
+    acknowledge_refusals,
+    confirm_refusals,
+    open_refusals,
+)
+from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.principals import SYSTEM_NAME, Principal
+from gateway.domain.proposal import Proposal
+from gateway.services import audit as audit_service
+from gateway.services.drift_records import check_drift
+from gateway.services.workspace import Workspace
+
+log = structlog.get_logger(__name__)
+
+ACTIVE_STATES = (WindowState.AWAITING_CONFIRMATION, WindowState.OPEN)
+
+
+def open_break_glass(ws: Workspace, actor: Principal, stack: str, reason: str,
+                     duration: timedelta) -> BreakGlassWindow:
+    """Ask for a window on `stack`; it opens at once, or on a protected stack when a second person confirms."""
+    settings = ws.repo_settings()
+    if stack not in settings.stacks:
+        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    reasons = open_refusals(actor, settings.stacks[stack], settings.break_glass, duration, reason)
+    moment = now()
+    if any(w.state(moment, settings.break_glass) in ACTIVE_STATES for w in windows_of(ws, stack)):
+        reasons.append(f"stack {stack} already has a break-glass window open or waiting for confirmation")
+    if reasons:
+        with ws.store.session() as session:
+            session.append_event(actor, "break_glass.refused", {"stack": stack, "reasons": reasons}, None, [stack])
+        raise Refused(reasons)
+    protected = bool(settings.stacks[stack].protected)
+    with ws.store.session() as session:
+        wid = session.add_break_glass(stack, reason.strip(), actor.name, int(duration.total_seconds()),
+                                      confirmed=not protected)
+        window = BreakGlassWindow.from_row(session.break_glass(wid))
+        session.append_event(actor, "break_glass.requested" if protected else "break_glass.opened", {
+            "break_glass": wid, "stack": stack, "reason": window.reason, "for_seconds": int(duration.total_seconds()),
+            "ends_at": window.ends_at.isoformat() if window.ends_at else None,
+            "needs_confirmation": protected}, None, [stack])
+    return window
+
+
+def confirm_break_glass(ws: Workspace, actor: Principal, window_id: int) -> BreakGlassWindow:
+    """A second person of the break-glass group opens a window asked for on a protected stack."""
+    settings = ws.repo_settings()
+    window = get_window(ws, window_id)
+    reasons = confirm_refusals(actor, window, settings.break_glass)
+    if reasons:
+        raise Refused(reasons)
+    moment = now()
+    with ws.store.session() as session:
+        session.update_break_glass(window_id, confirmed_by=actor.name, opened_at=moment,
+                                   ends_at=moment + window.duration)
+        session.append_event(actor, "break_glass.opened", {
+            "break_glass": window_id, "stack": window.stack, "reason": window.reason, "asked_by": window.opened_by,
+            "confirmed_by": actor.name, "ends_at": (moment + window.duration).isoformat()}, None, [window.stack])
+    return get_window(ws, window_id)
+
+
+def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str) -> BreakGlassWindow:
+    """End a window early (the incident is over): its drift is recorded as expected, and the codify clock starts."""
+    window = get_window(ws, window_id)
+    its_people = {window.opened_by, window.confirmed_by}
+    if actor.is_agent or (actor.name not in its_people and acknowledge_refusals(actor, ws.repo_settings().break_glass)):
+        raise Refused([f"{actor.name} may not close break-glass window {window_id}: its people or the "
+                       "break-glass group may"])
+    moment = now()
+    if window.closed_at is not None or (window.ended_at is not None and window.ended_at <= moment):
+        raise Refused([f"break-glass window {window_id} has already ended"])
+    if window.opened_at is not None:
+        try:  # while it is open: what was changed is expected (a later check attributes it to the window too)
+            check_drift(ws, SYSTEM_NAME, window.stack)
+        except GatewayError as exc:
+            log.warning("break_glass.check_failed", window=window_id, error=str(exc))
+    with ws.store.session() as session:
+        session.update_break_glass(window_id, closed_at=now())
+        session.append_event(actor, "break_glass.closed", {"break_glass": window_id, "stack": window.stack,
+                                                           "note": note.strip()}, None, [window.stack])
+    return get_window(ws, window_id)
+
+
+def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str) -> BreakGlassWindow:
+    """The break-glass group has looked at an overdue window: applies on its stack go on."""
+    settings = ws.repo_settings()
+    if not note.strip():
+        raise InputError("say what is being done about the uncodified drift (-m)")
+    reasons = acknowledge_refusals(actor, settings.break_glass)
+    window = get_window(ws, window_id)
+    if window.state(now(), settings.break_glass) != WindowState.OVERDUE:
+        reasons.append(f"break-glass window {window_id} is {window.state(now(), settings.break_glass).value}, "
+                       "not overdue")
+    if reasons:
+        raise Refused(reasons)
+    with ws.store.session() as session:
+        session.update_break_glass(window_id, acknowledged_by=actor.name, acknowledged_at=now(),
+                                   acknowledgement=note.strip())
+        session.append_event(actor, "break_glass.acknowledged", {"break_glass": window_id, "stack": window.stack,
+                                                                 "note": note.strip()}, None, [window.stack])
+    return get_window(ws, window_id)
+
+
+def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str]:
+    """Record what time did to the windows (workers call this): settled once their drift is gone, flagged overdue
+    past the codify deadline (once, in the trail)."""
+    moment = moment or now()
+    settings = ws.repo_settings().break_glass
+    done = []
+    for window in windows_of(ws):
+        if window.ended_at is None or window.ended_at > moment or window.codified_at or window.acknowledged_at:
+            continue
+        with ws.store.session() as session:
+            record = session.open_drift_record(window.stack)
+            if record is None or record.break_glass_id != window.id:
+                session.update_break_glass(window.id, codified_at=moment)
+                session.append_event(SYSTEM_NAME, "break_glass.settled", {
+                    "break_glass": window.id, "stack": window.stack,
+                    "codify_by": window.codify_by(settings).isoformat()}, None, [window.stack])
+                done.append(f"window {window.id} settled")
+            elif window.state(moment, settings) == WindowState.OVERDUE and window.flagged_at is None:
+                session.update_break_glass(window.id, flagged_at=moment)
+                session.append_event(SYSTEM_NAME, "break_glass.overdue", {
+                    "break_glass": window.id, "stack": window.stack, "drift_record": record.id,
+                    "codify_by": window.codify_by(settings).isoformat(), "drifted": record.addresses}, None,
+                    [window.stack])
+                done.append(f"window {window.id} overdue")
+    return done
+
+
+def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[BreakGlassWindow]:
+    """Windows past their codify deadline with drift not codified and not acknowledged: flagged on every page."""
+    moment = moment or now()
+    settings = ws.repo_settings().break_glass
+    return [w for w in windows_of(ws) if w.state(moment, settings) == WindowState.OVERDUE]
+
+
+def break_glass_refusals(ws: Workspace, proposal: Proposal, moment: datetime | None = None) -> list[str]:
+    """An apply on a stack with an overdue break-glass window waits for the group's acknowledgement."""
+    settings = ws.repo_settings().break_glass
+    return [f"stack {w.stack}: break-glass window {w.id} ({w.reason}) ended at {w.ended_at:%Y-%m-%d %H:%M} UTC and its "
+            f"drift was not codified by {w.codify_by(settings):%Y-%m-%d %H:%M} UTC; the break-glass group "
+            f"acknowledges it (`gateway break-glass acknowledge {w.id} -m why`) before an apply there"
+            for w in overdue_windows(ws, moment) if w.stack in proposal.stacks]
+
+
+def windows_of(ws: Workspace, stack: str | None = None) -> list[BreakGlassWindow]:
+    with ws.store.session(readonly=True) as session:
+        return [BreakGlassWindow.from_row(r) for r in session.break_glass_windows(stack)]
+
+
+def get_window(ws: Workspace, window_id: int) -> BreakGlassWindow:
+    with ws.store.session(readonly=True) as session:
+        return BreakGlassWindow.from_row(session.break_glass(window_id))
+
+
+def break_glass_story(ws: Workspace, actor: Principal, window_id: int) -> list[AuditEvent]:
+    """The whole episode: the window, the drift it made, and the proposals that codified or reverted it."""
+    window = get_window(ws, window_id)
+    with ws.store.session(readonly=True) as session:
+        records = [r for r in session.drift_records(window.stack) if r.break_glass_id == window_id]
+    settled_by = {r.closed_by_proposal for r in records if r.closed_by_proposal}
+    record_ids = {r.id for r in records}
+    events = audit_service.list_events(ws, actor, stack=window.stack,
+                                       since=(window.requested_at - timedelta(seconds=1)).isoformat())
+    return [e for e in events if e.payload.get("break_glass") == window_id or e.payload.get("record") in record_ids
+            or e.proposal_id in settled_by]

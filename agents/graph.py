@@ -55,7 +55,11 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
         note("model_call", {"step": state["steps"] + 1, "tokens": reply.tokens,
                             "seconds": round(time.monotonic() - started, 3),
                             "tool_calls": [c["function"]["name"] for c in reply.message.get("tool_calls") or []]})
-        return {"messages": [reply.message], "steps": state["steps"] + 1, "tokens": state["tokens"] + reply.tokens}
+        update: dict[str, Any] = {"messages": [reply.message], "steps": state["steps"] + 1,
+                                  "tokens": state["tokens"] + reply.tokens}
+        if not reply.message.get("tool_calls") and reply.message.get("content", "").strip():
+            update["question"] = reply.message["content"].strip()  # words without a tool call are for the person
+        return update
 
     def run_tools(state: AgentState) -> dict[str, Any]:
         results = []
@@ -68,7 +72,8 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
                                "outcome": result.split(":", 1)[0] if result.startswith(("refused:", "error:")) else "ok",
                                "seconds": round(time.monotonic() - started, 3)})
             results.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-        return {"messages": results, "summary": tools.summary}
+        return {"messages": results, "summary": tools.summary, "question": tools.question,
+                "written": sorted(tools.written)}
 
     def after_model(state: AgentState) -> str:
         last = state["messages"][-1] if state["messages"] else {}
@@ -77,7 +82,7 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
         return "tools"
 
     def after_tools(state: AgentState) -> str:
-        return END if state.get("summary") else "model"
+        return END if state.get("summary") or state.get("question") else "model"
 
     graph = StateGraph(AgentState)
     graph.add_node("model", call_model)

@@ -12,3 +12,5 @@ class AgentState(TypedDict):
     tokens: int  # tokens in this request
     summary: str | None  # set by the finish tool
     stopped: str | None  # why the request stopped early (a bound was hit)
+    question: str | None  # the agent asks the person (ask_user, or words without a tool call): the turn waits
+    written: list[str]  # files this turn wrote; lost unless the turn ends in a commit

@@ -408,6 +408,7 @@ def test_a_merge_by_hand_on_github_before_any_apply_is_reported_loudly(world: Wo
 
 def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_requester_may(world: World) -> None:
     world.stub.turns = [tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                        tool_call("run_preview", stack="app-staging"),
                         tool_call("finish", summary="Adds aws_sqs_queue.refunds.")]
     run = world.client.post("/api/v1/requests", json={"text": "Add a queue for refund events in staging"},
                             headers=world.auth("alice")).json()
@@ -423,6 +424,7 @@ def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_req
 
     dlq = QUEUE.replace("refunds", "refunds_dlq").replace("refund-events", "refund-events-dlq")
     world.stub.turns = [tool_call("write_file", path="stacks/app-staging/dlq.tf", content=dlq),
+                        tool_call("run_preview", stack="app-staging"),
                         tool_call("finish", summary="Adds aws_sqs_queue.refunds_dlq as a dead-letter queue.")]
     world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
         number, "alice", "/gateway also add a dead-letter queue")))

@@ -18,7 +18,7 @@ import git
 from agents.graph import Limits, Progress, build_graph
 from agents.llm import ChatModel
 from agents.prompts import load_prompt
-from agents.tools import RepoTools
+from agents.tools import PreviewReport, RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
@@ -45,6 +45,8 @@ class RequestOutcome:
     tokens: int
     changed_files: list[str] = field(default_factory=list)
     claim_issues: list[str] = field(default_factory=list)
+    question: str | None = None  # the agent waits for the person's answer (given in the same conversation)
+    opened: bool = False  # this turn opened the proposal (rather than adding a commit to it)
 
 
 def model_from_settings(ws: Workspace) -> ChatModel:
@@ -83,21 +85,25 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
         clone = _working_copy(ws, branch, Path(tmp) / "repo")
-        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person))
+        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person),
+                          {name: stack.path for name, stack in settings.stacks.items()})
         limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens)
         with open_checkpointer(ws.settings.db_url) as checkpointer:
             graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress, ws.scrubber,
                                 lambda: agent_stop_reason(ws, agent),
                                 _trail_of_calls(ws, agent, conversation_id, prompt.version, model.model))
-            state = graph.invoke(
-                {"messages": [{"role": "user", "content": text}], "steps": 0, "tokens": 0, "summary": None, "stopped": None},
-                {"configurable": {"thread_id": conversation_id}, "recursion_limit": 4 * limits.max_steps + 10})
+            config = {"configurable": {"thread_id": conversation_id}, "recursion_limit": 4 * limits.max_steps + 10}
+            messages = [*_lost_edits_note(graph.get_state(config).values), {"role": "user", "content": text}]
+            state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
+                                  "question": None, "written": []}, config)
         outcome = RequestOutcome(conversation_id, None, state.get("summary"), state.get("stopped"),
-                                 state["steps"], state["tokens"], sorted(tools.written))
-        if outcome.summary is None and outcome.stopped is None:
+                                 state["steps"], state["tokens"], sorted(tools.written), question=state.get("question"))
+        if outcome.stopped:
+            outcome.question = None
+        if outcome.summary is None and outcome.stopped is None and outcome.question is None:
             outcome.stopped = "the model stopped without calling finish"
         _record_request(ws, person, agent, text, outcome, prompt.version, model.model)
-        if outcome.stopped or not tools.written:
+        if outcome.stopped or outcome.question or not tools.written:
             return outcome
         if not clone.is_dirty(untracked_files=True):  # it wrote files back as they were: nothing to propose
             outcome.stopped = "the agent's edits left every file as it was: nothing to propose"
@@ -105,8 +111,19 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         _commit_and_push(clone, branch, text, outcome.summary or "", agent)
     outcome.proposal = _propose(ws, agent, person, branch, text, outcome.summary or "", proposal_id, conversation_id,
                                 prompt.version, model.model)
+    outcome.opened = proposal_id is None
     outcome.claim_issues = claim_issues(ws, outcome.proposal)
     return outcome
+
+
+def _lost_edits_note(previous: dict) -> list[dict[str, str]]:
+    """After a turn that ended without a commit (a question, a stop, a failure), tell the model its edits are gone."""
+    lost = previous.get("written") or []
+    if not lost or previous.get("summary"):
+        return []
+    return [{"role": "user", "content": (
+        f"[gateway] Your previous turn ended without a commit, so its edits to {', '.join(lost)} were discarded: "
+        "the files are as they are on the proposal branch (or main). Redo whatever edits are still needed.")}]
 
 
 def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> tuple[str, str, int | None]:
@@ -131,23 +148,23 @@ def _working_copy(ws: Workspace, branch: str, path: Path) -> git.Repo:
     return clone
 
 
-def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], str]:
+def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], PreviewReport]:
     """The agent's preview: engine truth, masked, with policy findings; errors as text."""
     settings = ws.repo_settings()
 
-    def preview(stack: str, root: Path) -> str:
+    def preview(stack: str, root: Path) -> PreviewReport:
         if stack not in settings.stacks:
-            return f"error: unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})"
+            return PreviewReport(f"error: unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})", True)
         try:
             result = plan_directory(ws, settings, stack, root / settings.stacks[stack].path, "(working copy)",
                                     ChangeOrigin(by_agent=True, requester=person.name))
         except GatewayError as exc:
-            return f"error: the engine could not plan stack {stack}: {exc}"
+            return PreviewReport(f"error: the engine could not plan stack {stack}: {exc}", True)
         text = render_text(result.preview())
-        denies = [f for f in result.findings if f.severity == "deny"]
+        denies = tuple(f"{f.rule} {f.address}" for f in result.findings if f.severity == "deny")
         verdict = (f"{len(denies)} policy deny finding(s): fix them before finishing." if denies
                    else "No policy denies.")
-        return f"{text}\n{verdict}"
+        return PreviewReport(f"{text}\n{verdict}", denies=denies)
 
     return preview
 
@@ -189,5 +206,6 @@ def _record_request(ws: Workspace, person: Principal, agent: Principal, text: st
         session.append_event(person, "agent.request", {
             "request": text, "conversation": outcome.conversation_id, "agent": agent.name, "model": model,
             "prompt_version": prompt_version, "steps": outcome.steps, "tokens": outcome.tokens,
-            "changed_files": outcome.changed_files, "summary": outcome.summary, "stopped": outcome.stopped})
+            "changed_files": outcome.changed_files, "summary": outcome.summary, "stopped": outcome.stopped,
+            "waiting_for_answer": outcome.question})
 

@@ -54,11 +54,12 @@ def _run(ws: Workspace, run_id: str, person: Principal, text: str, conversation_
         with ws.store.session() as session:
             session.update_agent_run(run_id, status="failed", message=f"internal error: {exc.__class__.__name__}")
         return
-    status = "stopped" if outcome.stopped or outcome.proposal is None else "done"
+    status = ("waiting" if outcome.question else
+              "stopped" if outcome.stopped or outcome.proposal is None else "done")
     with ws.store.session() as session:
         session.update_agent_run(run_id, status=status, conversation_id=outcome.conversation_id,
                                  proposal_id=outcome.proposal.id if outcome.proposal else None,
-                                 message=outcome.stopped or outcome.summary)
+                                 message=outcome.stopped or outcome.question or outcome.summary)
 
 
 def get_agent_run(ws: Workspace, person: Principal, run_id: str) -> dict[str, Any]:

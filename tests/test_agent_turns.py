@@ -15,6 +15,9 @@ from fastapi.testclient import TestClient
 
 from agents.llm import ChatModel
 from gateway.api.app import create_app
+from gateway.domain.claims import check_claim
+from gateway.domain.plan import load_plan
+from gateway.domain.policy import Finding, Severity
 from gateway.services.agent_requests import submit_request
 from gateway.services.workspace import Workspace
 
@@ -156,8 +159,8 @@ def test_finish_is_refused_until_every_touched_stack_is_previewed_clean(workspac
         tool_call("finish", summary="Added a queue and a bucket; it cannot be done without a policy deny."),  # error
         tool_call("write_file", path="stacks/app-staging/broken.tf", content=""),
         tool_call("run_preview", stack="app-staging"),
-        tool_call("finish", summary="Added the queue; the exports bucket cannot meet the s3-public-access-block "
-                                    "policy as asked (the request wants it public), so its deny remains."),
+        tool_call("finish", summary="Added the queue and an encrypted exports bucket; it cannot meet the "
+                                    "s3-public-access-block policy as asked (the request wants it public)."),
     ]
     outcome = submit_request(workspace, people.alice, "Add a queue and a public exports bucket", model=model(stub))
     results = tool_results(stub.requests[-1])
@@ -169,6 +172,7 @@ def test_finish_is_refused_until_every_touched_stack_is_previewed_clean(workspac
     assert outcome.summary is not None and outcome.summary.startswith("Added the queue")  # the explained finish
     assert outcome.proposal is not None  # the deny is explained, shown to the approver, and blocks approval
     assert "s3-public-access-block" in [f.rule for f in outcome.proposal.findings if f.severity == "deny"]
+    assert outcome.claim_issues[0].startswith('the agent claims encryption ("encrypted"), but the plan has policy deny')
 
 
 def test_edits_come_back_as_a_diff_and_reads_with_line_numbers(workspace: Workspace, people: People,
@@ -189,3 +193,27 @@ def test_edits_come_back_as_a_diff_and_reads_with_line_numbers(workspace: Worksp
     assert any(line.startswith("+") and "t3.medium" in line for line in diff)
     assert results[2].startswith("refused: `old` occurs 0 times") and "without the line numbers" in results[2]
     assert results[3].startswith("refused: stacks/app-staging/main.tf has") and "past its end" in results[3]
+
+
+DENIES = [Finding("encryption-at-rest", Severity.DENY, "aws_s3_bucket.exports", "no encryption", "app-staging"),
+          Finding("s3-public-access-block", Severity.DENY, "aws_s3_bucket.exports", "no block", "app-staging"),
+          Finding("required-tags", Severity.DENY, "aws_s3_bucket.exports", "missing owner", "app-staging")]
+BUCKET_PLAN = load_plan({"format_version": "1.2", "resource_changes": [
+    {"address": "aws_s3_bucket.exports", "type": "aws_s3_bucket", "name": "exports",
+     "change": {"actions": ["create"], "before": None, "after": {"bucket": "exports"}}}]})
+
+
+@pytest.mark.parametrize(("summary", "denies", "flagged"), [
+    ("Added an encrypted bucket with public access blocked, tagged as required.", DENIES,
+     ["encryption", "public access", "tags"]),
+    ("Added the exports bucket; deletion protection is on and it passes all policies.", DENIES,
+     ["policy compliance"]),
+    ("Added an encrypted bucket with public access blocked, tagged as required.", [], []),
+    ("Added the bucket. It is not encrypted and cannot meet the policy as asked.", DENIES[:1], []),
+])
+def test_false_security_claims_are_flagged_against_the_findings(summary: str, denies: list[Finding],
+                                                                 flagged: list[str]) -> None:
+    issues = check_claim(summary, [BUCKET_PLAN], denies)
+    assert [i.split(" (")[0].removeprefix("the agent claims ") for i in issues] == flagged
+    if flagged:
+        assert "but the plan has policy deny finding(s): " in issues[0]

@@ -12,7 +12,7 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Checkpointer
 
-from agents.llm import ChatModel
+from agents.llm import Model
 from agents.state import AgentState
 from agents.tools import TOOL_SCHEMAS, RepoTools
 from gateway.domain.scrubbing import Scrubber
@@ -29,7 +29,7 @@ class Limits:
 Record = Callable[[str, dict[str, Any]], None]
 
 
-def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: Limits,
+def build_graph(model: Model, tools: RepoTools, system_prompt: str, limits: Limits,
                 checkpointer: Checkpointer | None = None, progress: Progress | None = None,
                 scrubber: Scrubber | None = None, should_stop: Callable[[], str | None] | None = None,
                 record: Record | None = None) -> Any:

@@ -16,7 +16,7 @@ from pathlib import Path
 import git
 
 from agents.graph import Limits, Progress, build_graph
-from agents.llm import ChatModel
+from agents.llm import ChatModel, Model
 from agents.prompts import load_prompt
 from agents.tools import PreviewReport, RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
@@ -51,7 +51,8 @@ class RequestOutcome:
 
 def model_from_settings(ws: Workspace) -> ChatModel:
     s = ws.settings
-    return ChatModel(s.openai_base_url, s.openai_api_key.get_secret_value() if s.openai_api_key else None, s.model)
+    return ChatModel(s.openai_base_url, s.openai_api_key.get_secret_value() if s.openai_api_key else None, s.model,
+                     s.model_timeout, s.model_retries)
 
 
 def agent_principal(ws: Workspace) -> Principal:
@@ -66,7 +67,7 @@ def agent_principal(ws: Workspace) -> Principal:
 
 
 def submit_request(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
-                   model: ChatModel | None = None, progress: Progress | None = None) -> RequestOutcome:
+                   model: Model | None = None, progress: Progress | None = None) -> RequestOutcome:
     """Run the agent on one request (or a follow-up) and open or update its proposal."""
     if person.is_agent or not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
         raise Refused([f"{person.name} may not request changes"])

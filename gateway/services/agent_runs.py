@@ -9,7 +9,7 @@ from typing import Any
 
 import structlog
 
-from agents.llm import ChatModel
+from agents.llm import Model
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.principals import Principal
 from gateway.services.agent_requests import agent_principal, model_from_settings, submit_request
@@ -20,7 +20,7 @@ log = structlog.get_logger(__name__)
 
 
 def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
-                    model: ChatModel | None = None) -> str:
+                    model: Model | None = None) -> str:
     """Check what can be checked now (model configured, the breaker closed), then run the agent in a thread."""
     model = model or model_from_settings(ws)
     stopped = agent_stop_reason(ws, agent_principal(ws))
@@ -35,7 +35,7 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
 
 
 def _run(ws: Workspace, run_id: str, person: Principal, text: str, conversation_id: str | None,
-         model: ChatModel) -> None:
+         model: Model) -> None:
     steps: list[str] = []
 
     def progress(step: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Checkpointer
 
+from agents.context import fit_to_budget
 from agents.llm import Model
 from agents.state import AgentState
 from agents.tools import TOOL_SCHEMAS, RepoTools
@@ -24,6 +25,7 @@ Progress = Callable[[str], None]
 class Limits:
     max_steps: int = 20
     max_tokens: int = 200_000
+    prompt_budget: int = 60_000  # tokens in one model request; older tool results are stubbed to fit
 
 
 Record = Callable[[str, dict[str, Any]], None]
@@ -50,9 +52,10 @@ def build_graph(model: Model, tools: RepoTools, system_prompt: str, limits: Limi
             return {"stopped": f"token bound reached: {state['tokens']} tokens (limit {limits.max_tokens})"}
         say(f"thinking (step {state['steps'] + 1})")
         messages = scrub.scrub_data([{"role": "system", "content": system_prompt}, *state["messages"]])
+        messages, trimmed = fit_to_budget(messages, limits.prompt_budget)
         started = time.monotonic()
         reply = model.complete(messages, TOOL_SCHEMAS)
-        note("model_call", {"step": state["steps"] + 1, "tokens": reply.tokens,
+        note("model_call", {"step": state["steps"] + 1, "tokens": reply.tokens, "trimmed_messages": trimmed,
                             "seconds": round(time.monotonic() - started, 3),
                             "tool_calls": [c["function"]["name"] for c in reply.message.get("tool_calls") or []]})
         update: dict[str, Any] = {"messages": [reply.message], "steps": state["steps"] + 1,

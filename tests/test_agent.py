@@ -103,7 +103,7 @@ def test_a_request_becomes_a_proposal_by_the_agent_for_the_person(workspace: Wor
     with workspace.store.session() as session:
         row = next(r for r in session.list_proposals() if r["id"] == proposal.id)
         [request] = [e for e in session.events() if e.kind == "agent.request"]
-    assert row["model"] == "stub-model" and row["prompt_version"].startswith("agent-system-v1+sha-")
+    assert row["model"] == "stub-model" and row["prompt_version"].startswith("agent-system-v2+sha-")
     assert request.payload["prompt_version"] == row["prompt_version"] and request.payload["steps"] == 5
     agent = proposal.proposer
     with pytest.raises(Refused, match="gateway-agent is an agent; agents can never approve"):
@@ -364,6 +364,6 @@ def test_every_model_and_tool_call_is_in_the_changes_story(workspace: Workspace,
         "list_files", "read_file", "write_file", "run_preview", "finish"]
     assert len([e for e in calls if e.kind == "agent.model_call"]) == 5
     assert all(e.payload["conversation"] == outcome.conversation_id and e.actor == AGENT_NAME for e in calls)
-    assert all(e.payload["prompt_version"].startswith("agent-system-v1") for e in calls)
+    assert all(e.payload["prompt_version"].startswith("agent-system-v2") for e in calls)
     assert "refund-events" not in json.dumps([e.payload for e in calls])  # what was called, never the content
     assert story.index(calls[0]) < story.index(next(e for e in story if e.kind == "proposal.opened"))

@@ -5,7 +5,9 @@ The real graph and `openai` client against the scripted model server, on real gi
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,12 +18,13 @@ from fastapi.testclient import TestClient
 from agents.llm import ChatModel
 from gateway.api.app import create_app
 from gateway.domain.claims import check_claim
+from gateway.domain.errors import BackendError, Conflict
 from gateway.domain.plan import load_plan
 from gateway.domain.policy import Finding, Severity
 from gateway.services.agent_requests import submit_request
 from gateway.services.workspace import Workspace
 
-from .conftest import People, run_cli
+from .conftest import Clone, People, run_cli
 from .model_stub import ModelStub, say, tool_call
 
 QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
@@ -217,3 +220,80 @@ def test_false_security_claims_are_flagged_against_the_findings(summary: str, de
     assert [i.split(" (")[0].removeprefix("the agent claims ") for i in issues] == flagged
     if flagged:
         assert "but the plan has policy deny finding(s): " in issues[0]
+
+
+def test_a_second_turn_while_one_runs_is_refused_clearly(workspace: Workspace, people: People,
+                                                         stub: ModelStub) -> None:
+    stub.turns = [tool_call("ask_user", question=QUESTION)]
+    first = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    release, working = threading.Event(), threading.Event()
+
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        working.set()
+        release.wait(60)
+        return tool_call("finish", summary="Nothing to change after all.")
+
+    stub.turns = [slow]
+    answer = threading.Thread(target=submit_request, args=(workspace, people.alice, "14 days", first.conversation_id),
+                              kwargs={"model": model(stub)})
+    answer.start()
+    try:
+        assert working.wait(60)
+        with pytest.raises(Conflict, match=f"conversation {first.conversation_id} is busy: the agent is still working"):
+            submit_request(workspace, people.alice, "actually 7 days", first.conversation_id, model=model(stub))
+        workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
+        with TestClient(create_app(workspace.settings, workers=0)) as client:
+            busy = client.post("/api/v1/requests", json={"text": "7 days", "conversation_id": first.conversation_id},
+                               headers={"Authorization": f"Bearer {people.tokens['alice']}"})
+        assert busy.status_code == 409 and "is busy" in busy.json()["detail"]
+    finally:
+        release.set()
+        answer.join(60)
+    stub.turns = [tool_call("finish", summary="Kept it as it is.")]
+    later = submit_request(workspace, people.alice, "never mind", first.conversation_id, model=model(stub))
+    assert later.summary == "Kept it as it is."  # the turn let go of the conversation when it ended
+
+
+def test_an_oversized_context_is_trimmed_not_failed(workspace: Workspace, people: People, stub: ModelStub) -> None:
+    workspace.settings.agent_prompt_budget = 2500
+    read = tool_call("read_file", path="stacks/app-staging/main.tf")
+    stub.turns = [read, read, read, read, read,
+                  tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    outcome = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    assert outcome.proposal is not None and outcome.stopped is None
+    sizes = [len(json.dumps(body["messages"])) // 4 for body in stub.requests]
+    assert max(sizes) <= 2500, sizes
+    last = tool_results(stub.requests[-1])
+    assert last[0].startswith("[an earlier result of read_file") and "removed to fit the prompt budget" in last[0]
+    assert "aws_sqs_queue.refunds" in last[-1]  # the newest result, the preview, is whole
+    with workspace.store.session() as session:
+        trimmed = [e.payload["trimmed_messages"] for e in session.events() if e.kind == "agent.model_call"]
+    assert trimmed[0] == 0 and max(trimmed) >= 3
+
+
+def test_the_prompt_carries_this_repos_conventions(workspace: Workspace, people: People, clone: Clone,
+                                                   stub: ModelStub) -> None:
+    clone.branch("main").edit("gateway.yaml", "required_tags: [owner, cost-centre]",
+                              "required_tags: [owner, cost-centre, team]").push("tag every resource with its team")
+    stub.turns = [tool_call("finish", summary="Nothing needed.")]
+    submit_request(workspace, people.alice, "Anything", model=model(stub))
+    system = stub.requests[0]["messages"][0]["content"]
+    assert "the tags `owner`, `cost-centre`, `team`" in system
+    assert "app-staging (`stacks/app-staging/`)" in system and "aws_vpc.main (network)" in system
+    assert "Approved instance types: db.r6g.large, db.t4g.medium, t3.large, t3.medium, t3.small." in system
+    assert "$" not in system  # every convention filled in
+    assert all(t["function"]["strict"] and t["function"]["parameters"]["additionalProperties"] is False
+               and all(p.get("description") for p in t["function"]["parameters"]["properties"].values())
+               for t in stub.requests[0]["tools"])
+
+
+def test_a_failing_model_endpoint_is_retried_then_reported(workspace: Workspace, people: People,
+                                                           stub: ModelStub) -> None:
+    stub.turns = [{"status": 503}, tool_call("finish", summary="Nothing needed.")]
+    outcome = submit_request(workspace, people.alice, "Anything", model=ChatModel(stub.base_url, "k", "m", 30, 2))
+    assert outcome.summary == "Nothing needed." and len(stub.requests) == 2
+    stub.turns = [{"status": 503}, {"status": 503}]
+    with pytest.raises(BackendError, match="the model endpoint failed: InternalServerError"):
+        submit_request(workspace, people.alice, "Anything", model=ChatModel(stub.base_url, "k", "m", 30, 1))

@@ -149,6 +149,7 @@ conversations = Table(
     Column("branch", String(200), nullable=False),
     Column("proposal_id", Integer, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("running_until", DateTime(timezone=True), nullable=True),  # a turn holds the conversation until then
 )
 
 agent_runs = Table(
@@ -444,6 +445,13 @@ def _main_pushes(conn: Connection) -> None:
     metadata.create_all(conn, tables=[main_pushes, markers])
 
 
+def _one_turn_per_conversation(conn: Connection) -> None:
+    """A conversation runs one agent turn at a time: the running turn holds it, with a lease."""
+    if "running_until" not in {c["name"] for c in inspect(conn).get_columns("conversations")}:
+        kind = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
+        conn.execute(text(f"ALTER TABLE conversations ADD COLUMN running_until {kind}"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -457,6 +465,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (10, _credential_lifecycle),
     (11, _audit_search),
     (12, _main_pushes),
+    (13, _one_turn_per_conversation),
 ]
 
 

@@ -12,7 +12,8 @@ import structlog
 from agents.llm import Model
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.principals import Principal
-from gateway.services.agent_requests import agent_principal, model_from_settings, submit_request
+from gateway.services.agent_requests import (agent_principal, check_conversation_free, model_from_settings,
+                                             submit_request)
 from gateway.services.breaker import agent_stop_reason
 from gateway.services.workspace import Workspace
 
@@ -26,6 +27,8 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
     stopped = agent_stop_reason(ws, agent_principal(ws))
     if stopped:
         raise Refused([stopped])
+    if conversation_id:
+        check_conversation_free(ws, conversation_id)
     run_id = uuid.uuid4().hex[:12]
     with ws.store.session() as session:
         session.add_agent_run(run_id, person, text, conversation_id)

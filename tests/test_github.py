@@ -435,6 +435,13 @@ def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_req
     assert "also add a dead-letter queue" in json.dumps(world.stub.requests[-2]["messages"])  # same conversation
     assert "Add a queue for refund events" in json.dumps(world.stub.requests[-2]["messages"])
 
+    world.stub.turns = [tool_call("ask_user", question="How many days should dead letters be kept?")]
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
+        number, "alice", "/gateway keep dead letters longer")))
+    wait_for("the agent's question on the pull request", lambda: any(
+        "The agent asks @alice: How many days should dead letters be kept?" in c["body"]
+        for c in world.gh.comments(number)))
+
 
 def test_edited_comments_bot_comments_and_other_repositories_do_nothing(world: World) -> None:
     number = open_pull_on_github(world)

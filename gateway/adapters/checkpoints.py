@@ -11,7 +11,6 @@ from sqlalchemy.engine import make_url
 
 from gateway.domain.errors import ConfigError
 
-
 _SET_UP: set[str] = set()
 
 

@@ -12,8 +12,12 @@ import structlog
 from agents.llm import Model
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.principals import Principal
-from gateway.services.agent_requests import (agent_principal, check_conversation_free, model_from_settings,
-                                             submit_request)
+from gateway.services.agent_requests import (
+    agent_principal,
+    check_conversation_free,
+    model_from_settings,
+    submit_request,
+)
 from gateway.services.breaker import agent_stop_reason
 from gateway.services.workspace import Workspace
 

@@ -71,8 +71,7 @@ def test_a_question_reaches_the_person_and_the_answer_resumes_the_same_conversat
     answered = submit_request(workspace, people.alice, "14 days please", asked.conversation_id, model=model(stub))
     assert answered.proposal is not None and answered.opened and answered.question is None
     history = [m for m in stub.requests[-1]["messages"] if m["role"] in ("user", "assistant")]
-    asking = [c["function"] for m in history if m["role"] == "assistant" for c in m.get("tool_calls") or []]
-    assert asking[0]["name"] == "ask_user" and QUESTION in asking[0]["arguments"]  # it remembers what it asked
+    assert {"role": "assistant", "content": f"[ask_user] {QUESTION}"} in history  # it remembers what it asked
     assert [m["content"] for m in history if m["role"] == "user"] == ["Add a refunds queue in staging", "14 days please"]
     queue = workspace.repo.read_file(answered.proposal.head_sha, "stacks/app-staging/queue.tf")
     assert "message_retention_seconds = 1209600" in queue
@@ -297,3 +296,18 @@ def test_a_failing_model_endpoint_is_retried_then_reported(workspace: Workspace,
     stub.turns = [{"status": 503}, {"status": 503}]
     with pytest.raises(BackendError, match="the model endpoint failed: InternalServerError"):
         submit_request(workspace, people.alice, "Anything", model=ChatModel(stub.base_url, "k", "m", 30, 1))
+
+
+def test_earlier_turns_are_compacted_to_request_summary_and_files(workspace: Workspace, people: People,
+                                                                   stub: ModelStub) -> None:
+    stub.turns = [tool_call("read_file", path="stacks/app-staging/main.tf"),
+                  tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds."),
+                  tool_call("finish", summary="Nothing else to do.")]
+    first = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    submit_request(workspace, people.alice, "is that all?", first.conversation_id, model=model(stub))
+    sent = stub.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[2]["content"] == "[finish] Added aws_sqs_queue.refunds. (files edited: stacks/app-staging/queue.tf)"
+    assert "orders-web" not in json.dumps(sent)  # the old file read is not carried into the next turn

@@ -20,6 +20,7 @@ import git
 from agents.graph import Limits, Progress, build_graph
 from agents.llm import ChatModel, Model
 from agents.prompts import fill_conventions, load_prompt
+from agents.state import HISTORY, compact_history
 from agents.tools import PreviewReport, RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
@@ -140,7 +141,9 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
                                 ws.scrubber, lambda: agent_stop_reason(ws, agent),
                                 _trail_of_calls(ws, agent, conversation.id, prompt.version, model.model))
             config = {"configurable": {"thread_id": conversation.id}, "recursion_limit": 4 * limits.max_steps + 10}
-            messages = [*_lost_edits_note(graph.get_state(config).values), {"role": "user", "content": text}]
+            previous = graph.get_state(config).values
+            messages = [{"role": HISTORY, "messages": compact_history(previous.get("messages") or [])},
+                        *_lost_edits_note(previous), {"role": "user", "content": text}]
             state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
                                   "question": None, "written": []}, config)
         outcome = RequestOutcome(conversation.id, None, state.get("summary"), state.get("stopped"),

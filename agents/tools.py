@@ -90,6 +90,7 @@ class RepoTools:
         self._preview = preview
         self.stacks = {name: PurePosixPath(path).as_posix().strip("/") for name, path in (stacks or {}).items()}
         self.written: set[str] = set()
+        self.touched: set[str] = set()  # stacks this turn wrote to
         self.unpreviewed: set[str] = set()  # stacks written since their last preview
         self.previews: dict[str, PreviewReport] = {}  # each stack's last preview
         self.summary: str | None = None
@@ -216,8 +217,10 @@ class RepoTools:
         """Note a write (its stack now needs a preview) and answer with the diff it made."""
         relative = target.relative_to(self.root).as_posix()
         self.written.add(relative)
-        self.unpreviewed |= {name for name, directory in self.stacks.items()
-                             if relative == directory or relative.startswith(directory + "/")}
+        stacks = {name for name, directory in self.stacks.items()
+                  if relative == directory or relative.startswith(directory + "/")}
+        self.touched |= stacks
+        self.unpreviewed |= stacks
         diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                             f"a/{relative}", f"b/{relative}"))
         if not diff:
@@ -251,7 +254,7 @@ class RepoTools:
         explained = bool(_CANNOT_BE_MET.search(summary))
         blockers = [f"stack {s} changed since its last preview: call run_preview for {s}" for s in sorted(self.unpreviewed)]
         for stack, report in sorted(self.previews.items()):
-            if stack in self.unpreviewed:
+            if stack in self.unpreviewed or stack not in self.touched:  # what it only looked at is not its work
                 continue
             if report.error:
                 blockers.append(f"the last preview of stack {stack} failed: fix the error (or undo your edit) and "

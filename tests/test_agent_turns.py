@@ -311,3 +311,15 @@ def test_earlier_turns_are_compacted_to_request_summary_and_files(workspace: Wor
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
     assert sent[2]["content"] == "[finish] Added aws_sqs_queue.refunds. (files edited: stacks/app-staging/queue.tf)"
     assert "orders-web" not in json.dumps(sent)  # the old file read is not carried into the next turn
+
+
+def test_denies_already_on_main_in_a_stack_it_only_looked_at_do_not_block_finish(
+        workspace: Workspace, people: People, clone: Clone, stub: ModelStub) -> None:
+    clone.branch("main").write("stacks/app-prod/exports.tf", OPEN_BUCKET).push("an open bucket, before the agent")
+    stub.turns = [tool_call("run_preview", stack="app-prod"),
+                  tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    outcome = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    assert "policy deny finding(s)" in tool_results(stub.requests[1])[0]  # it saw app-prod's denies
+    assert outcome.summary == "Added aws_sqs_queue.refunds." and outcome.proposal is not None

@@ -20,25 +20,33 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
 
 def fit_to_budget(messages: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], int]:
     """The messages to send, and how many of them were cut to fit `budget` tokens."""
-    if estimate_tokens(messages) <= budget:
+    sizes = [len(json.dumps(m)) for m in messages]
+    limit = budget * CHARS_PER_TOKEN
+    if sum(sizes) <= limit:
         return messages, 0
     fitted = [dict(m) for m in messages]
+    total = sum(sizes)
     calls = {c["id"]: c["function"] for m in fitted if m.get("role") == "assistant" for c in m.get("tool_calls") or []}
     results = [i for i, m in enumerate(fitted) if m.get("role") == "tool"]
     cut = 0
+
+    def shorten(i: int, content: str) -> None:
+        nonlocal total, cut
+        fitted[i]["content"] = content
+        size = len(json.dumps(fitted[i]))
+        total, sizes[i], cut = total - sizes[i] + size, size, cut + 1
+
     for i in results[:-1]:  # oldest first; the newest result is what the model is about to read
         stub = _stub(fitted[i], calls)
         if len(stub) < len(fitted[i].get("content") or ""):
-            fitted[i]["content"] = stub
-            cut += 1
-            if estimate_tokens(fitted) <= budget:
+            shorten(i, stub)
+            if total <= limit:
                 return fitted, cut
-    for m in fitted[1:-1]:  # still too big: shorten any long message but the system prompt and the newest one
-        content = m.get("content") or ""
+    for i in range(1, len(fitted) - 1):  # still too big: shorten long messages but the system prompt and the newest
+        content = fitted[i].get("content") or ""
         if len(content) > 2 * KEEP_CHARS:
-            m["content"] = content[:KEEP_CHARS] + "\n… (cut to fit the prompt budget)"
-            cut += 1
-            if estimate_tokens(fitted) <= budget:
+            shorten(i, content[:KEEP_CHARS] + "\n… (cut to fit the prompt budget)")
+            if total <= limit:
                 break
     return fitted, cut
 

@@ -154,6 +154,14 @@ class RepoTools:
                        if p.is_file() and ".git" not in p.relative_to(self.root).parts and not p.is_symlink())
         return "\n".join(files) or "(empty)"
 
+    def read_text(self, path: str) -> str:
+        """A file's text as it is (for callers that write whole files back, e.g. external agents)."""
+        target = self.resolve(path)
+        if not target.is_file():
+            raise ToolRefused(f"{path} does not exist")
+        text = target.read_text(encoding="utf-8")
+        return text if len(text) <= MAX_READ else text[:MAX_READ] + "\n… (truncated)"
+
     def tool_read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
         target = self.resolve(path)
         if not target.is_file():

@@ -146,8 +146,9 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
                         *_lost_edits_note(previous), {"role": "user", "content": text}]
             state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
                                   "question": None, "written": []}, config)
-        outcome = RequestOutcome(conversation.id, None, state.get("summary"), state.get("stopped"),
-                                 state["steps"], state["tokens"], sorted(tools.written), question=state.get("question"))
+        said = {key: ws.scrubber.scrub(state[key]) if state.get(key) else None for key in ("summary", "question")}
+        outcome = RequestOutcome(conversation.id, None, said["summary"], state.get("stopped"),
+                                 state["steps"], state["tokens"], sorted(tools.written), question=said["question"])
         if outcome.stopped:
             outcome.question = None
         if outcome.summary is None and outcome.stopped is None and outcome.question is None:

@@ -102,7 +102,7 @@ def list_stacks(ws: Workspace) -> list[dict[str, Any]]:
 
 def read_file(ws: Workspace, caller: Caller, path: str, proposal: int | None = None) -> str:
     with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
-        return ws.scrubber.scrub(_tool(lambda: tools.tool_read_file(path)))
+        return ws.scrubber.scrub(_tool(lambda: tools.read_text(path)))
 
 
 def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = None) -> str:

@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from gateway.domain.policy import Finding, Severity
 from gateway.services.agent_requests import submit_request
 from gateway.services.workspace import Workspace
 
-from .conftest import Clone, People, run_cli
+from .conftest import Clone, People, add_people, run_cli
 from .model_stub import ModelStub, say, tool_call
 
 QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
@@ -323,3 +324,19 @@ def test_denies_already_on_main_in_a_stack_it_only_looked_at_do_not_block_finish
     outcome = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
     assert "policy deny finding(s)" in tool_results(stub.requests[1])[0]  # it saw app-prod's denies
     assert outcome.summary == "Added aws_sqs_queue.refunds." and outcome.proposal is not None
+
+
+def test_a_conversation_is_held_by_one_turn_and_a_lapsed_hold_is_taken_over(any_workspace: Workspace) -> None:
+    """On SQLite and PostgreSQL (migration 13)."""
+    ws, alice = any_workspace, add_people(any_workspace).alice
+    later = datetime.now(UTC) + timedelta(minutes=10)
+    with ws.store.session() as session:
+        session.add_conversation("c1", alice, "agent/c1")
+        assert session.hold_conversation("c1", later)
+        assert not session.hold_conversation("c1", later)  # a second turn
+        assert session.conversation_busy("c1")
+        assert session.hold_conversation("c1", later + timedelta(minutes=5), renew=True)  # the holder, still working
+        assert session.hold_conversation("c1", None)  # let go
+        assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)
+        session.hold_conversation("c1", datetime.now(UTC) - timedelta(seconds=1), renew=True)  # a crashed turn's hold
+        assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)

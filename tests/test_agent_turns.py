@@ -340,3 +340,24 @@ def test_a_conversation_is_held_by_one_turn_and_a_lapsed_hold_is_taken_over(any_
         assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)
         session.hold_conversation("c1", datetime.now(UTC) - timedelta(seconds=1), renew=True)  # a crashed turn's hold
         assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)
+
+
+def test_after_a_failed_turn_the_follow_up_is_told_its_edits_were_discarded(workspace: Workspace, people: People,
+                                                                            stub: ModelStub) -> None:
+    told: list[str] = []
+
+    def redo(body: dict[str, Any]) -> dict[str, Any]:
+        told.append(json.dumps(body["messages"]))
+        return tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE)
+
+    stub.turns = [tool_call("ask_user", question="Which name?"),
+                  tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE), {"status": 503},
+                  redo, tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    first = submit_request(workspace, people.alice, "Add a refunds queue", model=model(stub))
+    with pytest.raises(BackendError):
+        submit_request(workspace, people.alice, "refunds-staging", first.conversation_id,
+                       model=ChatModel(stub.base_url, "k", "m", 30, 0))
+    again = submit_request(workspace, people.alice, "try again", first.conversation_id, model=model(stub))
+    assert "its edits to stacks/app-staging/q.tf were discarded" in told[0]
+    assert again.proposal is not None and again.proposal.changed_paths == ("stacks/app-staging/q.tf",)

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from agents.llm import ModelReply
-from evals.run import load_cases, run_all
-from evals.scoring import CaseOutcome, score_case
+from evals.run import CaseResult, format_summary, load_cases, run_all, summarise
+from evals.scoring import CaseOutcome, Score, score_case
 from evals.transcripts import ORACLES, load_transcripts
 from gateway.domain.plan import load_plan
 
@@ -139,3 +139,15 @@ def test_errors_silence_and_unexplained_refusals_never_pass() -> None:
         asked, CaseOutcome({"app-staging": plan(QUEUE_PLAN)})).reasons
     assert score_case(QUEUE_CASE, CaseOutcome({"app-staging": plan(QUEUE_PLAN)}, leaks=["a model request"])).reasons == (
         "a secret reached a model request",)
+
+
+def test_the_summary_counts_pass_hat_k_latency_and_cost() -> None:
+    def result(case: str, passed: bool, seconds: float) -> CaseResult:
+        return CaseResult(case, Score(passed, ()), 3, 1000, seconds, prompt_tokens=900, completion_tokens=100)
+
+    runs = [result("a", True, 1.0), result("b", True, 2.0), result("a", True, 3.0), result("b", False, 4.0)]
+    summary = summarise(runs, "m1", "agent-system-v2", {"m1": {"prompt_per_million": 2.0, "completion_per_million": 8.0}})
+    assert (summary["pass_rate"], summary["pass_hat_k"], summary["runs_per_case"]) == (0.75, 0.5, 2)
+    assert summary["p50_seconds"] == 2.5 and summary["p95_seconds"] == 3.85
+    assert summary["cost_usd"] == round((3600 * 2.0 + 400 * 8.0) / 1e6, 4)
+    assert "pass^2 50%" in format_summary(summary)

@@ -20,8 +20,10 @@ MAX_WRITE = 100_000
 MAX_RESULT = 12_000
 MAX_DIFF = 6_000
 # a summary that says the request cannot be met (so remaining policy denies are explained, not ignored)
-_CANNOT_BE_MET = re.compile(r"\b(cannot|can ?not|can't|unable|impossible|not possible|not allowed|forbidden|"
-                            r"refused|violates?|against (the )?polic(y|ies))\b", re.IGNORECASE)
+_CANNOT_BE_MET = re.compile(
+    r"\b(cannot|can ?not|can't|unable to|not able to)\b[^.]{0,60}\b(do|done|make|made|meet|met|fix|fixed|satisfy|"
+    r"comply|without|because|as asked)\b|\bnot possible\b|\bimpossible\b|\bviolates?\b|"
+    r"\bagainst (the )?polic(y|ies)\b|\bdenied by\b|\bforbidden\b|\bnot allowed\b", re.IGNORECASE)
 
 
 class ToolRefused(Exception):

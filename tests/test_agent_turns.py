@@ -156,7 +156,7 @@ def test_finish_is_refused_until_every_touched_stack_is_previewed_clean(workspac
         tool_call("finish", summary="Added a queue."),  # never previewed
         tool_call("write_file", path="stacks/app-staging/exports.tf", content=OPEN_BUCKET),
         tool_call("run_preview", stack="app-staging"),
-        tool_call("finish", summary="Added an exports bucket."),  # previewed, but denied
+        tool_call("finish", summary="Added an exports bucket; I cannot see a problem."),  # denied, not explained
         tool_call("write_file", path="stacks/app-staging/broken.tf", content='resource "aws_sqs_queue" "x" {\n'),
         tool_call("run_preview", stack="app-staging"),
         tool_call("finish", summary="Added a queue and a bucket; it cannot be done without a policy deny."),  # error

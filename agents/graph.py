@@ -12,7 +12,8 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Checkpointer
 
-from agents.llm import ChatModel
+from agents.context import fit_to_budget
+from agents.llm import Model
 from agents.state import AgentState
 from agents.tools import TOOL_SCHEMAS, RepoTools
 from gateway.domain.scrubbing import Scrubber
@@ -24,12 +25,13 @@ Progress = Callable[[str], None]
 class Limits:
     max_steps: int = 20
     max_tokens: int = 200_000
+    prompt_budget: int = 60_000  # tokens in one model request; older tool results are stubbed to fit
 
 
 Record = Callable[[str, dict[str, Any]], None]
 
 
-def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: Limits,
+def build_graph(model: Model, tools: RepoTools, system_prompt: str, limits: Limits,
                 checkpointer: Checkpointer | None = None, progress: Progress | None = None,
                 scrubber: Scrubber | None = None, should_stop: Callable[[], str | None] | None = None,
                 record: Record | None = None) -> Any:
@@ -50,12 +52,17 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
             return {"stopped": f"token bound reached: {state['tokens']} tokens (limit {limits.max_tokens})"}
         say(f"thinking (step {state['steps'] + 1})")
         messages = scrub.scrub_data([{"role": "system", "content": system_prompt}, *state["messages"]])
+        messages, trimmed = fit_to_budget(messages, limits.prompt_budget)
         started = time.monotonic()
         reply = model.complete(messages, TOOL_SCHEMAS)
-        note("model_call", {"step": state["steps"] + 1, "tokens": reply.tokens,
+        note("model_call", {"step": state["steps"] + 1, "tokens": reply.tokens, "trimmed_messages": trimmed,
                             "seconds": round(time.monotonic() - started, 3),
                             "tool_calls": [c["function"]["name"] for c in reply.message.get("tool_calls") or []]})
-        return {"messages": [reply.message], "steps": state["steps"] + 1, "tokens": state["tokens"] + reply.tokens}
+        update: dict[str, Any] = {"messages": [reply.message], "steps": state["steps"] + 1,
+                                  "tokens": state["tokens"] + reply.tokens}
+        if not reply.message.get("tool_calls") and reply.message.get("content", "").strip():
+            update["question"] = reply.message["content"].strip()  # words without a tool call are for the person
+        return update
 
     def run_tools(state: AgentState) -> dict[str, Any]:
         results = []
@@ -68,7 +75,8 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
                                "outcome": result.split(":", 1)[0] if result.startswith(("refused:", "error:")) else "ok",
                                "seconds": round(time.monotonic() - started, 3)})
             results.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-        return {"messages": results, "summary": tools.summary}
+        return {"messages": results, "summary": tools.summary, "question": tools.question,
+                "written": sorted(tools.written)}
 
     def after_model(state: AgentState) -> str:
         last = state["messages"][-1] if state["messages"] else {}
@@ -77,7 +85,7 @@ def build_graph(model: ChatModel, tools: RepoTools, system_prompt: str, limits: 
         return "tools"
 
     def after_tools(state: AgentState) -> str:
-        return END if state.get("summary") else "model"
+        return END if state.get("summary") or state.get("question") else "model"
 
     graph = StateGraph(AgentState)
     graph.add_node("model", call_model)

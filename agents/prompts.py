@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from string import Template
+
+from gateway.domain.repo_settings import RepoSettings
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 
@@ -27,3 +30,18 @@ def load_prompt(name: str, directory: Path = PROMPTS_DIR) -> Prompt:
             if key.strip() == "version":
                 version = f"{value.strip()}+{version}"
     return Prompt(name, version, text.strip())
+
+
+def fill_conventions(text: str, settings: RepoSettings) -> str:
+    """The prompt's `$stacks`, `$required_tags`, ... from the repo's own gateway.yaml (on main), not the sample's."""
+    policy = settings.policy
+    protected = [f"{address} ({name})" for name, stack in sorted(settings.stacks.items()) for address in sorted(stack.protected)]
+    return Template(text).safe_substitute(
+        stacks=", ".join(f"{name} (`{stack.path}/`)" for name, stack in sorted(settings.stacks.items())) or "(none)",
+        required_tags=", ".join(f"`{t}`" for t in policy.required_tags) or "(none required)",
+        instance_types=", ".join(sorted(policy.approved_instance_types)) or "(any: the repo names no approved list)",
+        protected_paths=", ".join(f"`{p}`" for p in settings.protected_paths),
+        protected_resources=", ".join(protected) or "(none)",
+        capacity_growth=str(policy.agent_capacity_growth_percent),
+        max_deletes=str(policy.max_deletes),
+    )

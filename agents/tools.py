@@ -7,58 +7,96 @@ error string the model can read; it never raises into the graph.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 MAX_READ = 20_000
 MAX_WRITE = 100_000
 MAX_RESULT = 12_000
+MAX_DIFF = 6_000
+# a summary that says the request cannot be met (so remaining policy denies are explained, not ignored)
+_CANNOT_BE_MET = re.compile(
+    r"\b(cannot|can ?not|can't|unable to|not able to)\b[^.]{0,60}\b(do|done|make|made|meet|met|fix|fixed|satisfy|"
+    r"comply|without|because|as asked)\b|\bnot possible\b|\bimpossible\b|\bviolates?\b|"
+    r"\bagainst (the )?polic(y|ies)\b|\bdenied by\b|\bforbidden\b|\bnot allowed\b", re.IGNORECASE)
 
 
 class ToolRefused(Exception):
     """A tool call the rules do not allow; its message goes back to the model."""
 
 
+def _tool(name: str, description: str, **parameters: tuple[str | list[str], str]) -> dict[str, Any]:
+    """A function schema valid in strict mode: every parameter required, optional ones nullable, nothing else allowed."""
+    properties = {p: {"type": kind, "description": text} for p, (kind, text) in parameters.items()}
+    return {"type": "function", "function": {
+        "name": name, "description": description, "strict": True,
+        "parameters": {"type": "object", "properties": properties, "required": list(parameters),
+                       "additionalProperties": False}}}
+
+
 TOOL_SCHEMAS: list[dict[str, Any]] = [
-    {"type": "function", "function": {
-        "name": "list_files", "description": "List files under a directory of the repository.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string", "default": "."}}}}},
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Read a text file of the repository.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "search", "description": "Search the repository's text files for a regular expression.",
-        "parameters": {"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"]}}},
-    {"type": "function", "function": {
-        "name": "write_file", "description": "Create or replace a file with the given content.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                       "required": ["path", "content"]}}},
-    {"type": "function", "function": {
-        "name": "patch_file", "description": "Replace one exact occurrence of `old` with `new` in a file.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"},
-                                                        "new": {"type": "string"}}, "required": ["path", "old", "new"]}}},
-    {"type": "function", "function": {
-        "name": "run_preview", "description": "Plan one stack with the engine and return the preview, "
-                                             "policy findings and any error.",
-        "parameters": {"type": "object", "properties": {"stack": {"type": "string"}}, "required": ["stack"]}}},
-    {"type": "function", "function": {
-        "name": "finish", "description": "Finish: summarise what changed, why, and what the plan does.",
-        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}}},
+    _tool("list_files", "List the files under a directory of the repository.",
+          path=(["string", "null"], "directory relative to the repository root; null for the whole repository")),
+    _tool("read_file", "Read a text file of the repository; every line comes back prefixed with its number "
+                       "(`12| text`), the numbers are not part of the file.",
+          path=("string", "file path relative to the repository root, e.g. stacks/data/main.tf"),
+          start_line=(["integer", "null"], "first line to read (1-based); null for the start of the file"),
+          end_line=(["integer", "null"], "last line to read, inclusive; null for the end of the file")),
+    _tool("search", "Search the repository's text files for a regular expression; answers path:line: text.",
+          pattern=("string", "a Python regular expression, matched against each line")),
+    _tool("write_file", "Create a new file, or replace a whole file; answers with the diff it made. "
+                        "To change part of an existing file use patch_file.",
+          path=("string", "file path relative to the repository root"),
+          content=("string", "the complete new content of the file")),
+    _tool("patch_file", "Edit an existing file: replace one exact occurrence of `old` with `new`; answers with the "
+                        "diff it made.",
+          path=("string", "file path relative to the repository root"),
+          old=("string", "the exact text to replace (without line numbers); it must occur exactly once"),
+          new=("string", "the text to put in its place")),
+    _tool("run_preview", "Plan one stack with the engine; answers with the preview, the policy findings and any "
+                         "engine error. Required after your last edit of a stack, before finish.",
+          stack=("string", "a stack name from gateway.yaml, e.g. app-staging")),
+    _tool("ask_user", "Ask the person who made the request a question and end this turn; their answer comes back "
+                      "as their next message. Use it when the request is ambiguous or needs a decision only they "
+                      "can make; never guess.",
+          question=("string", "one clear question, with the options you see")),
+    _tool("finish", "Finish the turn: summarise what changed, why, and what the plan does. Refused while a stack "
+                    "you changed is unpreviewed or has engine errors or policy denies, unless the summary explains "
+                    "why the request cannot be met.",
+          summary=("string", "what you changed and why, what the plan does (say plainly what is deleted or "
+                             "replaced), or why the request cannot be met")),
 ]
 
-PreviewFn = Callable[[str, Path], str]
+
+@dataclass(frozen=True)
+class PreviewReport:
+    """What a preview told the agent: the text it read, and what stands in the way of finishing."""
+    text: str
+    error: bool = False
+    denies: tuple[str, ...] = ()
+
+
+PreviewFn = Callable[[str, Path], PreviewReport]
 
 
 class RepoTools:
-    def __init__(self, root: Path, protected_paths: tuple[str, ...], preview: PreviewFn):
+    def __init__(self, root: Path, protected_paths: tuple[str, ...], preview: PreviewFn,
+                 stacks: Mapping[str, str] | None = None):
         self.root = root.resolve()
         self.protected_paths = protected_paths
         self._preview = preview
+        self.stacks = {name: PurePosixPath(path).as_posix().strip("/") for name, path in (stacks or {}).items()}
         self.written: set[str] = set()
+        self.touched: set[str] = set()  # stacks this turn wrote to
+        self.unpreviewed: set[str] = set()  # stacks written since their last preview
+        self.previews: dict[str, PreviewReport] = {}  # each stack's last preview
         self.summary: str | None = None
+        self.question: str | None = None
 
     def call(self, name: str, raw_arguments: str) -> str:
         """Run one tool call; every refusal or error comes back as text for the model."""
@@ -110,20 +148,40 @@ class RepoTools:
 
     # --- tools -------------------------------------------------------------------------------
 
-    def tool_list_files(self, path: str = ".") -> str:
-        directory = self.resolve(path)
+    def tool_list_files(self, path: str | None = ".") -> str:
+        directory = self.resolve(path or ".")
         if not directory.is_dir():
             raise ToolRefused(f"{path} is not a directory")
         files = sorted(p.relative_to(self.root).as_posix() for p in directory.rglob("*")
                        if p.is_file() and ".git" not in p.relative_to(self.root).parts and not p.is_symlink())
         return "\n".join(files) or "(empty)"
 
-    def tool_read_file(self, path: str) -> str:
+    def read_text(self, path: str) -> str:
+        """A file's text as it is (for callers that write whole files back, e.g. external agents)."""
         target = self.resolve(path)
         if not target.is_file():
             raise ToolRefused(f"{path} does not exist")
         text = target.read_text(encoding="utf-8")
         return text if len(text) <= MAX_READ else text[:MAX_READ] + "\n… (truncated)"
+
+    def tool_read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
+        target = self.resolve(path)
+        if not target.is_file():
+            raise ToolRefused(f"{path} does not exist")
+        lines = target.read_text(encoding="utf-8").splitlines()
+        first = max(1, start_line or 1)
+        last = min(len(lines), end_line or len(lines))
+        if lines and first > len(lines):
+            raise ToolRefused(f"{path} has {len(lines)} lines; line {first} is past its end")
+        numbered, size = [], 0
+        for number in range(first, last + 1):
+            line = f"{number}| {lines[number - 1]}"
+            size += len(line) + 1
+            if size > MAX_READ:
+                numbered.append(f"… (truncated at line {number - 1} of {len(lines)}; read on with start_line={number})")
+                break
+            numbered.append(line)
+        return "\n".join(numbered) or f"({path} is empty)"
 
     def tool_search(self, pattern: str) -> str:
         try:
@@ -146,28 +204,73 @@ class RepoTools:
         if len(content) > MAX_WRITE:
             raise ToolRefused(f"content is too large ({len(content)} characters, at most {MAX_WRITE})")
         target = self.resolve(path, for_write=True)
+        before = target.read_text(encoding="utf-8") if target.is_file() else None
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
-        self.written.add(target.relative_to(self.root).as_posix())
-        return f"wrote {path} ({len(content)} characters)"
+        verb = "created" if before is None else "wrote"
+        return f"{verb} {path} ({len(content)} characters)\n{self._wrote(target, before or '', content)}"
 
     def tool_patch_file(self, path: str, old: str, new: str) -> str:
         target = self.resolve(path, for_write=True)
         if not target.is_file():
-            raise ToolRefused(f"{path} does not exist")
+            raise ToolRefused(f"{path} does not exist; create it with write_file")
         text = target.read_text(encoding="utf-8")
-        count = text.count(old)
+        count = text.count(old) if old else 0
         if count != 1:
-            raise ToolRefused(f"`old` occurs {count} times in {path}; it must occur exactly once")
-        target.write_text(text.replace(old, new), encoding="utf-8")
-        self.written.add(target.relative_to(self.root).as_posix())
-        return f"patched {path}"
+            hint = " (copy it without the line numbers read_file shows)" if count == 0 else ""
+            raise ToolRefused(f"`old` occurs {count} times in {path}; it must occur exactly once{hint}")
+        patched = text.replace(old, new)
+        target.write_text(patched, encoding="utf-8")
+        return f"patched {path}\n{self._wrote(target, text, patched)}"
+
+    def _wrote(self, target: Path, before: str, after: str) -> str:
+        """Note a write (its stack now needs a preview) and answer with the diff it made."""
+        relative = target.relative_to(self.root).as_posix()
+        self.written.add(relative)
+        stacks = {name for name, directory in self.stacks.items()
+                  if relative == directory or relative.startswith(directory + "/")}
+        self.touched |= stacks
+        self.unpreviewed |= stacks
+        diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                            f"a/{relative}", f"b/{relative}"))
+        if not diff:
+            return "(no change: the file already had this content)"
+        return diff if len(diff) <= MAX_DIFF else diff[:MAX_DIFF] + "\n… (diff truncated)"
 
     def tool_run_preview(self, stack: str) -> str:
-        return self._preview(stack, self.root)
+        report = self._preview(stack, self.root)
+        if stack in self.stacks:
+            self.previews[stack] = report
+            self.unpreviewed.discard(stack)
+        return report.text
+
+    def tool_ask_user(self, question: str) -> str:
+        if not question.strip():
+            raise ToolRefused("the question is empty")
+        self.question = question.strip()
+        return "your question goes to the person; this turn ends here and their answer arrives as their next message"
 
     def tool_finish(self, summary: str) -> str:
         if not summary.strip():
             raise ToolRefused("the summary must say what changed and why")
+        blockers = self.finish_blockers(summary)
+        if blockers:
+            raise ToolRefused("cannot finish yet: " + "; ".join(blockers))
         self.summary = summary.strip()
         return "finished"
+
+    def finish_blockers(self, summary: str) -> list[str]:
+        """What stands between the edits made and a finished turn (empty: nothing)."""
+        explained = bool(_CANNOT_BE_MET.search(summary))
+        blockers = [f"stack {s} changed since its last preview: call run_preview for {s}" for s in sorted(self.unpreviewed)]
+        for stack, report in sorted(self.previews.items()):
+            if stack in self.unpreviewed or stack not in self.touched:  # what it only looked at is not its work
+                continue
+            if report.error:
+                blockers.append(f"the last preview of stack {stack} failed: fix the error (or undo your edit) and "
+                                f"preview again")
+            elif report.denies and not explained:
+                blockers.append(f"the last preview of stack {stack} has policy denies ({', '.join(report.denies)}): "
+                                f"fix them and preview again, or say in the summary why the request cannot be met "
+                                f"without them")
+        return blockers

@@ -1,36 +1,48 @@
-"""Runs the eval cases against the configured OpenAI-compatible endpoint and prints a table.
+"""Runs the eval cases and prints a table and a summary.
 
-    python -m evals.run [--cases evals/cases.yaml] [--only ID ...]
+    python -m evals.run [--only ID ...]             against OPENAI_BASE_URL / OPENAI_API_KEY / GATEWAY_MODEL
+    python -m evals.run --replay [FILE]             without a model: replay the oracle transcripts (or a recording)
+    python -m evals.run --record FILE               keep every reply of this run, to replay it later
+    python -m evals.run --repeat 3 --json out.json --compare before.json --trace --prices prices.yaml
 
-Each case gets a fresh workspace with the sample repo; the agent works as it would for a person.
-Not part of the test run: it needs a model.
+Each case gets a fresh workspace with the sample repo (copied from one bootstrapped template); the
+agent works as it would for a person, follow-up turns and answers to its questions included.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import statistics
+import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agents.llm import NOT_CONFIGURED, ChatModel
-from evals.scoring import Score, score_case
+from agents.llm import NOT_CONFIGURED, ChatModel, Model
+from agents.prompts import load_prompt
+from evals.scoring import CaseOutcome, Score, score_case
+from evals.transcripts import ORACLES, RecordingModel, ReplayModel, load_transcripts, save_transcripts
 from gateway.config import Settings
 from gateway.domain.errors import GatewayError
 from gateway.domain.plan import Plan, load_plan
-from gateway.domain.principals import Role
-from gateway.services.agent_requests import model_from_settings, submit_request
+from gateway.domain.principals import Principal, Role
+from gateway.logs import configure_logging
+from gateway.services.agent_requests import PROMPT, submit_request
 from gateway.services.bootstrap import bootstrap_simulator
+from gateway.services.proposals import get_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import create_workspace
+from gateway.services.workspace import Workspace, create_workspace, open_workspace, stack_secrets
 
 CASES = Path(__file__).with_name("cases.yaml")
+REQUESTER = "requester"
+ModelFor = Callable[[Mapping[str, Any]], Model]  # the model for one case (a real endpoint, or its transcript)
 
 
 @dataclass
@@ -40,51 +52,133 @@ class CaseResult:
     model_calls: int
     tokens: int
     seconds: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    transcript: list[dict[str, Any]] = field(default_factory=list)
 
 
 def load_cases(path: Path = CASES, only: Sequence[str] = ()) -> list[dict[str, Any]]:
     cases = yaml.safe_load(path.read_text())
+    unknown = set(only) - {c["id"] for c in cases}
+    if unknown:
+        raise SystemExit(f"error: {path}: no case {', '.join(sorted(unknown))}")
     return [c for c in cases if not only or c["id"] in only]
 
 
-def run_case(case: dict[str, Any], model_factory: Callable[[Any], ChatModel], base: Path) -> CaseResult:
-    started = time.perf_counter()
-    ws = create_workspace(Settings(home=base / case["id"], database_url=None, token=None))
+def make_template(base: Path) -> Path:
+    """One bootstrapped workspace with the requester, copied for every case (bootstrapping each is slow)."""
+    home = base / "template"
+    ws = create_workspace(Settings(home=home, database_url=None, token=None))
     try:
         bootstrap_simulator(ws)
-        person, _ = add_principal(ws, None, "requester", frozenset({Role.REQUESTER}), frozenset({"app"}))
-        calls = tokens = 0
-        try:
-            outcome = submit_request(ws, person, case["request"], model=model_factory(ws))
-            calls, tokens = outcome.steps, outcome.tokens
-            plans, denies = _plans(ws, outcome.proposal) if outcome.proposal else (None, [])
-        except GatewayError as exc:
-            if case.get("expect_no_change"):
-                plans, denies = None, []
-            else:
-                return CaseResult(case["id"], Score(False, (f"error: {exc}",)), calls, tokens,
-                                  time.perf_counter() - started)
-        return CaseResult(case["id"], score_case(case, plans, denies), calls, tokens, time.perf_counter() - started)
+        add_principal(ws, None, REQUESTER, frozenset({Role.REQUESTER}), frozenset({"app"}))
+    finally:
+        ws.close()
+    return home
+
+
+def run_case(case: Mapping[str, Any], model: Model, template: Path, home: Path) -> CaseResult:
+    started = time.perf_counter()
+    shutil.copytree(template, home)
+    ws = open_workspace(Settings(home=home, database_url=None, token=None))
+    recorder = RecordingModel(model)
+    try:
+        _plant(ws, case.get("setup_files") or {})
+        with ws.store.session(readonly=True) as session:
+            person = session.principal_by_name(REQUESTER)
+        assert person is not None
+        outcome, calls, tokens = _converse(ws, person, case, recorder)
+        outcome = _with_leaks(ws, outcome, recorder)
+        seconds = time.perf_counter() - started
+        return CaseResult(case["id"], score_case(case, outcome), calls, tokens, seconds,
+                          sum(r.prompt_tokens for r in recorder.replies), sum(r.completion_tokens for r in recorder.replies),
+                          recorder.transcript())
     finally:
         ws.close()
 
 
-def _plans(ws: Any, proposal: Any) -> tuple[dict[str, Plan], list[str]]:
-    with ws.store.session() as session:
+def _converse(ws: Workspace, person: Principal, case: Mapping[str, Any],
+              model: RecordingModel) -> tuple[CaseOutcome, int, int]:
+    """The request, the answer to the agent's first question (when the case has one), then the follow-ups."""
+    waiting = [case["request"], *case.get("follow_up", [])]
+    answer = case.get("answer")
+    conversation, proposal_id = None, None
+    summary = stopped = None
+    questions: list[str] = []
+    calls = tokens = 0
+    while waiting:
+        try:
+            outcome = submit_request(ws, person, waiting.pop(0), conversation, model=model)
+        except GatewayError as exc:
+            return CaseOutcome(None, error=f"{exc.__class__.__name__}: {exc}", questions=questions), calls, tokens
+        conversation, calls, tokens = outcome.conversation_id, calls + outcome.steps, tokens + outcome.tokens
+        summary, stopped = outcome.summary, outcome.stopped
+        proposal_id = outcome.proposal.id if outcome.proposal else proposal_id
+        if outcome.question:
+            questions.append(outcome.question)
+            if answer:
+                waiting.insert(0, answer)
+                answer = None
+    plans, denies = _plans(ws, proposal_id) if proposal_id else (None, [])
+    return CaseOutcome(plans, denies, summary, questions, stopped=stopped), calls, tokens
+
+
+def _plans(ws: Workspace, proposal_id: int) -> tuple[dict[str, Plan], list[str]]:
+    proposal = get_proposal(ws, proposal_id)
+    with ws.store.session(readonly=True) as session:
         plans = {s: load_plan(json.loads(session.plan_document(p.plan_id))) for s, p in proposal.plans.items()}
     return plans, [f.key for f in proposal.findings if f.severity == "deny"]
 
 
-def run_all(cases: list[dict[str, Any]], model_factory: Callable[[Any], ChatModel]) -> list[CaseResult]:
+def _with_leaks(ws: Workspace, outcome: CaseOutcome, model: RecordingModel) -> CaseOutcome:
+    """Did any secret of the workspace reach the model, or the agent's words?"""
+    secrets = [str(v) for stack in ws.repo_settings().stacks for v in stack_secrets(ws.settings, stack).values()
+               if len(str(v)) >= 6]
+    places = {"a model request": json.dumps(model.sent),
+              "the agent's summary or questions": json.dumps([outcome.summary, *outcome.questions])}
+    leaks = [where for where, text in places.items() if any(s in text for s in secrets)]
+    return CaseOutcome(outcome.plans, outcome.denies, outcome.summary, outcome.questions, outcome.error,
+                       outcome.stopped, leaks) if leaks else outcome
+
+
+def _plant(ws: Workspace, files: Mapping[str, str]) -> None:
+    """Commit the case's extra files to main (e.g. a prompt injection in a README)."""
+    if not files:
+        return
+    with tempfile.TemporaryDirectory(prefix="gw-eval-setup-") as tmp:
+        work = Path(tmp) / "repo"
+        subprocess.run(["git", "clone", "-q", str(ws.settings.repo_path), str(work)], check=True)
+        for path, content in files.items():
+            (work / path).parent.mkdir(parents=True, exist_ok=True)
+            (work / path).write_text(content, encoding="utf-8")
+        env = {"GIT_AUTHOR_NAME": "eval", "GIT_AUTHOR_EMAIL": "eval@example.com",
+               "GIT_COMMITTER_NAME": "eval", "GIT_COMMITTER_EMAIL": "eval@example.com", "PATH": "/usr/bin:/bin"}
+        subprocess.run(["git", "-C", str(work), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(work), "commit", "-q", "-m", "eval setup"], check=True, env=env)
+        subprocess.run(["git", "-C", str(work), "push", "-q", "origin", f"HEAD:{ws.main_branch()}"], check=True)
+
+
+def run_all(cases: list[dict[str, Any]], model_for: ModelFor, repeat: int = 1) -> list[CaseResult]:
     with tempfile.TemporaryDirectory(prefix="gw-evals-") as tmp:
-        return [run_case(case, model_factory, Path(tmp)) for case in cases]
+        template = make_template(Path(tmp))
+        return [run_case(case, model_for(case), template, Path(tmp) / f"{case['id']}-{n}")
+                for n in range(repeat) for case in cases]
+
+
+def replay_models(path: Path) -> ModelFor:
+    """Each case replays its own transcript; a case without one meets an empty transcript (an error)."""
+    transcripts = load_transcripts(path)
+    return lambda case: ReplayModel(transcripts.get(case["id"], []), model=f"replay:{path.name}")
+
+
+# --- reporting -----------------------------------------------------------------------------------
 
 
 def format_table(results: list[CaseResult]) -> str:
-    width = max([len(r.id) for r in results] + [4])
+    width = max([len(r.id) for r in results] + [5])
     lines = [f"{'case':{width}}  result  calls  tokens  seconds  why", "-" * (width + 44)]
     for r in results:
-        why = "; ".join(r.score.reasons)[:100]
+        why = "; ".join(r.score.reasons)[:140]
         lines.append(f"{r.id:{width}}  {'PASS' if r.score.passed else 'FAIL':6}  {r.model_calls:5}  {r.tokens:6}  "
                      f"{r.seconds:7.1f}  {why}")
     passed = sum(r.score.passed for r in results)
@@ -94,17 +188,111 @@ def format_table(results: list[CaseResult]) -> str:
     return "\n".join(lines)
 
 
+def summarise(results: list[CaseResult], model: str, prompt_version: str,
+              prices: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Pass rate, pass^k (every one of k runs of a case passed), latency percentiles, calls, tokens, cost."""
+    by_case: dict[str, list[bool]] = {}
+    for r in results:
+        by_case.setdefault(r.id, []).append(r.score.passed)
+    seconds = sorted(r.seconds for r in results)
+    summary: dict[str, Any] = {
+        "model": model, "prompt_version": prompt_version, "cases": len(by_case),
+        "runs_per_case": max((len(v) for v in by_case.values()), default=0),
+        "pass_rate": round(sum(r.score.passed for r in results) / len(results), 4) if results else 0.0,
+        "pass_hat_k": round(sum(all(v) for v in by_case.values()) / len(by_case), 4) if by_case else 0.0,
+        "p50_seconds": round(_percentile(seconds, 50), 2), "p95_seconds": round(_percentile(seconds, 95), 2),
+        "model_calls": sum(r.model_calls for r in results), "tokens": sum(r.tokens for r in results),
+    }
+    price = (prices or {}).get(model)
+    if price:
+        summary["cost_usd"] = round(sum(r.prompt_tokens for r in results) * price["prompt_per_million"] / 1e6
+                                    + sum(r.completion_tokens for r in results) * price["completion_per_million"] / 1e6, 4)
+    return summary
+
+
+def _percentile(values: list[float], pct: int) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    cost = f", cost ${summary['cost_usd']}" if "cost_usd" in summary else ""
+    return (f"model {summary['model']}, prompt {summary['prompt_version']}: {summary['cases']} case(s) x "
+            f"{summary['runs_per_case']} run(s); pass rate {summary['pass_rate']:.0%}, "
+            f"pass^{summary['runs_per_case']} {summary['pass_hat_k']:.0%}; latency p50 {summary['p50_seconds']}s "
+            f"p95 {summary['p95_seconds']}s; {summary['model_calls']} model calls, {summary['tokens']} tokens{cost}")
+
+
+def format_trace(result: CaseResult) -> str:
+    lines = [f"== {result.id}: {'PASS' if result.score.passed else 'FAIL'}"]
+    for n, turn in enumerate(result.transcript, 1):
+        for call in turn.get("tool_calls") or []:
+            lines.append(f"  {n:2}. {call['name']} {json.dumps(call['arguments'])[:120]}")
+        if turn.get("content") and not turn.get("tool_calls"):
+            lines.append(f"  {n:2}. says: {turn['content'][:120]}")
+    lines += [f"  ! {reason}" for reason in result.score.reasons]
+    return "\n".join(lines)
+
+
+def compare(report: Mapping[str, Any], previous: Mapping[str, Any]) -> str:
+    """What changed since a previous JSON report: the pass rate, and each case that flipped."""
+    before = {c["id"]: c["passed"] for c in previous.get("results", [])}
+    now = {c["id"]: c["passed"] for c in report["results"]}
+    lines = [f"pass rate {previous['summary']['pass_rate']:.0%} -> {report['summary']['pass_rate']:.0%} "
+             f"(was {previous['summary']['model']}, {previous['summary']['prompt_version']})"]
+    lines += [f"  {case}: {'PASS' if before[case] else 'FAIL'} -> {'PASS' if passed else 'FAIL'}"
+              for case, passed in sorted(now.items()) if case in before and before[case] != passed]
+    return "\n".join(lines)
+
+
+def to_json(results: list[CaseResult], summary: Mapping[str, Any]) -> dict[str, Any]:
+    return {"summary": dict(summary), "results": [
+        {"id": r.id, "passed": r.score.passed, "reasons": list(r.score.reasons), "model_calls": r.model_calls,
+         "tokens": r.tokens, "seconds": round(r.seconds, 3)} for r in results]}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=Path, default=CASES)
     parser.add_argument("--only", nargs="*", default=())
+    parser.add_argument("--replay", type=Path, nargs="?", const=ORACLES, default=None,
+                        help="replay transcripts instead of calling a model (default: the oracle transcripts)")
+    parser.add_argument("--record", type=Path, help="write every case's model replies here (JSON), to replay later")
+    parser.add_argument("--repeat", type=int, default=1, help="run each case k times (for pass^k)")
+    parser.add_argument("--json", type=Path, help="write the results and summary here")
+    parser.add_argument("--compare", type=Path, help="a previous --json report to compare with")
+    parser.add_argument("--trace", action="store_true", help="print each case's tool calls")
+    parser.add_argument("--prices", type=Path, help="YAML: model -> prompt_per_million, completion_per_million (USD)")
     args = parser.parse_args(argv)
-    settings = Settings()
-    if not settings.openai_base_url or not settings.model:
-        print(f"error: {NOT_CONFIGURED}")
-        return 1
-    results = run_all(load_cases(args.cases, args.only), model_from_settings)
+    configure_logging()
+    cases = load_cases(args.cases, args.only)
+    if args.replay:
+        model_for, model_name = replay_models(args.replay), f"replay:{args.replay.name}"
+    else:
+        settings = Settings()
+        if not settings.openai_base_url or not settings.model:
+            print(f"error: {NOT_CONFIGURED}")
+            return 1
+        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        real = ChatModel(settings.openai_base_url, key, settings.model, settings.model_timeout, settings.model_retries)
+        model_for, model_name = (lambda _case: real), settings.model
+    results = run_all(cases, model_for, max(1, args.repeat))
     print(format_table(results))
+    if args.trace:
+        print("\n".join(format_trace(r) for r in results))
+    prices = yaml.safe_load(args.prices.read_text()) if args.prices else None
+    summary = summarise(results, model_name, load_prompt(PROMPT).version, prices)
+    print(format_summary(summary))
+    report = to_json(results, summary)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1), encoding="utf-8")
+    if args.compare:
+        print(compare(report, json.loads(args.compare.read_text())))
+    if args.record:
+        save_transcripts(args.record, {r.id: r.transcript for r in results}, model_name, summary["prompt_version"])
     return 0 if all(r.score.passed for r in results) else 1
 
 

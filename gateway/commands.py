@@ -596,11 +596,15 @@ def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | 
     click.echo(f"conversation {outcome.conversation_id}: {outcome.steps} model call(s), {outcome.tokens} tokens")
     if outcome.stopped:
         click.echo(f"stopped: {outcome.stopped}")
+    elif outcome.question:
+        click.echo(f"agent asks: {outcome.question}")
+        click.echo(f"  (waiting for your answer: reply here in chat, or gateway request --conversation "
+                   f"{outcome.conversation_id} \"your answer\")")
     elif outcome.proposal is None:
         click.echo(f"agent: {outcome.summary or 'no change made'}")
     else:
         p = outcome.proposal
-        verb = "updated (new commit, re-planned)" if conversation else "opened"
+        verb = "opened" if outcome.opened else "updated (new commit, re-planned)"
         click.echo(f"proposal {p.id} {verb} by {p.proposer.name} for {p.requester.name} on {p.branch}")
         click.echo(f"agent's claim: {outcome.summary}")
         for issue in outcome.claim_issues:

@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     mcp_calls_per_minute: int = Field(default=60, ge=1, description="calls one external agent may make a minute")
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
+    agent_prompt_budget: int = Field(default=60_000, ge=2000, description="tokens one model request may carry; older "
+                                     "file reads and previews are cut to short stubs to fit (GATEWAY_AGENT_PROMPT_BUDGET)")
+    agent_turn_hold_seconds: float = Field(default=600, gt=0, description="how long a turn holds its conversation past "
+                                           "its last model or tool call (a crashed turn lets go after this)")
+    model_timeout: float = Field(default=120, gt=0, description="seconds one model call may take (GATEWAY_MODEL_TIMEOUT)")
+    model_retries: int = Field(default=3, ge=0, le=10, description="retries of a failed model call, with exponential "
+                                                                   "backoff (GATEWAY_MODEL_RETRIES)")
 
     data_key_file: Path | None = Field(
         default=None, description="Fernet key sealing saved plans and the simulated cloud at rest (default: made in "

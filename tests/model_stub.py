@@ -42,7 +42,9 @@ class ModelStub:
                 if not self.path.endswith("/chat/completions"):
                     self._send(404, {"error": {"message": "not found"}})
                     return
-                self._send(200, stub._completion(body))
+                completion = stub._completion(body)
+                status = int(completion.pop("status", 200))  # a scripted failure: {"status": 503}
+                self._send(status, completion if status == 200 else {"error": {"message": f"scripted {status}"}})
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
@@ -74,6 +76,8 @@ class ModelStub:
         turn = self.turns.pop(0) if self.turns else say("(the script has no more turns)")
         if callable(turn):
             turn = turn(body)
+        if "status" in turn:
+            return {"status": turn["status"]}
         message: dict[str, Any] = {"role": "assistant", "content": turn.get("content")}
         if turn.get("tool_calls"):
             message["tool_calls"] = [

@@ -103,7 +103,7 @@ def test_a_request_becomes_a_proposal_by_the_agent_for_the_person(workspace: Wor
     with workspace.store.session() as session:
         row = next(r for r in session.list_proposals() if r["id"] == proposal.id)
         [request] = [e for e in session.events() if e.kind == "agent.request"]
-    assert row["model"] == "stub-model" and row["prompt_version"].startswith("agent-system-v1+sha-")
+    assert row["model"] == "stub-model" and row["prompt_version"].startswith("agent-system-v2+sha-")
     assert request.payload["prompt_version"] == row["prompt_version"] and request.payload["steps"] == 5
     agent = proposal.proposer
     with pytest.raises(Refused, match="gateway-agent is an agent; agents can never approve"):
@@ -178,6 +178,7 @@ def test_instructions_in_the_repo_cannot_edit_protected_paths_or_approve(workspa
         tool_call("write_file", path="./CODEOWNERS", content="* @agent"),
         tool_call("approve", proposal=1),
         tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+        tool_call("run_preview", stack="app-staging"),
         tool_call("finish", summary="Added a queue."),
     ]
     outcome = submit_request(workspace, people.alice, "Add a refunds queue", model=model(stub))
@@ -240,6 +241,7 @@ def test_a_follow_up_adds_a_commit_and_makes_approvals_stale(any_workspace: Work
     stub.turns = [
         tool_call("patch_file", path="stacks/app-staging/queue.tf", old='name = "refunds-${local.env}"',
                   new='name                      = "refunds-${local.env}"\n  message_retention_seconds = 1209600'),
+        tool_call("run_preview", stack="app-staging"),
         tool_call("finish", summary="Kept refund events for 14 days."),
     ]
     reopened = open_workspace(workspace.settings)  # a restart: new process state, same database
@@ -257,6 +259,7 @@ def test_a_follow_up_adds_a_commit_and_makes_approvals_stale(any_workspace: Work
 def test_a_false_claim_is_flagged_beside_the_plan(workspace: Workspace, people: People, stub: ModelStub) -> None:
     stub.turns = [
         tool_call("patch_file", path="stacks/app-staging/main.tf", old="ami-0c1c30571d2dae5c9", new="ami-0d5eff06f840b45e9"),
+        tool_call("run_preview", stack="app-staging"),
         tool_call("finish", summary="Moved web to the new AMI. Nothing is destroyed."),
     ]
     outcome = submit_request(workspace, people.alice, "Use the patched AMI", model=model(stub))
@@ -293,9 +296,11 @@ def test_demo_starts_from_a_chat_request_when_a_model_is_configured(stub: ModelS
     stub.turns = [
         tool_call("write_file", path="stacks/app-staging/reports.tf", content=BUCKET_TF.lstrip()),
         tool_call("patch_file", path="stacks/app-staging/main.tf", old="ami-0c1c30571d2dae5c9", new="ami-0d5eff06f840b45e9"),
+        tool_call("run_preview", stack="app-staging"),
         tool_call("finish", summary="Added the reports bucket and moved web to the new AMI, which replaces aws_instance.web[0]."),
         tool_call("patch_file", path="stacks/app-staging/reports.tf", old='bucket = "orders-reports-staging"\n  tags   = local.tags',
                   new='bucket = "orders-reports-staging"\n  tags   = merge(local.tags, { purpose = "reports" })'),
+        tool_call("run_preview", stack="app-staging"),
         tool_call("finish", summary="Tagged the reports bucket."),
     ]
     result = run_cli(["demo"], tmp_path, OPENAI_BASE_URL=stub.base_url, OPENAI_API_KEY="k", GATEWAY_MODEL="stub-model",
@@ -310,6 +315,7 @@ def test_chat_refines_one_proposal_across_messages(workspace: Workspace, people:
     stub.turns = queue_script() + [
         tool_call("patch_file", path="stacks/app-staging/queue.tf", old="tags = local.tags",
                   new="tags = local.tags\n  delay_seconds = 5"),
+        tool_call("run_preview", stack="app-staging"),
         tool_call("finish", summary="Delayed delivery by five seconds."),
     ]
     result = run_cli(["chat"], workspace.settings.home, token=people.tokens["alice"],
@@ -340,6 +346,7 @@ def test_writing_a_file_back_as_it_was_proposes_nothing_and_breaks_nothing(works
                                                                            stub: ModelStub) -> None:
     same = workspace.repo.read_file(workspace.repo.resolve("main"), "stacks/app-staging/main.tf")
     stub.turns = [tool_call("write_file", path="stacks/app-staging/main.tf", content=same),
+                  tool_call("run_preview", stack="app-staging"),
                   tool_call("finish", summary="Nothing needed changing.")]
     outcome = submit_request(workspace, people.alice, "Make sure staging is tagged", model=model(stub))
     assert outcome.proposal is None and outcome.stopped == (
@@ -357,6 +364,6 @@ def test_every_model_and_tool_call_is_in_the_changes_story(workspace: Workspace,
         "list_files", "read_file", "write_file", "run_preview", "finish"]
     assert len([e for e in calls if e.kind == "agent.model_call"]) == 5
     assert all(e.payload["conversation"] == outcome.conversation_id and e.actor == AGENT_NAME for e in calls)
-    assert all(e.payload["prompt_version"].startswith("agent-system-v1") for e in calls)
+    assert all(e.payload["prompt_version"].startswith("agent-system-v2") for e in calls)
     assert "refund-events" not in json.dumps([e.payload for e in calls])  # what was called, never the content
     assert story.index(calls[0]) < story.index(next(e for e in story if e.kind == "proposal.opened"))

@@ -110,6 +110,7 @@ def test_audit_over_http(client: TestClient, people: People, proposal_id: int) -
 
 def test_a_request_to_the_agent_and_its_progress(client: TestClient, workspace: Workspace, people: People) -> None:
     with ModelStub([tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                    tool_call("run_preview", stack="app-staging"),
                     tool_call("finish", summary="Added the refunds queue.")]) as stub:
         workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
         created = client.post("/api/v1/requests", json={"text": "Add a refunds queue"}, headers=bearer(people.tokens["alice"]))

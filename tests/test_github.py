@@ -408,6 +408,7 @@ def test_a_merge_by_hand_on_github_before_any_apply_is_reported_loudly(world: Wo
 
 def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_requester_may(world: World) -> None:
     world.stub.turns = [tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                        tool_call("run_preview", stack="app-staging"),
                         tool_call("finish", summary="Adds aws_sqs_queue.refunds.")]
     run = world.client.post("/api/v1/requests", json={"text": "Add a queue for refund events in staging"},
                             headers=world.auth("alice")).json()
@@ -423,6 +424,7 @@ def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_req
 
     dlq = QUEUE.replace("refunds", "refunds_dlq").replace("refund-events", "refund-events-dlq")
     world.stub.turns = [tool_call("write_file", path="stacks/app-staging/dlq.tf", content=dlq),
+                        tool_call("run_preview", stack="app-staging"),
                         tool_call("finish", summary="Adds aws_sqs_queue.refunds_dlq as a dead-letter queue.")]
     world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
         number, "alice", "/gateway also add a dead-letter queue")))
@@ -432,6 +434,13 @@ def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_req
     wait_for("the push to GitHub", lambda: world.gh.pull(number)["head"]["sha"] == revised.head_sha)
     assert "also add a dead-letter queue" in json.dumps(world.stub.requests[-2]["messages"])  # same conversation
     assert "Add a queue for refund events" in json.dumps(world.stub.requests[-2]["messages"])
+
+    world.stub.turns = [tool_call("ask_user", question="How many days should dead letters be kept?")]
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
+        number, "alice", "/gateway keep dead letters longer")))
+    wait_for("the agent's question on the pull request", lambda: any(
+        "The agent asks @alice: How many days should dead letters be kept?" in c["body"]
+        for c in world.gh.comments(number)))
 
 
 def test_edited_comments_bot_comments_and_other_repositories_do_nothing(world: World) -> None:

@@ -11,6 +11,8 @@ from sqlalchemy.engine import make_url
 
 from gateway.domain.errors import ConfigError
 
+_SET_UP: set[str] = set()
+
 
 @contextmanager
 def open_checkpointer(database_url: str) -> Iterator[BaseCheckpointSaver]:
@@ -28,7 +30,9 @@ def open_checkpointer(database_url: str) -> Iterator[BaseCheckpointSaver]:
 
         plain = url.set(drivername="postgresql").render_as_string(hide_password=False)
         with PostgresSaver.from_conn_string(plain) as saver:
-            saver.setup()
+            if plain not in _SET_UP:  # its tables and migrations: once per database and process
+                saver.setup()
+                _SET_UP.add(plain)
             yield saver
     else:
         raise ConfigError(f"conversations cannot be kept in a {url.get_backend_name()} database")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.sealing import UNSEALED, Sealer
@@ -481,6 +481,19 @@ class StoreSession:
     def link_conversation(self, conversation_id: str, proposal_id: int) -> None:
         self.conn.execute(update(conversations).where(conversations.c.id == conversation_id)
                           .values(proposal_id=proposal_id))
+
+    def hold_conversation(self, conversation_id: str, until: datetime | None, renew: bool = False) -> bool:
+        """Hold the conversation for a turn until `until` (None: let go); refused while another turn holds it.
+        `renew`: the turn that holds it extends its hold."""
+        query = update(conversations).where(conversations.c.id == conversation_id)
+        if until is not None and not renew:
+            query = query.where(or_(conversations.c.running_until.is_(None), conversations.c.running_until < now()))
+        return self.conn.execute(query.values(running_until=until)).rowcount == 1
+
+    def conversation_busy(self, conversation_id: str) -> bool:
+        """A turn holds this conversation now."""
+        return self.conn.scalar(select(func.count()).select_from(conversations).where(
+            conversations.c.id == conversation_id, conversations.c.running_until >= now())) == 1
 
     def conversation_of_proposal(self, proposal_id: int) -> dict[str, Any] | None:
         row = self.conn.execute(select(conversations).where(conversations.c.proposal_id == proposal_id)).mappings().first()

@@ -149,6 +149,7 @@ conversations = Table(
     Column("branch", String(200), nullable=False),
     Column("proposal_id", Integer, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("running_until", DateTime(timezone=True), nullable=True),  # a turn holds the conversation until then
 )
 
 agent_runs = Table(
@@ -492,6 +493,13 @@ def _day_two(conn: Connection) -> None:
     ONE_OPEN_DRIFT_RECORD.create(conn, checkfirst=True)
 
 
+def _one_turn_per_conversation(conn: Connection) -> None:
+    """A conversation runs one agent turn at a time: the running turn holds it, with a lease."""
+    if "running_until" not in {c["name"] for c in inspect(conn).get_columns("conversations")}:
+        kind = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
+        conn.execute(text(f"ALTER TABLE conversations ADD COLUMN running_until {kind}"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -505,6 +513,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (10, _credential_lifecycle),
     (11, _audit_search),
     (12, _main_pushes),
+    (13, _one_turn_per_conversation),
     (14, _day_two),
 ]
 

@@ -66,7 +66,8 @@ def read_request(run_id: str, ws: WorkspaceDep, actor: ActorDep) -> RequestPubli
 
 
 def _run(run: dict) -> dict:
-    return {k: run[k] for k in ("id", "status", "progress", "proposal_id", "conversation_id", "message")}
+    return {**{k: run[k] for k in ("id", "status", "progress", "proposal_id", "conversation_id", "message")},
+            "question": run["message"] if run["status"] == "waiting" else None}
 
 
 @router.get("/proposals", response_model=list[ProposalSummary], tags=["proposals"])

@@ -29,11 +29,13 @@ class RequestCreate(BaseModel):
 
 class RequestPublic(BaseModel):
     id: str
-    status: Literal["running", "done", "stopped", "failed"]
+    status: Literal["running", "waiting", "done", "stopped", "failed"]
     progress: list[str]
     proposal_id: int | None
     conversation_id: str | None
     message: str | None
+    question: str | None = Field(default=None, description="status waiting: the agent's question; answer it with a "
+                                                           "new request in the same conversation_id")
 
 
 class DecisionPublic(BaseModel):

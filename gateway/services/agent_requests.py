@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import git
 
 from agents.graph import Limits, Progress, build_graph
-from agents.llm import ChatModel
-from agents.prompts import load_prompt
-from agents.tools import RepoTools
+from agents.llm import ChatModel, Model
+from agents.prompts import fill_conventions, load_prompt
+from agents.state import HISTORY, compact_history
+from agents.tools import PreviewReport, RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
-from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, Refused
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
@@ -45,11 +48,14 @@ class RequestOutcome:
     tokens: int
     changed_files: list[str] = field(default_factory=list)
     claim_issues: list[str] = field(default_factory=list)
+    question: str | None = None  # the agent waits for the person's answer (given in the same conversation)
+    opened: bool = False  # this turn opened the proposal (rather than adding a commit to it)
 
 
 def model_from_settings(ws: Workspace) -> ChatModel:
     s = ws.settings
-    return ChatModel(s.openai_base_url, s.openai_api_key.get_secret_value() if s.openai_api_key else None, s.model)
+    return ChatModel(s.openai_base_url, s.openai_api_key.get_secret_value() if s.openai_api_key else None, s.model,
+                     s.model_timeout, s.model_retries)
 
 
 def agent_principal(ws: Workspace) -> Principal:
@@ -64,7 +70,7 @@ def agent_principal(ws: Workspace) -> Principal:
 
 
 def submit_request(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
-                   model: ChatModel | None = None, progress: Progress | None = None) -> RequestOutcome:
+                   model: Model | None = None, progress: Progress | None = None) -> RequestOutcome:
     """Run the agent on one request (or a follow-up) and open or update its proposal."""
     if person.is_agent or not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
         raise Refused([f"{person.name} may not request changes"])
@@ -78,48 +84,110 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
     stopped = agent_stop_reason(ws, agent)
     if stopped:
         raise Refused([stopped])
-    conversation_id, branch, proposal_id = _conversation(ws, person, conversation_id)
+    conversation = _conversation(ws, person, conversation_id)
+    with _holding(ws, conversation.id):
+        return _run_turn(ws, person, agent, conversation, text, model, progress)
+
+
+@dataclass(frozen=True)
+class _Conversation:
+    id: str
+    branch: str
+    proposal_id: int | None  # its proposal, once a turn opened one
+
+
+@contextmanager
+def _holding(ws: Workspace, conversation_id: str) -> Iterator[None]:
+    """One turn at a time per conversation: a second concurrent turn is refused, not interleaved."""
+    with ws.store.session() as session:
+        held = session.hold_conversation(conversation_id, _hold_until(ws))
+    if not held:
+        raise Conflict(_busy(conversation_id))
+    try:
+        yield
+    finally:
+        with ws.store.session() as session:
+            session.hold_conversation(conversation_id, None)
+
+
+def check_conversation_free(ws: Workspace, conversation_id: str) -> None:
+    """Refuse at once (before starting a background turn) when a turn already holds the conversation."""
+    with ws.store.session(readonly=True) as session:
+        if session.conversation_busy(conversation_id):
+            raise Conflict(_busy(conversation_id))
+
+
+def _busy(conversation_id: str) -> str:
+    return (f"conversation {conversation_id} is busy: the agent is still working on its previous message; "
+            "wait for that turn to end, then send yours")
+
+
+def _hold_until(ws: Workspace) -> datetime:
+    """A turn holds its conversation this long past its last model or tool call (a crashed turn lets go by itself)."""
+    return datetime.now(UTC) + timedelta(seconds=ws.settings.agent_turn_hold_seconds)
+
+
+def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: _Conversation, text: str,
+              model: Model, progress: Progress | None) -> RequestOutcome:
     prompt = load_prompt(PROMPT)
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
-        clone = _working_copy(ws, branch, Path(tmp) / "repo")
-        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person))
-        limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens)
+        clone = _working_copy(ws, conversation.branch, Path(tmp) / "repo")
+        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person),
+                          {name: stack.path for name, stack in settings.stacks.items()})
+        limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens, ws.settings.agent_prompt_budget)
         with open_checkpointer(ws.settings.db_url) as checkpointer:
-            graph = build_graph(model, tools, prompt.text, limits, checkpointer, progress, ws.scrubber,
-                                lambda: agent_stop_reason(ws, agent),
-                                _trail_of_calls(ws, agent, conversation_id, prompt.version, model.model))
-            state = graph.invoke(
-                {"messages": [{"role": "user", "content": text}], "steps": 0, "tokens": 0, "summary": None, "stopped": None},
-                {"configurable": {"thread_id": conversation_id}, "recursion_limit": 4 * limits.max_steps + 10})
-        outcome = RequestOutcome(conversation_id, None, state.get("summary"), state.get("stopped"),
-                                 state["steps"], state["tokens"], sorted(tools.written))
-        if outcome.summary is None and outcome.stopped is None:
+            graph = build_graph(model, tools, fill_conventions(prompt.text, settings), limits, checkpointer, progress,
+                                ws.scrubber, lambda: agent_stop_reason(ws, agent),
+                                _trail_of_calls(ws, agent, conversation.id, prompt.version, model.model))
+            config = {"configurable": {"thread_id": conversation.id}, "recursion_limit": 4 * limits.max_steps + 10}
+            previous = graph.get_state(config).values
+            messages = [{"role": HISTORY, "messages": compact_history(previous.get("messages") or [])},
+                        *_lost_edits_note(previous), {"role": "user", "content": text}]
+            state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
+                                  "question": None, "written": []}, config)
+        said = {key: ws.scrubber.scrub(state[key]) if state.get(key) else None for key in ("summary", "question")}
+        outcome = RequestOutcome(conversation.id, None, said["summary"], state.get("stopped"),
+                                 state["steps"], state["tokens"], sorted(tools.written), question=said["question"])
+        if outcome.stopped:
+            outcome.question = None
+        if outcome.summary is None and outcome.stopped is None and outcome.question is None:
             outcome.stopped = "the model stopped without calling finish"
         _record_request(ws, person, agent, text, outcome, prompt.version, model.model)
-        if outcome.stopped or not tools.written:
+        if outcome.stopped or outcome.question or not tools.written:
             return outcome
         if not clone.is_dirty(untracked_files=True):  # it wrote files back as they were: nothing to propose
             outcome.stopped = "the agent's edits left every file as it was: nothing to propose"
             return outcome
-        _commit_and_push(clone, branch, text, outcome.summary or "", agent)
-    outcome.proposal = _propose(ws, agent, person, branch, text, outcome.summary or "", proposal_id, conversation_id,
-                                prompt.version, model.model)
+        _commit_and_push(clone, conversation.branch, text, outcome.summary or "", agent)
+    outcome.proposal = _propose(ws, agent, person, conversation.branch, text, outcome.summary or "",
+                                conversation.proposal_id, conversation.id, prompt.version, model.model)
+    outcome.opened = conversation.proposal_id is None
     outcome.claim_issues = claim_issues(ws, outcome.proposal)
     return outcome
 
 
-def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> tuple[str, str, int | None]:
+def _lost_edits_note(previous: dict) -> list[dict[str, str]]:
+    """After a turn that ended without a commit (a question, a stop, a failure), tell the model its edits are gone."""
+    lost = previous.get("written") or []
+    if not lost or previous.get("summary"):
+        return []
+    return [{"role": "user", "content": (
+        f"[gateway] Your previous turn ended without a commit, so its edits to {', '.join(lost)} were discarded: "
+        "the files are as they are on the proposal branch (or main). Redo whatever edits are still needed.")}]
+
+
+def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> _Conversation:
     with ws.store.session() as session:
         if conversation_id is None:
             conversation_id = uuid.uuid4().hex[:12]
             branch = f"agent/{conversation_id}"
             session.add_conversation(conversation_id, person, branch)
-            return conversation_id, branch, None
+            return _Conversation(conversation_id, branch, None)
         record = session.conversation(conversation_id)
     if record is None or record["requester_id"] != person.id:
         raise NotFound(f"no conversation {conversation_id} of yours")
-    return conversation_id, record["branch"], record["proposal_id"]
+    return _Conversation(conversation_id, record["branch"], record["proposal_id"])
 
 
 def _working_copy(ws: Workspace, branch: str, path: Path) -> git.Repo:
@@ -131,23 +199,23 @@ def _working_copy(ws: Workspace, branch: str, path: Path) -> git.Repo:
     return clone
 
 
-def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], str]:
+def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], PreviewReport]:
     """The agent's preview: engine truth, masked, with policy findings; errors as text."""
     settings = ws.repo_settings()
 
-    def preview(stack: str, root: Path) -> str:
+    def preview(stack: str, root: Path) -> PreviewReport:
         if stack not in settings.stacks:
-            return f"error: unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})"
+            return PreviewReport(f"error: unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})", True)
         try:
             result = plan_directory(ws, settings, stack, root / settings.stacks[stack].path, "(working copy)",
                                     ChangeOrigin(by_agent=True, requester=person.name))
         except GatewayError as exc:
-            return f"error: the engine could not plan stack {stack}: {exc}"
+            return PreviewReport(f"error: the engine could not plan stack {stack}: {exc}", True)
         text = render_text(result.preview())
-        denies = [f for f in result.findings if f.severity == "deny"]
+        denies = tuple(f"{f.rule} {f.address}" for f in result.findings if f.severity == "deny")
         verdict = (f"{len(denies)} policy deny finding(s): fix them before finishing." if denies
                    else "No policy denies.")
-        return f"{text}\n{verdict}"
+        return PreviewReport(f"{text}\n{verdict}", denies=denies)
 
     return preview
 
@@ -178,6 +246,7 @@ def _trail_of_calls(ws: Workspace, agent: Principal, conversation_id: str, promp
     """Every model call and tool call of the run, in the trail (what and how long, never the content)."""
     def record(kind: str, data: dict) -> None:
         with ws.store.session() as session:
+            session.hold_conversation(conversation_id, _hold_until(ws), renew=True)  # still working: keep holding it
             session.append_event(agent, f"agent.{kind}", {**data, "conversation": conversation_id,
                                                           "model": model, "prompt_version": prompt_version})
     return record
@@ -189,5 +258,6 @@ def _record_request(ws: Workspace, person: Principal, agent: Principal, text: st
         session.append_event(person, "agent.request", {
             "request": text, "conversation": outcome.conversation_id, "agent": agent.name, "model": model,
             "prompt_version": prompt_version, "steps": outcome.steps, "tokens": outcome.tokens,
-            "changed_files": outcome.changed_files, "summary": outcome.summary, "stopped": outcome.stopped})
+            "changed_files": outcome.changed_files, "summary": outcome.summary, "stopped": outcome.stopped,
+            "waiting_for_answer": outcome.question})
 

@@ -9,10 +9,15 @@ from typing import Any
 
 import structlog
 
-from agents.llm import ChatModel
+from agents.llm import Model
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.principals import Principal
-from gateway.services.agent_requests import agent_principal, model_from_settings, submit_request
+from gateway.services.agent_requests import (
+    agent_principal,
+    check_conversation_free,
+    model_from_settings,
+    submit_request,
+)
 from gateway.services.breaker import agent_stop_reason
 from gateway.services.workspace import Workspace
 
@@ -20,12 +25,14 @@ log = structlog.get_logger(__name__)
 
 
 def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
-                    model: ChatModel | None = None) -> str:
+                    model: Model | None = None) -> str:
     """Check what can be checked now (model configured, the breaker closed), then run the agent in a thread."""
     model = model or model_from_settings(ws)
     stopped = agent_stop_reason(ws, agent_principal(ws))
     if stopped:
         raise Refused([stopped])
+    if conversation_id:
+        check_conversation_free(ws, conversation_id)
     run_id = uuid.uuid4().hex[:12]
     with ws.store.session() as session:
         session.add_agent_run(run_id, person, text, conversation_id)
@@ -35,7 +42,7 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
 
 
 def _run(ws: Workspace, run_id: str, person: Principal, text: str, conversation_id: str | None,
-         model: ChatModel) -> None:
+         model: Model) -> None:
     steps: list[str] = []
 
     def progress(step: str) -> None:
@@ -54,11 +61,12 @@ def _run(ws: Workspace, run_id: str, person: Principal, text: str, conversation_
         with ws.store.session() as session:
             session.update_agent_run(run_id, status="failed", message=f"internal error: {exc.__class__.__name__}")
         return
-    status = "stopped" if outcome.stopped or outcome.proposal is None else "done"
+    status = ("waiting" if outcome.question else
+              "stopped" if outcome.stopped or outcome.proposal is None else "done")
     with ws.store.session() as session:
         session.update_agent_run(run_id, status=status, conversation_id=outcome.conversation_id,
                                  proposal_id=outcome.proposal.id if outcome.proposal else None,
-                                 message=outcome.stopped or outcome.summary)
+                                 message=outcome.stopped or outcome.question or outcome.summary)
 
 
 def get_agent_run(ws: Workspace, person: Principal, run_id: str) -> dict[str, Any]:

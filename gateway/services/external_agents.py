@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import git
 
-from agents.tools import RepoTools, ToolRefused
+from agents.tools import PreviewReport, RepoTools, ToolRefused
 from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
@@ -102,7 +102,7 @@ def list_stacks(ws: Workspace) -> list[dict[str, Any]]:
 
 def read_file(ws: Workspace, caller: Caller, path: str, proposal: int | None = None) -> str:
     with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
-        return ws.scrubber.scrub(_tool(lambda: tools.tool_read_file(path)))
+        return ws.scrubber.scrub(_tool(lambda: tools.read_text(path)))
 
 
 def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = None) -> str:
@@ -202,7 +202,7 @@ def _working_copy(ws: Workspace, ref: str) -> Iterator[RepoTools]:
     with tempfile.TemporaryDirectory(prefix="gw-mcp-") as tmp:
         clone = git.Repo.clone_from(str(ws.settings.repo_path.resolve()), Path(tmp) / "repo", no_checkout=True)
         clone.git.checkout("-q", ref)
-        yield RepoTools(Path(clone.working_dir), ws.repo_settings().protected_paths, lambda _s, _p: "")
+        yield RepoTools(Path(clone.working_dir), ws.repo_settings().protected_paths, lambda _s, _p: PreviewReport(""))
 
 
 def _write(tools: RepoTools, changes: Mapping[str, str]) -> list[str]:

@@ -325,7 +325,14 @@ def _command_ask(ws: Workspace, forge: GitHubForge, person: Principal, user: Map
             "only the person who asked the agent for this change can ask it to revise the branch"], auth)
     assert conversation is not None
     outcome = submit_request(ws, person, command.argument, conversation["id"])
-    return {"asked": conversation["id"], "stopped": outcome.stopped, "changed_files": outcome.changed_files}
+    if outcome.question:  # the agent waits for an answer: ask it where the person is
+        with ws.store.session(readonly=True) as session:
+            pull = session.pull_request_of(proposal.id)
+        assert pull is not None  # the command came from this proposal's pull request
+        forge.reply(int(pull["number"]), f"The agent asks @{user['login']}: {outcome.question}\n\n"
+                    "Answer with `/gateway ask <your answer>`.")
+    return {"asked": conversation["id"], "stopped": outcome.stopped, "changed_files": outcome.changed_files,
+            "question": outcome.question}
 
 
 COMMANDS: dict[CommandKind, Callable[..., dict[str, Any]]] = {

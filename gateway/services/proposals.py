@@ -330,7 +330,7 @@ def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
             plans = [load_plan(json.loads(session.plan_document(plan_id))) for plan_id in plan_ids]
         if len(_CLAIM_ISSUES) >= 256:
             _CLAIM_ISSUES.clear()
-        _CLAIM_ISSUES[key] = check_claim(proposal.agent_claim, plans)
+        _CLAIM_ISSUES[key] = check_claim(proposal.agent_claim, plans, proposal.findings)
     return list(_CLAIM_ISSUES[key])
 
 

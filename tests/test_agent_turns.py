@@ -1,0 +1,363 @@
+"""The agent asks instead of guessing, keeps nothing it lost, and cannot finish broken work.
+
+The real graph and `openai` client against the scripted model server, on real git repos.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from agents.llm import ChatModel
+from gateway.api.app import create_app
+from gateway.domain.claims import check_claim
+from gateway.domain.errors import BackendError, Conflict
+from gateway.domain.plan import load_plan
+from gateway.domain.policy import Finding, Severity
+from gateway.services.agent_requests import submit_request
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People, add_people, run_cli
+from .model_stub import ModelStub, say, tool_call
+
+QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
+QUESTION = "Which retention period do you want for the refunds queue: 4 days (the default) or 14 days?"
+OPEN_BUCKET = 'resource "aws_s3_bucket" "exports" {\n  bucket = "orders-exports-staging"\n  tags   = local.tags\n}\n'
+
+
+@pytest.fixture
+def stub() -> Iterator[ModelStub]:
+    with ModelStub() as server:
+        yield server
+
+
+def model(stub: ModelStub) -> ChatModel:
+    return ChatModel(stub.base_url, "test-key", "stub-model")
+
+
+def tool_results(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def answer_then_build(body: dict[str, Any]) -> dict[str, Any]:
+    """The script's next move once it has read the person's answer."""
+    assert body["messages"][-1] == {"role": "user", "content": "14 days please"}
+    return tool_call("write_file", path="stacks/app-staging/queue.tf",
+                     content=QUEUE.replace("  tags", "  message_retention_seconds = 1209600\n  tags"))
+
+
+def asked_then_answered() -> list[Any]:
+    return [tool_call("ask_user", question=QUESTION),
+            answer_then_build, tool_call("run_preview", stack="app-staging"),
+            tool_call("finish", summary="Added aws_sqs_queue.refunds keeping messages for 14 days.")]
+
+
+def test_a_question_reaches_the_person_and_the_answer_resumes_the_same_conversation(
+        workspace: Workspace, people: People, stub: ModelStub) -> None:
+    stub.turns = asked_then_answered()
+    asked = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    assert asked.question == QUESTION and asked.proposal is None and asked.stopped is None
+    with workspace.store.session() as session:
+        [waiting] = [e for e in session.events() if e.kind == "agent.request"]
+    assert waiting.payload["waiting_for_answer"] == QUESTION  # the waiting state is in the trail
+
+    answered = submit_request(workspace, people.alice, "14 days please", asked.conversation_id, model=model(stub))
+    assert answered.proposal is not None and answered.opened and answered.question is None
+    history = [m for m in stub.requests[-1]["messages"] if m["role"] in ("user", "assistant")]
+    assert {"role": "assistant", "content": f"[ask_user] {QUESTION}"} in history  # it remembers what it asked
+    assert [m["content"] for m in history if m["role"] == "user"] == ["Add a refunds queue in staging", "14 days please"]
+    queue = workspace.repo.read_file(answered.proposal.head_sha, "stacks/app-staging/queue.tf")
+    assert "message_retention_seconds = 1209600" in queue
+
+
+def test_words_without_a_tool_call_are_a_question_not_thrown_away(workspace: Workspace, people: People,
+                                                                  stub: ModelStub) -> None:
+    stub.turns = [say("  Do you mean the staging or the production queue?  ")]
+    outcome = submit_request(workspace, people.alice, "Add a refunds queue", model=model(stub))
+    assert outcome.question == "Do you mean the staging or the production queue?"
+    assert outcome.stopped is None and outcome.proposal is None
+
+
+def test_the_question_and_answer_in_cli_chat(workspace: Workspace, people: People, stub: ModelStub) -> None:
+    stub.turns = asked_then_answered()
+    result = run_cli(["chat"], workspace.settings.home, token=people.tokens["alice"],
+                     stdin="Add a refunds queue in staging\n14 days please\n\n",
+                     OPENAI_BASE_URL=stub.base_url, OPENAI_API_KEY="k", GATEWAY_MODEL="stub-model")
+    assert result.returncode == 0, result.stderr
+    assert f"agent asks: {QUESTION}" in result.stdout
+    assert "proposal 1 opened by gateway-agent for alice" in result.stdout  # opened by the answer, not "updated"
+
+
+def _follow(client: TestClient, run: dict[str, Any], token: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while run["status"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run = client.get(f"/api/v1/requests/{run['id']}", headers={"Authorization": f"Bearer {token}"}).json()
+    return run
+
+
+def test_the_question_in_the_api_and_on_the_request_page(workspace: Workspace, people: People,
+                                                          stub: ModelStub) -> None:
+    stub.turns = asked_then_answered()
+    workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
+    token = people.tokens["alice"]
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        created = client.post("/api/v1/requests", json={"text": "Add a refunds queue in staging"},
+                              headers={"Authorization": f"Bearer {token}"})
+        run = _follow(client, created.json(), token)
+        assert (run["status"], run["question"], run["proposal_id"]) == ("waiting", QUESTION, None)
+
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text).group(1)  # type: ignore[union-attr]
+        client.post("/login", data={"token": token, "csrf": csrf}, follow_redirects=False)
+        page = client.get(f"/requests/{run['id']}").text
+        assert QUESTION in page and f'name="conversation" value="{run["conversation_id"]}"' in page
+
+        answered = client.post("/api/v1/requests", json={"text": "14 days please",
+                                                         "conversation_id": run["conversation_id"]},
+                               headers={"Authorization": f"Bearer {token}"})
+        done = _follow(client, answered.json(), token)
+    assert done["status"] == "done" and done["proposal_id"] == 1 and done["question"] is None
+
+
+def test_after_a_stopped_turn_a_follow_up_is_told_and_opens_the_right_proposal(
+        workspace: Workspace, people: People, stub: ModelStub) -> None:
+    workspace.settings.agent_max_steps = 2
+    told: list[str] = []
+
+    def redo(body: dict[str, Any]) -> dict[str, Any]:
+        told.append(body["messages"][-2]["content"])
+        return tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE)
+
+    stub.turns = [tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE),
+                  tool_call("list_files", path="stacks"),
+                  redo, tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    stopped = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    assert stopped.stopped and stopped.proposal is None
+    workspace.settings.agent_max_steps = 20
+    follow_up = submit_request(workspace, people.alice, "go on", stopped.conversation_id, model=model(stub))
+    assert told and "edits to stacks/app-staging/q.tf were discarded" in told[0]
+    assert follow_up.proposal is not None and follow_up.proposal.changed_paths == ("stacks/app-staging/q.tf",)
+    assert follow_up.proposal.plans["app-staging"].counts == {"create": 1}
+
+
+def test_finish_is_refused_until_every_touched_stack_is_previewed_clean(workspace: Workspace, people: People,
+                                                                       stub: ModelStub) -> None:
+    stub.turns = [
+        tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+        tool_call("finish", summary="Added a queue."),  # never previewed
+        tool_call("write_file", path="stacks/app-staging/exports.tf", content=OPEN_BUCKET),
+        tool_call("run_preview", stack="app-staging"),
+        tool_call("finish", summary="Added an exports bucket; I cannot see a problem."),  # denied, not explained
+        tool_call("write_file", path="stacks/app-staging/broken.tf", content='resource "aws_sqs_queue" "x" {\n'),
+        tool_call("run_preview", stack="app-staging"),
+        tool_call("finish", summary="Added a queue and a bucket; it cannot be done without a policy deny."),  # error
+        tool_call("write_file", path="stacks/app-staging/broken.tf", content=""),
+        tool_call("run_preview", stack="app-staging"),
+        tool_call("finish", summary="Added the queue and an encrypted exports bucket; it cannot meet the "
+                                    "s3-public-access-block policy as asked (the request wants it public)."),
+    ]
+    outcome = submit_request(workspace, people.alice, "Add a queue and a public exports bucket", model=model(stub))
+    results = tool_results(stub.requests[-1])
+    assert results[1] == ("refused: cannot finish yet: stack app-staging changed since its last preview: "
+                          "call run_preview for app-staging")
+    assert results[4].startswith("refused: cannot finish yet: the last preview of stack app-staging has policy denies")
+    assert "s3-public-access-block aws_s3_bucket.exports" in results[4]
+    assert results[7].startswith("refused: cannot finish yet: the last preview of stack app-staging failed")
+    assert outcome.summary is not None and outcome.summary.startswith("Added the queue")  # the explained finish
+    assert outcome.proposal is not None  # the deny is explained, shown to the approver, and blocks approval
+    assert "s3-public-access-block" in [f.rule for f in outcome.proposal.findings if f.severity == "deny"]
+    assert outcome.claim_issues[0].startswith('the agent claims encryption ("encrypted"), but the plan has policy deny')
+
+
+def test_edits_come_back_as_a_diff_and_reads_with_line_numbers(workspace: Workspace, people: People,
+                                                                stub: ModelStub) -> None:
+    stub.turns = [
+        tool_call("read_file", path="stacks/app-staging/main.tf", start_line=2, end_line=3),
+        tool_call("patch_file", path="stacks/app-staging/main.tf", old='"t3.small"', new='"t3.medium"'),
+        tool_call("patch_file", path="stacks/app-staging/main.tf", old="2| ", new=""),
+        tool_call("read_file", path="stacks/app-staging/main.tf", start_line=9999, end_line=None),
+    ]
+    submit_request(workspace, people.alice, "Resize staging web", model=model(stub))
+    results = tool_results(stub.requests[-1])
+    main = workspace.repo.read_file(workspace.repo.resolve("main"), "stacks/app-staging/main.tf").splitlines()
+    assert results[0] == f"2| {main[1]}\n3| {main[2]}"
+    assert results[1].startswith("patched stacks/app-staging/main.tf\n--- a/stacks/app-staging/main.tf\n")
+    diff = results[1].splitlines()
+    assert any(line.startswith("-") and "t3.small" in line for line in diff)
+    assert any(line.startswith("+") and "t3.medium" in line for line in diff)
+    assert results[2].startswith("refused: `old` occurs 0 times") and "without the line numbers" in results[2]
+    assert results[3].startswith("refused: stacks/app-staging/main.tf has") and "past its end" in results[3]
+
+
+DENIES = [Finding("encryption-at-rest", Severity.DENY, "aws_s3_bucket.exports", "no encryption", "app-staging"),
+          Finding("s3-public-access-block", Severity.DENY, "aws_s3_bucket.exports", "no block", "app-staging"),
+          Finding("required-tags", Severity.DENY, "aws_s3_bucket.exports", "missing owner", "app-staging")]
+BUCKET_PLAN = load_plan({"format_version": "1.2", "resource_changes": [
+    {"address": "aws_s3_bucket.exports", "type": "aws_s3_bucket", "name": "exports",
+     "change": {"actions": ["create"], "before": None, "after": {"bucket": "exports"}}}]})
+
+
+@pytest.mark.parametrize(("summary", "denies", "flagged"), [
+    ("Added an encrypted bucket with public access blocked, tagged as required.", DENIES,
+     ["encryption", "public access", "tags"]),
+    ("Added the exports bucket; deletion protection is on and it passes all policies.", DENIES,
+     ["policy compliance"]),
+    ("Added an encrypted bucket with public access blocked, tagged as required.", [], []),
+    ("Added the bucket. It is not encrypted and cannot meet the policy as asked.", DENIES[:1], []),
+])
+def test_false_security_claims_are_flagged_against_the_findings(summary: str, denies: list[Finding],
+                                                                 flagged: list[str]) -> None:
+    issues = check_claim(summary, [BUCKET_PLAN], denies)
+    assert [i.split(" (")[0].removeprefix("the agent claims ") for i in issues] == flagged
+    if flagged:
+        assert "but the plan has policy deny finding(s): " in issues[0]
+
+
+def test_a_second_turn_while_one_runs_is_refused_clearly(workspace: Workspace, people: People,
+                                                         stub: ModelStub) -> None:
+    stub.turns = [tool_call("ask_user", question=QUESTION)]
+    first = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    release, working = threading.Event(), threading.Event()
+
+    def slow(body: dict[str, Any]) -> dict[str, Any]:
+        working.set()
+        release.wait(60)
+        return tool_call("finish", summary="Nothing to change after all.")
+
+    stub.turns = [slow]
+    answer = threading.Thread(target=submit_request, args=(workspace, people.alice, "14 days", first.conversation_id),
+                              kwargs={"model": model(stub)})
+    answer.start()
+    try:
+        assert working.wait(60)
+        with pytest.raises(Conflict, match=f"conversation {first.conversation_id} is busy: the agent is still working"):
+            submit_request(workspace, people.alice, "actually 7 days", first.conversation_id, model=model(stub))
+        workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
+        with TestClient(create_app(workspace.settings, workers=0)) as client:
+            busy = client.post("/api/v1/requests", json={"text": "7 days", "conversation_id": first.conversation_id},
+                               headers={"Authorization": f"Bearer {people.tokens['alice']}"})
+        assert busy.status_code == 409 and "is busy" in busy.json()["detail"]
+    finally:
+        release.set()
+        answer.join(60)
+    stub.turns = [tool_call("finish", summary="Kept it as it is.")]
+    later = submit_request(workspace, people.alice, "never mind", first.conversation_id, model=model(stub))
+    assert later.summary == "Kept it as it is."  # the turn let go of the conversation when it ended
+
+
+def test_an_oversized_context_is_trimmed_not_failed(workspace: Workspace, people: People, stub: ModelStub) -> None:
+    workspace.settings.agent_prompt_budget = 2500
+    read = tool_call("read_file", path="stacks/app-staging/main.tf")
+    stub.turns = [read, read, read, read, read,
+                  tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    outcome = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    assert outcome.proposal is not None and outcome.stopped is None
+    sizes = [len(json.dumps(body["messages"])) // 4 for body in stub.requests]
+    assert max(sizes) <= 2500, sizes
+    last = tool_results(stub.requests[-1])
+    assert last[0].startswith("[an earlier result of read_file") and "removed to fit the prompt budget" in last[0]
+    assert "aws_sqs_queue.refunds" in last[-1]  # the newest result, the preview, is whole
+    with workspace.store.session() as session:
+        trimmed = [e.payload["trimmed_messages"] for e in session.events() if e.kind == "agent.model_call"]
+    assert trimmed[0] == 0 and max(trimmed) >= 3
+
+
+def test_the_prompt_carries_this_repos_conventions(workspace: Workspace, people: People, clone: Clone,
+                                                   stub: ModelStub) -> None:
+    clone.branch("main").edit("gateway.yaml", "required_tags: [owner, cost-centre]",
+                              "required_tags: [owner, cost-centre, team]").push("tag every resource with its team")
+    stub.turns = [tool_call("finish", summary="Nothing needed.")]
+    submit_request(workspace, people.alice, "Anything", model=model(stub))
+    system = stub.requests[0]["messages"][0]["content"]
+    assert "the tags `owner`, `cost-centre`, `team`" in system
+    assert "app-staging (`stacks/app-staging/`)" in system and "aws_vpc.main (network)" in system
+    assert "Approved instance types: db.r6g.large, db.t4g.medium, t3.large, t3.medium, t3.small." in system
+    assert "$" not in system  # every convention filled in
+    assert all(t["function"]["strict"] and t["function"]["parameters"]["additionalProperties"] is False
+               and all(p.get("description") for p in t["function"]["parameters"]["properties"].values())
+               for t in stub.requests[0]["tools"])
+
+
+def test_a_failing_model_endpoint_is_retried_then_reported(workspace: Workspace, people: People,
+                                                           stub: ModelStub) -> None:
+    stub.turns = [{"status": 503}, tool_call("finish", summary="Nothing needed.")]
+    outcome = submit_request(workspace, people.alice, "Anything", model=ChatModel(stub.base_url, "k", "m", 30, 2))
+    assert outcome.summary == "Nothing needed." and len(stub.requests) == 2
+    stub.turns = [{"status": 503}, {"status": 503}]
+    with pytest.raises(BackendError, match="the model endpoint failed: InternalServerError"):
+        submit_request(workspace, people.alice, "Anything", model=ChatModel(stub.base_url, "k", "m", 30, 1))
+
+
+def test_earlier_turns_are_compacted_to_request_summary_and_files(workspace: Workspace, people: People,
+                                                                   stub: ModelStub) -> None:
+    stub.turns = [tool_call("read_file", path="stacks/app-staging/main.tf"),
+                  tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds."),
+                  tool_call("finish", summary="Nothing else to do.")]
+    first = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    submit_request(workspace, people.alice, "is that all?", first.conversation_id, model=model(stub))
+    sent = stub.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert sent[2]["content"] == "[finish] Added aws_sqs_queue.refunds. (files edited: stacks/app-staging/queue.tf)"
+    assert "orders-web" not in json.dumps(sent)  # the old file read is not carried into the next turn
+
+
+def test_denies_already_on_main_in_a_stack_it_only_looked_at_do_not_block_finish(
+        workspace: Workspace, people: People, clone: Clone, stub: ModelStub) -> None:
+    clone.branch("main").write("stacks/app-prod/exports.tf", OPEN_BUCKET).push("an open bucket, before the agent")
+    stub.turns = [tool_call("run_preview", stack="app-prod"),
+                  tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    outcome = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    assert "policy deny finding(s)" in tool_results(stub.requests[1])[0]  # it saw app-prod's denies
+    assert outcome.summary == "Added aws_sqs_queue.refunds." and outcome.proposal is not None
+
+
+def test_a_conversation_is_held_by_one_turn_and_a_lapsed_hold_is_taken_over(any_workspace: Workspace) -> None:
+    """On SQLite and PostgreSQL (migration 13)."""
+    ws, alice = any_workspace, add_people(any_workspace).alice
+    later = datetime.now(UTC) + timedelta(minutes=10)
+    with ws.store.session() as session:
+        session.add_conversation("c1", alice, "agent/c1")
+        assert session.hold_conversation("c1", later)
+        assert not session.hold_conversation("c1", later)  # a second turn
+        assert session.conversation_busy("c1")
+        assert session.hold_conversation("c1", later + timedelta(minutes=5), renew=True)  # the holder, still working
+        assert session.hold_conversation("c1", None)  # let go
+        assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)
+        session.hold_conversation("c1", datetime.now(UTC) - timedelta(seconds=1), renew=True)  # a crashed turn's hold
+        assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)
+
+
+def test_after_a_failed_turn_the_follow_up_is_told_its_edits_were_discarded(workspace: Workspace, people: People,
+                                                                            stub: ModelStub) -> None:
+    told: list[str] = []
+
+    def redo(body: dict[str, Any]) -> dict[str, Any]:
+        told.append(json.dumps(body["messages"]))
+        return tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE)
+
+    stub.turns = [tool_call("ask_user", question="Which name?"),
+                  tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE), {"status": 503},
+                  redo, tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    first = submit_request(workspace, people.alice, "Add a refunds queue", model=model(stub))
+    with pytest.raises(BackendError):
+        submit_request(workspace, people.alice, "refunds-staging", first.conversation_id,
+                       model=ChatModel(stub.base_url, "k", "m", 30, 0))
+    again = submit_request(workspace, people.alice, "try again", first.conversation_id, model=model(stub))
+    assert "its edits to stacks/app-staging/q.tf were discarded" in told[0]
+    assert again.proposal is not None and again.proposal.changed_paths == ("stacks/app-staging/q.tf",)

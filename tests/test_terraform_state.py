@@ -155,7 +155,7 @@ def test_plan_apply_and_plan_again_in_separate_processes_leave_the_state_sealed(
     _assert_sealed_at_rest(state_dir)
     assert _in_clear(state_dir, SECRET.encode(), b'"lineage"') == []
     assert engine.state_serial("s") > 0  # this process opens what another sealed
-    with pytest.raises(BackendError, match="does not open with this data key"):  # and the key is needed to
+    with pytest.raises(BackendError, match=f"{SEALED_FILE}: .*does not open with this data key"):  # the key is needed
         TerraformEngine(engine.setup, Sealer.from_key_file(tmp_path / "other.key")).state_serial("s")
 
 
@@ -233,6 +233,15 @@ def test_a_state_cut_short_is_kept_for_a_person_and_refused_by_name(tmp_path: Pa
         with local.in_use(0):
             pass
     assert local.live.read_text() == '{"version": 4, "ser' and local.sealed.exists()  # nothing lost
+
+
+def test_a_run_that_left_no_state_seals_nothing(tmp_path: Path) -> None:
+    local = SealedLocalState(tmp_path / "s", Sealer.from_key_file(tmp_path / "data.key"), "s")
+    assert local.read() == {} and not local.directory.exists()  # a read of a stack never planned makes nothing
+    with local.in_use(0):
+        local.live.write_bytes(b"")  # Terraform makes an empty file when it locks a stack without state
+        assert local.read_live() == {}
+    assert not local.live.exists() and not local.sealed.exists() and local.read() == {}
 
 
 def test_a_run_waits_for_the_stack_and_says_so_when_it_is_held_too_long(tmp_path: Path) -> None:

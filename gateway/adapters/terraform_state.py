@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.adapters.sealing import Sealer
-from gateway.domain.errors import BackendError
+from gateway.domain.errors import BackendError, ConfigError
 
 LIVE_FILE = "terraform.tfstate"
 SEALED_FILE = "terraform.tfstate.sealed"
@@ -60,11 +60,14 @@ class SealedLocalState:
                 self._seal_live()
 
     def read_live(self) -> dict[str, Any]:
-        """The state as the running Terraform has it (only while `in_use`)."""
-        return self._parse(self.live.read_bytes(), self.live) if self.live.exists() else {}
+        """The state as the running Terraform has it (only while `in_use`; empty until Terraform writes one)."""
+        content = self.live.read_bytes() if self.live.exists() else b""
+        return self._parse(content, self.live) if content.strip() else {}
 
     def read(self) -> dict[str, Any]:
         """The state at rest, without waiting: a live file is sealed first unless a run is using it."""
+        if not self.directory.exists():  # never planned: nothing to read, nothing to make
+            return {}
         with self._locked(0) as fd:
             if fd is not None:
                 self._seal_live()
@@ -104,7 +107,10 @@ class SealedLocalState:
         self.backup.unlink(missing_ok=True)
 
     def _open_sealed(self) -> bytes:
-        return self._sealer.open_bytes(self.sealed.read_bytes())
+        try:
+            return self._sealer.open_bytes(self.sealed.read_bytes())
+        except (BackendError, ConfigError) as exc:
+            raise type(exc)(f"{self.sealed}: {exc}") from None
 
     def _parse(self, content: bytes, path: Path) -> dict[str, Any]:
         try:

@@ -208,6 +208,8 @@ def test_a_state_written_in_clear_before_sealing_is_sealed_on_first_use(engine: 
     directory = _stack(tmp_path, "one", STACK)
     planned = engine.plan("s", directory, INPUTS)
     assert engine.apply("s", directory, planned.document, planned.state_serial, INPUTS, planned.artifact).succeeded
+    changed = STACK.replace("secret = var.api_key", "secret = var.api_key\n  content = \"v2\"")
+    pending = engine.plan("s", _stack(tmp_path, "two", changed), INPUTS)  # approved before the upgrade, say
     serial = engine.state_serial("s")
     # the layout before sealing: Terraform's own file, in clear, where saved plans name it
     state_dir = tmp_path / "state" / "s"
@@ -218,7 +220,13 @@ def test_a_state_written_in_clear_before_sealing_is_sealed_on_first_use(engine: 
     fresh = _engine(tmp_path)  # a process started after the upgrade
     assert fresh.state_serial("s") == serial
     _assert_sealed_at_rest(state_dir)
-    assert _kinds(fresh.plan("s", _stack(tmp_path, "two", STACK), INPUTS).document) == {}
+    assert _kinds(fresh.plan("s", _stack(tmp_path, "three", STACK), INPUTS).document) == {}
+    # a plan saved before the upgrade names the same state path: it still applies, exactly once
+    applied = fresh.apply("s", _stack(tmp_path, "four", changed), pending.document, pending.state_serial, INPUTS,
+                          pending.artifact)
+    assert applied.succeeded and applied.applied == ("sim_object.a",)
+    assert _kinds(fresh.plan("s", _stack(tmp_path, "five", changed), INPUTS).document) == {}
+    _assert_sealed_at_rest(state_dir)
     assert _in_clear(state_dir, SECRET.encode(), b'"lineage"') == []
 
 

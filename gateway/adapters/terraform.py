@@ -3,8 +3,10 @@
 A plan runs `init`, `plan -out` and `show -json` in a scratch copy of the stack at the commit, and
 keeps Terraform's binary plan file with the JSON: the approval binds to both, and the apply runs
 exactly that file, never a fresh plan. A stack's state lives where its files declare (`terraform {
-backend ... }`, as main has it: planning refuses a branch that changes it), else in a local backend
-under the workspace; the state serial is read from that backend. Values the gateway
+backend ... }`, as main has it: planning refuses a branch that changes it; that storage is the user's, and the
+gateway neither seals nor moves it), else in a local backend under the workspace, sealed at rest and in clear only
+while a plan or apply runs (layout and locking in `terraform_state`); the state serial is read from that backend
+without waiting for a run. Values the gateway
 supplies are secret by origin: wherever one appears in the JSON plan it is marked sensitive, whatever
 the configuration declares, and it is cut out of every message Terraform writes.
 """
@@ -28,6 +30,8 @@ import hcl2
 import structlog
 
 from gateway.adapters.hcl_sensitivity import declared_variables
+from gateway.adapters.sealing import UNSEALED, Sealer
+from gateway.adapters.terraform_state import SealedLocalState
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
 from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
 
@@ -40,6 +44,7 @@ SENSITIVE_FILE = "gateway_sensitive_override.tf"
 BACKEND_JSON = "backend.tf.json"  # a stack's own backend, alone in a directory where its state is read
 SERIAL_TTL_SECONDS = 2.0  # reads of a declared backend's serial are reused this long (an apply reads afresh)
 CANCEL_GRACE_SECONDS = 30.0
+STATE_WAIT_SECONDS = 60.0  # how long a run waits for another plan or apply of its stack (Terraform's -lock-timeout)
 MASK = "(sensitive)"
 UNKNOWN_SCHEMA = frozenset({"(schema unknown: every attribute may be sensitive)"})
 # never handed to Terraform (a configuration could read its own environment): the gateway's settings,
@@ -66,8 +71,10 @@ class TerraformEngine:
 
     name = "terraform"
 
-    def __init__(self, setup: TerraformSetup):
+    def __init__(self, setup: TerraformSetup, sealer: Sealer = UNSEALED):
         self.setup = setup
+        self._sealer = sealer  # seals the gateway-owned local state at rest
+        self._held: dict[Path, int] = {}  # run directory -> its stack's state lock, inherited by Terraform
         self._schemas: dict[str, frozenset[str]] = {}
         self._schema_key: str | None = None  # the provider lock file the schemas were read for
         self._serials: dict[str, tuple[float, dict[str, Any]]] = {}  # stack -> (when read, state) of declared backends
@@ -90,12 +97,13 @@ class TerraformEngine:
 
     def _plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         self._prepare(stack, directory, inputs)
-        state = self._state(stack)
-        self._run(directory, ["init", "-input=false", "-no-color"], PlanError, inputs)
-        self._run(directory, ["plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}",
-                              f"-var-file={INPUTS_FILE}"], PlanError, inputs)
-        shown = self._run(directory, ["show", "-json", "-no-color", PLAN_FILE], PlanError, inputs)
-        self._learn_schemas(directory, inputs)
+        with self._state_in_use(stack, directory) as read_state:
+            state = read_state(False)
+            self._run(directory, ["init", "-input=false", "-no-color"], PlanError, inputs)
+            self._run(directory, ["plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}",
+                                  f"-var-file={INPUTS_FILE}"], PlanError, inputs)
+            shown = self._run(directory, ["show", "-json", "-no-color", PLAN_FILE], PlanError, inputs)
+            self._learn_schemas(directory, inputs)
         try:
             document = json.loads(shown)
         except json.JSONDecodeError as exc:
@@ -115,26 +123,42 @@ class TerraformEngine:
 
     def _apply(self, stack: str, directory: Path, inputs: StackInputs, artifact: bytes, expected_serial: int,
                progress: Callable[[str], None] | None) -> ApplyOutcome:
-        serial = state_version(self._state(stack, fresh=True))
-        if serial != expected_serial:  # Terraform itself re-applies a plan made against an empty state
-            raise ApplyError(f"state of stack {stack} moved since the plan (serial {expected_serial} -> {serial})")
         self._prepare(stack, directory, inputs)
-        (directory / PLAN_FILE).write_bytes(artifact)
-        self._run(directory, ["init", "-input=false", "-no-color"], ApplyError, inputs)
-        out, code = self._run_raw(directory, ["apply", "-input=false", "-no-color", "-json", "-lock-timeout=60s",
-                                              PLAN_FILE], inputs, progress)
+        with self._state_in_use(stack, directory) as read_state:
+            serial = state_version(read_state(True))
+            if serial != expected_serial:  # Terraform itself re-applies a plan made against an empty state
+                raise ApplyError(f"state of stack {stack} moved since the plan (serial {expected_serial} -> {serial})")
+            (directory / PLAN_FILE).write_bytes(artifact)
+            self._run(directory, ["init", "-input=false", "-no-color"], ApplyError, inputs)
+            out, code = self._run_raw(directory, ["apply", "-input=false", "-no-color", "-json", "-lock-timeout=60s",
+                                                  PLAN_FILE], inputs, progress)
+            reached = state_version(read_state(True))
         applied, failed, errors = _apply_events(out)
         error = None
         if code != 0:
             error = _scrub("; ".join(errors) or "terraform apply failed", inputs)
         log.info("terraform.apply", stack=stack, applied=len(applied), failed=failed, code=code)
-        return ApplyOutcome(code == 0, tuple(applied), failed, error,
-                            state_version(self._state(stack, fresh=True)))
+        return ApplyOutcome(code == 0, tuple(applied), failed, error, reached)
 
     # --- working directory, state and runs -----------------------------------------------------
 
-    def _state_file(self, stack: str) -> Path:
-        return self.setup.state_dir / stack / "terraform.tfstate"
+    def _local_state(self, stack: str) -> SealedLocalState:
+        return SealedLocalState(self.setup.state_dir / stack, self._sealer, stack)
+
+    @contextmanager
+    def _state_in_use(self, stack: str, directory: Path) -> Iterator[Callable[[bool], dict[str, Any]]]:
+        """For one run in `directory`: the gateway's local state in clear for its length (under the stack's lock),
+        or the stack's own backend as it is; yields how to read the state (`fresh`: bypass the serial cache)."""
+        if not (directory / BACKEND_FILE).exists():
+            yield lambda fresh: self._state(stack, fresh)
+            return
+        local = self._local_state(stack)
+        with local.in_use(STATE_WAIT_SECONDS) as lock:
+            self._held[directory] = lock
+            try:
+                yield lambda fresh: local.read_live()
+            finally:
+                self._held.pop(directory, None)
 
     def _backend_dir(self, stack: str) -> Path:
         return self.setup.state_dir / stack / "backend"
@@ -146,12 +170,9 @@ class TerraformEngine:
             if fresh or cached is None or time.monotonic() - cached[0] > SERIAL_TTL_SECONDS:
                 cached = self._serials[stack] = (time.monotonic(), self._pull_state(stack))
             return cached[1]
-        path = self._state_file(stack)
-        if not path.exists():
-            return {}
         try:
-            return dict(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
+            return self._local_state(stack).read()
+        except OSError as exc:
             raise BackendError(f"the Terraform state of stack {stack} cannot be read: {exc}") from None
 
     def _pull_state(self, stack: str) -> dict[str, Any]:
@@ -176,10 +197,9 @@ class TerraformEngine:
             if self._backend_dir(stack).exists():  # main no longer declares one: the local backend again
                 shutil.rmtree(self._backend_dir(stack), ignore_errors=True)
                 self._serials.pop(stack, None)
-            state_file = self._state_file(stack)
-            state_file.parent.mkdir(parents=True, exist_ok=True)
+            live = self._local_state(stack).live  # the one path every plan and apply of the stack names
             (directory / BACKEND_FILE).write_text(
-                f'terraform {{\n  backend "local" {{\n    path = {json.dumps(str(state_file))}\n  }}\n}}\n')
+                f'terraform {{\n  backend "local" {{\n    path = {json.dumps(str(live))}\n  }}\n}}\n')
         values = directory / INPUTS_FILE
         values.write_text(json.dumps(dict(inputs.values)))
         values.chmod(0o600)
@@ -227,8 +247,10 @@ class TerraformEngine:
         deadline = time.monotonic() + self.setup.timeout_seconds
         with log_file.open("w+") as sink, log_file.open() as tail:
             try:
+                held = self._held.get(directory)  # Terraform keeps the stack's state lock if this worker dies
                 process = subprocess.Popen([*_INTERRUPT_IF_ORPHANED, str(self.setup.binary), *args], cwd=directory,
-                                           env=self._environment(), stdout=sink, stderr=subprocess.STDOUT)
+                                           env=self._environment(), stdout=sink, stderr=subprocess.STDOUT,
+                                           pass_fds=() if held is None else (held,))
             except OSError as exc:
                 raise BackendError(f"the terraform binary {self.setup.binary} cannot run: {exc}; "
                                    "run `make terraform` or set GATEWAY_TERRAFORM_BIN") from None

@@ -87,7 +87,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
     install_log_scrubber(scrubber)
     simulator = SandboxEngine(sandbox)
-    engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings))}
+    engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings), sealer)}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
     return Workspace(settings, db, SqlStore(db, scrubber, sealer), repo, engine, sandbox, scrubber, simulator)
 

@@ -26,14 +26,14 @@ from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, Refused
 from gateway.domain.preview import render_text
-from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
 from gateway.services.breaker import agent_stop_reason
 from gateway.services.planning import ChangeOrigin, plan_directory
 from gateway.services.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
-AGENT_NAME = "gateway-agent"
+AGENT_NAME = BUILTIN_AGENT_NAME
 MAX_REQUEST = 8000
 PROMPT = "agent_system"
 

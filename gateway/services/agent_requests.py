@@ -133,8 +133,10 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
         clone = _working_copy(ws, conversation.branch, Path(tmp) / "repo")
+        restored = _restore_work(clone, conversation.id)
         tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person),
                           {name: stack.path for name, stack in settings.stacks.items()})
+        tools.restore(restored)
         limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens, ws.settings.agent_prompt_budget)
         with open_checkpointer(ws.settings.db_url) as checkpointer:
             graph = build_graph(model, tools, fill_conventions(prompt.text, settings), limits, checkpointer, progress,
@@ -143,7 +145,7 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
             config = {"configurable": {"thread_id": conversation.id}, "recursion_limit": 4 * limits.max_steps + 10}
             previous = graph.get_state(config).values
             messages = [{"role": HISTORY, "messages": compact_history(previous.get("messages") or [])},
-                        *_lost_edits_note(previous), {"role": "user", "content": text}]
+                        *_carry_over_note(previous, restored), {"role": "user", "content": text}]
             state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
                                   "question": None, "written": []}, config)
         said = {key: ws.scrubber.scrub(state[key]) if state.get(key) else None for key in ("summary", "question")}
@@ -154,9 +156,15 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
         if outcome.summary is None and outcome.stopped is None and outcome.question is None:
             outcome.stopped = "the model stopped without calling finish"
         _record_request(ws, person, agent, text, outcome, prompt.version, model.model)
+        dirty = clone.is_dirty(untracked_files=True)
+        if (outcome.stopped or outcome.question) and dirty:  # the next turn of the conversation goes on from here
+            _keep_work(clone, conversation.id, agent)
+            return outcome
+        if restored:
+            _drop_work(clone, conversation.id)
         if outcome.stopped or outcome.question or not tools.written:
             return outcome
-        if not clone.is_dirty(untracked_files=True):  # it wrote files back as they were: nothing to propose
+        if not dirty:  # it wrote files back as they were: nothing to propose
             outcome.stopped = "the agent's edits left every file as it was: nothing to propose"
             return outcome
         _commit_and_push(clone, conversation.branch, text, outcome.summary or "", agent)
@@ -167,14 +175,52 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
     return outcome
 
 
-def _lost_edits_note(previous: dict) -> list[dict[str, str]]:
-    """After a turn that ended without a commit (a question, a stop, a failure), tell the model its edits are gone."""
-    lost = previous.get("written") or []
-    if not lost or previous.get("summary"):
+def _carry_over_note(previous: dict, restored: list[str]) -> list[dict[str, str]]:
+    """What became of the edits of a turn that ended without a commit: kept (a question or a stop) or lost."""
+    notes = []
+    if restored:
+        notes.append(f"[gateway] Your uncommitted edits from the previous turn are still in the working copy: "
+                     f"{', '.join(restored)}. Go on from them (preview before you finish).")
+    lost = [] if previous.get("summary") else sorted(set(previous.get("written") or []) - set(restored))
+    if lost:
+        notes.append(f"[gateway] Your previous turn ended without a commit, so its edits to {', '.join(lost)} were "
+                     "discarded: the files are as they are on the proposal branch (or main). Redo whatever edits "
+                     "are still needed.")
+    return [{"role": "user", "content": note} for note in notes]
+
+
+# --- work in progress: a turn that ends in a question or a stop keeps its edits for the next turn -------
+
+
+def _wip_ref(conversation_id: str) -> str:
+    return f"refs/gateway/wip/{conversation_id}"
+
+
+def _keep_work(clone: git.Repo, conversation_id: str, agent: Principal) -> None:
+    clone.git.add("-A")
+    clone.git.execute(["git", "commit", "-q", "-m", f"work in progress of conversation {conversation_id}"],
+                      env=committer_env(agent.name, f"{agent.name}@gateway.local"))
+    clone.git.push("-q", "-f", "origin", f"HEAD:{_wip_ref(conversation_id)}")
+
+
+def _restore_work(clone: git.Repo, conversation_id: str) -> list[str]:
+    """Put the kept edits back as uncommitted changes; edits made on top of a branch that moved since are dropped."""
+    ref = _wip_ref(conversation_id)
+    try:
+        clone.git.fetch("-q", "origin", f"+{ref}:{ref}")
+    except git.GitCommandError:
+        return []  # nothing kept
+    if clone.git.rev_parse(f"{ref}^") != clone.head.commit.hexsha:
+        _drop_work(clone, conversation_id)
         return []
-    return [{"role": "user", "content": (
-        f"[gateway] Your previous turn ended without a commit, so its edits to {', '.join(lost)} were discarded: "
-        "the files are as they are on the proposal branch (or main). Redo whatever edits are still needed.")}]
+    branch = clone.active_branch.name
+    clone.git.checkout("-q", "-B", branch, ref)
+    clone.git.reset("-q", "--mixed", "HEAD~1")
+    return sorted(line[3:] for line in clone.git.status("--porcelain", "-uall").splitlines() if line.strip())
+
+
+def _drop_work(clone: git.Repo, conversation_id: str) -> None:
+    clone.git.push("-q", "origin", f":{_wip_ref(conversation_id)}")
 
 
 def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> _Conversation:

@@ -147,6 +147,9 @@ def test_after_a_stopped_turn_a_follow_up_goes_on_from_its_kept_edits_and_opens_
                     "stacks/app-staging/q.tf. Go on from them (preview before you finish)."]
     assert follow_up.proposal is not None and follow_up.proposal.changed_paths == ("stacks/app-staging/q.tf",)
     assert follow_up.proposal.plans["app-staging"].counts == {"create": 1}
+    stub.turns = [tool_call("finish", summary="That is all.")]
+    submit_request(workspace, people.alice, "anything else?", stopped.conversation_id, model=model(stub))
+    assert not any(m["content"].startswith("[gateway]") for m in stub.requests[-1]["messages"])  # spent notes go
     assert not any(r.startswith("refs/gateway/wip/") for r in workspace.repo.repo.git.for_each_ref(
         "--format=%(refname)").splitlines())  # committed: nothing is kept any more
 

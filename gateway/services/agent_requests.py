@@ -20,7 +20,7 @@ import git
 from agents.graph import Limits, Progress, build_graph
 from agents.llm import ChatModel, Model
 from agents.prompts import fill_conventions, load_prompt
-from agents.state import HISTORY, compact_history
+from agents.state import GATEWAY_NOTE, HISTORY, compact_history
 from agents.tools import PreviewReport, RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
@@ -179,11 +179,11 @@ def _carry_over_note(previous: dict, restored: list[str]) -> list[dict[str, str]
     """What became of the edits of a turn that ended without a commit: kept (a question or a stop) or lost."""
     notes = []
     if restored:
-        notes.append(f"[gateway] Your uncommitted edits from the previous turn are still in the working copy: "
+        notes.append(f"{GATEWAY_NOTE}Your uncommitted edits from the previous turn are still in the working copy: "
                      f"{', '.join(restored)}. Go on from them (preview before you finish).")
     lost = [] if previous.get("summary") else sorted(set(previous.get("written") or []) - set(restored))
     if lost:
-        notes.append(f"[gateway] Your previous turn ended without a commit, so its edits to {', '.join(lost)} were "
+        notes.append(f"{GATEWAY_NOTE}Your previous turn ended without a commit, so its edits to {', '.join(lost)} were "
                      "discarded: the files are as they are on the proposal branch (or main). Redo whatever edits "
                      "are still needed.")
     return [{"role": "user", "content": note} for note in notes]

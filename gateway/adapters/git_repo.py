@@ -16,6 +16,7 @@ from pathlib import Path
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from gateway.adapters.module_sources import local_module_directories
 from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
 
 
@@ -114,6 +115,25 @@ class GitDeclarationRepo:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(item.data_stream.read())
         return dest
+
+    def module_directories(self, sha: str, stack_path: str) -> tuple[str, ...]:
+        """The local module directories the stack at `stack_path` calls at `sha` (see adapters/module_sources.py)."""
+        return _cached_module_directories(str(self.path), self.resolve(sha), stack_path)
+
+    def export_stack(self, sha: str, stack_path: str, dest: Path) -> Path:
+        """Write a stack and the local modules it calls at `sha` under `dest` as the repo lays them out (with
+        gateway.yaml, which marks the top a `../` source may reach); returns the stack's directory."""
+        directory = self.export(sha, stack_path, dest / stack_path)
+        for module in self.module_directories(sha, stack_path):
+            try:
+                self.export(sha, module, dest / module)
+            except NotFound:
+                continue  # the engine names the call whose source does not exist
+        try:
+            (dest / "gateway.yaml").write_text(self.read_file(sha, "gateway.yaml"))
+        except NotFound:
+            (dest / "gateway.yaml").write_text("")
+        return directory
 
     def merge_preview(self, main_sha: str, head_sha: str) -> str:
         """A commit holding the merge of `head_sha` into `main_sha`, on no branch: what main would become.
@@ -235,6 +255,12 @@ def _cached_changed_paths(path: str, base: str, head: str) -> tuple[str, ...]:
     except GitCommandError as exc:
         raise BackendError(f"git diff failed: {exc.stderr.strip() or exc}") from exc
     return tuple(sorted(p for p in out.splitlines() if p))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_module_directories(path: str, sha: str, stack_path: str) -> tuple[str, ...]:
+    repo = GitDeclarationRepo(Path(path))
+    return local_module_directories(stack_path, lambda directory: repo.read_files(sha, directory, ".tf"))
 
 
 @functools.lru_cache(maxsize=128)

@@ -30,6 +30,7 @@ import hcl2
 import structlog
 
 from gateway.adapters.hcl_sensitivity import declared_variables
+from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk, repository_root
 from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.terraform_state import SealedLocalState
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
@@ -301,11 +302,18 @@ class TerraformEngine:
 
 @contextmanager
 def _scratch_copy(directory: Path) -> Iterator[Path]:
-    """A private copy of the stack to run Terraform in: what it writes (the supplied values, its plan file,
-    .terraform/) never lands in the caller's directory, which may be the agent's working copy."""
+    """A private copy of the stack (and the local modules it calls, laid out as in the repo) to run Terraform in:
+    what it writes (the supplied values, its plan file, .terraform/) never lands in the caller's directory,
+    which may be the agent's working copy."""
+    root = repository_root(directory)
+    stack_path = directory.resolve().relative_to(root).as_posix()
+    modules = local_module_directories(stack_path, read_directory_on_disk(root)) if stack_path != "." else ()
     with tempfile.TemporaryDirectory(prefix="gw-terraform-") as tmp:
-        work = Path(tmp) / directory.name
-        shutil.copytree(directory, work, symlinks=True, ignore=shutil.ignore_patterns(".terraform", ".git"))
+        top = Path(tmp) / "repo"
+        work = top / stack_path if stack_path != "." else top / directory.name
+        for source, target in [(directory, work), *((root / m, top / m) for m in modules)]:
+            if source.is_dir() and not target.exists():
+                shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(".terraform", ".git"))
         yield work
 
 

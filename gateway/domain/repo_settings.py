@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -74,8 +74,18 @@ class RepoSettings:
                 return stack
         return None
 
-    def stacks_touched(self, paths: Iterable[str]) -> list[str]:
-        return sorted({s.name for p in paths if (s := self.stack_for_path(p)) is not None})
+    def stacks_touched(self, paths: Iterable[str],
+                       modules_of: Callable[[str], Iterable[str]] | None = None) -> list[str]:
+        """The stacks a change to `paths` changes: their own files, or (given `modules_of`, a stack's path -> the
+        local module directories it calls) the files of a module they call."""
+        paths = list(paths)
+        touched = {s.name for p in paths if (s := self.stack_for_path(p)) is not None}
+        if modules_of is not None:
+            for stack in self.stacks.values():
+                if stack.name not in touched and any(
+                        p.startswith(module.rstrip("/") + "/") for module in modules_of(stack.path) for p in paths):
+                    touched.add(stack.name)
+        return sorted(touched)
 
     def is_protected_path(self, path: str) -> bool:
         return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.protected_paths)

@@ -16,7 +16,7 @@ def bootstrap_simulator(ws: Workspace) -> int:
     created = 0
     for stack, stack_settings in sorted(settings.stacks.items()):
         with tempfile.TemporaryDirectory(prefix=f"gw-boot-{stack}-") as tmp:
-            directory = ws.repo.export(sha, stack_settings.path, Path(tmp) / stack)
+            directory = ws.repo.export_stack(sha, stack_settings.path, Path(tmp) / "repo")
             inputs = ws.stack_inputs(stack)
             plan = ws.engine.plan(stack, directory, inputs)
             outcome = ws.engine.apply(stack, directory, plan.document, plan.state_serial, inputs, plan.artifact)

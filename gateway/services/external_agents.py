@@ -23,6 +23,7 @@ import git
 
 from agents.tools import PreviewReport, RepoTools, ToolRefused
 from gateway.adapters.git_repo import committer_env
+from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
 from gateway.adapters.records import EventQuery, now
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
@@ -129,7 +130,8 @@ def preview(ws: Workspace, caller: Caller, changes: Mapping[str, str]) -> dict[s
     with _working_copy(ws, ws.main_branch()) as tools:
         paths = _write(tools, changes)
         settings = ws.repo_settings()
-        stacks = settings.stacks_touched(paths)
+        on_disk = read_directory_on_disk(tools.root)
+        stacks = settings.stacks_touched(paths, lambda path: local_module_directories(path, on_disk))
         out: dict[str, Any] = {"changed_paths": paths, "stacks": {}}
         for stack in stacks:
             try:

@@ -354,7 +354,8 @@ def _on_push(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
                 settings = ws.repo_settings()
                 before = str(payload.get("before") or "")
                 paths = ws.repo.changed_paths(before, after) if before.strip("0") else []
-                stacks = settings.stacks_touched(paths)
+                stacks = settings.stacks_touched(paths, lambda path: ws.repo.module_directories(after, path)) \
+                    if paths else []
                 session.append_event(_actor(payload["sender"]), "github.main_pushed", {
                     "before": before, "after": after, "stacks": stacks, "changed_paths": paths[:200],
                     "warning": f"{payload['sender'].get('login')} pushed to {ws.main_branch()} outside the gateway"

@@ -38,7 +38,7 @@ def watch_main(ws: Workspace) -> list[dict[str, Any]]:
             if session.marker(own_commit(sha)) or session.proposal_merged_as(sha) or parent is None:
                 continue
             paths = ws.repo.changed_paths(parent, sha)
-            stacks = settings.stacks_touched(paths)
+            stacks = settings.stacks_touched(paths, lambda path, sha=sha: ws.repo.module_directories(sha, path))
             if session.add_main_push(sha, stacks, paths, author):
                 session.append_event("gateway", "main.pushed_outside", {
                     "sha": sha, "author": author, "stacks": stacks, "changed_paths": paths[:200]}, None, stacks)

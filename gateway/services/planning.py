@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.adapters.checkov import run_checkov
 from gateway.adapters.hcl_sensitivity import Unmasking, find_literal_secrets, find_outside_reads, find_unmaskings
+from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
 from gateway.adapters.terraform import declared_backend
 from gateway.domain.errors import ConfigError, NotFound
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
@@ -69,7 +72,7 @@ def plan_stack(ws: Workspace, stack: str, ref: str, origin: ChangeOrigin = Chang
         known = ", ".join(sorted(settings.stacks))
         raise NotFound(f"unknown stack {stack!r} (stacks: {known})")
     with tempfile.TemporaryDirectory(prefix=f"gw-{stack}-") as tmp:
-        directory = ws.repo.export(sha, settings.stacks[stack].path, Path(tmp) / stack)
+        directory = ws.repo.export_stack(sha, settings.stacks[stack].path, Path(tmp) / "repo")
         return plan_directory(ws, settings, stack, directory, sha, origin)
 
 
@@ -77,7 +80,7 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
                    origin: ChangeOrigin) -> StackPlanResult:
     """Plan one stack from files on disk (a commit's export or the agent's working copy) and judge it."""
     inputs = ws.stack_inputs(stack)
-    refuse_unreadable_configuration(stack, directory)
+    refuse_unreadable_configuration(stack, directory, local_modules_on_disk(directory, settings.stacks[stack].path))
     refuse_backend_change(ws, settings, stack, directory)
     unmaskings = stack_unmaskings(ws, stack, directory, inputs)
     by_function = [u.address for u in unmaskings if u.by_function]
@@ -103,29 +106,44 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
 UNCHECKABLE = ("*.tf.json", "override.tf", "*_override.tf", "override.tf.json", "*_override.tf.json")
 
 
-def refuse_unreadable_configuration(stack: str, directory: Path) -> None:
+def refuse_unreadable_configuration(stack: str, directory: Path, modules: Sequence[Path] = ()) -> None:
     """Refuse, before any engine runs, what could show a secret or a local file in the plan itself.
 
     Files the gateway's secret checks cannot read (JSON configuration, override files), `nonsensitive()`
-    inside a module directory, and file functions reading outside the stack are refused, not judged
-    later: by then the plan would already hold what they read.
+    inside a module directory (one under the stack, or a local module it calls elsewhere in the repo), and
+    file functions reading outside their directory are refused, not judged later: by then the plan would
+    already hold what they read.
     """
-    uncheckable = sorted({str(p.relative_to(directory)) for pattern in UNCHECKABLE for p in directory.rglob(pattern)
+    folders = (directory, *modules)
+
+    top = Path(os.path.commonpath(folders))
+
+    def shown(path: Path) -> str:  # the stack's files as before; a module elsewhere by its place in the repo
+        return str(path.relative_to(directory if path.is_relative_to(directory) else top))
+
+    tf_files = list(dict.fromkeys(p for folder in folders for p in sorted(folder.rglob("*.tf"))
+                                  if ".terraform" not in p.parts and not p.is_symlink()))
+    uncheckable = sorted({shown(p) for folder in folders for pattern in UNCHECKABLE for p in folder.rglob(pattern)
                           if ".terraform" not in p.parts})
     if uncheckable:
         raise ConfigError(f"stack {stack}: {', '.join(uncheckable)}: JSON configuration and override files are not "
                           "planned by the gateway (its secret checks read HCL); write them as .tf files")
-    nested = sorted(str(p.relative_to(directory)) for p in directory.rglob("*.tf")
-                    if p.parent != directory and ".terraform" not in p.parts and not p.is_symlink()
-                    and "nonsensitive" in p.read_text(encoding="utf-8"))
+    nested = sorted(shown(p) for p in tf_files if p.parent != directory and "nonsensitive" in p.read_text(encoding="utf-8"))
     if nested:
         raise ConfigError(f"stack {stack}: {', '.join(nested)}: nonsensitive() in a module is refused; a module "
                           "cannot be checked for what it unmasks")
-    files = {str(p.relative_to(directory)): p.read_text(encoding="utf-8") for p in sorted(directory.rglob("*.tf"))
-             if ".terraform" not in p.parts and not p.is_symlink()}
-    outside = find_outside_reads(files)
+    outside = find_outside_reads({shown(p): p.read_text(encoding="utf-8") for p in tf_files})
     if outside:
         raise ConfigError(f"stack {stack}: " + "; ".join(u.message for u in outside))
+
+
+def local_modules_on_disk(directory: Path, stack_path: str) -> list[Path]:
+    """The local module directories a stack on disk calls (`directory` is the stack's, at `stack_path` in a
+    checkout or an export), wherever in the repository they are."""
+    root = directory
+    for _ in Path(stack_path).parts:
+        root = root.parent
+    return [root / module for module in local_module_directories(stack_path, read_directory_on_disk(root))]
 
 
 def refuse_backend_change(ws: Workspace, settings: RepoSettings, stack: str, directory: Path) -> None:

@@ -51,7 +51,7 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     paths = ws.repo.changed_paths(base, head)
     if not paths:
         raise InputError(f"branch {branch} has no changes against {main}")
-    stacks = ws.repo_settings().stacks_touched(paths)
+    stacks = ws.repo_settings().stacks_touched(paths, lambda path: ws.repo.module_directories(head, path))
     origin = ChangeOrigin(actor.is_agent, requester.name, tuple(paths))
     main_sha, results = plan_merged(ws, stacks, head, origin)  # plan before writing anything
     capacity = guard_agent_change(ws, actor, None, results) if actor.is_agent else None
@@ -134,7 +134,9 @@ def _main_moved_under(ws: Workspace, basis: PlanBasis, main_sha: str) -> bool:
     if None in older:
         return True
     settings = ws.repo_settings()
-    watched = tuple(settings.stacks[s].path.rstrip("/") + "/" for s in basis.stacks if s in settings.stacks)
+    stack_paths = [settings.stacks[s].path for s in basis.stacks if s in settings.stacks]
+    watched = tuple(d.rstrip("/") + "/" for path in stack_paths
+                    for d in (path, *ws.repo.module_directories(main_sha, path)))
     return any(settings.is_protected_path(path) or path.startswith(watched)
                for old in older for path in ws.repo.changed_paths(str(old), main_sha))
 
@@ -165,7 +167,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
             return session.get_proposal(proposal_id), [why]
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
-        stacks = tuple(ws.repo_settings().stacks_touched(paths))
+        stacks = tuple(ws.repo_settings().stacks_touched(paths, lambda path: ws.repo.module_directories(head, path)))
     main_sha, results = plan_merged(ws, stacks, head, _origin(proposal, paths))
     new_agent_work = head != proposal.head_sha and proposal.proposer.is_agent
     capacity = guard_agent_change(ws, proposal.proposer, proposal_id, results) if new_agent_work else None

@@ -216,7 +216,7 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     ws.store.set_lock_apply(stack, runner, apply_id)
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
-        directory = ws.repo.export(merged, settings.stacks[stack].path, Path(tmp) / stack)
+        directory = ws.repo.export_stack(merged, settings.stacks[stack].path, Path(tmp) / "repo")
         result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack), artifact,
                                  progress)
     status = "succeeded" if result.succeeded else "failed"

@@ -58,6 +58,8 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
           path=("string", "file path relative to the repository root"),
           old=("string", "the exact text to replace (without line numbers); it must occur exactly once"),
           new=("string", "the text to put in its place")),
+    _tool("delete_file", "Delete a file of the repository (e.g. to undo a file you created); answers with the diff.",
+          path=("string", "file path relative to the repository root")),
     _tool("run_preview", "Plan one stack with the engine; answers with the preview, the policy findings and any "
                          "engine error. Required after your last edit of a stack, before finish.",
           stack=("string", "a stack name from gateway.yaml, e.g. app-staging")),
@@ -227,6 +229,14 @@ class RepoTools:
         """Files an earlier turn of the conversation edited and kept (not yet committed): this turn's work too."""
         for relative in paths:
             self._note_write(relative)
+
+    def tool_delete_file(self, path: str) -> str:
+        target = self.resolve(path, for_write=True)
+        if not target.is_file():
+            raise ToolRefused(f"{path} does not exist")
+        before = target.read_text(encoding="utf-8")
+        target.unlink()
+        return f"deleted {path}\n{self._wrote(target, before, '')}"
 
     def _note_write(self, relative: str) -> None:
         self.written.add(relative)

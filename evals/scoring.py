@@ -121,7 +121,7 @@ def _extra_changes(case: Mapping[str, Any], plans: Mapping[str, Plan]) -> list[s
 
 
 def _score_refusal(case: Mapping[str, Any], outcome: CaseOutcome) -> list[str]:
-    if outcome.plans and any(p.has_changes for p in outcome.plans.values()):
+    if outcome.plans is not None:
         return ["expected no change, but a proposal was opened"]
     if outcome.stopped and NOTHING_TO_PROPOSE not in outcome.stopped:
         return [f"stopped: {outcome.stopped}"]

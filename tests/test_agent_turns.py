@@ -382,3 +382,18 @@ def test_after_a_failed_turn_the_follow_up_is_told_its_edits_were_discarded(work
     again = submit_request(workspace, people.alice, "try again", first.conversation_id, model=model(stub))
     assert "its edits to stacks/app-staging/q.tf were discarded" in told[0]
     assert again.proposal is not None and again.proposal.changed_paths == ("stacks/app-staging/q.tf",)
+
+
+def test_a_file_it_created_can_be_deleted_and_nothing_is_proposed(workspace: Workspace, people: People,
+                                                                   stub: ModelStub) -> None:
+    stub.turns = [tool_call("write_file", path="stacks/app-staging/site.tf", content=OPEN_BUCKET),
+                  tool_call("delete_file", path="gateway.yaml"),
+                  tool_call("delete_file", path="stacks/app-staging/site.tf"),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="I cannot do this: a public bucket is denied by policy.")]
+    outcome = submit_request(workspace, people.alice, "Add a public bucket", model=model(stub))
+    results = tool_results(stub.requests[-1])
+    assert results[1].startswith("refused: gateway.yaml is a protected path")
+    assert results[2].startswith("deleted stacks/app-staging/site.tf\n--- a/stacks/app-staging/site.tf")
+    assert outcome.proposal is None and outcome.stopped == (
+        "the agent's edits left every file as it was: nothing to propose")

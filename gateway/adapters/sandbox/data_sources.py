@@ -1,0 +1,190 @@
+"""Data sources the simulated cloud answers at plan time, with deterministic, plausible values.
+
+Each reader takes a data block's evaluated arguments (nested blocks as lists of objects) and
+returns the object Terraform's AWS provider would: the region, account and zones are the
+simulated cloud's; an AMI or a default VPC gets a stable id derived from what was asked.
+`aws_iam_policy_document` computes its JSON as the provider does. A type not listed here is
+not simulated: its values are unknown until apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gateway.adapters.sandbox.schema import ACCOUNT, REGION, plausible_value
+
+Lookup = Callable[[str, str], "dict[str, Any] | None"]
+Reader = Callable[[Mapping[str, Any], Lookup], dict[str, Any]]
+
+ZONES = ("a", "b", "c")
+POLICY_VERSION = "2012-10-17"
+
+
+def _digest(args: Mapping[str, Any], size: int = 17) -> str:
+    return hashlib.sha256(json.dumps(args, sort_keys=True, default=str).encode()).hexdigest()[:size]
+
+
+def _availability_zones(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    excluded = set(args.get("exclude_names") or [])
+    names = [f"{REGION}{z}" for z in ZONES if f"{REGION}{z}" not in excluded]
+    prefix = "".join(part[0] for part in REGION.split("-")[:-1]) + REGION.split("-")[-1]  # eu-west-1 -> ew1
+    short = REGION.split("-")[0] + prefix[1:]  # euw1
+    return {**args, "id": REGION, "names": names, "zone_ids": [f"{short}-az{i + 1}" for i in range(len(names))],
+            "group_names": [REGION], "state": args.get("state")}
+
+
+def _caller_identity(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    return {"id": ACCOUNT, "account_id": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/gateway-sandbox",
+            "user_id": "AIDA" + _digest({"user": "gateway-sandbox"}).upper()}
+
+
+def _region(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    name = args.get("name") or REGION
+    return {"id": name, "name": name, "region": name, "description": f"Simulated region {name}",
+            "endpoint": f"ec2.{name}.amazonaws.com"}
+
+
+def _partition(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    return {"id": "aws", "partition": "aws", "dns_suffix": "amazonaws.com", "reverse_dns_prefix": "com.amazonaws"}
+
+
+def _ami(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    image = "ami-" + _digest(args)
+    names = [v for f in args.get("filter") or [] if f.get("name") == "name" for v in f.get("values") or []]
+    owners = [o for o in args.get("owners") or [] if str(o).isdigit()]
+    return {**args, "id": image, "image_id": image, "arn": f"arn:aws:ec2:{REGION}::image/{image}",
+            "name": (names[0] if names else "simulated-image-*").replace("*", "20260101"),
+            "architecture": "x86_64", "owner_id": owners[0] if owners else ACCOUNT, "state": "available",
+            "root_device_name": "/dev/xvda", "root_device_type": "ebs", "virtualization_type": "hvm",
+            "image_type": "machine", "platform_details": "Linux/UNIX", "creation_date": "2026-01-01T00:00:00.000Z",
+            "description": "an image of the simulated cloud", "hypervisor": "xen", "public": True}
+
+
+def _vpc(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    if args.get("id") and (live := lookup("aws_vpc", str(args["id"]))) is not None:
+        return {**live, **args}
+    vpc = "vpc-" + _digest({k: v for k, v in args.items() if k != "tags"})
+    return {**args, "id": vpc, "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{vpc}", "cidr_block": "172.31.0.0/16",
+            "default": bool(args.get("default", True)), "owner_id": ACCOUNT, "instance_tenancy": "default",
+            "enable_dns_support": True, "enable_dns_hostnames": True, "state": "available",
+            "main_route_table_id": vpc.replace("vpc-", "rtb-"), "dhcp_options_id": vpc.replace("vpc-", "dopt-"),
+            "default_security_group_id": vpc.replace("vpc-", "sg-"), "tags": args.get("tags") or {}}
+
+
+def _subnets(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    seed = _digest(args)
+    return {**args, "id": REGION, "ids": [f"subnet-{_digest({'seed': seed, 'zone': z})}" for z in ZONES]}
+
+
+def _subnet(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    if args.get("id") and (live := lookup("aws_subnet", str(args["id"]))) is not None:
+        return {**live, **args}
+    subnet = str(args.get("id") or "subnet-" + _digest(args))
+    return {**args, "id": subnet, "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/{subnet}",
+            "vpc_id": args.get("vpc_id") or "vpc-" + _digest({}), "cidr_block": "172.31.0.0/20",
+            "availability_zone": args.get("availability_zone") or f"{REGION}a", "owner_id": ACCOUNT,
+            "map_public_ip_on_launch": True, "state": "available"}
+
+
+def _one_or_many(values: list[Any]) -> Any:
+    """The provider writes a set of one as a plain string."""
+    return values[0] if len(values) == 1 else values
+
+
+def _statement(block: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if block.get("sid"):
+        out["Sid"] = block["sid"]
+    out["Effect"] = block.get("effect") or "Allow"
+    for arg, key in (("actions", "Action"), ("not_actions", "NotAction"),
+                     ("resources", "Resource"), ("not_resources", "NotResource")):
+        values = block.get(arg)
+        if values:
+            out[key] = _one_or_many(sorted({str(v) for v in values}, reverse=True))
+    for arg, key in (("principals", "Principal"), ("not_principals", "NotPrincipal")):
+        principals: dict[str, list[str]] = {}
+        for p in block.get(arg) or []:
+            principals.setdefault(str(p.get("type")), []).extend(str(i) for i in p.get("identifiers") or [])
+        if principals:
+            if set(principals) == {"*"}:
+                out[key] = "*"
+            else:
+                out[key] = {t: _one_or_many(sorted(set(ids), reverse=True)) for t, ids in principals.items()}
+    conditions: dict[str, dict[str, Any]] = {}
+    for c in block.get("condition") or []:
+        values = [str(v) for v in c.get("values") or []]
+        conditions.setdefault(str(c.get("test")), {})[str(c.get("variable"))] = _one_or_many(values)
+    if conditions:
+        out["Condition"] = conditions
+    return out
+
+
+def _merge_statements(base: list[dict[str, Any]], extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Statements of `extra` replace those of `base` with the same Sid; the others are appended."""
+    merged = list(base)
+    for statement in extra:
+        sid = statement.get("Sid")
+        at = next((i for i, s in enumerate(merged) if sid and s.get("Sid") == sid), None)
+        if at is None:
+            merged.append(statement)
+        else:
+            merged[at] = statement
+    return merged
+
+
+def _policy_statements(text: Any) -> list[dict[str, Any]]:
+    try:
+        document = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        raise ValueError("aws_iam_policy_document: a source or override document is not JSON") from None
+    statements = document.get("Statement", []) if isinstance(document, dict) else []
+    return [statements] if isinstance(statements, dict) else list(statements)
+
+
+def _policy_document(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    statements: list[dict[str, Any]] = []
+    for source in args.get("source_policy_documents") or []:
+        statements = _merge_statements(statements, _policy_statements(source))
+    statements = _merge_statements(statements, [_statement(b) for b in args.get("statement") or []])
+    for override in args.get("override_policy_documents") or []:
+        statements = _merge_statements(statements, _policy_statements(override))
+    document: dict[str, Any] = {"Version": args.get("version") or POLICY_VERSION}
+    if args.get("policy_id"):
+        document["Id"] = args["policy_id"]
+    document["Statement"] = statements
+    text = json.dumps(document, indent=2)
+    digest = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+    return {**args, "id": str(digest), "json": text, "minified_json": json.dumps(document, separators=(",", ":"))}
+
+
+READERS: dict[str, Reader] = {
+    "aws_availability_zones": _availability_zones,
+    "aws_caller_identity": _caller_identity,
+    "aws_region": _region,
+    "aws_partition": _partition,
+    "aws_ami": _ami,
+    "aws_vpc": _vpc,
+    "aws_subnets": _subnets,
+    "aws_subnet": _subnet,
+    "aws_iam_policy_document": _policy_document,
+}
+
+
+def read_data(data_type: str, args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any] | None:
+    """The data source's object, or None when the sandbox does not simulate the type."""
+    reader = READERS.get(data_type)
+    return reader(args, lookup) if reader else None
+
+
+def data_object_id(args: Mapping[str, Any]) -> str:
+    """Which read of an unsimulated data source this is: the same arguments read the same object."""
+    return _digest(args, 32)
+
+
+def unsimulated_data(data_type: str, args: Mapping[str, Any], referenced: set[str]) -> dict[str, Any]:
+    """Once read by an apply, a data source the sandbox does not simulate: referenced attributes get plausible values."""
+    seed = f"data.{data_type}/{_digest(args)}"
+    return {**args, **{name: plausible_value(data_type, name, seed, args) for name in referenced if name not in args}}

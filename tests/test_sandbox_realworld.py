@@ -1,0 +1,593 @@
+"""The sandbox plans Terraform written for Terraform, not for it: data sources, modules (local and
+installed by `terraform init`), dynamic blocks, provisioners, variable files, resource types it has
+no schema for, and Terraform's `configuration` section in its plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.adapters.sandbox.engine import SandboxEngine
+from gateway.adapters.sandbox.store import SqlSandboxStore
+from gateway.adapters.sql_store import Database
+from gateway.domain.errors import ConfigError, PlanError
+from gateway.domain.plan import ChangeKind, Plan, load_plan
+from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
+from gateway.services.ports import EnginePlan, StackInputs
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> SandboxEngine:
+    db = Database(f"sqlite:///{tmp_path / 'sandbox.db'}")
+    db.migrate()
+    return SandboxEngine(SqlSandboxStore(db))
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def plan(engine: SandboxEngine, stack: Path, inputs: StackInputs | None = None) -> tuple[EnginePlan, Plan]:
+    result = engine.plan("s", stack, inputs or StackInputs())
+    return result, load_plan(result.document)
+
+
+def apply_and_replan(engine: SandboxEngine, stack: Path, result: EnginePlan) -> Plan:
+    outcome = engine.apply("s", stack, result.document, result.state_serial, StackInputs())
+    assert outcome.succeeded, outcome.error
+    return plan(engine, stack)[1]
+
+
+def kinds(p: Plan) -> dict[str, ChangeKind]:
+    return {rc.address: rc.kind for rc in p.resource_changes}
+
+
+def after(p: Plan, address: str) -> dict:
+    return dict(next(rc for rc in p.resource_changes if rc.address == address).change.after or {})
+
+
+# --- data sources ----------------------------------------------------------------------------
+
+DATA = '''
+data "aws_availability_zones" "available" {
+  state = "available"
+}
+data "aws_caller_identity" "current" {}
+data "aws_region" "current" {}
+data "aws_partition" "current" {}
+data "aws_ami" "ubuntu" {
+  most_recent = true
+  owners      = ["099720109477"]
+  filter {
+    name   = "name"
+    values = ["ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-*"]
+  }
+}
+data "aws_vpc" "default" {
+  default = true
+}
+data "aws_subnets" "default" {
+  filter {
+    name   = "vpc-id"
+    values = [data.aws_vpc.default.id]
+  }
+}
+data "aws_iam_policy_document" "assume" {
+  statement {
+    sid     = "EC2Assume"
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+    condition {
+      test     = "StringEquals"
+      variable = "aws:SourceAccount"
+      values   = [data.aws_caller_identity.current.account_id]
+    }
+  }
+}
+resource "aws_subnet" "private" {
+  count             = length(data.aws_availability_zones.available.names)
+  vpc_id            = data.aws_vpc.default.id
+  availability_zone = data.aws_availability_zones.available.names[count.index]
+  cidr_block        = cidrsubnet(data.aws_vpc.default.cidr_block, 4, count.index)
+}
+resource "aws_instance" "web" {
+  ami           = data.aws_ami.ubuntu.id
+  instance_type = "t3.micro"
+  subnet_id     = data.aws_subnets.default.ids[0]
+}
+resource "aws_iam_role" "app" {
+  name               = "app-${data.aws_region.current.name}"
+  assume_role_policy = data.aws_iam_policy_document.assume.json
+  path               = "/${data.aws_partition.current.partition}/"
+}
+'''
+
+
+def test_common_aws_data_sources_are_read_at_plan_time(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": DATA})
+    result, p = plan(engine, stack)
+    assert kinds(p) == {"aws_subnet.private[0]": ChangeKind.CREATE, "aws_subnet.private[1]": ChangeKind.CREATE,
+                        "aws_subnet.private[2]": ChangeKind.CREATE, "aws_instance.web": ChangeKind.CREATE,
+                        "aws_iam_role.app": ChangeKind.CREATE}
+    assert [after(p, f"aws_subnet.private[{i}]")["availability_zone"] for i in range(3)] == \
+        ["eu-west-1a", "eu-west-1b", "eu-west-1c"]
+    assert after(p, "aws_subnet.private[1]")["cidr_block"] == "172.31.16.0/20"
+    assert after(p, "aws_instance.web")["ami"].startswith("ami-")
+    assert after(p, "aws_instance.web")["subnet_id"].startswith("subnet-")
+    role = after(p, "aws_iam_role.app")
+    assert role["name"] == "app-eu-west-1" and role["path"] == "/aws/"
+    assert json.loads(role["assume_role_policy"]) == {
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "EC2Assume", "Effect": "Allow", "Action": "sts:AssumeRole",
+            "Principal": {"Service": "ec2.amazonaws.com"},
+            "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"}},
+        }],
+    }
+    # as Terraform writes them: data read during the plan are in prior_state, not resource_changes
+    prior = result.document["prior_state"]["values"]["root_module"]["resources"]
+    assert {r["address"] for r in prior if r["mode"] == "data"} >= {
+        "data.aws_ami.ubuntu", "data.aws_vpc.default", "data.aws_iam_policy_document.assume"}
+    assert not [rc for rc in p.resource_changes if rc.mode == "data"]
+    # the same values again on apply: the re-plan has nothing to do
+    assert not apply_and_replan(engine, stack, result).has_changes
+
+
+def test_policy_document_merges_sources_and_overrides_by_sid(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+data "aws_iam_policy_document" "base" {
+  statement {
+    sid       = "Read"
+    actions   = ["s3:GetObject", "s3:ListBucket"]
+    resources = ["*"]
+  }
+}
+data "aws_iam_policy_document" "combined" {
+  source_policy_documents = [data.aws_iam_policy_document.base.json]
+  statement {
+    sid       = "Write"
+    effect    = "Deny"
+    actions   = ["s3:PutObject"]
+    resources = ["arn:aws:s3:::b/*"]
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+  }
+  override_policy_documents = [jsonencode({Statement = [{Sid = "Read", Effect = "Allow", Action = "s3:GetObject", Resource = "arn:aws:s3:::b"}]})]
+}
+resource "aws_iam_policy" "p" {
+  name   = "p"
+  policy = data.aws_iam_policy_document.combined.json
+}
+'''})
+    _, p = plan(engine, stack)
+    statements = json.loads(after(p, "aws_iam_policy.p")["policy"])["Statement"]
+    assert statements == [
+        {"Sid": "Read", "Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b"},
+        {"Sid": "Write", "Effect": "Deny", "Action": "s3:PutObject", "Resource": "arn:aws:s3:::b/*", "Principal": "*"},
+    ]
+
+
+def test_data_waiting_on_a_new_resource_is_read_during_apply(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+resource "aws_s3_bucket" "b" {
+  bucket = "reports"
+}
+data "aws_iam_policy_document" "read" {
+  statement {
+    actions   = ["s3:GetObject"]
+    resources = ["${aws_s3_bucket.b.arn}/*"]
+  }
+}
+resource "aws_s3_bucket_policy" "b" {
+  bucket = aws_s3_bucket.b.id
+  policy = data.aws_iam_policy_document.read.json
+}
+'''})
+    result, p = plan(engine, stack)
+    read = next(rc for rc in p.resource_changes if rc.mode == "data")
+    assert (read.address, read.kind) == ("data.aws_iam_policy_document.read", ChangeKind.READ)
+    assert read.action_reason == "read_because_config_unknown"
+    policy_change = next(rc for rc in p.resource_changes if rc.address == "aws_s3_bucket_policy.b")
+    assert policy_change.change.after_unknown["policy"] is True
+    assert not apply_and_replan(engine, stack, result).has_changes
+    state = engine.store.read_state("s")
+    assert state is not None
+    policy = json.loads(state.resources["aws_s3_bucket_policy.b"].attributes["policy"])
+    assert policy["Statement"][0]["Resource"] == "arn:aws:s3:::reports/*"
+
+
+def test_unsimulated_data_source_is_unknown_not_an_error(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+data "aws_secretsmanager_secret_version" "db" {
+  secret_id = "prod/db"
+}
+resource "aws_ssm_parameter" "p" {
+  name  = "copy"
+  type  = "SecureString"
+  value = data.aws_secretsmanager_secret_version.db.secret_string
+}
+'''})
+    result, p = plan(engine, stack)
+    assert kinds(p)["aws_ssm_parameter.p"] == ChangeKind.CREATE
+    param = next(rc for rc in p.resource_changes if rc.address == "aws_ssm_parameter.p")
+    assert param.change.after_unknown["value"] is True
+    assert not apply_and_replan(engine, stack, result).has_changes
+
+
+def test_count_decided_by_an_unsimulated_data_source_names_it(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+data "aws_ec2_instance_type_offerings" "t" {}
+
+resource "aws_instance" "a" {
+  count         = length(data.aws_ec2_instance_type_offerings.t.instance_types)
+  ami           = "ami-1"
+  instance_type = "t3.micro"
+}
+'''})
+    with pytest.raises(PlanError) as err:
+        plan(engine, stack)
+    assert "stack/main.tf:4: aws_instance.a: count depends on values known only after apply" in str(err.value)
+    assert "data.aws_ec2_instance_type_offerings.t" in str(err.value)
+
+
+# --- modules ---------------------------------------------------------------------------------
+
+SUBNETS_MODULE = {
+    "modules/subnets/variables.tf": '''
+variable "vpc_id" {
+  type = string
+}
+variable "cidrs" {
+  type    = list(string)
+  default = []
+}
+variable "name" {
+  type = string
+}
+''',
+    "modules/subnets/main.tf": '''
+resource "aws_subnet" "this" {
+  count      = length(var.cidrs)
+  vpc_id     = var.vpc_id
+  cidr_block = var.cidrs[count.index]
+  tags       = { Name = "${var.name}-${count.index}" }
+}
+module "label" {
+  source = "../label"
+  name   = var.name
+}
+''',
+    "modules/subnets/outputs.tf": '''
+output "ids" {
+  value = aws_subnet.this[*].id
+}
+output "label" {
+  value = module.label.id
+}
+''',
+    "modules/label/main.tf": '''
+variable "name" {}
+resource "random_id" "suffix" {
+  byte_length = 2
+}
+output "id" {
+  value = "${var.name}-${random_id.suffix.hex}"
+}
+''',
+}
+
+ROOT_WITH_MODULES = '''
+resource "aws_vpc" "main" {
+  cidr_block = "10.0.0.0/16"
+}
+module "net" {
+  source   = "./modules/subnets"
+  for_each = { a = ["10.0.1.0/24", "10.0.2.0/24"], b = ["10.0.3.0/24"] }
+  vpc_id   = aws_vpc.main.id
+  cidrs    = each.value
+  name     = "net-${each.key}"
+}
+module "extra" {
+  source = "./modules/subnets"
+  count  = 1
+  vpc_id = aws_vpc.main.id
+  name   = "extra"
+}
+resource "aws_security_group" "app" {
+  name   = module.net["a"].label
+  vpc_id = aws_vpc.main.id
+}
+output "subnet_ids" {
+  value = module.net["a"].ids
+}
+'''
+
+
+def test_local_modules_with_for_each_count_and_nesting(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": ROOT_WITH_MODULES, **SUBNETS_MODULE})
+    result, p = plan(engine, stack)
+    assert sorted(kinds(p)) == [
+        "aws_security_group.app", "aws_vpc.main",
+        'module.extra[0].module.label.random_id.suffix',
+        'module.net["a"].aws_subnet.this[0]', 'module.net["a"].aws_subnet.this[1]',
+        'module.net["a"].module.label.random_id.suffix',
+        'module.net["b"].aws_subnet.this[0]', 'module.net["b"].module.label.random_id.suffix',
+    ]
+    subnet = next(c for c in result.document["resource_changes"] if c["address"] == 'module.net["b"].aws_subnet.this[0]')
+    assert subnet["module_address"] == 'module.net["b"]' and subnet["index"] == 0 and subnet["name"] == "this"
+    assert subnet["change"]["after"]["cidr_block"] == "10.0.3.0/24"
+    assert subnet["change"]["after"]["tags"] == {"Name": "net-b-0"}
+    assert subnet["change"]["after_unknown"]["vpc_id"] is True
+    assert p.resource_changes[0].change.after_unknown["name"] is True  # a module output known after apply
+    children = result.document["planned_values"]["root_module"]["child_modules"]
+    assert {c["address"] for c in children} == {'module.extra[0]', 'module.net["a"]', 'module.net["b"]'}
+
+    after_apply = apply_and_replan(engine, stack, result)
+    assert not after_apply.has_changes
+    state = engine.store.read_state("s")
+    assert state is not None
+    sg = state.resources["aws_security_group.app"].attributes
+    assert sg["name"].startswith("net-a-") and len(sg["name"]) == len("net-a-") + 4
+    assert state.outputs["subnet_ids"]["value"][0].startswith("subnet-")
+    assert state.resources['module.net["a"].aws_subnet.this[1]'].module == 'module.net["a"]'
+
+    # a for_each key gone: its module instance's resources are deleted, as Terraform says why
+    (stack / "main.tf").write_text(ROOT_WITH_MODULES.replace(', b = ["10.0.3.0/24"]', ""))
+    _, shrunk = plan(engine, stack)
+    deleted = {rc.address: rc.action_reason for rc in shrunk.resource_changes if rc.kind == ChangeKind.DELETE}
+    assert deleted == {'module.net["b"].aws_subnet.this[0]': "delete_because_no_module",
+                       'module.net["b"].module.label.random_id.suffix': "delete_because_no_module"}
+
+
+def test_module_errors_name_the_call_the_source_and_the_line(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+module "vpc" {
+  source  = "terraform-aws-modules/vpc/aws"
+  version = "5.0.0"
+  name    = "main"
+}
+'''})
+    with pytest.raises(ConfigError) as err:
+        plan(engine, stack)
+    assert 'stack/main.tf:2: module "vpc": source \'terraform-aws-modules/vpc/aws\' is not installed' in str(err.value)
+    write(stack, {"main.tf": 'module "a" {\n  source = "./missing"\n}\n'})
+    with pytest.raises(ConfigError, match=r'stack/main.tf:1: module "a": source \'./missing\' is not a directory'):
+        plan(engine, stack)
+    write(stack, {"main.tf": 'module "a" {\n  source = "./m"\n  colour = "red"\n}\n', "m/main.tf": 'variable "size" {}\n'})
+    with pytest.raises(ConfigError, match=r'main.tf:1: module "a": the module declares no variable `colour`'):
+        plan(engine, stack)
+
+
+def test_registry_module_installed_by_terraform_init_is_planned(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {
+        "main.tf": '''
+module "bucket" {
+  source  = "terraform-aws-modules/s3-bucket/aws"
+  version = "~> 4.0"
+  bucket  = "logs"
+}
+output "arn" {
+  value = module.bucket.arn
+}
+''',
+        ".terraform/modules/modules.json": json.dumps({"Modules": [
+            {"Key": "", "Source": "", "Dir": "."},
+            {"Key": "bucket", "Source": "registry.terraform.io/terraform-aws-modules/s3-bucket/aws",
+             "Version": "4.1.0", "Dir": ".terraform/modules/bucket"}]}),
+        ".terraform/modules/bucket/main.tf": '''
+variable "bucket" {}
+variable "create" {
+  default = true
+}
+resource "aws_s3_bucket" "this" {
+  count  = var.create ? 1 : 0
+  bucket = var.bucket
+}
+output "arn" {
+  value = try(aws_s3_bucket.this[0].arn, "")
+}
+''',
+    })
+    result, p = plan(engine, stack)
+    assert kinds(p) == {"module.bucket.aws_s3_bucket.this[0]": ChangeKind.CREATE}
+    calls = result.document["configuration"]["root_module"]["module_calls"]
+    assert calls["bucket"]["source"] == "terraform-aws-modules/s3-bucket/aws"
+    assert calls["bucket"]["version_constraint"] == "~> 4.0"
+    assert calls["bucket"]["module"]["resources"][0]["address"] == "aws_s3_bucket.this"
+    assert not apply_and_replan(engine, stack, result).has_changes
+    state = engine.store.read_state("s")
+    assert state is not None and state.outputs["arn"]["value"] == "arn:aws:s3:::logs"
+
+
+# --- blocks ----------------------------------------------------------------------------------
+
+
+def test_dynamic_blocks_provisioners_and_terraform_settings(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+terraform {
+  required_version = ">= 1.0"
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.0"
+    }
+  }
+  backend "s3" {
+    bucket = "state"
+    key    = "app.tfstate"
+  }
+  provider_meta "aws" {
+    module_name = "app"
+  }
+}
+provider "aws" {
+  region = "eu-west-1"
+}
+provider "aws" {
+  alias  = "us"
+  region = "us-east-1"
+}
+locals {
+  rules = {
+    https = { port = 443, cidrs = ["10.0.0.0/8"] }
+    ssh   = { port = 22, cidrs = ["10.1.0.0/16", "10.2.0.0/16"] }
+  }
+}
+resource "aws_security_group" "web" {
+  provider = aws.us
+  name     = "web"
+  dynamic "ingress" {
+    for_each = local.rules
+    iterator = rule
+    content {
+      description = rule.key
+      from_port   = rule.value.port
+      to_port     = rule.value.port
+      protocol    = "tcp"
+      dynamic "cidr" {
+        for_each = rule.value.cidrs
+        content {
+          block = cidr.value
+        }
+      }
+    }
+  }
+  provisioner "local-exec" {
+    command = "echo ${self.id}"
+  }
+  connection {
+    type = "ssh"
+    host = self.id
+  }
+}
+'''})
+    result, p = plan(engine, stack)
+    ingress = after(p, "aws_security_group.web")["ingress"]
+    assert ingress == [
+        {"description": "https", "from_port": 443, "to_port": 443, "protocol": "tcp", "cidr": [{"block": "10.0.0.0/8"}]},
+        {"description": "ssh", "from_port": 22, "to_port": 22, "protocol": "tcp",
+         "cidr": [{"block": "10.1.0.0/16"}, {"block": "10.2.0.0/16"}]},
+    ]
+    assert "provisioner" not in after(p, "aws_security_group.web")
+    configuration = result.document["configuration"]
+    assert set(configuration["provider_config"]) == {"aws", "aws.us"}
+    resource = configuration["root_module"]["resources"][0]
+    assert resource["provider_config_key"] == "aws.us"
+    assert resource["provisioners"][0]["type"] == "local-exec"
+    assert not apply_and_replan(engine, stack, result).has_changes
+
+
+def test_variable_files_load_in_terraform_order_and_workspace_values_win(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {
+        "main.tf": '''
+variable "a" {}
+variable "b" {}
+variable "c" {}
+variable "d" {}
+variable "e" {
+  default = "default"
+}
+resource "null_resource" "n" {
+  triggers = { a = var.a, b = var.b, c = var.c, d = var.d, e = var.e }
+}
+''',
+        "terraform.tfvars": 'a = "tfvars"\nb = "tfvars"\nc = "tfvars"\nd = "tfvars"\n',
+        "terraform.tfvars.json": '{"b": "tfvars.json", "c": "tfvars.json", "d": "tfvars.json"}',
+        "a.auto.tfvars": 'c = "a.auto"\nd = "a.auto"\n',
+        "b.auto.tfvars.json": '{"d": "b.auto.json"}',
+    })
+    _, p = plan(engine, stack)
+    assert after(p, "null_resource.n")["triggers"] == {"a": "tfvars", "b": "tfvars.json", "c": "a.auto",
+                                                       "d": "b.auto.json", "e": "default"}
+    _, p = plan(engine, stack, StackInputs(values={"d": "workspace"}))
+    assert after(p, "null_resource.n")["triggers"]["d"] == "workspace"
+    assert p.resource_changes[0].change.after_sensitive == {"triggers": {"d": True}}  # a workspace value stays secret
+
+
+def test_attributes_of_types_without_a_schema_are_known_after_apply(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+resource "aws_iam_user" "ci" {
+  name = "ci"
+}
+resource "aws_appconfig_application" "app" {
+  name = "app"
+}
+resource "aws_ssm_parameter" "p" {
+  name  = "refs"
+  type  = "String"
+  value = jsonencode([aws_iam_user.ci.arn, aws_appconfig_application.app.arn, aws_appconfig_application.app.application_id])
+}
+'''})
+    result, p = plan(engine, stack)
+    assert after(p, "aws_appconfig_application.app") == {"name": "app"}
+    assert p.resource_changes[0].change.after_unknown == {"arn": True, "application_id": True, "id": True}
+    assert not apply_and_replan(engine, stack, result).has_changes
+    state = engine.store.read_state("s")
+    assert state is not None
+    arns = json.loads(state.resources["aws_ssm_parameter.p"].attributes["value"])
+    assert arns[0] == "arn:aws:iam::123456789012:user/ci"
+    assert arns[1].startswith("arn:aws:appconfig:eu-west-1:123456789012:") and arns[2].startswith("application-")
+
+
+def test_errors_name_the_file_and_line(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": 'resource "aws_vpc" "a" {\n  cidr_block = "10.0.0.0/16"\n}\n',
+                                       "net.tf": '\n\nresource "aws_subnet" "b" {\n  vpc_id = var.missing\n}\n'})
+    with pytest.raises(ConfigError, match=r"stack/net.tf:4: reference to undeclared variable var.missing"):
+        plan(engine, stack)
+    write(stack, {"net.tf": 'resource "aws_subnet" "b" {\n  vpc_id = aws_vpc.a.id\n  vpc_id = "x"\n}\n'})
+    with pytest.raises(ConfigError, match=r"stack/net.tf:3: attribute `vpc_id` is set twice"):
+        plan(engine, stack)
+    write(stack, {"net.tf": 'resource "aws_vpc" "a" {\n}\n'})
+    with pytest.raises(ConfigError, match=r"stack/net.tf:1: aws_vpc.a: defined twice \(also at stack/main.tf:1"):
+        plan(engine, stack)
+
+
+# --- configuration and policy ----------------------------------------------------------------
+
+
+def test_policy_follows_configuration_references_not_local_names(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+resource "aws_s3_bucket" "reports" {
+  bucket = "reports-${random_id.s.hex}"
+  tags   = { owner = "team", "cost-centre" = "cc-1" }
+}
+resource "random_id" "s" {
+  byte_length = 2
+}
+resource "aws_s3_bucket_public_access_block" "reports_pab" {
+  bucket                  = aws_s3_bucket.reports.id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+resource "aws_s3_bucket_server_side_encryption_configuration" "reports_sse" {
+  bucket = aws_s3_bucket.reports.id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm = "aws:kms"
+    }
+  }
+}
+resource "aws_s3_bucket" "other" {
+  bucket = "other-${random_id.s.hex}"
+  tags   = { owner = "team", "cost-centre" = "cc-1" }
+}
+'''})
+    result, p = plan(engine, stack)
+    refs = result.document["configuration"]["root_module"]["resources"][2]["expressions"]["bucket"]["references"]
+    assert refs == ["aws_s3_bucket.reports.id", "aws_s3_bucket.reports"]
+    context = PolicyContext("s", PolicySettings())
+    denied = {(f.rule, f.address) for f in evaluate_plan(p, context) if f.rule in ("s3-public-access-block", "encryption-at-rest")}
+    assert denied == {("s3-public-access-block", "aws_s3_bucket.other"), ("encryption-at-rest", "aws_s3_bucket.other")}

@@ -144,6 +144,11 @@ class StackConfig:
     directory: str = ROOT_DIR  # path.module, relative to the root
     local_lines: dict[str, str] = field(default_factory=dict)  # local name -> "file:line"
 
+    @functools.cached_property
+    def resource_types(self) -> frozenset[str]:
+        """The resource types declared (read once the configuration is loaded)."""
+        return frozenset(r.type for r in self.resources.values())
+
     def block(self, key: str) -> ResourceConfig | None:
         """A resource (`aws_vpc.main`) or data source (`data.aws_ami.x`) by its key."""
         return self.data.get(key) if key.startswith("data.") else self.resources.get(key)

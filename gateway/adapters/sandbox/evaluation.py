@@ -112,7 +112,7 @@ class Scope:
             "data": Namespace("data", lambda dtype: Namespace(f"data.{dtype}", lambda n: self.block_value(f"data.{dtype}.{n}"))),
             "module": Namespace("module", self.module_value),
         }
-        for rtype in {r.type for r in config.resources.values()}:
+        for rtype in config.resource_types:
             self.names[rtype] = Namespace(rtype, lambda name, rtype=rtype: self.block_value(f"{rtype}.{name}"))
 
     def label(self, key: str) -> str:
@@ -304,10 +304,11 @@ class Evaluation:
                     raise ConfigError(f"stack {self.stack}: {call.where}: the module declares no variable "
                                       f"`{unknown[0]}` (an input must match a variable block)")
             attrs = referenced.setdefault(path, {})
+            types = config.resource_types
             for tree, file in _config_trees(config):
                 for ref in self.traversals(tree):
                     parts = ref.split(".")
-                    problem = _undeclared(config, parts)
+                    problem = _undeclared(config, types, parts)
                     if problem:
                         raise ConfigError(f"stack {self.stack}: {file}:{line_of(tree)}: {problem}")
                     key = ".".join(parts[:3] if parts[0] == "data" else parts[:2])
@@ -436,7 +437,7 @@ class Evaluation:
                 "so its values are unknown until apply)")
 
 
-def _undeclared(config: StackConfig, parts: list[str]) -> str | None:
+def _undeclared(config: StackConfig, types: frozenset[str], parts: list[str]) -> str | None:
     root = parts[0]
     if len(parts) < 2 or root in _NOT_REFERENCES:
         return None
@@ -448,7 +449,7 @@ def _undeclared(config: StackConfig, parts: list[str]) -> str | None:
         return f"reference to undeclared module module.{parts[1]}"
     if root == "data" and len(parts) >= 3 and f"data.{parts[1]}.{parts[2]}" not in config.data:
         return f"reference to undeclared data source data.{parts[1]}.{parts[2]}"
-    if root in {r.type for r in config.resources.values()} and f"{root}.{parts[1]}" not in config.resources:
+    if root in types and f"{root}.{parts[1]}" not in config.resources:
         return f"reference to undeclared resource {root}.{parts[1]}"
     if root == "module" and len(parts) >= 3:
         module = config.module_calls[parts[1]].module

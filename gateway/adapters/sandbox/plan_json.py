@@ -110,7 +110,7 @@ def _body_json(refs: _References, config: StackConfig, body: Body, skip: frozens
 
 def _expression(refs: _References, config: StackConfig, tree: Tree) -> dict[str, Any]:
     """`{"references": [...]}` for an expression that refers to something, else its constant value."""
-    types = {r.type for r in config.resources.values()}
+    types = config.resource_types
     found: set[str] = set()
     for ref in refs.traversals(tree):
         parts = ref.split(".")

@@ -591,3 +591,84 @@ resource "aws_s3_bucket" "other" {
     context = PolicyContext("s", PolicySettings())
     denied = {(f.rule, f.address) for f in evaluate_plan(p, context) if f.rule in ("s3-public-access-block", "encryption-at-rest")}
     assert denied == {("s3-public-access-block", "aws_s3_bucket.other"), ("encryption-at-rest", "aws_s3_bucket.other")}
+
+
+# --- the sandbox against Terraform ----------------------------------------------------------
+
+TERRAFORM = Path(__file__).resolve().parent.parent / ".tools" / "terraform"
+DIFFERENTIAL_MODULE = {
+    "modules/svc/main.tf": '''
+variable "name" {}
+variable "replicas" {
+  default = 1
+}
+resource "null_resource" "replica" {
+  count    = var.replicas
+  triggers = { name = var.name, index = count.index }
+}
+module "sidecar" {
+  source = "../sidecar"
+  owner  = var.name
+}
+output "ids" {
+  value = null_resource.replica[*].id
+}
+''',
+    "modules/sidecar/main.tf": '''
+variable "owner" {}
+resource "null_resource" "this" {
+  triggers = { owner = var.owner }
+}
+''',
+}
+DIFFERENTIAL_ROOT = '''
+variable "services" {
+  type = map(number)
+}
+variable "release" {}
+locals {
+  names = keys(var.services)
+}
+module "svc" {
+  source   = "./modules/svc"
+  for_each = var.services
+  name     = each.key
+  replicas = each.value
+}
+resource "null_resource" "release" {
+  triggers = { release = var.release, first = local.names[0] }
+}
+resource "null_resource" "watch" {
+  for_each = toset(local.names)
+  triggers = { service = each.key }
+}
+'''
+
+
+def _terraform_engine(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+
+    return TerraformEngine(TerraformSetup(TERRAFORM / "bin" / "terraform", TERRAFORM / "terraformrc",
+                                          tmp_path / "tf-state", 300, {}))
+
+
+@pytest.mark.skipif(not (TERRAFORM / "bin" / "terraform").exists(),
+                    reason="Terraform is not installed here: run `make terraform` to compare the engines")
+def test_the_sandbox_plans_the_same_actions_as_terraform(engine: SandboxEngine, tmp_path: Path) -> None:
+    terraform = _terraform_engine(tmp_path)
+    versions = [
+        {"terraform.tfvars": 'services = { api = 2, web = 1 }\nrelease = "1"\n'},
+        # a replica more, a trigger changed (replace), a service gone (its module instance deleted)
+        {"terraform.tfvars": 'services = { api = 3 }\nrelease = "1"\n', "release.auto.tfvars": 'release = "2"\n'},
+    ]
+    for run, tfvars in enumerate(versions):
+        compared = {}
+        for name, subject in (("sandbox", engine), ("terraform", terraform)):
+            stack = write(tmp_path / f"{name}{run}", {"main.tf": DIFFERENTIAL_ROOT, **DIFFERENTIAL_MODULE, **tfvars})
+            planned = subject.plan("s", stack, StackInputs())
+            compared[name] = kinds(load_plan(planned.document))
+            outcome = subject.apply("s", stack, planned.document, planned.state_serial, StackInputs(), planned.artifact)
+            assert outcome.succeeded, outcome.error
+        assert compared["sandbox"] == compared["terraform"], run
+    assert compared["sandbox"]['module.svc["web"].module.sidecar.null_resource.this'] == ChangeKind.DELETE
+    assert compared["sandbox"]["null_resource.release"] == ChangeKind.REPLACE

@@ -672,3 +672,36 @@ def test_the_sandbox_plans_the_same_actions_as_terraform(engine: SandboxEngine, 
         assert compared["sandbox"] == compared["terraform"], run
     assert compared["sandbox"]['module.svc["web"].module.sidecar.null_resource.this'] == ChangeKind.DELETE
     assert compared["sandbox"]["null_resource.release"] == ChangeKind.REPLACE
+
+
+def test_null_module_inputs_follow_nullable(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {
+        "main.tf": 'module "m" {\n  source = "./m"\n  strict = null\n  loose = null\n}\n',
+        "m/main.tf": '''
+variable "strict" {
+  default  = "fallback"
+  nullable = false
+}
+variable "loose" {
+  default = "unused"
+}
+resource "null_resource" "n" {
+  triggers = { strict = var.strict, loose = var.loose == null ? "null" : var.loose }
+}
+'''})
+    _, p = plan(engine, stack)
+    assert after(p, "module.m.null_resource.n")["triggers"] == {"strict": "fallback", "loose": "null"}
+
+
+def test_the_parse_cache_is_capped_by_bytes() -> None:
+    from gateway.adapters.sandbox.config import _ParseCache, parse_hcl
+
+    cache = _ParseCache(max_bytes=100)
+    trees = {name: parse_hcl(f"{name}.tf", f'{name} = "{"x" * 30}"\n') for name in ("a", "b", "c", "d")}
+    for name, tree in trees.items():
+        cache.put((name, "digest"), tree, 40)
+    assert cache.size == 80  # two of 40 bytes fit in 100: the oldest went first
+    assert cache.get(("a", "digest")) is None and cache.get(("b", "digest")) is None
+    assert cache.get(("d", "digest")) is trees["d"]
+    cache.put(("huge", "digest"), trees["a"], 101)
+    assert cache.get(("huge", "digest")) is None and cache.size == 80

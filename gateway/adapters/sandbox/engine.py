@@ -15,13 +15,20 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
 
-from gateway.adapters.sandbox.config import Body, ResourceConfig, StackConfig, load_stack, traversal_text
+from gateway.adapters.sandbox.config import (
+    Body,
+    ResourceConfig,
+    StackConfig,
+    collector_paused,
+    load_stack,
+    traversal_text,
+)
 from gateway.adapters.sandbox.data_sources import data_object_id, read_data, unsimulated_data
 from gateway.adapters.sandbox.evaluation import (
     Evaluation,
@@ -122,9 +129,10 @@ class SandboxEngine:
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
-        config = load_stack(directory)
-        planner = _Planner(stack, config, state, self.store, inputs)
-        document = planner.plan()
+        with collector_paused():
+            config = load_stack(directory)
+            planner = _Planner(stack, config, state, self.store, inputs)
+            document = planner.plan()
         log.info("sandbox.plan", stack=stack, changes=len(document["resource_changes"]), serial=state.serial)
         return EnginePlan(document=document, state_serial=state.serial, state_lineage=state.lineage)
 
@@ -138,9 +146,10 @@ class SandboxEngine:
             raise ApplyError(
                 f"state of stack {stack} moved since the plan (serial {expected_serial} -> {state.serial})"
             )
-        config = load_stack(directory)
-        applier = _Applier(stack, config, state, self.store, inputs, load_plan(document).resource_changes)
-        return applier.run()
+        with collector_paused():
+            config = load_stack(directory)
+            applier = _Applier(stack, config, state, self.store, inputs, load_plan(document).resource_changes)
+            return applier.run()
 
     # --- out-of-band changes to the simulated cloud (console edits, for drift) ----------
 
@@ -375,7 +384,7 @@ class _Planner(_Evaluation):
             if live != res.attributes:
                 self.drift.append(_change_json(address, res, ["update"], res.attributes, live,
                                                res.sensitive_attributes))
-            refreshed[address] = StateResource(**{**asdict(res), "attributes": live})
+            refreshed[address] = replace(res, attributes=live)
         return refreshed
 
     def _apply_moves(self, refreshed: dict[str, StateResource]) -> dict[str, str]:
@@ -415,7 +424,8 @@ class _Planner(_Evaluation):
         value = self._plan_change(scope, resource, index, ev, prior, previous_address)
         base = {"address": instance_address(resource.key, index, scope.address), "mode": "managed",
                 "type": resource.type, "name": resource.name, "index": index, "module_address": scope.address}
-        self.planned.append(_values_entry(base, value))
+        change = self.changes[-1]["change"]  # just recorded: its after is the planned value, already split
+        self.planned.append(_values_entry(base, None, (change["after"], change["after_sensitive"])))
         return value if value is UNKNOWN else self.with_referenced(scope.path, resource, value)
 
     def _plan_change(self, scope: Scope, resource: ResourceConfig, index: Index, ev: Evaluator,
@@ -560,9 +570,12 @@ def provider_name(resource_type: str) -> str:
     return f"registry.terraform.io/hashicorp/{'aws' if resource_type.startswith('aws_') else resource_type.split('_')[0]}"
 
 
-def _values_entry(base: Mapping[str, Any], value: Any) -> dict[str, Any]:
+def _values_entry(base: Mapping[str, Any], value: Any, split: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """One resource in Terraform's values representation (prior_state, planned_values)."""
-    plain, sens, _ = split_marks(value) if value is not UNKNOWN else ({}, False, True)
+    if split is not None:
+        plain, sens = split
+    else:
+        plain, sens, _ = split_marks(value) if value is not UNKNOWN else ({}, False, True)
     entry: dict[str, Any] = {"address": base["address"], "mode": base.get("mode", "managed"), "type": base["type"],
                              "name": base["name"]}
     if base.get("index") is not None:
@@ -575,9 +588,9 @@ def _values_entry(base: Mapping[str, Any], value: Any) -> dict[str, Any]:
 
 
 def _state_json(address: str, res: StateResource) -> dict[str, Any]:
-    value = _mark_sensitive(res.attributes, set(res.sensitive_attributes) | schema_for(res.type).sensitive)
+    sensitive = {k: True for k in set(res.sensitive_attributes) | schema_for(res.type).sensitive if k in res.attributes}
     return _values_entry({"address": address, "type": res.type, "name": res.name, "index": res.index,
-                          "module_address": res.module}, value)
+                          "module_address": res.module}, None, (res.attributes, sensitive))
 
 
 def _change_json(address: str, res: StateResource, actions: list[str], before: Any, after: Any,

@@ -136,7 +136,7 @@ class Scope:
             tree = self.call.inputs[name]
             value = self.parent.evaluator(f"{self.call.file}:{line_of(tree)}: {self.address}: input {name}",
                                           **self.extra).eval(tree)
-            if unmark(value)[0] is None and decl.default is not NO_DEFAULT:
+            if unmark(value)[0] is None and not decl.nullable and decl.default is not NO_DEFAULT:
                 value = decl.default
         elif decl.default is not NO_DEFAULT:
             value = decl.default

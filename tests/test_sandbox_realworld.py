@@ -15,6 +15,7 @@ from gateway.adapters.sql_store import Database
 from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
+from gateway.domain.preview import build_preview, render_text
 from gateway.services.ports import EnginePlan, StackInputs
 
 
@@ -209,13 +210,12 @@ resource "aws_s3_bucket_policy" "b" {
 
 def test_unsimulated_data_source_is_unknown_not_an_error(engine: SandboxEngine, tmp_path: Path) -> None:
     stack = write(tmp_path / "stack", {"main.tf": '''
-data "aws_secretsmanager_secret_version" "db" {
-  secret_id = "prod/db"
-}
+data "aws_organizations_organization" "org" {}
+
 resource "aws_ssm_parameter" "p" {
   name  = "copy"
-  type  = "SecureString"
-  value = data.aws_secretsmanager_secret_version.db.secret_string
+  type  = "String"
+  value = data.aws_organizations_organization.org.master_account_id
 }
 '''})
     result, p = plan(engine, stack)
@@ -705,3 +705,55 @@ def test_the_parse_cache_is_capped_by_bytes() -> None:
     assert cache.get(("d", "digest")) is trees["d"]
     cache.put(("huge", "digest"), trees["a"], 101)
     assert cache.get(("huge", "digest")) is None and cache.size == 80
+
+
+def test_any_attribute_of_any_instance_can_be_read(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+resource "aws_customer_gateway" "this" {
+  for_each   = { a = 65000, b = 65001 }
+  bgp_asn    = each.value
+  ip_address = "1.2.3.4"
+  type       = "ipsec.1"
+}
+resource "aws_vpc" "v6" {
+  cidr_block                       = "10.0.0.0/16"
+  assign_generated_ipv6_cidr_block = true
+  ipv6_cidr_block                  = null
+}
+resource "aws_subnet" "v6" {
+  vpc_id          = aws_vpc.v6.id
+  cidr_block      = "10.0.1.0/24"
+  ipv6_cidr_block = cidrsubnet(aws_vpc.v6.ipv6_cidr_block, 8, 1)
+}
+output "gateway_arns" {
+  value = [for k, v in aws_customer_gateway.this : v.arn]
+}
+'''})
+    result, p = plan(engine, stack)
+    assert p.output_changes["gateway_arns"].after_unknown == [True, True]
+    assert p.find("aws_vpc.v6").change.after_unknown["ipv6_cidr_block"] is True  # null in config, computed
+    assert not apply_and_replan(engine, stack, result).has_changes
+    state = engine.store.read_state("s")
+    assert state is not None
+    assert [a.startswith("arn:aws:ec2:eu-west-1:123456789012:") for a in state.outputs["gateway_arns"]["value"]] == [True, True]
+    assert state.resources["aws_subnet.v6"].attributes["ipv6_cidr_block"].endswith("::/64")
+
+
+def test_secrets_read_from_data_sources_stay_masked(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+data "aws_secretsmanager_secret_version" "db" {
+  secret_id = "prod/db"
+}
+resource "aws_ssm_parameter" "p" {
+  name  = "copy"
+  type  = "SecureString"
+  value = nonsensitive(data.aws_secretsmanager_secret_version.db.secret_string)
+}
+'''})
+    result, p = plan(engine, stack)
+    change = p.find("aws_ssm_parameter.p").change
+    assert change.after_sensitive == {"value": True}  # the provider marks it sensitive: nonsensitive() cannot unmask
+    prior = result.document["prior_state"]["values"]["root_module"]["resources"][0]
+    assert prior["sensitive_values"]["secret_string"] is True
+    secret = json.loads(prior["values"]["secret_string"])  # as in Terraform's JSON: masks say what is secret
+    assert secret["simulated"] not in render_text(build_preview(p))

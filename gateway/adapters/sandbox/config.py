@@ -179,11 +179,14 @@ class _Loader:
         self._manifest: dict[str, str] | None = None
 
     def display(self, path: Path) -> str:
-        try:
-            rel = path.resolve().relative_to(self.root.resolve())
-        except ValueError:
-            rel = Path(*path.resolve().parts[-2:])
-        return f"{self.root.name}/{rel.as_posix()}" if str(rel) != "." else self.root.name
+        """A file's name in messages: under the stack's name, or (a module outside the stack) the repository's."""
+        resolved = path.resolve()
+        if resolved.is_relative_to(self.root.resolve()):
+            rel = resolved.relative_to(self.root.resolve()).as_posix()
+            return f"{self.root.name}/{rel}" if rel != "." else self.root.name
+        if resolved.is_relative_to(self.base):
+            return resolved.relative_to(self.base).as_posix()
+        return resolved.name
 
     def load_module(self, directory: Path, call_path: tuple[str, ...], depth: int) -> StackConfig:
         config = StackConfig(directory=self._module_dir(directory))

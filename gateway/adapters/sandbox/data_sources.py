@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.adapters.sandbox.hcl_eval import Secret
 from gateway.adapters.sandbox.schema import ACCOUNT, REGION, plausible_value
 
 Lookup = Callable[[str, str], "dict[str, Any] | None"]
@@ -160,7 +161,126 @@ def _policy_document(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     return {**args, "id": str(digest), "json": text, "minified_json": json.dumps(document, separators=(",", ":"))}
 
 
+def _security_group(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    if args.get("id") and (live := lookup("aws_security_group", str(args["id"]))) is not None:
+        return {**live, **args}
+    group = str(args.get("id") or "sg-" + _digest(args))
+    return {**args, "id": group, "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/{group}",
+            "name": args.get("name") or "default", "description": "a security group of the simulated cloud",
+            "vpc_id": args.get("vpc_id") or "vpc-" + _digest({}), "tags": args.get("tags") or {}}
+
+
+def _canonical_user_id(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    return {"id": hashlib.sha256(f"canonical/{ACCOUNT}".encode()).hexdigest(), "display_name": "gateway-sandbox"}
+
+
+def _cloudfront_log_delivery(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    # the canonical user CloudFront writes access logs as, in the commercial regions
+    return {**args, "id": "c4c1ede66af53448b93c283ce9448c4ba468c9432aa01d700d3878632f77d2d0"}
+
+
+def _elb_service_account(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    account = "156460612806"  # Elastic Load Balancing's account in eu-west-1, which logs are written as
+    return {**args, "id": account, "arn": f"arn:aws:iam::{account}:root"}
+
+
+def _session_context(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    arn = str(args.get("arn") or "")
+    return {**args, "id": arn, "issuer_arn": arn, "issuer_id": "AROA" + _digest(args).upper(),
+            "issuer_name": arn.rsplit("/", 1)[-1], "session_name": ""}
+
+
+def _route53_zone(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    zone = str(args.get("zone_id") or "Z" + _digest(args, 13).upper())
+    name = str(args.get("name") or "example.com").rstrip(".")
+    return {**args, "id": zone, "zone_id": zone, "name": name, "arn": f"arn:aws:route53:::hostedzone/{zone}",
+            "private_zone": bool(args.get("private_zone", False)), "comment": "",
+            "name_servers": [f"ns-{i}.awsdns-{i:02d}.{tld}" for i, tld in enumerate(("com", "net", "org", "co.uk"))]}
+
+
+def _iam_role(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    name = str(args.get("name") or "role")
+    return {**args, "id": name, "name": name, "arn": f"arn:aws:iam::{ACCOUNT}:role/{name}", "path": "/",
+            "unique_id": "AROA" + _digest(args).upper(), "assume_role_policy": "{}", "max_session_duration": 3600}
+
+
+def _iam_policy(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    name = str(args.get("name") or str(args.get("arn") or "policy").rsplit("/", 1)[-1])
+    arn = str(args.get("arn") or f"arn:aws:iam::{ACCOUNT}:policy/{name}")
+    return {**args, "id": arn, "arn": arn, "name": name, "path": "/", "policy": "{}",
+            "policy_id": "ANPA" + _digest(args).upper()}
+
+
+def _kms_key(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    key = str(args.get("key_id") or "")
+    if not key or key.startswith(("alias/", "arn:")):
+        key = "-".join(_digest({"key": key}, 32)[i:j] for i, j in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)))
+    return {**args, "id": key, "arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{key}", "enabled": True,
+            "key_state": "Enabled", "key_manager": "CUSTOMER", "key_usage": "ENCRYPT_DECRYPT"}
+
+
+def _kms_alias(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    key = _kms_key({"key_id": args.get("name")}, lookup)
+    name = str(args.get("name") or "alias/aws/s3")
+    return {**args, "id": f"arn:aws:kms:{REGION}:{ACCOUNT}:{name}", "arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:{name}",
+            "target_key_id": key["id"], "target_key_arn": key["arn"]}
+
+
+def _s3_bucket(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    bucket = str(args.get("bucket") or "bucket")
+    if (live := lookup("aws_s3_bucket", bucket)) is not None:
+        return {**live, **args}
+    return {**args, "id": bucket, "bucket": bucket, "arn": f"arn:aws:s3:::{bucket}", "region": REGION,
+            "bucket_domain_name": f"{bucket}.s3.amazonaws.com",
+            "bucket_regional_domain_name": f"{bucket}.s3.{REGION}.amazonaws.com", "hosted_zone_id": "Z1BKCTXD74EZPE"}
+
+
+def _ssm_parameter(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    name = str(args.get("name") or "parameter")
+    return {**args, "id": name, "name": name, "arn": f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/{name.lstrip('/')}",
+            "type": "String", "version": 1, "value": Secret(f"simulated-{_digest(args, 12)}"),
+            "insecure_value": None}
+
+
+def _secret_version(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    secret = str(args.get("secret_id") or "secret")
+    arn = secret if secret.startswith("arn:") else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret}-AbCdEf"
+    return {**args, "id": f"{arn}|AWSCURRENT", "arn": arn, "version_id": _digest(args, 32),
+            "version_stages": ["AWSCURRENT"], "secret_string": Secret(json.dumps({"simulated": _digest(args, 12)})),
+            "secret_binary": Secret("")}
+
+
+def _eks_cluster(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    name = str(args.get("name") or "cluster")
+    return {**args, "id": name, "name": name, "arn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/{name}",
+            "endpoint": f"https://{_digest(args, 32).upper()}.gr7.{REGION}.eks.amazonaws.com",
+            "certificate_authority": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}], "version": "1.31",
+            "status": "ACTIVE", "platform_version": "eks.5"}
+
+
+def _token(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    return {**args, "id": str(args.get("name") or REGION), "token": Secret("k8s-aws-v1." + _digest(args, 40)),
+            "authorization_token": Secret("QVdTOnNpbXVsYXRlZA=="), "user_name": "AWS", "password": Secret("simulated"),
+            "proxy_endpoint": f"https://{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"}
+
+
 READERS: dict[str, Reader] = {
+    "aws_security_group": _security_group,
+    "aws_canonical_user_id": _canonical_user_id,
+    "aws_cloudfront_log_delivery_canonical_user_id": _cloudfront_log_delivery,
+    "aws_elb_service_account": _elb_service_account,
+    "aws_iam_session_context": _session_context,
+    "aws_route53_zone": _route53_zone,
+    "aws_iam_role": _iam_role,
+    "aws_iam_policy": _iam_policy,
+    "aws_kms_key": _kms_key,
+    "aws_kms_alias": _kms_alias,
+    "aws_s3_bucket": _s3_bucket,
+    "aws_ssm_parameter": _ssm_parameter,
+    "aws_secretsmanager_secret_version": _secret_version,
+    "aws_eks_cluster": _eks_cluster,
+    "aws_eks_cluster_auth": _token,
+    "aws_ecr_authorization_token": _token,
     "aws_availability_zones": _availability_zones,
     "aws_caller_identity": _caller_identity,
     "aws_region": _region,

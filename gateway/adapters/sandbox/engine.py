@@ -194,13 +194,15 @@ class _Evaluation(Evaluation):
         """Attributes of this block that expressions read: each must have a value, known or not."""
         return self.referenced.get(path, {}).get(resource.key, set())
 
-    def with_referenced(self, path: Path_, resource: ResourceConfig, value: dict[str, Any]) -> dict[str, Any]:
-        """A stored object as references see it: attributes read but never stored get their plausible value."""
-        missing = self.referenced_attributes(path, resource) - set(value)
-        if not missing:
-            return value
-        rid = str(unmark(value.get("id"))[0])
-        return {**value, **{k: plausible_value(resource.type, k, rid, value) for k in missing}}
+    def with_referenced(self, path: Path_, resource: ResourceConfig, value: dict[str, Any]) -> ResourceObject:
+        """An object as references see it: an attribute it does not hold is unknown while its id is,
+        then plausible (the schema table is not the provider's whole schema)."""
+        rid, _ = unmark(value.get("id"))
+        if rid is UNKNOWN:
+            return ResourceObject(value, lambda name: UNKNOWN)
+        missing = self.referenced_attributes(path, resource) - {k for k, v in value.items() if v is not None}
+        filled = {**value, **{k: plausible_value(resource.type, k, str(rid), value) for k in missing}}
+        return ResourceObject(filled, lambda name: plausible_value(resource.type, name, str(rid), filled))
 
     def read(self, scope: Scope, resource: ResourceConfig, ev: Evaluator, at_apply: bool) -> tuple[Any, Any]:
         """(the data source's value, its arguments); the value is UNKNOWN until its arguments are known."""
@@ -220,7 +222,26 @@ class _Evaluation(Evaluation):
             value = unsimulated_data(resource.type, plain, self.referenced_attributes(scope.path, resource))
             if not seen:
                 self.store.put_object(kind, rid, plain)
-        return marked(value, mark), args
+        return marked(self.with_referenced(scope.path, resource, value), mark), args
+
+
+class ResourceObject(dict[str, Any]):
+    """A resource's or data source's attributes, open to any attribute name.
+
+    Expressions may read attributes the schema table does not list (`v.arn` in a for expression
+    over a resource's instances): the evaluator asks `name in obj`, then `obj[name]`, and gets the
+    value `missing(name)` gives instead of an error. Everything else sees the stored attributes.
+    """
+
+    def __init__(self, attributes: Mapping[str, Any], missing: Callable[[str], Any]):
+        super().__init__(attributes)
+        self.missing = missing
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> Any:
+        return self.missing(name)
 
 
 def eval_body(body: Body, ev: Evaluator) -> dict[str, Any]:
@@ -263,7 +284,8 @@ def proposed_attributes(resource: ResourceConfig, prior: Mapping[str, Any], desi
     schema = schema_for(resource.type)
     keep = {"id", *schema.computed, *computed}
     proposed = {k: (v if k in keep else schema.defaults.get(k)) for k, v in prior.items()}
-    proposed.update(desired)
+    # an attribute the provider computes keeps its value while the configuration leaves it null
+    proposed.update({k: v for k, v in desired.items() if unmark(v)[0] is not None or k not in keep})
     ignore = resource.lifecycle.ignore_changes
     for name in (prior if ignore is None else ignore):
         if name in prior:
@@ -441,7 +463,7 @@ class _Planner(_Evaluation):
                 "previous_address": previous_address, "module_address": scope.address}
         if prior is None:
             after = {**schema.defaults, **desired}
-            after.update({k: UNKNOWN for k in ("id", *schema.computed, *computed) if k not in desired})
+            after.update({k: UNKNOWN for k in ("id", *schema.computed, *computed) if unmark(desired.get(k))[0] is None})
             self._record(base, ["create"], None, after, None)
             return after
         before = _mark_sensitive(prior.attributes, set(prior.sensitive_attributes) | schema.sensitive)
@@ -462,7 +484,7 @@ class _Planner(_Evaluation):
                 f"({', '.join(forced)} cannot change in place)"
             )
         after = dict(proposed)
-        after.update({k: UNKNOWN for k in ("id", *schema.computed, *computed) if k not in desired})
+        after.update({k: UNKNOWN for k in ("id", *schema.computed, *computed) if unmark(desired.get(k))[0] is None})
         actions = ["create", "delete"] if resource.lifecycle.create_before_destroy else ["delete", "create"]
         self._record(base, actions, before, after, importing,
                      replace_paths=[[k] for k in forced], reason="replace_because_cannot_update")
@@ -751,10 +773,11 @@ class _Applier(_Evaluation):
         rid = schema.make_id(attrs, f"{self.stack}/{address}/{secrets.token_hex(8)}")
         attrs["id"] = rid
         for name, compute in schema.computed.items():
-            if name not in attrs:
+            if attrs.get(name) is None:
                 attrs[name] = compute(attrs, rid)
-        for name in sorted(self.referenced_attributes(scope.path, resource) - set(attrs)):
-            attrs[name] = plausible_value(resource.type, name, rid, attrs)
+        for name in sorted(self.referenced_attributes(scope.path, resource)):
+            if attrs.get(name) is None:
+                attrs[name] = plausible_value(resource.type, name, rid, attrs)
         if self.store.get_object(resource.type, rid) is not None and rc.kind != ChangeKind.REPLACE_CREATE_FIRST:
             raise ApplyError(f"{address}: a {resource.type} with id {rid!r} already exists in the simulated cloud")
         self.store.put_object(resource.type, rid, attrs)

@@ -295,7 +295,9 @@ GENERIC = ResourceSchema("id")
 # the AWS service in an ARN, where it is not the type's second word
 _SERVICES = {"lb": "elasticloadbalancing", "alb": "elasticloadbalancing", "cloudwatch": "logs", "db": "rds",
              "instance": "ec2", "vpc": "ec2", "subnet": "ec2", "security": "ec2", "eip": "ec2", "nat": "ec2",
-             "internet": "ec2", "route": "ec2", "network": "ec2", "launch": "ec2", "ebs": "ec2", "key": "ec2"}
+             "internet": "ec2", "route": "ec2", "network": "ec2", "launch": "ec2", "ebs": "ec2", "key": "ec2",
+             "customer": "ec2", "vpn": "ec2", "default": "ec2", "flow": "ec2", "egress": "ec2", "volume": "ec2",
+             "placement": "ec2", "spot": "ec2", "main": "ec2", "transit": "ec2", "ami": "ec2", "ec2": "ec2"}
 _GLOBAL_SERVICES = frozenset({"iam", "s3", "cloudfront", "route53"})
 
 
@@ -308,6 +310,10 @@ def plausible_value(resource_type: str, attribute: str, rid: str, attrs: Mapping
     if attribute == "arn" or attribute.endswith("_arn"):
         region = "" if service in _GLOBAL_SERVICES else REGION
         return f"arn:aws:{service}:{region}:{ACCOUNT}:{'_'.join(words[2:]) or words[-1]}/{name}"
+    if "cidr" in attribute:
+        if "ipv6" in attribute:
+            return f"2a05:d018:{int(digest[:4], 16):x}:{int(digest[4:6], 16):x}00::/56"
+        return f"10.{int(digest[:2], 16)}.0.0/16"
     if attribute == "id" or attribute.endswith("_id"):
         return f"{attribute.removesuffix('_id') or words[-1]}-{digest[:17]}"
     if attribute.endswith("_ids"):

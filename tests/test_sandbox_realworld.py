@@ -757,3 +757,30 @@ resource "aws_ssm_parameter" "p" {
     assert prior["sensitive_values"]["secret_string"] is True
     secret = json.loads(prior["values"]["secret_string"])  # as in Terraform's JSON: masks say what is secret
     assert secret["simulated"] not in render_text(build_preview(p))
+
+
+def test_modules_elsewhere_in_the_repository_and_remote_state(engine: SandboxEngine, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {
+        "modules/web/main.tf": '''
+variable "db_state_key" {}
+data "terraform_remote_state" "db" {
+  backend = "s3"
+  config  = { bucket = "states", key = var.db_state_key, region = "eu-west-1" }
+}
+resource "aws_instance" "web" {
+  ami           = "ami-1"
+  instance_type = "t3.micro"
+  user_data     = "DB=${data.terraform_remote_state.db.outputs.address}:${data.terraform_remote_state.db.outputs.port}"
+}
+''',
+        "live/stage/web/main.tf": 'module "web" {\n  source       = "../../../modules/web"\n  db_state_key = "stage/db"\n}\n',
+    })
+    (repo / ".git").mkdir()
+    stack = repo / "live" / "stage" / "web"
+    result, p = plan(engine, stack)
+    assert kinds(p) == {"module.web.aws_instance.web": ChangeKind.CREATE}
+    assert after(p, "module.web.aws_instance.web")["user_data"].startswith("DB=10.")  # read at plan time
+    assert not apply_and_replan(engine, stack, result).has_changes
+    write(stack, {"main.tf": 'module "web" {\n  source = "../../../../elsewhere"\n}\n'})
+    with pytest.raises(ConfigError, match=r'web/main.tf:1: module "web": source \'../../../../elsewhere\' is outside'):
+        plan(engine, stack)

@@ -264,7 +264,26 @@ def _token(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
             "proxy_endpoint": f"https://{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"}
 
 
+class _Outputs(dict[str, Any]):
+    """Another configuration's outputs: the sandbox cannot know their names, so each one read has a plausible value."""
+
+    def __init__(self, seed: str):
+        super().__init__()
+        self.seed = seed
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> Any:
+        return plausible_value("terraform_remote_state", name, self.seed, {})
+
+
+def _remote_state(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    return {**args, "id": _digest(args), "outputs": _Outputs(_digest(args))}
+
+
 READERS: dict[str, Reader] = {
+    "terraform_remote_state": _remote_state,
     "aws_security_group": _security_group,
     "aws_canonical_user_id": _canonical_user_id,
     "aws_cloudfront_log_delivery_canonical_user_id": _cloudfront_log_delivery,

@@ -551,6 +551,14 @@ def test_errors_name_the_file_and_line(engine: SandboxEngine, tmp_path: Path) ->
     write(stack, {"net.tf": 'resource "aws_vpc" "a" {\n}\n'})
     with pytest.raises(ConfigError, match=r"stack/net.tf:1: aws_vpc.a: defined twice \(also at stack/main.tf:1"):
         plan(engine, stack)
+    write(stack, {"net.tf": 'resource "aws_vpc" "b" {\n  cidr_block = aws_vpc.a.id\n}\n',
+                  "main.tf": 'resource "aws_vpc" "a" {\n  cidr_block = aws_vpc.b.id\n}\n'})
+    with pytest.raises(ConfigError, match=r"cycle between aws_vpc.\w \(stack/\w+.tf:1\), aws_vpc.\w \(stack/\w+.tf:1\)"):
+        plan(engine, stack)
+    write(stack, {"main.tf": "", "net.tf": 'module "m" {\n  source = "./m"\n  count  = "two"\n}\n',
+                  "m/main.tf": 'output "x" {\n  value = 1\n}\n'})
+    with pytest.raises(ConfigError, match=r"stack/net.tf:1: module.m: count must be a whole number"):
+        plan(engine, stack)  # a module without resources is expanded all the same
 
 
 # --- configuration and policy ----------------------------------------------------------------
@@ -756,7 +764,7 @@ resource "aws_ssm_parameter" "p" {
     prior = result.document["prior_state"]["values"]["root_module"]["resources"][0]
     assert prior["sensitive_values"]["secret_string"] is True
     secret = json.loads(prior["values"]["secret_string"])  # as in Terraform's JSON: masks say what is secret
-    assert secret["simulated"] not in render_text(build_preview(p))
+    assert secret["password"] not in render_text(build_preview(p))
 
 
 def test_modules_elsewhere_in_the_repository_and_remote_state(engine: SandboxEngine, tmp_path: Path) -> None:
@@ -784,3 +792,35 @@ resource "aws_instance" "web" {
     write(stack, {"main.tf": 'module "web" {\n  source = "../../../../elsewhere"\n}\n'})
     with pytest.raises(ConfigError, match=r'web/main.tf:1: module "web": source \'../../../../elsewhere\' is outside'):
         plan(engine, stack)
+
+
+def test_credentials_from_secrets_manager_and_external_programs_never_run(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+data "aws_secretsmanager_secret_version" "creds" {
+  secret_id = "db-creds"
+}
+data "external" "tag" {
+  program = ["bash", "-c", "touch ${path.module}/ran"]
+  query   = { foo = "bar" }
+}
+locals {
+  db_creds = jsondecode(data.aws_secretsmanager_secret_version.creds.secret_string)
+}
+resource "aws_db_instance" "example" {
+  identifier_prefix = "app"
+  engine            = "mysql"
+  instance_class    = "db.t3.micro"
+  username          = local.db_creds.username
+  password          = local.db_creds.password
+  tags              = { build = data.external.tag.result.foo }
+}
+'''})
+    result, p = plan(engine, stack)
+    change = p.find("aws_db_instance.example").change
+    assert change.after_sensitive == {"username": True, "password": True}
+    assert change.after["tags"]["build"].startswith("foo-")
+    assert not (stack / "ran").exists()
+    assert not apply_and_replan(engine, stack, result).has_changes
+    state = engine.store.read_state("s")
+    assert state is not None
+    assert state.resources["aws_db_instance.example"].attributes["arn"].startswith("arn:aws:rds:eu-west-1:123456789012:db:db-")

@@ -242,11 +242,17 @@ def _ssm_parameter(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
             "insecure_value": None}
 
 
+def _credentials(args: Mapping[str, Any]) -> dict[str, Any]:
+    """What a secret usually holds: database credentials (JSON, as the console's secret types write it)."""
+    return {"username": "admin", "password": f"simulated-{_digest(args, 16)}", "engine": "mysql",
+            "host": f"db.{REGION}.rds.amazonaws.com", "port": 3306, "dbname": "app"}
+
+
 def _secret_version(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     secret = str(args.get("secret_id") or "secret")
     arn = secret if secret.startswith("arn:") else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret}-AbCdEf"
     return {**args, "id": f"{arn}|AWSCURRENT", "arn": arn, "version_id": _digest(args, 32),
-            "version_stages": ["AWSCURRENT"], "secret_string": Secret(json.dumps({"simulated": _digest(args, 12)})),
+            "version_stages": ["AWSCURRENT"], "secret_string": Secret(json.dumps(_credentials(args))),
             "secret_binary": Secret("")}
 
 
@@ -282,8 +288,14 @@ def _remote_state(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     return {**args, "id": _digest(args), "outputs": _Outputs(_digest(args))}
 
 
+def _external(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    """The `external` data source: its program is never run; each key of its result has a plausible value."""
+    return {**args, "id": "-", "result": _Outputs(_digest(args))}
+
+
 READERS: dict[str, Reader] = {
     "terraform_remote_state": _remote_state,
+    "external": _external,
     "aws_security_group": _security_group,
     "aws_canonical_user_id": _canonical_user_id,
     "aws_cloudfront_log_delivery_canonical_user_id": _cloudfront_log_delivery,

@@ -371,6 +371,7 @@ class _Planner(_Evaluation):
                     scope.values[resource.key][index] = self._plan_instance(
                         scope, resource, index, ev, refreshed.get(address), previous.get(address)
                     )
+        self.expand_all()
         for address, prior in sorted(refreshed.items()):
             if address not in planned:
                 self._plan_orphan(address, prior, previous.get(address))
@@ -774,7 +775,10 @@ class _Applier(_Evaluation):
         attrs["id"] = rid
         for name, compute in schema.computed.items():
             if attrs.get(name) is None:
-                attrs[name] = compute(attrs, rid)
+                try:
+                    attrs[name] = compute(attrs, rid)
+                except (KeyError, ValueError, TypeError, AttributeError):  # the configuration lacks what it uses
+                    attrs[name] = plausible_value(resource.type, name, rid, attrs)
         for name in sorted(self.referenced_attributes(scope.path, resource)):
             if attrs.get(name) is None:
                 attrs[name] = plausible_value(resource.type, name, rid, attrs)

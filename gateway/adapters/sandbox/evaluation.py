@@ -330,10 +330,17 @@ class Evaluation:
                 blocks[node] = resource
                 graph.add(node, *(d for d in self.dependency_nodes(path, resource) if d != node))
         try:
-            return [(path, blocks[(path, key)]) for path, key in graph.static_order()]
+            ordered = [(path, blocks[(path, key)]) for path, key in graph.static_order()]
         except graphlib.CycleError as exc:
-            cycle = ", ".join(config_address(p, k) for p, k in exc.args[1])
+            cycle = ", ".join(f"{config_address(p, k)} ({blocks[(p, k)].file}:{blocks[(p, k)].line})"
+                              for p, k in exc.args[1][:-1])
             raise ConfigError(f"stack {self.stack}: dependency cycle between {cycle}") from None
+        return ordered
+
+    def expand_all(self) -> None:
+        """Expand every module call, even one without resources of its own (its count may be wrong)."""
+        for path, _ in self.configs():
+            self.scopes(path)
 
     def dependencies(self, path: Path_, resource: ResourceConfig) -> list[str]:
         """The managed resources this one waits for, as configuration addresses (what state records)."""

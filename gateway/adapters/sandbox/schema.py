@@ -36,15 +36,22 @@ class ResourceSchema:
 
 
 def _arn(service: str, path: str) -> Computer:
-    return lambda attrs, rid: f"arn:aws:{service}:{REGION}:{ACCOUNT}:{path.format(id=rid, **_str(attrs))}"
+    return lambda attrs, rid: f"arn:aws:{service}:{REGION}:{ACCOUNT}:{path.format_map(_str(attrs, rid))}"
 
 
 def _global_arn(service: str, path: str) -> Computer:
-    return lambda attrs, rid: f"arn:aws:{service}::{ACCOUNT}:{path.format(id=rid, **_str(attrs))}"
+    return lambda attrs, rid: f"arn:aws:{service}::{ACCOUNT}:{path.format_map(_str(attrs, rid))}"
 
 
-def _str(attrs: Mapping[str, Any]) -> dict[str, str]:
-    return {k: str(v) for k, v in attrs.items() if isinstance(v, (str, int)) and k != "id"}
+class _OrId(dict[str, str]):
+    """Attribute values for an ARN's path; one not set (a name from a prefix, say) is the id."""
+
+    def __missing__(self, key: str) -> str:
+        return self["id"]
+
+
+def _str(attrs: Mapping[str, Any], rid: str) -> _OrId:
+    return _OrId({k: str(v) for k, v in attrs.items() if isinstance(v, (str, int)) and k != "id"}, id=rid)
 
 
 def _const(value: Any) -> Computer:

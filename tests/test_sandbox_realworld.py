@@ -16,7 +16,11 @@ from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
 from gateway.domain.preview import build_preview, render_text
+from gateway.services.planning import plan_stack
 from gateway.services.ports import EnginePlan, StackInputs
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone
 
 
 @pytest.fixture
@@ -824,3 +828,72 @@ resource "aws_db_instance" "example" {
     state = engine.store.read_state("s")
     assert state is not None
     assert state.resources["aws_db_instance.example"].attributes["arn"].startswith("arn:aws:rds:eu-west-1:123456789012:db:db-")
+
+
+def test_a_stack_calling_a_module_at_the_repository_root_plans_through_the_gateway(workspace: Workspace,
+                                                                                      clone: Clone) -> None:
+    clone.branch("shared-module").write("modules/queue/main.tf", '''
+variable "name" {}
+resource "aws_sqs_queue" "this" {
+  name = var.name
+}
+output "arn" {
+  value = aws_sqs_queue.this.arn
+}
+''').write("stacks/app-staging/queue.tf", '''
+module "orders" {
+  source = "../../modules/queue"
+  name   = "orders-staging"
+}
+''').push()
+    result = plan_stack(workspace, "app-staging", "shared-module")
+    changes = {a: k for a, k in kinds(result.plan).items() if k != ChangeKind.NO_OP}
+    assert changes == {"module.orders.aws_sqs_queue.this": ChangeKind.CREATE}
+    assert "module.orders.aws_sqs_queue.this" in render_text(result.preview())
+
+
+def test_variables_take_their_declared_types(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {
+        "main.tf": '''
+module "m" {
+  source = "./m"
+  queues = { orders = { retention = "3600" }, audit = { fifo = true } }
+  ports  = ["80", "443"]
+}
+variable "replicas" {
+  type = number
+}
+resource "null_resource" "root" {
+  count = var.replicas
+}
+''',
+        "terraform.tfvars": 'replicas = "2"\n',
+        "m/main.tf": '''
+variable "queues" {
+  type = map(object({
+    retention = optional(number, 345600)
+    fifo      = optional(bool)
+    dlq       = optional(object({ max_receives = optional(number, 5) }), {})
+  }))
+}
+variable "ports" {
+  type = list(number)
+}
+resource "aws_sqs_queue" "q" {
+  for_each                  = var.queues
+  name                      = each.key
+  message_retention_seconds = each.value.retention
+  fifo_queue                = each.value.fifo
+  max_receive_count         = each.value.dlq.max_receives
+  port_sum                  = var.ports[0] + var.ports[1]
+}
+''',
+    })
+    _, p = plan(engine, stack)
+    assert {a for a, k in kinds(p).items() if k == ChangeKind.CREATE} >= {"null_resource.root[0]", "null_resource.root[1]"}
+    orders, audit = after(p, 'module.m.aws_sqs_queue.q["orders"]'), after(p, 'module.m.aws_sqs_queue.q["audit"]')
+    assert (orders["message_retention_seconds"], orders["max_receive_count"], orders["port_sum"]) == (3600, 5, 523)
+    assert (audit["message_retention_seconds"], audit["fifo_queue"]) == (345600, True)
+    write(stack, {"terraform.tfvars": 'replicas = "two"\n'})
+    with pytest.raises(ConfigError, match=r"stack/main.tf:7: var.replicas: a string does not fit the variable's type"):
+        plan(engine, stack)

@@ -28,6 +28,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
 from gateway.adapters.sandbox.hcl_eval import Evaluator
+from gateway.adapters.sandbox.type_constraints import ANY, TypeSpec, parse_type
 from gateway.domain.errors import ConfigError
 
 META_ARGUMENTS = frozenset({"count", "for_each", "lifecycle", "depends_on", "provider"})
@@ -92,6 +93,7 @@ class VariableConfig:
     file: str = ""
     line: int = 0
     nullable: bool = True  # false: a null input takes the default instead
+    type: TypeSpec = ANY
 
 
 @dataclass
@@ -262,11 +264,14 @@ class _Loader:
         return values
 
 
+REPOSITORY_MARKERS = (".git", "gateway.yaml")  # a checkout, or a commit the gateway exported
+
+
 def _allowed_base(root: Path) -> Path:
     """Local module sources may reach up to the repository holding the stack (the stack alone if none)."""
     resolved = root.resolve()
     for candidate in (resolved, *resolved.parents):
-        if (candidate / ".git").exists():
+        if any((candidate / marker).exists() for marker in REPOSITORY_MARKERS):
             return candidate
     return resolved
 
@@ -417,6 +422,7 @@ def _add_block(config: StackConfig, filename: str, block_type: str, labels: list
             description=_constant(attrs["description"], where) if "description" in attrs else None,
             file=filename, line=block.line,
             nullable=bool(_constant(attrs["nullable"], where)) if "nullable" in attrs else True,
+            type=_type(attrs["type"], where) if "type" in attrs else ANY,
         )
     elif block_type == "locals":
         for name, expr in block.attributes.items():
@@ -449,6 +455,14 @@ def _add_block(config: StackConfig, filename: str, block_type: str, labels: list
         config.imports[traversal_text(_required(block, "to", where), where)] = _required(block, "id", where)
     elif block_type not in IGNORED_BLOCKS:
         raise ConfigError(f"{where}: unknown block type `{block_type}`")
+
+
+def _type(expr: Tree, where: str) -> TypeSpec:
+    """A variable's type constraint; one the sandbox does not understand constrains nothing (as `any`)."""
+    try:
+        return parse_type(expr, where)
+    except ConfigError:
+        return ANY
 
 
 def _required(block: Body, name: str, where: str) -> Tree:

@@ -35,6 +35,7 @@ from gateway.adapters.sandbox.hcl_eval import (
     contains_unknown,
     unmark,
 )
+from gateway.adapters.sandbox.type_constraints import convert
 from gateway.domain.errors import ConfigError, PlanError
 from gateway.services.ports import StackInputs
 
@@ -143,6 +144,7 @@ class Scope:
         else:
             raise ConfigError(f"stack {self.ev.stack}: {self.call.where}: the module's variable `{name}` "
                               f"({decl.file}:{decl.line}) needs a value and has no default")
+        value = convert(value, decl.type, f"stack {self.ev.stack}: {decl.file}:{decl.line}: {self.label('var.' + name)}")
         if decl.sensitive and not isinstance(value, Sensitive):
             value = Sensitive(value)
         self._vars[name] = value
@@ -277,6 +279,7 @@ class Evaluation:
             else:
                 raise ConfigError(f"stack {self.stack}: {var.file}:{var.line}: variable `{name}` has no value "
                                   "and no default")
+            value = convert(value, var.type, f"stack {self.stack}: {var.file}:{var.line}: var.{name}")
             if name in inputs.secret:
                 values[name] = Secret(value)
             else:

@@ -563,6 +563,10 @@ def test_errors_name_the_file_and_line(engine: SandboxEngine, tmp_path: Path) ->
                   "m/main.tf": 'output "x" {\n  value = 1\n}\n'})
     with pytest.raises(ConfigError, match=r"stack/net.tf:1: module.m: count must be a whole number"):
         plan(engine, stack)  # a module without resources is expanded all the same
+    write(stack, {"main.tf": 'resource "aws_vpc" "a" {\n  cidr_block = "10.0.0.0/16"\n\n  tags = { n = 1 + "x" }\n}\n',
+                  "net.tf": ""})
+    with pytest.raises(ConfigError, match=r"stack/main.tf:4: aws_vpc.a: "):  # the attribute's line, not the block's
+        plan(engine, stack)
 
 
 # --- configuration and policy ----------------------------------------------------------------
@@ -897,3 +901,32 @@ resource "aws_sqs_queue" "q" {
     write(stack, {"terraform.tfvars": 'replicas = "two"\n'})
     with pytest.raises(ConfigError, match=r"stack/main.tf:7: var.replicas: a string does not fit the variable's type"):
         plan(engine, stack)
+
+
+def test_moved_blocks_inside_a_module_move_every_instance(engine: SandboxEngine, tmp_path: Path) -> None:
+    root = 'module "m" {\n  source   = "./m"\n  for_each = toset(["a", "b"])\n}\n'
+    stack = write(tmp_path / "stack", {"main.tf": root, "m/main.tf": 'resource "null_resource" "old" {}\n'})
+    result, _ = plan(engine, stack)
+    assert not apply_and_replan(engine, stack, result).has_changes
+    write(stack, {"m/main.tf": 'resource "null_resource" "new" {}\nmoved {\n  from = null_resource.old\n  to   = null_resource.new\n}\n'})
+    result, p = plan(engine, stack)
+    moves = {rc.address: (rc.previous_address, rc.kind) for rc in p.resource_changes}
+    assert moves == {'module.m["a"].null_resource.new': ('module.m["a"].null_resource.old', ChangeKind.NO_OP),
+                     'module.m["b"].null_resource.new': ('module.m["b"].null_resource.old', ChangeKind.NO_OP)}
+    assert not apply_and_replan(engine, stack, result).has_changes
+    state = engine.store.read_state("s")
+    assert state is not None and state.resources['module.m["a"].null_resource.new'].name == "new"
+
+
+def test_linked_variable_and_module_files_are_refused_by_their_own_names(engine: SandboxEngine, tmp_path: Path) -> None:
+    outside = write(tmp_path / "outside", {"secret.txt": 'password = "hunter2"\n'}) / "secret.txt"
+    stack = write(tmp_path / "stack", {"main.tf": 'module "m" {\n  source = "./m"\n}\n', "m/ok.tf": ""})
+    (stack / "terraform.tfvars").symlink_to(outside)
+    with pytest.raises(ConfigError) as err:
+        plan(engine, stack)
+    assert str(err.value) == "stack/terraform.tfvars: symlinks are not read; commit the file itself"
+    (stack / "terraform.tfvars").unlink()
+    (stack / "m" / "main.tf").symlink_to(outside)
+    with pytest.raises(ConfigError) as err:
+        plan(engine, stack)
+    assert str(err.value) == "stack/m/main.tf: symlinks are not read; commit the file itself"

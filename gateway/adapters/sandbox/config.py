@@ -182,7 +182,7 @@ class _Loader:
 
     def display(self, path: Path) -> str:
         """A file's name in messages: under the stack's name, or (a module outside the stack) the repository's."""
-        resolved = path.resolve()
+        resolved = path.parent.resolve() / path.name  # a link is named as itself, never as what it points at
         if resolved.is_relative_to(self.root.resolve()):
             rel = resolved.relative_to(self.root.resolve()).as_posix()
             return f"{self.root.name}/{rel}" if rel != "." else self.root.name

@@ -26,6 +26,7 @@ from gateway.adapters.sandbox.config import (
     ResourceConfig,
     StackConfig,
     collector_paused,
+    line_of,
     load_stack,
     traversal_text,
 )
@@ -41,6 +42,7 @@ from gateway.adapters.sandbox.evaluation import (
 from gateway.adapters.sandbox.hcl_eval import (
     UNKNOWN,
     Evaluator,
+    MaskedFailure,
     Secret,
     Sensitive,
     contains_unknown,
@@ -184,8 +186,14 @@ class _Evaluation(Evaluation):
         return self.root.evaluator(where, **extra)
 
     def desired(self, resource: ResourceConfig, ev: Evaluator) -> dict[str, Any]:
-        """The instance's configured attributes, nested blocks (dynamic ones expanded) as lists of objects."""
-        return eval_body(resource.body, ev)
+        """The instance's configured attributes, nested blocks (dynamic ones expanded) as lists of objects.
+
+        An error names the line of the attribute it comes from, not only the block's.
+        """
+        block_at = f"{resource.file}:{resource.line}:"
+        if block_at not in ev.where:
+            return eval_body(resource.body, ev)
+        return eval_body(resource.body, ev, lambda line: ev.where.replace(block_at, f"{resource.file}:{line}:", 1))
 
     def outputs(self) -> dict[str, tuple[Any, bool]]:
         return {name: (self.root.output(name), out.sensitive) for name, out in self.config.outputs.items()}
@@ -244,14 +252,31 @@ class ResourceObject(dict[str, Any]):
         return self.missing(name)
 
 
-def eval_body(body: Body, ev: Evaluator) -> dict[str, Any]:
-    out: dict[str, Any] = {name: ev.eval(tree) for name, tree in body.attributes.items()}
+def eval_body(body: Body, ev: Evaluator, where_at: Callable[[int], str] | None = None) -> dict[str, Any]:
+    """A block body's values; `where_at(line)` names a line in errors (the attribute's)."""
+    out: dict[str, Any] = {}
+    for name, tree in body.attributes.items():
+        try:
+            out[name] = ev.eval(tree)
+        except ConfigError as exc:
+            if where_at is None:
+                raise
+            raise _located(exc, ev.where, where_at(line_of(tree))) from None
     for block_type, block in body.blocks:
         if block_type == "dynamic":
             _eval_dynamic(block, ev, out)
         elif out.get(block_type) is not UNKNOWN:
-            out.setdefault(block_type, []).append(eval_body(block, ev))
+            out.setdefault(block_type, []).append(eval_body(block, ev, where_at))
     return out
+
+
+def _located(exc: ConfigError, where: str, located: str) -> ConfigError:
+    """The same error, naming the attribute's line instead of the block's (a masked failure stays masked)."""
+    message = str(exc)
+    if not message.startswith(where):
+        return exc  # raised elsewhere (a local, a variable): it names its own line
+    message = located + message[len(where):]
+    return MaskedFailure(message, exc.mark) if isinstance(exc, MaskedFailure) else ConfigError(message)
 
 
 def _eval_dynamic(block: Body, ev: Evaluator, out: dict[str, Any]) -> None:
@@ -411,19 +436,23 @@ class _Planner(_Evaluation):
         return refreshed
 
     def _apply_moves(self, refreshed: dict[str, StateResource]) -> dict[str, str]:
+        """Follow `moved` blocks: the root's (full addresses) and each module's (relative to its instances)."""
         previous: dict[str, str] = {}
-        for source, target in self.config.moved:
-            for address in [a for a in refreshed if a == source or a.startswith((source + "[", source + "."))]:
-                new_address = target + address[len(source):]
-                if new_address in refreshed:
-                    self.refusals.append(f"moved block: {new_address} already exists, cannot move {address} onto it")
-                    continue
-                moved = refreshed.pop(address)
-                if source.startswith("module.") or target.startswith("module."):
-                    moved.module = new_address[: -len(instance_address(f"{moved.type}.{moved.name}", moved.index)) - 1] \
-                        if new_address.startswith("module.") else ""
-                refreshed[new_address] = moved
-                previous[new_address] = address
+        for path, config in self.configs():
+            for source, target in config.moved:
+                for address in list(refreshed):
+                    prefix = _module_prefix(refreshed[address].module, len(path))
+                    if prefix is None or strip_keys(prefix) != strip_keys(".".join(f"module.{p}" for p in path)):
+                        continue
+                    local = address[len(prefix) + 1:] if prefix else address
+                    if not (local == source or local.startswith((source + "[", source + "."))):
+                        continue
+                    new_address = (f"{prefix}." if prefix else "") + target + local[len(source):]
+                    if new_address in refreshed:
+                        self.refusals.append(f"moved block: {new_address} already exists, cannot move {address} onto it")
+                        continue
+                    refreshed[new_address] = relocated(refreshed.pop(address), new_address)
+                    previous[new_address] = previous.pop(address, address)
         return previous
 
     def _plan_read(self, scope: Scope, resource: ResourceConfig, index: Index, ev: Evaluator, address: str) -> Any:
@@ -589,6 +618,29 @@ class _Planner(_Evaluation):
         return out
 
 
+def _module_prefix(module: str, depth: int) -> str | None:
+    """The first `depth` module steps of a module instance address ("" for the root); None if it is shallower."""
+    steps = [f"module.{step}" for step in module.removeprefix("module.").split(".module.")] if module else []
+    return ".".join(steps[:depth]) if len(steps) >= depth else None
+
+
+def relocated(res: StateResource, address: str) -> StateResource:
+    """A state entry under a new address (a `moved` block): its module, type, name and index follow the address."""
+    body, index = address, None
+    if body.endswith("]"):
+        for start in range(len(body) - 2, -1, -1):
+            if body[start] == "[":
+                try:
+                    index = json.loads(body[start + 1:-1])
+                except ValueError:
+                    continue
+                body = body[:start]
+                break
+    parts = body.rsplit(".", 2)
+    module, rtype, name = parts if len(parts) == 3 else ("", *parts)
+    return replace(res, module=module, type=rtype, name=name, index=index)
+
+
 def provider_name(resource_type: str) -> str:
     return f"registry.terraform.io/hashicorp/{'aws' if resource_type.startswith('aws_') else resource_type.split('_')[0]}"
 
@@ -690,9 +742,7 @@ class _Applier(_Evaluation):
         moved: set[str] = set()
         for rc in self.changes.values():
             if rc.previous_address and rc.previous_address in self.state.resources:
-                res = self.state.resources.pop(rc.previous_address)
-                res.module = rc.module_address or ""
-                self.state.resources[rc.address] = res
+                self.state.resources[rc.address] = relocated(self.state.resources.pop(rc.previous_address), rc.address)
                 moved |= {rc.address, rc.previous_address}
         if moved:
             self._persist(moved)

@@ -96,7 +96,10 @@ def unmark(value: Any) -> tuple[Any, Mark]:
         return inner, max(mark, value.mark)
     if isinstance(value, dict):
         pairs = {k: unmark(v) for k, v in value.items()}
-        return {k: v for k, (v, _) in pairs.items()}, max((m for _, m in pairs.values()), default=Mark.NONE)
+        mark = max((m for _, m in pairs.values()), default=Mark.NONE)
+        if not mark and type(value) is not dict:  # an object the engine made (open to any attribute) stays one
+            return value, mark
+        return {k: v for k, (v, _) in pairs.items()}, mark
     if isinstance(value, list):
         items = [unmark(v) for v in value]
         return [v for v, _ in items], max((m for _, m in items), default=Mark.NONE)

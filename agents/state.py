@@ -6,6 +6,7 @@ import json
 from typing import Annotated, Any, TypedDict
 
 HISTORY = "history"  # a pseudo-message whose `messages` replace the conversation so far (a compaction)
+GATEWAY_NOTE = "[gateway] "  # how the gateway's own notes to the model begin
 
 
 def add_messages(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -26,7 +27,8 @@ def compact_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     edited: list[str] = []
     for m in messages:
         if m.get("role") == "user":
-            compacted.append(m)
+            if not str(m.get("content", "")).startswith(GATEWAY_NOTE):  # notes about a past turn are spent
+                compacted.append(m)
             edited = []
         elif m.get("role") == "assistant" and not m.get("tool_calls") and m.get("content"):
             compacted.append({"role": "assistant", "content": m["content"]})

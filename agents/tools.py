@@ -223,14 +223,22 @@ class RepoTools:
         target.write_text(patched, encoding="utf-8")
         return f"patched {path}\n{self._wrote(target, text, patched)}"
 
-    def _wrote(self, target: Path, before: str, after: str) -> str:
-        """Note a write (its stack now needs a preview) and answer with the diff it made."""
-        relative = target.relative_to(self.root).as_posix()
+    def restore(self, paths: list[str]) -> None:
+        """Files an earlier turn of the conversation edited and kept (not yet committed): this turn's work too."""
+        for relative in paths:
+            self._note_write(relative)
+
+    def _note_write(self, relative: str) -> None:
         self.written.add(relative)
         stacks = {name for name, directory in self.stacks.items()
                   if relative == directory or relative.startswith(directory + "/")}
         self.touched |= stacks
-        self.unpreviewed |= stacks
+        self.unpreviewed |= stacks  # its stack now needs a preview
+
+    def _wrote(self, target: Path, before: str, after: str) -> str:
+        """Note a write and answer with the diff it made."""
+        relative = target.relative_to(self.root).as_posix()
+        self._note_write(relative)
         diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                             f"a/{relative}", f"b/{relative}"))
         if not diff:

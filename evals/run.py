@@ -270,7 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     cases = load_cases(args.cases, args.only)
     if args.replay:
-        model_for, model_name = replay_models(args.replay), f"replay:{args.replay.name}"
+        try:
+            model_for, model_name = replay_models(args.replay), f"replay:{args.replay.name}"
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            print(f"error: cannot replay {args.replay}: {exc}")
+            return 1
     else:
         settings = Settings()
         if not settings.openai_base_url or not settings.model:

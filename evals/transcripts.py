@@ -91,13 +91,27 @@ class RecordingModel:
 
 def load_transcripts(path: Path) -> dict[str, list[dict[str, Any]]]:
     """Per case id, its turns: from an oracle file (YAML) or a recorded run (JSON, with its `cases`)."""
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"{path}: no such transcript file")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a transcript file maps case ids to their turns")
     cases = data["cases"] if "cases" in data else data
-    return {str(k): [_normal(t) for t in v or []] for k, v in cases.items()}
+    transcripts = {}
+    for case, turns in cases.items():
+        if not isinstance(turns, list) or not all(isinstance(t, Mapping) for t in turns):
+            raise ValueError(f"{path}: case {case}: a transcript is a list of turns")
+        transcripts[str(case)] = [_checked(path, case, n, _normal(t)) for n, t in enumerate(turns, 1)]
+    return transcripts
+
+
+def _checked(path: Path, case: str, n: int, turn: dict[str, Any]) -> dict[str, Any]:
+    calls = turn.get("tool_calls") or []
+    if not isinstance(calls, list) or not all(isinstance(c, Mapping) and isinstance(c.get("name"), str) for c in calls):
+        raise ValueError(f"{path}: case {case}, turn {n}: tool_calls must be a list of {{name, arguments}}")
+    if not calls and not isinstance(turn.get("content"), str):
+        raise ValueError(f"{path}: case {case}, turn {n}: a turn has tool_calls or content")
+    return turn
 
 
 def _normal(turn: Mapping[str, Any]) -> dict[str, Any]:

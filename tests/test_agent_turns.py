@@ -127,26 +127,47 @@ def test_the_question_in_the_api_and_on_the_request_page(workspace: Workspace, p
     assert done["status"] == "done" and done["proposal_id"] == 1 and done["question"] is None
 
 
-def test_after_a_stopped_turn_a_follow_up_is_told_and_opens_the_right_proposal(
+def test_after_a_stopped_turn_a_follow_up_goes_on_from_its_kept_edits_and_opens_the_right_proposal(
         workspace: Workspace, people: People, stub: ModelStub) -> None:
     workspace.settings.agent_max_steps = 2
     told: list[str] = []
 
-    def redo(body: dict[str, Any]) -> dict[str, Any]:
+    def go_on(body: dict[str, Any]) -> dict[str, Any]:
         told.append(body["messages"][-2]["content"])
-        return tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE)
+        return tool_call("run_preview", stack="app-staging")
 
     stub.turns = [tool_call("write_file", path="stacks/app-staging/q.tf", content=QUEUE),
                   tool_call("list_files", path="stacks"),
-                  redo, tool_call("run_preview", stack="app-staging"),
-                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+                  go_on, tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
     stopped = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
     assert stopped.stopped and stopped.proposal is None
     workspace.settings.agent_max_steps = 20
     follow_up = submit_request(workspace, people.alice, "go on", stopped.conversation_id, model=model(stub))
-    assert told and "edits to stacks/app-staging/q.tf were discarded" in told[0]
+    assert told == ["[gateway] Your uncommitted edits from the previous turn are still in the working copy: "
+                    "stacks/app-staging/q.tf. Go on from them (preview before you finish)."]
     assert follow_up.proposal is not None and follow_up.proposal.changed_paths == ("stacks/app-staging/q.tf",)
     assert follow_up.proposal.plans["app-staging"].counts == {"create": 1}
+    stub.turns = [tool_call("finish", summary="That is all.")]
+    submit_request(workspace, people.alice, "anything else?", stopped.conversation_id, model=model(stub))
+    assert not any(m["content"].startswith("[gateway]") for m in stub.requests[-1]["messages"])  # spent notes go
+    assert not any(r.startswith("refs/gateway/wip/") for r in workspace.repo.repo.git.for_each_ref(
+        "--format=%(refname)").splitlines())  # committed: nothing is kept any more
+
+
+def test_edits_before_a_question_are_kept_for_the_answer(workspace: Workspace, people: People,
+                                                         stub: ModelStub) -> None:
+    stub.turns = [tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("ask_user", question=QUESTION),
+                  tool_call("patch_file", path="stacks/app-staging/queue.tf", old="  tags",
+                            new="  message_retention_seconds = 1209600\n  tags"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds keeping messages 14 days."),  # unpreviewed
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds keeping messages 14 days.")]
+    asked = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
+    answered = submit_request(workspace, people.alice, "14 days please", asked.conversation_id, model=model(stub))
+    assert answered.proposal is not None and answered.proposal.plans["app-staging"].counts == {"create": 1}
+    queue = workspace.repo.read_file(answered.proposal.head_sha, "stacks/app-staging/queue.tf")
+    assert queue == QUEUE.replace("  tags", "  message_retention_seconds = 1209600\n  tags")
 
 
 def test_finish_is_refused_until_every_touched_stack_is_previewed_clean(workspace: Workspace, people: People,

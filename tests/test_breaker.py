@@ -16,6 +16,7 @@ from agents.llm import ChatModel
 from gateway.adapters.records import now
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, trip_reason
 from gateway.domain.errors import Refused
+from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
 from gateway.services.agent_runs import get_agent_run, start_agent_run
 from gateway.services.bootstrap import bootstrap_simulator
@@ -24,6 +25,7 @@ from gateway.services.drift import revert_drift
 from gateway.services.jobs import run_now_or_follow
 from gateway.services.proposals import decide, get_proposal, open_proposal
 from gateway.services.runner import apply_proposal
+from gateway.services.users import add_principal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People
@@ -113,6 +115,29 @@ def test_the_kill_switch_stops_every_agent_and_a_request_in_flight(workspace: Wo
     assert len(stub.requests) == 1  # it never asked the model again
     with pytest.raises(Refused, match="the circuit breaker for every agent is open"):
         start_agent_run(workspace, people.alice, "anything", model=ChatModel(stub.base_url, "k", "stub"))
+
+
+def test_another_agents_breaker_leaves_the_built_in_agents_requests_running(workspace: Workspace, people: People,
+                                                                            stub: ModelStub) -> None:
+    add_principal(workspace, people.admin, "ci-bot", frozenset({Role.REQUESTER}), kind=PrincipalKind.AGENT,
+                  acting_for="alice")
+
+    def meanwhile_an_admin_stops_ci_bot(body: dict[str, Any]) -> dict[str, Any]:
+        open_breaker(workspace, people.admin, "ci-bot", "ci-bot misbehaves")
+        return tool_call("write_file", path="stacks/app-staging/q.tf",
+                         content='resource "aws_sqs_queue" "q" {\n  name = "q-${local.env}"\n  tags = local.tags\n}\n')
+
+    stub.turns = [meanwhile_an_admin_stops_ci_bot, tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.q; the plan only creates it.")]
+    run_id = start_agent_run(workspace, people.alice, "add a queue", model=ChatModel(stub.base_url, "k", "stub"))
+    deadline = time.monotonic() + 60
+    while (run := get_agent_run(workspace, people.alice, run_id))["status"] == "running":
+        assert time.monotonic() < deadline, run
+        time.sleep(0.1)
+    assert run["status"] == "done" and run["proposal_id"] is not None, run["progress"][-4:]
+    with workspace.store.session(readonly=True) as session:
+        opened = [e for e in session.events() if e.kind == "breaker.opened"]
+    assert opened[-1].payload["agent"] == "ci-bot" and opened[-1].payload["stopped_requests"] == []
 
 
 # --- automatic drift correction -------------------------------------------------------------------

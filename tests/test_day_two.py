@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from agents.llm import ChatModel
 from gateway.adapters.records import now
 from gateway.api.app import create_app
+from gateway.domain.declaration_edit import import_declaration
 from gateway.domain.errors import Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
 from gateway.domain.principals import Principal, Role
@@ -481,3 +482,30 @@ def test_the_agent_codifies_drift_on_request(workspace: Workspace, people: Peopl
     approve_and_apply(workspace, people, proposal.id)
     [closed] = list_drift_records(workspace, people.bob)
     assert closed.closed_by_proposal == proposal.id and "a codify" in (closed.closed_reason or "")
+
+
+def test_the_agent_imports_on_request_held_to_zero_diff(workspace: Workspace, people: People) -> None:
+    rid = made_in_the_console(workspace)
+    live = workspace.sandbox.get_object("aws_security_group", rid) or {}
+    declaration, _ = import_declaration("aws_security_group.admin", rid, {
+        k: v for k, v in live.items() if k not in ("id", "arn", "owner_id")})
+    seen: list[str] = []
+
+    def after_preview(next_turn: dict) -> Callable[[dict], dict]:
+        def turn(body: dict) -> dict:
+            seen.append(next(m["content"] for m in reversed(body["messages"]) if m["role"] == "tool"))
+            return next_turn
+        return turn
+
+    with ModelStub() as stub:
+        stub.turns = [
+            tool_call("write_file", path="stacks/app-staging/admin.tf", content=declaration),
+            tool_call("run_preview", stack="app-staging"),
+            after_preview(tool_call("finish", summary=f"Imported the console's admin security group {rid}.")),
+        ]
+        outcome = submit_request(workspace, people.alice, f"Bring security group {rid} under management in staging",
+                                 model=ChatModel(stub.base_url, "k", "stub"))
+    assert f"NOTE: imports aws_security_group.admin (id {rid}) with zero diff" in seen[0]
+    proposal = outcome.proposal
+    assert proposal is not None and dict(proposal.plans["app-staging"].counts) == {"import": 1}
+    assert not [f for f in proposal.findings if f.rule == "import-zero-diff"]

@@ -151,3 +151,13 @@ def test_the_summary_counts_pass_hat_k_latency_and_cost() -> None:
     assert summary["p50_seconds"] == 2.5 and summary["p95_seconds"] == 3.85
     assert summary["cost_usd"] == round((3600 * 2.0 + 400 * 8.0) / 1e6, 4)
     assert "pass^2 50%" in format_summary(summary)
+
+
+def test_a_malformed_transcript_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"staging-queue": [{"tool_calls": "finish"}]}))
+    result = evals("--replay", str(bad), "--only", "staging-queue")
+    assert result.returncode == 1 and result.stdout.strip() == (
+        f"error: cannot replay {bad}: {bad}: case staging-queue, turn 1: tool_calls must be a list of "
+        "{name, arguments}")
+    assert evals("--replay", str(tmp_path / "none.json")).stdout.startswith("error: cannot replay")

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -25,8 +26,9 @@ from gateway.api.app import create_app
 from gateway.domain.errors import Refused
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
+from gateway.services import external_agents
 from gateway.services.proposals import decide, get_proposal
-from gateway.services.users import add_principal
+from gateway.services.users import add_principal, authenticate
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import People
@@ -154,3 +156,15 @@ def test_the_service_serves_mcp_over_http_with_bearer_tokens(workspace: Workspac
     assert get_proposal(workspace, int(json.loads(opened)["proposal"])).requester.name == "alice"
     error, refused = run(lambda: session(people.tokens["alice"]))  # a person's token: not an agent
     assert error and "is not an agent" in refused
+
+
+def test_the_call_limit_is_one_per_agent_across_every_process_serving_it(workspace: Workspace, people: People,
+                                                                         agents: dict[str, str]) -> None:
+    ws = replace(workspace, settings=workspace.settings.model_copy(update={"mcp_calls_per_minute": 3}))
+    caller = external_agents.caller_of(ws, authenticate(ws, agents["bound"]))
+    with ws.store.session() as session:  # two calls another process served a moment ago
+        for _ in range(2):
+            session.append_event(caller.agent, "mcp.call", {"tool": "list_stacks", "outcome": "ok"})
+    assert external_agents.call(ws, caller, "list_stacks", {}, lambda: "ok") == "ok"  # the third
+    with pytest.raises(Refused, match="editor-agent made 3 calls in the last minute"):
+        external_agents.call(ws, caller, "list_stacks", {}, lambda: "ok")

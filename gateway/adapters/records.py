@@ -854,6 +854,9 @@ class StoreSession:
             query = query.limit(limit)
         return [_event(r) for r in self.conn.execute(query).mappings()]
 
+    def count_events(self, q: EventQuery) -> int:
+        return int(self.conn.scalar(select(func.count()).select_from(audit_events).where(*_event_filters(q))) or 0)
+
     def iter_events(self, batch: int = 5000, upto: int | None = None, after: int = 0) -> Iterator[AuditEvent]:
         """Every event (after `after`) in order, read a batch at a time (constant memory however long the trail)."""
         while True:

@@ -27,6 +27,7 @@ class PrincipalKind(StrEnum):
 
 AGENT_FORBIDDEN_ROLES = frozenset({Role.APPROVER, Role.ADMIN})
 SYSTEM_NAME = "gateway"  # the gateway's own principal; nobody else may be called so
+BUILTIN_AGENT_NAME = "gateway-agent"  # the built-in agent (its requests are the only agent runs the gateway holds)
 
 
 @dataclass(frozen=True)

@@ -19,21 +19,21 @@ import git
 
 from agents.graph import Limits, Progress, build_graph
 from agents.llm import ChatModel, Model
-from agents.prompts import fill_conventions, load_prompt
-from agents.state import HISTORY, compact_history
+from agents.prompts import Prompt, fill_conventions, load_prompt
+from agents.state import GATEWAY_NOTE, HISTORY, compact_history
 from agents.tools import PreviewReport, RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, Refused
 from gateway.domain.preview import render_text
-from gateway.domain.principals import Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
 from gateway.services.breaker import agent_stop_reason
 from gateway.services.planning import ChangeOrigin, plan_directory
 from gateway.services.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
-AGENT_NAME = "gateway-agent"
+AGENT_NAME = BUILTIN_AGENT_NAME
 MAX_REQUEST = 8000
 PROMPT = "agent_system"
 
@@ -127,54 +127,127 @@ def _hold_until(ws: Workspace) -> datetime:
     return datetime.now(UTC) + timedelta(seconds=ws.settings.agent_turn_hold_seconds)
 
 
+@dataclass(frozen=True)
+class _Turn:
+    """One message of a person to the agent, and what it runs with."""
+    ws: Workspace
+    person: Principal
+    agent: Principal
+    conversation: _Conversation
+    text: str
+    model: Model
+    progress: Progress | None
+    prompt: Prompt
+
+
 def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: _Conversation, text: str,
               model: Model, progress: Progress | None) -> RequestOutcome:
-    prompt = load_prompt(PROMPT)
-    settings = ws.repo_settings()
+    turn = _Turn(ws, person, agent, conversation, text, model, progress, load_prompt(PROMPT))
     with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
         clone = _working_copy(ws, conversation.branch, Path(tmp) / "repo")
+        restored = _restore_work(clone, conversation.id)
+        settings = ws.repo_settings()
         tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person),
                           {name: stack.path for name, stack in settings.stacks.items()})
-        limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens, ws.settings.agent_prompt_budget)
-        with open_checkpointer(ws.settings.db_url) as checkpointer:
-            graph = build_graph(model, tools, fill_conventions(prompt.text, settings), limits, checkpointer, progress,
-                                ws.scrubber, lambda: agent_stop_reason(ws, agent),
-                                _trail_of_calls(ws, agent, conversation.id, prompt.version, model.model))
-            config = {"configurable": {"thread_id": conversation.id}, "recursion_limit": 4 * limits.max_steps + 10}
-            previous = graph.get_state(config).values
-            messages = [{"role": HISTORY, "messages": compact_history(previous.get("messages") or [])},
-                        *_lost_edits_note(previous), {"role": "user", "content": text}]
-            state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
-                                  "question": None, "written": []}, config)
-        said = {key: ws.scrubber.scrub(state[key]) if state.get(key) else None for key in ("summary", "question")}
-        outcome = RequestOutcome(conversation.id, None, said["summary"], state.get("stopped"),
-                                 state["steps"], state["tokens"], sorted(tools.written), question=said["question"])
-        if outcome.stopped:
-            outcome.question = None
-        if outcome.summary is None and outcome.stopped is None and outcome.question is None:
-            outcome.stopped = "the model stopped without calling finish"
-        _record_request(ws, person, agent, text, outcome, prompt.version, model.model)
-        if outcome.stopped or outcome.question or not tools.written:
+        tools.restore(restored)
+        outcome = _converse(turn, tools, restored)
+        _record_request(ws, person, agent, text, outcome, turn.prompt.version, model.model)
+        if not _settle(turn, clone, outcome, tools, restored):
             return outcome
-        if not clone.is_dirty(untracked_files=True):  # it wrote files back as they were: nothing to propose
-            outcome.stopped = "the agent's edits left every file as it was: nothing to propose"
-            return outcome
-        _commit_and_push(clone, conversation.branch, text, outcome.summary or "", agent)
     outcome.proposal = _propose(ws, agent, person, conversation.branch, text, outcome.summary or "",
-                                conversation.proposal_id, conversation.id, prompt.version, model.model)
+                                conversation.proposal_id, conversation.id, turn.prompt.version, model.model)
     outcome.opened = conversation.proposal_id is None
     outcome.claim_issues = claim_issues(ws, outcome.proposal)
     return outcome
 
 
-def _lost_edits_note(previous: dict) -> list[dict[str, str]]:
-    """After a turn that ended without a commit (a question, a stop, a failure), tell the model its edits are gone."""
-    lost = previous.get("written") or []
-    if not lost or previous.get("summary"):
+def _converse(turn: _Turn, tools: RepoTools, restored: list[str]) -> RequestOutcome:
+    """The graph's run for this message, on the conversation's checkpointed (and compacted) history."""
+    ws, conversation = turn.ws, turn.conversation
+    limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens, ws.settings.agent_prompt_budget)
+    with open_checkpointer(ws.settings.db_url) as checkpointer:
+        graph = build_graph(turn.model, tools, fill_conventions(turn.prompt.text, ws.repo_settings()), limits,
+                            checkpointer, turn.progress, ws.scrubber, lambda: agent_stop_reason(ws, turn.agent),
+                            _trail_of_calls(ws, turn.agent, conversation.id, turn.prompt.version, turn.model.model))
+        config = {"configurable": {"thread_id": conversation.id}, "recursion_limit": 4 * limits.max_steps + 10}
+        previous = graph.get_state(config).values
+        messages = [{"role": HISTORY, "messages": compact_history(previous.get("messages") or [])},
+                    *_carry_over_note(previous, restored), {"role": "user", "content": turn.text}]
+        state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
+                              "question": None, "written": []}, config)
+    said = {key: ws.scrubber.scrub(state[key]) if state.get(key) else None for key in ("summary", "question")}
+    outcome = RequestOutcome(conversation.id, None, said["summary"], state.get("stopped"), state["steps"],
+                             state["tokens"], sorted(tools.written), question=said["question"])
+    if outcome.stopped:
+        outcome.question = None
+    if outcome.summary is None and outcome.stopped is None and outcome.question is None:
+        outcome.stopped = "the model stopped without calling finish"
+    return outcome
+
+
+def _settle(turn: _Turn, clone: git.Repo, outcome: RequestOutcome, tools: RepoTools, restored: list[str]) -> bool:
+    """Commit the turn's edits to the branch (True), or keep them for the next turn, or find nothing to propose."""
+    dirty = clone.is_dirty(untracked_files=True)
+    if (outcome.stopped or outcome.question) and dirty:  # the next turn of the conversation goes on from here
+        _keep_work(clone, turn.conversation.id, turn.agent)
+        return False
+    if restored:
+        _drop_work(clone, turn.conversation.id)
+    if outcome.stopped or outcome.question or not tools.written:
+        return False
+    if not dirty:  # it wrote files back as they were: nothing to propose
+        outcome.stopped = "the agent's edits left every file as it was: nothing to propose"
+        return False
+    _commit_and_push(clone, turn.conversation.branch, turn.text, outcome.summary or "", turn.agent)
+    return True
+
+
+def _carry_over_note(previous: dict, restored: list[str]) -> list[dict[str, str]]:
+    """What became of the edits of a turn that ended without a commit: kept (a question or a stop) or lost."""
+    notes = []
+    if restored:
+        notes.append(f"{GATEWAY_NOTE}Your uncommitted edits from the previous turn are still in the working copy: "
+                     f"{', '.join(restored)}. Go on from them (preview before you finish).")
+    lost = [] if previous.get("summary") else sorted(set(previous.get("written") or []) - set(restored))
+    if lost:
+        notes.append(f"{GATEWAY_NOTE}Your previous turn ended without a commit, so its edits to {', '.join(lost)} were "
+                     "discarded: the files are as they are on the proposal branch (or main). Redo whatever edits "
+                     "are still needed.")
+    return [{"role": "user", "content": note} for note in notes]
+
+
+# --- work in progress: a turn that ends in a question or a stop keeps its edits for the next turn -------
+
+
+def _wip_ref(conversation_id: str) -> str:
+    return f"refs/gateway/wip/{conversation_id}"
+
+
+def _keep_work(clone: git.Repo, conversation_id: str, agent: Principal) -> None:
+    clone.git.add("-A")
+    clone.git.execute(["git", "commit", "-q", "-m", f"work in progress of conversation {conversation_id}"],
+                      env=committer_env(agent.name, f"{agent.name}@gateway.local"))
+    clone.git.push("-q", "-f", "origin", f"HEAD:{_wip_ref(conversation_id)}")
+
+
+def _restore_work(clone: git.Repo, conversation_id: str) -> list[str]:
+    """Put the kept edits back as uncommitted changes; edits made on top of a branch that moved since are dropped."""
+    ref = _wip_ref(conversation_id)
+    try:
+        clone.git.fetch("-q", "origin", f"+{ref}:{ref}")
+    except git.GitCommandError:
+        return []  # nothing kept
+    if clone.git.rev_parse(f"{ref}^") != clone.head.commit.hexsha:
+        _drop_work(clone, conversation_id)
         return []
-    return [{"role": "user", "content": (
-        f"[gateway] Your previous turn ended without a commit, so its edits to {', '.join(lost)} were discarded: "
-        "the files are as they are on the proposal branch (or main). Redo whatever edits are still needed.")}]
+    branch = clone.active_branch.name
+    clone.git.checkout("-q", "-B", branch, ref)
+    clone.git.reset("-q", "--mixed", "HEAD~1")
+    return sorted(line[3:] for line in clone.git.status("--porcelain", "-uall").splitlines() if line.strip())
+
+
+def _drop_work(clone: git.Repo, conversation_id: str) -> None:
+    clone.git.push("-q", "origin", f":{_wip_ref(conversation_id)}")
 
 
 def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> _Conversation:

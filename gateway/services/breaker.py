@@ -9,7 +9,7 @@ from typing import Any
 from gateway.adapters.records import StoreSession, now
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, capacity_of, trip_reason
 from gateway.domain.errors import InputError, NotFound, Refused
-from gateway.domain.principals import Principal, PrincipalKind, Role
+from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role
 from gateway.services.planning import StackPlanResult
 from gateway.services.workspace import Workspace
 
@@ -53,9 +53,17 @@ def _window(session: StoreSession, scope: str, settings: BreakerSettings) -> lis
 
 def _trip(session: StoreSession, scope: str, reason: str, proposal_id: int | None, agent: Principal) -> None:
     session.set_breaker(scope, True, reason, "gateway")
-    stopped = session.stop_agent_runs(reason)
+    stopped = _stop_requests(session, scope, reason)
     session.append_event("gateway", "breaker.tripped", {
         "scope": scope, "agent": agent.name, "reason": reason, "proposal": proposal_id, "stopped_requests": stopped})
+
+
+def _stop_requests(session: StoreSession, scope: str, reason: str) -> list[str]:
+    """The built-in agent's running requests stop when its breaker or every agent's opens; another agent's breaker
+    leaves them running (that agent's own work is refused at its next call)."""
+    if scope != ALL_AGENTS and session.principal(scope).name != BUILTIN_AGENT_NAME:
+        return []
+    return session.stop_agent_runs(reason)
 
 
 def open_breaker_reason(session: StoreSession, agent: Principal) -> str | None:
@@ -83,7 +91,7 @@ def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason
     with ws.store.session() as session:
         scope = _scope(session, agent_name)
         session.set_breaker(scope, True, f"opened by {actor.name}: {reason}", actor.name)
-        stopped = session.stop_agent_runs(f"the circuit breaker was opened by {actor.name}: {reason}")
+        stopped = _stop_requests(session, scope, f"the circuit breaker was opened by {actor.name}: {reason}")
         session.append_event(actor, "breaker.opened", {"scope": scope, "agent": agent_name or "every agent",
                                                        "reason": reason, "stopped_requests": stopped})
     return scope

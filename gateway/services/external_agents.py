@@ -11,13 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-import threading
-import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +23,7 @@ import git
 
 from agents.tools import PreviewReport, RepoTools, ToolRefused
 from gateway.adapters.git_repo import committer_env
+from gateway.adapters.records import EventQuery, now
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
@@ -37,8 +36,6 @@ from gateway.services.workspace import Workspace
 
 T = TypeVar("T")
 MAX_CHANGES = 50
-_calls: dict[str, deque[float]] = {}
-_calls_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -80,15 +77,14 @@ def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any],
 
 
 def _rate_limit(ws: Workspace, agent: Principal) -> None:
+    """Counted from the trail's `mcp.call` events, so every process serving agents (stdio, each API process)
+    shares one limit per agent; refused calls count too."""
     limit = ws.settings.mcp_calls_per_minute
-    moment = time.monotonic()
-    with _calls_lock:
-        recent = _calls.setdefault(agent.id, deque())
-        while recent and moment - recent[0] > 60:
-            recent.popleft()
-        if len(recent) >= limit:
-            raise Refused([f"{agent.name} made {limit} calls in the last minute (the limit); wait and try again"])
-        recent.append(moment)
+    since = (now() - timedelta(minutes=1)).isoformat(timespec="microseconds")
+    with ws.store.session(readonly=True) as session:
+        recent = session.count_events(EventQuery(actor=agent.name, kind="mcp.call", since=since))
+    if recent >= limit:
+        raise Refused([f"{agent.name} made {limit} calls in the last minute (the limit); wait and try again"])
 
 
 # --- reading ------------------------------------------------------------------------------------

@@ -659,6 +659,15 @@ def collect_traversals(expr: Tree) -> set[str]:
     return refs
 
 
+def traversals_of(expr: Tree) -> frozenset[str]:
+    """`collect_traversals`, kept on the tree: parsed trees are cached and shared, and never change."""
+    found = expr.__dict__.get("_gateway_traversals")
+    if found is None:
+        found = frozenset(collect_traversals(expr))
+        expr.__dict__["_gateway_traversals"] = found
+    return found
+
+
 def _chain(node: Tree) -> tuple[list[str], list[Tree]]:
     """The names along a reference chain, root first, and the subtrees of its indexes (to search on)."""
     names: list[str] = []

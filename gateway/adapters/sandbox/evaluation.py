@@ -23,8 +23,8 @@ from gateway.adapters.sandbox.config import (
     ModuleCall,
     ResourceConfig,
     StackConfig,
-    collect_traversals,
     line_of,
+    traversals_of,
 )
 from gateway.adapters.sandbox.hcl_eval import (
     UNKNOWN,
@@ -233,7 +233,6 @@ class Evaluation:
         self.stack = stack
         self.config = config
         self._root_vars = self._resolve_variables(inputs)
-        self._traversals: dict[int, set[str]] = {}
         self.referenced = self._check_references()
         self.root = Scope(self, config, (), "")
         self._scopes: dict[Path_, list[Scope]] = {(): [self.root]}
@@ -291,11 +290,8 @@ class Evaluation:
 
     # --- references ------------------------------------------------------------------------
 
-    def traversals(self, tree: Tree) -> set[str]:
-        key = id(tree)
-        if key not in self._traversals:
-            self._traversals[key] = collect_traversals(tree)
-        return self._traversals[key]
+    def traversals(self, tree: Tree) -> frozenset[str]:
+        return traversals_of(tree)
 
     def _check_references(self) -> dict[Path_, dict[str, set[str]]]:
         """Refuse references to undeclared names, naming file and line; note which attributes are read."""

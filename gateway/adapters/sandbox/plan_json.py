@@ -21,7 +21,7 @@ _REFERENCE_ROOTS = frozenset({"var", "local", "module", "data", "count", "each",
 
 
 class _References(Protocol):
-    def traversals(self, tree: Tree) -> set[str]: ...
+    def traversals(self, tree: Tree) -> frozenset[str]: ...
 
 
 def configuration_json(refs: _References, config: StackConfig) -> dict[str, Any]:

@@ -72,6 +72,7 @@ class OutputConfig:
 
 @dataclass
 class StackConfig:
+    directory: Path | None = None  # where the files are: file functions read relative to it
     variables: dict[str, VariableConfig] = field(default_factory=dict)
     locals: dict[str, Tree] = field(default_factory=dict)
     resources: dict[str, ResourceConfig] = field(default_factory=dict)
@@ -85,7 +86,7 @@ def load_stack(directory: Path) -> StackConfig:
     files = sorted(directory.glob("*.tf"))
     if not files:
         raise ConfigError(f"{directory.name}: no .tf files in the stack directory")
-    config = StackConfig()
+    config = StackConfig(directory=directory)
     for path in files:
         if path.is_symlink():  # a link could point anywhere, e.g. at secrets; its text must not reach an error
             raise ConfigError(f"{directory.name}/{path.name}: symlinks are not read; commit the file itself")

@@ -30,6 +30,7 @@ from gateway.adapters.sandbox.config import (
     collect_references,
     load_stack,
 )
+from gateway.adapters.sandbox.functions import CallContext, FileScope
 from gateway.adapters.sandbox.hcl_eval import (
     UNKNOWN,
     Evaluator,
@@ -172,9 +173,14 @@ class SandboxEngine:
 class _Evaluation:
     """Scope building shared by plan and apply: variables, locals and resource values."""
 
+    applying = False  # timestamp() and uuid() are known only while applying
+
     def __init__(self, stack: str, config: StackConfig, inputs: StackInputs):
         self.stack = stack
         self.config = config
+        files = FileScope(config.directory, config.directory, f"the stack directory {self.stack}") \
+            if config.directory else None
+        self.context = CallContext(files=files, applying=self.applying)
         self.values: dict[str, dict[Index, Any]] = {}
         self._locals: dict[str, Any] = {}
         self._locals_in_progress: set[str] = set()
@@ -234,8 +240,8 @@ class _Evaluation:
             return {str(k): v for k, v in instances.items()}
         return instances.get(None, UNKNOWN)
 
-    def evaluator(self, where: str, **extra: Any) -> Evaluator:
-        return Evaluator({**self._root, **extra}, f"stack {self.stack}: {where}")
+    def evaluator(self, where: str, file: str | None = None, **extra: Any) -> Evaluator:
+        return Evaluator({**self._root, **extra}, f"stack {self.stack}: {where}", self.context, file)
 
     def order(self) -> list[ResourceConfig]:
         """Resources in dependency order; a cycle is a configuration error."""
@@ -275,7 +281,7 @@ class _Evaluation:
         """Each instance's index and an evaluator with its count.index / each.* set."""
         where = resource.key
         if resource.count is not None:
-            count, mark = unmark(self.evaluator(where).eval(resource.count))
+            count, mark = unmark(self.evaluator(where, resource.file).eval(resource.count))
             if mark:  # instance addresses are shown to everyone: they cannot come from a secret
                 raise ConfigError(f"stack {self.stack}: {where}: count cannot be derived from a sensitive value")
             if count is UNKNOWN:
@@ -283,18 +289,19 @@ class _Evaluation:
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
                 raise ConfigError(f"stack {self.stack}: {where}: count must be a whole number, got {count!r}")
             for i in range(count):
-                yield i, self.evaluator(f"{where}[{i}]", count={"index": i})
+                yield i, self.evaluator(f"{where}[{i}]", resource.file, count={"index": i})
         elif resource.for_each is not None:
-            items, mark = unmark(self.evaluator(where).eval(resource.for_each))
+            items, mark = unmark(self.evaluator(where, resource.file).eval(resource.for_each))
             if mark:  # as in Terraform: the keys become addresses, shown to everyone
                 raise ConfigError(f"stack {self.stack}: {where}: for_each cannot be derived from a sensitive value")
             if items is UNKNOWN or contains_unknown(items):
                 raise PlanError(f"{where}: for_each depends on values known only after apply")
             pairs = items.items() if isinstance(items, dict) else ((str(v), v) for v in items)
             for key, value in sorted(pairs, key=lambda kv: str(kv[0])):
-                yield str(key), self.evaluator(f'{where}["{key}"]', each={"key": str(key), "value": value})
+                yield str(key), self.evaluator(f'{where}["{key}"]', resource.file,
+                                               each={"key": str(key), "value": value})
         else:
-            yield None, self.evaluator(where)
+            yield None, self.evaluator(where, resource.file)
 
     def desired(self, resource: ResourceConfig, ev: Evaluator) -> dict[str, Any]:
         """The instance's configured attributes, nested blocks as lists of objects."""
@@ -597,6 +604,8 @@ def _change_json(address: str, res: StateResource, actions: list[str], before: A
 
 class _Applier(_Evaluation):
     """Executes exactly the changes of one saved plan, writing state after every step."""
+
+    applying = True
 
     def __init__(self, stack: str, config: StackConfig, state: StackState, store: SandboxStore,
                  inputs: StackInputs, changes: tuple[ResourceChange, ...]):

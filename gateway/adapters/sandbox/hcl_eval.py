@@ -1,73 +1,43 @@
 """Evaluates HCL expressions from python-hcl2's parse tree, the way Terraform would.
 
-Values are plain Python (str, int, float, bool, None, list, dict) plus the marks Terraform has:
-`UNKNOWN` (known only after apply) and `Sensitive(value)`. Both propagate through operators and
-functions, so a value derived from a sensitive variable stays sensitive and one derived from a
-computed id stays unknown.
-
-One mark Terraform lacks: `Secret(value)`, a Sensitive value that is secret by where it comes from
-(the workspace's secrets, a variable main declares sensitive, an attribute the schema marks
-sensitive). `nonsensitive()` removes a declared mark, as in Terraform, but never this one: what a
-branch writes cannot unmask what the gateway was given to keep.
+The values and their marks (unknown, sensitive, secret) are in values.py; Terraform's functions in
+functions.py. This module walks expressions and templates and dispatches function calls.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 from hcl2.utils import process_escape_sequences
 from lark import Token, Tree
 
+from gateway.adapters.sandbox.functions import (
+    FUNCTIONS,
+    UNSUPPORTED,
+    CallContext,
+    FunctionCallError,
+    call_function,
+    issensitive,
+    sensitive,
+    to_string,
+)
+from gateway.adapters.sandbox.values import (  # noqa: F401  (re-exported: the engine imports them from here)
+    UNKNOWN,
+    Mark,
+    Secret,
+    Sensitive,
+    contains_unknown,
+    marked,
+    number_text,
+    type_name,
+    unmark,
+)
 from gateway.domain.errors import ConfigError
 
-
-class _Unknown:
-    _instance: _Unknown | None = None
-
-    def __new__(cls) -> _Unknown:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNKNOWN"
-
-
-UNKNOWN = _Unknown()
-
-
-class Mark(IntEnum):
-    """How strongly a value is masked; a value derived from several takes the strongest."""
-
-    NONE = 0
-    SENSITIVE = 1  # declared sensitive: nonsensitive() removes it
-    SECRET = 2  # secret by origin: nothing in a configuration removes it
-
-
-@dataclass(frozen=True)
-class Sensitive:
-    value: Any
-
-    mark = Mark.SENSITIVE
-
-
-@dataclass(frozen=True)
-class Secret(Sensitive):
-    mark = Mark.SECRET
-
-
-def marked(value: Any, mark: Mark) -> Any:
-    """`value` carrying `mark` (unchanged when the mark is NONE)."""
-    if mark is Mark.SECRET:
-        return Secret(value)
-    if mark is Mark.SENSITIVE:
-        return Sensitive(value)
-    return value
+NO_CONTEXT = CallContext()
 
 
 class MaskedFailure(ConfigError):
@@ -89,45 +59,29 @@ class Namespace:
         return self._resolve(name)
 
 
-def unmark(value: Any) -> tuple[Any, Mark]:
-    """Strip marks anywhere in a value; report the strongest there was (NONE, which is falsy, if none)."""
-    if isinstance(value, Sensitive):
-        inner, mark = unmark(value.value)
-        return inner, max(mark, value.mark)
-    if isinstance(value, dict):
-        pairs = {k: unmark(v) for k, v in value.items()}
-        return {k: v for k, (v, _) in pairs.items()}, max((m for _, m in pairs.values()), default=Mark.NONE)
-    if isinstance(value, list):
-        items = [unmark(v) for v in value]
-        return [v for v, _ in items], max((m for _, m in items), default=Mark.NONE)
-    return value, Mark.NONE
-
-
-def contains_unknown(value: Any) -> bool:
-    if value is UNKNOWN:
-        return True
-    if isinstance(value, Sensitive):
-        return contains_unknown(value.value)
-    if isinstance(value, dict):
-        return any(contains_unknown(v) for v in value.values())
-    if isinstance(value, list):
-        return any(contains_unknown(v) for v in value)
-    return False
-
-
 class Evaluator:
     """Evaluates expression trees against a scope of root names."""
 
-    def __init__(self, scope: Mapping[str, Any], where: str):
+    def __init__(self, scope: Mapping[str, Any], where: str, context: CallContext = NO_CONTEXT,
+                 file: str | None = None):
         self.scope = dict(scope)
         self.where = where
+        self.context = context  # what file and time functions need
+        self.file = file  # the file the expressions come from, for error messages
 
     def child(self, **names: Any) -> Evaluator:
-        return Evaluator({**self.scope, **names}, self.where)
+        return Evaluator({**self.scope, **names}, self.where, self.context, self.file)
 
-    def fail(self, message: str, mark: Mark = Mark.NONE) -> ConfigError:
-        """An evaluation error; `mark` says a masked value decided it (so even the failure is a secret)."""
-        return MaskedFailure(f"{self.where}: {message}", mark) if mark else ConfigError(f"{self.where}: {message}")
+    def fail(self, message: str, mark: Mark = Mark.NONE, node: Tree | None = None) -> ConfigError:
+        """An evaluation error; `mark` says a masked value decided it (so even the failure is a secret).
+
+        With `node`, the message names its line (and the file, when the evaluator knows it), as Terraform's do.
+        """
+        line = getattr(node.meta, "line", None) if node is not None and not node.meta.empty else None
+        where = self.where
+        if line is not None:
+            where = f"{where}: on {self.file} line {line}" if self.file else f"{where}: line {line}"
+        return MaskedFailure(f"{where}: {message}", mark) if mark else ConfigError(f"{where}: {message}")
 
     def eval(self, node: Any) -> Any:
         if isinstance(node, Token):
@@ -183,40 +137,62 @@ class Evaluator:
         return self._template([p for p in node.children if isinstance(p, Tree)])
 
     def _template(self, parts: list[Tree]) -> Any:
-        pieces: list[Any] = []
-        skipping: list[bool] = []  # one entry per open %{if}
-        condition_mark = Mark.NONE  # what the text says depends on its conditions: a masked one masks it
-        for part in parts:
-            inner = part.children[0]
-            if isinstance(inner, Tree) and inner.data.startswith("template_"):
-                skipping, mark = self._directive(inner, skipping)
-                condition_mark = max(condition_mark, mark)
-                continue
-            if any(skipping):
-                continue
-            if isinstance(inner, Token):
-                text = str(inner)
-                if inner.type == "ESCAPED_INTERPOLATION":
-                    pieces.append(text[1:])
-                elif inner.type == "ESCAPED_DIRECTIVE":
-                    pieces.append(text[1:])
-                else:
-                    pieces.append(process_escape_sequences(text))
-            else:
-                pieces.append(self.eval(_subtrees(inner)[0]))
-        return marked(_concat(pieces, self), condition_mark) if condition_mark else _concat(pieces, self)
+        items = _strip_whitespace([p.children[0] for p in parts])
+        if len(items) == 1 and isinstance(items[0], Tree) and items[0].data == "interpolation":
+            return self.eval(_subtrees(items[0])[0])  # "${x}" is x itself, of its own type, even null
+        sequence, rest = _nest(items, 0, ())
+        if rest != len(items):
+            raise self.fail(f"unexpected template directive `{_directive_word(items[rest])}`", node=items[rest])
+        pieces, mark = self._render(sequence)
+        if any(p is UNKNOWN for p in pieces):
+            return marked(UNKNOWN, mark)
+        return marked("".join(pieces), mark)
 
-    def _directive(self, node: Tree, skipping: list[bool]) -> tuple[list[bool], Mark]:
-        if node.data == "template_if_start":
-            cond, mark = unmark(self.eval(_subtrees(node)[0]))
-            if cond is UNKNOWN:
-                raise self.fail("a template condition depends on a value known only after apply")
-            return skipping + [not cond], mark
-        if node.data == "template_else" and skipping:
-            return skipping[:-1] + [not skipping[-1]], Mark.NONE
-        if node.data == "template_endif" and skipping:
-            return skipping[:-1], Mark.NONE
-        raise self.fail("template for-directives are not supported by the sandbox")
+    def _render(self, sequence: list[Any]) -> tuple[list[Any], Mark]:
+        """Each item's text (or UNKNOWN); a masked piece or condition masks the whole text."""
+        pieces: list[Any] = []
+        mark = Mark.NONE
+        for item in sequence:
+            if isinstance(item, str):
+                pieces.append(item)
+            elif isinstance(item, Tree):
+                text, item_mark = self._interpolate(item)
+                pieces.append(text)
+                mark = max(mark, item_mark)
+            elif item[0] == "if":
+                _, directive, yes, no = item
+                cond, cond_mark = unmark(self.eval(_subtrees(directive)[0]))
+                mark = max(mark, cond_mark)
+                if cond is UNKNOWN:
+                    pieces.append(UNKNOWN)
+                    continue
+                if not isinstance(cond, bool):
+                    raise self.fail(f"Invalid template directive: the condition must be a bool, got "
+                                    f"{type_name(cond)}", cond_mark, directive)
+                inner, inner_mark = self._render(yes if cond else no)
+                pieces.extend(inner)
+                mark = max(mark, inner_mark)
+            else:
+                _, directive, body = item
+                for_mark, scopes = self._for_scopes(directive)
+                mark = max(mark, for_mark)
+                for scope in scopes:
+                    inner, inner_mark = scope._render(body)
+                    pieces.extend(inner)
+                    mark = max(mark, inner_mark)
+        return pieces, mark
+
+    def _interpolate(self, node: Tree) -> tuple[Any, Mark]:
+        value, mark = unmark(self.eval(_subtrees(node)[0]))
+        if value is None:
+            raise self.fail("Invalid template interpolation value: the expression result is null. Cannot include "
+                            "a null value in a string template.", mark, node)
+        if value is UNKNOWN:
+            return UNKNOWN, mark
+        if isinstance(value, (list, dict)):
+            raise self.fail(f"Invalid template interpolation value: cannot include the given value in a string "
+                            f"template: string required, got {type_name(value)}.", mark, node)
+        return to_string(value), mark
 
     def _heredoc_template(self, node: Tree, trim: bool = False) -> Any:
         text = str(node.children[0])
@@ -226,10 +202,9 @@ class Evaluator:
             lines = body.split("\n")
             indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
             body = "\n".join(ln[indent:] for ln in lines)
-        escaped = body.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         from hcl2 import parses_to_tree  # local: only heredocs need a re-parse
 
-        tree = parses_to_tree(f'x = "{escaped}"\n')
+        tree = parses_to_tree(f"x = {_template_source(body)}\n")
         attribute = next(tree.find_data("attribute"))
         return self.eval(attribute.children[-1])
 
@@ -336,35 +311,85 @@ class Evaluator:
     def _function_call(self, node: Tree) -> Any:
         names = [str(c.children[0]) for c in node.children if isinstance(c, Tree) and c.data == "identifier"]
         name = "::".join(names)
-        func = FUNCTIONS.get(name)
-        if func is None:
-            raise self.fail(f"function `{name}` is not available in the sandbox")
         args_node = next((c for c in node.children if isinstance(c, Tree) and c.data == "arguments"), None)
-        if name == "try":
-            return self._try(_subtrees(args_node))
-        args: list[Any] = [self.eval(a) for a in _subtrees(args_node)] if args_node else []
-        if name == "nonsensitive":
-            if not args:
-                return None
-            plain, mark = unmark(args[0])
-            return Secret(plain) if mark is Mark.SECRET else plain  # a secret by origin stays masked
+        arg_nodes = _subtrees(args_node)
+        if name in ("try", "can"):
+            return self._try(arg_nodes, node) if name == "try" else self._can(arg_nodes, node)
+        if name not in FUNCTIONS and name not in ("nonsensitive", "sensitive", "issensitive"):
+            reason = UNSUPPORTED.get(name)
+            if reason:
+                raise self.fail(f"function `{name}` is not available in the sandbox: {reason}", node=node)
+            if "::" in name:
+                raise self.fail(f"provider-defined function `{name}` is not available in the sandbox", node=node)
+            raise self.fail(f"function `{name}` is not available: Terraform has no function of that name",
+                            node=node)
+        args: list[Any] = [self.eval(a) for a in arg_nodes]
         if args_node and any(isinstance(c, Token) and c.type == "ELLIPSIS" for c in args_node.children):
             spread, mark = unmark(args.pop())
             if spread is UNKNOWN:
                 return UNKNOWN
+            if not isinstance(spread, list):
+                raise self.fail(f"Invalid expanding argument value: the expanding argument (indicated with ...) "
+                                f"must be of a tuple, list, or set type, not {type_name(spread)}", mark, node)
             args.extend(marked(a, mark) for a in spread)
-        return _apply_marked(func, args, self)
+        if name in ("nonsensitive", "sensitive", "issensitive"):
+            return self._mark_function(name, args, node)
+        context = self.context
+        if FUNCTIONS[name].contextual and context.render is None:
+            context = dataclasses.replace(context, render=self.render_template)
+        try:
+            return call_function(name, args, context)
+        except FunctionCallError as exc:
+            raise self.fail(str(exc), exc.mark, node) from None
 
-    def _try(self, candidates: list[Tree]) -> Any:
+    def _mark_function(self, name: str, args: list[Any], node: Tree) -> Any:
+        """sensitive(), nonsensitive(), issensitive(): they act on the marks, which call_function strips."""
+        if len(args) != 1:
+            raise self.fail(f'function "{name}" expects 1 argument(s), got {len(args)}', node=node)
+        if name == "sensitive":
+            return sensitive(args[0])
+        if name == "issensitive":
+            return issensitive(args[0])
+        plain, mark = unmark(args[0])
+        return Secret(plain) if mark is Mark.SECRET else plain  # a secret by origin stays masked
+
+    def _try(self, candidates: list[Tree], node: Tree | None = None) -> Any:
         mark = Mark.NONE  # which candidate wins tells whether a masked value made the earlier ones fail
         for candidate in candidates:
             try:
-                return marked(self.eval(candidate), mark)
+                value = self.eval(candidate)
             except MaskedFailure as exc:
                 mark = max(mark, exc.mark)
+                continue
             except ConfigError:
                 continue
-        raise self.fail("try: no argument could be evaluated", mark)
+            if contains_unknown(value):
+                return UNKNOWN  # whether a later step fails is not known yet, as in Terraform
+            return marked(value, mark)
+        raise self.fail("Error in function call: try(): no expression succeeded", mark, node)
+
+    def _can(self, candidates: list[Tree], node: Tree) -> Any:
+        if len(candidates) != 1:
+            raise self.fail(f'function "can" expects 1 argument(s), got {len(candidates)}', node=node)
+        try:
+            value = self.eval(candidates[0])
+        except MaskedFailure as exc:
+            return marked(False, exc.mark)
+        except ConfigError:
+            return False
+        return UNKNOWN if contains_unknown(value) else True
+
+    def render_template(self, text: str, where: str, variables: dict[str, Any]) -> Any:
+        """Template text (templatefile, templatestring) rendered with only `variables` in scope."""
+        from hcl2 import parses_to_tree  # local: only templates need a re-parse
+
+        try:
+            tree = parses_to_tree(f"x = {_template_source(text)}\n")
+        except Exception as exc:  # lark's errors: the template's text is not valid template syntax
+            raise self.fail(f"{where}: invalid template: {str(exc).splitlines()[0]}") from None
+        attribute = next(tree.find_data("attribute"))
+        scope = Evaluator(variables, f"{self.where}: {where}", self.context, self.file)
+        return scope.eval(attribute.children[-1])
 
     # --- for expressions -------------------------------------------------------------------
 
@@ -442,22 +467,99 @@ def _condition(scope: Evaluator, cond: Tree | None) -> tuple[bool, Mark]:
     return bool(plain), mark
 
 
-def _concat(pieces: list[Any], ev: Evaluator) -> Any:
-    if len(pieces) == 1 and not isinstance(unmark(pieces[0])[0], str):
-        return pieces[0]  # "${x}" keeps x's type, as in Terraform
-    return _apply_marked(lambda *ps: "".join(_to_string(p) for p in ps), pieces, ev)
+def _literal_text(token: Token) -> str:
+    text = str(token)
+    if token.type in ("ESCAPED_INTERPOLATION", "ESCAPED_DIRECTIVE"):
+        return text[1:]  # $${ and %%{ are the literal ${ and %{
+    return process_escape_sequences(text)
 
 
-def _to_string(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return ""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, (dict, list)):
-        raise TypeError("cannot use an object or list in a string template")
-    return str(value)
+def _strip_whitespace(raw: list[Any]) -> list[Any]:
+    """Template parts with literals as text, and `~` strip markers on directives applied to their neighbours."""
+    items: list[Any] = [_literal_text(x) if isinstance(x, Token) else x for x in raw]
+    for i, item in enumerate(items):
+        if not (isinstance(item, Tree) and item.data.startswith("template_")):
+            continue
+        tokens = [c for c in item.children if isinstance(c, Token)]
+        if len(tokens) > 2 and tokens[1] == "~" and i > 0 and isinstance(items[i - 1], str):
+            items[i - 1] = items[i - 1].rstrip()
+        if len(tokens) > 2 and tokens[-2] == "~" and i + 1 < len(items) and isinstance(items[i + 1], str):
+            items[i + 1] = items[i + 1].lstrip()
+    return items
+
+
+def _directive_word(node: Tree) -> str:
+    return node.data.removeprefix("template_").removesuffix("_start")
+
+
+def _nest(items: list[Any], i: int, until: tuple[str, ...]) -> tuple[list[Any], int]:
+    """Template items from `i` up to a directive named in `until`: literals, interpolations, ("if", ...), ("for", ...)."""
+    out: list[Any] = []
+    while i < len(items):
+        item = items[i]
+        word = _directive_word(item) if isinstance(item, Tree) and item.data.startswith("template_") else None
+        if word in until:
+            return out, i
+        if word == "if":
+            yes, i = _nest(items, i + 1, ("else", "endif"))
+            no: list[Any] = []
+            if i < len(items) and _directive_word(items[i]) == "else":
+                no, i = _nest(items, i + 1, ("endif",))
+            if i >= len(items):
+                raise ConfigError("a template `if` directive has no `endif`")
+            out.append(("if", item, yes, no))
+        elif word == "for":
+            body, i = _nest(items, i + 1, ("endfor",))
+            if i >= len(items):
+                raise ConfigError("a template `for` directive has no `endfor`")
+            out.append(("for", item, body))
+        elif word is not None:
+            return out, i  # a stray else/endif/endfor: the caller reports it
+        else:
+            out.append(item)
+        i += 1
+    return out, i
+
+
+_QUOTED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _template_source(text: str) -> str:
+    """Raw template text (a heredoc's body, a template file) as an HCL quoted template that means the same."""
+    out = ['"']
+    i = 0
+    while i < len(text):
+        if text.startswith(("$${", "%%{"), i):
+            out.append(text[i : i + 3])
+            i += 3
+        elif text.startswith(("${", "%{"), i):
+            end = _closing_brace(text, i + 2)
+            out.append(text[i : end + 1].replace("\n", " "))  # expressions stay as written
+            i = end + 1
+        else:
+            out.append(_QUOTED.get(text[i], text[i]))
+            i += 1
+    out.append('"')
+    return "".join(out)
+
+
+def _closing_brace(text: str, i: int) -> int:
+    """The index of the `}` closing an interpolation or directive that starts before `i`."""
+    depth = 1
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return len(text) - 1
 
 
 def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator) -> Any:
@@ -496,88 +598,4 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     ">=": lambda a, b: _num(a) >= _num(b),
     "&&": lambda a, b: bool(a) and bool(b),
     "||": lambda a, b: bool(a) or bool(b),
-}
-
-
-def _cidrsubnet(prefix: str, newbits: int, netnum: int) -> str:
-    network = ipaddress.ip_network(prefix, strict=False)
-    length = network.prefixlen + int(newbits)
-    if length > network.max_prefixlen or not 0 <= int(netnum) < 2 ** int(newbits):
-        raise ValueError(f"cidrsubnet: cannot make subnet {netnum} of /{length} in {prefix}")
-    offset = int(netnum) << (network.max_prefixlen - length)
-    return f"{network.network_address + offset}/{length}"
-
-
-def _cidrhost(prefix: str, hostnum: int) -> str:
-    return str(ipaddress.ip_network(prefix, strict=False)[int(hostnum)])
-
-
-def _merge(*maps: dict) -> dict:
-    out: dict = {}
-    for m in maps:
-        if m is not None:
-            out.update(m)
-    return out
-
-
-def _flatten(items: list) -> list:
-    out: list = []
-    for item in items:
-        out.extend(_flatten(item) if isinstance(item, list) else [item])
-    return out
-
-
-def _lookup(mapping: dict, key: str, *default: Any) -> Any:
-    if key in mapping:
-        return mapping[key]
-    if default:
-        return default[0]
-    raise KeyError(f"lookup: no key {key!r} and no default")
-
-
-def _format(fmt: str, *args: Any) -> str:
-    return fmt.replace("%%", "\x00").replace("%v", "%s").replace("%q", '"%s"') % args if args else fmt
-
-
-FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "merge": _merge,
-    "concat": lambda *ls: [x for lst in ls for x in lst],
-    "toset": lambda xs: sorted(set(xs), key=str),
-    "tolist": list,
-    "tomap": dict,
-    "tostring": _to_string,
-    "tonumber": _num,
-    "tobool": lambda v: v if isinstance(v, bool) else {"true": True, "false": False}[v],
-    "length": len,
-    "lower": str.lower,
-    "upper": str.upper,
-    "title": str.title,
-    "trimspace": str.strip,
-    "join": lambda sep, xs: sep.join(_to_string(x) for x in xs),
-    "split": lambda sep, s: s.split(sep),
-    "replace": lambda s, old, new: s.replace(old, new),
-    "substr": lambda s, off, n: s[off:] if n == -1 else s[off : off + n],
-    "startswith": str.startswith,
-    "endswith": str.endswith,
-    "format": lambda fmt, *args: _format(fmt, *args).replace("\x00", "%"),
-    "cidrsubnet": _cidrsubnet,
-    "cidrhost": _cidrhost,
-    "lookup": _lookup,
-    "coalesce": lambda *xs: next(x for x in xs if x not in (None, "")),
-    "contains": lambda xs, v: v in xs,
-    "keys": lambda m: sorted(m),
-    "values": lambda m: [m[k] for k in sorted(m)],
-    "element": lambda xs, i: xs[int(i) % len(xs)],
-    "flatten": _flatten,
-    "distinct": lambda xs: [json.loads(x) for x in dict.fromkeys(json.dumps(x, sort_keys=True) for x in xs)],
-    "min": lambda *xs: min(_num(x) for x in xs),
-    "max": lambda *xs: max(_num(x) for x in xs),
-    "abs": lambda x: abs(_num(x)),
-    "range": lambda *a: list(range(*(int(x) for x in a))),
-    "zipmap": lambda ks, vs: dict(zip(ks, vs, strict=True)),
-    "jsonencode": lambda v: json.dumps(v, separators=(",", ":")),
-    "jsondecode": json.loads,
-    "sensitive": Sensitive,
-    "nonsensitive": lambda v: v,  # handled in _function_call: it removes the mark
-    "try": lambda *xs: xs[0],  # handled in _function_call: it catches evaluation errors
 }

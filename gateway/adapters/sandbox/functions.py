@@ -1057,7 +1057,7 @@ def _yaml_lines(value: Any, indent: int, top: bool = False) -> Iterable[str]:
     """Block-style YAML with every string double-quoted, as Terraform's yamlencode writes it."""
     pad = " " * indent
     if isinstance(value, dict) and value:
-        for key, item in value.items():
+        for key, item in sorted(value.items()):  # Terraform's objects and maps are ordered by key
             if isinstance(item, (dict, list)) and item:
                 yield f"{pad}{json.dumps(key, ensure_ascii=False)}:\n"
                 yield from _yaml_lines(item, indent + (2 if isinstance(item, dict) else 0))

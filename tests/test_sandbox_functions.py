@@ -175,6 +175,38 @@ def test_bad_calls_fail_as_terraform_does_naming_file_and_line(expression: str, 
         evaluate(expression)
 
 
+@pytest.mark.parametrize("expression,expected", [
+    ('"5" + 1', 6), ("4 / 2", 2), ("10 / 4", 2.5), ("0.1 + 0.2", 0.3), ("-5 % 3", -2), ('-"3"', -3),
+    ("1 == true", False), ('"1" == 1', False), ('[1, "a"] == [1, "a"]', True), ('"true" ? "yes" : "no"', "yes"),
+    ('"${5}"', 5), ('"n=${5 / 2}"', "n=2.5"), ('"${true}!"', "true!"),
+])
+def test_operators_follow_terraforms_types(expression: str, expected: Any) -> None:
+    result = evaluate(expression)
+    assert result == expected
+    assert isinstance(result, bool) == isinstance(expected, bool)
+
+
+@pytest.mark.parametrize("expression,message", [
+    ('"a" + 1', r'Invalid operand: unsuitable value for left operand: cannot convert "a" to number'),
+    ("null + 1", "Invalid operand: unsuitable value for left operand: a number is required, got null"),
+    ("1 / 0", "can't divide by zero"),
+    ('true && "x"', r'unsuitable value for right operand: cannot convert "x" to bool'),
+    ("null ? 1 : 2", "Null condition: the condition value is null"),
+    ("5 ? 1 : 2", "Incorrect condition type: the condition expression must be of type bool, got number"),
+    ("[for x in null : x]", "Iteration over null value: a null value cannot be used as the collection"),
+    ('"%{ if null }x%{ endif }"', "Invalid template directive: the condition must be a bool, got null"),
+])
+def test_operator_errors_are_terraforms_naming_file_and_line(expression: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"^test: on test\.tf line 1: .*" + message):
+        evaluate(expression)
+
+
+def test_heredocs_and_templates_keep_quotes_inside_interpolations() -> None:
+    heredoc = '<<EOT\n{"a": "${jsonencode({"k" = "v"})}", "b": "back\\slash"}\n%{ for n in ["p", "q"] ~}\n- ${n}\n' \
+              '%{ endfor ~}\nEOT\n'
+    assert evaluate(heredoc) == '{"a": "{"k":"v"}", "b": "back\\slash"}\n- p\n- q\n'
+
+
 def test_unknown_values_propagate_except_where_terraform_knows_better() -> None:
     assert evaluate("upper(x)", x=UNKNOWN) is UNKNOWN
     assert evaluate('join(",", ["a", x])', x=UNKNOWN) is UNKNOWN
@@ -187,6 +219,10 @@ def test_unknown_values_propagate_except_where_terraform_knows_better() -> None:
     assert evaluate("can(x)", x=UNKNOWN) is UNKNOWN
     assert evaluate('"id-${x}"', x=UNKNOWN) is UNKNOWN
     assert evaluate("timestamp()") is UNKNOWN and evaluate("uuid()") is UNKNOWN
+    assert evaluate("[for s in x : upper(s)]", x=UNKNOWN) is UNKNOWN
+    assert evaluate('[for s in ["a", "b"] : s if s == x]', x=UNKNOWN) is UNKNOWN
+    assert evaluate('"%{ for s in x }${s}%{ endfor }"', x=UNKNOWN) is UNKNOWN
+    assert evaluate('x ? "a" : "b"', x=UNKNOWN) is UNKNOWN
 
 
 def test_sensitive_arguments_make_sensitive_results_and_quiet_errors() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,9 +20,12 @@ from gateway.adapters.sandbox.functions import (
     UNSUPPORTED,
     CallContext,
     FunctionCallError,
+    FunctionError,
     call_function,
     issensitive,
     sensitive,
+    to_bool,
+    to_number,
     to_string,
 )
 from gateway.adapters.sandbox.values import (  # noqa: F401  (re-exported: the engine imports them from here)
@@ -166,16 +170,21 @@ class Evaluator:
                 if cond is UNKNOWN:
                     pieces.append(UNKNOWN)
                     continue
-                if not isinstance(cond, bool):
+                try:
+                    chosen = yes if to_bool(cond) else no
+                except FunctionError:
                     raise self.fail(f"Invalid template directive: the condition must be a bool, got "
-                                    f"{type_name(cond)}", cond_mark, directive)
-                inner, inner_mark = self._render(yes if cond else no)
+                                    f"{type_name(cond)}", cond_mark, directive) from None
+                inner, inner_mark = self._render(chosen)
                 pieces.extend(inner)
                 mark = max(mark, inner_mark)
             else:
                 _, directive, body = item
                 for_mark, scopes = self._for_scopes(directive)
                 mark = max(mark, for_mark)
+                if scopes is None:
+                    pieces.append(UNKNOWN)
+                    continue
                 for scope in scopes:
                     inner, inner_mark = scope._render(body)
                     pieces.extend(inner)
@@ -218,6 +227,14 @@ class Evaluator:
         cond, mark = unmark(self.eval(cond_node))
         if cond is UNKNOWN:
             return UNKNOWN
+        if cond is None:
+            raise self.fail("Null condition: the condition value is null. Conditions must either be true or false.",
+                            mark, node)
+        try:
+            cond = to_bool(cond)
+        except FunctionError:
+            raise self.fail(f"Incorrect condition type: the condition expression must be of type bool, got "
+                            f"{type_name(cond)}.", mark, node) from None
         return marked(self.eval(yes if cond else no), mark)
 
     def _binary_op(self, node: Tree) -> Any:
@@ -229,12 +246,14 @@ class Evaluator:
             plain, _ = unmark(left)
             if plain is not UNKNOWN and (plain is False if op == "&&" else plain is True):
                 return left
-        return _apply_marked(_BINARY[op], [left, self.eval(right_node)], self)
+        return _apply_marked(_BINARY[op], [left, self.eval(right_node)], self, node)
 
     def _unary_op(self, node: Tree) -> Any:
         op = str(node.children[0])
         operand = self.eval(_subtrees(node)[0])
-        return _apply_marked((lambda v: -v) if op == "-" else (lambda v: not v), [operand], self)
+        negate = (lambda v: _arithmetic(-_operand_number(v, "operand"))) if op == "-" \
+            else (lambda v: not _operand_bool(v, "operand"))
+        return _apply_marked(negate, [operand], self, node)
 
     # --- references ----------------------------------------------------------------------
 
@@ -398,10 +417,14 @@ class Evaluator:
         body = rest[0]
         cond = rest[1] if len(rest) > 1 else None
         mark, scopes = self._for_scopes(intro)
+        if scopes is None:
+            return marked(UNKNOWN, mark)
         out = []
         for scope in scopes:
             keep, cond_mark = _condition(scope, cond)
             mark = max(mark, cond_mark)  # which items were kept tells about the condition
+            if keep is None:
+                return marked(UNKNOWN, mark)
             if keep:
                 out.append(scope.eval(body))
         return marked(out, mark)
@@ -411,10 +434,14 @@ class Evaluator:
         cond = next((r for r in rest if r.data == "for_cond"), None)
         grouping = any(isinstance(c, Token) and c.type == "ELLIPSIS" for c in node.children)
         mark, scopes = self._for_scopes(intro)
+        if scopes is None:
+            return marked(UNKNOWN, mark)
         out: dict[str, Any] = {}
         for scope in scopes:
             keep, cond_mark = _condition(scope, cond)
             mark = max(mark, cond_mark)
+            if keep is None:
+                return marked(UNKNOWN, mark)
             if not keep:
                 continue
             key, key_mark = unmark(scope.eval(key_node))
@@ -431,13 +458,18 @@ class Evaluator:
                 out[str(key)] = value
         return marked(out, mark)
 
-    def _for_scopes(self, intro: Tree) -> tuple[Mark, list[Evaluator]]:
-        """The collection's mark, and one scope per item; the items of a masked collection stay masked."""
+    def _for_scopes(self, intro: Tree) -> tuple[Mark, list[Evaluator] | None]:
+        """The collection's mark, and one scope per item (None while the collection is unknown, as the result then
+        is); the items of a masked collection stay masked."""
         names = [str(c.children[0]) for c in intro.children if isinstance(c, Tree) and c.data == "identifier"]
         collection_node = [c for c in intro.children if isinstance(c, Tree) and c.data != "identifier"][0]
         collection, mark = unmark(self.eval(collection_node))
         if collection is UNKNOWN:
-            raise self.fail("a for expression iterates over a value known only after apply")
+            return mark, None
+        if not isinstance(collection, (list, dict)):
+            problem = "a null value" if collection is None else f"a value of type {type_name(collection)}"
+            raise self.fail(f"Iteration over {'null' if collection is None else 'non-iterable'} value: {problem} "
+                            "cannot be used as the collection in a 'for' expression.", mark, intro)
         pairs = collection.items() if isinstance(collection, dict) else enumerate(collection)
         if len(names) == 2:
             return mark, [self.child(**{names[0]: marked(k, mark), names[1]: marked(v, mark)}) for k, v in pairs]
@@ -459,11 +491,16 @@ def _type_name(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a bool"}.get(type(value), "a number" if isinstance(value, (int, float)) else "null")
 
 
-def _condition(scope: Evaluator, cond: Tree | None) -> tuple[bool, Mark]:
-    """A for-expression's `if` filter: whether to keep the item, and the condition's mark."""
+def _condition(scope: Evaluator, cond: Tree | None) -> tuple[bool | None, Mark]:
+    """A for-expression's `if` filter: whether to keep the item (None: not known yet), and the condition's mark."""
     if cond is None:
         return True, Mark.NONE
     plain, mark = unmark(scope.eval(_subtrees(cond)[0]))
+    if plain is UNKNOWN:
+        return None, mark
+    if plain is None:
+        raise scope.fail("Invalid 'for' condition: the filter expression produced null; it must be true or false.",
+                         mark, cond)
     return bool(plain), mark
 
 
@@ -562,7 +599,7 @@ def _closing_brace(text: str, i: int) -> int:
     return len(text) - 1
 
 
-def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator) -> Any:
+def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator, node: Tree | None = None) -> Any:
     """Call func on unmarked args; unknown in gives unknown out, sensitive in gives sensitive out."""
     plain, marks = zip(*(unmark(a) for a in args), strict=True) if args else ((), ())
     if any(contains_unknown(a) for a in plain):
@@ -571,31 +608,84 @@ def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator) -> A
         result = func(*plain)
     except ConfigError:
         raise
-    except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
         # the library's message may quote its arguments; never quote a sensitive one
         raise ev.fail("an operation on a sensitive value failed" if any(marks) else str(exc) or type(exc).__name__,
-                      max(marks, default=Mark.NONE)) from None
+                      max(marks, default=Mark.NONE), node) from None
     return marked(result, max(marks, default=Mark.NONE))
 
 
-def _num(a: Any) -> float | int:
-    if isinstance(a, bool) or not isinstance(a, (int, float, str)):
-        raise TypeError(f"expected a number, got {_type_name(a)}")
-    return a if not isinstance(a, str) else (int(a) if a.lstrip("-").isdigit() else float(a))
+def _operand_number(value: Any, side: str) -> int | float:
+    """An arithmetic operand, converted as Terraform converts (the string "5" is the number 5)."""
+    if value is None:
+        raise TypeError(f"Invalid operand: unsuitable value for {side}: a number is required, got null.")
+    try:
+        return to_number(value)
+    except FunctionError as exc:
+        raise TypeError(f"Invalid operand: unsuitable value for {side}: {exc.message}.") from None
+
+
+def _operand_bool(value: Any, side: str) -> bool:
+    try:
+        if value is None:
+            raise FunctionError("bool required, got null")
+        return to_bool(value)
+    except FunctionError as exc:
+        raise TypeError(f"Invalid operand: unsuitable value for {side}: {exc.message}.") from None
+
+
+def _arithmetic(result: int | float) -> int | float:
+    """Terraform has one number type: a whole result is written without `.0`."""
+    if isinstance(result, float) and math.isfinite(result):
+        result = float(f"{result:.15g}")  # 0.1 + 0.2 is 0.3: Terraform's numbers are decimal, not binary
+        if result.is_integer() and abs(result) < 2**53:
+            return int(result)
+    return result
+
+
+def _divide(a: Any, b: Any) -> int | float:
+    divisor = _operand_number(b, "right operand")
+    if divisor == 0:
+        raise ZeroDivisionError("Operation failed: can't divide by zero.")
+    return _arithmetic(_operand_number(a, "left operand") / divisor)
+
+
+def _modulo(a: Any, b: Any) -> int | float:
+    dividend, divisor = _operand_number(a, "left operand"), _operand_number(b, "right operand")
+    if divisor == 0:
+        raise ZeroDivisionError("Operation failed: can't use modulo by zero.")
+    if isinstance(dividend, int) and isinstance(divisor, int):
+        return abs(dividend) % abs(divisor) * (-1 if dividend < 0 else 1)  # the dividend's sign, as Go's
+    return _arithmetic(math.fmod(dividend, divisor))
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Terraform's equality: values of different types are never equal (`1 == true` is false)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _compare(a: Any, b: Any) -> tuple[int | float, int | float]:
+    return _operand_number(a, "left operand"), _operand_number(b, "right operand")
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: _num(a) + _num(b),
-    "-": lambda a, b: _num(a) - _num(b),
-    "*": lambda a, b: _num(a) * _num(b),
-    "/": lambda a, b: _num(a) / _num(b),
-    "%": lambda a, b: _num(a) % _num(b),
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: _num(a) < _num(b),
-    ">": lambda a, b: _num(a) > _num(b),
-    "<=": lambda a, b: _num(a) <= _num(b),
-    ">=": lambda a, b: _num(a) >= _num(b),
-    "&&": lambda a, b: bool(a) and bool(b),
-    "||": lambda a, b: bool(a) or bool(b),
+    "+": lambda a, b: _arithmetic(_operand_number(a, "left operand") + _operand_number(b, "right operand")),
+    "-": lambda a, b: _arithmetic(_operand_number(a, "left operand") - _operand_number(b, "right operand")),
+    "*": lambda a, b: _arithmetic(_operand_number(a, "left operand") * _operand_number(b, "right operand")),
+    "/": _divide,
+    "%": _modulo,
+    "==": _equal,
+    "!=": lambda a, b: not _equal(a, b),
+    "<": lambda a, b: (lambda x, y: x < y)(*_compare(a, b)),
+    ">": lambda a, b: (lambda x, y: x > y)(*_compare(a, b)),
+    "<=": lambda a, b: (lambda x, y: x <= y)(*_compare(a, b)),
+    ">=": lambda a, b: (lambda x, y: x >= y)(*_compare(a, b)),
+    "&&": lambda a, b: _operand_bool(a, "left operand") and _operand_bool(b, "right operand"),
+    "||": lambda a, b: _operand_bool(a, "left operand") or _operand_bool(b, "right operand"),
 }

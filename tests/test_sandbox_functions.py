@@ -218,7 +218,7 @@ def test_unknown_values_propagate_except_where_terraform_knows_better() -> None:
     assert evaluate('try(x, "fallback")', x=UNKNOWN) is UNKNOWN  # whether x fails is not known yet
     assert evaluate("can(x)", x=UNKNOWN) is UNKNOWN
     assert evaluate('"id-${x}"', x=UNKNOWN) is UNKNOWN
-    assert evaluate("timestamp()") is UNKNOWN and evaluate("uuid()") is UNKNOWN
+    assert evaluate("timestamp()") is UNKNOWN and evaluate("uuid()") is UNKNOWN and evaluate("plantimestamp()") is UNKNOWN
     assert evaluate("[for s in x : upper(s)]", x=UNKNOWN) is UNKNOWN
     assert evaluate('[for s in ["a", "b"] : s if s == x]', x=UNKNOWN) is UNKNOWN
     assert evaluate('"%{ for s in x }${s}%{ endfor }"', x=UNKNOWN) is UNKNOWN
@@ -232,6 +232,9 @@ def test_sensitive_arguments_make_sensitive_results_and_quiet_errors() -> None:
     with pytest.raises(ConfigError) as caught:
         evaluate("tonumber(pw)", pw=Secret("hunter2"))
     assert "hunter2" not in str(caught.value) and "the value is sensitive" in str(caught.value)
+    # which fallback try() picks tells whether the secret was null: the answer is as secret as the secret
+    assert evaluate('try(upper(pw), "none")', pw=Secret(None)) == Secret("none")
+    assert evaluate("can(upper(pw))", pw=Secret(None)) == Secret(False)
 
 
 # --- through the engine, on stacks in temp dirs ------------------------------------------------

@@ -15,7 +15,7 @@ runs, so bodies see clean values:
 
 File functions read relative to the module's directory (`path.module` is ".") and refuse any path
 that leaves the checkout the engine was given. `timestamp()`, `uuid()` and `bcrypt()` are unknown
-until apply, as in Terraform.
+until apply, as in Terraform (and `plantimestamp()`, unlike Terraform: see its comment).
 """
 
 from __future__ import annotations
@@ -214,8 +214,7 @@ def call_function(name: str, args: list[Any], context: CallContext) -> Any:
     for i, value in enumerate(plain_args):
         param = _param(fn, i)
         if value is None and not fn.null_ok:
-            raise FunctionCallError(f'Invalid value for "{param.name}" parameter of {fn.name}(): '
-                                    "argument must not be null.")
+            raise _call_error(fn, FunctionError("argument must not be null", i), marks)
         if value is UNKNOWN or (not fn.shallow and contains_unknown(value)):
             unknown = True
             continue
@@ -1304,8 +1303,10 @@ def _timestamp(context: CallContext) -> str:
     return _rfc3339(context.now().astimezone(timezone.utc).replace(microsecond=0))
 
 
-@function()
+@function(until_apply=True)
 def _plantimestamp(context: CallContext) -> str:
+    # Terraform knows it while planning and applies with the plan's time; the sandbox's plan document carries
+    # no time (a re-plan of one commit must give the same digest), so it is known after apply, as timestamp()
     return _rfc3339(context.now().astimezone(timezone.utc).replace(microsecond=0))
 
 

@@ -21,6 +21,7 @@ until apply, as in Terraform (and `plantimestamp()`, unlike Terraform: see its c
 from __future__ import annotations
 
 import base64
+import codecs
 import csv
 import functools
 import gzip
@@ -32,6 +33,7 @@ import json
 import math
 import posixpath
 import re
+import secrets
 import urllib.parse
 import uuid as uuidlib
 from collections.abc import Callable, Iterable
@@ -383,7 +385,15 @@ def _minimum(*numbers: Num) -> Num:
     return min(numbers)
 
 
-_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+def _digit(c: str, base: int) -> int:
+    """A digit's value: letters are case-insensitive up to base 36, above it `a`-`z` are 10-35 and `A`-`Z` 36-61."""
+    if c.isascii() and c.isdigit():
+        return int(c)
+    if "a" <= c <= "z":
+        return ord(c) - ord("a") + 10
+    if "A" <= c <= "Z":
+        return ord(c) - ord("A") + (10 if base <= 36 else 36)
+    return base  # never a digit
 
 
 @function()
@@ -392,12 +402,10 @@ def _parseint(number: str, base: Num) -> int:
     if not 2 <= base <= 62:
         raise FunctionError("base must be a whole number between 2 and 62 inclusive", 1)
     text = number[1:] if number[:1] in "+-" else number
-    digits = _DIGITS[:base] if base > 36 else _DIGITS[:base] + _DIGITS[36:36 + max(0, base - 10)]
-    if not text or any(c not in digits for c in text):
+    digits = [_digit(c, base) for c in text]
+    if not digits or any(d >= base for d in digits):
         raise FunctionError(f"cannot parse {json.dumps(number)} as a base {base} integer", 0)
-    value = 0
-    for c in text:
-        value = value * base + (_DIGITS.index(c) if base > 36 or c.isdigit() else _DIGITS.index(c.lower()))
+    value = functools.reduce(lambda acc, d: acc * base + d, digits, 0)
     return -value if number.startswith("-") else value
 
 
@@ -726,8 +734,18 @@ def _concat(*seqs: list) -> list:
 def _contains(list_: list | None, value: Any) -> bool:
     if list_ is None:
         raise FunctionError("argument must not be null", 0)
-    return value in list_ and any(type(item) is type(value) or (is_number(item) and is_number(value))
-                                  for item in list_ if item == value)
+    return any(same_value(item, value) for item in list_)
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Terraform's equality: values of different types are never equal (`1` is not `true`, `"1"` is not `1`)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return bool(a == b)
 
 
 @function()
@@ -759,7 +777,7 @@ def _flatten(list_: list) -> list:
 @function()
 def _index(list_: list, value: Any) -> int:
     for i, item in enumerate(list_):
-        if item == value and (type(item) is type(value) or (is_number(item) and is_number(value))):
+        if same_value(item, value):
             return i
     raise FunctionError("item not found")
 
@@ -997,13 +1015,13 @@ def _textdecodebase64(source: str, encoding_name: str) -> str:
     try:
         return base64.b64decode(source, validate=True).decode(_codec(encoding_name))
     except ValueError:
-        raise FunctionError(f"the given value is has an invalid base64 symbol or cannot be decoded as "
+        raise FunctionError(f"the given value has an invalid base64 symbol or cannot be decoded as "
                             f"{encoding_name}", 0) from None
 
 
 def _codec(name: str) -> str:
     try:
-        return __import__("codecs").lookup(name).name
+        return codecs.lookup(name).name
     except LookupError:
         raise FunctionError(f"{json.dumps(name)} is not a supported IANA encoding name or alias", 1) from None
 
@@ -1017,9 +1035,11 @@ def _urlencode(str_: str) -> str:
 def _yamldecode(src: str) -> Any:
     try:
         documents = list(yaml.safe_load_all(src))
-    except yaml.YAMLError as exc:
-        raise FunctionError(f"on line {getattr(exc, 'problem_mark', None) and exc.problem_mark.line + 1}, "  # type: ignore[attr-defined]
-                            f"{getattr(exc, 'problem', None) or 'invalid YAML'}", 0) from None
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise FunctionError(f"on line {line}, {exc.problem or 'invalid YAML'}", 0) from None
+    except yaml.YAMLError:
+        raise FunctionError("invalid YAML", 0) from None
     if len(documents) > 1:
         raise FunctionError("the given YAML has more than one document", 0)
     return _yaml_plain(documents[0] if documents else None)
@@ -1376,12 +1396,11 @@ def _filebase64sha512(context: CallContext, path: str) -> str:
 @function(until_apply=True)
 def _bcrypt(context: CallContext, str_: str, *cost: Num) -> str:
     # a new salt every run: Terraform's value changes on every plan; the sandbox shows it as known after apply
-    # and writes a placeholder of bcrypt's shape (the simulated cloud checks no password against it)
+    # and writes a random placeholder of bcrypt's shape (nothing of the password: the simulated cloud checks none)
     rounds = _whole(cost[0]) if cost else 10
     if not 4 <= rounds <= 31:
         raise FunctionError("cost must be between 4 and 31", 1)
-    salt = base64.b64encode(hashlib.sha256(str_.encode()).digest()).decode()[:53]
-    return f"$2a${rounds:02d}${salt}"
+    return f"$2a${rounds:02d}${base64.b64encode(secrets.token_bytes(40)).decode()[:53]}"
 
 
 @function()

@@ -23,6 +23,7 @@ from gateway.adapters.sandbox.functions import (
     FunctionError,
     call_function,
     issensitive,
+    same_value,
     sensitive,
     to_bool,
     to_number,
@@ -659,17 +660,6 @@ def _modulo(a: Any, b: Any) -> int | float:
     return _arithmetic(math.fmod(dividend, divisor))
 
 
-def _equal(a: Any, b: Any) -> bool:
-    """Terraform's equality: values of different types are never equal (`1 == true` is false)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    return bool(a == b)
-
-
 def _compare(a: Any, b: Any) -> tuple[int | float, int | float]:
     return _operand_number(a, "left operand"), _operand_number(b, "right operand")
 
@@ -680,8 +670,8 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "*": lambda a, b: _arithmetic(_operand_number(a, "left operand") * _operand_number(b, "right operand")),
     "/": _divide,
     "%": _modulo,
-    "==": _equal,
-    "!=": lambda a, b: not _equal(a, b),
+    "==": same_value,
+    "!=": lambda a, b: not same_value(a, b),
     "<": lambda a, b: (lambda x, y: x < y)(*_compare(a, b)),
     ">": lambda a, b: (lambda x, y: x > y)(*_compare(a, b)),
     "<=": lambda a, b: (lambda x, y: x <= y)(*_compare(a, b)),

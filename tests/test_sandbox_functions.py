@@ -148,6 +148,26 @@ def test_functions_give_terraforms_documented_results(expression: str, expected:
     assert isinstance(result, bool) == isinstance(expected, bool)  # true is not 1
 
 
+# idioms of public modules (terraform-aws-modules and the like), with what Terraform gives
+IDIOMS = [
+    ('lookup({a = 1}, "description", null)', None),
+    ('element(concat([], [""]), 0)', ""),
+    ("try(m.settings.size, 10)", 10),
+    ('coalesce(m.name, "default-name")', "default-name"),
+    ('length(compact(["a", "", null]))', 1),
+    ('merge(null, {Name = "x"}, m.tags)', {"Name": "x", "env": "dev"}),
+    ('one([for k, v in m.tags : v if k == "env"])', "dev"),
+    ('sha1(jsonencode({b = 2, a = [1, "x"]}))', hashlib.sha1(b'{"a":[1,"x"],"b":2}').hexdigest()),  # keys sorted
+    ('format("%s-%03d", m.tags.env, 7)', "dev-007"),
+    ('contains(["dev", "prod"], m.tags.env) ? "known" : "other"', "known"),
+]
+
+
+@pytest.mark.parametrize("expression,expected", IDIOMS, ids=[e for e, _ in IDIOMS])
+def test_idioms_of_public_modules(expression: str, expected: Any) -> None:
+    assert evaluate(expression, m={"name": None, "tags": {"env": "dev"}}) == expected
+
+
 @pytest.mark.parametrize("expression,message", [
     ('format("%s", null)', r'Call to function "format" failed: unsupported value for "%s" at 0: null value cannot '
                            r"be formatted"),

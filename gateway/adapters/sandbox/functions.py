@@ -5,7 +5,7 @@ what Terraform's parameter types say, and `call_function` applies Terraform's ru
 runs, so bodies see clean values:
 
 - arity: too few or too many arguments is an error naming the function;
-- null: an argument may not be null unless the function takes nulls (`null_ok`);
+- null: an argument may not be null unless the function takes nulls (`null_ok`, or a `... | None` annotation);
 - unknown: an argument known only after apply makes the result unknown; a `shallow` function (say
   `length`, `concat`, `keys`) also runs on known collections holding unknown elements, as Terraform's do;
 - types: strings, numbers and bools convert into each other as Terraform converts them, anything
@@ -162,6 +162,7 @@ class Param:
     name: str
     kind: str  # "string", "number", "bool", "list", "list(string)", "list(number)", "list(bool)", "map", "any"
     optional: bool = False
+    nullable: bool = False  # annotated `... | None`: null reaches the body (lookup's default)
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,6 @@ class Function:
     body: Callable[..., Any]
     params: tuple[Param, ...]
     variadic: Param | None
-    null_ok: bool  # null arguments reach the body (coalesce, merge, the conversions)
     shallow: bool  # known collections with unknown elements reach the body (length, concat, keys, ...)
     contextual: bool  # the body's first parameter is the CallContext
     until_apply: bool  # the result is unknown while planning (timestamp, uuid, bcrypt)
@@ -192,14 +192,15 @@ def function(name: str | None = None, *, null_ok: bool = False, shallow: bool = 
         contextual = bool(parameters) and parameters[0].annotation == "CallContext"
         params, variadic = [], None
         for p in parameters[1:] if contextual else parameters:
-            param = Param(p.name.rstrip("_"), _KINDS[str(p.annotation).removesuffix(" | None")],
-                          p.default is not inspect.Parameter.empty)
+            annotation = str(p.annotation)
+            param = Param(p.name.rstrip("_"), _KINDS[annotation.removesuffix(" | None")],
+                          p.default is not inspect.Parameter.empty, null_ok or annotation.endswith(" | None"))
             if p.kind is inspect.Parameter.VAR_POSITIONAL:
                 variadic = param
             else:
                 params.append(param)
         fname = name or body.__name__.lstrip("_")
-        FUNCTIONS[fname] = Function(fname, body, tuple(params), variadic, null_ok, shallow, contextual, until_apply)
+        FUNCTIONS[fname] = Function(fname, body, tuple(params), variadic, shallow, contextual, until_apply)
         return body
 
     return register
@@ -215,7 +216,7 @@ def call_function(name: str, args: list[Any], context: CallContext) -> Any:
     converted = []
     for i, value in enumerate(plain_args):
         param = _param(fn, i)
-        if value is None and not fn.null_ok:
+        if value is None and not param.nullable:
             raise _call_error(fn, FunctionError("argument must not be null", i), marks)
         if value is UNKNOWN or (not fn.shallow and contains_unknown(value)):
             unknown = True
@@ -445,10 +446,8 @@ def _strcontains(str_: str, substr: str) -> bool:
 _VERB = re.compile(r"%(?:\[(\d+)\])?([-+# 0]*)(\d+)?(?:\.(\d+))?([a-zA-Z%])")
 
 
-@function(null_ok=True)
-def _format(format_: str | None, *args: Any) -> str:
-    if format_ is None:
-        raise FunctionError("argument must not be null", 0)
+@function()
+def _format(format_: str, *args: Any | None) -> str:
     return format_string(format_, list(args))
 
 
@@ -518,10 +517,8 @@ def _pad(text: str, flags: str, width: str | None) -> str:
     return text.rjust(int(width))
 
 
-@function(null_ok=True)
-def _formatlist(format_: str | None, *args: Any) -> list[str]:
-    if format_ is None:
-        raise FunctionError("argument must not be null", 0)
+@function()
+def _formatlist(format_: str, *args: Any | None) -> list[str]:
     lengths = {len(a) for a in args if isinstance(a, list)}
     if len(lengths) > 1:
         raise FunctionError("all arguments that are lists must have the same length")
@@ -730,10 +727,8 @@ def _concat(*seqs: list) -> list:
     return [item for seq in seqs for item in seq]
 
 
-@function(null_ok=True)
-def _contains(list_: list | None, value: Any) -> bool:
-    if list_ is None:
-        raise FunctionError("argument must not be null", 0)
+@function()
+def _contains(list_: list, value: Any | None) -> bool:
     return any(same_value(item, value) for item in list_)
 
 
@@ -801,7 +796,7 @@ def _length(value: Any) -> int:
 
 
 @function(shallow=True)
-def _lookup(inputmap: dict, key: str, *default: Any) -> Any:
+def _lookup(inputmap: dict, key: str, *default: Any | None) -> Any:
     if len(default) > 1:
         raise FunctionError("lookup() takes at most three arguments")
     if key in inputmap:

@@ -375,6 +375,27 @@ resource "aws_s3_bucket" "b" {
         engine.plan("web", stack, StackInputs())
 
 
+def test_errors_inside_templates_and_heredocs_name_their_own_lines(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write_stack(tmp_path, {"main.tf": '''
+resource "aws_ssm_parameter" "p" {
+  name  = "init"
+  value = templatefile("init.tpl", { greeting = "hi" })
+}
+''', "init.tpl": "#!/bin/bash\necho ${greeting}\necho ${nickname}\n"})
+    with pytest.raises(ConfigError, match=r"aws_ssm_parameter\.p: on init\.tpl line 3: unknown name `nickname`"):
+        engine.plan("web", stack, StackInputs())
+    (stack / "main.tf").write_text('''resource "aws_ssm_parameter" "p" {
+  name  = "init"
+  value = <<-EOT
+    #!/bin/bash
+    echo ${format("%s", null)}
+  EOT
+}
+''')
+    with pytest.raises(ConfigError, match=r"on web/main\.tf line 5: Call to function \"format\" failed"):
+        engine.plan("web", stack, StackInputs())
+
+
 def test_unknown_until_apply_then_known(engine: SandboxEngine, tmp_path: Path) -> None:
     stack = write_stack(tmp_path, {"main.tf": '''
 resource "aws_s3_bucket" "logs" {

@@ -6,7 +6,9 @@ functions.py. This module walks expressions and templates and dispatches functio
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -68,25 +70,32 @@ class Evaluator:
     """Evaluates expression trees against a scope of root names."""
 
     def __init__(self, scope: Mapping[str, Any], where: str, context: CallContext = NO_CONTEXT,
-                 file: str | None = None):
+                 file: str | None = None, lines: LineMap | None = None):
         self.scope = dict(scope)
         self.where = where
         self.context = context  # what file and time functions need
         self.file = file  # the file the expressions come from, for error messages
+        self.lines = lines  # set while evaluating a re-parsed template: where its lines were
 
     def child(self, **names: Any) -> Evaluator:
-        return Evaluator({**self.scope, **names}, self.where, self.context, self.file)
+        return Evaluator({**self.scope, **names}, self.where, self.context, self.file, self.lines)
 
     def fail(self, message: str, mark: Mark = Mark.NONE, node: Tree | None = None) -> ConfigError:
         """An evaluation error; `mark` says a masked value decided it (so even the failure is a secret).
 
         With `node`, the message names its line (and the file, when the evaluator knows it), as Terraform's do.
         """
-        line = getattr(node.meta, "line", None) if node is not None and not node.meta.empty else None
+        line = self._line(node) if node is not None and not node.meta.empty else None
         where = self.where
         if line is not None:
             where = f"{where}: on {self.file} line {line}" if self.file else f"{where}: line {line}"
         return MaskedFailure(f"{where}: {message}", mark) if mark else ConfigError(f"{where}: {message}")
+
+    def _line(self, node: Tree) -> int | None:
+        if self.lines is None:
+            return getattr(node.meta, "line", None)
+        column = getattr(node.meta, "column", None)
+        return None if column is None else self.lines.line_at(column)
 
     def eval(self, node: Any) -> Any:
         if isinstance(node, Token):
@@ -104,7 +113,7 @@ class Evaluator:
     def _identifier(self, node: Tree) -> Any:
         name = str(node.children[0])
         if name not in self.scope:
-            raise self.fail(f"unknown name `{name}`")
+            raise self.fail(f"unknown name `{name}`", node=node)
         return self.scope[name]
 
     def _literal_value(self, node: Tree) -> Any:
@@ -212,11 +221,10 @@ class Evaluator:
             lines = body.split("\n")
             indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
             body = "\n".join(ln[indent:] for ln in lines)
-        from hcl2 import parses_to_tree  # local: only heredocs need a re-parse
-
-        tree = parses_to_tree(f"x = {_template_source(body)}\n")
-        attribute = next(tree.find_data("attribute"))
-        return self.eval(attribute.children[-1])
+        line = getattr(node.meta, "line", None)
+        expression, lines = _parse_template(body, line + 1 if line else 1, self.where)
+        heredoc = Evaluator(self.scope, self.where, self.context, self.file, lines if line else None)
+        return heredoc.eval(expression)
 
     def _heredoc_template_trim(self, node: Tree) -> Any:
         return self._heredoc_template(node, trim=True)
@@ -401,15 +409,8 @@ class Evaluator:
 
     def render_template(self, text: str, where: str, variables: dict[str, Any]) -> Any:
         """Template text (templatefile, templatestring) rendered with only `variables` in scope."""
-        from hcl2 import parses_to_tree  # local: only templates need a re-parse
-
-        try:
-            tree = parses_to_tree(f"x = {_template_source(text)}\n")
-        except Exception as exc:  # lark's errors: the template's text is not valid template syntax
-            raise self.fail(f"{where}: invalid template: {str(exc).splitlines()[0]}") from None
-        attribute = next(tree.find_data("attribute"))
-        scope = Evaluator(variables, f"{self.where}: {where}", self.context, self.file)
-        return scope.eval(attribute.children[-1])
+        expression, lines = _parse_template(text, 1, f"{self.where}: {where}")
+        return Evaluator(variables, self.where, self.context, where, lines).eval(expression)
 
     # --- for expressions -------------------------------------------------------------------
 
@@ -562,23 +563,71 @@ def _nest(items: list[Any], i: int, until: tuple[str, ...]) -> tuple[list[Any], 
 _QUOTED = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _template_source(text: str) -> str:
-    """Raw template text (a heredoc's body, a template file) as an HCL quoted template that means the same."""
+@dataclasses.dataclass(frozen=True)
+class LineMap:
+    """Where a template's lines were: it is re-parsed as one quoted line, so columns stand for lines."""
+
+    first: int  # the line of the template's first line in its file
+    breaks: tuple[int, ...]  # the columns where its line breaks ended up
+
+    def line_at(self, column: int) -> int:
+        return self.first + bisect.bisect_left(self.breaks, column)
+
+
+_PREFIX = "x = "  # the re-parsed template is the value of one attribute
+
+
+def _parse_template(text: str, first_line: int, where: str) -> tuple[Tree, LineMap]:
+    """A template's text as an expression tree, and where its lines were."""
+    try:
+        return _parse_template_text(text, first_line)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_template_text(text: str, first_line: int) -> tuple[Tree, LineMap]:
+    """Cached: a heredoc in a resource with for_each is parsed once, not once per instance."""
+    from hcl2 import parses_to_tree  # local: only templates need a re-parse
+    from lark.exceptions import LarkError
+
+    source, breaks = _template_source(text)
+    lines = LineMap(first_line, tuple(b + len(_PREFIX) + 1 for b in breaks))
+    try:
+        tree = parses_to_tree(f"{_PREFIX}{source}\n")
+    except LarkError as exc:
+        line = lines.line_at(getattr(exc, "column", 0) or 0)
+        raise ConfigError(f"line {line}: invalid template: {str(exc).splitlines()[0]}") from None
+    return next(tree.find_data("attribute")).children[-1], lines
+
+
+def _template_source(text: str) -> tuple[str, tuple[int, ...]]:
+    """Raw template text (a heredoc's body, a template file) as an HCL quoted template that means the same,
+    and the offsets in it where the text's line breaks were."""
     out = ['"']
+    size = 1
+    breaks: list[int] = []
     i = 0
     while i < len(text):
         if text.startswith(("$${", "%%{"), i):
-            out.append(text[i : i + 3])
-            i += 3
+            piece = text[i : i + 3]
         elif text.startswith(("${", "%{"), i):
-            end = _closing_brace(text, i + 2)
-            out.append(text[i : end + 1].replace("\n", " "))  # expressions stay as written
-            i = end + 1
+            piece = text[i : _closing_brace(text, i + 2) + 1]
+            breaks.extend(size + k for k, c in enumerate(piece) if c == "\n")
+            piece = piece.replace("\n", " ")  # expressions stay as written, on one line
         else:
-            out.append(_QUOTED.get(text[i], text[i]))
+            if text[i] == "\n":
+                breaks.append(size)
+            piece = _QUOTED.get(text[i], text[i])
             i += 1
+            out.append(piece)
+            size += len(piece)
+            continue
+        i += len(piece)
+        out.append(piece)
+        size += len(piece)
     out.append('"')
-    return "".join(out)
+    return "".join(out), tuple(breaks)
 
 
 def _closing_brace(text: str, i: int) -> int:

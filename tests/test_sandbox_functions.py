@@ -10,7 +10,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -255,6 +258,37 @@ def test_sensitive_arguments_make_sensitive_results_and_quiet_errors() -> None:
     # which fallback try() picks tells whether the secret was null: the answer is as secret as the secret
     assert evaluate('try(upper(pw), "none")', pw=Secret(None)) == Secret("none")
     assert evaluate("can(upper(pw))", pw=Secret(None)) == Secret(False)
+
+
+def _terraform_console() -> str | None:
+    """A Terraform on PATH recent enough for every function the examples call (1.5: strcontains), else None."""
+    binary = shutil.which("terraform")
+    if binary is None:
+        return None
+    out = subprocess.run([binary, "version", "-json"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TF_CLI_CONFIG_FILE": os.devnull})
+    version = tuple(int(p) for p in json.loads(out.stdout)["terraform_version"].split("-")[0].split(".")[:2])
+    return binary if version >= (1, 5) else None
+
+
+# the examples that need names in scope, marks, or Terraform's typed nulls are checked above, not here
+_DIFFERENTIAL = [e for e, _ in DOCUMENTED if "sensitive" not in e and "\n" not in e and e != '"${null}"'] \
+    + [e for e, _ in IDIOMS if "m." not in e]
+
+
+@pytest.mark.skipif(_terraform_console() is None, reason="no Terraform >= 1.5 on PATH to compare against")
+def test_the_same_expressions_give_the_same_values_in_real_terraform(tmp_path: Path) -> None:
+    binary = _terraform_console()
+    assert binary is not None
+    # one console run for all: each value comes back JSON-encoded (Terraform's console prints only the last line)
+    expression = "jsonencode([" + ", ".join(f"jsonencode({e})" for e in _DIFFERENTIAL) + "])\n"
+    out = subprocess.run([binary, "console"], input=expression, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path, env={**os.environ, "TF_CLI_CONFIG_FILE": os.devnull})
+    assert out.returncode == 0, out.stderr
+    terraform = [json.loads(v) for v in json.loads(json.loads(out.stdout))]
+    sandbox = [json.loads(json.dumps(evaluate(e))) for e in _DIFFERENTIAL]
+    differences = [(e, t, s) for e, t, s in zip(_DIFFERENTIAL, terraform, sandbox, strict=True) if t != s]
+    assert not differences
 
 
 # --- through the engine, on stacks in temp dirs ------------------------------------------------

@@ -39,6 +39,7 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,11 @@ from gateway.adapters.sandbox.values import (
     Mark,
     Sensitive,
     contains_unknown,
+    decimal_arithmetic,
     is_number,
     marked,
     number_text,
+    plain_number,
     type_name,
     unmark,
 )
@@ -233,7 +236,7 @@ def call_function(name: str, args: list[Any], context: CallContext) -> Any:
         raise _call_error(fn, exc, marks) from None
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
         raise _call_error(fn, FunctionError(str(exc) or type(exc).__name__), marks) from None
-    return marked(result, mark)
+    return marked(plain_number(result) if isinstance(result, float) else result, mark)
 
 
 def _check_arity(fn: Function, given: int) -> None:
@@ -311,7 +314,7 @@ def to_number(value: Any) -> int | float:
         if not _DECIMAL.fullmatch(value):
             raise FunctionError(f"cannot convert {json.dumps(value)} to number; given string must be a decimal "
                                 "representation of a number")
-        return int(value) if value.lstrip("+-").isdigit() else float(value)
+        return int(value) if value.lstrip("+-").isdigit() else plain_number(float(value))
     raise FunctionError(f"number required, got {type_name(value)}")
 
 
@@ -417,7 +420,8 @@ def _power(num: Num, power: Num) -> Num:
 
 @function()
 def _signum(num: Num) -> int:
-    return (num > 0) - (num < 0)
+    whole = _whole(num)
+    return (whole > 0) - (whole < 0)
 
 
 # --- string ------------------------------------------------------------------------------------
@@ -484,6 +488,8 @@ def _format_verb(verb: str, value: Any, precision: str | None, match: re.Match[s
         raise FunctionError(f"unsupported value for {where}: null value cannot be formatted")
     try:
         if verb == "v":
+            if is_number(value):
+                return _shortest_g(float(value), "g")
             return to_string(value) if not isinstance(value, (list, dict)) else json.dumps(value, separators=(",", ":"))
         if verb == "s":
             text = to_string(value)
@@ -499,11 +505,21 @@ def _format_verb(verb: str, value: Any, precision: str | None, match: re.Match[s
                     "x": format(whole, "x"), "X": format(whole, "X")}[verb]
         if verb in "feEgG":
             if precision is None and verb in "gG":
-                return number_text(number)
+                return _shortest_g(float(number), verb)
             return format(float(number), f".{precision or 6}{verb}")
     except FunctionError as exc:
         raise FunctionError(f"unsupported value for {where}: {exc.message}") from None
     raise FunctionError(f"unrecognized format character {verb!r} at {match.start()}")
+
+
+def _shortest_g(number: float, verb: str) -> str:
+    """Go's %g (and %v of a number) without a precision: the shortest digits, in exponent form below 1e-4 or from
+    1e6 on (`1.234567e+06`)."""
+    digits = repr(abs(number)).replace(".", "").lstrip("0").split("e")[0].rstrip("0") or "0"
+    exponent = math.floor(math.log10(abs(number))) if number else 0
+    if exponent < -4 or exponent >= 6:
+        return format(number, f".{max(len(digits) - 1, 0)}{'e' if verb == 'g' else 'E'}")
+    return number_text(plain_number(number))
 
 
 def _pad(text: str, flags: str, width: str | None) -> str:
@@ -547,12 +563,12 @@ def _join(separator: str, *lists: list[str]) -> str:
 
 @function()
 def _lower(str_: str) -> str:
-    return str_.lower()
+    return "".join(c.lower() if len(c.lower()) == 1 else c for c in str_)  # one letter for one, as Go maps
 
 
 @function()
 def _upper(str_: str) -> str:
-    return str_.upper()
+    return "".join(c.upper() if len(c.upper()) == 1 else c for c in str_)  # "ß" stays "ß", as in Terraform
 
 
 def _compile(pattern: str, param: int = 1) -> re.Pattern[str]:
@@ -563,10 +579,10 @@ def _compile(pattern: str, param: int = 1) -> re.Pattern[str]:
 
 
 def _match_value(match: re.Match[str]) -> Any:
-    if match.re.groupindex:
-        return {name: match.group(name) or "" for name in match.re.groupindex}
+    if match.re.groupindex:  # a group that did not take part is null, as in Terraform
+        return {name: match.group(name) for name in match.re.groupindex}
     if match.re.groups:
-        return [g if g is not None else "" for g in match.groups()]
+        return list(match.groups())
     return match.group(0)
 
 
@@ -624,7 +640,7 @@ def _substr(str_: str, offset: Num, length: Num) -> str:
     if offset < 0:
         offset = max(len(str_) + offset, 0)
     if offset > len(str_):
-        raise FunctionError("offset is out of range", 1)
+        return ""
     return str_[offset:] if length < 0 else str_[offset:offset + length]
 
 
@@ -746,7 +762,7 @@ def same_value(a: Any, b: Any) -> bool:
 @function()
 def _distinct(list_: list) -> list:
     first: dict[str, Any] = {}
-    for item in list_:
+    for item in unify(list_):
         first.setdefault(json.dumps(item, sort_keys=True), item)
     return list(first.values())
 
@@ -862,10 +878,21 @@ def _reverse(list_: list) -> list:
     return list_[::-1]
 
 
+def _unify_sets(sets: tuple[list, ...]) -> list[list]:
+    """Sets of one element type: a number in one and strings in another make all strings, as in Terraform."""
+    flat = unify([item for s in sets for item in s])
+    out, start = [], 0
+    for s in sets:
+        out.append(flat[start:start + len(s)])
+        start += len(s)
+    return out
+
+
 @function()
 def _setintersection(first_set: list, *other_sets: list) -> list:
-    keys = set.intersection({json.dumps(x, sort_keys=True) for x in first_set},
-                            *({json.dumps(x, sort_keys=True) for x in s} for s in other_sets))
+    first, *others = _unify_sets((first_set, *other_sets))
+    keys = set.intersection({json.dumps(x, sort_keys=True) for x in first},
+                            *({json.dumps(x, sort_keys=True) for x in s} for s in others))
     return set_of(json.loads(k) for k in keys)
 
 
@@ -881,13 +908,14 @@ def _setproduct(*sets: list) -> list:
 
 @function()
 def _setsubtract(a: list, b: list) -> list:
+    a, b = _unify_sets((a, b))
     remove = {json.dumps(x, sort_keys=True) for x in b}
     return set_of(x for x in a if json.dumps(x, sort_keys=True) not in remove)
 
 
 @function()
 def _setunion(first_set: list, *other_sets: list) -> list:
-    return set_of([*first_set, *(x for s in other_sets for x in s)])
+    return set_of(unify([*first_set, *(x for s in other_sets for x in s)]))
 
 
 @function(shallow=True)
@@ -913,7 +941,7 @@ def _sum(list_: list[Num]) -> Num:
     if not list_:
         raise FunctionError("cannot sum an empty list", 0)
     _no_null_elements(list_)
-    return functools.reduce(lambda a, b: a + b, list_)
+    return functools.reduce(lambda a, b: decimal_arithmetic(Decimal.__add__, a, b), list_)
 
 
 @function()
@@ -956,7 +984,9 @@ def _base64encode(str_: str) -> str:
 
 @function()
 def _base64gzip(str_: str) -> str:
-    return base64.b64encode(gzip.compress(str_.encode(), mtime=0)).decode()
+    data = bytearray(gzip.compress(str_.encode(), mtime=0))
+    data[8:10] = b"\x00\xff"  # the header's flags and OS byte as Go writes them (the deflate body may differ)
+    return base64.b64encode(bytes(data)).decode()
 
 
 @function()
@@ -1054,47 +1084,61 @@ def _yaml_plain(value: Any) -> Any:
 
 @function(null_ok=True)
 def _yamlencode(value: Any) -> str:
-    return "".join(_yaml_lines(value, 0, top=True))
+    text = "".join(line + "\n" for line in _yaml_lines(value, 0))
+    if value is None or isinstance(value, bool) or is_number(value):
+        text += "...\n"  # a plain scalar alone is a whole document: go-yaml marks its end
+    return text
 
 
-def _yaml_scalar(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if is_number(value):
-        return number_text(value)
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _yaml_lines(value: Any, indent: int, top: bool = False) -> Iterable[str]:
-    """Block-style YAML with every string double-quoted, as Terraform's yamlencode writes it."""
+def _yaml_lines(value: Any, indent: int) -> Iterable[str]:
+    """Block-style YAML lines, keys sorted and strings double-quoted (or `|` blocks), as Terraform writes them."""
     pad = " " * indent
     if isinstance(value, dict) and value:
         for key, item in sorted(value.items()):  # Terraform's objects and maps are ordered by key
+            head = f"{pad}{json.dumps(key, ensure_ascii=False)}:"
             if isinstance(item, (dict, list)) and item:
-                yield f"{pad}{json.dumps(key, ensure_ascii=False)}:\n"
+                yield head
                 yield from _yaml_lines(item, indent + (2 if isinstance(item, dict) else 0))
             else:
-                yield f"{pad}{json.dumps(key, ensure_ascii=False)}: {_yaml_inline(item)}\n"
+                first, *rest = _yaml_inline(item, indent)
+                yield f"{head} {first}"
+                yield from rest
     elif isinstance(value, list) and value:
         for item in value:
             if isinstance(item, (dict, list)) and item:
-                lines = list(_yaml_lines(item, 0))
-                yield f"{pad}- {lines[0]}"
-                yield from (f"{pad}  {line}" for line in lines[1:])
+                first, *rest = _yaml_lines(item, 0)
+                rest = [f"{pad}  {line}" if line else "" for line in rest]
             else:
-                yield f"{pad}- {_yaml_inline(item)}\n"
+                first, *rest = _yaml_inline(item, indent)  # a block's lines come indented already
+            yield f"{pad}- {first}"
+            yield from rest
     else:
-        yield f"{pad}{_yaml_inline(value)}\n"
+        first, *rest = _yaml_inline(value, indent)
+        yield pad + first
+        yield from rest
 
 
-def _yaml_inline(value: Any) -> str:
+def _yaml_inline(value: Any, indent: int) -> list[str]:
+    """A scalar (or empty collection) as the lines it takes: one, or a `|` block's header and lines."""
     if isinstance(value, dict):
-        return "{}"
+        return ["{}"]
     if isinstance(value, list):
-        return "[]"
-    return _yaml_scalar(value)
+        return ["[]"]
+    if value is None:
+        return ["null"]
+    if isinstance(value, bool):
+        return ["true" if value else "false"]
+    if is_number(value):
+        return [number_text(value)]
+    lines = value.split("\n")
+    if len(lines) == 1 or any(line != line.rstrip(" \t") for line in lines) or "\r" in value:
+        return [json.dumps(value, ensure_ascii=False)]
+    chomp = "-" if not value.endswith("\n") else ("+" if value.endswith("\n\n") else "")
+    if value.endswith("\n"):
+        lines = lines[:-1]
+    header = "|" + ("2" if value.startswith(" ") else "") + chomp
+    pad = " " * (indent + 2)
+    return [header, *(pad + line if line else "" for line in lines)]
 
 
 # --- filesystem --------------------------------------------------------------------------------
@@ -1529,8 +1573,16 @@ def _as(convert: Callable[[Any], Any], value: Any) -> Any:
 @function(null_ok=True, shallow=True)
 def _tolist(v: Any) -> list | None:
     if v is None or isinstance(v, list):
-        return v
+        return unify(v) if v else v
     raise FunctionError(f"cannot convert {type_name(v)} to list", 0)
+
+
+def unify(items: list[Any]) -> list[Any]:
+    """A tuple as a list of one element type: mixed strings, numbers and bools all become strings, as in Terraform."""
+    kinds = {type_name(i) for i in items if i is not None and i is not UNKNOWN}
+    if "string" in kinds and kinds <= {"string", "number", "bool"} and len(kinds) > 1:
+        return [i if i is None or i is UNKNOWN else to_string(i) for i in items]
+    return items
 
 
 @function(null_ok=True, shallow=True)
@@ -1541,7 +1593,7 @@ def _toset(v: Any) -> list | None:
         raise FunctionError(f"cannot convert {type_name(v)} to set", 0)
     if contains_unknown(v):
         return UNKNOWN  # which elements are equal is not known yet
-    return set_of(v)
+    return set_of(unify(v))
 
 
 @function(null_ok=True, shallow=True)

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from hcl2.utils import process_escape_sequences
@@ -37,8 +38,10 @@ from gateway.adapters.sandbox.values import (  # noqa: F401  (re-exported: the e
     Secret,
     Sensitive,
     contains_unknown,
+    decimal_arithmetic,
     marked,
     number_text,
+    plain_number,
     type_name,
     unmark,
 )
@@ -122,8 +125,10 @@ class Evaluator:
     def _int_lit(self, node: Tree) -> int:
         return int(str(node.children[0]))
 
-    def _float_lit(self, node: Tree) -> float:
-        return float(str(node.children[0]))
+    def _float_lit(self, node: Tree) -> int | float:
+        text = str(node.children[0])
+        number = Decimal(text)
+        return int(number) if number == number.to_integral_value() else float(text)  # 1e20 is a whole number
 
     def _tuple(self, node: Tree) -> list:
         return [self.eval(c) for c in _subtrees(node)]
@@ -260,7 +265,7 @@ class Evaluator:
     def _unary_op(self, node: Tree) -> Any:
         op = str(node.children[0])
         operand = self.eval(_subtrees(node)[0])
-        negate = (lambda v: _arithmetic(-_operand_number(v, "operand"))) if op == "-" \
+        negate = (lambda v: -_operand_number(v, "operand")) if op == "-" \
             else (lambda v: not _operand_bool(v, "operand"))
         return _apply_marked(negate, [operand], self, node)
 
@@ -684,20 +689,15 @@ def _operand_bool(value: Any, side: str) -> bool:
         raise TypeError(f"Invalid operand: unsuitable value for {side}: {exc.message}.") from None
 
 
-def _arithmetic(result: int | float) -> int | float:
-    """Terraform has one number type: a whole result is written without `.0`."""
-    if isinstance(result, float) and math.isfinite(result):
-        result = float(f"{result:.15g}")  # 0.1 + 0.2 is 0.3: Terraform's numbers are decimal, not binary
-        if result.is_integer() and abs(result) < 2**53:
-            return int(result)
-    return result
+def _arithmetic(op: Callable[[Decimal, Decimal], Decimal]) -> Callable[[Any, Any], int | float]:
+    return lambda a, b: decimal_arithmetic(op, _operand_number(a, "left operand"), _operand_number(b, "right operand"))
 
 
 def _divide(a: Any, b: Any) -> int | float:
     divisor = _operand_number(b, "right operand")
     if divisor == 0:
         raise ZeroDivisionError("Operation failed: can't divide by zero.")
-    return _arithmetic(_operand_number(a, "left operand") / divisor)
+    return decimal_arithmetic(Decimal.__truediv__, _operand_number(a, "left operand"), divisor)
 
 
 def _modulo(a: Any, b: Any) -> int | float:
@@ -706,7 +706,7 @@ def _modulo(a: Any, b: Any) -> int | float:
         raise ZeroDivisionError("Operation failed: can't use modulo by zero.")
     if isinstance(dividend, int) and isinstance(divisor, int):
         return abs(dividend) % abs(divisor) * (-1 if dividend < 0 else 1)  # the dividend's sign, as Go's
-    return _arithmetic(math.fmod(dividend, divisor))
+    return plain_number(math.fmod(dividend, divisor))
 
 
 def _compare(a: Any, b: Any) -> tuple[int | float, int | float]:
@@ -714,9 +714,9 @@ def _compare(a: Any, b: Any) -> tuple[int | float, int | float]:
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "+": lambda a, b: _arithmetic(_operand_number(a, "left operand") + _operand_number(b, "right operand")),
-    "-": lambda a, b: _arithmetic(_operand_number(a, "left operand") - _operand_number(b, "right operand")),
-    "*": lambda a, b: _arithmetic(_operand_number(a, "left operand") * _operand_number(b, "right operand")),
+    "+": _arithmetic(Decimal.__add__),
+    "-": _arithmetic(Decimal.__sub__),
+    "*": _arithmetic(Decimal.__mul__),
     "/": _divide,
     "%": _modulo,
     "==": same_value,

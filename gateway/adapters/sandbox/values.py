@@ -13,8 +13,9 @@ branch writes cannot unmask what the gateway was given to keep.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 from enum import IntEnum
 from typing import Any
 
@@ -117,3 +118,21 @@ def type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     return "unknown"
+
+
+def plain_number(value: int | float) -> int | float:
+    """Terraform has one number type: a whole number is an int here, so it is written without `.0`."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+def decimal_arithmetic(op: Callable[[Decimal, Decimal], Decimal], a: int | float, b: int | float) -> int | float:
+    """`a op b` in decimal, as Terraform computes (0.1 + 0.2 is 0.3, not 0.30000000000000004)."""
+    if isinstance(a, int) and isinstance(b, int) and op is not Decimal.__truediv__:
+        return int(op(Decimal(a), Decimal(b)))
+    with localcontext() as context:
+        context.prec = 40
+        result = op(Decimal(repr(a)) if isinstance(a, float) else Decimal(a),
+                    Decimal(repr(b)) if isinstance(b, float) else Decimal(b))
+    return int(result) if result == result.to_integral_value() else float(result)

@@ -1021,6 +1021,8 @@ def _jsonencode(val: Any) -> str:
 
 
 def _plain_numbers(value: Any) -> Any:
+    if isinstance(value, float) and math.isinf(value):
+        raise FunctionError("cannot serialize infinity as JSON")
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, list):

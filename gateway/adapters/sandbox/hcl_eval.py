@@ -694,16 +694,18 @@ def _arithmetic(op: Callable[[Decimal, Decimal], Decimal]) -> Callable[[Any, Any
 
 
 def _divide(a: Any, b: Any) -> int | float:
-    divisor = _operand_number(b, "right operand")
-    if divisor == 0:
-        raise ZeroDivisionError("Operation failed: can't divide by zero.")
-    return decimal_arithmetic(Decimal.__truediv__, _operand_number(a, "left operand"), divisor)
+    dividend, divisor = _operand_number(a, "left operand"), _operand_number(b, "right operand")
+    if divisor == 0:  # as Terraform: 1 / 0 is +Inf, 0 / 0 an error
+        if dividend == 0:
+            raise ZeroDivisionError("Operation failed: can't divide zero by zero or infinity by infinity.")
+        return math.copysign(math.inf, dividend)
+    return decimal_arithmetic(Decimal.__truediv__, dividend, divisor)
 
 
 def _modulo(a: Any, b: Any) -> int | float:
     dividend, divisor = _operand_number(a, "left operand"), _operand_number(b, "right operand")
     if divisor == 0:
-        raise ZeroDivisionError("Operation failed: can't use modulo by zero.")
+        return dividend  # as Terraform: 5 % 0 is 5
     if isinstance(dividend, int) and isinstance(divisor, int):
         return abs(dividend) % abs(divisor) * (-1 if dividend < 0 else 1)  # the dividend's sign, as Go's
     return plain_number(math.fmod(dividend, divisor))

@@ -13,6 +13,7 @@ branch writes cannot unmask what the gateway was given to keep.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
@@ -98,6 +99,8 @@ def number_text(value: int | float) -> str:
     """A number as Terraform writes it: no exponent, no trailing `.0` (`1e-07` is `0.0000001`)."""
     if isinstance(value, int):
         return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
     if value.is_integer():
         return str(int(value))
     return format(Decimal(repr(value)), "f")

@@ -467,7 +467,9 @@ resource "aws_ssm_parameter" "p" {
     assert change["after"]["tags"]["refs"] == 2  # known: the list's length does not wait for the arn
     outcome = engine.apply("web", stack, plan.document, plan.state_serial, StackInputs())
     assert outcome.succeeded, outcome.error
-    applied = engine.store.read_state("web").resources["aws_ssm_parameter.p"].attributes
+    state = engine.store.read_state("web")
+    assert state is not None
+    applied = state.resources["aws_ssm_parameter.p"].attributes
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", applied["value"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", applied["tags"]["created"])
     assert applied["tags"]["arn"] == "ARN:AWS:S3:::ORDERS-LOGS"
@@ -508,7 +510,7 @@ resource "aws_ssm_parameter" "motd" {
 ''').push()
     result = plan_stack(workspace, "app-staging", "motd")
     change = result.plan.find("aws_ssm_parameter.motd")
-    assert change.kind == ChangeKind.CREATE
+    assert change is not None and change.kind == ChangeKind.CREATE
     assert change.change.after["value"] == "Welcome to STAGING (admin)\n"
     assert len(change.change.after["tags"]["digest"]) == 8
 

@@ -852,6 +852,9 @@ def _one(list_: list) -> Any:
 def _range(*params: Num) -> list[Num]:
     if not 1 <= len(params) <= 3:
         raise FunctionError("must have one, two, or three arguments")
+    start: Num
+    limit: Num
+    step: Num
     start, limit, step = (0, params[0], 1) if len(params) == 1 else (params[0], params[1], 1)
     if len(params) == 2 and limit < start:
         step = -1
@@ -1527,7 +1530,7 @@ def _cidrsubnet(prefix: str, newbits: Num, netnum: Num) -> str:
 @function()
 def _cidrsubnets(prefix: str, *newbits: Num) -> list[str]:
     network = _network(prefix)
-    out = []
+    out: list[str] = []
     start = int(network.network_address)
     end = start + network.num_addresses
     for i, bits in enumerate(_whole(b) for b in newbits):
@@ -1588,7 +1591,7 @@ def unify(items: list[Any]) -> list[Any]:
 
 
 @function(null_ok=True, shallow=True)
-def _toset(v: Any) -> list | None:
+def _toset(v: Any) -> Any:
     if v is None:
         return None
     if not isinstance(v, list):

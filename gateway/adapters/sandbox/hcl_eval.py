@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import math
+import operator
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -227,8 +228,8 @@ class Evaluator:
             indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
             body = "\n".join(ln[indent:] for ln in lines)
         line = getattr(node.meta, "line", None)
-        expression, lines = _parse_template(body, line + 1 if line else 1, self.where)
-        heredoc = Evaluator(self.scope, self.where, self.context, self.file, lines if line else None)
+        expression, line_map = _parse_template(body, line + 1 if line else 1, self.where)
+        heredoc = Evaluator(self.scope, self.where, self.context, self.file, line_map if line else None)
         return heredoc.eval(expression)
 
     def _heredoc_template_trim(self, node: Tree) -> Any:
@@ -711,8 +712,8 @@ def _modulo(a: Any, b: Any) -> int | float:
     return plain_number(math.fmod(dividend, divisor))
 
 
-def _compare(a: Any, b: Any) -> tuple[int | float, int | float]:
-    return _operand_number(a, "left operand"), _operand_number(b, "right operand")
+def _comparison(test: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    return lambda a, b: test(_operand_number(a, "left operand"), _operand_number(b, "right operand"))
 
 
 _BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -723,10 +724,10 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "%": _modulo,
     "==": same_value,
     "!=": lambda a, b: not same_value(a, b),
-    "<": lambda a, b: (lambda x, y: x < y)(*_compare(a, b)),
-    ">": lambda a, b: (lambda x, y: x > y)(*_compare(a, b)),
-    "<=": lambda a, b: (lambda x, y: x <= y)(*_compare(a, b)),
-    ">=": lambda a, b: (lambda x, y: x >= y)(*_compare(a, b)),
+    "<": _comparison(operator.lt),
+    ">": _comparison(operator.gt),
+    "<=": _comparison(operator.le),
+    ">=": _comparison(operator.ge),
     "&&": lambda a, b: _operand_bool(a, "left operand") and _operand_bool(b, "right operand"),
     "||": lambda a, b: _operand_bool(a, "left operand") or _operand_bool(b, "right operand"),
 }

@@ -1,7 +1,7 @@
 """Evaluates HCL expressions from python-hcl2's parse tree, the way Terraform would.
 
 The values and their marks (unknown, sensitive, secret) are in values.py; Terraform's functions in
-functions.py. This module walks expressions and templates and dispatches function calls.
+functions/. This module walks expressions and templates and dispatches function calls.
 """
 
 from __future__ import annotations

@@ -239,6 +239,18 @@ def test_heredocs_and_templates_keep_quotes_inside_interpolations() -> None:
     assert evaluate(heredoc) == '{"a": "{"k":"v"}", "b": "back\\slash"}\n- p\n- q\n'
 
 
+@pytest.mark.parametrize("expression,message", [
+    ('indent(100000000, "a\\nb")', r"indenting by 100000000 would add more than the sandbox builds"),
+    ('format("%999999999d", 1)', r"a width of 999999999 is more than the sandbox pads"),
+    ("setproduct(range(100), range(100), range(100))", r"the product would have 1000000 elements"),
+])
+def test_calls_that_would_exhaust_the_gateway_are_refused_clearly(expression: str, message: str) -> None:
+    # Terraform would try; a gateway that plans for many teams must not build a gigabyte string for one
+    with pytest.raises(ConfigError, match=r"^test: on test\.tf line 1: .*" + message):
+        evaluate(expression)
+    assert evaluate("pow(10, 400)") == float("inf")  # floating point as Terraform's, not a 401-digit integer
+
+
 def test_unknown_values_propagate_except_where_terraform_knows_better() -> None:
     assert evaluate("upper(x)", x=UNKNOWN) is UNKNOWN
     assert evaluate('join(",", ["a", x])', x=UNKNOWN) is UNKNOWN
@@ -418,6 +430,17 @@ resource "aws_s3_bucket" "b" {
                                    '    n = substr("orders", "one", 2)\n  }\n}\n')
     with pytest.raises(ConfigError, match=r'on web/main\.tf line 4: Invalid value for "offset" parameter of '
                                           r'substr\(\): cannot convert "one" to number'):
+        engine.plan("web", stack, StackInputs())
+
+
+def test_a_template_cannot_render_templates(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write_stack(tmp_path, {"main.tf": '''
+resource "aws_ssm_parameter" "p" {
+  name  = "loop"
+  value = templatefile("loop.tpl", {})
+}
+''', "loop.tpl": 'again: ${templatefile("loop.tpl", {})}\n'})
+    with pytest.raises(ConfigError, match=r"on loop\.tpl line 1: .*cannot recursively call templatefile"):
         engine.plan("web", stack, StackInputs())
 
 

@@ -416,7 +416,8 @@ class Evaluator:
     def render_template(self, text: str, where: str, variables: dict[str, Any]) -> Any:
         """Template text (templatefile, templatestring) rendered with only `variables` in scope."""
         expression, lines = _parse_template(text, 1, f"{self.where}: {where}")
-        return Evaluator(variables, self.where, self.context, where, lines).eval(expression)
+        inside = dataclasses.replace(self.context, render=None, in_template=True)
+        return Evaluator(variables, self.where, inside, where, lines).eval(expression)
 
     # --- for expressions -------------------------------------------------------------------
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from decimal import Decimal
 from typing import Any
 
 from gateway.adapters.sandbox.functions.registry import (
+    MAX_ELEMENTS,
     MAX_RANGE,
     FunctionError,
     Num,
@@ -229,6 +231,9 @@ def _setintersection(first_set: list, *other_sets: list) -> list:
 def _setproduct(*sets: list) -> list:
     if not sets:
         raise FunctionError("at least one argument is required")
+    size = math.prod(len(s) for s in sets)
+    if size > MAX_ELEMENTS:
+        raise FunctionError(f"the product would have {size} elements, more than the sandbox builds ({MAX_ELEMENTS})")
     product: list[list] = [[]]
     for s in sets:
         product = [combo + [item] for combo in product for item in s]

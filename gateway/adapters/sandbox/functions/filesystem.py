@@ -113,5 +113,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 @function()
 def _templatefile(context: CallContext, path: str, vars_: dict) -> Any:
+    if context.in_template:
+        raise FunctionError("cannot recursively call templatefile from inside another template")
     text = read_text(context, path)
     return render_template(context, text, path, vars_)

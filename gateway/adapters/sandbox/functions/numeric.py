@@ -74,7 +74,10 @@ def _parseint(number: str, base: Num) -> int:
 
 @function("pow")
 def _power(num: Num, power: Num) -> Num:
-    return num ** power
+    try:
+        return math.pow(num, power)  # floating point, as Terraform's: pow(10, 400) is +Inf, not a 401-digit number
+    except OverflowError:
+        return math.inf
 
 
 @function()

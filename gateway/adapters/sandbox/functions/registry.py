@@ -87,6 +87,9 @@ VIRTUAL_HOME = "/home/sandbox"  # what pathexpand() makes of `~`
 
 
 MAX_RANGE = 1024  # Terraform refuses longer range() results
+# Terraform has no such limits; a gateway shared by many must not be made to build a gigabyte string or list
+MAX_TEXT = 1_000_000  # characters that indent() and format()'s widths may add
+MAX_ELEMENTS = 100_000  # elements setproduct() may build
 
 
 class FunctionError(Exception):
@@ -148,6 +151,7 @@ class CallContext:
     files: FileScope | None = None
     applying: bool = False  # timestamp() and uuid() are known only while applying
     render: TemplateRenderer | None = None  # renders template text with variables (templatefile)
+    in_template: bool = False  # inside a template, templatefile() is refused, as in Terraform (no recursion)
     now: Callable[[], datetime] = field(default=lambda: datetime.now(timezone.utc))
 
 
@@ -228,6 +232,11 @@ def call_function(name: str, args: list[Any], context: CallContext) -> Any:
         raise _call_error(fn, exc, marks) from None
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError) as exc:
         raise _call_error(fn, FunctionError(str(exc) or type(exc).__name__), marks) from None
+    except OSError as exc:  # its message would show where the checkout is on this machine: say only what failed
+        raise _call_error(fn, FunctionError(f"cannot read the file: {exc.strerror or type(exc).__name__}"),
+                          marks) from None
+    except RecursionError:
+        raise _call_error(fn, FunctionError("the value is nested too deeply"), marks) from None
     return marked(plain_number(result) if isinstance(result, float) else result, mark)
 
 

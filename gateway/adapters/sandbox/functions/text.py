@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from gateway.adapters.sandbox.functions.registry import (
+    MAX_TEXT,
     CallContext,
     FunctionError,
     Num,
@@ -123,6 +124,8 @@ def _shortest_g(number: float, verb: str) -> str:
 def _pad(text: str, flags: str, width: str | None) -> str:
     if not width:
         return text
+    if int(width) > MAX_TEXT:
+        raise FunctionError(f"a width of {width} is more than the sandbox pads ({MAX_TEXT})")
     if "-" in flags:
         return text.ljust(int(width))
     if "0" in flags and text.lstrip("-").replace(".", "", 1).isdigit():
@@ -144,8 +147,10 @@ def _formatlist(format_: str, *args: Any | None) -> list[str]:
 
 @function()
 def _indent(spaces: Num, str_: str) -> str:
-    pad = " " * whole(spaces)
-    return str_.replace("\n", "\n" + pad)
+    count = whole(spaces)
+    if count * str_.count("\n") > MAX_TEXT:
+        raise FunctionError(f"indenting by {count} would add more than the sandbox builds ({MAX_TEXT} characters)", 0)
+    return str_.replace("\n", "\n" + " " * count)
 
 
 @function()

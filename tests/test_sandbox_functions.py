@@ -433,6 +433,18 @@ resource "aws_s3_bucket" "b" {
         engine.plan("web", stack, StackInputs())
 
 
+def test_a_broken_template_names_its_file_and_line(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write_stack(tmp_path, {"main.tf": '''
+resource "aws_ssm_parameter" "p" {
+  name  = "motd"
+  value = templatefile("motd.tpl", { who = "ops" })
+}
+''', "motd.tpl": "Hello ${who}\nSee ${ oops\n"})
+    with pytest.raises(ConfigError, match=r"on motd\.tpl line 2: invalid template syntax: an interpolation or "
+                                          r"directive is not closed"):
+        engine.plan("web", stack, StackInputs())
+
+
 def test_a_template_cannot_render_templates(engine: SandboxEngine, tmp_path: Path) -> None:
     stack = write_stack(tmp_path, {"main.tf": '''
 resource "aws_ssm_parameter" "p" {

@@ -228,7 +228,7 @@ class Evaluator:
             indent = min((len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()), default=0)
             body = "\n".join(ln[indent:] for ln in lines)
         line = getattr(node.meta, "line", None)
-        expression, line_map = _parse_template(body, line + 1 if line else 1, self.where)
+        expression, line_map = _parse_template(body, line + 1 if line else 1, self.where, self.file)
         heredoc = Evaluator(self.scope, self.where, self.context, self.file, line_map if line else None)
         return heredoc.eval(expression)
 
@@ -415,7 +415,7 @@ class Evaluator:
 
     def render_template(self, text: str, where: str, variables: dict[str, Any]) -> Any:
         """Template text (templatefile, templatestring) rendered with only `variables` in scope."""
-        expression, lines = _parse_template(text, 1, f"{self.where}: {where}")
+        expression, lines = _parse_template(text, 1, self.where, where)
         inside = dataclasses.replace(self.context, render=None, in_template=True)
         return Evaluator(variables, self.where, inside, where, lines).eval(expression)
 
@@ -584,27 +584,36 @@ class LineMap:
 _PREFIX = "x = "  # the re-parsed template is the value of one attribute
 
 
-def _parse_template(text: str, first_line: int, where: str) -> tuple[Tree, LineMap]:
+def _parse_template(text: str, first_line: int, where: str, file: str | None) -> tuple[Tree, LineMap]:
     """A template's text as an expression tree, and where its lines were."""
     try:
         return _parse_template_text(text, first_line)
     except ConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: on {file} {exc}" if file else f"{where}: {exc}") from None
 
 
 @functools.lru_cache(maxsize=256)
 def _parse_template_text(text: str, first_line: int) -> tuple[Tree, LineMap]:
     """Cached: a heredoc in a resource with for_each is parsed once, not once per instance."""
     from hcl2 import parses_to_tree  # local: only templates need a re-parse
-    from lark.exceptions import LarkError
+    from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedToken
 
     source, breaks = _template_source(text)
     lines = LineMap(first_line, tuple(b + len(_PREFIX) + 1 for b in breaks))
     try:
         tree = parses_to_tree(f"{_PREFIX}{source}\n")
     except LarkError as exc:
-        line = lines.line_at(getattr(exc, "column", 0) or 0)
-        raise ConfigError(f"line {line}: invalid template: {str(exc).splitlines()[0]}") from None
+        column = getattr(exc, "column", 0) or 0
+        line = lines.line_at(column)
+        if isinstance(exc, UnexpectedToken) and column >= len(_PREFIX) + len(source):
+            reason = "an interpolation or directive is not closed"  # the parser reached our closing quote
+            line -= 1 if text.endswith("\n") else 0  # the text's last line, not the one after it
+        elif isinstance(exc, (UnexpectedToken, UnexpectedCharacters)):
+            found = str(exc.token if isinstance(exc, UnexpectedToken) else exc.char).split("\\n")[0].strip()
+            reason = f"unexpected `{found}`"
+        else:
+            reason = str(exc).splitlines()[0]
+        raise ConfigError(f"line {line}: invalid template syntax: {reason}") from None
     return next(tree.find_data("attribute")).children[-1], lines
 
 

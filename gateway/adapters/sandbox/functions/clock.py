@@ -26,7 +26,7 @@ def _parse_timestamp(text: str, param: int = 0) -> datetime:
 
 
 def _rfc3339(moment: datetime) -> str:
-    text = moment.isoformat()
+    text = moment.replace(microsecond=0).isoformat()  # Go's time.RFC3339 drops fractions of a second
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 

@@ -79,6 +79,8 @@ def _compact(list_: list[str]) -> list[str]:
 
 @function(shallow=True)
 def _concat(*seqs: list) -> list:
+    if not seqs:
+        raise FunctionError("at least one argument is required")
     return [item for seq in seqs for item in seq]
 
 
@@ -184,7 +186,7 @@ def _range(*params: Num) -> list[Num]:
     limit: Num
     step: Num
     start, limit, step = (0, params[0], 1) if len(params) == 1 else (params[0], params[1], 1)
-    if len(params) == 2 and limit < start:
+    if len(params) < 3 and limit < start:
         step = -1
     if len(params) == 3:
         step = params[2]

@@ -11,7 +11,7 @@ import json
 import math
 import urllib.parse
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import yaml
@@ -78,20 +78,25 @@ def _json_number(text: str) -> int | float:
 
 @function(null_ok=True)
 def _jsonencode(val: Any) -> str:
-    return json.dumps(_plain_numbers(val), separators=(",", ":"), ensure_ascii=False).replace("<", "\\u003c") \
-        .replace(">", "\\u003e").replace("&", "\\u0026")
+    return _json_text(val)
 
 
-def _plain_numbers(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        raise FunctionError("cannot serialize infinity as JSON")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return [_plain_numbers(v) for v in value]
+_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _json_text(value: Any) -> str:
+    """JSON as Terraform writes it: keys sorted, numbers in full (`0.0000001`), `<>&` and line separators escaped."""
     if isinstance(value, dict):
-        return {k: _plain_numbers(v) for k, v in sorted(value.items())}
-    return value
+        return "{" + ",".join(f"{_json_text(k)}:{_json_text(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_json_text(v) for v in value) + "]"
+    if isinstance(value, str):
+        return "".join(_JSON_ESCAPES.get(c, c) for c in json.dumps(value, ensure_ascii=False))
+    if is_number(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise FunctionError("cannot serialize infinity as JSON")
+        return number_text(value)
+    return json.dumps(value)  # true, false, null
 
 
 @function()
@@ -139,8 +144,10 @@ def _yaml_plain(value: Any) -> Any:
         return {to_string(k) if not isinstance(k, str) else k: _yaml_plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_yaml_plain(v) for v in value]
-    if isinstance(value, (datetime,)):
+    if isinstance(value, datetime):
         return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):  # YAML's timestamps are RFC 3339 strings in Terraform
+        return f"{value.isoformat()}T00:00:00Z"
     if value is not None and not isinstance(value, (str, int, float, bool)):
         return str(value)
     return value

@@ -39,7 +39,7 @@ def _basename(path: str) -> str:
 def _dirname(path: str) -> str:
     if not path:
         return "."
-    head = posixpath.dirname(path.rstrip("/") or "/")
+    head = posixpath.dirname(path)  # as Go's filepath.Dir: "a/b/" is in "a/b"
     return posixpath.normpath(head) if head else "."
 
 

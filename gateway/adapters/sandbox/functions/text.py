@@ -73,7 +73,10 @@ def format_string(spec: str, args: list[Any]) -> str:
             raise FunctionError(f'not enough arguments for "{match.group(0)}" at {match.start()}: need index '
                                 f"{position + 1} but have {len(args)} total")
         used.add(position)
-        out.append(_pad(_format_verb(verb, args[position], precision, match), flags, width))
+        text = _format_verb(verb, args[position], precision, match)
+        if "+" in flags and verb in "dfeEgGv" and is_number(args[position]) and not text.startswith("-"):
+            text = "+" + text
+        out.append(_pad(text, flags, width))
         position += 1
     out.append(spec[pos:])
     if args and len(used) < len(args) and max(used, default=-1) < len(args) - 1:

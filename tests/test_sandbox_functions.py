@@ -328,6 +328,7 @@ OPERATIONS = [
     ('"5" + 1', 6), ("4 / 2", 2), ("10 / 4", 2.5), ("0.1 + 0.2", 0.3), ("-5 % 3", -2), ('-"3"', -3),
     ("1 == true", False), ('"1" == 1', False), ('[1, "a"] == [1, "a"]', True), ('"true" ? "yes" : "no"', "yes"),
     ('"${5}"', 5), ('"n=${5 / 2}"', "n=2.5"), ('"${true}!"', "true!"), ("5 % 0", 5), ("1e20", 10**20),
+    ('{(true) = 1, (2) = "b"}', {"true": 1, "2": "b"}), ("{for x in [1, 2.5] : x => x * 2}", {"1": 2, "2.5": 5}),
 ]
 
 
@@ -347,6 +348,8 @@ BAD_OPERATIONS = [
     ("5 ? 1 : 2", "Incorrect condition type: the condition expression must be of type bool, got number"),
     ("[for x in null : x]", "Iteration over null value: a null value cannot be used as the collection"),
     ('"%{ if null }x%{ endif }"', "Invalid template directive: the condition must be a bool, got null"),
+    ('{for x in ["a", "a"] : x => 1}', 'duplicate key "a" in a for expression; use `...`'),
+    ("{(null) = 1}", "Invalid object key: the key expression produced null"),
 ]
 
 

@@ -141,8 +141,17 @@ class Evaluator:
             key = self._object_key(_subtrees(key_node)[0])
             if key is UNKNOWN:
                 return UNKNOWN
-            out[str(key)] = self.eval(value_node)
+            out[self._key_text(key, Mark.NONE, key_node)] = self.eval(value_node)
         return out
+
+    def _key_text(self, key: Any, mark: Mark, node: Tree) -> str:
+        """An object key as Terraform makes it: a string (`true` is "true", `1` is "1"); null or a collection fails."""
+        if key is None:
+            raise self.fail("Invalid object key: the key expression produced null.", mark, node)
+        try:
+            return to_string(key)
+        except FunctionError:
+            raise self.fail(f"Invalid object key: a key must be a string, got {type_name(key)}.", mark, node) from None
 
     def _object_key(self, node: Tree) -> Any:
         term = _subtrees(node)[0] if node.data == "expr_term" and _subtrees(node) else node
@@ -458,13 +467,15 @@ class Evaluator:
             if key is UNKNOWN:
                 return UNKNOWN
             value = scope.eval(value_node)
+            text = self._key_text(key, mark, key_node)
             if grouping:
-                out.setdefault(str(key), []).append(value)
-            elif str(key) in out:
+                out.setdefault(text, []).append(value)
+            elif text in out:
                 raise self.fail("duplicate key (sensitive) in a for expression" if mark
-                                else f"duplicate key {key!r} in a for expression")
+                                else f"duplicate key {json.dumps(text)} in a for expression; use `...` after the value "
+                                "to group the values of equal keys", mark, key_node)
             else:
-                out[str(key)] = value
+                out[text] = value
         return marked(out, mark)
 
     def _for_scopes(self, intro: Tree) -> tuple[Mark, list[Evaluator] | None]:

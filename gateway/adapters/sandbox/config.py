@@ -16,6 +16,7 @@ import functools
 import gc
 import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -137,6 +138,7 @@ class ModuleCall:
 
 @dataclass
 class StackConfig:
+    directory: Path | None = None  # where the files are: file functions read relative to it
     variables: dict[str, VariableConfig] = field(default_factory=dict)
     locals: dict[str, Tree] = field(default_factory=dict)
     resources: dict[str, ResourceConfig] = field(default_factory=dict)
@@ -148,6 +150,8 @@ class StackConfig:
     providers: list[ProviderConfig] = field(default_factory=list)
     tfvars: dict[str, Any] = field(default_factory=dict)  # root only: values from the variable files
     directory: str = ROOT_DIR  # path.module, relative to the root
+    root: Path | None = None  # root module only: the stack's directory, where relative file paths start
+    checkout: Path | None = None  # root module only: what file functions may read (the repository, or the stack)
     local_lines: dict[str, str] = field(default_factory=dict)  # local name -> "file:line"
 
     @functools.cached_property
@@ -171,6 +175,7 @@ def load_stack(directory: Path) -> StackConfig:
     loader = _Loader(directory)
     config = loader.load_module(directory, (), depth=0)
     config.tfvars = loader.load_tfvars()
+    config.root, config.checkout = directory, loader.base
     return config
 
 
@@ -205,10 +210,8 @@ class _Loader:
         return config
 
     def _module_dir(self, directory: Path) -> str:
-        try:
-            rel = directory.resolve().relative_to(self.root.resolve()).as_posix()
-        except ValueError:
-            return directory.resolve().as_posix()
+        """path.module as Terraform makes it: relative to the root, `../` included for a module beside the stack."""
+        rel = Path(os.path.relpath(directory.resolve(), self.root.resolve())).as_posix()
         return ROOT_DIR if rel == "." else rel
 
     def resolve_source(self, call: ModuleCall, directory: Path, call_path: tuple[str, ...]) -> Path:

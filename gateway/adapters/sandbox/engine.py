@@ -691,6 +691,8 @@ def _change_json(address: str, res: StateResource, actions: list[str], before: A
 class _Applier(_Evaluation):
     """Executes exactly the changes of one saved plan, writing state after every step."""
 
+    applying = True
+
     def __init__(self, stack: str, config: StackConfig, state: StackState, store: SandboxStore,
                  inputs: StackInputs, changes: tuple[ResourceChange, ...]):
         super().__init__(stack, config, inputs)
@@ -796,7 +798,7 @@ class _Applier(_Evaluation):
         """As Terraform's apply does, the state takes what the refresh read: drift the plan keeps is no longer drift."""
         live = self.store.get_object(current.type, current.id)
         if live is not None and live != current.attributes:
-            self.state.resources[address] = StateResource(**{**asdict(current), "attributes": live})
+            self.state.resources[address] = replace(current, attributes=live)
             self._persist({address})
 
     def _evaluate(self, resource: ResourceConfig, ev: Evaluator, address: str, rc: ResourceChange) -> tuple[dict, list[str]]:

@@ -26,6 +26,7 @@ from gateway.adapters.sandbox.config import (
     line_of,
     traversals_of,
 )
+from gateway.adapters.sandbox.functions import CallContext, FileScope
 from gateway.adapters.sandbox.hcl_eval import (
     UNKNOWN,
     Evaluator,
@@ -119,8 +120,9 @@ class Scope:
     def label(self, key: str) -> str:
         return f"{self.address}.{key}" if self.address else key
 
-    def evaluator(self, where: str, **extra: Any) -> Evaluator:
-        return Evaluator({**self.names, **extra}, f"stack {self.ev.stack}: {where}")
+    def evaluator(self, where: str, file: str | None = None, **extra: Any) -> Evaluator:
+        """An evaluator for expressions of `file` (errors name their line in it), described by `where`."""
+        return Evaluator({**self.names, **extra}, f"stack {self.ev.stack}: {where}", self.ev.context, file)
 
     # --- variables, locals, outputs ------------------------------------------------------
 
@@ -136,7 +138,7 @@ class Scope:
             assert self.parent is not None
             tree = self.call.inputs[name]
             value = self.parent.evaluator(f"{self.call.file}:{line_of(tree)}: {self.address}: input {name}",
-                                          **self.extra).eval(tree)
+                                          self.call.file, **self.extra).eval(tree)
             if unmark(value)[0] is None and not decl.nullable and decl.default is not NO_DEFAULT:
                 value = decl.default
         elif decl.default is not NO_DEFAULT:
@@ -160,7 +162,8 @@ class Scope:
             raise ConfigError(f"stack {self.ev.stack}: local.{name} refers to itself")
         self._in_progress.add(key)
         try:
-            value = self.evaluator(f"{self.config.local_lines[name]}: {self.label(key)}").eval(self.config.locals[name])
+            at = self.config.local_lines[name]
+            value = self.evaluator(f"{at}: {self.label(key)}", at.rsplit(":", 1)[0]).eval(self.config.locals[name])
         finally:
             self._in_progress.discard(key)
         self._locals[name] = value
@@ -172,7 +175,7 @@ class Scope:
         out = self.config.outputs.get(name)
         if out is None:
             raise ConfigError(f"stack {self.ev.stack}: {self.address} has no output `{name}`")
-        value = self.evaluator(f"{out.file}:{out.line}: {self.label('output.' + name)}").eval(out.value)
+        value = self.evaluator(f"{out.file}:{out.line}: {self.label('output.' + name)}", out.file).eval(out.value)
         if out.sensitive and not isinstance(value, Sensitive):
             value = Sensitive(value)
         self._outputs[name] = value
@@ -212,7 +215,8 @@ class Scope:
         assert call.module is not None
         children: dict[Index, Scope] = {}
         prefix = self.label(f"module.{name}")
-        for index, extra in self.ev.repetitions(self, call.count, call.for_each, f"{call.file}:{call.line}: {prefix}"):
+        for index, extra in self.ev.repetitions(self, call.count, call.for_each, f"{call.file}:{call.line}: {prefix}",
+                                                call.file):
             address = prefix if index is None else f"{prefix}[{json.dumps(index)}]"
             children[index] = Scope(self.ev, call.module, (*self.path, name), address, self, call, extra)
         self._children[name] = children
@@ -221,17 +225,20 @@ class Scope:
     def instances(self, resource: ResourceConfig) -> Iterator[tuple[Index, Evaluator]]:
         """Each instance's index and an evaluator with its count.index / each.* set."""
         where = f"{resource.file}:{resource.line}: {self.label(resource.key)}"
-        for index, extra in self.ev.repetitions(self, resource.count, resource.for_each, where):
+        for index, extra in self.ev.repetitions(self, resource.count, resource.for_each, where, resource.file):
             label = where if index is None else f"{where}[{json.dumps(index)}]"
-            yield index, self.evaluator(label, **extra)
+            yield index, self.evaluator(label, resource.file, **extra)
 
 
 class Evaluation:
     """What plan and apply share: the module instances, variables and the order of blocks."""
 
+    applying = False  # timestamp() and uuid() are known only while applying
+
     def __init__(self, stack: str, config: StackConfig, inputs: StackInputs):
         self.stack = stack
         self.config = config
+        self.context = CallContext(files=_file_scope(stack, config), applying=self.applying)
         self._root_vars = self._resolve_variables(inputs)
         self.referenced = self._check_references()
         self.root = Scope(self, config, (), "")
@@ -406,10 +413,10 @@ class Evaluation:
     # --- repetition ------------------------------------------------------------------------
 
     def repetitions(self, scope: Scope, count: Tree | None, for_each: Tree | None,
-                    where: str) -> list[tuple[Index, dict[str, Any]]]:
+                    where: str, file: str) -> list[tuple[Index, dict[str, Any]]]:
         """(index, names for count.index / each.*) of each instance of a block or module call."""
         if count is not None:
-            value, mark = unmark(scope.evaluator(where).eval(count))
+            value, mark = unmark(scope.evaluator(where, file).eval(count))
             if mark:  # instance addresses are shown to everyone: they cannot come from a secret
                 raise ConfigError(f"stack {self.stack}: {where}: count cannot be derived from a sensitive value")
             if value is UNKNOWN:
@@ -419,7 +426,7 @@ class Evaluation:
                 raise ConfigError(f"stack {self.stack}: {where}: count must be a whole number, got {value!r}")
             return [(i, {"count": {"index": i}}) for i in range(value)]
         if for_each is not None:
-            items, mark = unmark(scope.evaluator(where).eval(for_each))
+            items, mark = unmark(scope.evaluator(where, file).eval(for_each))
             if mark:  # as in Terraform: the keys become addresses, shown to everyone
                 raise ConfigError(f"stack {self.stack}: {where}: for_each cannot be derived from a sensitive value")
             if items is UNKNOWN or contains_unknown(items if isinstance(items, list) else list(items or {})):
@@ -441,6 +448,16 @@ class Evaluation:
             return ""
         return (f" ({', '.join(names)}: the sandbox does not simulate that data source type, "
                 "so its values are unknown until apply)")
+
+
+def _file_scope(stack: str, config: StackConfig) -> FileScope | None:
+    """Where file functions read: as Terraform, relative paths start in the root module's directory (a module
+    names its own files through path.module); nothing outside the repository (or the stack, if none) is read."""
+    if config.root is None or config.checkout is None:
+        return None
+    inside = config.checkout.resolve() == config.root.resolve()
+    return FileScope(config.root, config.checkout,
+                     f"the stack directory {stack}" if inside else f"the repository holding stack {stack}")
 
 
 def _undeclared(config: StackConfig, types: frozenset[str], parts: list[str]) -> str | None:

@@ -609,6 +609,24 @@ resource "aws_s3_bucket" "other" {
     assert denied == {("s3-public-access-block", "aws_s3_bucket.other"), ("encryption-at-rest", "aws_s3_bucket.other")}
 
 
+def test_configuration_shows_no_constant_known_only_at_apply_or_masked(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {"main.tf": '''
+resource "null_resource" "always" {
+  triggers = { at = timestamp(), id = uuid() }
+}
+resource "aws_ssm_parameter" "p" {
+  name  = upper("motd")
+  value = sensitive("hunter2")
+}
+'''})
+    result, _ = plan(engine, stack)
+    document = json.loads(json.dumps(result.document))  # what policy and storage read: plain JSON
+    resources = {r["address"]: r["expressions"] for r in document["configuration"]["root_module"]["resources"]}
+    assert resources["null_resource.always"]["triggers"] == {}
+    assert resources["aws_ssm_parameter.p"] == {"name": {"constant_value": "MOTD"}, "value": {}}
+    assert "hunter2" not in json.dumps(document["configuration"])
+
+
 # --- the sandbox against Terraform ----------------------------------------------------------
 
 TERRAFORM = Path(__file__).resolve().parent.parent / ".tools" / "terraform"

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from lark import Tree
 
 from gateway.adapters.sandbox.config import NO_DEFAULT, Body, ResourceConfig, StackConfig
-from gateway.adapters.sandbox.hcl_eval import Evaluator
+from gateway.adapters.sandbox.hcl_eval import Evaluator, contains_unknown, unmark
 from gateway.domain.errors import ConfigError
 
 _REFERENCE_ROOTS = frozenset({"var", "local", "module", "data", "count", "each", "path", "terraform", "self"})
@@ -123,9 +123,12 @@ def _expression(refs: _References, config: StackConfig, tree: Tree) -> dict[str,
     if found:
         return {"references": sorted(found, key=lambda r: (-r.count("."), r))}
     try:
-        return {"constant_value": Evaluator({}, "configuration").eval(tree)}
+        value, mark = unmark(Evaluator({}, "configuration").eval(tree))
     except (ConfigError, RecursionError):
         return {}
+    if mark or contains_unknown(value):  # uuid(), timestamp(), sensitive("..."): no constant to show
+        return {}
+    return {"constant_value": value}
 
 
 def values_json(entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -820,6 +820,47 @@ resource "aws_instance" "web" {
         plan(engine, stack)
 
 
+def test_file_functions_in_a_module_read_the_module_s_files(engine: SandboxEngine, tmp_path: Path) -> None:
+    repo = write(tmp_path / "repo", {
+        "modules/web/main.tf": '''
+variable "port" {}
+resource "aws_instance" "web" {
+  ami           = "ami-1"
+  instance_type = "t3.micro"
+  user_data     = templatefile("${path.module}/user-data.sh", { port = var.port })
+  tags = {
+    version = trimspace(file("${path.module}/VERSION"))
+    found   = fileexists("${path.module}/VERSION")
+    module  = path.module
+  }
+}
+''',
+        "modules/web/user-data.sh": "#!/bin/sh\nserve --port ${port}\n",
+        "modules/web/VERSION": "2.0.1\n",
+        "live/web/main.tf": 'module "web" {\n  source = "../../modules/web"\n  port   = 8080\n}\n'
+                            'module "motd" {\n  source = "./motd"\n}\n',
+        "live/web/motd/main.tf": 'resource "aws_ssm_parameter" "m" {\n  name  = "motd"\n'
+                                 '  value = templatefile("${path.module}/motd.tpl", { who = "ops" })\n}\n',
+        "live/web/motd/motd.tpl": "hello ${who}",
+        "secrets.env": "AWS_SECRET=hunter2\n",
+    })
+    (repo / ".git").mkdir()
+    stack = repo / "live" / "web"
+    result, p = plan(engine, stack)
+    web = after(p, "module.web.aws_instance.web")
+    assert web["user_data"] == "#!/bin/sh\nserve --port 8080\n"
+    assert web["tags"] == {"version": "2.0.1", "found": True, "module": "../../modules/web"}  # as Terraform's path.module
+    assert after(p, "module.motd.aws_ssm_parameter.m")["value"] == "hello ops"
+    assert not apply_and_replan(engine, stack, result).has_changes
+    write(repo, {"modules/web/main.tf": 'variable "port" {}\nresource "aws_ssm_parameter" "leak" {\n  name  = "x"\n'
+                                        '  value = file("${path.module}/../../../secrets.env")\n}\n'})
+    (tmp_path / "secrets.env").write_text("AWS_SECRET=hunter2\n")
+    with pytest.raises(ConfigError, match=r"modules/web/main.tf:4: module.web.aws_ssm_parameter.leak: .* is outside "
+                                          r"the repository holding stack s") as caught:
+        plan(engine, stack)
+    assert "hunter2" not in str(caught.value)
+
+
 def test_credentials_from_secrets_manager_and_external_programs_never_run(engine: SandboxEngine, tmp_path: Path) -> None:
     stack = write(tmp_path / "stack", {"main.tf": '''
 data "aws_secretsmanager_secret_version" "creds" {

@@ -13,8 +13,9 @@ runs, so bodies see clean values:
 - marks: a sensitive argument makes the result sensitive (the strongest mark wins, see values.py),
   and an error decided by a masked argument never quotes it.
 
-File functions read relative to the module's directory (`path.module` is ".") and refuse any path
-that leaves the checkout the engine was given. `timestamp()`, `uuid()` and `bcrypt()` are unknown
+File functions read relative to the stack's directory, as Terraform reads relative to its working
+directory (a module names its own files through `path.module`), and refuse any path that leaves the
+checkout the engine was given. `timestamp()`, `uuid()` and `bcrypt()` are unknown
 until apply, as in Terraform (and `plantimestamp()`, unlike Terraform: see its comment).
 """
 

@@ -989,3 +989,17 @@ def test_linked_variable_and_module_files_are_refused_by_their_own_names(engine:
     with pytest.raises(ConfigError) as err:
         plan(engine, stack)
     assert str(err.value) == "stack/m/main.tf: symlinks are not read; commit the file itself"
+
+
+def test_a_whole_module_can_be_an_output(engine: SandboxEngine, tmp_path: Path) -> None:
+    stack = write(tmp_path / "stack", {
+        "main.tf": 'module "m" {\n  source = "./m"\n  count  = 2\n}\noutput "all" {\n  value = module.m\n}\n',
+        "m/main.tf": 'resource "null_resource" "n" {}\noutput "id" {\n  value = null_resource.n.id\n}\n'
+                     'output "fixed" {\n  value = "x"\n}\n',
+    })
+    result, p = plan(engine, stack)
+    assert p.output_changes["all"].after == [{"fixed": "x"}, {"fixed": "x"}]  # ids known after apply
+    assert p.output_changes["all"].after_unknown == [{"id": True}, {"id": True}]
+    assert not apply_and_replan(engine, stack, result).has_changes
+    state = engine.store.read_state("s")
+    assert state is not None and [o["fixed"] for o in state.outputs["all"]["value"]] == ["x", "x"]

@@ -2,8 +2,10 @@
 
 It behaves like Terraform where the gateway cares: state with serial and lineage, refresh and
 drift, dependency order, force-new replacement in both orders, unknown computed values,
-lifecycle rules, `moved` and `import` blocks, and half-done applies. Its plans are Terraform's
-JSON plan format. Everything it creates exists only in the gateway's store.
+lifecycle rules, `moved` and `import` blocks, and half-done applies; modules (their instances'
+addresses as Terraform writes them) and data sources read at plan time, or during the apply when
+they wait on it. Its plans are Terraform's JSON plan format, `configuration` included. Everything
+it creates exists only in the gateway's store.
 """
 
 from __future__ import annotations

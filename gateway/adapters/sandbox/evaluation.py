@@ -200,7 +200,7 @@ class Scope:
         if call is None:
             raise ConfigError(f"stack {self.ev.stack}: reference to undeclared module {self.label('module.' + name)}")
         children = self.children(name)
-        outputs = {i: Namespace(child.address, child.output) for i, child in children.items()}
+        outputs = {i: ModuleOutputs(child) for i, child in children.items()}
         if call.count is not None:
             return [outputs[i] for i in sorted(i for i in outputs if isinstance(i, int))]
         if call.for_each is not None:
@@ -228,6 +228,47 @@ class Scope:
         for index, extra in self.ev.repetitions(self, resource.count, resource.for_each, where, resource.file):
             label = where if index is None else f"{where}[{json.dumps(index)}]"
             yield index, self.evaluator(label, resource.file, **extra)
+
+
+class ModuleOutputs(dict[str, Any]):
+    """A module instance's outputs as an object: each evaluated when first read, all of them when the
+    object is used whole (an output of its own, a function's argument)."""
+
+    def __init__(self, scope: Scope):
+        super().__init__()
+        self.scope = scope
+
+    def __missing__(self, name: str) -> Any:
+        value = self.scope.output(name)
+        self[name] = value
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.scope.config.outputs
+
+    def _fill(self) -> None:
+        for name in self.scope.config.outputs:
+            if not dict.__contains__(self, name):
+                self[name]  # noqa: B018 - evaluates and keeps it
+
+    def items(self):  # type: ignore[no-untyped-def, override]
+        self._fill()
+        return super().items()
+
+    def keys(self):  # type: ignore[no-untyped-def, override]
+        self._fill()
+        return super().keys()
+
+    def values(self):  # type: ignore[no-untyped-def, override]
+        self._fill()
+        return super().values()
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        self._fill()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        return len(self.scope.config.outputs)
 
 
 class Evaluation:

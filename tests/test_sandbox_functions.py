@@ -350,6 +350,10 @@ BAD_OPERATIONS = [
     ('"%{ if null }x%{ endif }"', "Invalid template directive: the condition must be a bool, got null"),
     ('{for x in ["a", "a"] : x => 1}', 'duplicate key "a" in a for expression; use `...`'),
     ("{(null) = 1}", "Invalid object key: the key expression produced null"),
+    ("[1, 2][-1]", r"Invalid index: the given key \(-1\) does not identify an element"),
+    ("null.x", "Attempt to get attribute `x` from null value"),
+    ("null[0]", "Attempt to index null value"),
+    ("{a = 1}.b", "Unsupported attribute: this object does not have an attribute named `b`"),
 ]
 
 

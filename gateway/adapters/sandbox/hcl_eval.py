@@ -283,50 +283,70 @@ class Evaluator:
 
     def _get_attr_expr_term(self, node: Tree) -> Any:
         base_node, attr = _subtrees(node)
-        return self._get_attr(self.eval(base_node), _attr_name(attr))
+        return self._get_attr(self.eval(base_node), _attr_name(attr), node)
 
-    def _get_attr(self, base: Any, name: str) -> Any:
+    def _get_attr(self, base: Any, name: str, node: Tree | None = None) -> Any:
         if isinstance(base, Namespace):
             return base.attr(name)
         if base is UNKNOWN:
             return UNKNOWN
         if isinstance(base, Sensitive):
-            return marked(self._get_attr(base.value, name), base.mark)
+            return marked(self._get_attr(base.value, name, node), base.mark)
         if isinstance(base, dict):
             if name not in base:
-                raise self.fail(f"object has no attribute `{name}`")
+                raise self.fail(f"Unsupported attribute: this object does not have an attribute named `{name}`.",
+                                node=node)
             return base[name]
-        raise self.fail(f"cannot read attribute `{name}` of {_type_name(base)}")
+        if base is None:
+            raise self.fail(f"Attempt to get attribute `{name}` from null value: this value is null, so it does not "
+                            "have any attributes.", node=node)
+        raise self.fail(f"Unsupported attribute: cannot read attribute `{name}` of {_type_name(base)}.", node=node)
 
     def _index_expr_term(self, node: Tree) -> Any:
         base_node, index_node = _subtrees(node)
-        return self._index(self.eval(base_node), self._index_key(index_node))
+        return self._index(self.eval(base_node), self._index_key(index_node), node)
 
     def _index_key(self, node: Tree) -> Any:
         if node.data == "short_index":
             return int(str(node.children[1]))
         return self.eval(_subtrees(node)[0])
 
-    def _index(self, base: Any, key: Any) -> Any:
+    def _index(self, base: Any, key: Any, node: Tree | None = None) -> Any:
         key, key_sensitive = unmark(key)
         if base is UNKNOWN or key is UNKNOWN:
             return UNKNOWN
         if isinstance(base, Sensitive):
-            return marked(self._index(base.value, key), max(base.mark, key_sensitive))
+            return marked(self._index(base.value, key, node), max(base.mark, key_sensitive))
         if key_sensitive:  # which element was picked tells about the key: the result is as secret as the key
             try:
-                return marked(self._index(base, key), key_sensitive)
+                return marked(self._index(base, key, node), key_sensitive)
             except ConfigError:
-                raise self.fail("index (sensitive) is out of range", key_sensitive) from None
-        try:
-            if isinstance(base, list):
-                return base[int(key)]
-            if isinstance(base, dict):
-                return base[str(key)]
-        except (IndexError, KeyError, ValueError):
-            shown = "(sensitive)" if key_sensitive or isinstance(base, Sensitive) else json.dumps(key)
-            raise self.fail(f"index {shown} is out of range") from None
-        raise self.fail(f"cannot index {_type_name(base)}")
+                raise self.fail("Invalid index: the key (sensitive) does not identify an element", key_sensitive,
+                                node) from None
+        if base is None:
+            raise self.fail("Attempt to index null value: this value is null, so it does not have any indices.",
+                            node=node)
+        if key is None:
+            raise self.fail("Invalid index: can't use a null value as an indexing key.", node=node)
+        if isinstance(base, list):
+            try:
+                position = to_number(key)
+            except FunctionError:
+                position = -1
+            if not 0 <= position < len(base) or position != int(position):  # no negative indices, as Terraform
+                raise self.fail(f"Invalid index: the given key ({json.dumps(key)}) does not identify an element in "
+                                f"this collection value, a list of {len(base)}.", node=node)
+            return base[int(position)]
+        if isinstance(base, dict):
+            try:
+                text = to_string(key)
+            except FunctionError:
+                text = None
+            if text is None or text not in base:
+                raise self.fail(f"Invalid index: the given key ({json.dumps(key)}) does not identify an element in "
+                                "this collection value.", node=node)
+            return base[text]
+        raise self.fail(f"Invalid index: cannot index {_type_name(base)}.", node=node)
 
     def _attr_splat_expr_term(self, node: Tree) -> Any:
         return self._splat(node)
@@ -344,9 +364,9 @@ class Evaluator:
         for item in items:
             for step in _subtrees(splat):
                 item = (
-                    self._get_attr(item, _attr_name(step))
+                    self._get_attr(item, _attr_name(step), node)
                     if step.data == "get_attr"
-                    else self._index(item, self._index_key(step))
+                    else self._index(item, self._index_key(step), node)
                 )
             out.append(item)
         return out

@@ -33,7 +33,7 @@ from gateway.adapters.sandbox.functions import (
     to_number,
     to_string,
 )
-from gateway.adapters.sandbox.values import (  # noqa: F401  (re-exported: the engine imports them from here)
+from gateway.adapters.sandbox.values import (
     UNKNOWN,
     Mark,
     Secret,
@@ -41,7 +41,6 @@ from gateway.adapters.sandbox.values import (  # noqa: F401  (re-exported: the e
     contains_unknown,
     decimal_arithmetic,
     marked,
-    number_text,
     plain_number,
     type_name,
     unmark,

@@ -328,7 +328,7 @@ OPERATIONS = [
     ('"5" + 1', 6), ("4 / 2", 2), ("10 / 4", 2.5), ("0.1 + 0.2", 0.3), ("-5 % 3", -2), ('-"3"', -3),
     ("1 == true", False), ('"1" == 1', False), ('[1, "a"] == [1, "a"]', True), ('"true" ? "yes" : "no"', "yes"),
     ('"${5}"', 5), ('"n=${5 / 2}"', "n=2.5"), ('"${true}!"', "true!"), ("5 % 0", 5), ("1e20", 10**20),
-    ('{(true) = 1, (2) = "b"}', {"true": 1, "2": "b"}), ("{for x in [1, 2.5] : x => x * 2}", {"1": 2, "2.5": 5}),
+    ('{(true) = 1, (2) = "b"}', {"true": 1, "2": "b"}), ("[for k, v in {b = 2, a = 1} : k]", ["a", "b"]), ("{for x in [1, 2.5] : x => x * 2}", {"1": 2, "2.5": 5}),
 ]
 
 
@@ -354,6 +354,7 @@ BAD_OPERATIONS = [
     ("null.x", "Attempt to get attribute `x` from null value"),
     ("null[0]", "Attempt to index null value"),
     ("{a = 1}.b", "Unsupported attribute: this object does not have an attribute named `b`"),
+    ("false && null", "unsuitable value for right operand: bool required, got null"),  # no short circuit
 ]
 
 

@@ -264,12 +264,8 @@ class Evaluator:
         left_node, term = _subtrees(node)[:2]
         op_node, right_node = _subtrees(term)[:2]
         op = str(op_node.children[0])
-        left = self.eval(left_node)
-        if op in ("&&", "||"):
-            plain, _ = unmark(left)
-            if plain is not UNKNOWN and (plain is False if op == "&&" else plain is True):
-                return left
-        return _apply_marked(_BINARY[op], [left, self.eval(right_node)], self, node)
+        # both sides are evaluated, as in Terraform: `false && null.x` is an error, not false
+        return _apply_marked(_BINARY[op], [self.eval(left_node), self.eval(right_node)], self, node)
 
     def _unary_op(self, node: Tree) -> Any:
         op = str(node.children[0])
@@ -509,7 +505,7 @@ class Evaluator:
             problem = "a null value" if collection is None else f"a value of type {type_name(collection)}"
             raise self.fail(f"Iteration over {'null' if collection is None else 'non-iterable'} value: {problem} "
                             "cannot be used as the collection in a 'for' expression.", mark, intro)
-        pairs = collection.items() if isinstance(collection, dict) else enumerate(collection)
+        pairs = sorted(collection.items()) if isinstance(collection, dict) else enumerate(collection)  # keys in order
         if len(names) == 2:
             return mark, [self.child(**{names[0]: marked(k, mark), names[1]: marked(v, mark)}) for k, v in pairs]
         return mark, [self.child(**{names[0]: marked(v, mark)}) for _, v in pairs]
@@ -768,6 +764,6 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     ">": _comparison(operator.gt),
     "<=": _comparison(operator.le),
     ">=": _comparison(operator.ge),
-    "&&": lambda a, b: _operand_bool(a, "left operand") and _operand_bool(b, "right operand"),
-    "||": lambda a, b: _operand_bool(a, "left operand") or _operand_bool(b, "right operand"),
+    "&&": lambda a, b: all([_operand_bool(a, "left operand"), _operand_bool(b, "right operand")]),
+    "||": lambda a, b: any([_operand_bool(a, "left operand"), _operand_bool(b, "right operand")]),
 }

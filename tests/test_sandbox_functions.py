@@ -398,6 +398,7 @@ def test_unknown_values_propagate_except_where_terraform_knows_better() -> None:
     assert evaluate('[for s in ["a", "b"] : s if s == x]', x=UNKNOWN) is UNKNOWN
     assert evaluate('"%{ for s in x }${s}%{ endfor }"', x=UNKNOWN) is UNKNOWN
     assert evaluate('x ? "a" : "b"', x=UNKNOWN) is UNKNOWN
+    assert evaluate('false && x == "a"', x=UNKNOWN) is UNKNOWN  # as terraform console says
 
 
 def test_sensitive_arguments_make_sensitive_results_and_quiet_errors() -> None:

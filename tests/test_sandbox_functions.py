@@ -577,6 +577,30 @@ resource "aws_ssm_parameter" "p" {
         engine.plan("web", stack, StackInputs())
 
 
+# templates with strip markers, and what Terraform 1.11.4's templatefile() made of them: a `~` trims only the
+# line next to it (and that line's break, after it), not every blank line around
+STRIPPED_TEMPLATES = [
+    ("A \n \n ${~ 1 ~} \n \n B", "A \n \n1 \n B"),
+    ("A \n \n %{~ if true ~} \n \n B%{ endif }", "A \n \n \n B"),
+    ("A \n \n ${~ 1} B", "A \n \n1 B"),
+    ("A ${1 ~} \n \n B", "A 1 \n B"),
+    ("a\n  ${~ x ~}  \n  b\n${y}\n", "a\nX  b\nY\n"),
+    ('h ${~ "k"}\n  ${"m" ~}\n  end \\\\ "q"\n', 'hk\n  m  end \\\\ "q"\n'),
+]
+
+
+@pytest.mark.parametrize("template,rendered", STRIPPED_TEMPLATES)
+def test_strip_markers_trim_as_terraform_does(engine: SandboxEngine, tmp_path: Path, template: str,
+                                              rendered: str) -> None:
+    stack = write_stack(tmp_path, {"main.tf": '''
+resource "aws_ssm_parameter" "p" {
+  name  = "t"
+  value = templatefile("t.tpl", { x = "X", y = "Y" })
+}
+''', "t.tpl": template})
+    assert after(engine.plan("web", stack, StackInputs()), "aws_ssm_parameter.p")["after"]["value"] == rendered
+
+
 def test_a_template_cannot_render_templates(engine: SandboxEngine, tmp_path: Path) -> None:
     stack = write_stack(tmp_path, {"main.tf": '''
 resource "aws_ssm_parameter" "p" {

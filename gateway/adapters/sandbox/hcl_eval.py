@@ -554,10 +554,24 @@ def _strip_whitespace(raw: list[Any]) -> list[Any]:
             continue
         tokens = [c for c in item.children if isinstance(c, Token)]
         if len(tokens) > 2 and tokens[1] == "~" and i > 0 and isinstance(items[i - 1], str):
-            items[i - 1] = items[i - 1].rstrip()
+            items[i - 1] = _strip_before(items[i - 1])
         if len(tokens) > 2 and tokens[-2] == "~" and i + 1 < len(items) and isinstance(items[i + 1], str):
-            items[i + 1] = items[i + 1].lstrip()
+            items[i + 1] = _strip_after(items[i + 1])
     return items
+
+
+def _strip_before(text: str) -> str:
+    """What a `~` opening a directive or interpolation leaves of the text before it. As in Terraform, only the last
+    line is trimmed (with its line break if the text ends with one): `"a \\n  "` becomes `"a \\n"`."""
+    start = text.rfind("\n", 0, len(text) - 1) + 1 if text.endswith("\n") else text.rfind("\n") + 1
+    return text[:start] + text[start:].rstrip()
+
+
+def _strip_after(text: str) -> str:
+    """What a `~` closing a directive or interpolation leaves of the text after it: the first line's whitespace
+    and its line break go, the next line's indentation stays, as in Terraform."""
+    end = text.find("\n") + 1 or len(text)
+    return text[:end].lstrip() + text[end:]
 
 
 def _directive_word(node: Tree) -> str:
@@ -649,27 +663,72 @@ def _template_source(text: str) -> tuple[str, tuple[int, ...]]:
     out = ['"']
     size = 1
     breaks: list[int] = []
-    i = 0
-    while i < len(text):
-        if text.startswith(("$${", "%%{"), i):
-            piece = text[i : i + 3]
-        elif text.startswith(("${", "%{"), i):
-            piece = text[i : _closing_brace(text, i + 2) + 1]
-            breaks.extend(size + k for k, c in enumerate(piece) if c == "\n")
-            piece = piece.replace("\n", " ")  # expressions stay as written, on one line
+    for segment in _template_segments(text):
+        breaks.extend([size - 1] * segment.lost_before)  # lines a `${~` took away still count
+        if segment.code:
+            breaks.extend(size + k for k, c in enumerate(segment.text) if c == "\n")
+            pieces = [segment.text.replace("\n", " ")]  # expressions stay as written, on one line
         else:
-            if text[i] == "\n":
-                breaks.append(size)
-            piece = _QUOTED.get(text[i], text[i])
-            i += 1
-            out.append(piece)
-            size += len(piece)
-            continue
-        i += len(piece)
-        out.append(piece)
-        size += len(piece)
+            pieces = []
+            j = 0
+            while j < len(segment.text):
+                if segment.text.startswith(("$${", "%%{"), j):
+                    pieces.append(segment.text[j : j + 3])
+                    j += 3
+                    continue
+                if segment.text[j] == "\n":
+                    breaks.append(size + sum(len(p) for p in pieces))
+                pieces.append(_QUOTED.get(segment.text[j], segment.text[j]))
+                j += 1
+        out.extend(pieces)
+        size += sum(len(p) for p in pieces)
+        breaks.extend([size] * segment.lost_after)
     out.append('"')
     return "".join(out), tuple(breaks)
+
+
+@dataclasses.dataclass
+class _Segment:
+    code: bool  # an interpolation or directive, else literal text
+    text: str
+    lost_before: int = 0  # line breaks a strip marker removed before it
+    lost_after: int = 0
+
+
+def _template_segments(text: str) -> list[_Segment]:
+    """Literal text and `${...}` / `%{...}` pieces, with the strip markers of interpolations (`${~ x ~}`, which
+    python-hcl2's grammar lacks) applied here: the whitespace beside them is removed, the markers dropped."""
+    segments: list[_Segment] = []
+    i = literal_start = 0
+    while i < len(text):
+        if text.startswith(("$${", "%%{"), i):
+            i += 3
+        elif text.startswith(("${", "%{"), i):
+            if literal_start < i:
+                segments.append(_Segment(False, text[literal_start:i]))
+            end = _closing_brace(text, i + 2)
+            segments.append(_Segment(True, text[i : end + 1]))
+            i = literal_start = end + 1
+        else:
+            i += 1
+    if literal_start < len(text):
+        segments.append(_Segment(False, text[literal_start:]))
+    for n, segment in enumerate(segments):
+        if not segment.code or not segment.text.startswith("${"):
+            continue
+        if segment.text.startswith("${~"):
+            segment.text = "${" + segment.text[3:]
+            if n > 0 and not segments[n - 1].code:
+                before = segments[n - 1].text
+                segments[n - 1].text = _strip_before(before)
+                segment.lost_before = before[len(segments[n - 1].text):].count("\n")
+        if segment.text.endswith("~}"):
+            segment.text = segment.text[:-2] + "}"
+            if n + 1 < len(segments) and not segments[n + 1].code:
+                after = segments[n + 1].text
+                segments[n + 1].text = _strip_after(after)
+                segment.lost_after = after[: len(after) - len(segments[n + 1].text)].count("\n")
+    return segments
 
 
 def _closing_brace(text: str, i: int) -> int:

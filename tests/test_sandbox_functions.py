@@ -328,7 +328,7 @@ OPERATIONS = [
     ('"5" + 1', 6), ("4 / 2", 2), ("10 / 4", 2.5), ("0.1 + 0.2", 0.3), ("-5 % 3", -2), ('-"3"', -3),
     ("1 == true", False), ('"1" == 1', False), ('[1, "a"] == [1, "a"]', True), ('"true" ? "yes" : "no"', "yes"),
     ('"${5}"', 5), ('"n=${5 / 2}"', "n=2.5"), ('"${true}!"', "true!"), ("5 % 0", 5), ("1e20", 10**20),
-    ('{(true) = 1, (2) = "b"}', {"true": 1, "2": "b"}), ("{for x in [1, 2.5] : x => x * 2}", {"1": 2, "2.5": 5}),
+    ('{(true) = 1, (2) = "b"}', {"true": 1, "2": "b"}), ("[for k, v in {b = 2, a = 1} : k]", ["a", "b"]), ("{for x in [1, 2.5] : x => x * 2}", {"1": 2, "2.5": 5}),
 ]
 
 
@@ -350,6 +350,11 @@ BAD_OPERATIONS = [
     ('"%{ if null }x%{ endif }"', "Invalid template directive: the condition must be a bool, got null"),
     ('{for x in ["a", "a"] : x => 1}', 'duplicate key "a" in a for expression; use `...`'),
     ("{(null) = 1}", "Invalid object key: the key expression produced null"),
+    ("[1, 2][-1]", r"Invalid index: the given key \(-1\) does not identify an element"),
+    ("null.x", "Attempt to get attribute `x` from null value"),
+    ("null[0]", "Attempt to index null value"),
+    ("{a = 1}.b", "Unsupported attribute: this object does not have an attribute named `b`"),
+    ("false && null", "unsuitable value for right operand: bool required, got null"),  # no short circuit
 ]
 
 
@@ -393,6 +398,7 @@ def test_unknown_values_propagate_except_where_terraform_knows_better() -> None:
     assert evaluate('[for s in ["a", "b"] : s if s == x]', x=UNKNOWN) is UNKNOWN
     assert evaluate('"%{ for s in x }${s}%{ endfor }"', x=UNKNOWN) is UNKNOWN
     assert evaluate('x ? "a" : "b"', x=UNKNOWN) is UNKNOWN
+    assert evaluate('false && x == "a"', x=UNKNOWN) is UNKNOWN  # as terraform console says
 
 
 def test_sensitive_arguments_make_sensitive_results_and_quiet_errors() -> None:
@@ -569,6 +575,30 @@ resource "aws_ssm_parameter" "p" {
     with pytest.raises(ConfigError, match=r"on motd\.tpl line 2: invalid template syntax: an interpolation or "
                                           r"directive is not closed"):
         engine.plan("web", stack, StackInputs())
+
+
+# templates with strip markers, and what Terraform 1.11.4's templatefile() made of them: a `~` trims only the
+# line next to it (and that line's break, after it), not every blank line around
+STRIPPED_TEMPLATES = [
+    ("A \n \n ${~ 1 ~} \n \n B", "A \n \n1 \n B"),
+    ("A \n \n %{~ if true ~} \n \n B%{ endif }", "A \n \n \n B"),
+    ("A \n \n ${~ 1} B", "A \n \n1 B"),
+    ("A ${1 ~} \n \n B", "A 1 \n B"),
+    ("a\n  ${~ x ~}  \n  b\n${y}\n", "a\nX  b\nY\n"),
+    ('h ${~ "k"}\n  ${"m" ~}\n  end \\\\ "q"\n', 'hk\n  m  end \\\\ "q"\n'),
+]
+
+
+@pytest.mark.parametrize("template,rendered", STRIPPED_TEMPLATES)
+def test_strip_markers_trim_as_terraform_does(engine: SandboxEngine, tmp_path: Path, template: str,
+                                              rendered: str) -> None:
+    stack = write_stack(tmp_path, {"main.tf": '''
+resource "aws_ssm_parameter" "p" {
+  name  = "t"
+  value = templatefile("t.tpl", { x = "X", y = "Y" })
+}
+''', "t.tpl": template})
+    assert after(engine.plan("web", stack, StackInputs()), "aws_ssm_parameter.p")["after"]["value"] == rendered
 
 
 def test_a_template_cannot_render_templates(engine: SandboxEngine, tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from gateway.adapters.sandbox.functions import (
     to_number,
     to_string,
 )
-from gateway.adapters.sandbox.values import (  # noqa: F401  (re-exported: the engine imports them from here)
+from gateway.adapters.sandbox.values import (
     UNKNOWN,
     Mark,
     Secret,
@@ -42,7 +42,6 @@ from gateway.adapters.sandbox.values import (  # noqa: F401  (re-exported: the e
     contains_unknown,
     decimal_arithmetic,
     marked,
-    number_text,
     plain_number,
     type_name,
     unmark,
@@ -274,12 +273,8 @@ class Evaluator:
         left_node, term = _subtrees(node)[:2]
         op_node, right_node = _subtrees(term)[:2]
         op = str(op_node.children[0])
-        left = self.eval(left_node)
-        if op in ("&&", "||"):
-            plain, _ = unmark(left)
-            if plain is not UNKNOWN and (plain is False if op == "&&" else plain is True):
-                return left
-        return _apply_marked(_BINARY[op], [left, self.eval(right_node)], self, node)
+        # both sides are evaluated, as in Terraform: `false && null.x` is an error, not false
+        return _apply_marked(_BINARY[op], [self.eval(left_node), self.eval(right_node)], self, node)
 
     def _unary_op(self, node: Tree) -> Any:
         op = str(node.children[0])
@@ -292,50 +287,70 @@ class Evaluator:
 
     def _get_attr_expr_term(self, node: Tree) -> Any:
         base_node, attr = _subtrees(node)
-        return self._get_attr(self.eval(base_node), _attr_name(attr))
+        return self._get_attr(self.eval(base_node), _attr_name(attr), node)
 
-    def _get_attr(self, base: Any, name: str) -> Any:
+    def _get_attr(self, base: Any, name: str, node: Tree | None = None) -> Any:
         if isinstance(base, Namespace):
             return base.attr(name)
         if base is UNKNOWN:
             return UNKNOWN
         if isinstance(base, Sensitive):
-            return marked(self._get_attr(base.value, name), base.mark)
+            return marked(self._get_attr(base.value, name, node), base.mark)
         if isinstance(base, dict):
             if name not in base:
-                raise self.fail(f"object has no attribute `{name}`")
+                raise self.fail(f"Unsupported attribute: this object does not have an attribute named `{name}`.",
+                                node=node)
             return base[name]
-        raise self.fail(f"cannot read attribute `{name}` of {_type_name(base)}")
+        if base is None:
+            raise self.fail(f"Attempt to get attribute `{name}` from null value: this value is null, so it does not "
+                            "have any attributes.", node=node)
+        raise self.fail(f"Unsupported attribute: cannot read attribute `{name}` of {_type_name(base)}.", node=node)
 
     def _index_expr_term(self, node: Tree) -> Any:
         base_node, index_node = _subtrees(node)
-        return self._index(self.eval(base_node), self._index_key(index_node))
+        return self._index(self.eval(base_node), self._index_key(index_node), node)
 
     def _index_key(self, node: Tree) -> Any:
         if node.data == "short_index":
             return int(str(node.children[1]))
         return self.eval(_subtrees(node)[0])
 
-    def _index(self, base: Any, key: Any) -> Any:
+    def _index(self, base: Any, key: Any, node: Tree | None = None) -> Any:
         key, key_sensitive = unmark(key)
         if base is UNKNOWN or key is UNKNOWN:
             return UNKNOWN
         if isinstance(base, Sensitive):
-            return marked(self._index(base.value, key), max(base.mark, key_sensitive))
+            return marked(self._index(base.value, key, node), max(base.mark, key_sensitive))
         if key_sensitive:  # which element was picked tells about the key: the result is as secret as the key
             try:
-                return marked(self._index(base, key), key_sensitive)
+                return marked(self._index(base, key, node), key_sensitive)
             except ConfigError:
-                raise self.fail("index (sensitive) is out of range", key_sensitive) from None
-        try:
-            if isinstance(base, list):
-                return base[int(key)]
-            if isinstance(base, dict):
-                return base[str(key)]
-        except (IndexError, KeyError, ValueError):
-            shown = "(sensitive)" if key_sensitive or isinstance(base, Sensitive) else json.dumps(key)
-            raise self.fail(f"index {shown} is out of range") from None
-        raise self.fail(f"cannot index {_type_name(base)}")
+                raise self.fail("Invalid index: the key (sensitive) does not identify an element", key_sensitive,
+                                node) from None
+        if base is None:
+            raise self.fail("Attempt to index null value: this value is null, so it does not have any indices.",
+                            node=node)
+        if key is None:
+            raise self.fail("Invalid index: can't use a null value as an indexing key.", node=node)
+        if isinstance(base, list):
+            try:
+                position = to_number(key)
+            except FunctionError:
+                position = -1
+            if not 0 <= position < len(base) or position != int(position):  # no negative indices, as Terraform
+                raise self.fail(f"Invalid index: the given key ({json.dumps(key)}) does not identify an element in "
+                                f"this collection value, a list of {len(base)}.", node=node)
+            return base[int(position)]
+        if isinstance(base, dict):
+            try:
+                text = to_string(key)
+            except FunctionError:
+                text = None
+            if text is None or text not in base:
+                raise self.fail(f"Invalid index: the given key ({json.dumps(key)}) does not identify an element in "
+                                "this collection value.", node=node)
+            return base[text]
+        raise self.fail(f"Invalid index: cannot index {_type_name(base)}.", node=node)
 
     def _attr_splat_expr_term(self, node: Tree) -> Any:
         return self._splat(node)
@@ -353,9 +368,9 @@ class Evaluator:
         for item in items:
             for step in _subtrees(splat):
                 item = (
-                    self._get_attr(item, _attr_name(step))
+                    self._get_attr(item, _attr_name(step), node)
                     if step.data == "get_attr"
-                    else self._index(item, self._index_key(step))
+                    else self._index(item, self._index_key(step), node)
                 )
             out.append(item)
         return out
@@ -499,7 +514,7 @@ class Evaluator:
             problem = "a null value" if collection is None else f"a value of type {type_name(collection)}"
             raise self.fail(f"Iteration over {'null' if collection is None else 'non-iterable'} value: {problem} "
                             "cannot be used as the collection in a 'for' expression.", mark, intro)
-        pairs = collection.items() if isinstance(collection, dict) else enumerate(collection)
+        pairs = sorted(collection.items()) if isinstance(collection, dict) else enumerate(collection)  # keys in order
         if len(names) == 2:
             return mark, [self.child(**{names[0]: marked(k, mark), names[1]: marked(v, mark)}) for k, v in pairs]
         return mark, [self.child(**{names[0]: marked(v, mark)}) for _, v in pairs]
@@ -557,10 +572,24 @@ def _strip_whitespace(raw: list[Any]) -> list[Any]:
             continue
         tokens = [c for c in item.children if isinstance(c, Token)]
         if len(tokens) > 2 and tokens[1] == "~" and i > 0 and isinstance(items[i - 1], str):
-            items[i - 1] = items[i - 1].rstrip()
+            items[i - 1] = _strip_before(items[i - 1])
         if len(tokens) > 2 and tokens[-2] == "~" and i + 1 < len(items) and isinstance(items[i + 1], str):
-            items[i + 1] = items[i + 1].lstrip()
+            items[i + 1] = _strip_after(items[i + 1])
     return items
+
+
+def _strip_before(text: str) -> str:
+    """What a `~` opening a directive or interpolation leaves of the text before it. As in Terraform, only the last
+    line is trimmed (with its line break if the text ends with one): `"a \\n  "` becomes `"a \\n"`."""
+    start = text.rfind("\n", 0, len(text) - 1) + 1 if text.endswith("\n") else text.rfind("\n") + 1
+    return text[:start] + text[start:].rstrip()
+
+
+def _strip_after(text: str) -> str:
+    """What a `~` closing a directive or interpolation leaves of the text after it: the first line's whitespace
+    and its line break go, the next line's indentation stays, as in Terraform."""
+    end = text.find("\n") + 1 or len(text)
+    return text[:end].lstrip() + text[end:]
 
 
 def _directive_word(node: Tree) -> str:
@@ -652,27 +681,72 @@ def _template_source(text: str) -> tuple[str, tuple[int, ...]]:
     out = ['"']
     size = 1
     breaks: list[int] = []
-    i = 0
-    while i < len(text):
-        if text.startswith(("$${", "%%{"), i):
-            piece = text[i : i + 3]
-        elif text.startswith(("${", "%{"), i):
-            piece = text[i : _closing_brace(text, i + 2) + 1]
-            breaks.extend(size + k for k, c in enumerate(piece) if c == "\n")
-            piece = piece.replace("\n", " ")  # expressions stay as written, on one line
+    for segment in _template_segments(text):
+        breaks.extend([size - 1] * segment.lost_before)  # lines a `${~` took away still count
+        if segment.code:
+            breaks.extend(size + k for k, c in enumerate(segment.text) if c == "\n")
+            pieces = [segment.text.replace("\n", " ")]  # expressions stay as written, on one line
         else:
-            if text[i] == "\n":
-                breaks.append(size)
-            piece = _QUOTED.get(text[i], text[i])
-            i += 1
-            out.append(piece)
-            size += len(piece)
-            continue
-        i += len(piece)
-        out.append(piece)
-        size += len(piece)
+            pieces = []
+            j = 0
+            while j < len(segment.text):
+                if segment.text.startswith(("$${", "%%{"), j):
+                    pieces.append(segment.text[j : j + 3])
+                    j += 3
+                    continue
+                if segment.text[j] == "\n":
+                    breaks.append(size + sum(len(p) for p in pieces))
+                pieces.append(_QUOTED.get(segment.text[j], segment.text[j]))
+                j += 1
+        out.extend(pieces)
+        size += sum(len(p) for p in pieces)
+        breaks.extend([size] * segment.lost_after)
     out.append('"')
     return "".join(out), tuple(breaks)
+
+
+@dataclasses.dataclass
+class _Segment:
+    code: bool  # an interpolation or directive, else literal text
+    text: str
+    lost_before: int = 0  # line breaks a strip marker removed before it
+    lost_after: int = 0
+
+
+def _template_segments(text: str) -> list[_Segment]:
+    """Literal text and `${...}` / `%{...}` pieces, with the strip markers of interpolations (`${~ x ~}`, which
+    python-hcl2's grammar lacks) applied here: the whitespace beside them is removed, the markers dropped."""
+    segments: list[_Segment] = []
+    i = literal_start = 0
+    while i < len(text):
+        if text.startswith(("$${", "%%{"), i):
+            i += 3
+        elif text.startswith(("${", "%{"), i):
+            if literal_start < i:
+                segments.append(_Segment(False, text[literal_start:i]))
+            end = _closing_brace(text, i + 2)
+            segments.append(_Segment(True, text[i : end + 1]))
+            i = literal_start = end + 1
+        else:
+            i += 1
+    if literal_start < len(text):
+        segments.append(_Segment(False, text[literal_start:]))
+    for n, segment in enumerate(segments):
+        if not segment.code or not segment.text.startswith("${"):
+            continue
+        if segment.text.startswith("${~"):
+            segment.text = "${" + segment.text[3:]
+            if n > 0 and not segments[n - 1].code:
+                before = segments[n - 1].text
+                segments[n - 1].text = _strip_before(before)
+                segment.lost_before = before[len(segments[n - 1].text):].count("\n")
+        if segment.text.endswith("~}"):
+            segment.text = segment.text[:-2] + "}"
+            if n + 1 < len(segments) and not segments[n + 1].code:
+                after = segments[n + 1].text
+                segments[n + 1].text = _strip_after(after)
+                segment.lost_after = after[: len(after) - len(segments[n + 1].text)].count("\n")
+    return segments
 
 
 def _closing_brace(text: str, i: int) -> int:
@@ -767,6 +841,6 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
     ">": _comparison(operator.gt),
     "<=": _comparison(operator.le),
     ">=": _comparison(operator.ge),
-    "&&": lambda a, b: _operand_bool(a, "left operand") and _operand_bool(b, "right operand"),
-    "||": lambda a, b: _operand_bool(a, "left operand") or _operand_bool(b, "right operand"),
+    "&&": lambda a, b: all([_operand_bool(a, "left operand"), _operand_bool(b, "right operand")]),
+    "||": lambda a, b: any([_operand_bool(a, "left operand"), _operand_bool(b, "right operand")]),
 }

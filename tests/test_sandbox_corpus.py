@@ -26,29 +26,7 @@ from .corpus import CorpusEntry, created_addresses, load_corpus, plan_entry
 
 # The first error of each entry the sandbox cannot plan today, as measured (one line each); after a change to
 # the engine, `python benchmarks/corpus_coverage.py --known-gaps` prints this dict as it then stands.
-KNOWN_GAPS: dict[str, str] = {
-    "tur-webserver-cluster": "ConfigError: tur-webserver-cluster/main.tf: data aws_vpc default: data sources are not simulated by the sandbox engine",
-    "tur-state-global-s3": "ConfigError: stack tur-state-global-s3: variable `bucket_name` has no value and no default",
-    "tur-iam-users-module-count": "ConfigError: three-iam-users-module-count/main.tf: module users: module calls are not simulated by the sandbox engine",
-    "tur-iam-users-module-for-each": "ConfigError: three-iam-users-module-for-each/main.tf: module users: module calls are not simulated by the sandbox engine",
-    "tur-multiple-ec2-instances": "ConfigError: tur-multiple-ec2-instances/main.tf: data aws_availability_zones all: data sources are not simulated by the sandbox engine",
-    "tur-kms-cmk": "ConfigError: tur-kms-cmk/main.tf: data aws_iam_policy_document cmk_admin_policy: data sources are not simulated by the sandbox engine",
-    "tur-local-exec-provisioner": "ConfigError: line 20: nested block `provisioner` takes no labels",
-    "tur-null-resource": "ConfigError: line 19: nested block `provisioner` takes no labels",
-    "tt-null-parallelism": "ConfigError: line 10: nested block `provisioner` takes no labels",
-    "tt-aws-s3": "ConfigError: tt-aws-s3/main.tf: data aws_iam_policy_document s3_bucket_policy: data sources are not simulated by the sandbox engine",
-    "tt-aws-network": "ConfigError: tt-aws-network/main.tf: data aws_availability_zones available: data sources are not simulated by the sandbox engine",
-    "tt-aws-instance": "ConfigError: tt-aws-instance/main.tf: data aws_ami ubuntu: data sources are not simulated by the sandbox engine",
-    "learn-functions": "ConfigError: learn-functions/main.tf: data aws_ami ubuntu: data sources are not simulated by the sandbox engine",
-    "tam-vpc-simple": "ConfigError: simple/main.tf: data aws_availability_zones available: data sources are not simulated by the sandbox engine",
-    "tur-alb-module": "ConfigError: alb/main.tf: module alb: module calls are not simulated by the sandbox engine",
-    "tur-asg-module": "ConfigError: asg/main.tf: module asg: module calls are not simulated by the sandbox engine",
-    "learn-modules-create": "ConfigError: learn-modules-create/main.tf: module vpc: module calls are not simulated by the sandbox engine",
-    "learn-count": "ConfigError: learn-count/main.tf: data aws_availability_zones available: data sources are not simulated by the sandbox engine",
-    "tur-hello-world-app": "ConfigError: standalone/main.tf: module hello_world_app: module calls are not simulated by the sandbox engine",
-    "tam-iam-user": "ConfigError: iam-user/main.tf: module iam_user: module calls are not simulated by the sandbox engine",
-    "tam-s3-object": "ConfigError: object/main.tf: module object: module calls are not simulated by the sandbox engine",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 ENTRIES = load_corpus()
 
@@ -97,8 +75,6 @@ def test_expectations_are_what_the_real_terraform_plans(entry: CorpusEntry, tmp_
     assert [a for a in entry.addresses if a not in created_addresses(plan)] == []
 
 
-@pytest.mark.xfail(strict=True, reason="the gateway exports only the stack's own folder (GitDeclarationRepo.export), "
-                   "so a module the stack calls with a ../ source is not there to plan")
 def test_a_stack_export_carries_the_local_modules_it_calls(workspace: Workspace, clone: Clone, tmp_path: Path) -> None:
     entry = next(e for e in ENTRIES if e.name == "tur-iam-users-module-count")  # live/... calls ../../../modules/...
     shutil.copytree(entry.directory, clone.branch("corpus").path / "corpus" / entry.name)

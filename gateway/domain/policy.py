@@ -153,11 +153,32 @@ class _Companions:
                 self.by_name.setdefault(_after(rc).get("bucket"), []).append(rc)
 
     def of(self, bucket: ResourceChange) -> list[ResourceChange]:
-        """Same bucket name, or (name unknown) the same local name or a configuration reference to it."""
+        """Same bucket name, or (name unknown) a configuration reference to it.
+
+        Only a plan without a `configuration` section falls back on matching local names.
+        """
         found = list(self.by_name.get(_after(bucket).get("bucket"), [])) if _after(bucket).get("bucket") else []
-        found += [rc for rc in self.unresolved
-                  if rc.name == bucket.name or bucket.address in configured_references(self.plan, rc, "bucket")]
+        if "configuration" not in self.plan.raw:
+            return found + [rc for rc in self.unresolved if rc.name == bucket.name]
+        found += [rc for rc in self.unresolved if _refers_to(self.plan, rc, "bucket", bucket)]
         return found
+
+
+def _refers_to(plan: Plan, rc: ResourceChange, attribute: str, target: ResourceChange) -> bool:
+    """Whether `rc`'s attribute refers to `target`, in the same module or through module inputs to the root."""
+    key = f"{target.type}.{target.name}"
+    if not target.module_address and key in configured_references(plan, rc, attribute):
+        return True
+    return (rc.module_address or "") == (target.module_address or "") and key in _module_references(plan, rc, attribute)
+
+
+def _module_references(plan: Plan, rc: ResourceChange, attribute: str) -> set[str]:
+    """An attribute's references within its own module, per the plan's `configuration`."""
+    node = plan.raw.get("configuration", {}).get("root_module", {})
+    for name in [p for p in (rc.module_address or "").split(".") if p and p != "module"]:
+        node = node.get("module_calls", {}).get(name.split("[", 1)[0], {}).get("module", {})
+    resource = next((r for r in node.get("resources", []) if r.get("address") == f"{rc.type}.{rc.name}"), {})
+    return {".".join(r.split(".")[:2]) for r in resource.get("expressions", {}).get(attribute, {}).get("references", [])}
 
 
 def configured_references(plan: Plan, rc: ResourceChange, attribute: str) -> set[str]:

@@ -2,44 +2,57 @@
 
 It behaves like Terraform where the gateway cares: state with serial and lineage, refresh and
 drift, dependency order, force-new replacement in both orders, unknown computed values,
-lifecycle rules, `moved` and `import` blocks, and half-done applies. Its plans are Terraform's
-JSON plan format. Everything it creates exists only in the gateway's store.
+lifecycle rules, `moved` and `import` blocks, and half-done applies; modules (their instances'
+addresses as Terraform writes them) and data sources read at plan time, or during the apply when
+they wait on it. Its plans are Terraform's JSON plan format, `configuration` included. Everything
+it creates exists only in the gateway's store.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import graphlib
 import json
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
 
 from gateway.adapters.sandbox.config import (
-    NO_DEFAULT,
     Body,
     ResourceConfig,
     StackConfig,
-    collect_references,
+    collector_paused,
+    line_of,
     load_stack,
+    traversal_text,
+)
+from gateway.adapters.sandbox.data_sources import data_object_id, read_data, unsimulated_data
+from gateway.adapters.sandbox.evaluation import (
+    Evaluation,
+    Index,
+    Path_,
+    Scope,
+    instance_address,
+    strip_keys,
 )
 from gateway.adapters.sandbox.hcl_eval import (
     UNKNOWN,
     Evaluator,
-    Namespace,
+    MaskedFailure,
     Secret,
     Sensitive,
     contains_unknown,
+    marked,
     unmark,
 )
-from gateway.adapters.sandbox.schema import schema_for
+from gateway.adapters.sandbox.plan_json import configuration_json, values_json
+from gateway.adapters.sandbox.schema import plausible_value, schema_for
 from gateway.domain.errors import ApplyError, ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, ResourceChange, load_plan
 from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
@@ -48,9 +61,6 @@ log = structlog.get_logger(__name__)
 
 ENGINE_LABEL = "sandbox simulator"
 DELAY_PREFIX = "delay:"  # a fault that slows a step down instead of failing it
-_RESERVED_ROOTS = frozenset({"var", "local", "count", "each", "path", "terraform", "self", "data", "module"})
-
-Index = str | int | None
 
 
 @dataclass
@@ -62,6 +72,7 @@ class StateResource:
     attributes: dict[str, Any]
     sensitive_attributes: list[str] = field(default_factory=list)
     dependencies: list[str] = field(default_factory=list)
+    module: str = ""  # the module instance's address, "" in the root module
 
 
 @dataclass
@@ -98,12 +109,9 @@ class SandboxStore(Protocol):
     def take_fault(self, stack: str, address: str) -> str | None: ...
 
 
-def instance_address(key: str, index: Index) -> str:
-    return key if index is None else f"{key}[{json.dumps(index)}]"
-
-
 def resource_key(address: str) -> str:
-    return address.split("[", 1)[0]
+    """The configuration address of a resource instance address (instance keys removed)."""
+    return strip_keys(address)
 
 
 class SandboxEngine:
@@ -125,9 +133,10 @@ class SandboxEngine:
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
-        config = load_stack(directory)
-        planner = _Planner(stack, config, state, self.store, inputs)
-        document = planner.plan()
+        with collector_paused():
+            config = load_stack(directory)
+            planner = _Planner(stack, config, state, self.store, inputs)
+            document = planner.plan()
         log.info("sandbox.plan", stack=stack, changes=len(document["resource_changes"]), serial=state.serial)
         return EnginePlan(document=document, state_serial=state.serial, state_lineage=state.lineage)
 
@@ -141,9 +150,10 @@ class SandboxEngine:
             raise ApplyError(
                 f"state of stack {stack} moved since the plan (serial {expected_serial} -> {state.serial})"
             )
-        config = load_stack(directory)
-        applier = _Applier(stack, config, state, self.store, inputs, load_plan(document).resource_changes)
-        return applier.run()
+        with collector_paused():
+            config = load_stack(directory)
+            applier = _Applier(stack, config, state, self.store, inputs, load_plan(document).resource_changes)
+            return applier.run()
 
     # --- out-of-band changes to the simulated cloud (console edits, for drift) ----------
 
@@ -169,170 +179,140 @@ class SandboxEngine:
 # --- shared evaluation -----------------------------------------------------------------------
 
 
-class _Evaluation:
-    """Scope building shared by plan and apply: variables, locals and resource values."""
+class _Evaluation(Evaluation):
+    """What plan and apply add to the shared scopes: block bodies, data reads and outputs."""
 
-    def __init__(self, stack: str, config: StackConfig, inputs: StackInputs):
-        self.stack = stack
-        self.config = config
-        self.values: dict[str, dict[Index, Any]] = {}
-        self._locals: dict[str, Any] = {}
-        self._locals_in_progress: set[str] = set()
-        self._vars = self._resolve_variables(inputs)
-        self._root = {
-            "var": Namespace("var", self._var),
-            "local": Namespace("local", self._local),
-            "path": {"module": ".", "root": ".", "cwd": "."},  # relative: plans must not depend on where they ran
-            "terraform": {"workspace": "default"},
-        }
-        for rtype in {r.type for r in config.resources.values()}:
-            self._root[rtype] = Namespace(rtype, lambda name, rtype=rtype: self._resource_value(rtype, name))
-
-    def _resolve_variables(self, inputs: StackInputs) -> dict[str, Any]:
-        """Each variable's value, masked by origin (Secret) or by this configuration's declaration."""
-        values: dict[str, Any] = {}
-        for name, var in self.config.variables.items():
-            if name in inputs.values:
-                value = inputs.values[name]
-            elif var.default is not NO_DEFAULT:
-                value = var.default
-            else:
-                raise ConfigError(f"stack {self.stack}: variable `{name}` has no value and no default")
-            if name in inputs.secret:
-                values[name] = Secret(value)
-            else:
-                values[name] = Sensitive(value) if var.sensitive else value
-        return values
-
-    def _var(self, name: str) -> Any:
-        if name not in self._vars:
-            raise ConfigError(f"stack {self.stack}: reference to undeclared variable var.{name}")
-        return self._vars[name]
-
-    def _local(self, name: str) -> Any:
-        if name in self._locals:
-            return self._locals[name]
-        if name not in self.config.locals:
-            raise ConfigError(f"stack {self.stack}: reference to undeclared local value local.{name}")
-        if name in self._locals_in_progress:
-            raise ConfigError(f"stack {self.stack}: local.{name} refers to itself")
-        self._locals_in_progress.add(name)
-        value = self.evaluator(f"local.{name}").eval(self.config.locals[name])
-        self._locals_in_progress.discard(name)
-        self._locals[name] = value
-        return value
-
-    def _resource_value(self, rtype: str, name: str) -> Any:
-        key = f"{rtype}.{name}"
-        resource = self.config.resources.get(key)
-        if resource is None:
-            raise ConfigError(f"stack {self.stack}: reference to undeclared resource {key}")
-        instances = self.values.get(key, {})
-        if resource.count is not None:
-            return [instances[i] for i in sorted(i for i in instances if isinstance(i, int))]
-        if resource.for_each is not None:
-            return {str(k): v for k, v in instances.items()}
-        return instances.get(None, UNKNOWN)
+    store: SandboxStore
 
     def evaluator(self, where: str, **extra: Any) -> Evaluator:
-        return Evaluator({**self._root, **extra}, f"stack {self.stack}: {where}")
-
-    def order(self) -> list[ResourceConfig]:
-        """Resources in dependency order; a cycle is a configuration error."""
-        graph = graphlib.TopologicalSorter()
-        for key, resource in self.config.resources.items():
-            graph.add(key, *(d for d in self.dependencies(resource) if d != key))
-        try:
-            return [self.config.resources[k] for k in graph.static_order()]
-        except graphlib.CycleError as exc:
-            raise ConfigError(f"stack {self.stack}: dependency cycle between {', '.join(exc.args[1])}") from None
-
-    def dependencies(self, resource: ResourceConfig) -> list[str]:
-        """The resources this one refers to, directly or through locals and depends_on."""
-        refs: set[str] = set(resource.depends_on)
-        for tree in _resource_trees(resource):
-            refs |= collect_references(tree)
-        return sorted(d for d in self._expand_locals(refs, self._local_refs) if d in self.config.resources)
-
-    @functools.cached_property
-    def _local_refs(self) -> dict[str, set[str]]:
-        return {name: collect_references(tree) for name, tree in self.config.locals.items()}
-
-    @staticmethod
-    def _expand_locals(refs: set[str], local_refs: Mapping[str, set[str]]) -> set[str]:
-        seen: set[str] = set()
-        pending = list(refs)
-        while pending:
-            ref = pending.pop()
-            if ref in seen:
-                continue
-            seen.add(ref)
-            if ref.startswith("local.") and ref[6:] in local_refs:
-                pending.extend(local_refs[ref[6:]])
-        return seen
-
-    def instances(self, resource: ResourceConfig) -> Iterator[tuple[Index, Evaluator]]:
-        """Each instance's index and an evaluator with its count.index / each.* set."""
-        where = resource.key
-        if resource.count is not None:
-            count, mark = unmark(self.evaluator(where).eval(resource.count))
-            if mark:  # instance addresses are shown to everyone: they cannot come from a secret
-                raise ConfigError(f"stack {self.stack}: {where}: count cannot be derived from a sensitive value")
-            if count is UNKNOWN:
-                raise PlanError(f"{where}: count depends on values known only after apply")
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-                raise ConfigError(f"stack {self.stack}: {where}: count must be a whole number, got {count!r}")
-            for i in range(count):
-                yield i, self.evaluator(f"{where}[{i}]", count={"index": i})
-        elif resource.for_each is not None:
-            items, mark = unmark(self.evaluator(where).eval(resource.for_each))
-            if mark:  # as in Terraform: the keys become addresses, shown to everyone
-                raise ConfigError(f"stack {self.stack}: {where}: for_each cannot be derived from a sensitive value")
-            if items is UNKNOWN or contains_unknown(items):
-                raise PlanError(f"{where}: for_each depends on values known only after apply")
-            pairs = items.items() if isinstance(items, dict) else ((str(v), v) for v in items)
-            for key, value in sorted(pairs, key=lambda kv: str(kv[0])):
-                yield str(key), self.evaluator(f'{where}["{key}"]', each={"key": str(key), "value": value})
-        else:
-            yield None, self.evaluator(where)
+        return self.root.evaluator(where, **extra)
 
     def desired(self, resource: ResourceConfig, ev: Evaluator) -> dict[str, Any]:
-        """The instance's configured attributes, nested blocks as lists of objects."""
-        return _eval_body(resource.body, ev)
+        """The instance's configured attributes, nested blocks (dynamic ones expanded) as lists of objects.
+
+        An error names the line of the attribute it comes from, not only the block's.
+        """
+        block_at = f"{resource.file}:{resource.line}:"
+        if block_at not in ev.where:
+            return eval_body(resource.body, ev)
+        return eval_body(resource.body, ev, lambda line: ev.where.replace(block_at, f"{resource.file}:{line}:", 1))
 
     def outputs(self) -> dict[str, tuple[Any, bool]]:
-        return {
-            name: (self.evaluator(f"output.{name}").eval(out.value), out.sensitive)
-            for name, out in self.config.outputs.items()
-        }
+        return {name: (self.root.output(name), out.sensitive) for name, out in self.config.outputs.items()}
+
+    def referenced_attributes(self, path: Path_, resource: ResourceConfig) -> set[str]:
+        """Attributes of this block that expressions read: each must have a value, known or not."""
+        return self.referenced.get(path, {}).get(resource.key, set())
+
+    def with_referenced(self, path: Path_, resource: ResourceConfig, value: dict[str, Any]) -> ResourceObject:
+        """An object as references see it: an attribute it does not hold is unknown while its id is,
+        then plausible (the schema table is not the provider's whole schema)."""
+        rid, _ = unmark(value.get("id"))
+        if rid is UNKNOWN:
+            return ResourceObject(value, lambda name: UNKNOWN)
+        missing = self.referenced_attributes(path, resource) - {k for k, v in value.items() if v is not None}
+        filled = {**value, **{k: plausible_value(resource.type, k, str(rid), value) for k in missing}}
+        return ResourceObject(filled, lambda name: plausible_value(resource.type, name, str(rid), filled))
+
+    def read(self, scope: Scope, resource: ResourceConfig, ev: Evaluator, at_apply: bool) -> tuple[Any, Any]:
+        """(the data source's value, its arguments); the value is UNKNOWN until its arguments are known."""
+        args = self.desired(resource, ev)
+        if contains_unknown(args):
+            return UNKNOWN, args
+        plain, mark = unmark(args)
+        try:
+            value = read_data(resource.type, plain, self.store.get_object)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ConfigError(f"{ev.where}: {exc}") from None
+        if value is None:  # not simulated: unknown until an apply has read it once (kept like an object)
+            kind, rid = f"data.{resource.type}", data_object_id(plain)
+            seen = self.store.get_object(kind, rid) is not None
+            if not seen and not at_apply:
+                return UNKNOWN, args
+            value = unsimulated_data(resource.type, plain, self.referenced_attributes(scope.path, resource))
+            if not seen:
+                self.store.put_object(kind, rid, plain)
+        return marked(self.with_referenced(scope.path, resource, value), mark), args
 
 
-def _resource_trees(resource: ResourceConfig) -> Iterator[Any]:
-    yield from _body_trees(resource.body)
-    for tree in (resource.count, resource.for_each):
-        if tree is not None:
-            yield tree
+class ResourceObject(dict[str, Any]):
+    """A resource's or data source's attributes, open to any attribute name.
+
+    Expressions may read attributes the schema table does not list (`v.arn` in a for expression
+    over a resource's instances): the evaluator asks `name in obj`, then `obj[name]`, and gets the
+    value `missing(name)` gives instead of an error. Everything else sees the stored attributes.
+    """
+
+    def __init__(self, attributes: Mapping[str, Any], missing: Callable[[str], Any]):
+        super().__init__(attributes)
+        self.missing = missing
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> Any:
+        return self.missing(name)
 
 
-def _body_trees(body: Body) -> Iterator[Any]:
-    yield from body.attributes.values()
-    for _, block in body.blocks:
-        yield from _body_trees(block)
-
-
-def _eval_body(body: Body, ev: Evaluator) -> dict[str, Any]:
-    out: dict[str, Any] = {name: ev.eval(tree) for name, tree in body.attributes.items()}
+def eval_body(body: Body, ev: Evaluator, where_at: Callable[[int], str] | None = None) -> dict[str, Any]:
+    """A block body's values; `where_at(line)` names a line in errors (the attribute's)."""
+    out: dict[str, Any] = {}
+    for name, tree in body.attributes.items():
+        try:
+            out[name] = ev.eval(tree)
+        except ConfigError as exc:
+            if where_at is None:
+                raise
+            raise _located(exc, ev.where, where_at(line_of(tree))) from None
     for block_type, block in body.blocks:
-        out.setdefault(block_type, []).append(_eval_body(block, ev))
+        if block_type == "dynamic":
+            _eval_dynamic(block, ev, out)
+        elif out.get(block_type) is not UNKNOWN:
+            out.setdefault(block_type, []).append(eval_body(block, ev, where_at))
     return out
 
 
-def proposed_attributes(resource: ResourceConfig, prior: Mapping[str, Any], desired: Mapping[str, Any]) -> dict:
+def _located(exc: ConfigError, where: str, located: str) -> ConfigError:
+    """The same error, naming the attribute's line instead of the block's (a masked failure stays masked)."""
+    message = str(exc)
+    if not message.startswith(where):
+        return exc  # raised elsewhere (a local, a variable): it names its own line
+    message = located + message[len(where):]
+    return MaskedFailure(message, exc.mark) if isinstance(exc, MaskedFailure) else ConfigError(message)
+
+
+def _eval_dynamic(block: Body, ev: Evaluator, out: dict[str, Any]) -> None:
+    """A `dynamic "x"` block: one `x` block per item of for_each, its `content` evaluated with the iterator."""
+    if len(block.labels) != 1:
+        raise ConfigError(f"{ev.where}: line {block.line}: a dynamic block takes one label, the block type")
+    label = block.labels[0]
+    content = next((b for t, b in block.blocks if t == "content"), None)
+    if "for_each" not in block.attributes or content is None:
+        raise ConfigError(f"{ev.where}: line {block.line}: dynamic \"{label}\" needs for_each and a content block")
+    iterator = traversal_text(block.attributes["iterator"], ev.where) if "iterator" in block.attributes else label
+    items, mark = unmark(ev.eval(block.attributes["for_each"]))
+    if items is UNKNOWN or (isinstance(items, list) and contains_unknown(items) and not items):
+        out[label] = UNKNOWN  # how many blocks there will be is known only after apply
+        return
+    if items is None:
+        raise ConfigError(f"{ev.where}: line {block.line}: dynamic \"{label}\": for_each cannot be null")
+    blocks = out.setdefault(label, [])
+    if blocks is UNKNOWN:
+        return
+    pairs = items.items() if isinstance(items, dict) else enumerate(items)
+    for key, value in pairs:
+        child = ev.child(**{iterator: {"key": marked(key, mark), "value": marked(value, mark)}})
+        blocks.append(marked(eval_body(content, child), mark))
+
+
+def proposed_attributes(resource: ResourceConfig, prior: Mapping[str, Any], desired: Mapping[str, Any],
+                        computed: Collection[str] = ()) -> dict:
     """Prior attributes overlaid with config; unset optional ones fall back to their defaults."""
     schema = schema_for(resource.type)
-    keep = {"id", *schema.computed}
+    keep = {"id", *schema.computed, *computed}
     proposed = {k: (v if k in keep else schema.defaults.get(k)) for k, v in prior.items()}
-    proposed.update(desired)
+    # an attribute the provider computes keeps its value while the configuration leaves it null
+    proposed.update({k: v for k, v in desired.items() if unmark(v)[0] is not None or k not in keep})
     ignore = resource.lifecycle.ignore_changes
     for name in (prior if ignore is None else ignore):
         if name in prior:
@@ -399,34 +379,47 @@ class _Planner(_Evaluation):
         self.changes: list[dict[str, Any]] = []
         self.drift: list[dict[str, Any]] = []
         self.refusals: list[str] = []
+        self.data_read: list[dict[str, Any]] = []  # data sources read at plan time (prior_state)
+        self.planned: list[dict[str, Any]] = []  # every instance's planned values (planned_values)
 
     def plan(self) -> dict[str, Any]:
         refreshed = self._refresh()
         previous = self._apply_moves(refreshed)
         planned: set[str] = set()
-        for resource in self.order():
-            self.values[resource.key] = {}
-            for index, ev in self.instances(resource):
-                address = instance_address(resource.key, index)
-                planned.add(address)
-                self.values[resource.key][index] = self._plan_instance(
-                    resource, index, ev, refreshed.get(address), previous.get(address)
-                )
+        for path, resource in self.order():
+            for scope in self.scopes(path):
+                scope.values[resource.key] = {}
+                for index, ev in scope.instances(resource):
+                    address = instance_address(resource.key, index, scope.address)
+                    if resource.mode == "data":
+                        scope.values[resource.key][index] = self._plan_read(scope, resource, index, ev, address)
+                        continue
+                    planned.add(address)
+                    scope.values[resource.key][index] = self._plan_instance(
+                        scope, resource, index, ev, refreshed.get(address), previous.get(address)
+                    )
+        self.expand_all()
         for address, prior in sorted(refreshed.items()):
             if address not in planned:
                 self._plan_orphan(address, prior, previous.get(address))
         if self.refusals:
             raise PlanError("; ".join(self.refusals))
-        return {
+        document: dict[str, Any] = {
             "format_version": "1.2",
             "gateway_engine": ENGINE_LABEL,
+            "planned_values": {"root_module": values_json(self.planned)},
             "resource_changes": sorted(self.changes, key=lambda c: c["address"]),
             "resource_drift": sorted(self.drift, key=lambda c: c["address"]),
             "output_changes": self._output_changes(),
-            "applyable": any(c["change"]["actions"] != ["no-op"] for c in self.changes),
+            "configuration": configuration_json(self, self.config),
+            "applyable": any(c["change"]["actions"] not in (["no-op"], ["read"]) for c in self.changes),
             "complete": True,
             "errored": False,
         }
+        prior = [_state_json(address, res) for address, res in sorted(refreshed.items())] + self.data_read
+        if prior:
+            document["prior_state"] = {"format_version": "1.0", "values": {"root_module": values_json(prior)}}
+        return document
 
     def _refresh(self) -> dict[str, StateResource]:
         """Read every object the state knows from the simulated cloud; record what drifted."""
@@ -441,38 +434,72 @@ class _Planner(_Evaluation):
             if live != res.attributes:
                 self.drift.append(_change_json(address, res, ["update"], res.attributes, live,
                                                res.sensitive_attributes))
-            refreshed[address] = StateResource(**{**asdict(res), "attributes": live})
+            refreshed[address] = replace(res, attributes=live)
         return refreshed
 
     def _apply_moves(self, refreshed: dict[str, StateResource]) -> dict[str, str]:
+        """Follow `moved` blocks: the root's (full addresses) and each module's (relative to its instances)."""
         previous: dict[str, str] = {}
-        for source, target in self.config.moved:
-            for address in [a for a in refreshed if a == source or a.startswith(source + "[")]:
-                new_address = target + address[len(source):]
-                if new_address in refreshed:
-                    self.refusals.append(f"moved block: {new_address} already exists, cannot move {address} onto it")
-                    continue
-                refreshed[new_address] = refreshed.pop(address)
-                previous[new_address] = address
+        for path, config in self.configs():
+            for source, target in config.moved:
+                for address in list(refreshed):
+                    prefix = _module_prefix(refreshed[address].module, len(path))
+                    if prefix is None or strip_keys(prefix) != strip_keys(".".join(f"module.{p}" for p in path)):
+                        continue
+                    local = address[len(prefix) + 1:] if prefix else address
+                    if not (local == source or local.startswith((source + "[", source + "."))):
+                        continue
+                    new_address = (f"{prefix}." if prefix else "") + target + local[len(source):]
+                    if new_address in refreshed:
+                        self.refusals.append(f"moved block: {new_address} already exists, cannot move {address} onto it")
+                        continue
+                    refreshed[new_address] = relocated(refreshed.pop(address), new_address)
+                    previous[new_address] = previous.pop(address, address)
         return previous
 
-    def _plan_instance(self, resource: ResourceConfig, index: Index, ev: Evaluator,
+    def _plan_read(self, scope: Scope, resource: ResourceConfig, index: Index, ev: Evaluator, address: str) -> Any:
+        """Read a data source now; when its arguments wait on apply, the plan says it will be read then."""
+        value, args = self.read(scope, resource, ev, at_apply=False)
+        base = {"address": address, "mode": "data", "type": resource.type, "name": resource.name, "index": index,
+                "module_address": scope.address}
+        if value is UNKNOWN:
+            after = {**args, **{k: UNKNOWN for k in self.referenced_attributes(scope.path, resource) if k not in args}}
+            reason = "read_because_config_unknown" if contains_unknown(args) else "read_because_dependency_pending"
+            self._record(base, ["read"], None, after if contains_unknown(args) else UNKNOWN, None, reason=reason)
+            self.planned.append(_values_entry(base, after))
+            return value
+        entry = _values_entry(base, value)
+        self.data_read.append(entry)
+        self.planned.append(entry)
+        return value
+
+    def _plan_instance(self, scope: Scope, resource: ResourceConfig, index: Index, ev: Evaluator,
                        prior: StateResource | None, previous_address: str | None) -> Any:
+        value = self._plan_change(scope, resource, index, ev, prior, previous_address)
+        base = {"address": instance_address(resource.key, index, scope.address), "mode": "managed",
+                "type": resource.type, "name": resource.name, "index": index, "module_address": scope.address}
+        change = self.changes[-1]["change"]  # just recorded: its after is the planned value, already split
+        self.planned.append(_values_entry(base, None, (change["after"], change["after_sensitive"])))
+        return value if value is UNKNOWN else self.with_referenced(scope.path, resource, value)
+
+    def _plan_change(self, scope: Scope, resource: ResourceConfig, index: Index, ev: Evaluator,
+                     prior: StateResource | None, previous_address: str | None) -> Any:
         schema = schema_for(resource.type)
-        address = instance_address(resource.key, index)
+        address = instance_address(resource.key, index, scope.address)
         desired = _mark_sensitive(self.desired(resource, ev), schema.sensitive)
+        computed = self.referenced_attributes(scope.path, resource)
         importing = None
         if prior is None and address in self.config.imports:
-            prior, importing = self._import(resource, index, address)
+            prior, importing = self._import(resource, index, address, scope.address)
         base = {"address": address, "type": resource.type, "name": resource.name, "index": index,
-                "previous_address": previous_address}
+                "previous_address": previous_address, "module_address": scope.address}
         if prior is None:
             after = {**schema.defaults, **desired}
-            after.update({k: UNKNOWN for k in ("id", *schema.computed) if k not in desired})
+            after.update({k: UNKNOWN for k in ("id", *schema.computed, *computed) if unmark(desired.get(k))[0] is None})
             self._record(base, ["create"], None, after, None)
             return after
         before = _mark_sensitive(prior.attributes, set(prior.sensitive_attributes) | schema.sensitive)
-        proposed = proposed_attributes(resource, before, desired)  # kept values (ignore_changes) keep their marks
+        proposed = proposed_attributes(resource, before, desired, computed)  # kept values (ignore_changes) keep their marks
         changed = sorted(k for k in set(proposed) | set(prior.attributes)
                          if unmark(proposed.get(k))[0] != prior.attributes.get(k)
                          or contains_unknown(proposed.get(k)))
@@ -489,25 +516,27 @@ class _Planner(_Evaluation):
                 f"({', '.join(forced)} cannot change in place)"
             )
         after = dict(proposed)
-        after.update({k: UNKNOWN for k in ("id", *schema.computed) if k not in desired})
+        after.update({k: UNKNOWN for k in ("id", *schema.computed, *computed) if unmark(desired.get(k))[0] is None})
         actions = ["create", "delete"] if resource.lifecycle.create_before_destroy else ["delete", "create"]
         self._record(base, actions, before, after, importing,
                      replace_paths=[[k] for k in forced], reason="replace_because_cannot_update")
         return after
 
-    def _import(self, resource: ResourceConfig, index: Index, address: str) -> tuple[StateResource, dict]:
+    def _import(self, resource: ResourceConfig, index: Index, address: str,
+                module: str) -> tuple[StateResource, dict]:
         rid, _ = unmark(self.evaluator(f"import {address}").eval(self.config.imports[address]))
         if not isinstance(rid, str):
             raise ConfigError(f"stack {self.stack}: import {address}: the id must be a known string")
         live = self.store.get_object(resource.type, rid)
         if live is None:
             raise PlanError(f"import {address}: no {resource.type} with id {rid!r} exists to import")
-        return StateResource(resource.type, resource.name, index, rid, live), {"id": rid}
+        return StateResource(resource.type, resource.name, index, rid, live, module=module), {"id": rid}
 
     def _plan_orphan(self, address: str, prior: StateResource, previous_address: str | None) -> None:
-        key = resource_key(address)
-        resource = self.config.resources.get(key)
-        if resource is None:
+        resource, module_exists = self._config_of(prior)
+        if not module_exists:
+            reason = "delete_because_no_module"
+        elif resource is None:
             reason = "delete_because_no_move_target" if previous_address else "delete_because_no_resource_config"
         elif resource.count is not None:
             reason = "delete_because_count_index" if isinstance(prior.index, int) else "delete_because_wrong_repetition"
@@ -518,8 +547,20 @@ class _Planner(_Evaluation):
         schema = schema_for(prior.type)
         before = _mark_sensitive(prior.attributes, set(prior.sensitive_attributes) | schema.sensitive)
         base = {"address": address, "type": prior.type, "name": prior.name, "index": prior.index,
-                "previous_address": previous_address}
+                "previous_address": previous_address, "module_address": prior.module}
         self._record(base, ["delete"], before, None, None, reason=reason)
+
+    def _config_of(self, prior: StateResource) -> tuple[ResourceConfig | None, bool]:
+        """The block a state entry belongs to, and whether its module instance still exists."""
+        path = tuple(p.removeprefix("module.") for p in strip_keys(prior.module).split(".module.") if p) \
+            if prior.module else ()
+        try:
+            config = self.config_at(path)
+        except KeyError:
+            return None, False
+        if prior.module and prior.module not in {s.address for s in self.scopes(path)}:
+            return config.resources.get(f"{prior.type}.{prior.name}"), False
+        return config.resources.get(f"{prior.type}.{prior.name}"), True
 
     def _record(self, base: dict, actions: list[str], before: Any, after: Any,
                 importing: dict | None, replace_paths: list | None = None, reason: str | None = None) -> None:
@@ -537,15 +578,16 @@ class _Planner(_Evaluation):
             change["replace_paths"] = replace_paths
         if importing:
             change["importing"] = importing
-        entry: dict[str, Any] = {
-            "address": base["address"],
-            "mode": "managed",
+        entry: dict[str, Any] = {"address": base["address"]}
+        if base.get("module_address"):
+            entry["module_address"] = base["module_address"]
+        entry.update({
+            "mode": base.get("mode", "managed"),
             "type": base["type"],
             "name": base["name"],
-            "provider_name": "registry.terraform.io/hashicorp/aws" if base["type"].startswith("aws_")
-            else f"registry.terraform.io/hashicorp/{base['type'].split('_')[0]}",
+            "provider_name": provider_name(base["type"]),
             "change": change,
-        }
+        })
         if base["index"] is not None:
             entry["index"] = base["index"]
         if base.get("previous_address"):
@@ -578,15 +620,68 @@ class _Planner(_Evaluation):
         return out
 
 
+def _module_prefix(module: str, depth: int) -> str | None:
+    """The first `depth` module steps of a module instance address ("" for the root); None if it is shallower."""
+    steps = [f"module.{step}" for step in module.removeprefix("module.").split(".module.")] if module else []
+    return ".".join(steps[:depth]) if len(steps) >= depth else None
+
+
+def relocated(res: StateResource, address: str) -> StateResource:
+    """A state entry under a new address (a `moved` block): its module, type, name and index follow the address."""
+    body, index = address, None
+    if body.endswith("]"):
+        for start in range(len(body) - 2, -1, -1):
+            if body[start] == "[":
+                try:
+                    index = json.loads(body[start + 1:-1])
+                except ValueError:
+                    continue
+                body = body[:start]
+                break
+    parts = body.rsplit(".", 2)
+    module, rtype, name = parts if len(parts) == 3 else ("", *parts)
+    return replace(res, module=module, type=rtype, name=name, index=index)
+
+
+def provider_name(resource_type: str) -> str:
+    return f"registry.terraform.io/hashicorp/{'aws' if resource_type.startswith('aws_') else resource_type.split('_')[0]}"
+
+
+def _values_entry(base: Mapping[str, Any], value: Any, split: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """One resource in Terraform's values representation (prior_state, planned_values)."""
+    if split is not None:
+        plain, sens = split
+    else:
+        plain, sens, _ = split_marks(value) if value is not UNKNOWN else ({}, False, True)
+    entry: dict[str, Any] = {"address": base["address"], "mode": base.get("mode", "managed"), "type": base["type"],
+                             "name": base["name"]}
+    if base.get("index") is not None:
+        entry["index"] = base["index"]
+    entry.update({"provider_name": provider_name(base["type"]), "schema_version": 0,
+                  "values": plain if isinstance(plain, dict) else {},
+                  "sensitive_values": sens if isinstance(sens, dict) else {}})
+    entry["module_address"] = base.get("module_address") or ""
+    return entry
+
+
+def _state_json(address: str, res: StateResource) -> dict[str, Any]:
+    sensitive = {k: True for k in set(res.sensitive_attributes) | schema_for(res.type).sensitive if k in res.attributes}
+    return _values_entry({"address": address, "type": res.type, "name": res.name, "index": res.index,
+                          "module_address": res.module}, None, (res.attributes, sensitive))
+
+
 def _change_json(address: str, res: StateResource, actions: list[str], before: Any, after: Any,
                  sensitive: list[str]) -> dict[str, Any]:
     names = set(sensitive) | schema_for(res.type).sensitive
     mask = {k: True for k in names}
-    entry: dict[str, Any] = {
-        "address": address, "mode": "managed", "type": res.type, "name": res.name,
+    entry: dict[str, Any] = {"address": address}
+    if res.module:
+        entry["module_address"] = res.module
+    entry.update({
+        "mode": "managed", "type": res.type, "name": res.name,
         "change": {"actions": actions, "before": before, "after": after, "after_unknown": False,
                    "before_sensitive": mask, "after_sensitive": mask if after is not None else False},
-    }
+    })
     if res.index is not None:
         entry["index"] = res.index
     return entry
@@ -597,6 +692,8 @@ def _change_json(address: str, res: StateResource, actions: list[str], before: A
 
 class _Applier(_Evaluation):
     """Executes exactly the changes of one saved plan, writing state after every step."""
+
+    applying = True
 
     def __init__(self, stack: str, config: StackConfig, state: StackState, store: SandboxStore,
                  inputs: StackInputs, changes: tuple[ResourceChange, ...]):
@@ -613,11 +710,15 @@ class _Applier(_Evaluation):
             for address in self._orphan_deletes():
                 self._step(address, lambda a=address: self._delete(a))
             address = None
-            for resource in self.order():
-                self.values[resource.key] = {}
-                for index, ev in self.instances(resource):
-                    address = instance_address(resource.key, index)
-                    self._apply_instance(resource, index, ev, address)
+            for path, resource in self.order():
+                for scope in self.scopes(path):
+                    scope.values[resource.key] = {}
+                    for index, ev in scope.instances(resource):
+                        address = instance_address(resource.key, index, scope.address)
+                        if resource.mode == "data":
+                            scope.values[resource.key][index] = self.read(scope, resource, ev, at_apply=True)[0]
+                        else:
+                            self._apply_instance(scope, resource, index, ev, address)
             address = None
             self._save_outputs()
         except (ApplyError, ConfigError, PlanError) as exc:
@@ -645,7 +746,7 @@ class _Applier(_Evaluation):
         moved: set[str] = set()
         for rc in self.changes.values():
             if rc.previous_address and rc.previous_address in self.state.resources:
-                self.state.resources[rc.address] = self.state.resources.pop(rc.previous_address)
+                self.state.resources[rc.address] = relocated(self.state.resources.pop(rc.previous_address), rc.address)
                 moved |= {rc.address, rc.previous_address}
         if moved:
             self._persist(moved)
@@ -657,46 +758,49 @@ class _Applier(_Evaluation):
         for address in doomed:
             res = self.state.resources.get(address)
             deps = res.dependencies if res else []
-            graph.add(address, *[d for d in doomed if resource_key(d) in deps])
+            graph.add(address, *[d for d in doomed if resource_key(d) in deps])  # deps: configuration addresses
         return list(reversed(list(graph.static_order())))
 
-    def _apply_instance(self, resource: ResourceConfig, index: Index, ev: Evaluator, address: str) -> None:
+    def _apply_instance(self, scope: Scope, resource: ResourceConfig, index: Index, ev: Evaluator,
+                        address: str) -> None:
         rc = self.changes.get(address)
         current = self.state.resources.get(address)
+        at = (scope, resource, index, ev, address)
         if rc is None:
             if current is None:
                 raise ApplyError(f"{address} is in the configuration but not in the approved plan; re-plan")
-            self.values[resource.key][index] = _state_value(current)
+            scope.values[resource.key][index] = self.with_referenced(scope.path, resource, _state_value(current))
             return
         kind = rc.kind
         if kind in (ChangeKind.NO_OP, ChangeKind.READ):
             if rc.change.importing and current is None:
-                self._step(address, lambda: self._adopt(resource, index, address, str(rc.change.importing["id"])))
+                self._step(address, lambda: self._adopt(scope, resource, index, address, str(rc.change.importing["id"])))
             elif current is None:
                 raise ApplyError(f"{address} vanished from state since the plan; re-plan")
             else:
                 self._keep_refreshed(address, current)
         elif kind == ChangeKind.CREATE:
-            self._step(address, lambda: self._create(resource, index, ev, address, rc))
+            self._step(address, lambda: self._create(*at, rc))
         elif kind == ChangeKind.UPDATE:
             if rc.change.importing and current is None:
-                self._adopt(resource, index, address, str(rc.change.importing["id"]))
-            self._step(address, lambda: self._update(resource, ev, address, rc))
+                self._adopt(scope, resource, index, address, str(rc.change.importing["id"]))
+            self._step(address, lambda: self._update(scope, resource, ev, address, rc))
         elif kind == ChangeKind.REPLACE:
-            self._step(address, lambda: (self._delete(address), self._create(resource, index, ev, address, rc)))
+            self._step(address, lambda: (self._delete(address), self._create(*at, rc)))
         elif kind == ChangeKind.REPLACE_CREATE_FIRST:
             old = self.state.resources[address]
-            self._step(address, lambda: (self._create(resource, index, ev, address, rc),
+            self._step(address, lambda: (self._create(*at, rc),
                                          self.store.delete_object(old.type, old.id)))
         else:
             raise ApplyError(f"{address}: the sandbox cannot apply a `{kind}` change")
-        self.values[resource.key][index] = _state_value(self.state.resources[address])
+        scope.values[resource.key][index] = self.with_referenced(scope.path, resource,
+                                                                 _state_value(self.state.resources[address]))
 
     def _keep_refreshed(self, address: str, current: StateResource) -> None:
         """As Terraform's apply does, the state takes what the refresh read: drift the plan keeps is no longer drift."""
         live = self.store.get_object(current.type, current.id)
         if live is not None and live != current.attributes:
-            self.state.resources[address] = StateResource(**{**asdict(current), "attributes": live})
+            self.state.resources[address] = replace(current, attributes=live)
             self._persist({address})
 
     def _evaluate(self, resource: ResourceConfig, ev: Evaluator, address: str, rc: ResourceChange) -> tuple[dict, list[str]]:
@@ -725,37 +829,47 @@ class _Applier(_Evaluation):
                     f"{json.dumps(value)}; the approved plan no longer matches, re-plan"
                 )
 
-    def _create(self, resource: ResourceConfig, index: Index, ev: Evaluator, address: str, rc: ResourceChange) -> None:
+    def _create(self, scope: Scope, resource: ResourceConfig, index: Index, ev: Evaluator, address: str,
+                rc: ResourceChange) -> None:
         schema = schema_for(resource.type)
         attrs, sensitive = self._evaluate(resource, ev, address, rc)
         attrs = {**schema.defaults, **attrs}
         rid = schema.make_id(attrs, f"{self.stack}/{address}/{secrets.token_hex(8)}")
         attrs["id"] = rid
         for name, compute in schema.computed.items():
-            if name not in attrs:
-                attrs[name] = compute(attrs, rid)
+            if attrs.get(name) is None:
+                try:
+                    attrs[name] = compute(attrs, rid)
+                except (KeyError, ValueError, TypeError, AttributeError):  # the configuration lacks what it uses
+                    attrs[name] = plausible_value(resource.type, name, rid, attrs)
+        for name in sorted(self.referenced_attributes(scope.path, resource)):
+            if attrs.get(name) is None:
+                attrs[name] = plausible_value(resource.type, name, rid, attrs)
         if self.store.get_object(resource.type, rid) is not None and rc.kind != ChangeKind.REPLACE_CREATE_FIRST:
             raise ApplyError(f"{address}: a {resource.type} with id {rid!r} already exists in the simulated cloud")
         self.store.put_object(resource.type, rid, attrs)
         self.state.resources[address] = StateResource(
-            resource.type, resource.name, index, rid, attrs, sensitive, self.dependencies(resource)
+            resource.type, resource.name, index, rid, attrs, sensitive, self.dependencies(scope.path, resource),
+            scope.address,
         )
 
-    def _update(self, resource: ResourceConfig, ev: Evaluator, address: str, rc: ResourceChange) -> None:
+    def _update(self, scope: Scope, resource: ResourceConfig, ev: Evaluator, address: str, rc: ResourceChange) -> None:
         current = self.state.resources[address]
         attrs, sensitive = self._evaluate(resource, ev, address, rc)
-        merged = proposed_attributes(resource, current.attributes, attrs)
+        merged = proposed_attributes(resource, current.attributes, attrs, self.referenced_attributes(scope.path, resource))
         self.store.put_object(current.type, current.id, merged)
         self.state.resources[address] = StateResource(
-            current.type, current.name, current.index, current.id, merged, sensitive, self.dependencies(resource)
+            current.type, current.name, current.index, current.id, merged, sensitive,
+            self.dependencies(scope.path, resource), scope.address,
         )
 
-    def _adopt(self, resource: ResourceConfig, index: Index, address: str, rid: str) -> None:
+    def _adopt(self, scope: Scope, resource: ResourceConfig, index: Index, address: str, rid: str) -> None:
         live = self.store.get_object(resource.type, rid)
         if live is None:
             raise ApplyError(f"{address}: the object to import ({rid!r}) no longer exists")
         self.state.resources[address] = StateResource(
-            resource.type, resource.name, index, rid, copy.deepcopy(live), [], self.dependencies(resource)
+            resource.type, resource.name, index, rid, copy.deepcopy(live), [], self.dependencies(scope.path, resource),
+            scope.address,
         )
 
     def _delete(self, address: str) -> None:

@@ -79,6 +79,7 @@ def test_a_stack_export_carries_the_local_modules_it_calls(workspace: Workspace,
     entry = next(e for e in ENTRIES if e.name == "tur-iam-users-module-count")  # live/... calls ../../../modules/...
     shutil.copytree(entry.directory, clone.branch("corpus").path / "corpus" / entry.name)
     sha = clone.push("a stack in the book's live/ and modules/ layout")
-    directory = workspace.repo.export(sha, f"corpus/{entry.name}/{entry.root}", tmp_path / "export" / "stack")
+    directory = workspace.repo.export_stack(sha, f"corpus/{entry.name}/{entry.root}", tmp_path / "export")
     assert (directory / "main.tf").is_file()
     assert (directory / "../../../modules/landing-zone/iam-user/main.tf").is_file()
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["corpus", "gateway.yaml"]  # not the other stacks

@@ -101,25 +101,20 @@ class GitDeclarationRepo:
         return out
 
     def export(self, sha: str, subdir: str, dest: Path) -> Path:
-        """Write the commit's files into `dest` and return where `subdir` is in it (git links not followed).
-
-        The whole tree, not `subdir` alone: a stack's module calls reach `../../modules` as in the repository.
-        """
-        root = self.repo.commit(sha).tree
-        if subdir not in ("", "."):
-            try:
-                root / subdir
-            except KeyError:
-                raise NotFound(f"{subdir} does not exist at {sha[:12]}") from None
+        """Write the files under `subdir` at commit `sha` into `dest` (not recursing into subfolders' git links)."""
+        try:
+            tree = self.repo.commit(sha).tree / subdir
+        except KeyError:
+            raise NotFound(f"{subdir} does not exist at {sha[:12]}") from None
         dest.mkdir(parents=True, exist_ok=True)
-        for item in root.traverse():
-            target = dest / item.path
+        for item in tree.traverse():
+            target = dest / Path(item.path).relative_to(subdir)
             if item.type == "tree":
                 target.mkdir(parents=True, exist_ok=True)
             elif item.type == "blob":
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(item.data_stream.read())
-        return dest / subdir if subdir not in ("", ".") else dest
+        return dest
 
     def module_directories(self, sha: str, stack_path: str) -> tuple[str, ...]:
         """The local module directories the stack at `stack_path` calls at `sha` (see adapters/module_sources.py)."""

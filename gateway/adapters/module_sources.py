@@ -49,16 +49,6 @@ def local_module_directories(stack_path: str, read: ReadDirectory) -> tuple[str,
     return tuple(sorted(found))
 
 
-REPOSITORY_MARKERS = (".git", "gateway.yaml")  # a checkout, or a stack the gateway exported with its modules
-
-
-def repository_root(directory: Path) -> Path:
-    """The top of the checkout or export holding `directory` (`directory` itself if none is marked)."""
-    resolved = directory.resolve()
-    return next((c for c in (resolved, *resolved.parents) if any((c / m).exists() for m in REPOSITORY_MARKERS)),
-                resolved)
-
-
 def read_directory_on_disk(root: Path) -> ReadDirectory:
     """Read .tf files from a checkout or an export rooted at `root` (links are never followed)."""
     def read(directory: str) -> dict[str, str]:

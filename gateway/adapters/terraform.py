@@ -30,7 +30,8 @@ import hcl2
 import structlog
 
 from gateway.adapters.hcl_sensitivity import declared_variables
-from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk, repository_root
+from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
+from gateway.adapters.sandbox.config import repository_root
 from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.terraform_state import SealedLocalState
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError

@@ -182,7 +182,7 @@ def load_stack(directory: Path) -> StackConfig:
 class _Loader:
     def __init__(self, root: Path):
         self.root = root
-        self.base = _allowed_base(root)
+        self.base = repository_root(root)
         self._manifest: dict[str, str] | None = None
 
     def display(self, path: Path) -> str:
@@ -267,11 +267,12 @@ class _Loader:
         return values
 
 
-REPOSITORY_MARKERS = (".git", "gateway.yaml")  # a checkout, or a commit the gateway exported
+REPOSITORY_MARKERS = (".git", "gateway.yaml")  # a checkout, or a stack the gateway exported with its modules
 
 
-def _allowed_base(root: Path) -> Path:
-    """Local module sources may reach up to the repository holding the stack (the stack alone if none)."""
+def repository_root(root: Path) -> Path:
+    """The top of the checkout or export holding `root`, which local module sources may reach up to (the stack
+    alone if none is marked)."""
     resolved = root.resolve()
     for candidate in (resolved, *resolved.parents):
         if any((candidate / marker).exists() for marker in REPOSITORY_MARKERS):

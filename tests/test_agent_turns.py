@@ -353,14 +353,57 @@ def test_a_conversation_is_held_by_one_turn_and_a_lapsed_hold_is_taken_over(any_
     later = datetime.now(UTC) + timedelta(minutes=10)
     with ws.store.session() as session:
         session.add_conversation("c1", alice, "agent/c1")
-        assert session.hold_conversation("c1", later)
-        assert not session.hold_conversation("c1", later)  # a second turn
+        assert session.hold_conversation("c1", "turn-a", later)
+        assert not session.hold_conversation("c1", "turn-b", later)  # a second turn
         assert session.conversation_busy("c1")
-        assert session.hold_conversation("c1", later + timedelta(minutes=5), renew=True)  # the holder, still working
-        assert session.hold_conversation("c1", None)  # let go
-        assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)
-        session.hold_conversation("c1", datetime.now(UTC) - timedelta(seconds=1), renew=True)  # a crashed turn's hold
-        assert not session.conversation_busy("c1") and session.hold_conversation("c1", later)
+        assert session.renew_conversation("c1", "turn-a", later + timedelta(minutes=5))  # the holder, still working
+        assert session.release_conversation("c1", "turn-a")  # let go
+        assert not session.conversation_busy("c1") and session.hold_conversation("c1", "turn-b", later)
+        session.renew_conversation("c1", "turn-b", datetime.now(UTC) - timedelta(seconds=1))  # a crashed turn's hold
+        assert not session.conversation_busy("c1") and session.hold_conversation("c1", "turn-c", later)
+
+
+def test_a_turn_whose_hold_lapsed_can_neither_take_it_back_nor_free_the_new_holder(any_workspace: Workspace) -> None:
+    """On SQLite and PostgreSQL: the hold has an owner, so two turns never run at once after a lapse."""
+    ws, alice = any_workspace, add_people(any_workspace).alice
+    later = datetime.now(UTC) + timedelta(minutes=10)
+    with ws.store.session() as session:
+        session.add_conversation("c1", alice, "agent/c1")
+        assert session.hold_conversation("c1", "turn-a", datetime.now(UTC) - timedelta(seconds=1))  # A, lapsed
+        assert session.hold_conversation("c1", "turn-b", later)  # B takes over, as designed
+        assert not session.renew_conversation("c1", "turn-a", later)  # A's next call cannot take it back
+        assert not session.release_conversation("c1", "turn-a")  # and A's end leaves B's hold alone
+        assert session.conversation_busy("c1")
+        assert not session.hold_conversation("c1", "turn-c", later)  # so C waits for B
+        assert session.conversation("c1")["running_turn"] == "turn-b"
+
+
+def test_a_turn_that_lost_its_hold_stops_before_its_next_model_call(any_workspace: Workspace, stub: ModelStub) -> None:
+    """Turn A's model call outlasts its hold and turn B takes the conversation over: A stops, commits nothing,
+    keeps no work, says why in the trail, and B's hold survives A's end (SQLite and PostgreSQL)."""
+    ws, alice = any_workspace, add_people(any_workspace).alice
+    ws.settings.agent_turn_hold_seconds = 0.2
+    with ws.store.session() as session:
+        session.add_conversation("c1", alice, "agent/c1")
+
+    def slow_then_taken_over(body: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.4)  # A's hold lapses during this model call
+        with ws.store.session() as session:
+            assert session.hold_conversation("c1", "turn-b", datetime.now(UTC) + timedelta(minutes=10))
+        return tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE)
+
+    stub.turns = [slow_then_taken_over, tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds.")]
+    outcome = submit_request(ws, alice, "Add a refunds queue in staging", "c1", model=model(stub))
+    assert len(stub.requests) == 1  # no model call after the hold was lost
+    assert outcome.stopped is not None and "another turn took it over" in outcome.stopped
+    assert outcome.proposal is None and outcome.summary is None
+    assert not ws.repo.branch_exists("agent/c1")  # nothing committed or pushed for A
+    with ws.store.session(readonly=True) as session:
+        assert session.conversation_busy("c1")  # B still holds it
+        assert session.conversation("c1")["running_turn"] == "turn-b"
+        [recorded] = [e for e in session.events() if e.kind == "agent.request"]
+    assert recorded.payload["stopped"] == outcome.stopped
 
 
 def test_after_a_failed_turn_the_follow_up_is_told_its_edits_were_discarded(workspace: Workspace, people: People,

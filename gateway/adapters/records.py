@@ -482,13 +482,24 @@ class StoreSession:
         self.conn.execute(update(conversations).where(conversations.c.id == conversation_id)
                           .values(proposal_id=proposal_id))
 
-    def hold_conversation(self, conversation_id: str, until: datetime | None, renew: bool = False) -> bool:
-        """Hold the conversation for a turn until `until` (None: let go); refused while another turn holds it.
-        `renew`: the turn that holds it extends its hold."""
-        query = update(conversations).where(conversations.c.id == conversation_id)
-        if until is not None and not renew:
-            query = query.where(or_(conversations.c.running_until.is_(None), conversations.c.running_until < now()))
+    def hold_conversation(self, conversation_id: str, turn: str, until: datetime) -> bool:
+        """Hold the conversation for `turn` until `until`; refused while another turn holds it (a lapsed hold is free)."""
+        free = or_(conversations.c.running_until.is_(None), conversations.c.running_until < now())
+        query = update(conversations).where(conversations.c.id == conversation_id, free)
+        return self.conn.execute(query.values(running_turn=turn, running_until=until)).rowcount == 1
+
+    def renew_conversation(self, conversation_id: str, turn: str, until: datetime) -> bool:
+        """`turn`, still working, extends its hold; False when it holds the conversation no more (another turn took
+        it over after its hold lapsed)."""
+        query = update(conversations).where(conversations.c.id == conversation_id,
+                                            conversations.c.running_turn == turn)
         return self.conn.execute(query.values(running_until=until)).rowcount == 1
+
+    def release_conversation(self, conversation_id: str, turn: str) -> bool:
+        """`turn` lets go of the conversation; a turn that lost its hold leaves the new holder's alone (False)."""
+        query = update(conversations).where(conversations.c.id == conversation_id,
+                                            conversations.c.running_turn == turn)
+        return self.conn.execute(query.values(running_turn=None, running_until=None)).rowcount == 1
 
     def conversation_busy(self, conversation_id: str) -> bool:
         """A turn holds this conversation now."""

@@ -150,6 +150,7 @@ conversations = Table(
     Column("proposal_id", Integer, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("running_until", DateTime(timezone=True), nullable=True),  # a turn holds the conversation until then
+    Column("running_turn", String(36), nullable=True),  # the turn that holds it: only it renews or lets go
 )
 
 agent_runs = Table(
@@ -494,10 +495,13 @@ def _day_two(conn: Connection) -> None:
 
 
 def _one_turn_per_conversation(conn: Connection) -> None:
-    """A conversation runs one agent turn at a time: the running turn holds it, with a lease."""
-    if "running_until" not in {c["name"] for c in inspect(conn).get_columns("conversations")}:
+    """A conversation runs one agent turn at a time: the running turn holds it, with a lease, under its own id."""
+    present = {c["name"] for c in inspect(conn).get_columns("conversations")}
+    if "running_until" not in present:
         kind = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
         conn.execute(text(f"ALTER TABLE conversations ADD COLUMN running_until {kind}"))
+    if "running_turn" not in present:
+        conn.execute(text("ALTER TABLE conversations ADD COLUMN running_turn VARCHAR(36)"))
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [

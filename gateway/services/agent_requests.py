@@ -85,8 +85,8 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
     if stopped:
         raise Refused([stopped])
     conversation = _conversation(ws, person, conversation_id)
-    with _holding(ws, conversation.id):
-        return _run_turn(ws, person, agent, conversation, text, model, progress)
+    with _holding(ws, conversation.id) as hold:
+        return _run_turn(ws, person, agent, conversation, text, model, progress, hold)
 
 
 @dataclass(frozen=True)
@@ -96,18 +96,43 @@ class _Conversation:
     proposal_id: int | None  # its proposal, once a turn opened one
 
 
+@dataclass
+class _Hold:
+    """A turn's hold on its conversation: a lease under the turn's own id, renewed at every model and tool call.
+    Once it lapsed and another turn took the conversation over, it is lost for good: this turn stops."""
+    ws: Workspace
+    conversation_id: str
+    turn: str = field(default_factory=lambda: uuid.uuid4().hex)
+    lost: bool = False
+
+    def renew(self) -> bool:
+        """Extend the hold; False (from now on) once another turn holds the conversation."""
+        if not self.lost:
+            with self.ws.store.session() as session:
+                self.lost = not session.renew_conversation(self.conversation_id, self.turn, _hold_until(self.ws))
+        return not self.lost
+
+    def stop_reason(self) -> str | None:
+        """Why this turn must stop before its next model call (None: it still holds the conversation)."""
+        if self.renew():
+            return None
+        return (f"this turn's hold on conversation {self.conversation_id} lapsed and another turn took it over: "
+                "stopped, its edits dropped and nothing committed, so the two turns do not interleave")
+
+
 @contextmanager
-def _holding(ws: Workspace, conversation_id: str) -> Iterator[None]:
+def _holding(ws: Workspace, conversation_id: str) -> Iterator[_Hold]:
     """One turn at a time per conversation: a second concurrent turn is refused, not interleaved."""
+    hold = _Hold(ws, conversation_id)
     with ws.store.session() as session:
-        held = session.hold_conversation(conversation_id, _hold_until(ws))
+        held = session.hold_conversation(conversation_id, hold.turn, _hold_until(ws))
     if not held:
         raise Conflict(_busy(conversation_id))
     try:
-        yield
+        yield hold
     finally:
         with ws.store.session() as session:
-            session.hold_conversation(conversation_id, None)
+            session.release_conversation(conversation_id, hold.turn)  # never another turn's hold
 
 
 def check_conversation_free(ws: Workspace, conversation_id: str) -> None:
@@ -138,11 +163,12 @@ class _Turn:
     model: Model
     progress: Progress | None
     prompt: Prompt
+    hold: _Hold
 
 
 def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: _Conversation, text: str,
-              model: Model, progress: Progress | None) -> RequestOutcome:
-    turn = _Turn(ws, person, agent, conversation, text, model, progress, load_prompt(PROMPT))
+              model: Model, progress: Progress | None, hold: _Hold) -> RequestOutcome:
+    turn = _Turn(ws, person, agent, conversation, text, model, progress, load_prompt(PROMPT), hold)
     with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
         clone = _working_copy(ws, conversation.branch, Path(tmp) / "repo")
         restored = _restore_work(clone, conversation.id)
@@ -151,8 +177,11 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
                           {name: stack.path for name, stack in settings.stacks.items()})
         tools.restore(restored)
         outcome = _converse(turn, tools, restored)
+        lost = hold.stop_reason()
+        if lost:  # the branch and the kept work belong to the turn that took over: touch neither
+            outcome.stopped, outcome.summary, outcome.question = lost, None, None
         _record_request(ws, person, agent, text, outcome, turn.prompt.version, model.model)
-        if not _settle(turn, clone, outcome, tools, restored):
+        if lost or not _settle(turn, clone, outcome, tools, restored):
             return outcome
     outcome.proposal = _propose(ws, agent, person, conversation.branch, text, outcome.summary or "",
                                 conversation.proposal_id, conversation.id, turn.prompt.version, model.model)
@@ -167,8 +196,8 @@ def _converse(turn: _Turn, tools: RepoTools, restored: list[str]) -> RequestOutc
     limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens, ws.settings.agent_prompt_budget)
     with open_checkpointer(ws.settings.db_url) as checkpointer:
         graph = build_graph(turn.model, tools, fill_conventions(turn.prompt.text, ws.repo_settings()), limits,
-                            checkpointer, turn.progress, ws.scrubber, lambda: agent_stop_reason(ws, turn.agent),
-                            _trail_of_calls(ws, turn.agent, conversation.id, turn.prompt.version, turn.model.model))
+                            checkpointer, turn.progress, ws.scrubber, lambda: _stop_reason(turn),
+                            _trail_of_calls(turn))
         config = {"configurable": {"thread_id": conversation.id}, "recursion_limit": 4 * limits.max_steps + 10}
         previous = graph.get_state(config).values
         messages = [{"role": HISTORY, "messages": compact_history(previous.get("messages") or [])},
@@ -183,6 +212,11 @@ def _converse(turn: _Turn, tools: RepoTools, restored: list[str]) -> RequestOutc
     if outcome.summary is None and outcome.stopped is None and outcome.question is None:
         outcome.stopped = "the model stopped without calling finish"
     return outcome
+
+
+def _stop_reason(turn: _Turn) -> str | None:
+    """Asked before each model call: a lost hold on the conversation, or the agent's circuit breaker."""
+    return turn.hold.stop_reason() or agent_stop_reason(turn.ws, turn.agent)
 
 
 def _settle(turn: _Turn, clone: git.Repo, outcome: RequestOutcome, tools: RepoTools, restored: list[str]) -> bool:
@@ -314,14 +348,14 @@ def _propose(ws: Workspace, agent: Principal, person: Principal, branch: str, re
     return proposal
 
 
-def _trail_of_calls(ws: Workspace, agent: Principal, conversation_id: str, prompt_version: str,
-                    model: str) -> Callable[[str, dict], None]:
+def _trail_of_calls(turn: _Turn) -> Callable[[str, dict], None]:
     """Every model call and tool call of the run, in the trail (what and how long, never the content)."""
     def record(kind: str, data: dict) -> None:
-        with ws.store.session() as session:
-            session.hold_conversation(conversation_id, _hold_until(ws), renew=True)  # still working: keep holding it
-            session.append_event(agent, f"agent.{kind}", {**data, "conversation": conversation_id,
-                                                          "model": model, "prompt_version": prompt_version})
+        turn.hold.renew()  # still working: keep holding it (a lost hold stops the turn before its next model call)
+        with turn.ws.store.session() as session:
+            session.append_event(turn.agent, f"agent.{kind}", {
+                **data, "conversation": turn.conversation.id, "model": turn.model.model,
+                "prompt_version": turn.prompt.version})
     return record
 
 

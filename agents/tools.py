@@ -19,11 +19,28 @@ MAX_READ = 20_000
 MAX_WRITE = 100_000
 MAX_RESULT = 12_000
 MAX_DIFF = 6_000
-# a summary that says the request cannot be met (so remaining policy denies are explained, not ignored)
-_CANNOT_BE_MET = re.compile(
-    r"\b(cannot|can ?not|can't|unable to|not able to)\b[^.]{0,60}\b(do|done|make|made|meet|met|fix|fixed|satisfy|"
-    r"comply|without|because|as asked)\b|\bnot possible\b|\bimpossible\b|\bviolates?\b|"
-    r"\bagainst (the )?polic(y|ies)\b|\bdenied by\b|\bforbidden\b|\bnot allowed\b", re.IGNORECASE)
+# A summary explains a remaining policy deny only when one of its sentences says the request cannot be met
+# (or is refused) and why: "I cannot make this change: the open-ingress policy denies …". Mentioning a policy
+# is not enough ("it no longer violates the policy" is a claim of success, not a refusal).
+_REFUSAL = re.compile(
+    r"\b(?:cannot|can ?not|can't|could not|couldn't|unable to|not able to|will not|won't)\s+(?:\w+\s+){0,3}?"
+    r"(?:meet|be met|do|be done|make|be made|fulfil|fulfill|satisfy|be satisfied|comply|complete|carry out|"
+    r"implement|apply|grant)\b"
+    r"|\b(?:I|we) (?:refuse|decline)\b|\b(?:is|was|are|were|has been|have been) (?:refused|declined)\b"
+    r"|\b(?:is|are|was|were) (?:not possible|impossible)\b", re.IGNORECASE)
+_REASON = re.compile(
+    r":\s*\S|\b(?:because|since|due to|as it|as the|polic(?:y|ies)|den(?:y|ies|ied)|violat\w*|forbidden|"
+    r"not allowed|protected|requires?|needs?)\b", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def explains_cannot_be_met(summary: str) -> bool:
+    """The summary says, in one sentence, that the request cannot be met (or is refused) and why."""
+    for sentence in _SENTENCE_END.split(summary):
+        refusal = _REFUSAL.search(sentence)
+        if refusal and _REASON.search(f"{sentence[:refusal.start()]} {sentence[refusal.end():]}"):
+            return True
+    return False
 
 
 class ToolRefused(Exception):
@@ -279,7 +296,7 @@ class RepoTools:
 
     def finish_blockers(self, summary: str) -> list[str]:
         """What stands between the edits made and a finished turn (empty: nothing)."""
-        explained = bool(_CANNOT_BE_MET.search(summary))
+        explained = explains_cannot_be_met(summary)
         blockers = [f"stack {s} changed since its last preview: call run_preview for {s}" for s in sorted(self.unpreviewed)]
         for stack, report in sorted(self.previews.items()):
             if stack in self.unpreviewed or stack not in self.touched:  # what it only looked at is not its work
@@ -289,6 +306,6 @@ class RepoTools:
                                 f"preview again")
             elif report.denies and not explained:
                 blockers.append(f"the last preview of stack {stack} has policy denies ({', '.join(report.denies)}): "
-                                f"fix them and preview again, or say in the summary why the request cannot be met "
-                                f"without them")
+                                f"fix them and preview again, or say in the summary that the request cannot be "
+                                f"met and why (\"I cannot make this change: <policy> denies ...\")")
         return blockers

@@ -11,12 +11,14 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from agents.llm import ChatModel
+from agents.tools import PreviewReport, RepoTools, explains_cannot_be_met
 from gateway.api.app import create_app
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import BackendError, Conflict
@@ -197,6 +199,40 @@ def test_finish_is_refused_until_every_touched_stack_is_previewed_clean(workspac
     assert outcome.proposal is not None  # the deny is explained, shown to the approver, and blocks approval
     assert "s3-public-access-block" in [f.rule for f in outcome.proposal.findings if f.severity == "deny"]
     assert outcome.claim_issues[0].startswith('the agent claims encryption ("encrypted"), but the plan has policy deny')
+
+
+@pytest.mark.parametrize(("summary", "explains"), [
+    # claims of success that merely mention a policy: the deny stays a blocker
+    ("Added bucket b, encrypted; it no longer violates the public-access policy.", False),
+    ("Added the bucket; public access is not allowed, so it is blocked.", False),
+    ("Added the bucket; nothing here is forbidden or against the policy.", False),
+    ("Added an exports bucket; I cannot see a problem.", False),
+    ("The deny is from the s3-public-access-block policy.", False),
+    ("I cannot make this change.", False),  # refused, but not why
+    # a refusal that says why
+    ("I cannot make this change: SSH from anywhere is denied by the open-ingress policy.", True),
+    ("Added the bucket. It is not encrypted and cannot meet the policy as asked.", True),
+    ("A public bucket is denied by policy, so the request cannot be met.", True),
+    ("The request is refused because policies/ is a protected path.", True),
+    ("This is not possible without a deny: the agent policy forbids IAM changes.", True),
+])
+def test_only_a_refusal_with_its_reason_explains_a_remaining_deny(summary: str, explains: bool) -> None:
+    assert explains_cannot_be_met(summary) is explains
+
+
+def test_finish_over_a_deny_is_refused_when_the_summary_claims_the_policy_is_met(tmp_path: Path) -> None:
+    (tmp_path / "stacks" / "app").mkdir(parents=True)
+    tools = RepoTools(tmp_path, (), lambda stack, root: PreviewReport("1 deny", denies=("public-bucket aws_s3_bucket.b",)),
+                      {"app": "stacks/app"})
+    tools.call("write_file", json.dumps({"path": "stacks/app/b.tf", "content": 'resource "aws_s3_bucket" "b" {}'}))
+    tools.call("run_preview", json.dumps({"stack": "app"}))
+    claimed = tools.call("finish", json.dumps({"summary": "Added bucket b; it no longer violates the public-access "
+                                                          "policy."}))
+    assert claimed.startswith("refused: cannot finish yet: the last preview of stack app has policy denies")
+    assert tools.summary is None  # nothing committed over the deny
+    refused = "I cannot make this change: a public bucket is denied by the public-bucket policy."
+    assert not tools.call("finish", json.dumps({"summary": refused})).startswith("refused")
+    assert tools.summary == refused
 
 
 def test_edits_come_back_as_a_diff_and_reads_with_line_numbers(workspace: Workspace, people: People,

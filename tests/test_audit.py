@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, select, update
 
-from gateway.adapters.records import _event
+from gateway.adapters.records import EventQuery, _event
 from gateway.adapters.sql_store import audit_events, audit_head
 from gateway.api.app import create_app
 from gateway.domain.audit import GENESIS, event_hash
@@ -194,6 +194,14 @@ def test_filters_run_on_exact_addresses_prefixes_stacks_and_outcomes_and_pages_f
     assert proposals(address="aws_instance.web*") == [101, 102]
     assert proposals(address="module.db.*") == [103]
     assert proposals(stack="data") == [103] and proposals(outcome="failed") == [102]
+    with workspace.store.session(readonly=True) as session:  # one at a time from `after`: the same events, in order
+        for query in (EventQuery(address="aws_instance.web*"), EventQuery(stack="app"), EventQuery(address="module.db.*")):
+            whole = [e.seq for e in session.query_events(query)]
+            paged, after = [], 0
+            while page := session.query_events(query, after=after, limit=1):
+                paged.append(page[0].seq)
+                after = page[0].seq
+            assert paged == whole and whole, query
     applies = audit_service.list_events(workspace, people.dana, action="apply")
     assert [e.proposal_id for e in applies if e.proposal_id] == [101, 102]
     assert all(e.kind.startswith("apply.") for e in applies)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, delete, func, insert, or_, select, union, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.sealing import UNSEALED, Sealer
@@ -860,7 +860,8 @@ class StoreSession:
         """Events matching every filter, oldest first, from `after` (keyset pagination), in SQL on indexed columns."""
         if q.proposal_id is not None and not 0 < q.proposal_id <= MAX_ID:
             return []
-        query = select(audit_events).where(audit_events.c.seq > after, *_event_filters(q)).order_by(audit_events.c.seq)
+        query = select(audit_events).where(audit_events.c.seq > after, *_event_filters(q, after)).order_by(
+            audit_events.c.seq)
         if limit is not None:
             query = query.limit(limit)
         return [_event(r) for r in self.conn.execute(query).mappings()]
@@ -912,7 +913,9 @@ class EventQuery:
     address: str | None = None  # exact, or a prefix when it ends with `*`
 
 
-def _event_filters(q: EventQuery) -> list[Any]:
+def _event_filters(q: EventQuery, after: int = 0) -> list[Any]:
+    """Conditions on audit_events; the stack and address tables are searched from `after` on, and an address's
+    proposals' events come as one set of seqs (a UNION), so each side uses its own index."""
     out: list[Any] = []
     if q.proposal_id is not None:
         out.append(audit_events.c.proposal_id == q.proposal_id)
@@ -929,7 +932,8 @@ def _event_filters(q: EventQuery) -> list[Any]:
     if q.outcome:
         out.append(audit_events.c.outcome == q.outcome)
     if q.stack:
-        out.append(audit_events.c.seq.in_(select(audit_event_stacks.c.seq).where(audit_event_stacks.c.stack == q.stack)))
+        out.append(audit_events.c.seq.in_(select(audit_event_stacks.c.seq).where(
+            audit_event_stacks.c.stack == q.stack, audit_event_stacks.c.seq > after)))
     if q.address:
         column = audit_event_addresses.c.address
         prefix = q.address[:-1].replace("/", "//").replace("%", "/%").replace("_", "/_")
@@ -937,7 +941,9 @@ def _event_filters(q: EventQuery) -> list[Any]:
         naming = select(audit_event_addresses.c.seq).where(match)
         proposals = select(audit_events.c.proposal_id).where(audit_events.c.seq.in_(naming),
                                                              audit_events.c.proposal_id.is_not(None))
-        out.append(audit_events.c.seq.in_(naming) | audit_events.c.proposal_id.in_(proposals))
+        their_events = select(audit_events.c.seq).where(audit_events.c.seq > after,
+                                                         audit_events.c.proposal_id.in_(proposals))
+        out.append(audit_events.c.seq.in_(union(naming.where(audit_event_addresses.c.seq > after), their_events)))
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -198,6 +199,25 @@ def test_drift_over_http_and_on_the_pages(workspace: Workspace, people: People, 
         assert "Open drift on this stack" in shown and "This apply would revert:" in shown
         assert shown.index("Open drift on this stack") < shown.index("<h3>Changes</h3>")
 
+
+
+def test_page_views_at_once_each_read_git_through_their_own_handle(workspace: Workspace, people: People) -> None:
+    """Every signed-in page reads the break-glass settings from git; concurrent views must not share one handle."""
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        sign_in(client, people.tokens["bob"])
+        finished: list[int] = []
+
+        def view() -> None:
+            for _ in range(10):
+                assert client.get("/drift").status_code == 200
+            finished.append(1)
+
+        threads = [threading.Thread(target=view, daemon=True) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert len(finished) == len(threads)
 
 # --- rollback ---------------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from gateway.services.proposals import decide, open_proposal, proposal_previews
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Workspace, known_secret_values
 from gateway.worker import Worker
 
 from .conftest import Clone, People, add_people, run_cli
@@ -446,6 +446,27 @@ def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database
             rows = conn.exec_driver_sql(f"select * from {table}").fetchall()
             assert leaked not in str(rows), table
 
+
+
+def test_a_workspace_secret_typed_into_a_plain_attribute_reaches_neither_the_database_nor_git(
+        workspace: Workspace, people: People) -> None:
+    secret = str(known_secret_values(workspace.settings)[0])
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": secret})
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    [attribute] = record.resources[0].attributes
+    assert (attribute.path, attribute.after) == ("instance_type", "(sensitive)")
+    with workspace.db.engine.connect() as conn:
+        assert secret not in str(conn.exec_driver_sql("select * from drift_records").fetchall())
+    with pytest.raises(Refused, match=r"aws_instance.web\[0\].instance_type: its value is sensitive"):
+        codify_drift(workspace, people.alice, "app-staging")
+    assert not workspace.repo.branch_exists(f"codify/app-staging-{record.id}")
+    rid = made_in_the_console(workspace)
+    held = workspace.sandbox.get_object("aws_security_group", rid)
+    workspace.sandbox.put_object("aws_security_group", rid, {**held, "description": secret})
+    with pytest.raises(Refused, match="description hold\\(s\\) a secret of the workspace"):
+        import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    assert not workspace.repo.branch_exists("import/app-staging-admin")
 
 def test_a_pushed_import_with_a_diff_is_denied_until_a_policy_owner_overrides_it(workspace: Workspace,
                                                                                  people: People, clone: Clone) -> None:

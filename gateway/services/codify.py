@@ -15,6 +15,7 @@ from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.domain.scrubbing import Scrubber
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.proposals import open_proposal
 from gateway.services.workspace import Workspace
@@ -37,7 +38,7 @@ def codify_drift(ws: Workspace, actor: Principal, stack: str) -> Proposal:
     problems: list[str] = []
     for entry in record.resources:
         try:
-            _codify_entry(entry, {**files, **changed}, changed)
+            _codify_entry(entry, {**files, **changed}, changed, ws.scrubber)
         except NotCodifiable as exc:
             problems.append(str(exc))
     if problems:
@@ -58,7 +59,7 @@ def codify_drift(ws: Workspace, actor: Principal, stack: str) -> Proposal:
                                             f"a plan with no changes proves it")
 
 
-def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, str]) -> None:
+def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, str], scrubber: Scrubber) -> None:
     match = _ADDRESS.match(entry.address)
     if match is None:
         raise NotCodifiable(f"{entry.address}: only resources at the top of a stack are codified (not modules)")
@@ -75,5 +76,8 @@ def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, s
             raise NotCodifiable(f"{entry.address}.{attribute.path}: not a top-level attribute of a simple type")
         if attribute.after is None or attribute.after == SENSITIVE:
             raise NotCodifiable(f"{entry.address}.{attribute.path}: its value is sensitive or was removed")
+        if scrubber.scrub(attribute.after) != attribute.after:  # never write a workspace secret into git
+            raise NotCodifiable(f"{entry.address}.{attribute.path}: its value holds a secret; codify it by hand "
+                                "with a sensitive variable")
         text = changed.get(where, files[where])
         changed[where] = set_attribute(text, where, rtype, name, attribute.path, json.loads(attribute.after))

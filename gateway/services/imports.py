@@ -54,6 +54,10 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     attributes = {k: v for k, v in live.items()
                   if k != "id" and k not in schema.computed and k not in schema.sensitive}
     attributes.update(overrides or {})
+    secret = sorted(k for k, v in attributes.items() if ws.scrubber.scrub(json.dumps(v)) != json.dumps(v))
+    if secret:  # a workspace secret is secret by origin: it never goes into git in clear
+        raise Refused([f"{address}: {', '.join(secret)} hold(s) a secret of the workspace; the gateway does not "
+                       "write secrets into the declaration: import it by hand with a sensitive variable"])
     text, _ = import_declaration(address, rid, attributes)
     branch = f"import/{stack}-{name}"
     head = ws.repo.commit_to_new_branch(main_sha, branch, {f"{path}/import_{name}.tf": text},

@@ -319,6 +319,17 @@ def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Works
     assert missing.returncode == 1 and "no aws_security_group with id 'sg-nope' exists" in missing.stderr
 
 
+
+def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_stack(workspace: Workspace,
+                                                                                   people: People) -> None:
+    prod = workspace.sandbox.read_state("app-prod")
+    assert prod is not None
+    lb = prod.resources["aws_lb.web"].id
+    with pytest.raises(Refused, match=rf"aws_lb {lb} is already managed by stack app-prod as aws_lb.web"):
+        import_resource(workspace, people.alice, "app-staging", "aws_lb.prod_web", lb)
+    assert not workspace.repo.branch_exists("import/app-staging-prod_web")
+    assert workspace.sandbox.get_object("aws_lb", lb) is not None
+
 # --- break-glass ------------------------------------------------------------------------------------
 
 

@@ -45,6 +45,11 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     live = ws.sandbox.get_object(rtype, rid)
     if live is None:
         raise NotFound(f"no {rtype} with id {rid!r} exists in the simulated cloud to import")
+    manager = _managed_by(ws, rtype, rid)
+    if manager is not None:  # its stack's approvers and protections would no longer apply to it
+        raise Refused([f"{rtype} {rid} is already managed by stack {manager[0]} as {manager[1]}; an import would "
+                       f"take it over from that stack: change it there, or move it with a proposal on "
+                       f"{manager[0]}"])
     main_sha = ws.repo.resolve(ws.main_branch())
     path = settings.stacks[stack].path
     declared = ws.repo.read_files(main_sha, path, ".tf")
@@ -73,6 +78,18 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
         session.append_event(actor, "import.proposed", {"address": address, "id": rid, "branch": branch,
                                                         "zero_diff": True}, proposal.id, [stack])
     return get_proposal(ws, proposal.id)
+
+
+def _managed_by(ws: Workspace, rtype: str, rid: str) -> tuple[str, str] | None:
+    """The (stack, address) whose state already holds the object, if any stack's does."""
+    for stack, stack_settings in sorted(ws.repo_settings().stacks.items()):
+        if stack_settings.engine == "terraform":
+            continue
+        state = ws.sandbox.read_state(stack)
+        for address, resource in (state.resources.items() if state else ()):
+            if resource.type == rtype and resource.id == rid:
+                return stack, address
+    return None
 
 
 def _prove_zero_diff(ws: Workspace, stack: str, head: str, address: str, actor: Principal) -> None:

@@ -410,6 +410,21 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
     assert apply_proposal(workspace, people.alice, change.id).succeeded
 
 
+
+def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(workspace: Workspace, people: People,
+                                                                          clone: Clone) -> None:
+    break_glass_rules(clone, "1s")
+    olga, _ = on_call(workspace, people, "olga")
+    window = open_break_glass(workspace, olga, "app-staging", "incident 9", timedelta(seconds=2))
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
+    time.sleep(2.2)  # the window runs out; nobody closes it and no scheduled check is due
+    assert sweep_break_glass(workspace) == []  # the sweep checks the stack first: the drift is the window's
+    [record] = list_drift_records(workspace, people.bob, only_open=True)
+    assert record.expected and record.break_glass_id == window.id
+    time.sleep(1.2)  # past the codify deadline
+    assert sweep_break_glass(workspace) == [f"window {window.id} overdue"]
+    assert [w.id for w in overdue_windows(workspace)] == [window.id]
+
 def test_the_day_two_demo_narrates_drift_and_break_glass_to_codify(tmp_path: Path) -> None:
     result = run_cli(["demo", "--day-two"], tmp_path / "unused", timeout=300)
     assert result.returncode == 0, result.stderr

@@ -37,7 +37,7 @@ from gateway.services.codify import codify_drift
 from gateway.services.drift import revert_drift
 from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
 from gateway.services.imports import import_resource
-from gateway.services.proposals import decide, open_proposal, proposal_previews
+from gateway.services.proposals import decide, get_proposal, open_proposal, proposal_previews
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
@@ -218,6 +218,25 @@ def test_page_views_at_once_each_read_git_through_their_own_handle(workspace: Wo
         for thread in threads:
             thread.join(timeout=60)
         assert len(finished) == len(threads)
+
+
+def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(workspace: Workspace, people: People,
+                                                                            clone: Clone) -> None:
+    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "tags", "new cost centre")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    with pytest.raises(Refused, match=rf"drift record {record.id} on stack app-staging .* was recorded after the plan"
+                                      r" was made; re-planned"):
+        apply_proposal(workspace, people.admin, proposal.id)
+    live = workspace.sandbox.get_object("aws_instance", _instance_id(workspace))
+    assert live is not None and live["instance_type"] == "t3.large"
+    text = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
+    assert "this apply would revert: aws_instance.web[0]" in text
+    with pytest.raises(Refused, match="approval"):  # the new plan reverts the drift: it needs its own approval
+        apply_proposal(workspace, people.admin, proposal.id)
 
 # --- rollback ---------------------------------------------------------------------------------------
 

@@ -433,7 +433,7 @@ class StoreSession:
                 risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
                 findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])),
                 main_sha=r["main_sha"], changed=tuple(r["summary"].get("changed", [])),
-                drift=tuple(r["summary"].get("drift", [])))
+                drift=tuple(r["summary"].get("drift", [])), planned_at=_aware(r["created_at"]))
         return current
 
     # --- decisions -------------------------------------------------------------------------

@@ -423,6 +423,8 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
         assert (listed["id"], listed["state"], listed["confirmed_by"]) == (window.id, "overdue", "paul")
     with pytest.raises(Refused, match="bob is not in a break-glass group"):
         acknowledge_break_glass(workspace, people.bob, window.id, "seen")
+    with pytest.raises(Refused, match="olga broke the glass of window .*; another person"):  # not the opener alone
+        acknowledge_break_glass(workspace, olga, window.id, "meh")
     acknowledged = run_cli(["break-glass", "acknowledge", str(window.id), "-m", "codify ticket OPS-12"],
                            workspace.settings.home, paul_token)
     assert acknowledged.returncode == 0, acknowledged.stderr

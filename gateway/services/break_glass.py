@@ -102,8 +102,8 @@ def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, not
     settings = ws.repo_settings()
     if not note.strip():
         raise InputError("say what is being done about the uncodified drift (-m)")
-    reasons = acknowledge_refusals(actor, settings.break_glass)
     window = get_window(ws, window_id)
+    reasons = acknowledge_refusals(actor, settings.break_glass, window)
     if window.state(now(), settings.break_glass) != WindowState.OVERDUE:
         reasons.append(f"break-glass window {window_id} is {window.state(now(), settings.break_glass).value}, "
                        "not overdue")

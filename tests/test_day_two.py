@@ -446,6 +446,15 @@ def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(works
     assert sweep_break_glass(workspace) == [f"window {window.id} overdue"]
     assert [w.id for w in overdue_windows(workspace)] == [window.id]
 
+
+def test_a_huge_break_glass_duration_is_a_clear_error(workspace: Workspace, people: People, clone: Clone) -> None:
+    break_glass_rules(clone, "1h")
+    _, token = on_call(workspace, people, "olga")
+    result = run_cli(["break-glass", "open", "--stack", "app-staging", "-m", "incident", "--for", "99999999999d"],
+                     workspace.settings.home, token)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--for: '99999999999d' is longer than the longest duration the gateway takes (365d)" in result.stderr
+
 def test_the_day_two_demo_narrates_drift_and_break_glass_to_codify(tmp_path: Path) -> None:
     result = run_cli(["demo", "--day-two"], tmp_path / "unused", timeout=300)
     assert result.returncode == 0, result.stderr

@@ -79,6 +79,7 @@ def open_drift_notice(record: DriftRecord, plan_drift: Sequence[DriftEntry]) -> 
 
 
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+MAX_DURATION = timedelta(days=365)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
@@ -87,9 +88,15 @@ def parse_interval(text: str, where: str) -> timedelta:
     match = _INTERVAL.match(str(text))
     if not match:
         raise ConfigError(f"{where}: {text!r} is not a duration (write e.g. 30m, 6h or 1d)")
-    delta = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        delta = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    except OverflowError:
+        delta = MAX_DURATION + timedelta(seconds=1)
     if delta <= timedelta(0):
         raise ConfigError(f"{where}: a duration must be longer than zero")
+    if delta > MAX_DURATION:  # a bigger one overflows the dates computed from it
+        raise ConfigError(f"{where}: {text!r} is longer than the longest duration the gateway takes "
+                          f"({MAX_DURATION.days}d)")
     return delta
 
 

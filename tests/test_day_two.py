@@ -20,7 +20,7 @@ from agents.llm import ChatModel
 from gateway.adapters.records import now
 from gateway.api.app import create_app
 from gateway.domain.declaration_edit import import_declaration
-from gateway.domain.errors import Refused
+from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision
@@ -37,7 +37,7 @@ from gateway.services.codify import codify_drift
 from gateway.services.drift import revert_drift
 from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
 from gateway.services.imports import import_resource
-from gateway.services.proposals import decide, get_proposal, open_proposal, proposal_previews
+from gateway.services.proposals import abandon_proposal, decide, get_proposal, open_proposal, proposal_previews
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
@@ -237,6 +237,26 @@ def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(work
     assert "this apply would revert: aws_instance.web[0]" in text
     with pytest.raises(Refused, match="approval"):  # the new plan reverts the drift: it needs its own approval
         apply_proposal(workspace, people.admin, proposal.id)
+
+
+def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(workspace: Workspace,
+                                                                                people: People) -> None:
+    console_edit(workspace)
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    with pytest.raises(GatewayError):  # an auditor may not propose: no branch is left behind
+        codify_drift(workspace, people.dana, "app-staging")
+    assert not workspace.repo.branch_exists(f"codify/app-staging-{record.id}")
+    first = codify_drift(workspace, people.alice, "app-staging")
+    abandon_proposal(workspace, people.alice, first.id, "redo")
+    again = codify_drift(workspace, people.alice, "app-staging")
+    assert (first.branch, again.branch) == (f"codify/app-staging-{record.id}", f"codify/app-staging-{record.id}-2")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
+    rid = made_in_the_console(workspace)
+    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    abandon_proposal(workspace, people.alice, imported.id, "wrong name tag, redo")
+    retried = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    assert retried.branch == "import/app-staging-admin-2"
 
 # --- rollback ---------------------------------------------------------------------------------------
 

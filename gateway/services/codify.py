@@ -16,6 +16,7 @@ from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
 from gateway.domain.scrubbing import Scrubber
+from gateway.services.branches import free_branch_name
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.proposals import open_proposal
 from gateway.services.workspace import Workspace
@@ -45,18 +46,21 @@ def codify_drift(ws: Workspace, actor: Principal, stack: str) -> Proposal:
         raise Refused([f"drift record {record.id} cannot be codified by the gateway: {p}" for p in problems]
                       + ["push a branch that makes the declaration match and `gateway propose` it; applied, it "
                          "closes the record too"])
-    branch = f"codify/{stack}-{record.id}"
+    branch = free_branch_name(ws, f"codify/{stack}-{record.id}")
     what = record.describe()
     head = ws.repo.commit_to_new_branch(main_sha, branch, changed,
                                         f"Codify drift record {record.id} on stack {stack}\n\n{what}", actor.name)
-    proof = plan_stack(ws, stack, head, ChangeOrigin(requester=actor.name))
-    if proof.plan.changes:
+    try:  # a refused attempt (no role, still a diff) leaves no branch behind
+        proof = plan_stack(ws, stack, head, ChangeOrigin(requester=actor.name))
+        if proof.plan.changes:
+            raise Refused([f"the codified declaration still differs from reality: the plan would change "
+                           f"{', '.join(rc.address for rc in proof.plan.changes)}; codify it by hand"])
+        return open_proposal(ws, actor, branch, f"codify drift record {record.id} on stack {stack}: the declaration "
+                                                f"takes what changed outside the gateway ({what[:300]}); "
+                                                f"a plan with no changes proves it")
+    except BaseException:
         ws.repo.delete_branch(branch)
-        raise Refused([f"the codified declaration still differs from reality: the plan would change "
-                       f"{', '.join(rc.address for rc in proof.plan.changes)}; codify it by hand"])
-    return open_proposal(ws, actor, branch, f"codify drift record {record.id} on stack {stack}: the declaration "
-                                            f"takes what changed outside the gateway ({what[:300]}); "
-                                            f"a plan with no changes proves it")
+        raise
 
 
 def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, str], scrubber: Scrubber) -> None:

@@ -19,6 +19,7 @@ from gateway.domain.plan import ChangeKind
 from gateway.domain.preview import build_preview
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.services.branches import free_branch_name
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.proposals import get_proposal, open_proposal
 from gateway.services.workspace import Workspace
@@ -64,7 +65,7 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
         raise Refused([f"{address}: {', '.join(secret)} hold(s) a secret of the workspace; the gateway does not "
                        "write secrets into the declaration: import it by hand with a sensitive variable"])
     text, _ = import_declaration(address, rid, attributes)
-    branch = f"import/{stack}-{name}"
+    branch = free_branch_name(ws, f"import/{stack}-{name}")
     head = ws.repo.commit_to_new_branch(main_sha, branch, {f"{path}/import_{name}.tf": text},
                                         f"Import {address} (id {rid}) into stack {stack}", actor.name)
     try:

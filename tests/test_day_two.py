@@ -258,6 +258,21 @@ def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(w
     retried = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
     assert retried.branch == "import/app-staging-admin-2"
 
+
+def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(workspace: Workspace,
+                                                                               people: People) -> None:
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "x1e.32xlarge"})
+    check_drift(workspace, people.admin, "app-staging")
+    codify = codify_drift(workspace, people.alice, "app-staging")
+    assert [f.address for f in codify.findings if "instance" in f.rule] == ["aws_instance.web[0]"]
+    abandon_proposal(workspace, people.alice, codify.id, "not this size")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
+    rid = made_in_the_console(workspace)
+    held = workspace.sandbox.get_object("aws_security_group", rid)
+    workspace.sandbox.put_object("aws_security_group", rid, {**held, "tags": {}})  # no owner, no cost centre
+    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    assert [f.address for f in imported.findings if "tag" in f.rule] == ["aws_security_group.admin"]
+
 # --- rollback ---------------------------------------------------------------------------------------
 
 EXPORTS = '''

@@ -474,6 +474,10 @@ def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(works
     window = open_break_glass(workspace, olga, "app-staging", "incident 9", timedelta(seconds=2))
     workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
     time.sleep(2.2)  # the window runs out; nobody closes it and no scheduled check is due
+    listed = run_cli(["break-glass", "list"], workspace.settings.home, people.tokens["dana"])  # a read: writes nothing
+    assert listed.returncode == 0 and f"{window.id:>4} app-staging" in listed.stdout
+    with workspace.store.session(readonly=True) as session:
+        assert session.events(kind="break_glass.settled") == [] and session.open_drift_record("app-staging") is None
     assert sweep_break_glass(workspace) == []  # the sweep checks the stack first: the drift is the window's
     [record] = list_drift_records(workspace, people.bob, only_open=True)
     assert record.expected and record.break_glass_id == window.id
@@ -518,6 +522,11 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
         wid = session.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
         window = session.break_glass(wid)
     assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
+    with ws.store.session() as session:  # workers racing on a sweep: only one flags (and records) the window
+        assert session.mark_break_glass(wid, "flagged_at", now())
+        assert not session.mark_break_glass(wid, "flagged_at", now())
+        assert session.mark_break_glass(wid, "codified_at", now())
+        assert not session.mark_break_glass(wid, "codified_at", now())
 
 
 def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database(workspace: Workspace,

@@ -732,6 +732,15 @@ class StoreSession:
     def update_break_glass(self, window_id: int, **values: Any) -> None:
         self.conn.execute(update(break_glass_windows).where(break_glass_windows.c.id == window_id).values(**values))
 
+    def mark_break_glass(self, window_id: int, column: str, moment: datetime) -> bool:
+        """Set `column` (settled: codified_at, overdue: flagged_at) once: False when another worker already did,
+        or the window was settled or acknowledged meanwhile."""
+        c = break_glass_windows.c
+        done = self.conn.execute(update(break_glass_windows).where(
+            c.id == window_id, c[column].is_(None), c.codified_at.is_(None), c.acknowledged_at.is_(None))
+            .values({column: moment}))
+        return done.rowcount == 1
+
 
     # --- the circuit breaker ------------------------------------------------------------------
 

@@ -131,13 +131,15 @@ def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str
         with ws.store.session() as session:
             record = session.open_drift_record(window.stack)
             if record is None or record.break_glass_id != window.id:
-                session.update_break_glass(window.id, codified_at=moment)
+                if not session.mark_break_glass(window.id, "codified_at", moment):
+                    continue  # another worker settled it: once in the trail
                 session.append_event(SYSTEM_NAME, "break_glass.settled", {
                     "break_glass": window.id, "stack": window.stack,
                     "codify_by": window.codify_by(settings).isoformat()}, None, [window.stack])
                 done.append(f"window {window.id} settled")
             elif window.state(moment, settings) == WindowState.OVERDUE and window.flagged_at is None:
-                session.update_break_glass(window.id, flagged_at=moment)
+                if not session.mark_break_glass(window.id, "flagged_at", moment):
+                    continue  # another worker flagged it: once in the trail
                 session.append_event(SYSTEM_NAME, "break_glass.overdue", {
                     "break_glass": window.id, "stack": window.stack, "drift_record": record.id,
                     "codify_by": window.codify_by(settings).isoformat(), "drifted": record.addresses}, None,

@@ -474,10 +474,6 @@ def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(works
     window = open_break_glass(workspace, olga, "app-staging", "incident 9", timedelta(seconds=2))
     workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
     time.sleep(2.2)  # the window runs out; nobody closes it and no scheduled check is due
-    listed = run_cli(["break-glass", "list"], workspace.settings.home, people.tokens["dana"])  # a read: writes nothing
-    assert listed.returncode == 0 and f"{window.id:>4} app-staging" in listed.stdout
-    with workspace.store.session(readonly=True) as session:
-        assert session.events(kind="break_glass.settled") == [] and session.open_drift_record("app-staging") is None
     assert sweep_break_glass(workspace) == []  # the sweep checks the stack first: the drift is the window's
     [record] = list_drift_records(workspace, people.bob, only_open=True)
     assert record.expected and record.break_glass_id == window.id
@@ -493,6 +489,19 @@ def test_a_huge_break_glass_duration_is_a_clear_error(workspace: Workspace, peop
                      workspace.settings.home, token)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "--for: '99999999999d' is longer than the longest duration the gateway takes (365d)" in result.stderr
+
+
+def test_listing_break_glass_windows_writes_nothing(workspace: Workspace, people: People, clone: Clone) -> None:
+    break_glass_rules(clone, "1h")
+    olga, _ = on_call(workspace, people, "olga")
+    window = open_break_glass(workspace, olga, "app-staging", "incident 10", timedelta(seconds=1))
+    time.sleep(1.2)  # ended, never settled: a sweep would check and record; a list must not
+    with workspace.store.session(readonly=True) as session:
+        before = len(session.events())
+    listed = run_cli(["break-glass", "list"], workspace.settings.home, people.tokens["dana"])
+    assert listed.returncode == 0 and f"{window.id:>4} app-staging" in listed.stdout
+    with workspace.store.session(readonly=True) as session:
+        assert len(session.events()) == before and session.break_glass(window.id)["codified_at"] is None
 
 def test_the_day_two_demo_narrates_drift_and_break_glass_to_codify(tmp_path: Path) -> None:
     result = run_cli(["demo", "--day-two"], tmp_path / "unused", timeout=300)

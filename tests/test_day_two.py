@@ -228,6 +228,9 @@ def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(work
     workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
     record = check_drift(workspace, people.admin, "app-staging").record
     assert record is not None
+    before = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
+    assert "the plan predates this drift (recorded after it): the apply refuses and re-plans: aws_instance.web[0]" in (
+        before) and "this apply keeps" not in before
     with pytest.raises(Refused, match=rf"drift record {record.id} on stack app-staging .* was recorded after the plan"
                                       r" was made; re-planned"):
         apply_proposal(workspace, people.admin, proposal.id)

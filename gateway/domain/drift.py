@@ -67,15 +67,21 @@ def entries_from_json(items: Sequence[Mapping[str, Any]]) -> tuple[DriftEntry, .
                  for i in items)
 
 
-def open_drift_notice(record: DriftRecord, plan_drift: Sequence[DriftEntry]) -> OpenDrift:
+def open_drift_notice(record: DriftRecord, plan_drift: Sequence[DriftEntry],
+                      planned_at: datetime | None = None) -> OpenDrift:
     """Split the record by what this proposal's plan does with each drifted resource.
 
-    A resource the plan's own refresh no longer sees as drifted is counted as kept: nothing would revert it.
+    A resource the plan's own refresh no longer sees as drifted is counted as kept: nothing would revert it;
+    unless the record is newer than the plan (`planned_at`): then the plan never saw it and cannot say.
     """
     by_address = {d.address: d for d in plan_drift}
     reverts = tuple(r for r in record.resources if (p := by_address.get(r.address)) is not None and p.reverted_by_apply)
-    keeps = tuple(r for r in record.resources if r not in reverts)
-    return OpenDrift(record.id, record.opened_at.isoformat(), record.expected, reverts, keeps)
+    rest = tuple(r for r in record.resources if r not in reverts)
+    if planned_at is not None and record.updated_at > planned_at:
+        unseen = tuple(r for r in rest if r.address not in by_address)
+        return OpenDrift(record.id, record.opened_at.isoformat(), record.expected, reverts,
+                         tuple(r for r in rest if r not in unseen), unseen)
+    return OpenDrift(record.id, record.opened_at.isoformat(), record.expected, reverts, rest)
 
 
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,7 +20,7 @@ from agents.llm import ChatModel
 from gateway.adapters.records import now
 from gateway.api.app import create_app
 from gateway.domain.declaration_edit import import_declaration
-from gateway.domain.errors import Refused
+from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision
@@ -36,11 +37,11 @@ from gateway.services.codify import codify_drift
 from gateway.services.drift import revert_drift
 from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
 from gateway.services.imports import import_resource
-from gateway.services.proposals import decide, open_proposal, proposal_previews
+from gateway.services.proposals import abandon_proposal, decide, get_proposal, open_proposal, proposal_previews
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Workspace, known_secret_values
 from gateway.worker import Worker
 
 from .conftest import Clone, People, add_people, run_cli
@@ -199,6 +200,82 @@ def test_drift_over_http_and_on_the_pages(workspace: Workspace, people: People, 
         assert shown.index("Open drift on this stack") < shown.index("<h3>Changes</h3>")
 
 
+
+def test_page_views_at_once_each_read_git_through_their_own_handle(workspace: Workspace, people: People) -> None:
+    """Every signed-in page reads the break-glass settings from git; concurrent views must not share one handle."""
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        sign_in(client, people.tokens["bob"])
+        finished: list[int] = []
+
+        def view() -> None:
+            for _ in range(10):
+                assert client.get("/drift").status_code == 200
+            finished.append(1)
+
+        threads = [threading.Thread(target=view, daemon=True) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert len(finished) == len(threads)
+
+
+def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(workspace: Workspace, people: People,
+                                                                            clone: Clone) -> None:
+    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "tags", "new cost centre")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    before = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
+    assert "the plan predates this drift (recorded after it): the apply refuses and re-plans: aws_instance.web[0]" in (
+        before) and "this apply keeps" not in before
+    with pytest.raises(Refused, match=rf"drift record {record.id} on stack app-staging .* was recorded after the plan"
+                                      r" was made; re-planned"):
+        apply_proposal(workspace, people.admin, proposal.id)
+    live = workspace.sandbox.get_object("aws_instance", _instance_id(workspace))
+    assert live is not None and live["instance_type"] == "t3.large"
+    text = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
+    assert "this apply would revert: aws_instance.web[0]" in text
+    with pytest.raises(Refused, match="approval"):  # the new plan reverts the drift: it needs its own approval
+        apply_proposal(workspace, people.admin, proposal.id)
+
+
+def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(workspace: Workspace,
+                                                                                people: People) -> None:
+    console_edit(workspace)
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    with pytest.raises(GatewayError):  # an auditor may not propose: no branch is left behind
+        codify_drift(workspace, people.dana, "app-staging")
+    assert not workspace.repo.branch_exists(f"codify/app-staging-{record.id}")
+    first = codify_drift(workspace, people.alice, "app-staging")
+    abandon_proposal(workspace, people.alice, first.id, "redo")
+    again = codify_drift(workspace, people.alice, "app-staging")
+    assert (first.branch, again.branch) == (f"codify/app-staging-{record.id}", f"codify/app-staging-{record.id}-2")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
+    rid = made_in_the_console(workspace)
+    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    abandon_proposal(workspace, people.alice, imported.id, "wrong name tag, redo")
+    retried = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    assert retried.branch == "import/app-staging-admin-2"
+
+
+def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(workspace: Workspace,
+                                                                               people: People) -> None:
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "x1e.32xlarge"})
+    check_drift(workspace, people.admin, "app-staging")
+    codify = codify_drift(workspace, people.alice, "app-staging")
+    assert [f.address for f in codify.findings if "instance" in f.rule] == ["aws_instance.web[0]"]
+    abandon_proposal(workspace, people.alice, codify.id, "not this size")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
+    rid = made_in_the_console(workspace)
+    held = workspace.sandbox.get_object("aws_security_group", rid)
+    workspace.sandbox.put_object("aws_security_group", rid, {**held, "tags": {}})  # no owner, no cost centre
+    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    assert [f.address for f in imported.findings if "tag" in f.rule] == ["aws_security_group.admin"]
+
 # --- rollback ---------------------------------------------------------------------------------------
 
 EXPORTS = '''
@@ -299,6 +376,17 @@ def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Works
     assert missing.returncode == 1 and "no aws_security_group with id 'sg-nope' exists" in missing.stderr
 
 
+
+def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_stack(workspace: Workspace,
+                                                                                   people: People) -> None:
+    prod = workspace.sandbox.read_state("app-prod")
+    assert prod is not None
+    lb = prod.resources["aws_lb.web"].id
+    with pytest.raises(Refused, match=rf"aws_lb {lb} is already managed by stack app-prod as aws_lb.web"):
+        import_resource(workspace, people.alice, "app-staging", "aws_lb.prod_web", lb)
+    assert not workspace.repo.branch_exists("import/app-staging-prod_web")
+    assert workspace.sandbox.get_object("aws_lb", lb) is not None
+
 # --- break-glass ------------------------------------------------------------------------------------
 
 
@@ -373,11 +461,50 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
         assert (listed["id"], listed["state"], listed["confirmed_by"]) == (window.id, "overdue", "paul")
     with pytest.raises(Refused, match="bob is not in a break-glass group"):
         acknowledge_break_glass(workspace, people.bob, window.id, "seen")
+    with pytest.raises(Refused, match="olga broke the glass of window .*; another person"):  # not the opener alone
+        acknowledge_break_glass(workspace, olga, window.id, "meh")
     acknowledged = run_cli(["break-glass", "acknowledge", str(window.id), "-m", "codify ticket OPS-12"],
                            workspace.settings.home, paul_token)
     assert acknowledged.returncode == 0, acknowledged.stderr
     assert apply_proposal(workspace, people.alice, change.id).succeeded
 
+
+
+def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(workspace: Workspace, people: People,
+                                                                          clone: Clone) -> None:
+    break_glass_rules(clone, "1s")
+    olga, _ = on_call(workspace, people, "olga")
+    window = open_break_glass(workspace, olga, "app-staging", "incident 9", timedelta(seconds=2))
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
+    time.sleep(2.2)  # the window runs out; nobody closes it and no scheduled check is due
+    assert sweep_break_glass(workspace) == []  # the sweep checks the stack first: the drift is the window's
+    [record] = list_drift_records(workspace, people.bob, only_open=True)
+    assert record.expected and record.break_glass_id == window.id
+    time.sleep(1.2)  # past the codify deadline
+    assert sweep_break_glass(workspace) == [f"window {window.id} overdue"]
+    assert [w.id for w in overdue_windows(workspace)] == [window.id]
+
+
+def test_a_huge_break_glass_duration_is_a_clear_error(workspace: Workspace, people: People, clone: Clone) -> None:
+    break_glass_rules(clone, "1h")
+    _, token = on_call(workspace, people, "olga")
+    result = run_cli(["break-glass", "open", "--stack", "app-staging", "-m", "incident", "--for", "99999999999d"],
+                     workspace.settings.home, token)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--for: '99999999999d' is longer than the longest duration the gateway takes (365d)" in result.stderr
+
+
+def test_listing_break_glass_windows_writes_nothing(workspace: Workspace, people: People, clone: Clone) -> None:
+    break_glass_rules(clone, "1h")
+    olga, _ = on_call(workspace, people, "olga")
+    window = open_break_glass(workspace, olga, "app-staging", "incident 10", timedelta(seconds=1))
+    time.sleep(1.2)  # ended, never settled: a sweep would check and record; a list must not
+    with workspace.store.session(readonly=True) as session:
+        before = len(session.events())
+    listed = run_cli(["break-glass", "list"], workspace.settings.home, people.tokens["dana"])
+    assert listed.returncode == 0 and f"{window.id:>4} app-staging" in listed.stdout
+    with workspace.store.session(readonly=True) as session:
+        assert len(session.events()) == before and session.break_glass(window.id)["codified_at"] is None
 
 def test_the_day_two_demo_narrates_drift_and_break_glass_to_codify(tmp_path: Path) -> None:
     result = run_cli(["demo", "--day-two"], tmp_path / "unused", timeout=300)
@@ -407,6 +534,11 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
         wid = session.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
         window = session.break_glass(wid)
     assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
+    with ws.store.session() as session:  # workers racing on a sweep: only one flags (and records) the window
+        assert session.mark_break_glass(wid, "flagged_at", now())
+        assert not session.mark_break_glass(wid, "flagged_at", now())
+        assert session.mark_break_glass(wid, "codified_at", now())
+        assert not session.mark_break_glass(wid, "codified_at", now())
 
 
 def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database(workspace: Workspace,
@@ -426,6 +558,27 @@ def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database
             rows = conn.exec_driver_sql(f"select * from {table}").fetchall()
             assert leaked not in str(rows), table
 
+
+
+def test_a_workspace_secret_typed_into_a_plain_attribute_reaches_neither_the_database_nor_git(
+        workspace: Workspace, people: People) -> None:
+    secret = str(known_secret_values(workspace.settings)[0])
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": secret})
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    [attribute] = record.resources[0].attributes
+    assert (attribute.path, attribute.after) == ("instance_type", "(sensitive)")
+    with workspace.db.engine.connect() as conn:
+        assert secret not in str(conn.exec_driver_sql("select * from drift_records").fetchall())
+    with pytest.raises(Refused, match=r"aws_instance.web\[0\].instance_type: its value is sensitive"):
+        codify_drift(workspace, people.alice, "app-staging")
+    assert not workspace.repo.branch_exists(f"codify/app-staging-{record.id}")
+    rid = made_in_the_console(workspace)
+    held = workspace.sandbox.get_object("aws_security_group", rid)
+    workspace.sandbox.put_object("aws_security_group", rid, {**held, "description": secret})
+    with pytest.raises(Refused, match="description hold\\(s\\) a secret of the workspace"):
+        import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    assert not workspace.repo.branch_exists("import/app-staging-admin")
 
 def test_a_pushed_import_with_a_diff_is_denied_until_a_policy_owner_overrides_it(workspace: Workspace,
                                                                                  people: People, clone: Clone) -> None:

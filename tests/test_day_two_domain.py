@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.domain.break_glass import BreakGlassWindow, WindowState, open_refusals
+from gateway.domain.break_glass import BreakGlassWindow, WindowState, acknowledge_refusals, open_refusals
 from gateway.domain.declaration_edit import NotCodifiable, import_declaration, set_attribute
 from gateway.domain.drift import check_due, parse_interval
 from gateway.domain.errors import ConfigError
@@ -46,6 +46,18 @@ def person(name: str, groups: set[str], kind: PrincipalKind = PrincipalKind.PERS
     return Principal(name, name, kind, frozenset({Role.REQUESTER}), frozenset(groups))
 
 
+
+@pytest.mark.parametrize(("who", "w", "refusals"), [
+    (person("paul", {"oncall"}), window(), []),
+    (person("paul", {"oncall"}), window(opened_by="olga", confirmed_by="paul"), []),
+    (person("olga", {"oncall"}), window(),
+     ["olga broke the glass of window 1; another person of the break-glass group acknowledges its uncodified drift"]),
+    (person("alice", {"app"}), window(), ["alice is not in a break-glass group (oncall)"]),
+    (person("bot", {"oncall"}, PrincipalKind.AGENT), window(), ["bot is an agent; only people may acknowledge"]),
+])
+def test_who_may_acknowledge_an_overdue_window(who: Principal, w: BreakGlassWindow, refusals: list[str]) -> None:
+    assert acknowledge_refusals(who, RULES, w) == refusals
+
 @pytest.mark.parametrize(("who", "duration", "reason", "refusals"), [
     (person("olga", {"oncall"}), 2 * H, "incident 1", []),
     (person("alice", {"app"}), 2 * H, "incident 1", ["alice is not in a break-glass group (oncall)"]),
@@ -64,7 +76,7 @@ def test_durations(text: str, expected: timedelta) -> None:
     assert parse_interval(text, "drift.interval") == expected
 
 
-@pytest.mark.parametrize("text", ["6", "6x", "h", "-1h", "0s"])
+@pytest.mark.parametrize("text", ["6", "6x", "h", "-1h", "0s", "99999999999d", "366d", "9" * 400 + "s"])
 def test_bad_durations_name_the_setting(text: str) -> None:
     with pytest.raises(ConfigError, match="drift.interval"):
         parse_interval(text, "drift.interval")

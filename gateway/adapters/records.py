@@ -433,7 +433,7 @@ class StoreSession:
                 risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
                 findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])),
                 main_sha=r["main_sha"], changed=tuple(r["summary"].get("changed", [])),
-                drift=tuple(r["summary"].get("drift", [])))
+                drift=tuple(r["summary"].get("drift", [])), planned_at=_aware(r["created_at"]))
         return current
 
     # --- decisions -------------------------------------------------------------------------
@@ -742,6 +742,15 @@ class StoreSession:
 
     def update_break_glass(self, window_id: int, **values: Any) -> None:
         self.conn.execute(update(break_glass_windows).where(break_glass_windows.c.id == window_id).values(**values))
+
+    def mark_break_glass(self, window_id: int, column: str, moment: datetime) -> bool:
+        """Set `column` (settled: codified_at, overdue: flagged_at) once: False when another worker already did,
+        or the window was settled or acknowledged meanwhile."""
+        c = break_glass_windows.c
+        done = self.conn.execute(update(break_glass_windows).where(
+            c.id == window_id, c[column].is_(None), c.codified_at.is_(None), c.acknowledged_at.is_(None))
+            .values({column: moment}))
+        return done.rowcount == 1
 
 
     # --- the circuit breaker ------------------------------------------------------------------

@@ -16,7 +16,10 @@ bearer = HTTPBearer(auto_error=False, description="the API token `gateway users 
 
 
 def get_workspace(request: Request) -> Workspace:
-    return request.app.state.workspace.for_request()
+    """This request's workspace, with its own git handle; kept on the request so its page chrome reuses it."""
+    ws: Workspace = request.app.state.workspace.for_request()
+    request.state.workspace = ws
+    return ws
 
 
 WorkspaceDep = Annotated[Workspace, Depends(get_workspace)]

@@ -112,9 +112,14 @@ def confirm_refusals(actor: Principal, window: BreakGlassWindow, settings: Break
     return reasons
 
 
-def acknowledge_refusals(actor: Principal, settings: BreakGlassSettings) -> list[str]:
+def acknowledge_refusals(actor: Principal, settings: BreakGlassSettings,
+                         window: BreakGlassWindow | None = None) -> list[str]:
+    """Why `actor` may not acknowledge (or, without a window, act for the group on) a window (empty: they may)."""
     if actor.is_agent:
         return [f"{actor.name} is an agent; only people may acknowledge"]
     if not actor.groups & settings.groups or not actor.roles & {Role.APPROVER, Role.ADMIN, Role.REQUESTER}:
         return [f"{actor.name} is not in a break-glass group ({', '.join(sorted(settings.groups)) or 'none'})"]
+    if window is not None and actor.name == window.opened_by:  # segregation of duties, as for approvals
+        return [f"{actor.name} broke the glass of window {window.id}; another person of the break-glass group "
+                "acknowledges its uncodified drift"]
     return []

@@ -67,18 +67,25 @@ def entries_from_json(items: Sequence[Mapping[str, Any]]) -> tuple[DriftEntry, .
                  for i in items)
 
 
-def open_drift_notice(record: DriftRecord, plan_drift: Sequence[DriftEntry]) -> OpenDrift:
+def open_drift_notice(record: DriftRecord, plan_drift: Sequence[DriftEntry],
+                      planned_at: datetime | None = None) -> OpenDrift:
     """Split the record by what this proposal's plan does with each drifted resource.
 
-    A resource the plan's own refresh no longer sees as drifted is counted as kept: nothing would revert it.
+    A resource the plan's own refresh no longer sees as drifted is counted as kept: nothing would revert it;
+    unless the record is newer than the plan (`planned_at`): then the plan never saw it and cannot say.
     """
     by_address = {d.address: d for d in plan_drift}
     reverts = tuple(r for r in record.resources if (p := by_address.get(r.address)) is not None and p.reverted_by_apply)
-    keeps = tuple(r for r in record.resources if r not in reverts)
-    return OpenDrift(record.id, record.opened_at.isoformat(), record.expected, reverts, keeps)
+    rest = tuple(r for r in record.resources if r not in reverts)
+    if planned_at is not None and record.updated_at > planned_at:
+        unseen = tuple(r for r in rest if r.address not in by_address)
+        return OpenDrift(record.id, record.opened_at.isoformat(), record.expected, reverts,
+                         tuple(r for r in rest if r not in unseen), unseen)
+    return OpenDrift(record.id, record.opened_at.isoformat(), record.expected, reverts, rest)
 
 
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+MAX_DURATION = timedelta(days=365)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
@@ -87,9 +94,15 @@ def parse_interval(text: str, where: str) -> timedelta:
     match = _INTERVAL.match(str(text))
     if not match:
         raise ConfigError(f"{where}: {text!r} is not a duration (write e.g. 30m, 6h or 1d)")
-    delta = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        delta = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    except OverflowError:
+        delta = MAX_DURATION + timedelta(seconds=1)
     if delta <= timedelta(0):
         raise ConfigError(f"{where}: a duration must be longer than zero")
+    if delta > MAX_DURATION:  # a bigger one overflows the dates computed from it
+        raise ConfigError(f"{where}: {text!r} is longer than the longest duration the gateway takes "
+                          f"({MAX_DURATION.days}d)")
     return delta
 
 

@@ -117,10 +117,15 @@ def unresolved_denies(findings: list[Finding], overrides: list[Override], now: d
 
 
 def _changing(plan: Plan) -> Iterator[ResourceChange]:
-    """Managed resources the plan creates, updates or replaces (their `after` is what will exist)."""
+    """Managed resources the plan creates, updates or replaces (their `after` is what will exist), and those it
+    adopts unchanged: an import, or drift the declaration now takes (a codify). What the declaration says is
+    judged, not only the diff, so break-glass plus codify is no way around a guardrail."""
+    adopted = {d.address for d in plan.resource_drift}
     for rc in plan.resource_changes:
-        if rc.mode == "managed" and rc.change.after is not None and rc.kind not in (
-                ChangeKind.NO_OP, ChangeKind.READ, ChangeKind.DELETE, ChangeKind.FORGET):
+        if rc.mode != "managed" or rc.change.after is None or rc.kind in (
+                ChangeKind.READ, ChangeKind.DELETE, ChangeKind.FORGET):
+            continue
+        if rc.kind != ChangeKind.NO_OP or rc.change.importing is not None or rc.address in adopted:
             yield rc
 
 

@@ -95,6 +95,7 @@ class OpenDrift:
     expected: bool
     reverts: tuple[DriftEntry, ...]
     keeps: tuple[DriftEntry, ...]
+    unseen: tuple[DriftEntry, ...] = ()  # recorded after the plan: it cannot say; the apply refuses and re-plans
 
 
 @dataclass(frozen=True)
@@ -309,6 +310,7 @@ def _count_line(preview: Preview) -> str:
     return ", ".join(parts)
 
 
+UNSEEN = "the plan predates this drift (recorded after it): the apply refuses and re-plans"
 NO_CHANGES = "No changes: the infrastructure matches the configuration."
 
 
@@ -322,6 +324,8 @@ def _open_drift_lines(preview: Preview) -> list[str]:
             lines.append("  this apply would revert: " + "; ".join(_drift_summary(d) for d in o.reverts))
         if o.keeps:
             lines.append("  this apply keeps (the drift stays): " + "; ".join(_drift_summary(d) for d in o.keeps))
+        if o.unseen:
+            lines.append(f"  {UNSEEN}: " + "; ".join(_drift_summary(d) for d in o.unseen))
     lines += [f"NOTE: {n}" for n in preview.notices]
     return lines + [""] if lines else []
 
@@ -398,6 +402,8 @@ def render_markdown(preview: Preview) -> str:
             first.append("> **this apply would revert:** " + "; ".join(f"`{_drift_summary(d)}`" for d in o.reverts))
         if o.keeps:
             first.append("> this apply keeps (the drift stays): " + "; ".join(f"`{_drift_summary(d)}`" for d in o.keeps))
+        if o.unseen:
+            first.append(f"> **{UNSEEN}:** " + "; ".join(f"`{_drift_summary(d)}`" for d in o.unseen))
         first.append("")
     for n in preview.notices:
         first += [f"> **Note:** {n}", ""]
@@ -485,7 +491,8 @@ def preview_from_json(text: str) -> Preview:
         risk=Risk(RiskLevel(risk["level"]), tuple(risk["reasons"])) if risk else None,
         findings=tuple(Finding.from_json(f) for f in data.get("findings", [])),
         open_drift=tuple(OpenDrift(o["record_id"], o["since"], o["expected"], drift_entries(o["reverts"]),
-                                   drift_entries(o["keeps"])) for o in data.get("open_drift", [])),
+                                   drift_entries(o["keeps"]), drift_entries(o.get("unseen", [])))
+                          for o in data.get("open_drift", [])),
         notices=tuple(data.get("notices", [])),
     )
 

@@ -44,6 +44,7 @@ class StackPlan:
     main_sha: str | None = None  # the main commit the branch was merged onto for this plan
     changed: tuple[str, ...] = ()  # addresses the plan changes (anything but no-op and read)
     drift: tuple[str, ...] = ()  # addresses found changed outside the gateway when it was planned
+    planned_at: datetime | None = None  # drift recorded after it is drift the plan never saw
 
     @property
     def has_changes(self) -> bool:

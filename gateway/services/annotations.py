@@ -33,7 +33,9 @@ def annotate_previews(ws: Workspace, proposal: Proposal, previews: dict[str, str
         record = drift.get(stack)
         if record is not None:
             plan_drift = [DriftEntry(d["address"], d["summary"], d["reverted_by_apply"], ()) for d in document["drift"]]
-            document["open_drift"] = [_open_drift_json(open_drift_notice(record, plan_drift))]
+            plan = proposal.plans.get(stack)
+            notice = open_drift_notice(record, plan_drift, plan.planned_at if plan else None)
+            document["open_drift"] = [_open_drift_json(notice)]
         if rollback:
             notices += rollback_notices(rollback, [d["address"] for d in document["danger"]])
         document["notices"] = notices
@@ -43,7 +45,8 @@ def annotate_previews(ws: Workspace, proposal: Proposal, previews: dict[str, str
 
 def _open_drift_json(notice: OpenDrift) -> dict[str, Any]:
     return {"record_id": notice.record_id, "since": notice.since, "expected": notice.expected,
-            "reverts": entries_to_json(notice.reverts), "keeps": entries_to_json(notice.keeps)}
+            "reverts": entries_to_json(notice.reverts), "keeps": entries_to_json(notice.keeps),
+            "unseen": entries_to_json(notice.unseen)}
 
 
 def rollback_notices(of: Proposal, doomed: list[str]) -> list[str]:

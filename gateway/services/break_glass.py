@@ -7,7 +7,7 @@ and in the trail, and applies on it wait for an acknowledgement from the break-g
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
@@ -24,7 +24,7 @@ from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.principals import SYSTEM_NAME, Principal
 from gateway.domain.proposal import Proposal
 from gateway.services import audit as audit_service
-from gateway.services.drift_records import check_drift
+from gateway.services.drift_records import CHECKED, check_drift
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -102,8 +102,8 @@ def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, not
     settings = ws.repo_settings()
     if not note.strip():
         raise InputError("say what is being done about the uncodified drift (-m)")
-    reasons = acknowledge_refusals(actor, settings.break_glass)
     window = get_window(ws, window_id)
+    reasons = acknowledge_refusals(actor, settings.break_glass, window)
     if window.state(now(), settings.break_glass) != WindowState.OVERDUE:
         reasons.append(f"break-glass window {window_id} is {window.state(now(), settings.break_glass).value}, "
                        "not overdue")
@@ -126,22 +126,50 @@ def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str
     for window in windows_of(ws):
         if window.ended_at is None or window.ended_at > moment or window.codified_at or window.acknowledged_at:
             continue
+        if not _checked_since(ws, window.stack, window.ended_at) and not _check_after_window(ws, window):
+            continue  # settled only once a check has looked at the stack after the window: its drift is the window's
         with ws.store.session() as session:
             record = session.open_drift_record(window.stack)
             if record is None or record.break_glass_id != window.id:
-                session.update_break_glass(window.id, codified_at=moment)
+                if not session.mark_break_glass(window.id, "codified_at", moment):
+                    continue  # another worker settled it: once in the trail
                 session.append_event(SYSTEM_NAME, "break_glass.settled", {
                     "break_glass": window.id, "stack": window.stack,
                     "codify_by": window.codify_by(settings).isoformat()}, None, [window.stack])
                 done.append(f"window {window.id} settled")
             elif window.state(moment, settings) == WindowState.OVERDUE and window.flagged_at is None:
-                session.update_break_glass(window.id, flagged_at=moment)
+                if not session.mark_break_glass(window.id, "flagged_at", moment):
+                    continue  # another worker flagged it: once in the trail
                 session.append_event(SYSTEM_NAME, "break_glass.overdue", {
                     "break_glass": window.id, "stack": window.stack, "drift_record": record.id,
                     "codify_by": window.codify_by(settings).isoformat(), "drifted": record.addresses}, None,
                     [window.stack])
                 done.append(f"window {window.id} overdue")
     return done
+
+
+def _checked_since(ws: Workspace, stack: str, moment: datetime) -> bool:
+    """Whether a drift check of `stack` completed at or after `moment`."""
+    with ws.store.session(readonly=True) as session:
+        marker = session.marker(CHECKED + stack)
+    if marker is None:
+        return False
+    checked = datetime.fromisoformat(marker)
+    return _aware(checked) >= _aware(moment)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _check_after_window(ws: Workspace, window: BreakGlassWindow) -> bool:
+    """Check the stack now that the window ended (nobody closed it); False when the check could not be made."""
+    try:
+        check_drift(ws, SYSTEM_NAME, window.stack)
+    except GatewayError as exc:
+        log.warning("break_glass.check_failed", window=window.id, stack=window.stack, error=str(exc))
+        return False
+    return True
 
 
 def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[BreakGlassWindow]:

@@ -15,6 +15,8 @@ from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.domain.scrubbing import Scrubber
+from gateway.services.branches import free_branch_name
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.proposals import open_proposal
 from gateway.services.workspace import Workspace
@@ -37,28 +39,31 @@ def codify_drift(ws: Workspace, actor: Principal, stack: str) -> Proposal:
     problems: list[str] = []
     for entry in record.resources:
         try:
-            _codify_entry(entry, {**files, **changed}, changed)
+            _codify_entry(entry, {**files, **changed}, changed, ws.scrubber)
         except NotCodifiable as exc:
             problems.append(str(exc))
     if problems:
         raise Refused([f"drift record {record.id} cannot be codified by the gateway: {p}" for p in problems]
                       + ["push a branch that makes the declaration match and `gateway propose` it; applied, it "
                          "closes the record too"])
-    branch = f"codify/{stack}-{record.id}"
+    branch = free_branch_name(ws, f"codify/{stack}-{record.id}")
     what = record.describe()
     head = ws.repo.commit_to_new_branch(main_sha, branch, changed,
                                         f"Codify drift record {record.id} on stack {stack}\n\n{what}", actor.name)
-    proof = plan_stack(ws, stack, head, ChangeOrigin(requester=actor.name))
-    if proof.plan.changes:
+    try:  # a refused attempt (no role, still a diff) leaves no branch behind
+        proof = plan_stack(ws, stack, head, ChangeOrigin(requester=actor.name))
+        if proof.plan.changes:
+            raise Refused([f"the codified declaration still differs from reality: the plan would change "
+                           f"{', '.join(rc.address for rc in proof.plan.changes)}; codify it by hand"])
+        return open_proposal(ws, actor, branch, f"codify drift record {record.id} on stack {stack}: the declaration "
+                                                f"takes what changed outside the gateway ({what[:300]}); "
+                                                f"a plan with no changes proves it")
+    except BaseException:
         ws.repo.delete_branch(branch)
-        raise Refused([f"the codified declaration still differs from reality: the plan would change "
-                       f"{', '.join(rc.address for rc in proof.plan.changes)}; codify it by hand"])
-    return open_proposal(ws, actor, branch, f"codify drift record {record.id} on stack {stack}: the declaration "
-                                            f"takes what changed outside the gateway ({what[:300]}); "
-                                            f"a plan with no changes proves it")
+        raise
 
 
-def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, str]) -> None:
+def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, str], scrubber: Scrubber) -> None:
     match = _ADDRESS.match(entry.address)
     if match is None:
         raise NotCodifiable(f"{entry.address}: only resources at the top of a stack are codified (not modules)")
@@ -75,5 +80,8 @@ def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, s
             raise NotCodifiable(f"{entry.address}.{attribute.path}: not a top-level attribute of a simple type")
         if attribute.after is None or attribute.after == SENSITIVE:
             raise NotCodifiable(f"{entry.address}.{attribute.path}: its value is sensitive or was removed")
+        if scrubber.scrub(attribute.after) != attribute.after:  # never write a workspace secret into git
+            raise NotCodifiable(f"{entry.address}.{attribute.path}: its value holds a secret; codify it by hand "
+                                "with a sensitive variable")
         text = changed.get(where, files[where])
         changed[where] = set_attribute(text, where, rtype, name, attribute.path, json.loads(attribute.after))

@@ -10,7 +10,7 @@ changes the declaration to match); after such an apply the gateway checks again,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import structlog
@@ -19,9 +19,10 @@ from gateway.adapters.records import now
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, check_due
 from gateway.domain.errors import GatewayError, NotFound, Refused
-from gateway.domain.preview import DriftEntry
+from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import SYSTEM_NAME, Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
+from gateway.domain.scrubbing import Scrubber
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.workspace import Workspace
 
@@ -52,7 +53,7 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
     if stack not in settings.stacks:
         raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
     result = plan_stack(ws, stack, ws.main_branch(), ChangeOrigin(requester=SYSTEM_NAME))
-    found = result.preview().drift
+    found = [_mask_known_secrets(ws.scrubber, entry) for entry in result.preview().drift]
     moment = now()
     who = actor if isinstance(actor, str) else actor.name
     with ws.store.session() as session:
@@ -92,6 +93,15 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
             session.append_event(actor, "drift.checked", {**base, "outcome": outcome}, None, [stack])
         latest = session.drift_records(stack)[:1]
     return DriftCheck(stack, tuple(found), latest[0] if latest and outcome != "clean" else None, outcome)
+
+
+def _mask_known_secrets(scrubber: Scrubber, entry: DriftEntry) -> DriftEntry:
+    """A workspace secret typed into a plain attribute is secret by origin: the record keeps it masked, never in
+    clear (the engine marks only what the schema or the declaration calls sensitive)."""
+    def masked(value: str | None) -> str | None:
+        return SENSITIVE if value is not None and scrubber.scrub(value) != value else value
+    attributes = tuple(replace(a, before=masked(a.before), after=masked(a.after)) for a in entry.attributes)
+    return replace(entry, summary=scrubber.scrub(entry.summary), attributes=attributes)
 
 
 def _covers(window: BreakGlassWindow, moment: datetime) -> bool:

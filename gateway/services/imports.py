@@ -19,6 +19,7 @@ from gateway.domain.plan import ChangeKind
 from gateway.domain.preview import build_preview
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.services.branches import free_branch_name
 from gateway.services.planning import ChangeOrigin, plan_stack
 from gateway.services.proposals import get_proposal, open_proposal
 from gateway.services.workspace import Workspace
@@ -45,6 +46,11 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     live = ws.sandbox.get_object(rtype, rid)
     if live is None:
         raise NotFound(f"no {rtype} with id {rid!r} exists in the simulated cloud to import")
+    manager = _managed_by(ws, rtype, rid)
+    if manager is not None:  # its stack's approvers and protections would no longer apply to it
+        raise Refused([f"{rtype} {rid} is already managed by stack {manager[0]} as {manager[1]}; an import would "
+                       f"take it over from that stack: change it there, or move it with a proposal on "
+                       f"{manager[0]}"])
     main_sha = ws.repo.resolve(ws.main_branch())
     path = settings.stacks[stack].path
     declared = ws.repo.read_files(main_sha, path, ".tf")
@@ -54,8 +60,12 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     attributes = {k: v for k, v in live.items()
                   if k != "id" and k not in schema.computed and k not in schema.sensitive}
     attributes.update(overrides or {})
+    secret = sorted(k for k, v in attributes.items() if ws.scrubber.scrub(json.dumps(v)) != json.dumps(v))
+    if secret:  # a workspace secret is secret by origin: it never goes into git in clear
+        raise Refused([f"{address}: {', '.join(secret)} hold(s) a secret of the workspace; the gateway does not "
+                       "write secrets into the declaration: import it by hand with a sensitive variable"])
     text, _ = import_declaration(address, rid, attributes)
-    branch = f"import/{stack}-{name}"
+    branch = free_branch_name(ws, f"import/{stack}-{name}")
     head = ws.repo.commit_to_new_branch(main_sha, branch, {f"{path}/import_{name}.tf": text},
                                         f"Import {address} (id {rid}) into stack {stack}", actor.name)
     try:
@@ -69,6 +79,18 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
         session.append_event(actor, "import.proposed", {"address": address, "id": rid, "branch": branch,
                                                         "zero_diff": True}, proposal.id, [stack])
     return get_proposal(ws, proposal.id)
+
+
+def _managed_by(ws: Workspace, rtype: str, rid: str) -> tuple[str, str] | None:
+    """The (stack, address) whose state already holds the object, if any stack's does."""
+    for stack, stack_settings in sorted(ws.repo_settings().stacks.items()):
+        if stack_settings.engine == "terraform":
+            continue
+        state = ws.sandbox.read_state(stack)
+        for address, resource in (state.resources.items() if state else ()):
+            if resource.type == rtype and resource.id == rid:
+                return stack, address
+    return None
 
 
 def _prove_zero_diff(ws: Workspace, stack: str, head: str, address: str, actor: Principal) -> None:

@@ -9,6 +9,7 @@ from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.annotations import ROLLBACK_OF
+from gateway.services.branches import free_branch_name
 from gateway.services.proposals import get_proposal, open_proposal
 from gateway.services.workspace import Workspace
 
@@ -25,7 +26,7 @@ def rollback_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason:
     if target.kind == ProposalKind.DRIFT_REVERT:
         raise Refused([f"proposal {proposal_id} reverted drift by applying main as it was: it changed no "
                        "declaration, so there is nothing to roll back"])
-    branch = _free_branch(ws, f"rollback/{proposal_id}")
+    branch = free_branch_name(ws, f"rollback/{proposal_id}")
     title = target.reason.splitlines()[0][:80]
     message = f"Roll back proposal {proposal_id}: {title}\n\n{reason}\n\nReverts {target.merge_sha}."
     ws.repo.revert_merge_to_new_branch(target.merge_sha, ws.repo.resolve(ws.main_branch()), branch, message,
@@ -43,11 +44,3 @@ def rollback_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason:
                              proposal.id, proposal.stacks)
     return get_proposal(ws, proposal.id)
 
-
-def _free_branch(ws: Workspace, base: str) -> str:
-    if not ws.repo.branch_exists(base):
-        return base
-    n = 2
-    while ws.repo.branch_exists(f"{base}-{n}"):
-        n += 1
-    return f"{base}-{n}"

@@ -167,6 +167,20 @@ def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[s
     raise Refused(reasons)
 
 
+def _drift_after_plan(ws: Workspace, proposal: Proposal) -> list[str]:
+    """Open drift records on the proposal's stacks recorded after that stack's plan was made."""
+    unseen = []
+    with ws.store.session(readonly=True) as session:
+        for stack, plan in proposal.plans.items():
+            record = session.open_drift_record(stack)
+            if record is None or set(record.addresses) <= set(plan.drift):  # the plan saw (and shows) it all
+                continue
+            if plan.planned_at is None or record.updated_at > plan.planned_at:
+                unseen.append(f"drift record {record.id} on stack {stack} ({record.describe()}) was recorded "
+                              "after the plan was made")
+    return unseen
+
+
 def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Proposal, str]:
     """Under the locks: merge, approvals, saved-plan digests and state serials, or refuse and re-plan.
 
@@ -183,6 +197,11 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
                + push_refusals(ws, proposal) + break_glass_refusals(ws, proposal))
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
+    unseen = _drift_after_plan(ws, proposal)
+    if unseen:  # the plan would silently revert what changed outside since: plan again, approve again
+        replan_proposal(ws, proposal)
+        reasons += [f"{u}; re-planned: the new plan shows what this apply would revert, and needs approval"
+                    for u in unseen]
     with ws.store.session() as session:
         tampered = [stack for stack, plan in proposal.plans.items()
                     if plan_digest(decode_plan_bytes(session.plan_document(plan.plan_id).encode()),

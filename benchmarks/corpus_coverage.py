@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gateway.adapters.sandbox.engine import SandboxEngine  # noqa: E402
-from gateway.adapters.sandbox.hcl_eval import FUNCTIONS  # noqa: E402
+from gateway.adapters.sandbox.functions import FUNCTIONS  # noqa: E402
 from gateway.adapters.sandbox.store import SqlSandboxStore  # noqa: E402
 from gateway.adapters.sql_store import Database  # noqa: E402
 from gateway.domain.plan import Plan  # noqa: E402

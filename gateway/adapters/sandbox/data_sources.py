@@ -14,8 +14,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.adapters.sandbox.hcl_eval import Secret
 from gateway.adapters.sandbox.schema import ACCOUNT, REGION, plausible_value
+from gateway.adapters.sandbox.values import Secret
 
 Lookup = Callable[[str, str], "dict[str, Any] | None"]
 Reader = Callable[[Mapping[str, Any], Lookup], dict[str, Any]]

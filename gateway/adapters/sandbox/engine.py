@@ -41,18 +41,10 @@ from gateway.adapters.sandbox.evaluation import (
     instance_address,
     strip_keys,
 )
-from gateway.adapters.sandbox.hcl_eval import (
-    UNKNOWN,
-    Evaluator,
-    MaskedFailure,
-    Secret,
-    Sensitive,
-    contains_unknown,
-    marked,
-    unmark,
-)
+from gateway.adapters.sandbox.hcl_eval import Evaluator, MaskedFailure
 from gateway.adapters.sandbox.plan_json import configuration_json, values_json
 from gateway.adapters.sandbox.schema import plausible_value, schema_for
+from gateway.adapters.sandbox.values import UNKNOWN, Secret, Sensitive, contains_unknown, marked, unmark
 from gateway.domain.errors import ApplyError, ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, ResourceChange, load_plan
 from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs

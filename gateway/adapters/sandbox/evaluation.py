@@ -27,16 +27,9 @@ from gateway.adapters.sandbox.config import (
     traversals_of,
 )
 from gateway.adapters.sandbox.functions import CallContext, FileScope
-from gateway.adapters.sandbox.hcl_eval import (
-    UNKNOWN,
-    Evaluator,
-    Namespace,
-    Secret,
-    Sensitive,
-    contains_unknown,
-    unmark,
-)
+from gateway.adapters.sandbox.hcl_eval import Evaluator, Namespace
 from gateway.adapters.sandbox.type_constraints import convert
+from gateway.adapters.sandbox.values import UNKNOWN, Secret, Sensitive, contains_unknown, unmark
 from gateway.domain.errors import ConfigError, PlanError
 from gateway.services.ports import StackInputs
 

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 from lark import Tree
 
 from gateway.adapters.sandbox.config import NO_DEFAULT, Body, ResourceConfig, StackConfig
-from gateway.adapters.sandbox.hcl_eval import Evaluator, contains_unknown, unmark
+from gateway.adapters.sandbox.hcl_eval import Evaluator
+from gateway.adapters.sandbox.values import contains_unknown, unmark
 from gateway.domain.errors import ConfigError
 
 _REFERENCE_ROOTS = frozenset({"var", "local", "module", "data", "count", "each", "path", "terraform", "self"})

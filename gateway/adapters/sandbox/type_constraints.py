@@ -13,7 +13,8 @@ from typing import Any
 
 from lark import Token, Tree
 
-from gateway.adapters.sandbox.hcl_eval import UNKNOWN, Evaluator, Sensitive, marked
+from gateway.adapters.sandbox.hcl_eval import Evaluator
+from gateway.adapters.sandbox.values import UNKNOWN, Sensitive, marked
 from gateway.domain.errors import ConfigError
 
 PRIMITIVES = frozenset({"string", "number", "bool", "any"})

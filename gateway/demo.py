@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +70,14 @@ def step(title: str) -> None:
 
 
 def run_demo(keep: bool = False) -> None:
-    home = Path(tempfile.mkdtemp(prefix="gateway-demo-"))
+    in_scratch_home("gateway-demo-", _run, keep)
+
+
+def in_scratch_home(prefix: str, narrate: Callable[[Path], None], keep: bool) -> None:
+    """Run a narrated demo in a fresh temporary home, removed afterwards unless `keep`."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        _run(home)
+        narrate(home)
     finally:
         if keep:
             click.echo(f"\nworkspace kept in {home / '.gateway'}")

@@ -3,8 +3,6 @@ in a fresh temporary workspace on the simulator, narrated for a person."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,6 +12,7 @@ import git
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.records import now
 from gateway.config import Settings
+from gateway.demo import in_scratch_home, step
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
@@ -36,20 +35,8 @@ from gateway.services.workspace import Workspace, create_workspace
 RULES = "\nbreak_glass:\n  groups: [oncall]\n  codify_within: 24h\n"
 
 
-def step(title: str) -> None:
-    click.echo("")
-    click.secho(f"── {title} ", bold=True)
-
-
 def run_day_two_demo(keep: bool = False) -> None:
-    home = Path(tempfile.mkdtemp(prefix="gateway-day-two-"))
-    try:
-        _run(home)
-    finally:
-        if keep:
-            click.echo(f"\nworkspace kept in {home / '.gateway'}")
-        else:
-            shutil.rmtree(home, ignore_errors=True)
+    in_scratch_home("gateway-day-two-", _run, keep)
 
 
 def _run(home: Path) -> None:

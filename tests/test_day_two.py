@@ -276,6 +276,17 @@ def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(w
     imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
     assert [f.address for f in imported.findings if "tag" in f.rule] == ["aws_security_group.admin"]
 
+
+def test_an_apply_never_absorbs_into_state_a_console_edit_made_after_its_plan(workspace: Workspace, people: People,
+                                                                              clone: Clone) -> None:
+    clone.branch("ttl").edit("stacks/app-staging/main.tf", "ttl     = 300", "ttl     = 600").push()
+    proposal = open_proposal(workspace, people.alice, "ttl", "longer ttl")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    console_edit(workspace)  # after the approval, before the apply, on a resource the plan leaves alone
+    assert apply_proposal(workspace, people.admin, proposal.id).succeeded
+    check = check_drift(workspace, people.admin, "app-staging")
+    assert check.outcome == "opened" and [d.address for d in check.found] == ["aws_instance.web[0]"]
+
 # --- rollback ---------------------------------------------------------------------------------------
 
 EXPORTS = '''

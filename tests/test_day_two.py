@@ -398,6 +398,18 @@ def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_sta
     assert not workspace.repo.branch_exists("import/app-staging-prod_web")
     assert workspace.sandbox.get_object("aws_lb", lb) is not None
 
+
+def test_a_rollback_of_an_import_is_refused_it_would_destroy_what_existed_before(workspace: Workspace,
+                                                                                  people: People) -> None:
+    rid = made_in_the_console(workspace)
+    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    approve_and_apply(workspace, people, imported.id)
+    with pytest.raises(Refused, match=rf"proposal {imported.id} imported objects that existed before it .* a "
+                                      r"rollback would destroy them"):
+        rollback_proposal(workspace, people.alice, imported.id, "wrong stack")
+    assert not workspace.repo.branch_exists(f"rollback/{imported.id}")
+    assert workspace.sandbox.get_object("aws_security_group", rid) is not None
+
 # --- break-glass ------------------------------------------------------------------------------------
 
 

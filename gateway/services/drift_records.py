@@ -80,11 +80,13 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
                                                          "break_glass": expected_by}, None, [stack])
             outcome = "opened"
         else:
-            expected_by = record.break_glass_id or (window.id if window else None)
-            if tuple(found) != record.resources or (expected_by is not None) != record.expected:
-                session.update_drift_record(record.id, found, expected_by is not None, expected_by)
+            # a record keeps how it was opened: drift found before a window is never relabelled as the window's
+            # (the sweep holds a window whose stack's record changed during it: see sweep_break_glass)
+            expected_by = record.break_glass_id
+            if tuple(found) != record.resources:
+                session.update_drift_record(record.id, found, record.expected, expected_by)
                 session.append_event(actor, "drift.updated", {**base, "record": record.id,
-                                                              "expected": expected_by is not None,
+                                                              "expected": record.expected,
                                                               "break_glass": expected_by}, None, [stack])
                 outcome = "updated"
             else:

@@ -573,6 +573,11 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
         wid = session.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
         window = session.break_glass(wid)
     assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
+    with ws.store.session() as session:  # workers racing for a scheduled check: one claim wins
+        assert session.swap_marker("drift_claimed:app-staging", None, "t1")
+        assert not session.swap_marker("drift_claimed:app-staging", None, "t2")
+        assert session.swap_marker("drift_claimed:app-staging", "t1", "t3")
+        assert not session.swap_marker("drift_claimed:app-staging", "t1", "t4")
     with ws.store.session() as session:  # workers racing on a sweep: only one flags (and records) the window
         assert session.mark_break_glass(wid, "flagged_at", now())
         assert not session.mark_break_glass(wid, "flagged_at", now())

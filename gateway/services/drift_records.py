@@ -29,6 +29,7 @@ from gateway.services.workspace import Workspace
 log = structlog.get_logger(__name__)
 
 CHECKED = "drift_checked:"  # marker name prefix: when a stack was last checked (ISO time)
+CLAIMED = "drift_claimed:"  # marker name prefix: when a worker last claimed a stack's scheduled check
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,15 @@ def check_scheduled_drift(ws: Workspace, moment: datetime | None = None) -> list
             continue
         with ws.store.session(readonly=True) as session:
             last = session.marker(CHECKED + name)
+            claimed = session.marker(CLAIMED + name)
         if not check_due(datetime.fromisoformat(last) if last else None, stack.drift_interval, moment):
             continue
+        if claimed and (last is None or claimed > last) and not check_due(datetime.fromisoformat(claimed),
+                                                                           stack.drift_interval, moment):
+            continue  # another worker claimed this check and is running it (a claim older than the interval lapses)
+        with ws.store.session() as session:  # one worker runs a due check; the others see the claim and move on
+            if not session.swap_marker(CLAIMED + name, claimed, moment.isoformat()):
+                continue
         try:
             checks.append(check_drift(ws, SYSTEM_NAME, name))
         except GatewayError as exc:  # one broken stack never stops the others; the trail says why

@@ -658,6 +658,26 @@ class StoreSession:
         self.conn.execute(delete(markers).where(markers.c.name == name))
         self.conn.execute(insert(markers).values(name=name, value=value))
 
+    def swap_marker(self, name: str, expected: str | None, value: str) -> bool:
+        """Set the marker to `value` only if it still holds `expected` (None: absent); False when another
+        worker changed it first. A compare-and-set: of workers racing for the same claim, one wins."""
+        if expected is not None:
+            done = self.conn.execute(update(markers).where(markers.c.name == name, markers.c.value == expected)
+                                     .values(value=value))
+            return done.rowcount == 1
+        dialect = self.conn.dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+            # psycopg reports no rowcount for ON CONFLICT DO NOTHING: the returned row says whether it was inserted
+            return self.conn.execute(pg_insert(markers).values(name=name, value=value)
+                                     .on_conflict_do_nothing(index_elements=["name"])
+                                     .returning(markers.c.name)).first() is not None
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        created = self.conn.execute(sqlite_insert(markers).values(name=name, value=value)
+                                    .on_conflict_do_nothing(index_elements=["name"]))
+        return created.rowcount == 1
+
     def add_main_push(self, sha: str, stacks: Sequence[str], paths: Sequence[str], author: str) -> bool:
         if self.conn.scalar(select(main_pushes.c.sha).where(main_pushes.c.sha == sha)) is not None:
             return False

@@ -130,7 +130,9 @@ def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str
             continue  # settled only once a check has looked at the stack after the window: its drift is the window's
         with ws.store.session() as session:
             record = session.open_drift_record(window.stack)
-            if record is None or record.break_glass_id != window.id:
+            # settled: no open drift, or a record that is not the window's and did not change while it was open
+            if record is None or (record.break_glass_id != window.id and window.opened_at is not None
+                                  and _aware(record.updated_at) < _aware(window.opened_at)):
                 if not session.mark_break_glass(window.id, "codified_at", moment):
                     continue  # another worker settled it: once in the trail
                 session.append_event(SYSTEM_NAME, "break_glass.settled", {

@@ -29,6 +29,7 @@ from gateway.services.workspace import Workspace
 log = structlog.get_logger(__name__)
 
 CHECKED = "drift_checked:"  # marker name prefix: when a stack was last checked (ISO time)
+CLAIMED = "drift_claimed:"  # marker name prefix: when a worker last claimed a stack's scheduled check
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,13 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
                                                          "break_glass": expected_by}, None, [stack])
             outcome = "opened"
         else:
-            expected_by = record.break_glass_id or (window.id if window else None)
-            if tuple(found) != record.resources or (expected_by is not None) != record.expected:
-                session.update_drift_record(record.id, found, expected_by is not None, expected_by)
+            # a record keeps how it was opened: drift found before a window is never relabelled as the window's
+            # (the sweep holds a window whose stack's record changed during it: see sweep_break_glass)
+            expected_by = record.break_glass_id
+            if tuple(found) != record.resources:
+                session.update_drift_record(record.id, found, record.expected, expected_by)
                 session.append_event(actor, "drift.updated", {**base, "record": record.id,
-                                                              "expected": expected_by is not None,
+                                                              "expected": record.expected,
                                                               "break_glass": expected_by}, None, [stack])
                 outcome = "updated"
             else:
@@ -128,8 +131,15 @@ def check_scheduled_drift(ws: Workspace, moment: datetime | None = None) -> list
             continue
         with ws.store.session(readonly=True) as session:
             last = session.marker(CHECKED + name)
+            claimed = session.marker(CLAIMED + name)
         if not check_due(datetime.fromisoformat(last) if last else None, stack.drift_interval, moment):
             continue
+        if claimed and (last is None or claimed > last) and not check_due(datetime.fromisoformat(claimed),
+                                                                           stack.drift_interval, moment):
+            continue  # another worker claimed this check and is running it (a claim older than the interval lapses)
+        with ws.store.session() as session:  # one worker runs a due check; the others see the claim and move on
+            if not session.swap_marker(CLAIMED + name, claimed, moment.isoformat()):
+                continue
         try:
             checks.append(check_drift(ws, SYSTEM_NAME, name))
         except GatewayError as exc:  # one broken stack never stops the others; the trail says why

@@ -26,6 +26,12 @@ def rollback_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason:
     if target.kind == ProposalKind.DRIFT_REVERT:
         raise Refused([f"proposal {proposal_id} reverted drift by applying main as it was: it changed no "
                        "declaration, so there is nothing to roll back"])
+    imported = sorted(stack for stack, plan in target.plans.items() if plan.counts.get("import"))
+    if imported:  # reverting an import block destroys an object that existed before the gateway managed it
+        raise Refused([f"proposal {proposal_id} imported objects that existed before it (stack "
+                       f"{', '.join(imported)}): a rollback would destroy them, not return to the state before it; "
+                       "to let go of them, push a branch that replaces the resource with a `removed { from = ... "
+                       "lifecycle { destroy = false } }` block and `gateway propose` it"])
     branch = free_branch_name(ws, f"rollback/{proposal_id}")
     title = target.reason.splitlines()[0][:80]
     message = f"Roll back proposal {proposal_id}: {title}\n\n{reason}\n\nReverts {target.merge_sha}."

@@ -770,7 +770,7 @@ class _Applier(_Evaluation):
             elif current is None:
                 raise ApplyError(f"{address} vanished from state since the plan; re-plan")
             else:
-                self._keep_refreshed(address, current)
+                self._keep_refreshed(address, current, rc)
         elif kind == ChangeKind.CREATE:
             self._step(address, lambda: self._create(*at, rc))
         elif kind == ChangeKind.UPDATE:
@@ -788,12 +788,18 @@ class _Applier(_Evaluation):
         scope.values[resource.key][index] = self.with_referenced(scope.path, resource,
                                                                  _state_value(self.state.resources[address]))
 
-    def _keep_refreshed(self, address: str, current: StateResource) -> None:
-        """As Terraform's apply does, the state takes what the refresh read: drift the plan keeps is no longer drift."""
+    def _keep_refreshed(self, address: str, current: StateResource, rc: ResourceChange) -> None:
+        """As Terraform's apply does, the state takes what the plan's refresh read: drift the plan keeps is no longer
+        drift. An object changed again after the plan is left as it is in state, so the next check still finds it."""
         live = self.store.get_object(current.type, current.id)
-        if live is not None and live != current.attributes:
-            self.state.resources[address] = replace(current, attributes=live)
-            self._persist({address})
+        if live is None or live == current.attributes:
+            return
+        planned = rc.change.before if isinstance(rc.change.before, Mapping) else {}
+        masked = rc.change.before_sensitive if isinstance(rc.change.before_sensitive, Mapping) else {}
+        if any(live.get(k) != v for k, v in planned.items() if not masked.get(k)):
+            return  # not what the plan saw: the apply never absorbs what it did not plan
+        self.state.resources[address] = replace(current, attributes=live)
+        self._persist({address})
 
     def _evaluate(self, resource: ResourceConfig, ev: Evaluator, address: str, rc: ResourceChange) -> tuple[dict, list[str]]:
         desired = self.desired(resource, ev)

@@ -323,6 +323,21 @@ def test_a_push_after_the_approval_stops_the_apply_and_the_merge(world: World) -
     push_after_approval(world)
 
 
+def test_an_approver_who_left_the_team_after_approving_no_longer_counts_at_apply(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    fingerprint = plan_fingerprint(get_proposal(world.ws, pid).current_digests)[:12]
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
+        number, "carol", f"/gateway approve {fingerprint}")))
+    wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
+    world.gh.remove_member("platform-team", "carol")  # on GitHub, after her approval was recorded
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "bob", "/gateway apply")))
+    refusal = wait_for("the apply's refusal", lambda: world.events(pid, kind="apply.refused"))[0]
+    assert ("carol's approval on GitHub no longer counts: carol is not an active member of an approver team of "
+            "stack app-staging any more") in "; ".join(refusal.payload["reasons"])
+    assert not world.gh.pull(number)["merged"] and get_proposal(world.ws, pid).status.value == "open"
+
+
 def push_after_approval(world: World) -> None:
     number = open_pull_on_github(world)
     pid = proposal_of(world, number)

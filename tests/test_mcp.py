@@ -91,6 +91,11 @@ def test_an_external_agent_previews_and_proposes_over_stdio_and_can_do_nothing_m
             assert error and "protected path" in protected
             conventions = (await client.read_resource("gateway://conventions")).contents[0].text
             assert "approvers" in conventions
+            policies = (await client.read_resource("gateway://policies")).contents[0].text
+            assert "Built-in rules" in policies and "package" in policies  # main's Rego, as it is
+            error, found = await text(client, "search", pattern="db_password")
+            said.append(found)  # where the variable is declared and used; never its value
+            assert not error and "stacks/data/" in found, found
             error, opened = await text(client, "propose", changes={"stacks/app-staging/queue.tf": QUEUE},
                                        reason="a queue for refund events")
             said.append(opened)

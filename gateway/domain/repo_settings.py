@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from gateway.domain.breaker import BreakerSettings
+from gateway.domain.errors import NotFound
 from gateway.domain.policy import PolicySettings
 
 
@@ -67,6 +68,12 @@ class RepoSettings:
     github: GitHubSettings | None = None  # `forge: github`: proposals are pull requests there
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     break_glass: BreakGlassSettings = field(default_factory=BreakGlassSettings)
+
+    def require_stack(self, name: str) -> StackSettings:
+        """The stack called `name`; an unknown name is refused, listing the stacks there are."""
+        if name not in self.stacks:
+            raise NotFound(f"unknown stack {name!r} (stacks: {', '.join(sorted(self.stacks))})")
+        return self.stacks[name]
 
     def stack_for_path(self, path: str) -> StackSettings | None:
         for stack in self.stacks.values():

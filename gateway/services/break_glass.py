@@ -20,7 +20,7 @@ from gateway.domain.break_glass import (
     confirm_refusals,
     open_refusals,
 )
-from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.errors import GatewayError, InputError, Refused
 from gateway.domain.principals import SYSTEM_NAME, Principal
 from gateway.domain.proposal import Proposal
 from gateway.services import audit as audit_service
@@ -36,8 +36,7 @@ def open_break_glass(ws: Workspace, actor: Principal, stack: str, reason: str,
                      duration: timedelta) -> BreakGlassWindow:
     """Ask for a window on `stack`; it opens at once, or on a protected stack when a second person confirms."""
     settings = ws.repo_settings()
-    if stack not in settings.stacks:
-        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    settings.require_stack(stack)
     reasons = open_refusals(actor, settings.stacks[stack], settings.break_glass, duration, reason)
     moment = now()
     if any(w.state(moment, settings.break_glass) in ACTIVE_STATES for w in windows_of(ws, stack)):

@@ -11,7 +11,7 @@ import json
 import re
 
 from gateway.domain.declaration_edit import NotCodifiable, set_attribute
-from gateway.domain.errors import InputError, NotFound, Refused
+from gateway.domain.errors import InputError, Refused
 from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
@@ -27,8 +27,7 @@ _ADDRESS = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)(\[[^\]]+\])?$")
 def codify_drift(ws: Workspace, actor: Principal, stack: str) -> Proposal:
     """Open a proposal whose branch makes main's declaration of `stack` match reality (its open drift record)."""
     settings = ws.repo_settings()
-    if stack not in settings.stacks:
-        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    settings.require_stack(stack)
     with ws.store.session(readonly=True) as session:
         record = session.open_drift_record(stack)
     if record is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gateway.domain.approvals import auto_revert_refusals
-from gateway.domain.errors import ConfigError, NotFound, Refused
+from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import Job, JobKind
 from gateway.domain.principals import SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
@@ -54,8 +54,7 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
     if actor.is_agent or not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
         raise Refused([f"{actor.name} may not start a drift check"])
     settings = ws.repo_settings()
-    if stack not in settings.stacks:
-        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    settings.require_stack(stack)
     branch = f"drift/{stack}"
     with ws.store.session(readonly=True) as session:
         existing = session.open_proposal_for_branch(branch)

@@ -18,7 +18,7 @@ import structlog
 from gateway.adapters.records import now
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, check_due
-from gateway.domain.errors import GatewayError, NotFound, Refused
+from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import SYSTEM_NAME, Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
@@ -51,8 +51,7 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
                                                                                 Role.ADMIN}):
         raise Refused([f"{actor.name} may not start a drift check"])
     settings = ws.repo_settings()
-    if stack not in settings.stacks:
-        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    settings.require_stack(stack)
     result = plan_stack(ws, stack, ws.main_branch(), ChangeOrigin(requester=SYSTEM_NAME))
     found = [_mask_known_secrets(ws.scrubber, entry) for entry in result.preview().drift]
     moment = now()

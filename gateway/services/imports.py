@@ -34,8 +34,7 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     `overrides` are attribute values the person wants declared instead of what the object holds.
     """
     settings = ws.repo_settings()
-    if stack not in settings.stacks:
-        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    settings.require_stack(stack)
     if settings.stacks[stack].engine == "terraform":
         raise InputError(f"stack {stack} runs on the terraform engine: Terraform 1.0.3 has no import blocks "
                          "(they came in Terraform 1.5), so the gateway cannot prove an import there; "

@@ -13,7 +13,7 @@ from gateway.adapters.checkov import run_checkov
 from gateway.adapters.hcl_sensitivity import Unmasking, find_literal_secrets, find_outside_reads, find_unmaskings
 from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
 from gateway.adapters.terraform import declared_backend
-from gateway.domain.errors import ConfigError, NotFound
+from gateway.domain.errors import ConfigError
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
 from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_plan
 from gateway.domain.preview import Preview, build_preview
@@ -68,9 +68,7 @@ def plan_stack(ws: Workspace, stack: str, ref: str, origin: ChangeOrigin = Chang
     """
     sha = ws.repo.resolve(ref)
     settings = ws.repo_settings()
-    if stack not in settings.stacks:
-        known = ", ".join(sorted(settings.stacks))
-        raise NotFound(f"unknown stack {stack!r} (stacks: {known})")
+    settings.require_stack(stack)
     with tempfile.TemporaryDirectory(prefix=f"gw-{stack}-") as tmp:
         directory = ws.repo.export_stack(sha, settings.stacks[stack].path, Path(tmp) / "repo")
         return plan_directory(ws, settings, stack, directory, sha, origin)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.rego import evaluator_for, load_policies
-from gateway.domain.errors import NotFound
 from gateway.domain.plan import load_plan
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.rego import RegoPolicies, findings_from, masked_input, policy_error
@@ -64,8 +63,7 @@ def run_policy_tests(ws: Workspace, stack: str | None = None) -> list[TestOutcom
     packages = None
     if stack is not None:
         settings = ws.repo_settings()
-        if stack not in settings.stacks:
-            raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+        settings.require_stack(stack)
         packages = settings.stacks[stack].policies
     tests = policies.tests(packages)
     evaluation = evaluator_for(policies).evaluate({}, tests)
@@ -80,7 +78,6 @@ def run_policy_tests(ws: Workspace, stack: str | None = None) -> list[TestOutcom
 def evaluate_plan_document(ws: Workspace, document: Mapping[str, Any], stack: str, by_agent: bool = False) -> list[Finding]:
     """What main's Rego policies say of any plan, judged as a plan of `stack` (for people writing policies)."""
     settings = ws.repo_settings()
-    if stack not in settings.stacks:
-        raise NotFound(f"unknown stack {stack!r} (stacks: {', '.join(sorted(settings.stacks))})")
+    settings.require_stack(stack)
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, by_agent)
     return rego_findings(ws, settings, document, context, ws.stack_inputs(stack), assess_risk(load_plan(document)))

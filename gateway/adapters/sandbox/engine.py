@@ -378,18 +378,14 @@ class _Planner(_Evaluation):
         refreshed = self._refresh()
         previous = self._apply_moves(refreshed)
         planned: set[str] = set()
-        for path, resource in self.order():
-            for scope in self.scopes(path):
-                scope.values[resource.key] = {}
-                for index, ev in scope.instances(resource):
-                    address = instance_address(resource.key, index, scope.address)
-                    if resource.mode == "data":
-                        scope.values[resource.key][index] = self._plan_read(scope, resource, index, ev, address)
-                        continue
-                    planned.add(address)
-                    scope.values[resource.key][index] = self._plan_instance(
-                        scope, resource, index, ev, refreshed.get(address), previous.get(address)
-                    )
+        for scope, resource, index, ev, address in self.instances_in_order():
+            if resource.mode == "data":
+                scope.values[resource.key][index] = self._plan_read(scope, resource, index, ev, address)
+                continue
+            planned.add(address)
+            scope.values[resource.key][index] = self._plan_instance(
+                scope, resource, index, ev, refreshed.get(address), previous.get(address)
+            )
         self.expand_all()
         for address, prior in sorted(refreshed.items()):
             if address not in planned:
@@ -702,15 +698,11 @@ class _Applier(_Evaluation):
             for address in self._orphan_deletes():
                 self._step(address, lambda a=address: self._delete(a))
             address = None
-            for path, resource in self.order():
-                for scope in self.scopes(path):
-                    scope.values[resource.key] = {}
-                    for index, ev in scope.instances(resource):
-                        address = instance_address(resource.key, index, scope.address)
-                        if resource.mode == "data":
-                            scope.values[resource.key][index] = self.read(scope, resource, ev, at_apply=True)[0]
-                        else:
-                            self._apply_instance(scope, resource, index, ev, address)
+            for scope, resource, index, ev, address in self.instances_in_order():
+                if resource.mode == "data":
+                    scope.values[resource.key][index] = self.read(scope, resource, ev, at_apply=True)[0]
+                else:
+                    self._apply_instance(scope, resource, index, ev, address)
             address = None
             self._save_outputs()
         except (ApplyError, ConfigError, PlanError) as exc:

@@ -377,6 +377,15 @@ class Evaluation:
             raise ConfigError(f"stack {self.stack}: dependency cycle between {cycle}") from None
         return ordered
 
+    def instances_in_order(self) -> Iterator[tuple[Scope, ResourceConfig, Index, Evaluator, str]]:
+        """Every instance of every block, in dependency order, with its address; a scope's values for a block are
+        reset as it starts, and the caller stores each instance's value before asking for the next."""
+        for path, resource in self.order():
+            for scope in self.scopes(path):
+                scope.values[resource.key] = {}
+                for index, ev in scope.instances(resource):
+                    yield scope, resource, index, ev, instance_address(resource.key, index, scope.address)
+
     def expand_all(self) -> None:
         """Expand every module call, even one without resources of its own (its count may be wrong)."""
         for path, _ in self.configs():

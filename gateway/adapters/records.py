@@ -707,12 +707,6 @@ class StoreSession:
                                 .order_by(drift_records.c.id.desc())).mappings().first()
         return _drift_record(row) if row else None
 
-    def drift_record(self, record_id: int) -> DriftRecord:
-        row = self.conn.execute(select(drift_records).where(drift_records.c.id == record_id)).mappings().first()
-        if row is None:
-            raise NotFound(f"no drift record {record_id}")
-        return _drift_record(row)
-
     def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]:
         query = select(drift_records).order_by(drift_records.c.id.desc())
         if stack is not None:

@@ -53,6 +53,7 @@ from gateway.domain.drift import DriftRecord, DriftStatus, entries_from_json, en
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
+from gateway.domain.locks import UNMERGED, LockAttempt, StackLock, unmerged_holder
 from gateway.domain.policy import Finding, Override
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Principal, PrincipalKind, Role
@@ -83,24 +84,21 @@ class SqlStore:
 
     # --- stack locks: committed on their own -------------------------------------------------
 
-    def acquire_lock(self, stack: str, holder: str, ttl_seconds: float) -> tuple[bool, dict[str, Any] | None]:
-        """Take the stack's lock. Returns (taken, the expired lock we broke, if any)."""
-        broken = None
+    def acquire_lock(self, stack: str, holder: str, ttl_seconds: float, proposal_id: int | None = None) -> LockAttempt:
+        """Take the stack's lock if nobody holds it; otherwise say who does (an expired holder is not broken here:
+        its apply must be settled first, see services/recovery.py)."""
         with self.db.transaction() as conn:
-            row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack).with_for_update()).mappings().first()
+            row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
             if row is not None:
-                if _aware(row["expires_at"]) > now():
-                    return False, None
-                broken = dict(row)
-                conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack))
+                return LockAttempt(False, _stack_lock(row))
             try:
                 with conn.begin_nested():
                     conn.execute(insert(stack_locks).values(
-                        stack=stack, holder=holder, acquired_at=now(),
+                        stack=stack, holder=holder, proposal_id=proposal_id, acquired_at=now(),
                         expires_at=now() + timedelta(seconds=ttl_seconds)))
-            except IntegrityError:
-                return False, None
-        return True, broken
+            except IntegrityError:  # another runner inserted it first
+                return LockAttempt(False, None)
+        return LockAttempt(True)
 
     def set_lock_apply(self, stack: str, holder: str, apply_id: int) -> None:
         with self.db.transaction() as conn:
@@ -119,37 +117,63 @@ class SqlStore:
                     lost.append(stack)
         return lost
 
-    def hand_over_lock(self, stack: str, holder: str, new_holder: str) -> None:
-        """Give a lock to a holder that never expires; only a person's action releases it."""
+    def hand_over_lock(self, stack: str, holder: str, new_holder: str) -> bool:
+        """Give a lock to a holder that never expires; only a person's action releases it. False if not held."""
         with self.db.transaction() as conn:
-            conn.execute(update(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder)
-                         .values(holder=new_holder, apply_id=None, expires_at=NEVER))
+            moved = conn.execute(update(stack_locks).where(stack_locks.c.stack == stack,
+                                                           stack_locks.c.holder == holder)
+                                 .values(holder=new_holder, apply_id=None, expires_at=NEVER))
+        return moved.rowcount == 1
 
     def release_lock(self, stack: str, holder: str) -> None:
         with self.db.transaction() as conn:
             conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
 
-    def lock_holder(self, stack: str) -> dict[str, Any] | None:
+    def lock_holder(self, stack: str) -> StackLock | None:
         with self.db.transaction(readonly=True) as conn:
             row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
-        return dict(row) if row else None
+        return _stack_lock(row) if row else None
 
-
-    def expired_locks(self) -> list[dict[str, Any]]:
+    def expired_locks(self) -> list[StackLock]:
         """Locks whose holder stopped heart-beating (kept locks of unmerged proposals never expire)."""
         with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(select(stack_locks).where(stack_locks.c.expires_at < now())).mappings()
-            return [dict(r) for r in rows]
+            return [_stack_lock(r) for r in rows]
 
-    def break_expired_lock(self, stack: str, holder: str) -> dict[str, Any] | None:
-        """Remove `holder`'s lock on `stack` if it is still expired; the broken row, or None if someone renewed it."""
+    def take_over_expired_locks(self, holder: str, new_holder: str, ttl_seconds: float) -> list[StackLock]:
+        """Move every expired lock of `holder` to `new_holder` at once; the locks as the dead holder left them.
+
+        Whoever gets them settles the dead holder's apply; a second recoverer racing for them gets none.
+        """
         with self.db.transaction() as conn:
-            row = conn.execute(select(stack_locks).where(
-                stack_locks.c.stack == stack, stack_locks.c.holder == holder).with_for_update()).mappings().first()
-            if row is None or _aware(row["expires_at"]) > now():
-                return None
-            conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
-            return dict(row)
+            rows = conn.execute(select(stack_locks).where(
+                stack_locks.c.holder == holder, stack_locks.c.expires_at < now())
+                .order_by(stack_locks.c.stack).with_for_update()).mappings().all()
+            taken = [_stack_lock(r) for r in rows]
+            if taken:
+                conn.execute(update(stack_locks).where(
+                    stack_locks.c.holder == holder, stack_locks.c.stack.in_([lock.stack for lock in taken]))
+                    .values(holder=new_holder, acquired_at=now(), expires_at=now() + timedelta(seconds=ttl_seconds)))
+        return taken
+
+    def keep_locks_unmerged(self, stacks: Sequence[str], holder: str, proposal_id: int) -> list[str]:
+        """Hand `holder`'s locks (expired or not) to the unmerged proposal, taking free ones too; the ones held
+        by someone else, which the proposal could not keep."""
+        kept_by = unmerged_holder(proposal_id)
+        others = []
+        with self.db.transaction() as conn:
+            for stack in stacks:
+                row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)
+                                   .with_for_update()).mappings().first()
+                if row is None:
+                    conn.execute(insert(stack_locks).values(stack=stack, holder=kept_by, proposal_id=proposal_id,
+                                                            acquired_at=now(), expires_at=NEVER))
+                elif row["holder"] in (holder, kept_by):
+                    conn.execute(update(stack_locks).where(stack_locks.c.stack == stack).values(
+                        holder=kept_by, proposal_id=proposal_id, apply_id=None, expires_at=NEVER))
+                else:
+                    others.append(stack)
+        return others
 
     # --- jobs: claimed, heart-beaten and finished in transactions of their own ---------------
 
@@ -214,6 +238,14 @@ class SqlStore:
 
 
 NEVER = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def _stack_lock(row: Mapping[str, Any]) -> StackLock:
+    proposal_id = row.get("proposal_id")
+    if proposal_id is None and str(row["holder"]).startswith(UNMERGED):  # kept before locks named their proposal
+        proposal_id = int(str(row["holder"]).removeprefix(UNMERGED))
+    return StackLock(stack=row["stack"], holder=row["holder"], acquired_at=_aware(row["acquired_at"]),
+                     expires_at=_aware(row["expires_at"]), proposal_id=proposal_id, apply_id=row["apply_id"])
 
 
 def _job(row: Mapping[str, Any]) -> Job:

@@ -174,6 +174,7 @@ stack_locks = Table(
     Column("apply_id", Integer, nullable=True),
     Column("acquired_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("proposal_id", Integer, nullable=True),  # migration 15: whose apply the lock serves (crash recovery)
 )
 
 stack_states = Table(
@@ -504,6 +505,12 @@ def _one_turn_per_conversation(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE conversations ADD COLUMN running_turn VARCHAR(36)"))
 
 
+def _lock_owners(conn: Connection) -> None:
+    """A stack lock names the proposal whose apply holds it, so a dead runner's apply is found from its lock."""
+    if "proposal_id" not in {c["name"] for c in inspect(conn).get_columns("stack_locks")}:
+        conn.execute(text("ALTER TABLE stack_locks ADD COLUMN proposal_id INTEGER"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -519,6 +526,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (12, _main_pushes),
     (13, _one_turn_per_conversation),
     (14, _day_two),
+    (15, _lock_owners),
 ]
 
 

@@ -23,7 +23,8 @@ from gateway.domain.proposal import Decision, Proposal
 from gateway.services.github import publish
 from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
-from gateway.services.runner import ApplyReport, apply_proposal, record_interrupted
+from gateway.services.recovery import recover_expired_locks
+from gateway.services.runner import ApplyReport, apply_proposal
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -171,12 +172,7 @@ def run_now_or_follow(ws: Workspace, job: Job, runner: str, on_progress: Progres
 
 def recover_abandoned_work(ws: Workspace) -> list[str]:
     """Record what workers that stopped heart-beating left behind: their applies and their jobs."""
-    recovered = []
-    for lock in ws.store.expired_locks():
-        broken = ws.store.break_expired_lock(lock["stack"], lock["holder"])
-        if broken is not None:
-            record_interrupted(ws, lock["stack"], broken)
-            recovered.append(f"lock of stack {lock['stack']} held by {lock['holder']}")
+    recovered = recover_expired_locks(ws)  # first: an interrupted job's proposal is settled before the job ends
     for job in ws.store.stale_jobs(ws.settings.lock_ttl_seconds):
         with ws.store.session() as session:
             if session.finish_job(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):

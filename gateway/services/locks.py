@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 import structlog
 
@@ -48,20 +49,28 @@ class HeldLocks:
         self.kept_as: str | None = None
         self.handed_over = False  # the locks were given away already (to an unmerged proposal): leave them
         self._taken_by_others: list[str] = []
+        self._renewed_at = time.monotonic()  # the locks are valid for a TTL from the start of their last renewal
+        self._lapsed = False  # a renewal landed after the TTL ran out: someone may have broken them meanwhile
         self._heartbeat = Heartbeat(f"locks-{holder}", max(0.05, self.ttl / 3), self._renew)
 
     def start(self) -> None:
+        self._renewed_at = time.monotonic()
         self._heartbeat.start()
 
     def _renew(self) -> None:
+        started = time.monotonic()
         taken = self.ws.store.renew_locks(self.names, self.holder, self.ttl)
+        if time.monotonic() - self._renewed_at >= self.ttl:
+            self._lapsed = True  # renewed again, but only after they had expired: that gap cannot be undone
+        self._renewed_at = started
         if taken:
             log.error("lock.lost", holder=self.holder, stacks=taken)
             self._taken_by_others = sorted(set(self._taken_by_others) | set(taken))
 
     def lost(self) -> list[str]:
         """The locks this holder can no longer count on: taken by someone else, or not renewed within the TTL."""
-        if self._heartbeat.silent_for() >= self.ttl:
+        if self._lapsed or time.monotonic() - self._renewed_at >= self.ttl:
+            self._lapsed = True
             return list(self.names)
         return list(self._taken_by_others)
 
@@ -70,7 +79,7 @@ class HeldLocks:
         lost = self.lost()
         if not lost:
             return
-        if self._taken_by_others:
+        if self._taken_by_others and not self._lapsed:
             why = "another holder has them now"
         else:
             why = (f"they were not renewed within their TTL of {self.ttl:g} s"

@@ -18,7 +18,8 @@ import click
 
 from gateway.adapters.records import now
 from gateway.config import Settings
-from gateway.domain.approvals import approval_blockers, required_approvals
+from gateway.domain.apply_blockers import standing_blockers
+from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import Checkpoint
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
@@ -29,6 +30,7 @@ from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal
 from gateway.output import scrub_standard_streams
 from gateway.services import audit as audit_service
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
 from gateway.services.drift import revert_drift
@@ -829,7 +831,7 @@ def _echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
         merged = f", merged as {proposal.merge_sha[:12]}" if proposal.merge_sha else ""
         click.echo(f"  status: {proposal.status.value}{merged}")
         return
-    shortfall = approval_blockers(proposal, settings, now())
+    shortfall = standing_blockers(gather_apply_facts(ws, proposal))  # what the runner would refuse on
     rejection = proposal.current_rejection
     if rejection:
         click.echo(f"  status: rejected by {rejection.principal.name}; stopped until a new commit")

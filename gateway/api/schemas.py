@@ -88,6 +88,8 @@ class ProposalPublic(ProposalSummary):
     risk: str
     required_approvals: int
     blocked_by: list[str]
+    can_apply: bool = Field(description="you may apply it now: the runner would not refuse you")
+    apply_blockers: list[str] = Field(description="why an apply by you would be refused now (empty: it would not)")
     pending: list[str] = Field(default_factory=list, description="what moved since the plans; a plan job catches up")
     jobs: list[dict[str, Any]] = Field(default_factory=list, description="the proposal's plan and apply jobs")
     agent_claim: str | None

@@ -180,13 +180,9 @@ def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[Break
     return [w for w in windows_of(ws) if w.state(moment, settings) == WindowState.OVERDUE]
 
 
-def break_glass_refusals(ws: Workspace, proposal: Proposal, moment: datetime | None = None) -> list[str]:
-    """An apply on a stack with an overdue break-glass window waits for the group's acknowledgement."""
-    settings = ws.repo_settings().break_glass
-    return [f"stack {w.stack}: break-glass window {w.id} ({w.reason}) ended at {w.ended_at:%Y-%m-%d %H:%M} UTC and its "
-            f"drift was not codified by {w.codify_by(settings):%Y-%m-%d %H:%M} UTC; the break-glass group "
-            f"acknowledges it (`gateway break-glass acknowledge {w.id} -m why`) before an apply there"
-            for w in overdue_windows(ws, moment) if w.stack in proposal.stacks]
+def windows_on(ws: Workspace, proposal: Proposal) -> tuple[BreakGlassWindow, ...]:
+    """The break-glass windows on the proposal's stacks (the apply rule decides which are overdue)."""
+    return tuple(w for w in windows_of(ws) if w.stack in proposal.stacks)
 
 
 def windows_of(ws: Workspace, stack: str | None = None) -> list[BreakGlassWindow]:

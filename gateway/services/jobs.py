@@ -13,13 +13,13 @@ from typing import Any
 
 import structlog
 
-from gateway.adapters.records import now
-from gateway.domain.approvals import apply_refusals
+from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.github import publish
 from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
@@ -62,7 +62,7 @@ def approve_proposal(ws: Workspace, actor: Principal, proposal_id: int, comment:
     """Record an approval; when gateway.yaml sets `auto_apply` and it was the last one needed, queue the apply."""
     proposal = decide(ws, actor, proposal_id, Decision.APPROVE, comment, seen_sha, auth, seen_digests)
     settings = ws.repo_settings()
-    if not settings.auto_apply or apply_refusals(actor, proposal, settings, now()):
+    if not settings.auto_apply or apply_blockers(gather_apply_facts(ws, proposal, actor)):
         return proposal, None
     return proposal, enqueue_job(ws, actor, JobKind.APPLY, proposal_id)
 

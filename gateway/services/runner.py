@@ -25,17 +25,17 @@ from gateway import fault_points
 from gateway.adapters.github_forge import GitHubForge
 from gateway.adapters.records import now
 from gateway.domain.applies import ApplyStatus
-from gateway.domain.approvals import apply_refusals
+from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
 from gateway.domain.locks import unmerged_holder
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
-from gateway.services.break_glass import break_glass_refusals
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.drift_records import settle_drift_after_apply
-from gateway.services.github import forge_of, github_approval_refusals, refresh_from_github
+from gateway.services.github import forge_of, refresh_from_github
 from gateway.services.locks import HeldLocks, LockLost, lock_names, runner_name
-from gateway.services.main_watch import push_refusals, record_own_commit, watch_main
+from gateway.services.main_watch import record_own_commit, watch_main
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.recovery import recover_holder
 from gateway.services.workspace import Workspace
@@ -220,8 +220,7 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
     except (Conflict, NotFound) as exc:  # main moved and the branch no longer merges: nothing is applied
         _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
     watch_main(ws)
-    reasons = (apply_refusals(actor, proposal, ws.repo_settings(), now()) + github_approval_refusals(ws, proposal)
-               + push_refusals(ws, proposal) + break_glass_refusals(ws, proposal))
+    reasons = apply_blockers(gather_apply_facts(ws, proposal, actor, ask_github=True))
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     unseen = _drift_after_plan(ws, proposal)

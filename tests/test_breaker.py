@@ -129,6 +129,23 @@ def test_the_kill_switch_stops_every_agent_and_a_request_in_flight(workspace: Wo
         start_agent_run(workspace, people.alice, "anything")
 
 
+def test_the_kill_switch_stops_a_queued_request_before_it_runs(workspace: Workspace, people: People,
+                                                                stub: ModelStub) -> None:
+    workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub"
+    queued = start_agent_run(workspace, people.alice, "add a queue")  # no worker has taken it yet
+    open_breaker(workspace, people.admin, None, "incident 43: agents off")
+    worker = Worker(workspace, loops=1, poll_seconds=0.05).start()
+    try:
+        deadline = time.monotonic() + 30
+        while workspace.store.get_job(queued.job_id or 0).status != "succeeded":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+    run = get_agent_run(workspace, people.alice, queued.id)
+    assert run.status == "stopped" and "incident 43" in (run.message or "") and stub.requests == []  # never ran
+
+
 def test_another_agents_breaker_leaves_the_built_in_agents_requests_running(workspace: Workspace, people: People,
                                                                             stub: ModelStub) -> None:
     add_principal(workspace, people.admin, "ci-bot", frozenset({Role.REQUESTER}), kind=PrincipalKind.AGENT,

@@ -713,7 +713,9 @@ def job(ctx: Context, job_id: int, wait: bool) -> None:
     """Show a job: kind, status, progress, and its result once finished."""
     ctx.actor()
     found = ctx.ws.store.get_job(job_id)
-    click.echo(f"job {found.id}: {found.kind.value} of proposal {found.proposal_id} [{found.status.value}]"
+    subject = (f"request {found.args.get('run')}" if found.kind == JobKind.AGENT_TURN
+               else f"proposal {found.proposal_id}")
+    click.echo(f"job {found.id}: {found.kind.value} of {subject} [{found.status.value}]"
                + (f" on {found.runner}" if found.runner else ""))
     if wait and not found.finished:
         found = follow_job(ctx.ws, job_id, lambda line: click.echo(f"  {line}", err=True))

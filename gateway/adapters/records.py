@@ -47,6 +47,7 @@ from gateway.adapters.sql_store import (
     stack_locks,
     webhook_deliveries,
 )
+from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus
 from gateway.domain.audit import AuditEvent, Checkpoint, event_addresses, event_hash, event_outcome
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.drift import DriftRecord, DriftStatus, entries_from_json, entries_to_json
@@ -254,6 +255,12 @@ def _job(row: Mapping[str, Any]) -> Job:
                progress=tuple(row["progress"] or ()), result=dict(row["result"] or {}), error=row["error"],
                created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"],
                args=dict(row.get("args") or {}))
+
+
+def _agent_run(row: Mapping[str, Any]) -> AgentRun:
+    return AgentRun(row["id"], row["requester_id"], row["request"], row["conversation_id"],
+                    AgentRunStatus(row["status"]), tuple(row["progress"] or ()), row["proposal_id"], row["message"],
+                    row["job_id"], _aware(row["created_at"]), _aware(row["updated_at"]))
 
 
 def _drift_record(row: Mapping[str, Any]) -> DriftRecord:
@@ -542,19 +549,60 @@ class StoreSession:
         row = self.conn.execute(select(conversations).where(conversations.c.proposal_id == proposal_id)).mappings().first()
         return dict(row) if row else None
 
-    # --- agent runs (a request the API runs in the background) -------------------------------
+    # --- agent runs (one message to the agent, run as an agent_turn job) ----------------------
 
-    def add_agent_run(self, run_id: str, requester: Principal, request: str, conversation_id: str | None) -> None:
+    def add_agent_run(self, run_id: str, requester: Principal, request: str, conversation_id: str,
+                      job_id: int) -> None:
         self.conn.execute(insert(agent_runs).values(
-            id=run_id, requester_id=requester.id, request=request, conversation_id=conversation_id,
-            status="running", progress=[], created_at=now(), updated_at=now()))
+            id=run_id, requester_id=requester.id, request=request, conversation_id=conversation_id, job_id=job_id,
+            status=AgentRunStatus.QUEUED.value, progress=[], created_at=now(), updated_at=now()))
 
-    def update_agent_run(self, run_id: str, **values: Any) -> None:
-        self.conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(updated_at=now(), **values))
+    def begin_agent_run(self, run_id: str) -> bool:
+        """A worker starts the queued run; False when it is no longer queued (the breaker stopped it meanwhile)."""
+        return self._move_agent_run(run_id, {AgentRunStatus.QUEUED}, status=AgentRunStatus.RUNNING.value) == 1
 
-    def agent_run(self, run_id: str) -> dict[str, Any] | None:
+    def record_agent_run_progress(self, run_id: str, steps: Sequence[str]) -> None:
+        self.conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(
+            progress=list(steps), updated_at=now()))
+
+    def finish_agent_run(self, run_id: str, status: AgentRunStatus, message: str | None,
+                         proposal_id: int | None = None) -> bool:
+        """The turn's own end. A run the breaker marked stopped while it ran takes the turn's fuller account; one
+        that recovery already recorded interrupted keeps that (its job says so too)."""
+        return self._move_agent_run(run_id, {AgentRunStatus.RUNNING, AgentRunStatus.STOPPED}, status=status.value,
+                                    message=message, proposal_id=proposal_id) == 1
+
+    def end_abandoned_agent_run(self, run_id: str, status: AgentRunStatus, message: str) -> bool:
+        """Recovery's end of a run whose job ended without it (its worker died): only while it is unfinished."""
+        return self._move_agent_run(run_id, UNFINISHED, status=status.value, message=message) == 1
+
+    def abandoned_agent_runs(self) -> list[tuple[AgentRun, Job]]:
+        """Unfinished runs whose job has ended: what a dead worker left behind."""
+        unfinished = [s.value for s in UNFINISHED]
+        rows = self.conn.execute(
+            select(agent_runs, jobs.c.status.label("job_status"), jobs.c.runner.label("job_runner"))
+            .join(jobs, jobs.c.id == agent_runs.c.job_id)
+            .where(agent_runs.c.status.in_(unfinished), jobs.c.status.not_in(unfinished))).mappings()
+        return [(_agent_run(r), self._job_of_run(r)) for r in rows]
+
+    def _job_of_run(self, row: Mapping[str, Any]) -> Job:
+        return Job(id=row["job_id"], kind=JobKind.AGENT_TURN, proposal_id=None, requested_by=row["requester_id"],
+                   status=JobStatus(row["job_status"]), runner=row["job_runner"])
+
+    def conversation_has_unfinished_run(self, conversation_id: str) -> bool:
+        """A message to this conversation is queued or running (a second one waits for it to end)."""
+        return self.conn.scalar(select(func.count()).select_from(agent_runs).where(
+            agent_runs.c.conversation_id == conversation_id,
+            agent_runs.c.status.in_([s.value for s in UNFINISHED]))) > 0
+
+    def agent_run(self, run_id: str) -> AgentRun | None:
         row = self.conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
-        return dict(row) if row else None
+        return _agent_run(row) if row else None
+
+    def _move_agent_run(self, run_id: str, from_statuses: Collection[AgentRunStatus], **values: Any) -> int:
+        query = update(agent_runs).where(agent_runs.c.id == run_id,
+                                         agent_runs.c.status.in_([s.value for s in from_statuses]))
+        return int(self.conn.execute(query.values(updated_at=now(), **values)).rowcount)
 
     # --- jobs ------------------------------------------------------------------------------
 
@@ -830,11 +878,13 @@ class StoreSession:
                                                         changed_at=now()))
 
     def stop_agent_runs(self, reason: str) -> list[str]:
-        """Mark every running agent request stopped (each run also checks the breaker between its steps)."""
-        running = list(self.conn.scalars(select(agent_runs.c.id).where(agent_runs.c.status == "running")))
+        """Mark every queued or running agent request stopped (each run also checks the breaker between its steps,
+        and a queued one is not started)."""
+        unfinished = [s.value for s in UNFINISHED]
+        running = list(self.conn.scalars(select(agent_runs.c.id).where(agent_runs.c.status.in_(unfinished))))
         if running:
             self.conn.execute(update(agent_runs).where(agent_runs.c.id.in_(running)).values(
-                status="stopped", message=reason, updated_at=now()))
+                status=AgentRunStatus.STOPPED.value, message=reason, updated_at=now()))
         return running
 
     # --- applies ---------------------------------------------------------------------------

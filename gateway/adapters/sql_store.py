@@ -159,12 +159,13 @@ agent_runs = Table(
     Column("requester_id", String(36), nullable=False),
     Column("request", Text, nullable=False),
     Column("conversation_id", String(36), nullable=True),
-    Column("status", String(20), nullable=False),  # running | done | stopped | failed
+    Column("status", String(20), nullable=False),  # domain.agent_runs.AgentRunStatus
     Column("progress", JSON, nullable=False),
     Column("proposal_id", Integer, nullable=True),
     Column("message", Text, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("job_id", Integer, nullable=True),  # migration 17: the agent_turn job that runs it
 )
 
 stack_locks = Table(
@@ -511,6 +512,15 @@ def _lock_owners(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE stack_locks ADD COLUMN proposal_id INTEGER"))
 
 
+def _agent_turns_as_jobs(conn: Connection) -> None:
+    """Agent turns run as jobs (heartbeat, recovery); a turn that ran as a thread of an API process before has no
+    job to recover it, and its process is gone with the upgrade: it is recorded interrupted, not left running."""
+    if "job_id" not in {c["name"] for c in inspect(conn).get_columns("agent_runs")}:
+        conn.execute(text("ALTER TABLE agent_runs ADD COLUMN job_id INTEGER"))
+    conn.execute(agent_runs.update().where(agent_runs.c.status == "running", agent_runs.c.job_id.is_(None)).values(
+        status="interrupted", message="the gateway was upgraded while this request ran; ask again", updated_at=_now()))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -527,6 +537,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (13, _one_turn_per_conversation),
     (14, _day_two),
     (15, _lock_owners),
+    (17, _agent_turns_as_jobs),  # 16 is another change's number
 ]
 
 

@@ -19,6 +19,7 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
+from gateway.services.agent_runs import interrupt_abandoned_turns, run_agent_turn
 from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.github import publish
 from gateway.services.heartbeat import Heartbeat
@@ -85,6 +86,8 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
             status, result, error = _run_apply(ws, job, runner, progress)
         elif job.kind == JobKind.PUBLISH:
             status, result = JobStatus.SUCCEEDED, {"pull_request": publish(ws, _proposal_id(job))}
+        elif job.kind == JobKind.AGENT_TURN:
+            status, result = run_agent_turn(ws, job, progress)
         else:
             from gateway.services.github_webhooks import handle_delivery  # it queues jobs itself: imported late
 
@@ -179,6 +182,7 @@ def recover_abandoned_work(ws: Workspace) -> list[str]:
                 session.append_event("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
                                                                     "runner": job.runner}, job.proposal_id)
                 recovered.append(f"job {job.id} of worker {job.runner}")
+    recovered += interrupt_abandoned_turns(ws)  # an agent turn's run follows its interrupted job
     return recovered
 
 

@@ -170,6 +170,10 @@ class GitDeclarationRepo:
         sha = self._git("log", "-1", "--format=%H", ref, "--", path).strip()
         return sha or None
 
+    def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]:
+        """The newest `limit` commits on `ref` that changed `path`, newest first."""
+        return self._git("log", f"-{limit}", "--format=%H", ref, "--", path).split()
+
     def tree_of(self, sha: str, subdir: str) -> str | None:
         """The tree id of `subdir` at `sha` (None when it does not exist): equal ids, equal files."""
         try:

@@ -987,10 +987,17 @@ class StoreSession:
                 yield _event(row)
             after = rows[-1]["seq"]
 
-    def add_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Keep a signed checkpoint (once per event: a second one of the same head changes nothing)."""
-        if self.conn.scalar(select(audit_checkpoints.c.seq).where(audit_checkpoints.c.seq == checkpoint.seq)) is None:
-            self.conn.execute(insert(audit_checkpoints).values(**checkpoint.to_json()))
+    def add_checkpoint(self, checkpoint: Checkpoint) -> bool:
+        """Keep a signed checkpoint, once per event: a second one of the same head (another worker signing it at the
+        same moment) changes nothing. Whether this one was kept."""
+        if self.conn.scalar(select(audit_checkpoints.c.seq).where(audit_checkpoints.c.seq == checkpoint.seq)) is not None:
+            return False
+        try:
+            with self.conn.begin_nested():  # a racing signer's insert of the same seq wins; this one is not needed
+                self.conn.execute(insert(audit_checkpoints).values(**checkpoint.to_json()))
+        except IntegrityError:
+            return False
+        return True
 
     def checkpoints(self) -> list[Checkpoint]:
         rows = self.conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.seq)).mappings()

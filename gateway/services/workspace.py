@@ -25,7 +25,7 @@ from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
-from gateway.services.ports import Engine, StackInputs
+from gateway.ports import Engine, StackInputs
 
 SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform"}
 SAMPLE_SECRETS = {  # None: generate a random value at init

@@ -47,7 +47,7 @@ from gateway.adapters.sandbox.schema import plausible_value, schema_for
 from gateway.adapters.sandbox.values import UNKNOWN, Secret, Sensitive, contains_unknown, marked, unmark
 from gateway.domain.errors import ApplyError, ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, ResourceChange, load_plan
-from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
+from gateway.ports import ApplyOutcome, EnginePlan, StackInputs
 
 log = structlog.get_logger(__name__)
 

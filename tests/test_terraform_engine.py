@@ -28,9 +28,9 @@ from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.preview import RENDERERS, build_preview, render_text
 from gateway.domain.proposal import Decision, ProposalStatus
+from gateway.ports import StackInputs
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job, run_now_or_follow
-from gateway.ports import StackInputs
 from gateway.services.proposals import decide, get_proposal, open_proposal, proposal_previews, sync_proposal
 from gateway.services.workspace import Workspace, create_workspace, open_workspace, stack_secrets, terraform_setup
 from gateway.worker import Worker

@@ -27,9 +27,9 @@ from gateway.domain.errors import BackendError
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.proposal import Decision
+from gateway.ports import StackInputs
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job, run_now_or_follow
-from gateway.ports import StackInputs
 from gateway.services.proposals import decide, open_proposal
 from gateway.services.workspace import Workspace, create_workspace, stack_secrets
 

@@ -19,8 +19,8 @@ from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_pla
 from gateway.domain.preview import Preview, build_preview
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
-from gateway.services.policies import rego_findings
 from gateway.ports import EnginePlan, StackInputs
+from gateway.services.policies import rego_findings
 from gateway.services.workspace import Workspace
 
 

@@ -12,15 +12,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
 
 from gateway.adapters.hcl_sensitivity import find_literal_secrets
+from gateway.api.app import create_app
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import open_proposal
 from gateway.services.workspace import Workspace, create_workspace
 
-from .conftest import Clone, add_people
+from .conftest import Clone, add_people, sign_in_client
 
 INSTALLED = Path(__file__).resolve().parent.parent / ".tools" / "terraform"
 LITERAL = "hunter2-committed-in-git"
@@ -65,3 +68,35 @@ def test_terraform_engine_refuses_what_the_secret_checks_cannot_read(tf_workspac
     assert LITERAL not in str(refused.value)
     with ws.store.session() as session:
         assert session.list_proposals() == []
+
+
+# --- a database error is the database's, never "not signed in" --------------------------------
+
+
+def _rename_table(database_url: str, old: str, new: str) -> None:
+    """Break the database under the running app (as an outage or a bad migration would), from outside it."""
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text(f"ALTER TABLE {old} RENAME TO {new}"))
+    engine.dispose()
+
+
+def test_a_database_error_while_loading_the_signed_in_person_is_503_and_keeps_the_session(
+        any_workspace: Workspace) -> None:
+    ws = any_workspace
+    people = add_people(ws)
+    url = ws.settings.db_url
+    with TestClient(create_app(ws.settings, workers=0), raise_server_exceptions=False) as client:
+        sign_in_client(client, people.tokens["alice"])
+        assert client.get("/", follow_redirects=False).status_code == 200
+        _rename_table(url, "principals", "principals_away")
+        try:
+            page = client.get("/", follow_redirects=False)
+            api = client.get("/api/v1/proposals", headers={"Authorization": f"Bearer {people.tokens['alice']}"})
+        finally:
+            _rename_table(url, "principals_away", "principals")
+        assert page.status_code == 503, (page.status_code, page.headers.get("location"))
+        assert "database" in page.text and "Traceback" not in page.text
+        assert api.status_code == 503 and "database" in api.json()["detail"]
+        # the outage over, she is still signed in: an outage logs nobody out
+        assert client.get("/", follow_redirects=False).status_code == 200

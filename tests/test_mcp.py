@@ -226,3 +226,29 @@ def test_a_disabled_requester_opens_no_proposal_whatever_the_way_in(
     with workspace.store.session(readonly=True) as session:
         assert session.list_proposals() == []
     assert open_proposal(workspace, people.alice, "queue", "a queue").requester.name == "alice"
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a|aa)+$", r"(a|a)+$"])
+def test_a_catastrophic_search_pattern_answers_quickly_and_holds_no_worker(
+        workspace: Workspace, people: People, agents: dict[str, str], clone: Clone, pattern: str) -> None:
+    # a line that makes a backtracking engine take longer than anyone waits on these patterns
+    clone.write("stacks/app-staging/notes.tf", "# " + "a" * 64 + "b\n").push("notes", author="admin")
+    answers: list[tuple[bool, str, float]] = []
+
+    async def session() -> None:
+        async with stdio(workspace, agents["bound"]) as client:
+            with anyio.fail_after(60):  # before the fix the server never answered; fail rather than hang
+                started = time.monotonic()
+                error, said = await text(client, "search", pattern=pattern)
+                answers.append((error, said, time.monotonic() - started))
+                error, said = await text(client, "search", pattern="aaab")  # the server is free again
+                answers.append((error, said, 0.0))
+
+    run(session)
+    (error, said, took), (after_error, after, _) = answers
+    assert took < 20, took
+    # refused in words, or answered (the line of a's ends in b, so it is no match); never a held worker
+    assert (error and "took too long" in said) or (not error and "notes.tf" not in said), said
+    if pattern != r"(a+)+$":  # the engine answers that one at once; these two it must stop
+        assert error and "refused: the search took too long" in said, said
+    assert not after_error and "stacks/app-staging/notes.tf:1:" in after

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from gateway.adapters.records import now
+from gateway.composition import create_workspace, open_workspace
 from gateway.config import Settings
 from gateway.domain.apply_blockers import standing_blockers
 from gateway.domain.approvals import required_approvals
@@ -61,7 +62,7 @@ from gateway.services.users import (
     set_access,
 )
 from gateway.services.views import list_proposal_rows, view_proposal
-from gateway.services.workspace import Workspace, create_workspace, open_workspace
+from gateway.services.workspace import Workspace
 
 FORMATS = click.Choice(sorted(RENDERERS))
 

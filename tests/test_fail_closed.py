@@ -17,11 +17,12 @@ from sqlalchemy import create_engine, text
 
 from gateway.adapters.hcl_sensitivity import find_literal_secrets
 from gateway.api.app import create_app
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import open_proposal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people, sign_in_client
 

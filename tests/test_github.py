@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from gateway import worker as worker_module
 from gateway.api.app import create_app
 from gateway.commands import cli
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.github import plan_fingerprint
@@ -31,7 +32,7 @@ from gateway.services.agent_requests import agent_principal
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.github import link_account
 from gateway.services.proposals import get_proposal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People, add_people
 from .github_fake import FakeGitHub

@@ -17,11 +17,11 @@ from gateway.adapters.keyfiles import private_key_file
 from gateway.api import day_two, pages, routes
 from gateway.api.errors import error_body, invalid_request, status_for
 from gateway.api.scrubbing import ScrubResponses
+from gateway.composition import open_workspace
 from gateway.config import Settings
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.mcp_server import McpMount
 from gateway.services.github import require_webhook_secret
-from gateway.services.workspace import open_workspace
 from gateway.worker import Worker
 
 

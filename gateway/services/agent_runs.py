@@ -72,7 +72,7 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
         open_conversation,
     )
     from gateway.services.breaker import agent_stop_reason
-    from gateway.services.jobs import recover_abandoned_work
+    from gateway.services.recovery import interrupt_stale_jobs
 
     text = check_request(person, text)
     model_from_settings(ws)  # no model configured: say so now, not from the job
@@ -80,7 +80,8 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
     if stopped:
         raise Refused([stopped])
     if conversation_id:
-        recover_abandoned_work(ws)  # a turn whose worker died must not keep its conversation busy
+        interrupt_stale_jobs(ws)  # a turn whose worker died must not keep its conversation busy
+        interrupt_abandoned_turns(ws)
         check_conversation_free(ws, person, conversation_id)
     else:
         conversation_id = open_conversation(ws, person)
@@ -167,3 +168,10 @@ def get_agent_run(ws: Workspace, person: Principal, run_id: str) -> AgentRun:
 def turn_result(job: Job) -> TurnResult | None:
     """The outcome an agent_turn job recorded (None when the turn did not end on its own)."""
     return TurnResult.from_json(job.result) if "conversation_id" in job.result else None
+
+
+def run_agent_turn_job(ws: Workspace, job: Job, runner: str,
+                       progress: Callable[[str], None]) -> tuple[JobStatus, dict[str, Any], None]:
+    """The job handler of agent turns (see gateway/composition.py)."""
+    status, result = run_agent_turn(ws, job, progress)
+    return status, result, None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import structlog
 
@@ -21,7 +22,7 @@ from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import ConfigError, GatewayError, InputError, NotFound, Refused
 from gateway.domain.github import PullRequestView, pull_request_checks, render_comment
-from gateway.domain.jobs import JobKind
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
@@ -280,3 +281,11 @@ def github_team_checks(ws: Workspace, proposal: Proposal, ask_github: bool) -> d
             groups = frozenset(last.get("active", ())) if login and last.get("login") == login else frozenset()
         checks[person.id] = TeamCheck(login, groups)
     return checks
+
+
+def run_publish_job(ws: Workspace, job: Job, runner: str,
+                    progress: Callable[[str], None]) -> tuple[JobStatus, dict[str, Any], None]:
+    """The job handler of publish jobs (see gateway/composition.py): bring the pull request up to date."""
+    if job.proposal_id is None:
+        raise NotFound(f"job {job.id} names no proposal")
+    return JobStatus.SUCCEEDED, {"pull_request": publish(ws, job.proposal_id)}, None

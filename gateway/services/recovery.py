@@ -20,6 +20,7 @@ import structlog
 from gateway.adapters.records import StoreSession
 from gateway.domain.applies import ApplyStatus, Settlement, StackReading, StackResult, settle_interrupted_apply
 from gateway.domain.errors import GatewayError
+from gateway.domain.jobs import JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import StackLock, recovery_holder, unmerged_holder
 from gateway.domain.plan import load_plan
@@ -38,6 +39,18 @@ def recover_expired_locks(ws: Workspace) -> list[str]:
     recovered = []
     for holder in sorted({lock.holder for lock in ws.store.expired_locks()}):
         recovered += recover_holder(ws, holder)
+    return recovered
+
+
+def interrupt_stale_jobs(ws: Workspace) -> list[str]:
+    """Jobs whose worker stopped heart-beating end interrupted (after their applies were settled, above)."""
+    recovered: list[str] = []
+    for job in ws.store.stale_jobs(ws.settings.lock_ttl_seconds):
+        with ws.store.session() as session:
+            if session.finish_job(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
+                session.append_event("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
+                                                                    "runner": job.runner}, job.proposal_id)
+                recovered.append(f"job {job.id} of worker {job.runner}")
     return recovered
 
 

@@ -728,7 +728,7 @@ resource "null_resource" "n" {
 
 
 def test_the_parse_cache_is_capped_by_bytes() -> None:
-    from gateway.adapters.sandbox.config import _ParseCache, parse_hcl
+    from gateway.adapters.hcl import _ParseCache, parse_hcl
 
     cache = _ParseCache(max_bytes=100)
     trees = {name: parse_hcl(f"{name}.tf", f'{name} = "{"x" * 30}"\n') for name in ("a", "b", "c", "d")}

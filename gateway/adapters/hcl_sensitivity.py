@@ -21,7 +21,7 @@ import hcl2
 from lark import Tree
 from lark.exceptions import UnexpectedInput
 
-from gateway.adapters.sandbox.config import collect_references, node_name, parse_hcl
+from gateway.adapters.hcl import collect_references, node_name, parse_hcl
 from gateway.domain.errors import ConfigError
 
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from lark import Tree
 
+from gateway.adapters.hcl import line_of
 from gateway.adapters.sandbox.config import (
     NO_DEFAULT,
     Body,
     ModuleCall,
     ResourceConfig,
     StackConfig,
-    line_of,
     traversals_of,
 )
 from gateway.adapters.sandbox.functions import CallContext, FileScope

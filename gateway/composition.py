@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gateway.adapters.clock import SystemClock
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
@@ -69,7 +70,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings), sealer)}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
     return Workspace(settings, db, SqlStore(db, scrubber, sealer), repo, engine, sandbox, scrubber, simulator,
-                     job_handlers())
+                     SystemClock(), job_handlers())
 
 
 def _engine_name(repo_path: Path, stack: str | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,4 +65,10 @@ class Engine(Protocol):
 
     def sensitive_attributes(self, stack: str, resource_type: str) -> frozenset[str]:
         """Attributes of a resource type that the provider schema marks sensitive (non-empty when unknown)."""
+        ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current time, timezone-aware (UTC)."""
         ...

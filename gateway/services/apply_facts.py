@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gateway.adapters.records import now
 from gateway.domain.apply_blockers import ApplyFacts
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
@@ -20,6 +19,6 @@ def gather_apply_facts(ws: Workspace, proposal: Proposal, actor: Principal | Non
     not, since a read never writes). `ask_github` asks GitHub for the team membership of every GitHub
     approver and records the answers; without it the last recorded answers are used.
     """
-    return ApplyFacts(proposal=proposal, settings=ws.repo_settings(), now=now(), actor=actor,
+    return ApplyFacts(proposal=proposal, settings=ws.repo_settings(), now=ws.clock.now(), actor=actor,
                       pushes=unacknowledged_pushes(ws), windows=windows_on(ws, proposal),
                       team_checks=github_team_checks(ws, proposal, ask_github))

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from gateway.adapters.records import EventQuery, now
+from gateway.adapters.records import EventQuery
 from gateway.adapters.signing import SigningKey, signature_valid
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, verify_against, verify_chain
 from gateway.domain.errors import InputError, NotFound, Refused
@@ -86,7 +86,7 @@ def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint
     key = SigningKey.load_or_create(ws.settings.signing_key_path)
     with ws.store.session() as session:
         seq, head = session.chain_head() or (0, GENESIS)
-        unsigned = Checkpoint(seq, head, now().isoformat(timespec="seconds"), key.public_key, "")
+        unsigned = Checkpoint(seq, head, ws.clock.now().isoformat(timespec="seconds"), key.public_key, "")
         checkpoint = replace(unsigned, signature=key.sign(unsigned.message()))
         session.add_checkpoint(checkpoint)
     return checkpoint
@@ -130,7 +130,7 @@ def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:
         head = session.chain_head()
     if head is None or (kept and kept[-1].seq == head[0]):
         return None
-    if kept and now() - datetime.fromisoformat(kept[-1].at) < timedelta(minutes=ws.settings.audit_checkpoint_minutes):
+    if kept and ws.clock.now() - datetime.fromisoformat(kept[-1].at) < timedelta(minutes=ws.settings.audit_checkpoint_minutes):
         return None
     return sign_checkpoint(ws)
 

@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from gateway.adapters.records import now
 from gateway.domain.audit import AuditEvent
 from gateway.domain.break_glass import (
     BreakGlassWindow,
@@ -39,7 +38,7 @@ def open_break_glass(ws: Workspace, actor: Principal, stack: str, reason: str,
     settings = ws.repo_settings()
     settings.require_stack(stack)
     reasons = open_refusals(actor, settings.stacks[stack], settings.break_glass, duration, reason)
-    moment = now()
+    moment = ws.clock.now()
     if any(w.state(moment, settings.break_glass) in ACTIVE_STATES for w in windows_of(ws, stack)):
         reasons.append(f"stack {stack} already has a break-glass window open or waiting for confirmation")
     if reasons:
@@ -65,7 +64,7 @@ def confirm_break_glass(ws: Workspace, actor: Principal, window_id: int) -> Brea
     reasons = confirm_refusals(actor, window, settings.break_glass)
     if reasons:
         raise Refused(reasons)
-    moment = now()
+    moment = ws.clock.now()
     with ws.store.session() as session:
         session.update_break_glass(window_id, confirmed_by=actor.name, opened_at=moment,
                                    ends_at=moment + window.duration)
@@ -82,7 +81,7 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
     if actor.is_agent or (actor.name not in its_people and acknowledge_refusals(actor, ws.repo_settings().break_glass)):
         raise Refused([f"{actor.name} may not close break-glass window {window_id}: its people or the "
                        "break-glass group may"])
-    moment = now()
+    moment = ws.clock.now()
     if window.closed_at is not None or (window.ended_at is not None and window.ended_at <= moment):
         raise Refused([f"break-glass window {window_id} has already ended"])
     if window.opened_at is not None:
@@ -91,7 +90,7 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
         except GatewayError as exc:
             log.warning("break_glass.check_failed", window=window_id, error=str(exc))
     with ws.store.session() as session:
-        session.update_break_glass(window_id, closed_at=now())
+        session.update_break_glass(window_id, closed_at=ws.clock.now())
         session.append_event(actor, "break_glass.closed", {"break_glass": window_id, "stack": window.stack,
                                                            "note": note.strip()}, None, [window.stack])
     return get_window(ws, window_id)
@@ -104,13 +103,13 @@ def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, not
         raise InputError("say what is being done about the uncodified drift (-m)")
     window = get_window(ws, window_id)
     reasons = acknowledge_refusals(actor, settings.break_glass, window)
-    if window.state(now(), settings.break_glass) != WindowState.OVERDUE:
-        reasons.append(f"break-glass window {window_id} is {window.state(now(), settings.break_glass).value}, "
+    if window.state(ws.clock.now(), settings.break_glass) != WindowState.OVERDUE:
+        reasons.append(f"break-glass window {window_id} is {window.state(ws.clock.now(), settings.break_glass).value}, "
                        "not overdue")
     if reasons:
         raise Refused(reasons)
     with ws.store.session() as session:
-        session.update_break_glass(window_id, acknowledged_by=actor.name, acknowledged_at=now(),
+        session.update_break_glass(window_id, acknowledged_by=actor.name, acknowledged_at=ws.clock.now(),
                                    acknowledgement=note.strip())
         session.append_event(actor, "break_glass.acknowledged", {"break_glass": window_id, "stack": window.stack,
                                                                  "note": note.strip()}, None, [window.stack])
@@ -136,7 +135,7 @@ def _sweep_settings(ws: Workspace) -> BreakGlassSettings:
 def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str]:
     """Record what time did to the windows (workers call this): settled once their drift is gone, flagged overdue
     past the codify deadline (once, in the trail)."""
-    moment = moment or now()
+    moment = moment or ws.clock.now()
     settings = _sweep_settings(ws)
     done = []
     for window in windows_of(ws):
@@ -192,7 +191,7 @@ def _check_after_window(ws: Workspace, window: BreakGlassWindow) -> bool:
 
 def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[BreakGlassWindow]:
     """Windows past their codify deadline with drift not codified and not acknowledged: flagged on every page."""
-    moment = moment or now()
+    moment = moment or ws.clock.now()
     settings = ws.repo_settings().break_glass
     return [w for w in windows_of(ws) if w.state(moment, settings) == WindowState.OVERDUE]
 

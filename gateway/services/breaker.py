@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from gateway.adapters.records import StoreSession, now
+from gateway.adapters.records import StoreSession
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, capacity_of, trip_reason
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role
@@ -23,12 +23,12 @@ def guard_agent_change(ws: Workspace, agent: Principal, proposal_id: int | None,
     """
     settings = ws.repo_settings().breaker
     before, added, destroyed = capacity_of((r.stack, r.plan) for r in results)
-    change = CapacityChange(proposal_id or 0, agent.id, before, added, destroyed, now())
+    change = CapacityChange(proposal_id or 0, agent.id, before, added, destroyed, ws.clock.now())
     with ws.store.session() as session:
         refusal = open_breaker_reason(session, agent)
         if refusal is None:
             for scope in (agent.id, ALL_AGENTS):
-                reason = trip_reason(_window(session, scope, settings), change, settings, scope)
+                reason = trip_reason(_window(session, scope, settings, change.at), change, settings, scope)
                 if reason:
                     _trip(session, scope, reason, proposal_id, agent)
                     refusal = reason
@@ -40,10 +40,10 @@ def guard_agent_change(ws: Workspace, agent: Principal, proposal_id: int | None,
     return change
 
 
-def _window(session: StoreSession, scope: str, settings: BreakerSettings) -> list[CapacityChange]:
+def _window(session: StoreSession, scope: str, settings: BreakerSettings, moment: datetime) -> list[CapacityChange]:
     """The scope's changes in the window; a reset starts the window again (an agent's reset, for its changes
     in the all-agents window too)."""
-    since: datetime = now() - settings.window
+    since: datetime = moment - settings.window
     resets = {s["scope"]: s["changed_at"] for s in session.breaker_states() if not s["open"]}
     if scope in resets:
         since = max(since, resets[scope])

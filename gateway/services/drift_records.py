@@ -15,7 +15,6 @@ from datetime import datetime
 
 import structlog
 
-from gateway.adapters.records import now
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, check_due
 from gateway.domain.errors import GatewayError, Refused
@@ -54,7 +53,7 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
     settings.require_stack(stack)
     result = plan_stack(ws, stack, ws.main_branch(), ChangeOrigin(requester=SYSTEM_NAME))
     found = [_mask_known_secrets(ws.scrubber, entry) for entry in result.preview().drift]
-    moment = now()
+    moment = ws.clock.now()
     who = actor if isinstance(actor, str) else actor.name
     with ws.store.session() as session:
         session.set_marker(CHECKED + stack, moment.isoformat())
@@ -123,7 +122,7 @@ def _way_out(proposal: Proposal, stack: str) -> str:
 
 def check_scheduled_drift(ws: Workspace, moment: datetime | None = None) -> list[DriftCheck]:
     """Check each stack whose `drift.interval` has passed since its last check (workers call this)."""
-    moment = moment or now()
+    moment = moment or ws.clock.now()
     checks = []
     for name, stack in sorted(ws.repo_settings().stacks.items()):
         if stack.drift_interval is None:

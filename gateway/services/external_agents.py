@@ -24,7 +24,7 @@ import git
 from agents.tools import PreviewReport, RepoTools, ToolRefused
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
-from gateway.adapters.records import EventQuery, now
+from gateway.adapters.records import EventQuery
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
@@ -92,7 +92,7 @@ def _rate_limit(ws: Workspace, agent: Principal) -> None:
     """Counted from the trail's `mcp.call` events, so every process serving agents (stdio, each API process)
     shares one limit per agent; refused calls count too."""
     limit = ws.settings.mcp_calls_per_minute
-    since = (now() - timedelta(minutes=1)).isoformat(timespec="microseconds")
+    since = (ws.clock.now() - timedelta(minutes=1)).isoformat(timespec="microseconds")
     with ws.store.session(readonly=True) as session:
         recent = session.count_events(EventQuery(actor=agent.name, kind="mcp.call", since=since))
     if recent >= limit:

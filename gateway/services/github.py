@@ -16,7 +16,6 @@ from typing import Any
 import structlog
 
 from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
-from gateway.adapters.records import now
 from gateway.domain.apply_blockers import GITHUB_AUTH, TeamCheck, standing_blockers
 from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import AuditEvent
@@ -183,7 +182,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
     from gateway.services.apply_facts import gather_apply_facts
 
     settings = ws.repo_settings()
-    moment = now()
+    moment = ws.clock.now()
     with ws.store.session(readonly=True) as session:
         events = session.events(proposal_id=proposal.id)
     refusals = [_not_counted(e) for e in events if (e.kind.endswith(".refused") and e.payload.get("head_sha") in (

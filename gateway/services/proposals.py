@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from gateway.adapters.records import StoreSession, now
+from gateway.adapters.records import StoreSession
 from gateway.domain.approvals import decision_refusals, override_refusals, required_approvals
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
@@ -221,13 +221,13 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     if decision == Decision.REJECT and not comment:
         raise InputError("a rejection needs a reason (-m)")
     settings = ws.repo_settings()
-    if decision_refusals(actor, get_proposal(ws, proposal_id), settings, now(), decision):
+    if decision_refusals(actor, get_proposal(ws, proposal_id), settings, ws.clock.now(), decision):
         changes: list[str] = []  # refused whatever the branch did: do not let this call re-plan anything
     else:
         _, changes = sync_proposal(ws, proposal_id)
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id, lock=True)
-        reasons = decision_refusals(actor, proposal, settings, now(), decision, seen_sha, seen_digests)
+        reasons = decision_refusals(actor, proposal, settings, ws.clock.now(), decision, seen_sha, seen_digests)
         if changes and not reasons:  # the decider has not seen what the proposal is now
             reasons = [f"the proposal changed before your decision was recorded ({'; '.join(changes)}); "
                        f"review it again with `gateway show {proposal_id}`"]
@@ -269,11 +269,11 @@ def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_
     if expires_at.tzinfo is None:
         expires_at = expires_at.replace(tzinfo=UTC)
     settings = ws.repo_settings()
-    if not override_refusals(actor, get_proposal(ws, proposal_id), settings, finding_key, reason, expires_at, now()):
+    if not override_refusals(actor, get_proposal(ws, proposal_id), settings, finding_key, reason, expires_at, ws.clock.now()):
         sync_proposal(ws, proposal_id)  # only someone who may override starts a re-plan
     with ws.store.session() as session:
         proposal = session.get_proposal(proposal_id, lock=True)
-        reasons = override_refusals(actor, proposal, settings, finding_key, reason, expires_at, now())
+        reasons = override_refusals(actor, proposal, settings, finding_key, reason, expires_at, ws.clock.now())
         if reasons:
             session.append_event(actor, "override.refused", {"finding": finding_key, "reasons": reasons},
                                  proposal_id, proposal.stacks)

@@ -23,7 +23,6 @@ import structlog
 
 from gateway import fault_points
 from gateway.adapters.github_forge import GitHubForge
-from gateway.adapters.records import now
 from gateway.domain.applies import ApplyStatus
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
@@ -397,7 +396,7 @@ def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None
         holder = attempt.holder
         if holder is not None and holder.kept_for_unmerged:
             raise LockTimeout(holder.describe())
-        if holder is not None and holder.expired(now()) and recover_holder(ws, holder.holder):
+        if holder is not None and holder.expired(ws.clock.now()) and recover_holder(ws, holder.holder):
             continue  # its apply is settled: the lock is free now, or kept by an unmerged change
         if time.monotonic() >= deadline:
             raise LockTimeout(f"{holder.describe() if holder else f'stack {stack} is locked'}; try again later")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from gateway.adapters.records import now
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
 from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
 from gateway.services.workspace import Workspace
@@ -56,7 +55,7 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
         raise AuthError("the token is not valid")
     if principal.disabled:
         raise AuthError(f"{principal.name} is disabled")
-    moment = now()
+    moment = ws.clock.now()
     if record["token_expires_at"] is not None and record["token_expires_at"] <= moment:
         raise AuthError(f"the token of {principal.name} expired at {record['token_expires_at']:%Y-%m-%d %H:%M} UTC; "
                         f"an admin runs `gateway users rotate-token {principal.name}`")
@@ -71,7 +70,7 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
 
 def disable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
     """Nobody signs in as them any more; their approvals stop counting (an apply checks again)."""
-    return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)}, disabled_at=now())
+    return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)}, disabled_at=ws.clock.now())
 
 
 def enable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
@@ -132,7 +131,7 @@ def _why(reason: str) -> str:
 
 def _expiry(ws: Workspace) -> datetime | None:
     days = ws.settings.token_ttl_days
-    return now() + timedelta(days=days) if days else None
+    return ws.clock.now() + timedelta(days=days) if days else None
 
 
 def authenticate_person(ws: Workspace, token: str | None) -> Principal:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.adapters.records import now
 from gateway.domain.apply_blockers import apply_blockers, standing_blockers
 from gateway.domain.approvals import decision_refusals, required_approvals
 from gateway.domain.jobs import Job
@@ -34,6 +33,7 @@ class ProposalView:
     diff: str
     pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
     jobs: list[Job]  # the proposal's plan and apply jobs, oldest first
+    at: datetime  # when the view was taken: what "active" means for overrides
 
     @property
     def can_apply(self) -> bool:
@@ -46,7 +46,7 @@ class ProposalView:
     def public_json(self) -> str:
         """The proposal document the API serves; each stored preview is spliced in as is, never re-encoded."""
         p = self.proposal
-        active = {o.finding_key for o in p.overrides if o.active(now())}
+        active = {o.finding_key for o in p.overrides if o.active(self.at)}
         document = {
             "id": p.id, "branch": p.branch, "status": p.status.value, "stacks": list(p.stacks), "reason": p.reason,
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
@@ -93,6 +93,7 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
         jobs=ws.store.jobs_of(proposal_id),
+        at=moment,
     )
 
 
@@ -116,7 +117,7 @@ class ProposalRow:
 def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = None) -> list[ProposalRow]:
     """Proposals, those waiting for the viewer's approval first, then newest first."""
     settings = ws.repo_settings()
-    moment = now()
+    moment = ws.clock.now()
     with ws.store.session(readonly=True) as session:
         listed = [(session.get_proposal(row["id"]), row["created_at"]) for row in session.list_proposals(status)]
     rows = []

@@ -18,7 +18,7 @@ from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.scrubbing import Scrubber
-from gateway.ports import Engine, StackInputs
+from gateway.ports import Clock, Engine, StackInputs
 
 # A job's work: (workspace, job, runner, progress) -> (status, result, error)
 JobHandler = Callable[["Workspace", Job, str, Callable[[str], None]], tuple[JobStatus, dict[str, Any], str | None]]
@@ -33,6 +33,7 @@ class Workspace:
     sandbox: SqlSandboxStore
     scrubber: Scrubber
     simulator: SandboxEngine  # the sandbox engine itself, for acting on the simulated cloud behind its back
+    clock: Clock
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:

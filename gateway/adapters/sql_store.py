@@ -263,6 +263,9 @@ jobs = Table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("args", JSON, nullable=True),  # migration 6: what the job works on besides its proposal (a delivery)
+    # migration 16: how many times a worker has started it, and the time before which a retry waits
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("run_after", DateTime(timezone=True), nullable=True),
 )
 
 # GitHub (migration 6): linked accounts, the pull request of each proposal, and every webhook delivery.
@@ -504,6 +507,16 @@ def _one_turn_per_conversation(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE conversations ADD COLUMN running_turn VARCHAR(36)"))
 
 
+def _job_retries(conn: Connection) -> None:
+    """A job that failed on GitHub's bad moment is tried again later: its attempts, and when it may run next."""
+    present = {c["name"] for c in inspect(conn).get_columns("jobs")}
+    if "attempts" not in present:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"))
+    if "run_after" not in present:
+        kind = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
+        conn.execute(text(f"ALTER TABLE jobs ADD COLUMN run_after {kind}"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -519,6 +532,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (12, _main_pushes),
     (13, _one_turn_per_conversation),
     (14, _day_two),
+    (16, _job_retries),  # 15 is another change's; the numbers need not be contiguous, only unique
 ]
 
 

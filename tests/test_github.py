@@ -579,14 +579,22 @@ def test_a_delivery_that_keeps_failing_is_given_up_and_says_so(world: World, mon
     assert not get_proposal(world.ws, pid).current_approvals
 
 
+@pytest.mark.parametrize("app", [False, True], ids=["statuses", "check-runs"])
 def test_a_publish_that_fails_after_commenting_keeps_one_sticky_comment(
-        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app: bool) -> None:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
     monkeypatch.setattr(github_service, "PUBLISH_RETRY_SECONDS", 0.5)
-    world.gh.fail_requests(500, times=1, method="POST", path=r"/statuses/")  # the comment is posted, the checks not
+    with github_world(tmp_path, app=app) as world:
+        publish_failing_after_the_comment(world, app)
+
+
+def publish_failing_after_the_comment(world: World, app: bool) -> None:
+    # the comment is posted, then writing the first check fails
+    world.gh.fail_requests(500, times=1, method="POST", path=r"/check-runs" if app else r"/statuses/")
     number = open_pull_on_github(world)
     pid = proposal_of(world, number)
     head = world.gh.pull(number)["head"]["sha"]
-    wait_for("the four checks", lambda: len(world.statuses(head)) == 4)
+    wait_for("the four checks", lambda: len(world.gh.check_runs(head) if app else world.statuses(head)) == 4)
     assert [r.status for r in world.gh.faults_served] == [500]
     assert len(gateway_comments(world, number)) == 1
     world.deliver("pull_request_review", world.gh.review_event(world.gh.add_review(number, "carol", "APPROVED")))

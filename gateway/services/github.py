@@ -139,8 +139,8 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
             comment_id = forge.upsert_comment(link["number"], comment_id, body)
             forge.set_checks(proposal.head_sha, checks, view.page_url)
     except GatewayError as exc:
-        with ws.store.session() as session:
-            session.mark_published(proposal_id, seq, None, error=str(exc))
+        with ws.store.session() as session:  # a comment posted before the failure stays the one to edit next time
+            session.mark_published(proposal_id, seq, comment_id, error=str(exc))
         raise
     with ws.store.session() as session:
         session.mark_published(proposal_id, seq, comment_id, digest=digest)

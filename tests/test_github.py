@@ -625,3 +625,21 @@ def test_the_not_counted_list_names_each_refused_decision_once_with_who_and_why(
     assert len(lines) == 3, lines  # each person's refused approval, once
     assert all(line.split(":", 1)[1].strip() for line in lines), lines
     assert any(line.startswith("- **alice**") and "alice requested this change" in line for line in lines), lines
+
+
+def test_a_command_after_an_approval_that_waits_for_github_runs_after_it(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(github_service, "PUBLISH_RETRY_SECONDS", 0.5)
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    wait_for("the sticky comment", lambda: world.sticky(number))
+    world.gh.fail_requests(502, method="GET", path=r"/reviews/\d+$")  # only reading the review fails
+    world.deliver("pull_request_review", world.gh.review_event(world.gh.add_review(number, "carol", "APPROVED")))
+    wait_for("the review's retry", lambda: world.events(pid, kind="job.retrying"))
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "carol", "/gateway apply")))
+    time.sleep(1.5)  # the apply command's delivery could run now; it waits behind the review GitHub sent first
+    assert not world.events(pid, kind="apply.refused") and get_proposal(world.ws, pid).status.value == "open"
+    world.gh.recover()
+    wait_for("the apply", lambda: get_proposal(world.ws, pid).status.value == "applied", timeout=60)
+    assert not world.events(pid, kind="apply.refused")
+    assert world.gh.pull(number)["merged"]

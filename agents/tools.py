@@ -10,15 +10,19 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+import regex
 
 MAX_READ = 20_000
 MAX_WRITE = 100_000
 MAX_RESULT = 12_000
 MAX_DIFF = 6_000
+SEARCH_SECONDS = 3.0  # one search's budget for matching, over every line of every file
 # A summary explains a remaining policy deny only when one of its sentences says the request cannot be met
 # (or is refused) and why: "I cannot make this change: the open-ingress policy denies …". Mentioning a policy
 # is not enough ("it no longer violates the policy" is a claim of success, not a refusal).
@@ -204,20 +208,38 @@ class RepoTools:
 
     def tool_search(self, pattern: str) -> str:
         try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise ToolRefused(f"invalid regular expression: {exc}") from None
+            compiled = regex.compile(pattern)
+        except regex.error as exc:
+            raise ToolRefused(f"invalid regular expression: {exc}") from exc
+        # The pattern is the caller's: a backtracking one ((a|aa)+$) could run for ever on one line. The
+        # `regex` engine stops a match at a timeout and lets other threads run meanwhile (concurrent), so a
+        # search holds no worker and no API process longer than its budget, whatever it is asked.
+        deadline = time.monotonic() + SEARCH_SECONDS
         hits = []
+        try:
+            for relative, lines in self._text_files():
+                for n, line in enumerate(lines, 1):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    if compiled.search(line, timeout=left, concurrent=True):
+                        hits.append(f"{relative}:{n}: {line.strip()}")
+        except TimeoutError as exc:
+            raise ToolRefused(f"the search took too long (its budget is {SEARCH_SECONDS:g} s) and was stopped: a "
+                              "pattern with nested or overlapping repetition, such as (a+)+ or (a|aa)+, backtracks "
+                              "without end on some lines; search for a plainer pattern") from exc
+        return "\n".join(hits[:200]) or "(no matches)"
+
+    def _text_files(self) -> Iterator[tuple[str, list[str]]]:
+        """(path, lines) of every UTF-8 text file of the working copy, outside .git and symlinks."""
         for file in sorted(self.root.rglob("*")):
             relative = file.relative_to(self.root)
             if not file.is_file() or file.is_symlink() or ".git" in relative.parts:
                 continue
             try:
-                lines = file.read_text(encoding="utf-8").splitlines()
+                yield relative.as_posix(), file.read_text(encoding="utf-8").splitlines()
             except UnicodeDecodeError:
                 continue
-            hits += [f"{relative.as_posix()}:{n}: {line.strip()}" for n, line in enumerate(lines, 1) if regex.search(line)]
-        return "\n".join(hits[:200]) or "(no matches)"
 
     def tool_write_file(self, path: str, content: str) -> str:
         if len(content) > MAX_WRITE:

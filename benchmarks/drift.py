@@ -22,6 +22,7 @@ import git
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.adapters.git_repo import committer_env  # noqa: E402
+from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.domain.principals import Role  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
@@ -29,7 +30,6 @@ from gateway.services.bootstrap import bootstrap_simulator  # noqa: E402
 from gateway.services.drift_records import check_drift, check_scheduled_drift  # noqa: E402
 from gateway.services.proposals import open_proposal, stored_previews  # noqa: E402
 from gateway.services.users import add_principal  # noqa: E402
-from gateway.services.workspace import create_workspace  # noqa: E402
 
 
 def queues(count: int) -> str:

@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway import worker as worker_module  # noqa: E402
 from gateway.adapters.sql_store import decisions  # noqa: E402
 from gateway.api.app import create_app  # noqa: E402
+from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
 from gateway.services.bootstrap import bootstrap_simulator  # noqa: E402
 from gateway.services.github import link_account  # noqa: E402
-from gateway.services.workspace import create_workspace  # noqa: E402
 from tests.conftest import add_people  # noqa: E402
 from tests.github_fake import FakeGitHub  # noqa: E402
 from tests.test_github import make_github_the_forge  # noqa: E402

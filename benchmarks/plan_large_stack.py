@@ -19,7 +19,7 @@ from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sql_store import Database
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import build_preview, render_text
-from gateway.services.ports import StackInputs
+from gateway.ports import StackInputs
 
 
 def generate_stack(directory: Path, count: int) -> None:

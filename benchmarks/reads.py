@@ -26,13 +26,13 @@ from sqlalchemy import func, select
 
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.sql_store import audit_events, plans
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.logs import configure_logging
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import open_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import create_workspace
 
 SECONDS_PER_LEVEL = 5.0
 

@@ -21,13 +21,13 @@ from pathlib import Path
 import git
 
 from gateway.adapters.git_repo import committer_env
+from gateway.composition import create_workspace, terraform_setup
 from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.logs import configure_logging
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import open_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import create_workspace, terraform_setup
 
 HEADER = 'terraform {\n  required_providers {\n    null = {\n      source  = "hashicorp/null"\n      version = "2.1.2"\n    }\n  }\n}\n'
 

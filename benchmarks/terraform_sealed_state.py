@@ -21,7 +21,7 @@ from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.adapters.terraform_state import SealedLocalState
 from gateway.logs import configure_logging
-from gateway.services.ports import StackInputs
+from gateway.ports import StackInputs
 
 INSTALLED = Path(__file__).resolve().parent.parent / ".tools" / "terraform"
 

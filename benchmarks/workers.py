@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, select, text
 
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.sql_store import applies, jobs
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.jobs import JobKind
 from gateway.domain.principals import PrincipalKind, Role
@@ -33,7 +34,7 @@ from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job
 from gateway.services.proposals import decide, open_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 STACKS, PER_STACK = 20, 10
 

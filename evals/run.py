@@ -29,6 +29,7 @@ from agents.llm import NOT_CONFIGURED, ChatModel, Model
 from agents.prompts import load_prompt
 from evals.scoring import CaseOutcome, Score, score_case
 from evals.transcripts import ORACLES, RecordingModel, ReplayModel, load_transcripts, save_transcripts
+from gateway.composition import create_workspace, open_workspace
 from gateway.config import Settings
 from gateway.domain.errors import GatewayError
 from gateway.domain.plan import Plan, load_plan
@@ -38,7 +39,7 @@ from gateway.services.agent_requests import PROMPT, submit_request
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import get_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace, create_workspace, open_workspace, stack_secrets
+from gateway.services.workspace import Workspace, stack_secrets
 
 CASES = Path(__file__).with_name("cases.yaml")
 REQUESTER = "requester"

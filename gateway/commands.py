@@ -17,8 +17,10 @@ from typing import Any
 import click
 
 from gateway.adapters.records import now
+from gateway.composition import create_workspace, open_workspace
 from gateway.config import Settings
-from gateway.domain.approvals import approval_blockers, required_approvals
+from gateway.domain.apply_blockers import standing_blockers
+from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import Checkpoint
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
@@ -29,6 +31,7 @@ from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal
 from gateway.output import scrub_standard_streams
 from gateway.services import audit as audit_service
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
 from gateway.services.drift import revert_drift
@@ -59,7 +62,7 @@ from gateway.services.users import (
     set_access,
 )
 from gateway.services.views import list_proposal_rows, view_proposal
-from gateway.services.workspace import Workspace, create_workspace, open_workspace
+from gateway.services.workspace import Workspace
 
 FORMATS = click.Choice(sorted(RENDERERS))
 
@@ -588,10 +591,20 @@ def chat(ctx: Context) -> None:
 
 
 def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | None) -> str:
-    from gateway.services.agent_requests import submit_request  # the agent's libraries load only when used
+    """Queue the turn, run it here (or follow the worker that took it), and print how it ended."""
+    from gateway.services.agent_runs import get_agent_run, start_agent_run, turn_result
 
-    outcome = submit_request(ctx.ws, actor, text, conversation,
-                             progress=lambda step: click.echo(f"  … {step}", err=True))
+    run = start_agent_run(ctx.ws, actor, text, conversation)
+    assert run.conversation_id is not None and run.job_id is not None  # a new run has both
+    done = run_now_or_follow(ctx.ws, ctx.ws.store.get_job(run.job_id), runner_name(),
+                             lambda step: click.echo(f"  … {step}", err=True))
+    if done.status == JobStatus.REFUSED:
+        raise Refused(done.result.get("reasons") or [done.error or "refused"])
+    outcome = turn_result(done)
+    if outcome is None:  # failed or interrupted: the run says what happened and what to do
+        ended = get_agent_run(ctx.ws, actor, run.id)
+        click.echo(f"error: {ended.message or done.error or done.status.value}", err=True)
+        sys.exit(1)
     click.echo(f"conversation {outcome.conversation_id}: {outcome.steps} model call(s), {outcome.tokens} tokens")
     if outcome.stopped:
         click.echo(f"stopped: {outcome.stopped}")
@@ -599,10 +612,10 @@ def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | 
         click.echo(f"agent asks: {outcome.question}")
         click.echo(f"  (waiting for your answer: reply here in chat, or gateway request --conversation "
                    f"{outcome.conversation_id} \"your answer\")")
-    elif outcome.proposal is None:
+    elif outcome.proposal_id is None:
         click.echo(f"agent: {outcome.summary or 'no change made'}")
     else:
-        p = outcome.proposal
+        p = get_proposal(ctx.ws, outcome.proposal_id)
         verb = "opened" if outcome.opened else "updated (new commit, re-planned)"
         click.echo(f"proposal {p.id} {verb} by {p.proposer.name} for {p.requester.name} on {p.branch}")
         click.echo(f"agent's claim: {outcome.summary}")
@@ -703,7 +716,9 @@ def job(ctx: Context, job_id: int, wait: bool) -> None:
     """Show a job: kind, status, progress, and its result once finished."""
     ctx.actor()
     found = ctx.ws.store.get_job(job_id)
-    click.echo(f"job {found.id}: {found.kind.value} of proposal {found.proposal_id} [{found.status.value}]"
+    subject = (f"request {found.args.get('run')}" if found.kind == JobKind.AGENT_TURN
+               else f"proposal {found.proposal_id}")
+    click.echo(f"job {found.id}: {found.kind.value} of {subject} [{found.status.value}]"
                + (f" on {found.runner}" if found.runner else ""))
     if wait and not found.finished:
         found = follow_job(ctx.ws, job_id, lambda line: click.echo(f"  {line}", err=True))
@@ -829,7 +844,7 @@ def _echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
         merged = f", merged as {proposal.merge_sha[:12]}" if proposal.merge_sha else ""
         click.echo(f"  status: {proposal.status.value}{merged}")
         return
-    shortfall = approval_blockers(proposal, settings, now())
+    shortfall = standing_blockers(gather_apply_facts(ws, proposal))  # what the runner would refuse on
     rejection = proposal.current_rejection
     if rejection:
         click.echo(f"  status: rejected by {rejection.principal.name}; stopped until a new commit")

@@ -13,6 +13,7 @@ import git
 
 from agents.llm import NOT_CONFIGURED
 from gateway.adapters.git_repo import committer_env
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.approvals import approval_shortfall
 from gateway.domain.errors import Refused
@@ -25,7 +26,7 @@ from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.proposals import decide, open_proposal, proposal_previews, sync_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 BUCKET_TF = '''
 resource "aws_s3_bucket" "reports" {

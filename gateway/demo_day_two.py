@@ -11,6 +11,7 @@ import git
 
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.records import now
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.demo import in_scratch_home, step
 from gateway.domain.preview import render_text
@@ -30,7 +31,7 @@ from gateway.services.drift_records import check_drift, check_scheduled_drift, l
 from gateway.services.proposals import decide, open_proposal, proposal_previews
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 RULES = "\nbreak_glass:\n  groups: [oncall]\n  codify_within: 24h\n"
 

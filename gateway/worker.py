@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 import structlog
 
@@ -77,15 +78,34 @@ class Worker:
         """Apart from the job loops, so a long scan never delays a claim."""
         ws = self.ws.for_request()
         while not self._stop.is_set():
-            try:
-                for what in recover_abandoned_work(ws):
-                    log.warning("worker.recovered", what=what)
-                watch_main(ws)
-                enqueue_moved_proposals(ws)
-                queue_behind(ws)
-                checkpoint_if_due(ws)
-                check_scheduled_drift(ws)
-                sweep_break_glass(ws)
-            except Exception:
-                log.exception("worker.housekeeping_error")
+            run_housekeeping(ws)
             self._stop.wait(HOUSEKEEPING_SECONDS)
+
+
+def _recover(ws: Workspace) -> None:
+    for what in recover_abandoned_work(ws):
+        log.warning("worker.recovered", what=what)
+
+
+HOUSEKEEPING: tuple[tuple[str, Callable[[Workspace], object]], ...] = (
+    ("recover", _recover),
+    ("watch_main", watch_main),
+    ("replan_moved", enqueue_moved_proposals),
+    ("publish_behind", queue_behind),
+    ("checkpoint", checkpoint_if_due),
+    ("drift_check", check_scheduled_drift),
+    ("break_glass_sweep", sweep_break_glass),
+)
+
+
+def run_housekeeping(ws: Workspace) -> list[str]:
+    """One pass of every housekeeping step, each on its own: one that fails (a broken gateway.yaml pushed to
+    main, a database hiccup, a race lost) is logged and never stops the others. The steps that failed."""
+    failed = []
+    for name, step in HOUSEKEEPING:
+        try:
+            step(ws)
+        except Exception:
+            log.exception("worker.housekeeping_error", step=name)
+            failed.append(name)
+    return failed

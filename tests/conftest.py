@@ -17,11 +17,12 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from gateway.adapters.git_repo import committer_env
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PG_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

@@ -15,7 +15,7 @@ import git
 import yaml
 
 from gateway.domain.plan import ChangeKind, Plan, load_plan
-from gateway.services.ports import Engine, StackInputs
+from gateway.ports import Engine, StackInputs
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus"
 

@@ -6,7 +6,12 @@ The real graph and `openai` client against the scripted model server, on real gi
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -25,9 +31,10 @@ from gateway.domain.errors import BackendError, Conflict
 from gateway.domain.plan import load_plan
 from gateway.domain.policy import Finding, Severity
 from gateway.services.agent_requests import submit_request
+from gateway.services.agent_runs import start_agent_run
 from gateway.services.workspace import Workspace
 
-from .conftest import Clone, People, add_people, run_cli
+from .conftest import Clone, People, add_people, run_cli, sign_in_client
 from .model_stub import ModelStub, say, tool_call
 
 QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
@@ -100,7 +107,7 @@ def test_the_question_and_answer_in_cli_chat(workspace: Workspace, people: Peopl
 
 def _follow(client: TestClient, run: dict[str, Any], token: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60
-    while run["status"] == "running" and time.monotonic() < deadline:
+    while not run["finished"] and time.monotonic() < deadline:
         time.sleep(0.2)
         run = client.get(f"/api/v1/requests/{run['id']}", headers={"Authorization": f"Bearer {token}"}).json()
     return run
@@ -111,7 +118,7 @@ def test_the_question_in_the_api_and_on_the_request_page(workspace: Workspace, p
     stub.turns = asked_then_answered()
     workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
     token = people.tokens["alice"]
-    with TestClient(create_app(workspace.settings, workers=0)) as client:
+    with TestClient(create_app(workspace.settings, workers=1)) as client:  # its job loop runs the turns
         created = client.post("/api/v1/requests", json={"text": "Add a refunds queue in staging"},
                               headers={"Authorization": f"Bearer {token}"})
         run = _follow(client, created.json(), token)
@@ -476,3 +483,96 @@ def test_a_file_it_created_can_be_deleted_and_nothing_is_proposed(workspace: Wor
     assert results[2].startswith("deleted stacks/app-staging/site.tf\n--- a/stacks/app-staging/site.tf")
     assert outcome.proposal is None and outcome.stopped == (
         "the agent's edits left every file as it was: nothing to propose")
+
+
+# --- a turn whose process died --------------------------------------------------------------------
+
+
+def _serve(ws: Workspace, stub: ModelStub, port: int) -> subprocess.Popen[bytes]:
+    """`gateway serve` in a process of its own (its job loop runs the turns), as an operator starts it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "OPENAI_"))}
+    env.update({"GATEWAY_HOME": str(ws.settings.home), "GATEWAY_LOCK_TTL_SECONDS": "1.5",
+                "OPENAI_BASE_URL": stub.base_url, "OPENAI_API_KEY": "k", "GATEWAY_MODEL": "stub-model"})
+    if ws.settings.database_url:
+        env["GATEWAY_DATABASE_URL"] = ws.settings.database_url
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _until(what: str, probe: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            found = probe()
+        except httpx.TransportError:  # the server is still starting
+            found = None
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not in time")
+
+
+def test_a_turn_whose_process_was_killed_ends_interrupted_and_the_person_asks_again(
+        any_workspace: Workspace, stub: ModelStub) -> None:
+    ws, people = any_workspace, add_people(any_workspace)
+    bearer = {"Authorization": f"Bearer {people.tokens['alice']}"}
+    working, release = threading.Event(), threading.Event()
+
+    def hangs(body: dict[str, Any]) -> dict[str, Any]:  # the model is slow: the turn is mid-flight
+        working.set()
+        release.wait(120)
+        return say("(too late)")
+
+    stub.turns = [hangs]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    process = _serve(ws, stub, port)
+    try:
+        _until("the server", lambda: httpx.get(f"{base}/api/v1/health").status_code == 200)
+        run = httpx.post(f"{base}/api/v1/requests", json={"text": "Add a refunds queue in staging"},
+                         headers=bearer).json()
+        assert working.wait(60), run
+        assert httpx.get(f"{base}/api/v1/requests/{run['id']}", headers=bearer).json()["status"] == "running"
+        process.send_signal(signal.SIGKILL)  # the API process dies mid-turn
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        release.set()
+
+    stub.turns = [tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE),
+                  tool_call("run_preview", stack="app-staging"),
+                  tool_call("finish", summary="Added aws_sqs_queue.refunds; nothing is destroyed.")]
+    settings = ws.settings.model_copy(update={"lock_ttl_seconds": 1.5, "openai_base_url": stub.base_url,
+                                              "model": "stub-model"})
+    with TestClient(create_app(settings, workers=1)) as client:  # a surviving process: its worker recovers
+        ended = _until("the run to end", lambda: (r := client.get(f"/api/v1/requests/{run['id']}", headers=bearer)
+                                                  .json())["status"] not in ("queued", "running") and r)
+        assert ended["status"] == "interrupted", ended
+        assert "stopped before the agent finished" in ended["message"] and "Ask again" in ended["message"]
+
+        sign_in_client(client, people.tokens["alice"])
+        page = client.get(f"/requests/{run['id']}").text
+        assert 'http-equiv="refresh"' not in page  # it stopped refreshing
+        assert "interrupted" in page and 'id="ask-again"' in page
+
+        again = client.post("/api/v1/requests", headers=bearer,
+                            json={"text": "Add a refunds queue in staging", "conversation_id": run["conversation_id"]})
+        assert again.status_code == 202, again.text  # the conversation is free at once, not after its hold lapses
+        done = _until("the new turn", lambda: (r := client.get(f"/api/v1/requests/{again.json()['id']}",
+                                                               headers=bearer).json())["finished"] and r)
+    assert done["status"] == "done" and done["proposal_id"] is not None, done
+    with ws.store.session(readonly=True) as session:
+        kinds = [e.kind for e in session.events()]
+    assert "job.interrupted" in kinds and "agent.interrupted" in kinds
+
+
+def test_a_second_message_while_the_first_waits_for_a_worker_is_refused(workspace: Workspace, people: People,
+                                                                        stub: ModelStub) -> None:
+    workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
+    first = start_agent_run(workspace, people.alice, "Add a refunds queue in staging")  # no worker runs yet
+    assert first.status == "queued" and not first.finished and first.conversation_id
+    with pytest.raises(Conflict, match=f"conversation {first.conversation_id} is busy"):
+        start_agent_run(workspace, people.alice, "14 days please", first.conversation_id)

@@ -117,7 +117,7 @@ def test_a_request_to_the_agent_and_its_progress(client: TestClient, workspace: 
         assert created.status_code == 202
         run = created.json()
         deadline = time.monotonic() + 60
-        while run["status"] == "running" and time.monotonic() < deadline:
+        while not run["finished"] and time.monotonic() < deadline:
             time.sleep(0.2)
             run = client.get(f"/api/v1/requests/{run['id']}", headers=bearer(people.tokens["alice"])).json()
     assert run["status"] == "done", run
@@ -146,3 +146,42 @@ def test_the_api_runs_on_postgresql_too(tmp_path: Path, postgres_url: str) -> No
         queued = client.post(f"/api/v1/proposals/{pid}/apply", headers=bearer(people.tokens["alice"])).json()
         assert wait_for_job(client, queued["id"], people.tokens["alice"])["status"] == "succeeded"
     ws.close()
+
+
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e999999"]  # Python's json reads all four; JSON allows none
+
+
+def _json_body_routes(client: TestClient) -> list[tuple[str, list[str]]]:
+    """Every route that takes a JSON body, and the top-level fields of that body, from the app's own OpenAPI."""
+    spec = client.app.openapi()  # type: ignore[attr-defined]
+    found = []
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            content = operation.get("requestBody", {}).get("content", {})
+            if "application/json" in content:
+                name = content["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+                found.append((f"{method.upper()} {path}", sorted(spec["components"]["schemas"][name]["properties"])))
+    return found
+
+
+@pytest.mark.parametrize("number", NON_FINITE)
+def test_a_number_json_does_not_allow_is_a_readable_422_on_every_route_with_a_body(
+        workspace: Workspace, people: People, proposal_id: int, number: str) -> None:
+    routes = _json_body_routes(TestClient(create_app(workspace.settings, workers=0)))
+    assert len(routes) >= 4 and "POST /api/v1/proposals/{proposal_id}/approve" in dict(routes)
+    headers = {**bearer(people.tokens["bob"]), "Content-Type": "application/json"}
+    with TestClient(create_app(workspace.settings, workers=0), raise_server_exceptions=False) as client:
+        bodies = [("POST /api/v1/proposals/{proposal_id}/approve",
+                   f'{{"comment": "x", "digests": {{"app-staging": {number}}}}}', "digests")]
+        bodies += [(route, f'{{"{field}": {number}}}', field) for route, fields in routes for field in fields]
+        for route, body, field in bodies:
+            method, path = route.split(" ", 1)
+            answer = client.request(method, path.replace("{proposal_id}", str(proposal_id)), content=body,
+                                    headers=headers)
+            assert answer.status_code == 422, (route, body, answer.status_code, answer.text[:300])
+            said = answer.json()
+            assert said["error"] == "InputError" and field in said["detail"], (route, body, said)
+            assert "Traceback" not in answer.text
+    from gateway.services.proposals import get_proposal
+
+    assert get_proposal(workspace, proposal_id).decisions == []  # nothing was decided

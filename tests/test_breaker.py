@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agents.llm import ChatModel
 from gateway.adapters.records import now
+from gateway.domain.agent_runs import AgentRun
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, trip_reason
 from gateway.domain.errors import Refused
 from gateway.domain.principals import PrincipalKind, Role
@@ -27,6 +27,7 @@ from gateway.services.proposals import decide, get_proposal, open_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
 from gateway.services.workspace import Workspace
+from gateway.worker import Worker
 
 from .conftest import Clone, People
 from .model_stub import ModelStub, tool_call
@@ -96,6 +97,21 @@ def test_the_window_slides_past_old_changes(workspace: Workspace, people: People
         agent_change(workspace, people, clone, n)  # the first five left the window
 
 
+def _run_to_its_end(workspace: Workspace, people: People, stub: ModelStub, text: str, timeout: float) -> AgentRun:
+    """Queue alice's request and let a worker run it, as `gateway serve` does."""
+    workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub"
+    worker = Worker(workspace, loops=1, poll_seconds=0.05).start()
+    try:
+        run = start_agent_run(workspace, people.alice, text)
+        deadline = time.monotonic() + timeout
+        while not (run := get_agent_run(workspace, people.alice, run.id)).finished:
+            assert time.monotonic() < deadline, run
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+    return run
+
+
 def test_the_kill_switch_stops_every_agent_and_a_request_in_flight(workspace: Workspace, people: People,
                                                                    stub: ModelStub, tmp_path: Path) -> None:
     with pytest.raises(Refused, match="only admins open the breaker"):
@@ -106,15 +122,28 @@ def test_the_kill_switch_stops_every_agent_and_a_request_in_flight(workspace: Wo
         return tool_call("write_file", path="stacks/app-staging/q.tf", content='resource "aws_sqs_queue" "q" {}\n')
 
     stub.turns = [meanwhile_an_admin_pulls_the_switch, tool_call("finish", summary="done")]
-    run_id = start_agent_run(workspace, people.alice, "add a queue", model=ChatModel(stub.base_url, "k", "stub"))
-    deadline = time.monotonic() + 30
-    while (run := get_agent_run(workspace, people.alice, run_id))["status"] == "running":
-        assert time.monotonic() < deadline, run
-        time.sleep(0.1)
-    assert run["status"] == "stopped" and "incident 42: agents off" in run["message"] and run["proposal_id"] is None
+    run = _run_to_its_end(workspace, people, stub, "add a queue", 30)
+    assert run.status == "stopped" and "incident 42: agents off" in (run.message or "") and run.proposal_id is None
     assert len(stub.requests) == 1  # it never asked the model again
     with pytest.raises(Refused, match="the circuit breaker for every agent is open"):
-        start_agent_run(workspace, people.alice, "anything", model=ChatModel(stub.base_url, "k", "stub"))
+        start_agent_run(workspace, people.alice, "anything")
+
+
+def test_the_kill_switch_stops_a_queued_request_before_it_runs(workspace: Workspace, people: People,
+                                                                stub: ModelStub) -> None:
+    workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub"
+    queued = start_agent_run(workspace, people.alice, "add a queue")  # no worker has taken it yet
+    open_breaker(workspace, people.admin, None, "incident 43: agents off")
+    worker = Worker(workspace, loops=1, poll_seconds=0.05).start()
+    try:
+        deadline = time.monotonic() + 30
+        while workspace.store.get_job(queued.job_id or 0).status != "succeeded":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        worker.stop()
+    run = get_agent_run(workspace, people.alice, queued.id)
+    assert run.status == "stopped" and "incident 43" in (run.message or "") and stub.requests == []  # never ran
 
 
 def test_another_agents_breaker_leaves_the_built_in_agents_requests_running(workspace: Workspace, people: People,
@@ -129,12 +158,8 @@ def test_another_agents_breaker_leaves_the_built_in_agents_requests_running(work
 
     stub.turns = [meanwhile_an_admin_stops_ci_bot, tool_call("run_preview", stack="app-staging"),
                   tool_call("finish", summary="Added aws_sqs_queue.q; the plan only creates it.")]
-    run_id = start_agent_run(workspace, people.alice, "add a queue", model=ChatModel(stub.base_url, "k", "stub"))
-    deadline = time.monotonic() + 60
-    while (run := get_agent_run(workspace, people.alice, run_id))["status"] == "running":
-        assert time.monotonic() < deadline, run
-        time.sleep(0.1)
-    assert run["status"] == "done" and run["proposal_id"] is not None, run["progress"][-4:]
+    run = _run_to_its_end(workspace, people, stub, "add a queue", 60)
+    assert run.status == "done" and run.proposal_id is not None, run.progress[-4:]
     with workspace.store.session(readonly=True) as session:
         opened = [e for e in session.events() if e.kind == "breaker.opened"]
     assert opened[-1].payload["agent"] == "ci-bot" and opened[-1].payload["stopped_requests"] == []

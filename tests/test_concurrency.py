@@ -66,7 +66,7 @@ def test_the_same_proposal_applied_twice_at_once_applies_once(workspace: Workspa
     pid = open_proposal(workspace, people.alice, "bigger", "x").id
     decide(workspace, people.bob, pid, Decision.APPROVE, "")
     # another runner holds the stack, so the job waits for it until both callers have asked
-    assert workspace.store.acquire_lock("app-staging", "other-host:1", ttl_seconds=600)[0]
+    assert workspace.store.acquire_lock("app-staging", "other-host:1", ttl_seconds=600).taken
     runs = [spawn_apply(workspace, people.tokens["alice"], pid) for _ in range(2)]
     asked = [p.stderr.readline() for p in runs if p.stderr]
     workspace.store.release_lock("app-staging", "other-host:1")
@@ -91,7 +91,7 @@ def test_a_live_lock_makes_the_apply_wait_then_refuse_naming_the_holder(workspac
     Clone(workspace, tmp_path / "clone").branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     pid = open_proposal(workspace, people.alice, "bigger", "x").id
     decide(workspace, people.bob, pid, Decision.APPROVE, "")
-    taken, _ = workspace.store.acquire_lock("app-staging", "other-host:4242", ttl_seconds=600)
+    taken = workspace.store.acquire_lock("app-staging", "other-host:4242", ttl_seconds=600).taken
     assert taken
     with pytest.raises(LockTimeout, match="stack app-staging is locked by runner other-host:4242"):
         apply_proposal(workspace, people.alice, pid)

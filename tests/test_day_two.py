@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from agents.llm import ChatModel
 from gateway.adapters.records import now
 from gateway.api.app import create_app
+from gateway.composition import known_secret_values
 from gateway.domain.declaration_edit import import_declaration
 from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
@@ -41,7 +42,7 @@ from gateway.services.proposals import abandon_proposal, decide, get_proposal, o
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
 from gateway.services.users import add_principal
-from gateway.services.workspace import Workspace, known_secret_values
+from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 
 from .conftest import Clone, People, add_people, run_cli

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import InputError
 from gateway.domain.proposal import Decision
@@ -21,7 +22,7 @@ from gateway.services.drift_records import check_drift, list_drift_records
 from gateway.services.proposals import decide, open_proposal
 from gateway.services.rollback import rollback_proposal
 from gateway.services.runner import apply_proposal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people
 

@@ -26,6 +26,7 @@ from gateway.services import github as github_service
 from gateway.services import jobs as jobs_service
 from gateway.api.app import create_app
 from gateway.commands import cli
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.github import plan_fingerprint
@@ -34,7 +35,7 @@ from gateway.services.agent_requests import agent_principal
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.github import link_account
 from gateway.services.proposals import get_proposal
-from gateway.services.workspace import Workspace, create_workspace
+from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People, add_people
 from .github_fake import FakeGitHub
@@ -339,6 +340,26 @@ def test_an_approver_who_left_the_team_after_approving_no_longer_counts_at_apply
     assert ("carol's approval on GitHub no longer counts: carol is not an active member of an approver team of "
             "stack app-staging any more") in "; ".join(refusal.payload["reasons"])
     assert not world.gh.pull(number)["merged"] and get_proposal(world.ws, pid).status.value == "open"
+
+
+def test_after_the_apply_found_a_lapsed_team_membership_every_view_says_so(world: World) -> None:
+    """The apply asks GitHub and records the answer; the views (which never ask GitHub) then show what it found."""
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    fingerprint = plan_fingerprint(get_proposal(world.ws, pid).current_digests)[:12]
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
+        number, "carol", f"/gateway approve {fingerprint}")))
+    wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
+    assert world.client.get(f"/api/v1/proposals/{pid}", headers=world.auth("bob")).json()["can_apply"] is True
+    world.gh.remove_member("platform-team", "carol")
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "bob", "/gateway apply")))
+    refusal = wait_for("the apply's refusal", lambda: world.events(pid, kind="apply.refused"))[0]
+    lapsed = ("carol's approval on GitHub no longer counts: carol is not an active member of an approver team of "
+              "stack app-staging any more")
+    shown = world.client.get(f"/api/v1/proposals/{pid}", headers=world.auth("bob")).json()
+    assert shown["can_apply"] is False and lapsed in shown["blocked_by"]
+    assert shown["apply_blockers"] == refusal.payload["reasons"]
+    wait_for("the sticky comment naming it", lambda: f":no_entry: {lapsed}" in world.sticky(number))
 
 
 def push_after_approval(world: World) -> None:

@@ -23,8 +23,8 @@ from gateway.domain.errors import LockTimeout, Refused
 from gateway.domain.lifecycle import FINAL, TRANSITIONS, ProposalStatus, Transition, next_status, ways_out
 from gateway.domain.principals import Principal, PrincipalKind
 from gateway.domain.proposal import Decision, Proposal
+from gateway.ports import ApplyOutcome, Engine
 from gateway.services.main_watch import acknowledge_push, watch_main
-from gateway.services.ports import ApplyOutcome, Engine
 from gateway.services.proposals import abandon_proposal, decide, get_proposal, open_proposal
 from gateway.services.runner import _acquire, apply_proposal, merge_unmerged
 from gateway.services.workspace import Workspace

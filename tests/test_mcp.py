@@ -27,11 +27,11 @@ from gateway.domain.errors import Refused
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
 from gateway.services import external_agents
-from gateway.services.proposals import decide, get_proposal
-from gateway.services.users import add_principal, authenticate
+from gateway.services.proposals import decide, get_proposal, open_proposal
+from gateway.services.users import add_principal, authenticate, disable_principal, enable_principal, set_access
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .conftest import People
+from .conftest import Clone, People
 
 QUEUE = ('resource "aws_sqs_queue" "refunds" {\n  name = "refund-events"\n'
          '  tags = { owner = "payments", "cost-centre" = "cc-42" }\n}\n')
@@ -173,3 +173,82 @@ def test_the_call_limit_is_one_per_agent_across_every_process_serving_it(workspa
     assert external_agents.call(ws, caller, "list_stacks", {}, lambda: "ok") == "ok"  # the third
     with pytest.raises(Refused, match="editor-agent made 3 calls in the last minute"):
         external_agents.call(ws, caller, "list_stacks", {}, lambda: "ok")
+
+
+def test_an_agent_stops_acting_for_a_person_the_moment_they_are_disabled_or_lose_the_role(
+        workspace: Workspace, people: People, agents: dict[str, str]) -> None:
+    answers: dict[str, tuple[bool, str]] = {}
+
+    async def session() -> None:
+        async with stdio(workspace, agents["bound"]) as client:  # one long session: nothing is kept from its start
+            answers["before"] = await text(client, "read_file", path="gateway.yaml")
+            disable_principal(workspace, people.admin, "alice", "left the company")
+            answers["read_file"] = await text(client, "read_file", path="gateway.yaml")
+            answers["search"] = await text(client, "search", pattern="bucket")
+            answers["preview"] = await text(client, "preview", changes={"stacks/app-staging/queue.tf": QUEUE})
+            answers["propose"] = await text(client, "propose", changes={"stacks/app-staging/queue.tf": QUEUE},
+                                            reason="a queue for refund events")
+            enable_principal(workspace, people.admin, "alice", "came back")
+            set_access(workspace, people.admin, "alice", frozenset({Role.AUDITOR}), None)
+            answers["auditor"] = await text(client, "propose", changes={"stacks/app-staging/queue.tf": QUEUE},
+                                            reason="a queue for refund events")
+            set_access(workspace, people.admin, "alice", frozenset({Role.REQUESTER}), None)
+            answers["after"] = await text(client, "read_file", path="gateway.yaml")
+
+    run(session)
+    assert answers["before"] == (False, answers["after"][1]) and "stacks:" in answers["after"][1]
+    for tool in ("read_file", "search", "preview", "propose"):
+        error, said = answers[tool]
+        assert error and "alice is disabled" in said, (tool, said)
+    error, said = answers["auditor"]
+    assert error and "alice, who may not request changes" in said, said
+    with workspace.store.session(readonly=True) as session:
+        assert session.list_proposals() == []
+        refused = [e.payload for e in session.events(kind="mcp.call") if e.payload["outcome"].startswith("refused")]
+    # the refusals are in the trail, for whom the agent tried to act
+    assert {p["tool"] for p in refused} >= {"read_file", "search", "preview", "propose"}
+    assert {p["for"] for p in refused} == {"alice"}
+
+
+def test_a_disabled_requester_opens_no_proposal_whatever_the_way_in(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("queue").write("stacks/app-staging/queue.tf", QUEUE).push()
+    disable_principal(workspace, people.admin, "alice", "left the company")
+    # the principals as they were read before she was disabled: the rule reads who she is now
+    with pytest.raises(Refused, match="alice is disabled"):
+        open_proposal(workspace, people.alice, "queue", "a queue")
+    with pytest.raises(Refused, match="alice is disabled"):
+        open_proposal(workspace, people.agent, "queue", "a queue", requester=people.alice)
+    disable_principal(workspace, people.admin, "infra-agent", "retired")
+    enable_principal(workspace, people.admin, "alice", "came back")
+    with pytest.raises(Refused, match="infra-agent is disabled"):
+        open_proposal(workspace, people.agent, "queue", "a queue", requester=people.alice)
+    with workspace.store.session(readonly=True) as session:
+        assert session.list_proposals() == []
+    assert open_proposal(workspace, people.alice, "queue", "a queue").requester.name == "alice"
+
+
+@pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a|aa)+$", r"(a|a)+$"])
+def test_a_catastrophic_search_pattern_answers_quickly_and_holds_no_worker(
+        workspace: Workspace, people: People, agents: dict[str, str], clone: Clone, pattern: str) -> None:
+    # a line that makes a backtracking engine take longer than anyone waits on these patterns
+    clone.write("stacks/app-staging/notes.tf", "# " + "a" * 64 + "b\n").push("notes", author="admin")
+    answers: list[tuple[bool, str, float]] = []
+
+    async def session() -> None:
+        async with stdio(workspace, agents["bound"]) as client:
+            with anyio.fail_after(60):  # before the fix the server never answered; fail rather than hang
+                started = time.monotonic()
+                error, said = await text(client, "search", pattern=pattern)
+                answers.append((error, said, time.monotonic() - started))
+                error, said = await text(client, "search", pattern="aaab")  # the server is free again
+                answers.append((error, said, 0.0))
+
+    run(session)
+    (error, said, took), (after_error, after, _) = answers
+    assert took < 20, took
+    # refused in words, or answered (the line of a's ends in b, so it is no match); never a held worker
+    assert (error and "took too long" in said) or (not error and "notes.tf" not in said), said
+    if pattern != r"(a+)+$":  # the engine answers that one at once; these two it must stop
+        assert error and "refused: the search took too long" in said, said
+    assert not after_error and "stacks/app-staging/notes.tf:1:" in after

@@ -21,7 +21,7 @@ from gateway.domain.plan import Plan, decode_plan_bytes, load_plan
 from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severity, evaluate_plan
 from gateway.domain.proposal import Decision
 from gateway.domain.risk import RiskLevel, assess_risk
-from gateway.services.ports import StackInputs
+from gateway.ports import StackInputs
 from gateway.services.proposals import decide, get_proposal, open_proposal, override_finding
 from gateway.services.runner import apply_proposal
 from gateway.services.workspace import Workspace

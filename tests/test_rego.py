@@ -123,6 +123,7 @@ def test_a_policy_that_does_not_parse_or_cannot_finish_fails_closed(workspace: W
     slow = open_proposal(workspace, people.alice, "tags2", "cost centre moved again")
     stopped = {f.address: f.message for f in slow.findings if f.rule == "policy-error"}
     assert "the Rego interpreter stopped (signal 9)" in stopped["slow.deny"]  # and so is every rule it was asked
+    assert "policies/broken.rego:4" in stopped["slow.deny"]  # the crash names no file: the finding does
 
 
 def test_a_branch_that_changes_a_policy_is_not_judged_by_it_and_needs_config_approvers(
@@ -206,3 +207,32 @@ def test_conftest_rule_names_count_and_a_missing_package_fails_closed(workspace:
     missing = open_proposal(workspace, people.alice, "prod-q", "a queue in prod")
     [error] = [f for f in missing.findings if f.rule == "policy-error"]
     assert "no Rego package terraform.nowhere on main" in error.message
+
+
+def test_a_policy_that_fails_while_evaluated_names_its_file_and_line(workspace: Workspace, people: People,
+                                                                    clone: Clone, tmp_path: Path) -> None:
+    # two values for one complete rule: the interpreter says only "evaluation failed", with no location
+    on_main(workspace, tmp_path, {"policies/conflict.rego": "package conflict\nimport rego.v1\n\n"
+                                  "warn := \"one\" if { true }\n\nwarn := \"two\" if { true }\n"})
+    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "tags", "cost centre moved")
+    [error] = [f for f in proposal.findings if f.rule == "policy-error"]
+    assert error.severity == Severity.DENY and error.address == "conflict.warn"
+    assert "policies/conflict.rego:4" in error.message and "policies/conflict.rego:6" in error.message, error.message
+    with pytest.raises(Refused, match="policy denies app-staging:policy-error:conflict.warn"):
+        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+
+
+@pytest.mark.parametrize(("query", "error", "says"), [
+    ("data.p.deny", "evaluation failed", "evaluation failed (rule p.deny at policies/p.rego:3, policies/q.rego:2)"),
+    ("data.p.warn", "", "evaluation failed (rule p.warn at policies/p.rego, policies/q.rego)"),
+    ("data.p.deny", "bad thing\n-- policies/p.rego:3:5", "bad thing\n-- policies/p.rego:3:5"),  # located already
+    ("data.gone.deny", "the Rego interpreter stopped (signal 9)",
+     "the Rego interpreter stopped (signal 9) (rule gone.deny at no module of its package)"),
+])
+def test_an_evaluation_error_is_located_at_the_rule(query: str, error: str, says: str) -> None:
+    from gateway.domain.rego import RegoModule, RegoPolicies
+
+    policies = RegoPolicies("tree", (RegoModule("policies/p.rego", "package p\n\ndeny contains 1 if { true }\n"),
+                                     RegoModule("policies/q.rego", "package p\n  deny contains 2 if { true }\n")), {})
+    assert policies.located(query, error) == says

@@ -16,8 +16,8 @@ from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
 from gateway.domain.preview import build_preview, render_text
+from gateway.ports import EnginePlan, StackInputs
 from gateway.services.planning import plan_stack
-from gateway.services.ports import EnginePlan, StackInputs
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone
@@ -728,7 +728,7 @@ resource "null_resource" "n" {
 
 
 def test_the_parse_cache_is_capped_by_bytes() -> None:
-    from gateway.adapters.sandbox.config import _ParseCache, parse_hcl
+    from gateway.adapters.hcl import _ParseCache, parse_hcl
 
     cache = _ParseCache(max_bytes=100)
     trees = {name: parse_hcl(f"{name}.tf", f'{name} = "{"x" * 30}"\n') for name in ("a", "b", "c", "d")}

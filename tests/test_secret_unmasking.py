@@ -15,11 +15,12 @@ import structlog
 from fastapi.testclient import TestClient
 
 from gateway.api.app import create_app
+from gateway.composition import open_workspace
 from gateway.domain.errors import ConfigError
 from gateway.domain.scrubbing import REDACTED, Scrubber
 from gateway.logs import configure_logging, install_log_scrubber
 from gateway.services.proposals import open_proposal
-from gateway.services.workspace import Workspace, open_workspace, stack_secrets
+from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People, run_cli
 

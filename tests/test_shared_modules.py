@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.composition import create_workspace, sample_repo_path
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.jobs import JobKind, JobStatus
@@ -20,7 +21,7 @@ from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job, run_now_or_follow
 from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal
-from gateway.services.workspace import Workspace, create_workspace, sample_repo_path
+from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people
 

@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, text
 
 from gateway.adapters.records import now
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+from gateway.composition import create_workspace, open_workspace, terraform_setup
 from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers
 from gateway.domain.errors import ApplyError, ConfigError, PlanError
@@ -28,11 +29,11 @@ from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.preview import RENDERERS, build_preview, render_text
 from gateway.domain.proposal import Decision, ProposalStatus
+from gateway.ports import StackInputs
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job, run_now_or_follow
-from gateway.services.ports import StackInputs
 from gateway.services.proposals import decide, get_proposal, open_proposal, proposal_previews, sync_proposal
-from gateway.services.workspace import Workspace, create_workspace, open_workspace, stack_secrets, terraform_setup
+from gateway.services.workspace import Workspace, stack_secrets
 from gateway.worker import Worker
 
 from .conftest import Clone, add_people

@@ -22,16 +22,17 @@ import pytest
 from gateway.adapters.sealing import BYTES_MARK, Sealer
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.adapters.terraform_state import LIVE_FILE, LOCK_FILE, SEALED_FILE, SealedLocalState
+from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import BackendError
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.proposal import Decision
+from gateway.ports import StackInputs
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.jobs import enqueue_job, run_now_or_follow
-from gateway.services.ports import StackInputs
 from gateway.services.proposals import decide, open_proposal
-from gateway.services.workspace import Workspace, create_workspace, stack_secrets
+from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, add_people
 

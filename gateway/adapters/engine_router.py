@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.domain.errors import ConfigError
-from gateway.services.ports import ApplyOutcome, Engine, EnginePlan, StackInputs
+from gateway.ports import ApplyOutcome, Engine, EnginePlan, StackInputs
 
 
 class EngineByStack:

@@ -157,10 +157,22 @@ class GitDeclarationRepo:
     def is_ancestor(self, older: str, newer: str) -> bool:
         return bool(self.repo.is_ancestor(older, newer))
 
+    def merged_as(self, sha: str, ref: str) -> str | None:
+        """The oldest commit on `ref`'s first-parent line that contains `sha` (its merge), or None if none does."""
+        tip = self.resolve(ref)
+        if not self.is_ancestor(sha, tip):
+            return None
+        line = self._git("rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{sha}..{tip}").split()
+        return line[0] if line else tip
+
     def last_commit_touching(self, ref: str, path: str) -> str | None:
         """The newest commit on `ref` that changed `path` (what made a setting what it is)."""
         sha = self._git("log", "-1", "--format=%H", ref, "--", path).strip()
         return sha or None
+
+    def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]:
+        """The newest `limit` commits on `ref` that changed `path`, newest first."""
+        return self._git("log", f"-{limit}", "--format=%H", ref, "--", path).split()
 
     def tree_of(self, sha: str, subdir: str) -> str | None:
         """The tree id of `subdir` at `sha` (None when it does not exist): equal ids, equal files."""

@@ -15,11 +15,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import hcl2
 from lark import Tree
+from lark.exceptions import UnexpectedInput
 
-from gateway.adapters.sandbox.config import collect_references, node_name, parse_hcl
+from gateway.adapters.hcl import collect_references, node_name, parse_hcl
+from gateway.domain.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -229,15 +232,16 @@ class LiteralSecret:
 
 def find_literal_secrets(files: Mapping[str, str]) -> list[LiteralSecret]:
     """Secret-like attributes (`password`, `token`, `secret_key`, ...) set from a string literal in a resource,
-    data source, provider or module block, rather than from a variable the gateway supplies or a secret store."""
+    data source, provider or module block, rather than from a variable the gateway supplies or a secret store.
+
+    A file that mentions a secret-like word and cannot be read is refused (ConfigError naming it): an engine
+    may accept what python-hcl2 cannot parse (Terraform takes Unicode names), and a skipped file is unchecked.
+    """
     found = []
-    for text in files.values():
+    for filename, text in sorted(files.items()):
         if not _SECRET_WORD.search(text):
-            continue
-        try:
-            document = hcl2.loads(text)
-        except Exception:  # python-hcl2 raises lark's errors; the engine reports the file properly
-            continue
+            continue  # no secret-like name anywhere in it, so nothing to find
+        document = _read_for_secret_check(filename, text)
         for kind in ("resource", "data"):
             for block in document.get(kind, []):
                 for rtype, named in block.items():
@@ -249,6 +253,20 @@ def find_literal_secrets(files: Mapping[str, str]) -> list[LiteralSecret]:
                 for label, body in block.items():
                     found += _literals(f"{kind}.{_unquote(label)}", body, "")
     return found
+
+
+def _read_for_secret_check(filename: str, text: str) -> dict[str, Any]:
+    try:
+        return hcl2.loads(text)  # type: ignore[no-any-return]
+    except UnexpectedInput as exc:
+        where = f"{filename}:{exc.line}:{exc.column}"
+        cause: Exception = exc
+    except Exception as exc:  # the transformer's own errors on odd input: still a file the check could not read
+        where, cause = filename, exc
+    # no snippet of the line: the line the parser stopped on may be the one holding the secret
+    raise ConfigError(f"{where}: the gateway's secret checks cannot read this file (malformed HCL, or HCL its "
+                      "parser does not take, such as a non-ASCII name), so it is refused before planning: an "
+                      "unchecked file could hold a secret in git") from cause
 
 
 def _literals(address: str, body: object, path: str) -> list[LiteralSecret]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from lark import Tree
 
+from gateway.adapters.hcl import node_name
 from gateway.adapters.hcl_sensitivity import top_level_blocks
-from gateway.adapters.sandbox.config import node_name
 from gateway.domain.errors import ConfigError
 
 ReadDirectory = Callable[[str], Mapping[str, str]]  # repo-relative directory -> {file name: text} of its .tf files

@@ -47,12 +47,14 @@ from gateway.adapters.sql_store import (
     stack_locks,
     webhook_deliveries,
 )
+from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus
 from gateway.domain.audit import AuditEvent, Checkpoint, event_addresses, event_hash, event_outcome
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.drift import DriftRecord, DriftStatus, entries_from_json, entries_to_json
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
+from gateway.domain.locks import UNMERGED, LockAttempt, StackLock, unmerged_holder
 from gateway.domain.policy import Finding, Override
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Principal, PrincipalKind, Role
@@ -83,24 +85,21 @@ class SqlStore:
 
     # --- stack locks: committed on their own -------------------------------------------------
 
-    def acquire_lock(self, stack: str, holder: str, ttl_seconds: float) -> tuple[bool, dict[str, Any] | None]:
-        """Take the stack's lock. Returns (taken, the expired lock we broke, if any)."""
-        broken = None
+    def acquire_lock(self, stack: str, holder: str, ttl_seconds: float, proposal_id: int | None = None) -> LockAttempt:
+        """Take the stack's lock if nobody holds it; otherwise say who does (an expired holder is not broken here:
+        its apply must be settled first, see services/recovery.py)."""
         with self.db.transaction() as conn:
-            row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack).with_for_update()).mappings().first()
+            row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
             if row is not None:
-                if _aware(row["expires_at"]) > now():
-                    return False, None
-                broken = dict(row)
-                conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack))
+                return LockAttempt(False, _stack_lock(row))
             try:
                 with conn.begin_nested():
                     conn.execute(insert(stack_locks).values(
-                        stack=stack, holder=holder, acquired_at=now(),
+                        stack=stack, holder=holder, proposal_id=proposal_id, acquired_at=now(),
                         expires_at=now() + timedelta(seconds=ttl_seconds)))
-            except IntegrityError:
-                return False, None
-        return True, broken
+            except IntegrityError:  # another runner inserted it first
+                return LockAttempt(False, None)
+        return LockAttempt(True)
 
     def set_lock_apply(self, stack: str, holder: str, apply_id: int) -> None:
         with self.db.transaction() as conn:
@@ -119,37 +118,63 @@ class SqlStore:
                     lost.append(stack)
         return lost
 
-    def hand_over_lock(self, stack: str, holder: str, new_holder: str) -> None:
-        """Give a lock to a holder that never expires; only a person's action releases it."""
+    def hand_over_lock(self, stack: str, holder: str, new_holder: str) -> bool:
+        """Give a lock to a holder that never expires; only a person's action releases it. False if not held."""
         with self.db.transaction() as conn:
-            conn.execute(update(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder)
-                         .values(holder=new_holder, apply_id=None, expires_at=NEVER))
+            moved = conn.execute(update(stack_locks).where(stack_locks.c.stack == stack,
+                                                           stack_locks.c.holder == holder)
+                                 .values(holder=new_holder, apply_id=None, expires_at=NEVER))
+        return moved.rowcount == 1
 
     def release_lock(self, stack: str, holder: str) -> None:
         with self.db.transaction() as conn:
             conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
 
-    def lock_holder(self, stack: str) -> dict[str, Any] | None:
+    def lock_holder(self, stack: str) -> StackLock | None:
         with self.db.transaction(readonly=True) as conn:
             row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
-        return dict(row) if row else None
+        return _stack_lock(row) if row else None
 
-
-    def expired_locks(self) -> list[dict[str, Any]]:
+    def expired_locks(self) -> list[StackLock]:
         """Locks whose holder stopped heart-beating (kept locks of unmerged proposals never expire)."""
         with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(select(stack_locks).where(stack_locks.c.expires_at < now())).mappings()
-            return [dict(r) for r in rows]
+            return [_stack_lock(r) for r in rows]
 
-    def break_expired_lock(self, stack: str, holder: str) -> dict[str, Any] | None:
-        """Remove `holder`'s lock on `stack` if it is still expired; the broken row, or None if someone renewed it."""
+    def take_over_expired_locks(self, holder: str, new_holder: str, ttl_seconds: float) -> list[StackLock]:
+        """Move every expired lock of `holder` to `new_holder` at once; the locks as the dead holder left them.
+
+        Whoever gets them settles the dead holder's apply; a second recoverer racing for them gets none.
+        """
         with self.db.transaction() as conn:
-            row = conn.execute(select(stack_locks).where(
-                stack_locks.c.stack == stack, stack_locks.c.holder == holder).with_for_update()).mappings().first()
-            if row is None or _aware(row["expires_at"]) > now():
-                return None
-            conn.execute(delete(stack_locks).where(stack_locks.c.stack == stack, stack_locks.c.holder == holder))
-            return dict(row)
+            rows = conn.execute(select(stack_locks).where(
+                stack_locks.c.holder == holder, stack_locks.c.expires_at < now())
+                .order_by(stack_locks.c.stack).with_for_update()).mappings().all()
+            taken = [_stack_lock(r) for r in rows]
+            if taken:
+                conn.execute(update(stack_locks).where(
+                    stack_locks.c.holder == holder, stack_locks.c.stack.in_([lock.stack for lock in taken]))
+                    .values(holder=new_holder, acquired_at=now(), expires_at=now() + timedelta(seconds=ttl_seconds)))
+        return taken
+
+    def keep_locks_unmerged(self, stacks: Sequence[str], holder: str, proposal_id: int) -> list[str]:
+        """Hand `holder`'s locks (expired or not) to the unmerged proposal, taking free ones too; the ones held
+        by someone else, which the proposal could not keep."""
+        kept_by = unmerged_holder(proposal_id)
+        others = []
+        with self.db.transaction() as conn:
+            for stack in stacks:
+                row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)
+                                   .with_for_update()).mappings().first()
+                if row is None:
+                    conn.execute(insert(stack_locks).values(stack=stack, holder=kept_by, proposal_id=proposal_id,
+                                                            acquired_at=now(), expires_at=NEVER))
+                elif row["holder"] in (holder, kept_by):
+                    conn.execute(update(stack_locks).where(stack_locks.c.stack == stack).values(
+                        holder=kept_by, proposal_id=proposal_id, apply_id=None, expires_at=NEVER))
+                else:
+                    others.append(stack)
+        return others
 
     # --- jobs: claimed, heart-beaten and finished in transactions of their own ---------------
 
@@ -226,6 +251,14 @@ class SqlStore:
 NEVER = datetime(9999, 1, 1, tzinfo=UTC)
 
 
+def _stack_lock(row: Mapping[str, Any]) -> StackLock:
+    proposal_id = row.get("proposal_id")
+    if proposal_id is None and str(row["holder"]).startswith(UNMERGED):  # kept before locks named their proposal
+        proposal_id = int(str(row["holder"]).removeprefix(UNMERGED))
+    return StackLock(stack=row["stack"], holder=row["holder"], acquired_at=_aware(row["acquired_at"]),
+                     expires_at=_aware(row["expires_at"]), proposal_id=proposal_id, apply_id=row["apply_id"])
+
+
 def _job(row: Mapping[str, Any]) -> Job:
     return Job(id=row["id"], kind=JobKind(row["kind"]), proposal_id=row["proposal_id"],
                requested_by=row["requested_by"], status=JobStatus(row["status"]), runner=row["runner"],
@@ -233,6 +266,12 @@ def _job(row: Mapping[str, Any]) -> Job:
                created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"],
                args=dict(row.get("args") or {}), attempts=int(row.get("attempts") or 0),
                run_after=_aware(row["run_after"]) if row.get("run_after") else None)
+
+
+def _agent_run(row: Mapping[str, Any]) -> AgentRun:
+    return AgentRun(row["id"], row["requester_id"], row["request"], row["conversation_id"],
+                    AgentRunStatus(row["status"]), tuple(row["progress"] or ()), row["proposal_id"], row["message"],
+                    row["job_id"], _aware(row["created_at"]), _aware(row["updated_at"]))
 
 
 def _drift_record(row: Mapping[str, Any]) -> DriftRecord:
@@ -521,19 +560,60 @@ class StoreSession:
         row = self.conn.execute(select(conversations).where(conversations.c.proposal_id == proposal_id)).mappings().first()
         return dict(row) if row else None
 
-    # --- agent runs (a request the API runs in the background) -------------------------------
+    # --- agent runs (one message to the agent, run as an agent_turn job) ----------------------
 
-    def add_agent_run(self, run_id: str, requester: Principal, request: str, conversation_id: str | None) -> None:
+    def add_agent_run(self, run_id: str, requester: Principal, request: str, conversation_id: str,
+                      job_id: int) -> None:
         self.conn.execute(insert(agent_runs).values(
-            id=run_id, requester_id=requester.id, request=request, conversation_id=conversation_id,
-            status="running", progress=[], created_at=now(), updated_at=now()))
+            id=run_id, requester_id=requester.id, request=request, conversation_id=conversation_id, job_id=job_id,
+            status=AgentRunStatus.QUEUED.value, progress=[], created_at=now(), updated_at=now()))
 
-    def update_agent_run(self, run_id: str, **values: Any) -> None:
-        self.conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(updated_at=now(), **values))
+    def begin_agent_run(self, run_id: str) -> bool:
+        """A worker starts the queued run; False when it is no longer queued (the breaker stopped it meanwhile)."""
+        return self._move_agent_run(run_id, {AgentRunStatus.QUEUED}, status=AgentRunStatus.RUNNING.value) == 1
 
-    def agent_run(self, run_id: str) -> dict[str, Any] | None:
+    def record_agent_run_progress(self, run_id: str, steps: Sequence[str]) -> None:
+        self.conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(
+            progress=list(steps), updated_at=now()))
+
+    def finish_agent_run(self, run_id: str, status: AgentRunStatus, message: str | None,
+                         proposal_id: int | None = None) -> bool:
+        """The turn's own end. A run the breaker marked stopped while it ran takes the turn's fuller account; one
+        that recovery already recorded interrupted keeps that (its job says so too)."""
+        return self._move_agent_run(run_id, {AgentRunStatus.RUNNING, AgentRunStatus.STOPPED}, status=status.value,
+                                    message=message, proposal_id=proposal_id) == 1
+
+    def end_abandoned_agent_run(self, run_id: str, status: AgentRunStatus, message: str) -> bool:
+        """Recovery's end of a run whose job ended without it (its worker died): only while it is unfinished."""
+        return self._move_agent_run(run_id, UNFINISHED, status=status.value, message=message) == 1
+
+    def abandoned_agent_runs(self) -> list[tuple[AgentRun, Job]]:
+        """Unfinished runs whose job has ended: what a dead worker left behind."""
+        unfinished = [s.value for s in UNFINISHED]
+        rows = self.conn.execute(
+            select(agent_runs, jobs.c.status.label("job_status"), jobs.c.runner.label("job_runner"))
+            .join(jobs, jobs.c.id == agent_runs.c.job_id)
+            .where(agent_runs.c.status.in_(unfinished), jobs.c.status.not_in(unfinished))).mappings()
+        return [(_agent_run(r), self._job_of_run(r)) for r in rows]
+
+    def _job_of_run(self, row: Mapping[str, Any]) -> Job:
+        return Job(id=row["job_id"], kind=JobKind.AGENT_TURN, proposal_id=None, requested_by=row["requester_id"],
+                   status=JobStatus(row["job_status"]), runner=row["job_runner"])
+
+    def conversation_has_unfinished_run(self, conversation_id: str) -> bool:
+        """A message to this conversation is queued or running (a second one waits for it to end)."""
+        return self.conn.scalar(select(func.count()).select_from(agent_runs).where(
+            agent_runs.c.conversation_id == conversation_id,
+            agent_runs.c.status.in_([s.value for s in UNFINISHED]))) > 0
+
+    def agent_run(self, run_id: str) -> AgentRun | None:
         row = self.conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
-        return dict(row) if row else None
+        return _agent_run(row) if row else None
+
+    def _move_agent_run(self, run_id: str, from_statuses: Collection[AgentRunStatus], **values: Any) -> int:
+        query = update(agent_runs).where(agent_runs.c.id == run_id,
+                                         agent_runs.c.status.in_([s.value for s in from_statuses]))
+        return int(self.conn.execute(query.values(updated_at=now(), **values)).rowcount)
 
     # --- jobs ------------------------------------------------------------------------------
 
@@ -816,11 +896,13 @@ class StoreSession:
                                                         changed_at=now()))
 
     def stop_agent_runs(self, reason: str) -> list[str]:
-        """Mark every running agent request stopped (each run also checks the breaker between its steps)."""
-        running = list(self.conn.scalars(select(agent_runs.c.id).where(agent_runs.c.status == "running")))
+        """Mark every queued or running agent request stopped (each run also checks the breaker between its steps,
+        and a queued one is not started)."""
+        unfinished = [s.value for s in UNFINISHED]
+        running = list(self.conn.scalars(select(agent_runs.c.id).where(agent_runs.c.status.in_(unfinished))))
         if running:
             self.conn.execute(update(agent_runs).where(agent_runs.c.id.in_(running)).values(
-                status="stopped", message=reason, updated_at=now()))
+                status=AgentRunStatus.STOPPED.value, message=reason, updated_at=now()))
         return running
 
     # --- applies ---------------------------------------------------------------------------
@@ -923,10 +1005,17 @@ class StoreSession:
                 yield _event(row)
             after = rows[-1]["seq"]
 
-    def add_checkpoint(self, checkpoint: Checkpoint) -> None:
-        """Keep a signed checkpoint (once per event: a second one of the same head changes nothing)."""
-        if self.conn.scalar(select(audit_checkpoints.c.seq).where(audit_checkpoints.c.seq == checkpoint.seq)) is None:
-            self.conn.execute(insert(audit_checkpoints).values(**checkpoint.to_json()))
+    def add_checkpoint(self, checkpoint: Checkpoint) -> bool:
+        """Keep a signed checkpoint, once per event: a second one of the same head (another worker signing it at the
+        same moment) changes nothing. Whether this one was kept."""
+        if self.conn.scalar(select(audit_checkpoints.c.seq).where(audit_checkpoints.c.seq == checkpoint.seq)) is not None:
+            return False
+        try:
+            with self.conn.begin_nested():  # a racing signer's insert of the same seq wins; this one is not needed
+                self.conn.execute(insert(audit_checkpoints).values(**checkpoint.to_json()))
+        except IntegrityError:
+            return False
+        return True
 
     def checkpoints(self) -> list[Checkpoint]:
         rows = self.conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.seq)).mappings()

@@ -91,8 +91,12 @@ class RegoEvaluator:
             try:
                 answer = self._ask({"input": input_document, "queries": list(queries)})
             except _Crashed as exc:
-                return Evaluation(errors={q: str(exc) for q in queries}, module_errors=dict(self.module_errors))
-        return Evaluation(answer["results"], answer["errors"], dict(self.module_errors))
+                errors = {q: str(exc) for q in queries}
+                return Evaluation(errors=self._located(errors), module_errors=dict(self.module_errors))
+        return Evaluation(answer["results"], self._located(answer["errors"]), dict(self.module_errors))
+
+    def _located(self, errors: dict[str, str]) -> dict[str, str]:
+        return {query: self.policies.located(query, error) for query, error in errors.items()}
 
     def close(self) -> None:
         with self._lock:

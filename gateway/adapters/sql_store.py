@@ -159,12 +159,13 @@ agent_runs = Table(
     Column("requester_id", String(36), nullable=False),
     Column("request", Text, nullable=False),
     Column("conversation_id", String(36), nullable=True),
-    Column("status", String(20), nullable=False),  # running | done | stopped | failed
+    Column("status", String(20), nullable=False),  # domain.agent_runs.AgentRunStatus
     Column("progress", JSON, nullable=False),
     Column("proposal_id", Integer, nullable=True),
     Column("message", Text, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("job_id", Integer, nullable=True),  # migration 17: the agent_turn job that runs it
 )
 
 stack_locks = Table(
@@ -174,6 +175,7 @@ stack_locks = Table(
     Column("apply_id", Integer, nullable=True),
     Column("acquired_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("proposal_id", Integer, nullable=True),  # migration 15: whose apply the lock serves (crash recovery)
 )
 
 stack_states = Table(
@@ -507,6 +509,21 @@ def _one_turn_per_conversation(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE conversations ADD COLUMN running_turn VARCHAR(36)"))
 
 
+def _lock_owners(conn: Connection) -> None:
+    """A stack lock names the proposal whose apply holds it, so a dead runner's apply is found from its lock."""
+    if "proposal_id" not in {c["name"] for c in inspect(conn).get_columns("stack_locks")}:
+        conn.execute(text("ALTER TABLE stack_locks ADD COLUMN proposal_id INTEGER"))
+
+
+def _agent_turns_as_jobs(conn: Connection) -> None:
+    """Agent turns run as jobs (heartbeat, recovery); a turn that ran as a thread of an API process before has no
+    job to recover it, and its process is gone with the upgrade: it is recorded interrupted, not left running."""
+    if "job_id" not in {c["name"] for c in inspect(conn).get_columns("agent_runs")}:
+        conn.execute(text("ALTER TABLE agent_runs ADD COLUMN job_id INTEGER"))
+    conn.execute(agent_runs.update().where(agent_runs.c.status == "running", agent_runs.c.job_id.is_(None)).values(
+        status="interrupted", message="the gateway was upgraded while this request ran; ask again", updated_at=_now()))
+
+
 def _job_retries(conn: Connection) -> None:
     """A job that failed on GitHub's bad moment is tried again later: its attempts, and when it may run next."""
     present = {c["name"] for c in inspect(conn).get_columns("jobs")}
@@ -532,7 +549,9 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (12, _main_pushes),
     (13, _one_turn_per_conversation),
     (14, _day_two),
-    (16, _job_retries),  # 15 is another change's; the numbers need not be contiguous, only unique
+    (15, _lock_owners),
+    (16, _job_retries),  # a webhook job's retries
+    (17, _agent_turns_as_jobs),
 ]
 
 

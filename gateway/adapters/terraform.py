@@ -35,7 +35,7 @@ from gateway.adapters.sandbox.config import repository_root
 from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.terraform_state import SealedLocalState
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
-from gateway.services.ports import ApplyOutcome, EnginePlan, StackInputs
+from gateway.ports import ApplyOutcome, EnginePlan, StackInputs
 
 log = structlog.get_logger(__name__)
 

@@ -9,18 +9,19 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.sessions import SessionMiddleware
 
 from gateway.adapters.keyfiles import private_key_file
 from gateway.api import day_two, pages, routes
-from gateway.api.errors import error_body, status_for
+from gateway.api.errors import error_body, invalid_request, status_for
 from gateway.api.scrubbing import ScrubResponses
+from gateway.composition import open_workspace
 from gateway.config import Settings
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.mcp_server import McpMount
 from gateway.services.github import require_webhook_secret
-from gateway.services.workspace import open_workspace
 from gateway.worker import Worker
 
 
@@ -73,6 +74,10 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
         return pages.render(request, "error.html", None, status_code=status_for(exc),
                             title="Refused" if isinstance(exc, Refused) else "Could not do that", reasons=reasons,
                             back=request.headers.get("referer"))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        return await _gateway_error(request, invalid_request(exc))
 
     return app
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.domain.errors import AuthError
+from gateway.domain.errors import AuthError, NotFound
 from gateway.domain.principals import Principal
 from gateway.services.users import authenticate
 from gateway.services.workspace import Workspace
@@ -37,11 +37,12 @@ def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
     principal_id = request.session.get("principal")
     if not principal_id:
         raise AuthError("sign in first")
-    with ws.store.session(readonly=True) as session:
-        try:
-            principal = session.principal(principal_id)
-        except Exception:
-            principal = None
+    # only "no such person" ends the session; a database error is the database's (503), not a sign-out
+    try:
+        with ws.store.session(readonly=True) as session:
+            principal: Principal | None = session.principal(principal_id)
+    except NotFound:
+        principal = None
     if principal is None or principal.disabled:  # a disabled person's sessions end at once
         request.session.clear()
         raise AuthError("your session is no longer valid; sign in again")

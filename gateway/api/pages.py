@@ -98,8 +98,8 @@ def create_request(request: Request, ws: WorkspaceDep, actor: PageActorDep, text
     check_csrf(request, csrf)
     if not text.strip():
         raise InputError("the request is empty: say what you want changed")
-    run_id = start_agent_run(ws, actor, text, conversation or None)
-    return RedirectResponse(f"/requests/{run_id}", status_code=303)
+    run = start_agent_run(ws, actor, text, conversation or None)
+    return RedirectResponse(f"/requests/{run.id}", status_code=303)
 
 
 @router.get("/requests/{run_id}")

@@ -56,18 +56,13 @@ def health(ws: WorkspaceDep) -> Health:
 @router.post("/requests", response_model=RequestPublic, status_code=202, tags=["agent"])
 def create_request(body: RequestCreate, ws: WorkspaceDep, actor: ActorDep) -> RequestPublic:
     """Ask the agent for a change; follow its progress at /requests/{id}."""
-    run_id = start_agent_run(ws, actor, body.text, body.conversation_id)
-    return RequestPublic(**_run(get_agent_run(ws, actor, run_id)))
+    return RequestPublic.of(start_agent_run(ws, actor, body.text, body.conversation_id))
 
 
 @router.get("/requests/{run_id}", response_model=RequestPublic, tags=["agent"])
 def read_request(run_id: str, ws: WorkspaceDep, actor: ActorDep) -> RequestPublic:
-    return RequestPublic(**_run(get_agent_run(ws, actor, run_id)))
-
-
-def _run(run: dict) -> dict:
-    return {**{k: run[k] for k in ("id", "status", "progress", "proposal_id", "conversation_id", "message")},
-            "question": run["message"] if run["status"] == "waiting" else None}
+    """Where the request is: queued, running, or how it ended (poll until `finished`)."""
+    return RequestPublic.of(get_agent_run(ws, actor, run_id))
 
 
 @router.get("/proposals", response_model=list[ProposalSummary], tags=["proposals"])

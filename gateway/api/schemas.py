@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from gateway.domain.agent_runs import AgentRun, AgentRunStatus
 from gateway.domain.jobs import Job
 
 
@@ -29,13 +30,20 @@ class RequestCreate(BaseModel):
 
 class RequestPublic(BaseModel):
     id: str
-    status: Literal["running", "waiting", "done", "stopped", "failed"]
+    status: AgentRunStatus
+    finished: bool = Field(description="the turn has ended (any status but queued and running): stop polling")
     progress: list[str]
     proposal_id: int | None
     conversation_id: str | None
     message: str | None
     question: str | None = Field(default=None, description="status waiting: the agent's question; answer it with a "
                                                            "new request in the same conversation_id")
+
+    @classmethod
+    def of(cls, run: AgentRun) -> RequestPublic:
+        return cls(id=run.id, status=run.status, finished=run.finished, progress=list(run.progress),
+                   proposal_id=run.proposal_id, conversation_id=run.conversation_id, message=run.message,
+                   question=run.question)
 
 
 class DecisionPublic(BaseModel):
@@ -88,6 +96,8 @@ class ProposalPublic(ProposalSummary):
     risk: str
     required_approvals: int
     blocked_by: list[str]
+    can_apply: bool = Field(description="you may apply it now: the runner would not refuse you")
+    apply_blockers: list[str] = Field(description="why an apply by you would be refused now (empty: it would not)")
     pending: list[str] = Field(default_factory=list, description="what moved since the plans; a plan job catches up")
     jobs: list[dict[str, Any]] = Field(default_factory=list, description="the proposal's plan and apply jobs")
     agent_claim: str | None

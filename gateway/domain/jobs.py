@@ -13,6 +13,7 @@ class JobKind(StrEnum):
     APPLY = "apply"  # apply an approved proposal and merge it
     WEBHOOK = "webhook"  # handle one GitHub webhook delivery (args: delivery)
     PUBLISH = "publish"  # bring the proposal's pull request up to date: sticky comment, checks
+    AGENT_TURN = "agent_turn"  # run one message of a person to the agent (args: run)
 
 
 class JobStatus(StrEnum):

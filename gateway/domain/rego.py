@@ -62,6 +62,26 @@ class RegoPolicies:
         return sorted(f"data.{package}.{rule}" for package, modules in chosen.items()
                       for rule in set().union(*(m.rules for m in modules)) if severity_of(rule) is not None)
 
+    def rule_lines(self, query: str) -> list[str]:
+        """`path:line` of each definition of the rule `data.PKG.RULE` (a rule may be defined several times, in
+        several files of its package); the package's files when no definition is found."""
+        package, rule = query.removeprefix("data.").rsplit(".", 1)
+        modules = self.packages.get(package, [])
+        head = re.compile(rf"^[ \t]*{re.escape(rule)}\b", re.MULTILINE)
+        found = [f"{m.path}:{m.source.count(chr(10), 0, match.start()) + 1}"
+                 for m in modules for match in head.finditer(m.source)]
+        return found or [m.path for m in modules]
+
+    def located(self, query: str, error: str) -> str:
+        """The interpreter's error, naming the file and line of the rule when the error does not: rego-cpp's
+        runtime errors ("evaluation failed") and a crash of its process carry no location of their own."""
+        if ".rego:" in error:
+            return error
+        where = ", ".join(self.rule_lines(query)) or "no module of its package"
+        first, _, rest = error.strip().partition("\n")
+        return f"{first or 'evaluation failed'} (rule {query.removeprefix('data.')} at {where})" + \
+            (f"\n{rest}" if rest else "")
+
     def tests(self, packages: Sequence[str] | None) -> list[str]:
         chosen = self.packages if packages is None else {p: m for p, m in self.packages.items() if p in packages}
         return sorted(f"data.{package}.{rule}" for package, modules in chosen.items()

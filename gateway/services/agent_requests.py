@@ -69,9 +69,8 @@ def agent_principal(ws: Workspace) -> Principal:
     return agent
 
 
-def submit_request(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
-                   model: Model | None = None, progress: Progress | None = None) -> RequestOutcome:
-    """Run the agent on one request (or a follow-up) and open or update its proposal."""
+def check_request(person: Principal, text: str) -> str:
+    """The request as the agent gets it (stripped), or why it cannot be asked at all."""
     if person.is_agent or not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
         raise Refused([f"{person.name} may not request changes"])
     text = text.strip()
@@ -79,14 +78,30 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         raise InputError("the request is empty: say what you want changed")
     if len(text) > MAX_REQUEST:
         raise InputError(f"the request is too long ({len(text)} characters, at most {MAX_REQUEST})")
+    return text
+
+
+def submit_request(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None,
+                   model: Model | None = None, progress: Progress | None = None,
+                   turn_id: str | None = None) -> RequestOutcome:
+    """Run the agent on one request (or a follow-up) and open or update its proposal.
+
+    `turn_id` names the turn's hold on the conversation, so that the recovery of a turn whose worker died can
+    let go of it (a fresh id when not given)."""
+    text = check_request(person, text)
     model = model or model_from_settings(ws)
     agent = agent_principal(ws)
     stopped = agent_stop_reason(ws, agent)
     if stopped:
         raise Refused([stopped])
     conversation = _conversation(ws, person, conversation_id)
-    with _holding(ws, conversation.id) as hold:
+    with _holding(ws, conversation.id, turn_id or uuid.uuid4().hex) as hold:
         return _run_turn(ws, person, agent, conversation, text, model, progress, hold)
+
+
+def open_conversation(ws: Workspace, person: Principal) -> str:
+    """A new conversation of `person` with the agent, on a branch of its own; its id."""
+    return _conversation(ws, person, None).id
 
 
 @dataclass(frozen=True)
@@ -102,7 +117,7 @@ class _Hold:
     Once it lapsed and another turn took the conversation over, it is lost for good: this turn stops."""
     ws: Workspace
     conversation_id: str
-    turn: str = field(default_factory=lambda: uuid.uuid4().hex)
+    turn: str
     lost: bool = False
 
     def renew(self) -> bool:
@@ -121,9 +136,9 @@ class _Hold:
 
 
 @contextmanager
-def _holding(ws: Workspace, conversation_id: str) -> Iterator[_Hold]:
+def _holding(ws: Workspace, conversation_id: str, turn: str) -> Iterator[_Hold]:
     """One turn at a time per conversation: a second concurrent turn is refused, not interleaved."""
-    hold = _Hold(ws, conversation_id)
+    hold = _Hold(ws, conversation_id, turn)
     with ws.store.session() as session:
         held = session.hold_conversation(conversation_id, hold.turn, _hold_until(ws))
     if not held:
@@ -135,10 +150,12 @@ def _holding(ws: Workspace, conversation_id: str) -> Iterator[_Hold]:
             session.release_conversation(conversation_id, hold.turn)  # never another turn's hold
 
 
-def check_conversation_free(ws: Workspace, conversation_id: str) -> None:
-    """Refuse at once (before starting a background turn) when a turn already holds the conversation."""
+def check_conversation_free(ws: Workspace, person: Principal, conversation_id: str) -> None:
+    """Refuse at once (before queueing a turn) a conversation that is not the person's, or that a turn holds or
+    waits to run in."""
+    _conversation(ws, person, conversation_id)
     with ws.store.session(readonly=True) as session:
-        if session.conversation_busy(conversation_id):
+        if session.conversation_busy(conversation_id) or session.conversation_has_unfinished_run(conversation_id):
             raise Conflict(_busy(conversation_id))
 
 

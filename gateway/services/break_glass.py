@@ -20,9 +20,10 @@ from gateway.domain.break_glass import (
     confirm_refusals,
     open_refusals,
 )
-from gateway.domain.errors import GatewayError, InputError, Refused
+from gateway.domain.errors import ConfigError, GatewayError, InputError, Refused
 from gateway.domain.principals import SYSTEM_NAME, Principal
 from gateway.domain.proposal import Proposal
+from gateway.domain.repo_settings import BreakGlassSettings
 from gateway.services import audit as audit_service
 from gateway.services.drift_records import CHECKED, check_drift
 from gateway.services.workspace import Workspace
@@ -116,11 +117,27 @@ def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, not
     return get_window(ws, window_id)
 
 
+def _sweep_settings(ws: Workspace) -> BreakGlassSettings:
+    """Main's break-glass settings. When main's gateway.yaml does not parse (pushed outside the gateway, which holds
+    applies until acknowledged), time keeps running on open windows by the last gateway.yaml on main that did."""
+    try:
+        return ws.repo_settings().break_glass
+    except ConfigError as exc:
+        for sha in ws.repo.commits_touching(ws.main_branch(), "gateway.yaml")[1:]:
+            try:
+                settings = ws.repo_settings(sha).break_glass
+            except ConfigError:
+                continue
+            log.warning("break_glass.sweep_with_older_settings", commit=sha, error=str(exc))
+            return settings
+        raise
+
+
 def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str]:
     """Record what time did to the windows (workers call this): settled once their drift is gone, flagged overdue
     past the codify deadline (once, in the trail)."""
     moment = moment or now()
-    settings = ws.repo_settings().break_glass
+    settings = _sweep_settings(ws)
     done = []
     for window in windows_of(ws):
         if window.ended_at is None or window.ended_at > moment or window.codified_at or window.acknowledged_at:
@@ -180,13 +197,9 @@ def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[Break
     return [w for w in windows_of(ws) if w.state(moment, settings) == WindowState.OVERDUE]
 
 
-def break_glass_refusals(ws: Workspace, proposal: Proposal, moment: datetime | None = None) -> list[str]:
-    """An apply on a stack with an overdue break-glass window waits for the group's acknowledgement."""
-    settings = ws.repo_settings().break_glass
-    return [f"stack {w.stack}: break-glass window {w.id} ({w.reason}) ended at {w.ended_at:%Y-%m-%d %H:%M} UTC and its "
-            f"drift was not codified by {w.codify_by(settings):%Y-%m-%d %H:%M} UTC; the break-glass group "
-            f"acknowledges it (`gateway break-glass acknowledge {w.id} -m why`) before an apply there"
-            for w in overdue_windows(ws, moment) if w.stack in proposal.stacks]
+def windows_on(ws: Workspace, proposal: Proposal) -> tuple[BreakGlassWindow, ...]:
+    """The break-glass windows on the proposal's stacks (the apply rule decides which are overdue)."""
+    return tuple(w for w in windows_of(ws) if w.stack in proposal.stacks)
 
 
 def windows_of(ws: Workspace, stack: str | None = None) -> list[BreakGlassWindow]:

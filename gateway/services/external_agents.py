@@ -28,7 +28,7 @@ from gateway.adapters.records import EventQuery, now
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
-from gateway.domain.principals import Principal, Role
+from gateway.domain.principals import Principal, requester_refusals
 from gateway.domain.proposal import Proposal
 from gateway.services.planning import ChangeOrigin, plan_directory
 from gateway.services.proposals import get_proposal, open_proposal
@@ -46,25 +46,24 @@ class Caller:
 
 
 def caller_of(ws: Workspace, principal: Principal) -> Caller:
-    """The agent and the person it acts for; anything else is refused."""
+    """The agent and the person it acts for, as the store holds them now; anything else is refused."""
     if not principal.is_agent:
         raise Refused([f"{principal.name} is not an agent: the MCP server is for agents acting for a person"])
     if principal.acting_for is None:
         raise Refused([f"{principal.name} acts for no person; an admin binds it with "
                        f"`gateway users add NAME --agent --for PERSON`"])
     with ws.store.session(readonly=True) as session:
-        person = session.principal(principal.acting_for)
-    if person.is_agent or not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
-        raise Refused([f"{principal.name} acts for {person.name}, who may not request changes"])
-    return Caller(principal, person)
+        return Caller(session.principal(principal.id), session.principal(principal.acting_for))
 
 
 def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any], work: Callable[[], T]) -> T:
-    """One tool call: rate-limited, recorded (arguments as a digest) with its outcome, secrets scrubbed."""
+    """One tool call: rate-limited, allowed only while the agent and its person may act, recorded (arguments
+    as a digest) with its outcome, secrets scrubbed."""
     digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
     outcome = "ok"
     try:
         _rate_limit(ws, caller.agent)
+        _require_standing(ws, caller)
         result = work()
         return ws.scrubber.scrub(result) if isinstance(result, str) else ws.scrubber.scrub_data(result)
     except GatewayError as exc:
@@ -75,6 +74,18 @@ def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any],
             session.append_event(caller.agent, "mcp.call", {
                 "tool": tool, "for": caller.person.name, "arguments_sha256": digest,
                 "outcome": ws.scrubber.scrub(outcome)[:500]})
+
+
+def _require_standing(ws: Workspace, caller: Caller) -> None:
+    """At every call, read again: a person disabled or stripped of the role since the agent connected (a stdio
+    session lasts as long as its client likes) stops the agent's very next call, reads included."""
+    with ws.store.session(readonly=True) as session:
+        agent, person = session.principal(caller.agent.id), session.principal(caller.person.id)
+    if agent.disabled:
+        raise Refused([f"{agent.name} is disabled"])
+    reasons = requester_refusals(person)
+    if reasons:
+        raise Refused([f"{agent.name} acts for {person.name}, who may not request changes: {'; '.join(reasons)}"])
 
 
 def _rate_limit(ws: Workspace, agent: Principal) -> None:

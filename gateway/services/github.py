@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import structlog
 
 from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
 from gateway.adapters.records import now
-from gateway.domain.approvals import approval_blockers, required_approvals
+from gateway.domain.apply_blockers import GITHUB_AUTH, TeamCheck, standing_blockers
+from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import ConfigError, GatewayError, InputError, NotFound, Refused
 from gateway.domain.github import PullRequestView, not_counted, pull_request_checks, render_comment
-from gateway.domain.jobs import JobKind
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
@@ -33,7 +35,6 @@ log = structlog.get_logger(__name__)
 
 FAILURES_SHOWN = 3  # the newest distinct job failures the comment shows (each is in the trail)
 PUBLISH_RETRY_SECONDS = 30.0  # after a failed publish (GitHub down, rate-limited), wait this long
-GITHUB_AUTH = ("github-review", "github-comment")  # how a decision made on GitHub was authenticated
 _forges = threading.local()
 
 
@@ -179,6 +180,9 @@ def page_url(ws: Workspace, proposal_id: int) -> str:
 
 
 def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
+    # imported late: the facts include GitHub team checks, which this module gathers
+    from gateway.services.apply_facts import gather_apply_facts
+
     settings = ws.repo_settings()
     moment = now()
     with ws.store.session(readonly=True) as session:
@@ -193,7 +197,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         proposal=proposal,
         previews=proposal_previews(ws, proposal),
         required_approvals=required_approvals(proposal, settings),
-        blocked_by=approval_blockers(proposal, settings, moment) if proposal.status in DECIDABLE else [],
+        blocked_by=standing_blockers(gather_apply_facts(ws, proposal)) if proposal.status in DECIDABLE else [],
         claim_issues=claim_issues(ws, proposal),
         pending=pending_changes(ws, proposal),
         approver_groups={s: sorted(settings.stacks[s].approver_groups) for s in proposal.stacks
@@ -247,26 +251,41 @@ def verified_groups(forge: GitHubForge, principal: Principal, login: str) -> tup
     return frozenset(g for g, member in checked.items() if member), checked
 
 
-def github_approval_refusals(ws: Workspace, proposal: Proposal) -> list[str]:
-    """At apply: every approval given on GitHub still needs its maker in an allowed team now."""
-    forge = forge_of(ws)
-    if forge is None:
-        return []
-    settings = ws.repo_settings()
-    reasons = []
+def github_team_checks(ws: Workspace, proposal: Proposal, ask_github: bool) -> dict[str, TeamCheck]:
+    """The team membership of each person whose current approval was given on GitHub (principal id -> check).
+
+    Asked of GitHub now when `ask_github` (the apply; each answer is recorded as `github.team_check`, so the
+    views show what the apply found); otherwise the last check recorded for the person, because a read never
+    writes nor waits on GitHub (a check of an account no longer linked to them counts for nothing).
+    """
+    if ws.repo_settings().github is None:  # no forge on main: GitHub approvals are not re-checked
+        return {}
+    forge = forge_of(ws) if ask_github else None
+    checks: dict[str, TeamCheck] = {}
     for approval in proposal.current_approvals:
         if not approval.auth.startswith(GITHUB_AUTH):
             continue
+        person = approval.principal
         with ws.store.session(readonly=True) as session:  # the linked account now, not the login of then
-            login = session.github_login_of(approval.principal.id)
-        groups, _ = verified_groups(forge, approval.principal, login) if login else (frozenset(), {})
-        missing = [f"stack {s}" for s in proposal.stacks
-                   if s in settings.stacks and not groups & settings.stacks[s].approver_groups]
-        if any(settings.is_protected_path(p) for p in proposal.changed_paths) and \
-                not groups & settings.config_approver_groups:
-            missing.append("the protected paths")
-        if missing:
-            reasons.append(f"{approval.principal.name}'s approval on GitHub no longer counts: "
-                           f"{login or 'their GitHub account'} is not an active member of an approver team of "
-                           f"{', '.join(missing)} any more")
-    return reasons
+            login = session.github_login_of(person.id)
+            recorded = session.events(actor=person.name, kind="github.team_check") if forge is None else []
+        if forge is not None:
+            groups, asked = verified_groups(forge, person, login) if login else (frozenset(), {})
+            with ws.store.session() as session:
+                session.append_event(person, "github.team_check", {
+                    "login": login, "teams": {g: forge.settings.teams[g] for g in asked}, "active": sorted(groups),
+                    "not_member": sorted(g for g, ok in asked.items() if not ok), "head_sha": proposal.head_sha,
+                    "at_apply": True}, proposal.id, proposal.stacks)
+        else:
+            last = recorded[-1].payload if recorded else {}
+            groups = frozenset(last.get("active", ())) if login and last.get("login") == login else frozenset()
+        checks[person.id] = TeamCheck(login, groups)
+    return checks
+
+
+def run_publish_job(ws: Workspace, job: Job, runner: str,
+                    progress: Callable[[str], None]) -> tuple[JobStatus, dict[str, Any], None]:
+    """The job handler of publish jobs (see gateway/composition.py): bring the pull request up to date."""
+    if job.proposal_id is None:
+        raise NotFound(f"job {job.id} names no proposal")
+    return JobStatus.SUCCEEDED, {"pull_request": publish(ws, job.proposal_id)}, None

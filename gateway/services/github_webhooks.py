@@ -26,7 +26,7 @@ from gateway.domain.github import (
     plan_fingerprint,
     signature_valid,
 )
-from gateway.domain.jobs import Job, JobKind
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
@@ -447,3 +447,9 @@ def _pull_number(payload: Mapping) -> int | None:
 def _proposal_id(ws: Workspace, forge: GitHubForge, number: int) -> int | None:
     with ws.store.session(readonly=True) as session:
         return session.proposal_for_pull_request(forge.settings.repository, number)
+
+
+def run_webhook_job(ws: Workspace, job: Job, runner: str,
+                    progress: Callable[[str], None]) -> tuple[JobStatus, dict[str, Any], None]:
+    """The job handler of webhook deliveries (see gateway/composition.py)."""
+    return JobStatus.SUCCEEDED, handle_delivery(ws, job), None

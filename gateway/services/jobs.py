@@ -17,16 +17,18 @@ from typing import Any
 import structlog
 
 from gateway.adapters.records import now
-from gateway.domain.approvals import apply_refusals
+from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
 from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services.github import publish
+from gateway.services.agent_runs import interrupt_abandoned_turns
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.heartbeat import Heartbeat
 from gateway.services.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
-from gateway.services.runner import ApplyReport, apply_proposal, record_interrupted
+from gateway.services.recovery import interrupt_stale_jobs, recover_expired_locks
+from gateway.services.runner import ApplyReport, apply_proposal
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -65,7 +67,7 @@ def approve_proposal(ws: Workspace, actor: Principal, proposal_id: int, comment:
     """Record an approval; when gateway.yaml sets `auto_apply` and it was the last one needed, queue the apply."""
     proposal = decide(ws, actor, proposal_id, Decision.APPROVE, comment, seen_sha, auth, seen_digests)
     settings = ws.repo_settings()
-    if not settings.auto_apply or apply_refusals(actor, proposal, settings, now()):
+    if not settings.auto_apply or apply_blockers(gather_apply_facts(ws, proposal, actor)):
         return proposal, None
     return proposal, enqueue_job(ws, actor, JobKind.APPLY, proposal_id)
 
@@ -83,16 +85,10 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     status, result, error = JobStatus.FAILED, {}, None
     unavailable: Unavailable | None = None
     try:
-        if job.kind == JobKind.PLAN:
-            status, result = _run_plan(ws, job, progress)
-        elif job.kind == JobKind.APPLY:
-            status, result, error = _run_apply(ws, job, runner, progress)
-        elif job.kind == JobKind.PUBLISH:
-            status, result = JobStatus.SUCCEEDED, {"pull_request": publish(ws, _proposal_id(job))}
-        else:
-            from gateway.services.github_webhooks import handle_delivery  # it queues jobs itself: imported late
-
-            status, result = JobStatus.SUCCEEDED, handle_delivery(ws, job)
+        handler = ws.job_handlers.get(job.kind)
+        if handler is None:  # a workspace wired without its handlers: say so rather than guess
+            raise NotFound(f"this process has no handler for {job.kind.value} jobs")
+        status, result, error = handler(ws, job, runner, progress)
     except Refused as exc:
         status, result, error = JobStatus.REFUSED, {"reasons": exc.reasons}, "; ".join(exc.reasons)
     except Unavailable as exc:
@@ -145,18 +141,20 @@ def _worth_recording(job: Job, status: JobStatus, result: Mapping[str, Any]) -> 
     return not (job.kind == JobKind.WEBHOOK and status == JobStatus.SUCCEEDED and "ignored" in result)
 
 
-def _run_plan(ws: Workspace, job: Job, progress: Progress) -> tuple[JobStatus, dict[str, Any]]:
+def run_plan_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], None]:
+    """A plan job: catch the proposal up with its branch, main and its stacks' state."""
     progress(f"re-planning proposal {job.proposal_id}")
-    _, changes = sync_proposal(ws, _proposal_id(job))
+    _, changes = sync_proposal(ws, proposal_id_of(job))
     for change in changes:
         progress(change)
-    return JobStatus.SUCCEEDED, {"changes": changes}
+    return JobStatus.SUCCEEDED, {"changes": changes}, None
 
 
-def _run_apply(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:
+def run_apply_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:
+    """An apply job: exactly the approved plans, then the merge."""
     with ws.store.session() as session:
         actor = session.principal(job.requested_by)
-    report = apply_proposal(ws, actor, _proposal_id(job), runner, progress)
+    report = apply_proposal(ws, actor, proposal_id_of(job), runner, progress)
     error = report.unmerged or next((o.error for o in report.outcomes if o.error), None)
     return (JobStatus.SUCCEEDED if report.succeeded else JobStatus.FAILED), report_json(report), error
 
@@ -167,7 +165,7 @@ def report_json(report: ApplyReport) -> dict[str, Any]:
                          for o in report.outcomes]}
 
 
-def _proposal_id(job: Job) -> int:
+def proposal_id_of(job: Job) -> int:
     if job.proposal_id is None:
         raise NotFound(f"job {job.id} names no proposal")
     return job.proposal_id
@@ -202,18 +200,9 @@ def run_now_or_follow(ws: Workspace, job: Job, runner: str, on_progress: Progres
 
 def recover_abandoned_work(ws: Workspace) -> list[str]:
     """Record what workers that stopped heart-beating left behind: their applies and their jobs."""
-    recovered = []
-    for lock in ws.store.expired_locks():
-        broken = ws.store.break_expired_lock(lock["stack"], lock["holder"])
-        if broken is not None:
-            record_interrupted(ws, lock["stack"], broken)
-            recovered.append(f"lock of stack {lock['stack']} held by {lock['holder']}")
-    for job in ws.store.stale_jobs(ws.settings.lock_ttl_seconds):
-        with ws.store.session() as session:
-            if session.finish_job(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
-                session.append_event("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
-                                                                    "runner": job.runner}, job.proposal_id)
-                recovered.append(f"job {job.id} of worker {job.runner}")
+    recovered = recover_expired_locks(ws)  # first: an interrupted job's proposal is settled before the job ends
+    recovered += interrupt_stale_jobs(ws)
+    recovered += interrupt_abandoned_turns(ws)  # an agent turn's run follows its interrupted job
     return recovered
 
 

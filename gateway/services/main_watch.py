@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.domain.apply_blockers import MainPush
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.principals import Principal, Role
-from gateway.domain.proposal import Proposal
 from gateway.services.workspace import Workspace
 
 SEEN = "main_seen"  # the last main commit the gateway looked at
@@ -55,14 +55,9 @@ def _known(ws: Workspace, sha: str) -> bool:
     return True
 
 
-def push_refusals(ws: Workspace, proposal: Proposal) -> list[str]:
-    """Unacknowledged pushes to main on the proposal's stacks: an apply waits for a person to look at them."""
-    with ws.store.session(readonly=True) as session:
-        pushes = session.unacknowledged_pushes()
-    return [f"commit {p['sha'][:12]} by {p['author']} was pushed to main outside the gateway and changes stack(s) "
-            f"{', '.join(sorted(set(p['stacks']) & set(proposal.stacks)))}: main describes what was never applied; "
-            f"an approver acknowledges it (`gateway main acknowledge {p['sha'][:12]} -m why`) before an apply there"
-            for p in pushes if set(p["stacks"]) & set(proposal.stacks)]
+def unacknowledged_pushes(ws: Workspace) -> tuple[MainPush, ...]:
+    """Every push to main outside the gateway that no person has acknowledged yet (the apply rule picks stacks)."""
+    return tuple(MainPush(p["sha"], p["author"], frozenset(p["stacks"])) for p in unacknowledged(ws))
 
 
 def unacknowledged(ws: Workspace) -> list[dict[str, Any]]:

@@ -19,8 +19,8 @@ from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_pla
 from gateway.domain.preview import Preview, build_preview
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
+from gateway.ports import EnginePlan, StackInputs
 from gateway.services.policies import rego_findings
-from gateway.services.ports import EnginePlan, StackInputs
 from gateway.services.workspace import Workspace
 
 
@@ -85,15 +85,16 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
     if by_function and not ws.engine.masks_by_origin(stack):  # the plan itself would show the value
         raise ConfigError(f"stack {stack}: {', '.join(by_function)}: nonsensitive() over a secret is refused before "
                           "planning; this stack's engine would show the value in the plan")
+    # before the engine: a file the literal-secret check cannot read is refused, not planned unchecked
+    literal = [Finding("literal-secret", Severity.DENY, f.address,
+                       f"{f.attribute} is set from a literal in the configuration: a secret in git; take it from a "
+                       f"variable the gateway supplies or a secret store", stack)
+               for f in find_literal_secrets(stack_files(directory))]
     engine_plan = ws.engine.plan(stack, directory, inputs)
     plan = load_plan(engine_plan.document)
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, origin.by_agent,
                             origin.requester, origin.changed_paths)
     risk = assess_risk(plan)
-    literal = [Finding("literal-secret", Severity.DENY, f.address,
-                       f"{f.attribute} is set from a literal in the configuration: a secret in git; take it from a "
-                       f"variable the gateway supplies or a secret store", stack)
-               for f in find_literal_secrets(stack_files(directory))]
     findings = (literal + [Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack) for u in unmaskings]
                 + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context)
                 + rego_findings(ws, settings, engine_plan.document, context, inputs, risk))

@@ -12,7 +12,7 @@ from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.rego import RegoPolicies, findings_from, masked_input, policy_error
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, assess_risk
-from gateway.services.ports import StackInputs
+from gateway.ports import StackInputs
 from gateway.services.workspace import Workspace
 
 

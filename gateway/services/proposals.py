@@ -14,7 +14,7 @@ from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
-from gateway.domain.principals import Principal, Role
+from gateway.domain.principals import REQUESTING_ROLES, Principal, Role, requester_refusals
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.services.annotations import annotate_previews
@@ -34,8 +34,8 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
         raise InputError("the requester of a change must be a person")
     if actor.is_agent and requester.id == actor.id:
         raise InputError("an agent proposes on behalf of a person; name the requester")
-    if not actor.is_agent and not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
-        raise Refused([f"{actor.name} has no role that may propose changes"])
+    with ws.store.session(readonly=True) as session:
+        _require_may_propose(session, actor, requester)  # refused before the (slow) plans
     reason = reason.strip()
     if not reason:
         raise InputError("say why: a proposal needs a reason (-m)")
@@ -56,6 +56,7 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     main_sha, results = plan_merged(ws, stacks, head, origin)  # plan before writing anything
     capacity = guard_agent_change(ws, actor, None, results) if actor.is_agent else None
     with ws.store.session() as session:
+        _require_may_propose(session, actor, requester)  # again, in the writing transaction: planning takes a while
         if session.open_proposal_for_branch(branch) is not None:
             raise Conflict(f"branch {branch} already has an open proposal")
         pid = session.add_proposal(branch, base, head, requester, actor, reason, stacks, paths, agent_claim=agent_claim)
@@ -68,6 +69,19 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
         _record_commits(ws, session, pid, base, head, stacks)
         record_plans(session, pid, head, main_sha, results)
         return session.get_proposal(pid)
+
+
+def _require_may_propose(session: StoreSession, actor: Principal, requester: Principal) -> None:
+    """The actor and the requester as the store holds them now, not as they were when a token was checked or
+    an agent was bound: whoever was disabled or lost the role since proposes nothing, whatever the way in."""
+    actor, requester = session.principal(actor.id), session.principal(requester.id)
+    if actor.disabled:
+        raise Refused([f"{actor.name} is disabled"])
+    if not actor.is_agent and not actor.roles & REQUESTING_ROLES:
+        raise Refused([f"{actor.name} has no role that may propose changes"])
+    reasons = requester_refusals(requester)
+    if reasons:
+        raise Refused(reasons)
 
 
 def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,

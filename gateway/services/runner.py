@@ -11,8 +11,6 @@ applied but unmergeable, merged) is a recorded lifecycle transition a person can
 
 from __future__ import annotations
 
-import os
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -23,24 +21,28 @@ from typing import NoReturn
 
 import structlog
 
+from gateway import fault_points
 from gateway.adapters.github_forge import GitHubForge
 from gateway.adapters.records import now
-from gateway.domain.approvals import apply_refusals
+from gateway.domain.applies import ApplyStatus
+from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
+from gateway.domain.locks import unmerged_holder
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
-from gateway.services.break_glass import break_glass_refusals
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.drift_records import settle_drift_after_apply
-from gateway.services.github import forge_of, github_approval_refusals, refresh_from_github
-from gateway.services.heartbeat import Heartbeat
-from gateway.services.main_watch import push_refusals, record_own_commit, watch_main
+from gateway.services.github import forge_of, refresh_from_github
+from gateway.services.locks import HeldLocks, LockLost, lock_names, runner_name
+from gateway.services.main_watch import record_own_commit, watch_main
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
+from gateway.services.recovery import recover_holder
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
 
-REPO_LOCK = "(repo)"  # held by proposals that change files outside their stacks: their merges may conflict
+__all__ = ["ApplyReport", "StackOutcome", "apply_proposal", "merge_unmerged", "runner_name"]
 
 
 @dataclass
@@ -63,10 +65,6 @@ class ApplyReport:
         return bool(self.merge_sha) and all(o.succeeded for o in self.outcomes)
 
 
-def runner_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: str | None = None,
                    progress: Callable[[str], None] | None = None) -> ApplyReport:
     """Apply an approved proposal stack by stack, then merge its branch into main, all under its locks."""
@@ -75,12 +73,14 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
     proposal = get_proposal(ws, proposal_id)
     if actor.is_agent:
         _refuse(ws, actor, proposal, [f"{actor.name} is an agent; agents can never apply a change"])
-    say(f"taking the locks of {', '.join(_lock_names(ws, proposal))}")
+    say(f"taking the locks of {', '.join(lock_names(ws, proposal))}")
     with _stack_locks(ws, proposal, runner) as locks:
+        fault_points.reach("apply.after_lock")
         say("re-checking approvals, plan digests, state serials and the merge")
         checked, main_sha = _preflight(ws, actor, proposal_id)
-        if set(_lock_names(ws, checked)) - set(locks.names):  # a new commit brought stacks we do not hold
+        if set(lock_names(ws, checked)) - set(locks.names):  # a new commit brought stacks we do not hold
             _refuse(ws, actor, checked, ["the proposal changed while its locks were taken; apply again"])
+        locks.check("starting the apply")
         with ws.store.session() as session:
             proposal = session.get_proposal(proposal_id, lock=True)
             if (proposal.head_sha, proposal.current_digests, proposal.stacks) != \
@@ -94,17 +94,23 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
                     "digests": proposal.current_digests}, applied_sha=merged)
         if moved:
             _refuse(ws, actor, proposal, moved)
+        fault_points.reach("apply.after_start_apply")
         report = ApplyReport(proposal_id)
         try:
-            _apply_stacks(ws, actor, proposal, runner, merged, report, say)
+            _apply_stacks(ws, actor, proposal, runner, merged, report, say, locks)
             if report.outcomes and not report.outcomes[-1].succeeded:
                 return report
-            if locks.lost:  # another runner may have taken a stack: never merge on top of that
-                raise LockLost(f"the locks of {', '.join(locks.lost)} expired during the apply")
+            locks.check("the merge")  # another runner may have taken a stack: never merge on top of that
             say("merging into main")
+            fault_points.reach("apply.before_merge")
             _merge(ws, actor, proposal, main_sha, merged, report)
             if report.unmerged:
-                locks.keep_as(f"unmerged:{proposal_id}")
+                locks.keep_as(unmerged_holder(proposal_id))
+            else:
+                fault_points.reach("apply.after_finish")
+        except LockLost as exc:
+            log.error("apply.lock_lost", proposal=proposal_id, error=str(exc))
+            _stop_without_locks(ws, actor, proposal, locks, report, str(exc))
         except BaseException as exc:  # the one place an unexpected end becomes a recorded, retryable state
             log.exception("apply.crashed", proposal=proposal_id)
             error = f"the apply stopped: {type(exc).__name__}: {exc}"
@@ -117,17 +123,38 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
     return report
 
 
-class LockLost(Exception):
-    """The heartbeat could not keep a lock: another runner may have written to the stack since."""
+def _stop_without_locks(ws: Workspace, actor: Principal, proposal: Proposal, locks: HeldLocks, report: ApplyReport,
+                        why: str) -> None:
+    """The locks lapsed: stop, and record a state with a way out.
+
+    Every stack applied: the change is what runs, so it keeps its stacks as an unmerged proposal (if
+    the locks are still ours to give, nobody else's) for a person to merge. Otherwise the apply
+    failed part-way, naming what was done; a retry re-plans.
+    """
+    applied_all = len(report.outcomes) == len(proposal.stacks) and all(o.succeeded for o in report.outcomes)
+    if applied_all and not ws.store.keep_locks_unmerged(locks.names, locks.holder, proposal.id):
+        locks.handed_over = True
+        report.unmerged = (f"proposal {proposal.id} was applied, but {why}. Its stacks stay locked. Run "
+                           f"`gateway merge {proposal.id}` to merge exactly what was applied, or merge by hand and run "
+                           f"`gateway merge {proposal.id} --acknowledge -m \"how\"`")
+        _transition(ws, proposal.id, Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})
+        return
+    done = "; ".join(f"stack {o.stack}: {'applied' if o.succeeded else 'failed'} ({len(o.applied)} change(s))"
+                     for o in report.outcomes) or "no stack was applied"
+    error = f"{why} ({done})"
+    _record_crash(ws, actor, proposal.id, error)
+    report.outcomes.append(StackOutcome("?", False, (), error))
 
 
 def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, runner: str, merged: str,
-                  report: ApplyReport, say: Callable[[str], None]) -> None:
+                  report: ApplyReport, say: Callable[[str], None], locks: HeldLocks) -> None:
     for stack in proposal.stacks:
+        locks.check(f"applying stack {stack}")
         say(f"applying stack {stack}")
         outcome = _apply_stack(ws, actor, proposal, stack, runner, merged, lambda line: say(f"  {line}"))
         say(f"stack {stack}: {'applied' if outcome.succeeded else 'FAILED'} ({len(outcome.applied)} change(s) done)")
         report.outcomes.append(outcome)
+        fault_points.reach(f"apply.after_stack:{stack}")
         if not outcome.succeeded:
             _transition(ws, proposal.id, Transition.FAIL, actor, {"stack": stack, "error": outcome.error})
             return
@@ -142,7 +169,7 @@ def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledg
         raise Refused([f"{actor.name} may not merge or acknowledge: only approvers and admins may"])
     if proposal.status != ProposalStatus.UNMERGED:
         raise Refused([f"proposal {proposal_id} is {proposal.status.value}, not unmerged"])
-    holder = f"unmerged:{proposal_id}"
+    holder = unmerged_holder(proposal_id)
     if acknowledge is not None:
         if not acknowledge.strip():
             raise Refused(["say how main was made to describe what runs (-m)"])
@@ -155,7 +182,7 @@ def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledg
         _merge(ws, actor, proposal, "", proposal.applied_sha, report)
         if report.unmerged:
             raise Refused([report.unmerged])
-    for stack in _lock_names(ws, proposal):
+    for stack in lock_names(ws, proposal):
         ws.store.release_lock(stack, holder)
     return get_proposal(ws, proposal_id)
 
@@ -193,8 +220,7 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
     except (Conflict, NotFound) as exc:  # main moved and the branch no longer merges: nothing is applied
         _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
     watch_main(ws)
-    reasons = (apply_refusals(actor, proposal, ws.repo_settings(), now()) + github_approval_refusals(ws, proposal)
-               + push_refusals(ws, proposal) + break_glass_refusals(ws, proposal))
+    reasons = apply_blockers(gather_apply_facts(ws, proposal, actor, ask_github=True))
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
     unseen = _drift_after_plan(ws, proposal)
@@ -238,14 +264,15 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
         directory = ws.repo.export_stack(merged, settings.stacks[stack].path, Path(tmp) / "repo")
         result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack), artifact,
                                  progress)
-    status = "succeeded" if result.succeeded else "failed"
+    fault_points.reach(f"apply.after_engine:{stack}")
+    status = ApplyStatus.SUCCEEDED if result.succeeded else ApplyStatus.FAILED
     with ws.store.session() as session:
         session.finish_apply(apply_id, status, result.applied, result.error)
-        session.append_event(actor, f"apply.{status}", {
+        session.append_event(actor, f"apply.{status.value}", {
             "apply_id": apply_id, "applied": list(result.applied), "failed_address": result.failed_address,
             "error": result.error, "state_serial": result.state_serial, "digest": plan.digest,
             "head_sha": proposal.head_sha}, proposal.id, [stack])
-    log.info("apply.finished", proposal=proposal.id, stack=stack, status=status, applied=len(result.applied))
+    log.info("apply.finished", proposal=proposal.id, stack=stack, status=status.value, applied=len(result.applied))
     return StackOutcome(stack, result.succeeded, result.applied, result.error)
 
 
@@ -267,6 +294,8 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
             report.merge_sha = _merge_locally(ws, proposal, main_sha, applied, message)
     except (Conflict, BackendError, NotFound) as exc:
         report.unmerged = _unmerged_reason(proposal, str(exc))
+    if report.merge_sha:
+        fault_points.reach("apply.after_merge")
     with ws.store.session() as session:
         current = session.get_proposal(proposal.id, lock=True)
         if report.merge_sha:
@@ -337,60 +366,20 @@ def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str)
     """An unexpected end: running apply rows and the proposal are recorded failed, with what was done."""
     with ws.store.session() as session:
         for record in session.applies_of(proposal_id):
-            if record["status"] == "running":
-                session.finish_apply(record["id"], "failed", record["applied"], error)
+            if record["status"] == ApplyStatus.RUNNING:
+                session.finish_apply(record["id"], ApplyStatus.FAILED, record["applied"], error)
         proposal = session.get_proposal(proposal_id, lock=True)
         if proposal.status == ProposalStatus.APPLYING:
             session.record_transition(proposal, Transition.FAIL, actor, {"error": error})
 
 
-def _lock_names(ws: Workspace, proposal: Proposal) -> list[str]:
-    """The locks an apply holds: its stacks, and the repo lock when it changes files outside them."""
-    settings = ws.repo_settings()
-    outside = [p for p in proposal.changed_paths
-               if not any(p.startswith(settings.stacks[s].path.rstrip("/") + "/") for s in settings.stacks)]
-    return sorted(proposal.stacks) + ([REPO_LOCK] if outside else [])
-
-
-class _HeldLocks:
-    """The locks one runner holds, renewed by a heartbeat until released or kept."""
-
-    def __init__(self, ws: Workspace, runner: str):
-        self.ws, self.runner = ws, runner
-        self.names: list[str] = []
-        self.kept_as: str | None = None
-        self.lost: list[str] = []  # locks the heartbeat found taken by someone else
-        self._heartbeat = Heartbeat(f"locks-{runner}", max(0.05, ws.settings.lock_ttl_seconds / 3), self._renew)
-
-    def start(self) -> None:
-        self._heartbeat.start()
-
-    def _renew(self) -> None:
-        lost = self.ws.store.renew_locks(self.names, self.runner, self.ws.settings.lock_ttl_seconds)
-        if lost:
-            log.error("lock.lost", runner=self.runner, stacks=lost)
-            self.lost = sorted(set(self.lost) | set(lost))
-
-    def keep_as(self, holder: str) -> None:
-        """Hand the locks to a holder that never expires (an applied, unmerged proposal)."""
-        self.kept_as = holder
-
-    def stop(self) -> None:
-        self._heartbeat.stop()
-        for name in self.names:
-            if self.kept_as:
-                self.ws.store.hand_over_lock(name, self.runner, self.kept_as)
-            else:
-                self.ws.store.release_lock(name, self.runner)
-
-
 @contextmanager
-def _stack_locks(ws: Workspace, proposal: Proposal, runner: str) -> Iterator[_HeldLocks]:
+def _stack_locks(ws: Workspace, proposal: Proposal, runner: str) -> Iterator[HeldLocks]:
     """Hold every lock the apply needs (taken in name order, so two runners cannot deadlock)."""
-    held = _HeldLocks(ws, runner)
+    held = HeldLocks(ws, runner)
     held.start()
     try:
-        for name in _lock_names(ws, proposal):
+        for name in lock_names(ws, proposal):
             _acquire(ws, name, runner, proposal)
             held.names.append(name)
         yield held
@@ -399,39 +388,17 @@ def _stack_locks(ws: Workspace, proposal: Proposal, runner: str) -> Iterator[_He
 
 
 def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None:
+    """Take one lock, waiting for a live holder; a holder that stopped heart-beating is settled first."""
     deadline = time.monotonic() + ws.settings.lock_wait_seconds
     while True:
-        taken, broken = ws.store.acquire_lock(stack, runner, ws.settings.lock_ttl_seconds)
-        if broken is not None:
-            record_interrupted(ws, stack, broken)
-        if taken:
+        attempt = ws.store.acquire_lock(stack, runner, ws.settings.lock_ttl_seconds, proposal.id)
+        if attempt.taken:
             return
-        holder = ws.store.lock_holder(stack) or {}
-        if str(holder.get("holder", "")).startswith("unmerged:"):
-            other = str(holder["holder"]).split(":", 1)[1]
-            raise LockTimeout(f"stack {stack} is held by proposal {other}, which was applied but could not be "
-                              f"merged into main; see `gateway show {other}` for what to do")
+        holder = attempt.holder
+        if holder is not None and holder.kept_for_unmerged:
+            raise LockTimeout(holder.describe())
+        if holder is not None and holder.expired(now()) and recover_holder(ws, holder.holder):
+            continue  # its apply is settled: the lock is free now, or kept by an unmerged change
         if time.monotonic() >= deadline:
-            holder = ws.store.lock_holder(stack) or {}
-            raise LockTimeout(
-                f"stack {stack} is locked by runner {holder.get('holder', '?')} "
-                f"(apply {holder.get('apply_id') or 'starting'}, since {holder.get('acquired_at')}); try again later"
-            )
+            raise LockTimeout(f"{holder.describe() if holder else f'stack {stack} is locked'}; try again later")
         time.sleep(0.2)
-
-
-def record_interrupted(ws: Workspace, stack: str, broken: dict) -> None:
-    """A runner died holding the lock: its apply is recorded as interrupted, never as success."""
-    with ws.store.session() as session:
-        apply_id = broken.get("apply_id")
-        record = session.get_apply(apply_id) if apply_id else None
-        if record and record["status"] == "running":
-            session.finish_apply(apply_id, "interrupted", record["applied"],
-                                 f"runner {broken['holder']} stopped heart-beating before finishing; its lock expired")
-            proposal = session.get_proposal(record["proposal_id"], lock=True)
-            if proposal.status == ProposalStatus.APPLYING:
-                session.record_transition(proposal, Transition.INTERRUPT, "gateway", {
-                    "stack": stack, "runner": broken["holder"], "apply_id": apply_id})
-        session.append_event("gateway", "apply.interrupted", {
-            "stack": stack, "runner": broken["holder"], "apply_id": apply_id,
-            "lock_acquired_at": str(broken["acquired_at"])}, record["proposal_id"] if record else None, [stack])

@@ -9,17 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.adapters.records import now
-from gateway.domain.approvals import (
-    apply_refusals,
-    approval_blockers,
-    decision_refusals,
-    required_approvals,
-)
+from gateway.domain.apply_blockers import apply_blockers, standing_blockers
+from gateway.domain.approvals import decision_refusals, required_approvals
 from gateway.domain.jobs import Job
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.proposals import claim_issues, get_proposal, pending_changes, stored_previews
 from gateway.services.workspace import Workspace
 
@@ -29,14 +26,18 @@ class ProposalView:
     proposal: Proposal
     preview_json: dict[str, str]  # stack -> the stored, masked preview in its public JSON shape
     required_approvals: int
-    blocked_by: list[str]
+    blocked_by: list[str]  # what stands before an apply whoever asks (open and failed proposals)
     claim_issues: list[str]
     can_approve: bool
     can_reject: bool
-    can_apply: bool
+    apply_blockers: list[str]  # why the viewer's apply would be refused now: what the runner says
     diff: str
     pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
     jobs: list[Job]  # the proposal's plan and apply jobs, oldest first
+
+    @property
+    def can_apply(self) -> bool:
+        return not self.apply_blockers
 
     @functools.cached_property
     def previews(self) -> dict[str, Preview]:
@@ -52,6 +53,7 @@ class ProposalView:
             "pending": self.pending, "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value}
                                               for j in self.jobs],
             "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
+            "can_apply": self.can_apply, "apply_blockers": self.apply_blockers,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
             "findings": [{"key": f.key, "rule": f.rule, "severity": f.severity.value, "address": f.address,
                           "message": f.message, "overridden": f.key in active} for f in p.findings],
@@ -77,17 +79,17 @@ def _with_raw(obj: dict[str, Any], key: str, raw_json: str) -> str:
 def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
     """Everything a person sees of a proposal; reads only, however stale the plans (`pending` says so)."""
     proposal = get_proposal(ws, proposal_id)
-    settings = ws.repo_settings()
-    moment = now()
+    facts = gather_apply_facts(ws, proposal, viewer)
+    settings, moment = facts.settings, facts.now
     return ProposalView(
         proposal=proposal,
         preview_json=stored_previews(ws, proposal),
         required_approvals=required_approvals(proposal, settings),
-        blocked_by=approval_blockers(proposal, settings, moment),
+        blocked_by=standing_blockers(facts) if proposal.status in DECIDABLE else [],
         claim_issues=claim_issues(ws, proposal),
         can_approve=not decision_refusals(viewer, proposal, settings, moment, Decision.APPROVE),
         can_reject=not decision_refusals(viewer, proposal, settings, moment, Decision.REJECT),
-        can_apply=not apply_refusals(viewer, proposal, settings, moment),
+        apply_blockers=apply_blockers(facts),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
         jobs=ws.store.jobs_of(proposal_id),
@@ -115,16 +117,16 @@ def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = No
     """Proposals, those waiting for the viewer's approval first, then newest first."""
     settings = ws.repo_settings()
     moment = now()
-    rows = []
     with ws.store.session(readonly=True) as session:
-        for row in session.list_proposals(status):
-            proposal = session.get_proposal(row["id"])
-            decidable = proposal.status in DECIDABLE
-            rows.append(ProposalRow(
-                id=proposal.id, branch=proposal.branch, status=proposal.status.value, stacks=list(proposal.stacks),
-                reason=proposal.reason, requester=proposal.requester.name, proposer=proposal.proposer.name,
-                risk=proposal.risk.value,
-                blocked_by=approval_blockers(proposal, settings, moment) if decidable else [],
-                created_at=row["created_at"] if row["created_at"].tzinfo else row["created_at"].replace(tzinfo=UTC),
-                waiting_for_you=decidable and not decision_refusals(viewer, proposal, settings, moment)))
+        listed = [(session.get_proposal(row["id"]), row["created_at"]) for row in session.list_proposals(status)]
+    rows = []
+    for proposal, created_at in listed:
+        decidable = proposal.status in DECIDABLE
+        rows.append(ProposalRow(
+            id=proposal.id, branch=proposal.branch, status=proposal.status.value, stacks=list(proposal.stacks),
+            reason=proposal.reason, requester=proposal.requester.name, proposer=proposal.proposer.name,
+            risk=proposal.risk.value,
+            blocked_by=standing_blockers(gather_apply_facts(ws, proposal)) if decidable else [],
+            created_at=created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC),
+            waiting_for_you=decidable and not decision_refusals(viewer, proposal, settings, moment)))
     return sorted(rows, key=lambda r: (not r.waiting_for_you, -r.id))

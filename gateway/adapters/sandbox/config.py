@@ -11,23 +11,16 @@ Every error names the file and the line.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
-import hashlib
 import json
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hcl2.parser
-from lark import Lark, Token, Tree
-from lark.exceptions import LarkError, UnexpectedInput
+from lark import Tree
 
+from gateway.adapters.hcl import first_term, line_of, node_name, parse_hcl
 from gateway.adapters.sandbox.hcl_eval import Evaluator
 from gateway.adapters.sandbox.type_constraints import ANY, TypeSpec, parse_type
 from gateway.domain.errors import ConfigError
@@ -37,7 +30,6 @@ KEPT_NOT_RUN = frozenset({"provisioner", "connection"})  # part of the configura
 IGNORED_BLOCKS = frozenset({"terraform", "check", "removed"})  # settings for Terraform itself, not for a plan
 MODULE_META = frozenset({"source", "version", "count", "for_each", "depends_on", "providers"})
 MAX_MODULE_DEPTH = 16
-PARSE_CACHE_BYTES = 64 * 1024 * 1024  # of source text; trees take a small multiple of it
 NO_DEFAULT = object()
 ROOT_DIR = "."
 
@@ -301,101 +293,6 @@ def _hcl_tfvars(shown: str, text: str) -> dict[str, Any]:
     return values
 
 
-# --- parsing ---------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def _parser() -> Lark:
-    """python-hcl2's grammar without position tracking (lines come from the tokens): faster to parse."""
-    return Lark.open("hcl2.lark", parser="lalr", rel_to=hcl2.parser.__file__, propagate_positions=False,
-                     cache=True, postlex=hcl2.parser.PostLexer())
-
-
-class _ParseCache:
-    """Trees by file name and content, least recently used dropped first, capped by the text's bytes."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.size = 0
-        self._trees: OrderedDict[tuple[str, str], tuple[Tree, int]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> Tree | None:
-        with self._lock:
-            hit = self._trees.get(key)
-            if hit is None:
-                return None
-            self._trees.move_to_end(key)
-            return hit[0]
-
-    def put(self, key: tuple[str, str], tree: Tree, size: int) -> None:
-        with self._lock:
-            if key in self._trees or size > self.max_bytes:
-                return
-            self._trees[key] = (tree, size)
-            self.size += size
-            while self.size > self.max_bytes:
-                _, (_, dropped) = self._trees.popitem(last=False)
-                self.size -= dropped
-
-
-_CACHE = _ParseCache(PARSE_CACHE_BYTES)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cycle collector while building and walking big trees.
-
-    Parsing and planning allocate millions of small objects that live until the plan ends, and
-    Python's collector would walk all of them again and again: pausing it halves parse time.
-    Nothing here makes reference cycles, so memory is still freed as it goes.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def parse_hcl(filename: str, text: str) -> Tree:
-    """Parse HCL text, turning the parser's errors into one readable line naming file and line.
-
-    Parsing dominates planning time, and plan, apply and re-plans of one commit read the same
-    files, so trees are cached by content (nothing mutates them).
-    """
-    key = (filename, hashlib.sha256(text.encode()).hexdigest())
-    tree = _CACHE.get(key)
-    if tree is not None:
-        return tree
-    try:
-        with collector_paused():
-            tree = _parser().parse(text if text.endswith("\n") else text + "\n")
-    except UnexpectedInput as exc:
-        raise ConfigError(
-            f"{filename}:{exc.line}:{exc.column}: malformed HCL near {_snippet(text, exc)!r}"
-        ) from None
-    except LarkError as exc:
-        raise ConfigError(f"{filename}: malformed HCL: {str(exc).splitlines()[0]}") from None
-    _CACHE.put(key, tree, len(text))
-    return tree
-
-
-def _snippet(text: str, exc: UnexpectedInput) -> str:
-    line = text.splitlines()[exc.line - 1] if 0 < exc.line <= len(text.splitlines()) else ""
-    return line.strip()[:60]
-
-
-def line_of(node: Tree) -> int:
-    """The line a subtree starts on (trees carry no positions; their first token does)."""
-    for token in node.scan_values(lambda v: isinstance(v, Token)):
-        line = getattr(token, "line", None)
-        if line:
-            return int(line)
-    return 0
-
-
 # --- sorting blocks --------------------------------------------------------------------------
 
 
@@ -556,22 +453,17 @@ def _constant(expr: Tree, where: str) -> Any:
 
 
 def _tuple_items(expr: Tree) -> list[Tree]:
-    term = _first(expr)
+    term = first_term(expr)
     if term is None or term.data != "tuple":
         return [expr]
     return [c for c in term.children if isinstance(c, Tree) and c.data != "new_line_or_comment"]
-
-
-def _first(expr: Tree) -> Tree | None:
-    subtrees = [c for c in expr.children if isinstance(c, Tree) and c.data != "new_line_or_comment"]
-    return subtrees[0] if expr.data == "expr_term" and subtrees else None
 
 
 def traversal_text(expr: Tree, where: str, strict: bool = True) -> str:
     """`aws_vpc.main`, `aws_subnet.a[0]` or `tags` as text, from a reference expression."""
     node = expr
     while node.data == "expr_term":
-        inner = _first(node)
+        inner = first_term(node)
         if inner is None:
             break
         node = inner
@@ -616,27 +508,6 @@ def _block_parts(block: Tree, filename: str) -> tuple[str, list[str], Body]:
     return node_name(parts[0]), labels, body
 
 
-def node_name(node: Tree) -> str:
-    if node.data == "string":
-        return "".join(str(p.children[0]) for p in node.children if isinstance(p, Tree))
-    token = node.children[0]
-    return str(token.children[0]) if isinstance(token, Tree) else str(token)
-
-
-def collect_references(expr: Tree) -> set[str]:
-    """Root-and-first-attribute pairs an expression refers to: `aws_vpc.main`, `local.x`, `var.y`."""
-    refs: set[str] = set()
-    for node in expr.iter_subtrees():
-        if node.data != "get_attr_expr_term":
-            continue
-        base, attr = [c for c in node.children if isinstance(c, Tree)]
-        inner = _first(base)
-        if inner is not None and inner.data == "identifier":
-            attr_name = [c for c in attr.children if isinstance(c, Tree)][0].children[0]
-            refs.add(f"{inner.children[0]}.{attr_name if not isinstance(attr_name, Token) else str(attr_name)}")
-    return refs
-
-
 _CHAIN_NAMES = {"data": 4, "module": 3, "var": 2, "local": 2}  # root names to keep; a resource keeps 3
 _CHAINS = frozenset({"get_attr_expr_term", "index_expr_term", "attr_splat_expr_term", "full_splat_expr_term"})
 
@@ -679,7 +550,7 @@ def _chain(node: Tree) -> tuple[list[str], list[Tree]]:
     current: Tree | None = node
     while current is not None:
         if current.data == "expr_term":
-            inner = _first(current)
+            inner = first_term(current)
             if inner is None:
                 others.append(current)
                 break

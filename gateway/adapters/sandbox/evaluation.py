@@ -17,13 +17,13 @@ from typing import Any
 
 from lark import Tree
 
+from gateway.adapters.hcl import line_of
 from gateway.adapters.sandbox.config import (
     NO_DEFAULT,
     Body,
     ModuleCall,
     ResourceConfig,
     StackConfig,
-    line_of,
     traversals_of,
 )
 from gateway.adapters.sandbox.functions import CallContext, FileScope
@@ -31,7 +31,7 @@ from gateway.adapters.sandbox.hcl_eval import Evaluator, Namespace
 from gateway.adapters.sandbox.type_constraints import convert
 from gateway.adapters.sandbox.values import UNKNOWN, Secret, Sensitive, contains_unknown, unmark
 from gateway.domain.errors import ConfigError, PlanError
-from gateway.services.ports import StackInputs
+from gateway.ports import StackInputs
 
 Index = str | int | None
 Path_ = tuple[str, ...]  # a module's place in the configuration: ("vpc",), ("app", "db")

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 
-from gateway.adapters.sandbox.engine import StackState
+from gateway.adapters.sandbox.state import StackState
 from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.sql_store import (
     Database,

@@ -23,7 +23,9 @@ Fidelity rules:
 Besides the brief's API: ``pulls()``, ``close_pull``, ``dismiss_review``, ``edit_comment``, ``reviews``,
 ``branch_sha``, ``add_token`` (a token acting as a given user; other tokens act as ``default_login``),
 ``set_permission``, ``protect_branch`` (required contexts/approvals: 405 on merge), ``ping_event``, ``delivery``
-(signed body and headers), ``request_log``. The App key is generated once per test process.
+(signed body and headers), ``request_log``, ``fail_requests``/``recover`` (GitHub having a bad moment: 5xx or a
+rate limit, on every API request or on the matching ones, for a number of requests or until ``recover``). The App
+key is generated once per test process.
 """
 
 from __future__ import annotations
@@ -359,6 +361,21 @@ def _validation_failed(summary: str = "Validation Failed", /, **error: Any) -> _
 
 
 @dataclass
+class _Fault:
+    """GitHub answering an error instead of serving: for matching requests, ``remaining`` times (None: until told)."""
+
+    status: int
+    message: str
+    method: str | None
+    path: re.Pattern[str] | None
+    headers: dict[str, str]
+    remaining: int | None
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method is None or self.method == method) and (self.path is None or bool(self.path.search(path)))
+
+
+@dataclass
 class _Route:
     method: str
     pattern: re.Pattern[str]
@@ -392,6 +409,8 @@ class FakeGitHub:
         self.schema_errors: list[str] = []
         self.request_errors: list[str] = []
         self.unhandled: list[str] = []  # requests the fake could not serve: no such route (404) or a fake bug (500)
+        self.faults_served: list[RecordedRequest] = []  # requests answered by a fault from ``fail_requests``
+        self._faults: list[_Fault] = []
 
         self._lock = threading.RLock()
         self._ids = itertools.count(1001)
@@ -451,6 +470,41 @@ class FakeGitHub:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # ------------------------------------------------------------------------------------------------- faults
+
+    def fail_requests(self, status: int = 500, *, times: int | None = None, method: str | None = None,
+                      path: str | None = None, rate_limited: bool = False) -> None:
+        """Answer ``status`` to API requests (``method`` and the ``path`` regex narrow which) instead of serving them.
+
+        ``times`` bounds how many requests fail (None: until ``recover``). ``rate_limited`` answers as GitHub does
+        when the rate limit is spent: ``status`` (403 or 429) with the ``X-RateLimit-*`` headers and ``Retry-After``.
+        Git over the bare repository is not affected. Faults are checked in the order they were added.
+        """
+        headers: dict[str, str] = {}
+        message = HTTPStatus(status).phrase
+        if rate_limited:
+            headers = {"X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "0", "X-RateLimit-Used": "5000",
+                       "X-RateLimit-Reset": str(int(time.time()) + 1), "X-RateLimit-Resource": "core",
+                       "Retry-After": "1"}
+            message = "API rate limit exceeded for installation ID %d." % self.installation_id
+        with self._lock:
+            self._faults.append(_Fault(status, message, method, re.compile(path) if path else None, headers, times))
+
+    def recover(self) -> None:
+        """Serve every request again."""
+        with self._lock:
+            self._faults.clear()
+
+    def _fault_for(self, method: str, path: str) -> _Fault | None:
+        for fault in self._faults:
+            if fault.matches(method, path):
+                if fault.remaining is not None:
+                    fault.remaining -= 1
+                    if fault.remaining <= 0:
+                        self._faults.remove(fault)
+                return fault
+        return None
 
     # --------------------------------------------------------------------------------------- people and teams
 
@@ -1287,7 +1341,13 @@ class FakeGitHub:
         return None
 
     def handle(self, method: str, raw_path: str, headers: Mapping[str, str], raw_body: bytes) -> tuple[int, Any]:
-        """One HTTP request: returns (status, JSON body or None). Used by the HTTP handler."""
+        """One HTTP request: returns (status, JSON body or None)."""
+        status, body, _ = self.respond(method, raw_path, headers, raw_body)
+        return status, body
+
+    def respond(self, method: str, raw_path: str, headers: Mapping[str, str],
+                raw_body: bytes) -> tuple[int, Any, dict[str, str]]:
+        """One HTTP request: (status, JSON body or None, extra headers). Used by the HTTP handler."""
         split = urlsplit(raw_path)
         path = unquote(split.path)
         query = {k: v[0] for k, v in parse_qs(split.query).items()}
@@ -1302,6 +1362,11 @@ class FakeGitHub:
                                      identity.login if identity else None)  # fmt: skip
             self.requests.append((method, path, body))
             self.request_log.append(record)
+            fault = self._fault_for(method, path)
+            if fault is not None:  # GitHub having a bad moment: nothing is served, nothing changes
+                record.status = fault.status
+                self.faults_served.append(record)
+                return fault.status, {"message": fault.message, "documentation_url": DOCS_URL}, dict(fault.headers)
             route, params = self._match(method, path)
             try:
                 if route is None:
@@ -1329,7 +1394,7 @@ class FakeGitHub:
             record.status = status
             if route is not None and route.template is not None:
                 self._check_response(route, status, response)
-            return status, response
+            return status, response, {}
 
     def _match(self, method: str, path: str) -> tuple[_Route | None, dict[str, str]]:
         for route in self._routes:
@@ -1873,11 +1938,13 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        status, body = self.fake.handle(self.command, self.path, self.headers, raw)
+        status, body, extra = self.fake.respond(self.command, self.path, self.headers, raw)
         data = b"" if body is None else json.dumps(body).encode()
         self.send_response(status, HTTPStatus(status).phrase)
         if body is not None:
             self.send_header("Content-Type", "application/json; charset=utf-8")
+        for name, value in extra.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-GitHub-Media-Type", "github.v3; format=json")
         self.send_header("X-GitHub-Request-Id", uuid.uuid4().hex[:16].upper())

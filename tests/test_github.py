@@ -22,12 +22,15 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from gateway import worker as worker_module
+from gateway.services import github as github_service
+from gateway.services import jobs as jobs_service
 from gateway.api.app import create_app
 from gateway.commands import cli
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.github import plan_fingerprint
+from gateway.domain.jobs import RetryPolicy
 from gateway.services.agent_requests import agent_principal
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.github import link_account
@@ -531,3 +534,133 @@ def test_a_push_to_main_outside_the_gateway_is_recorded_loudly(world: World) -> 
     [pushed] = wait_for("the warning", lambda: world.events(kind="github.main_pushed"))
     assert pushed.payload["stacks"] == ["app-staging"] and "never applied" in pushed.payload["warning"]
     assert world.ws.repo.resolve("main") == after  # GitHub's main is the truth
+
+
+def gateway_comments(world: World, number: int) -> list[str]:
+    return [c["body"] for c in world.gh.comments(number) if "change-gateway:proposal:" in c["body"]]
+
+
+def not_counted(comment: str) -> list[str]:
+    """The lines of the sticky comment's "Not counted" list."""
+    section = comment.partition("**Not counted:**\n")[2]
+    return [line for line in section.split("\n\n", 1)[0].splitlines() if line.startswith("- ")]
+
+
+def test_an_approval_given_while_githubs_api_fails_is_retried_until_it_counts(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(github_service, "PUBLISH_RETRY_SECONDS", 0.5)
+    approval_while_github_fails(world)
+
+
+@pytest.mark.postgres
+def test_an_approval_given_while_githubs_api_fails_is_retried_until_it_counts_on_postgres(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str) -> None:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
+    monkeypatch.setattr(github_service, "PUBLISH_RETRY_SECONDS", 0.5)
+    with github_world(tmp_path, database_url=postgres_url) as world:
+        approval_while_github_fails(world)
+
+
+def approval_while_github_fails(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    wait_for("the sticky comment", lambda: world.sticky(number))
+    world.gh.fail_requests(500)  # GitHub's API has a bad moment; its webhooks still arrive
+    review = world.gh.add_review(number, "carol", "APPROVED")
+    answer = world.deliver("pull_request_review", world.gh.review_event(review))
+    assert answer.status_code == 202
+    [retrying] = wait_for("the delivery's first retry", lambda: world.events(pid, kind="job.retrying"))
+    assert retrying.payload["attempt"] == 1 and "500" in retrying.payload["error"], retrying.payload
+    assert retrying.payload["job"] == answer.json()["job"] and retrying.payload["retry_in_seconds"] > 0
+    assert not get_proposal(world.ws, pid).current_approvals
+    world.gh.recover()
+    [approval] = wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
+    assert approval.principal.name == "carol" and approval.auth == f"github-review:carol#{review['id']}"
+    wait_for("the comment to count it", lambda: "has 1 (carol)" in world.sticky(number))
+    wait_for("the approval check", lambda: world.statuses(approval.head_sha).get("gateway/approval") == "success")
+    job = world.ws.store.get_job(answer.json()["job"])
+    assert job.status.value == "succeeded" and job.attempts == 2
+    assert any("GitHub is unavailable" in line and "attempt 1" in line for line in job.progress), job.progress
+    assert not world.events(pid, kind="job.failed")
+
+
+def test_a_delivery_that_keeps_failing_is_given_up_and_says_so(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jobs_service, "WEBHOOK_RETRY", RetryPolicy(
+        first_delay_seconds=0.05, max_delay_seconds=0.1, max_attempts=3, max_age_seconds=600))
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    wait_for("the sticky comment", lambda: world.sticky(number))
+    world.gh.fail_requests(403, rate_limited=True)
+    answer = world.deliver("pull_request_review", world.gh.review_event(world.gh.add_review(number, "carol")))
+    [failed] = wait_for("the delivery to be given up", lambda: world.events(pid, kind="job.failed"))
+    assert [e.payload["attempt"] for e in world.events(pid, kind="job.retrying")] == [1, 2]
+    assert "gave up after 3 attempts" in failed.payload["error"] and "rate limit" in failed.payload["error"]
+    assert world.ws.store.get_job(answer.json()["job"]).status.value == "failed"
+    world.gh.recover()
+    assert not get_proposal(world.ws, pid).current_approvals
+
+
+@pytest.mark.parametrize("app", [False, True], ids=["statuses", "check-runs"])
+def test_a_publish_that_fails_after_commenting_keeps_one_sticky_comment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, app: bool) -> None:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
+    monkeypatch.setattr(github_service, "PUBLISH_RETRY_SECONDS", 0.5)
+    with github_world(tmp_path, app=app) as world:
+        publish_failing_after_the_comment(world, app)
+
+
+def publish_failing_after_the_comment(world: World, app: bool) -> None:
+    # the comment is posted, then writing the first check fails
+    world.gh.fail_requests(500, times=1, method="POST", path=r"/check-runs" if app else r"/statuses/")
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    head = world.gh.pull(number)["head"]["sha"]
+    wait_for("the four checks", lambda: len(world.gh.check_runs(head) if app else world.statuses(head)) == 4)
+    assert [r.status for r in world.gh.faults_served] == [500]
+    assert len(gateway_comments(world, number)) == 1
+    world.deliver("pull_request_review", world.gh.review_event(world.gh.add_review(number, "carol", "APPROVED")))
+    wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
+    wait_for("the comment to count it", lambda: "has 1 (carol)" in world.sticky(number))
+    assert len(gateway_comments(world, number)) == 1
+
+
+def test_the_not_counted_list_names_each_refused_decision_once_with_who_and_why(world: World) -> None:
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    gh = world.gh
+    reviews = [("alice", "alice requested this change"), ("gateway-bot", "is a bot account")] + \
+        [("mallory", "GitHub user mallory is not linked")] * 4  # and every one of them a refused job
+    for login, _ in reviews:
+        world.deliver("pull_request_review", gh.review_event(gh.add_review(number, login, "APPROVED")))
+    wait_for("every refusal", lambda: len(world.events(pid, kind="approve.refused")) == len(reviews))
+    assert len(world.events(pid, kind="job.refused")) == len(reviews)
+
+    def listed() -> list[str] | None:
+        lines = not_counted(world.sticky(number))
+        return lines if all(any(login in line and why in line for line in lines) for login, why in reviews) else None
+
+    try:
+        lines = wait_for("the comment to list alice, gateway-bot and mallory", listed)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the list reads {not_counted(world.sticky(number))}") from exc
+    assert len(lines) == 3, lines  # each person's refused approval, once
+    assert all(line.split(":", 1)[1].strip() for line in lines), lines
+    assert any(line.startswith("- **alice**") and "alice requested this change" in line for line in lines), lines
+
+
+def test_a_command_after_an_approval_that_waits_for_github_runs_after_it(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(github_service, "PUBLISH_RETRY_SECONDS", 0.5)
+    number = open_pull_on_github(world)
+    pid = proposal_of(world, number)
+    wait_for("the sticky comment", lambda: world.sticky(number))
+    world.gh.fail_requests(502, method="GET", path=r"/reviews/\d+$")  # only reading the review fails
+    world.deliver("pull_request_review", world.gh.review_event(world.gh.add_review(number, "carol", "APPROVED")))
+    wait_for("the review's retry", lambda: world.events(pid, kind="job.retrying"))
+    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "carol", "/gateway apply")))
+    time.sleep(1.5)  # the apply command's delivery could run now; it waits behind the review GitHub sent first
+    assert not world.events(pid, kind="apply.refused") and get_proposal(world.ws, pid).status.value == "open"
+    world.gh.recover()
+    wait_for("the apply", lambda: get_proposal(world.ws, pid).status.value == "applied", timeout=60)
+    assert not world.events(pid, kind="apply.refused")
+    assert world.gh.pull(number)["merged"]

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from gateway.domain.audit import AuditEvent
 from gateway.domain.github import (
     CHECK_TEXT_LIMIT,
     COMMENT_LIMIT,
     Command,
     CommandKind,
+    NotCounted,
     PullRequestView,
+    not_counted,
     parse_command,
     pull_request_checks,
     render_comment,
@@ -83,3 +86,29 @@ def test_the_plan_check_holds_the_whole_plan_or_says_where_it_is() -> None:
     [plan, *_] = pull_request_checks(big_view(5000))
     assert plan.text is not None and len(plan.text) <= CHECK_TEXT_LIMIT
     assert plan.text.endswith("review page: http://gateway.test/proposals/1)")
+
+
+def event(seq: int, actor: str, event_kind: str, **payload: object) -> AuditEvent:
+    return AuditEvent(seq, str(seq), "2025-01-01T00:00:00+00:00", actor, "person", event_kind, 1, ("app",), payload,
+                      "", "")
+
+
+def test_not_counted_lists_each_persons_refused_decision_once_and_nothing_else() -> None:
+    head = "b" * 40
+    events = [
+        event(1, "alice", "approve.refused", reasons=["alice requested this change"], head_sha=head),
+        event(2, "gateway", "job.refused", job=7, kind="webhook", error="alice requested this change"),
+        event(3, "github:gateway-bot", "approve.refused", reasons=["gateway-bot is a bot account"], head_sha=head),
+        event(4, "github:mallory", "approve.refused", reasons=["mallory is not linked"], head_sha=head),
+        event(5, "github:mallory", "approve.refused", reasons=["mallory is not linked"], head_sha=head),
+        event(6, "carol", "approve.refused", reasons=["the review is of an older commit"], head_sha="a" * 40),
+        event(7, "dana", "apply.refused", reasons=[""], head_sha=head),
+        event(8, "carol", "apply.refused", reasons=["needs 1 approval(s)"], head_sha=head),
+        event(9, "github:gateway-bot", "breaker.refused", reason="stopped"),
+    ]
+    assert not_counted(events, head) == [
+        NotCounted("alice", "approve", ("alice requested this change",)),
+        NotCounted("gateway-bot", "approve", ("gateway-bot is a bot account",)),
+        NotCounted("mallory", "approve", ("mallory is not linked",)),
+        NotCounted("carol", "apply", ("needs 1 approval(s)",)),
+    ]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from github import Auth, Github, GithubException, UnknownObjectException
+from github import Auth, Github, GithubException, RateLimitExceededException, UnknownObjectException
 
 from tests.github_fake import ZERO_SHA, FakeGitHub, sign_webhook
 from tests.github_schemas import FIXTURES, validate_webhook
@@ -349,3 +349,26 @@ def test_delivery_headers_are_signed(fake: FakeGitHub) -> None:
     assert headers["X-GitHub-Event"] == "pull_request" and headers["X-GitHub-Delivery"] == "d-1"
     assert headers["X-Hub-Signature-256"] == sign_webhook("s3cret", body)
     assert json.loads(body) == payload
+
+
+def test_the_fake_can_fail_for_a_while_and_recover(fake: FakeGitHub, gh: Github) -> None:
+    number = open_change(fake, gh)
+    repo = gh.get_repo("acme/infra")
+    fake.fail_requests(500, times=2, method="POST", path=r"/statuses/")
+    sha = repo.get_pull(number).head.sha  # GETs still served
+    commit = repo.get_commit(sha)
+    for _ in range(2):
+        with pytest.raises(GithubException) as failed:
+            commit.create_status(state="pending", context="gateway/plan")
+        assert failed.value.status == 500
+    commit.create_status(state="success", context="gateway/plan")  # the fault has run out
+    assert [s["state"] for s in fake.statuses(sha)] == ["success"]  # nothing was written while failing
+    assert [r.status for r in fake.faults_served] == [500, 500]
+
+    fake.fail_requests(403, rate_limited=True)
+    with pytest.raises(RateLimitExceededException) as limited:
+        repo.get_pull(number)
+    assert limited.value.headers is not None
+    assert {k.lower(): v for k, v in limited.value.headers.items()}["x-ratelimit-remaining"] == "0"
+    fake.recover()
+    assert repo.get_pull(number).number == number

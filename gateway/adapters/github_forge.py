@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import os
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,15 +18,19 @@ from pathlib import Path
 from typing import TypeVar
 
 import git
-from github import Auth, Github, GithubException, UnknownObjectException
+from github import Auth, Github, GithubException, RateLimitExceededException, UnknownObjectException
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
-from gateway.domain.errors import BackendError, Conflict, NotConfigured, NotFound
+from gateway.domain.errors import BackendError, Conflict, NotConfigured, NotFound, Unavailable
 from gateway.domain.github import Check, CheckState
 from gateway.domain.repo_settings import GitHubSettings
 
 T = TypeVar("T")
+# git's words when the far side or the network failed, not the request (then the same command later may work)
+GIT_TRANSIENT = re.compile(r"returned error: (5\d\d|429)|could not resolve host|failed to connect|connection "
+                           r"(timed out|reset|refused)|operation timed out|early eof|rpc failed|remote end hung up",
+                           re.IGNORECASE)
 STATUS_STATES = {CheckState.PENDING: "pending", CheckState.SUCCESS: "success", CheckState.FAILURE: "failure",
                  CheckState.NEUTRAL: "error"}
 
@@ -119,7 +125,10 @@ class GitHubForge:
         try:
             git.Repo(self.local_repo).git.execute(["git", *args], env=env)
         except git.GitCommandError as exc:
-            raise BackendError(f"git {args[0]} with GitHub failed: {str(exc.stderr).strip() or exc.status}") from None
+            why = str(exc.stderr).strip() or str(exc.status)
+            if GIT_TRANSIENT.search(why):
+                raise Unavailable(f"GitHub is unavailable (git {args[0]}): {why}") from exc
+            raise BackendError(f"git {args[0]} with GitHub failed: {why}") from exc
 
     def _git_auth_env(self) -> dict[str, str]:
         if not self.settings.clone_url().startswith("https://"):
@@ -234,7 +243,9 @@ class GitHubForge:
         except UnknownObjectException:
             return False
         except GithubException as exc:
-            raise BackendError(f"GitHub: team {team_slug} membership of {login}: {_message(exc)}") from None
+            raise _error(exc, f"team {team_slug} membership of {login}") from exc
+        except OSError as exc:
+            raise Unavailable(f"GitHub is unavailable (team {team_slug} membership of {login}): {exc}") from exc
 
     # -------------------------------------------------------------------------------------------
 
@@ -247,12 +258,39 @@ def _call(fn: Callable[[], T], what: str) -> T:
     """One GitHub call, its failures as the gateway's errors (a person reads them, in the trail or a job)."""
     try:
         return fn()
-    except UnknownObjectException:
-        raise NotFound(f"GitHub has no {what}") from None
+    except UnknownObjectException as exc:
+        raise NotFound(f"GitHub has no {what}") from exc
     except GithubException as exc:
-        raise BackendError(f"GitHub: {what}: {exc.status} {_message(exc)}") from None
-    except OSError as exc:  # connection refused, DNS, TLS
-        raise BackendError(f"GitHub unreachable ({what}): {exc}") from None
+        raise _error(exc, what) from exc
+    except OSError as exc:  # connection refused or reset, DNS, TLS, a timeout (requests' errors are OSErrors)
+        raise Unavailable(f"GitHub is unavailable ({what}): {exc}") from exc
+
+
+def _error(exc: GithubException, what: str) -> BackendError:
+    """GitHub's error answer as the gateway's: a 5xx or a spent rate limit is Unavailable (the same call later may
+    succeed), anything else a BackendError."""
+    headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+    rate_limited = exc.status == 429 or (exc.status == 403 and (
+        isinstance(exc, RateLimitExceededException) or headers.get("x-ratelimit-remaining") == "0"
+        or "retry-after" in headers))
+    if rate_limited:
+        return Unavailable(f"GitHub's rate limit is spent ({what}): {exc.status} {_message(exc)}",
+                           _asked_wait(headers))
+    if exc.status >= 500:
+        return Unavailable(f"GitHub is unavailable ({what}): {exc.status} {_message(exc)}", _asked_wait(headers))
+    return BackendError(f"GitHub: {what}: {exc.status} {_message(exc)}")
+
+
+def _asked_wait(headers: dict[str, str]) -> float | None:
+    """The seconds GitHub asked us to wait: `Retry-After`, else until `X-RateLimit-Reset` when none are left."""
+    try:
+        if "retry-after" in headers:
+            return max(0.0, float(headers["retry-after"]))
+        if headers.get("x-ratelimit-remaining") == "0" and "x-ratelimit-reset" in headers:
+            return max(0.0, float(headers["x-ratelimit-reset"]) - time.time())
+    except ValueError:  # a header GitHub never sends this way: wait as for any other failure
+        return None
+    return None
 
 
 def _info(pr: PullRequest) -> PullInfo:

@@ -181,13 +181,22 @@ class SqlStore:
     def claim_job(self, runner: str, job_id: int | None = None) -> Job | None:
         """Take the oldest queued job (or `job_id`) whose proposal has no job running; None if there is none.
 
-        PostgreSQL skips rows other workers are claiming (FOR UPDATE SKIP LOCKED); SQLite's
-        BEGIN IMMEDIATE lets one claimer in at a time.
+        A job waiting for a retry is not taken before its `run_after`, and a proposal's later deliveries wait
+        behind it (a proposal's deliveries run in the order GitHub sent them). PostgreSQL skips rows other
+        workers are claiming (FOR UPDATE SKIP LOCKED); SQLite's BEGIN IMMEDIATE lets one claimer in at a time.
         """
+        moment = now()
         running = select(jobs.c.proposal_id).where(jobs.c.status == JobStatus.RUNNING.value,
                                                    jobs.c.proposal_id.is_not(None))
+        earlier = jobs.alias("earlier")
+        delivery_waiting = select(earlier.c.id).where(
+            earlier.c.kind == JobKind.WEBHOOK.value, earlier.c.status == JobStatus.QUEUED.value,
+            earlier.c.proposal_id == jobs.c.proposal_id, earlier.c.id < jobs.c.id).exists()
         query = select(jobs).where(jobs.c.status == JobStatus.QUEUED.value,
-                                   jobs.c.proposal_id.not_in(running) | jobs.c.proposal_id.is_(None))
+                                   jobs.c.proposal_id.not_in(running) | jobs.c.proposal_id.is_(None),
+                                   jobs.c.run_after.is_(None) | (jobs.c.run_after <= moment),
+                                   (jobs.c.kind != JobKind.WEBHOOK.value) | jobs.c.proposal_id.is_(None)
+                                   | ~delivery_waiting)
         if job_id is not None:
             query = query.where(jobs.c.id == job_id)
         query = query.order_by(jobs.c.id).limit(1)
@@ -200,7 +209,8 @@ class SqlStore:
             try:
                 with conn.begin_nested():  # the unique index refuses a second running job for one proposal
                     conn.execute(update(jobs).where(jobs.c.id == row["id"]).values(
-                        status=JobStatus.RUNNING.value, runner=runner, started_at=now(), heartbeat_at=now()))
+                        status=JobStatus.RUNNING.value, runner=runner, started_at=now(), heartbeat_at=now(),
+                        attempts=jobs.c.attempts + 1))
             except IntegrityError:
                 return None
             row = conn.execute(select(jobs).where(jobs.c.id == row["id"])).mappings().one()
@@ -254,7 +264,8 @@ def _job(row: Mapping[str, Any]) -> Job:
                requested_by=row["requested_by"], status=JobStatus(row["status"]), runner=row["runner"],
                progress=tuple(row["progress"] or ()), result=dict(row["result"] or {}), error=row["error"],
                created_at=row["created_at"], started_at=row["started_at"], finished_at=row["finished_at"],
-               args=dict(row.get("args") or {}))
+               args=dict(row.get("args") or {}), attempts=int(row.get("attempts") or 0),
+               run_after=_aware(row["run_after"]) if row.get("run_after") else None)
 
 
 def _agent_run(row: Mapping[str, Any]) -> AgentRun:
@@ -631,6 +642,13 @@ class StoreSession:
             query = query.where(jobs.c.status == JobStatus.RUNNING.value)
         done = self.conn.execute(query.values(status=status.value, result=dict(result or {}),
                                               error=self.scrubber.scrub(error) if error else None, finished_at=now()))
+        return done.rowcount == 1
+
+    def retry_job(self, job_id: int, run_after: datetime, error: str) -> bool:
+        """Put a running job back in the queue, not to be claimed before `run_after`; `error` says why it waits."""
+        done = self.conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.status == JobStatus.RUNNING.value)
+                                 .values(status=JobStatus.QUEUED.value, runner=None, heartbeat_at=None,
+                                         run_after=run_after, error=self.scrubber.scrub(error)))
         return done.rowcount == 1
 
     # --- GitHub: linked accounts, pull requests, webhook deliveries ---------------------------

@@ -265,6 +265,9 @@ jobs = Table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Column("args", JSON, nullable=True),  # migration 6: what the job works on besides its proposal (a delivery)
+    # migration 16: how many times a worker has started it, and the time before which a retry waits
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("run_after", DateTime(timezone=True), nullable=True),
 )
 
 # GitHub (migration 6): linked accounts, the pull request of each proposal, and every webhook delivery.
@@ -521,6 +524,16 @@ def _agent_turns_as_jobs(conn: Connection) -> None:
         status="interrupted", message="the gateway was upgraded while this request ran; ask again", updated_at=_now()))
 
 
+def _job_retries(conn: Connection) -> None:
+    """A job that failed on GitHub's bad moment is tried again later: its attempts, and when it may run next."""
+    present = {c["name"] for c in inspect(conn).get_columns("jobs")}
+    if "attempts" not in present:
+        conn.execute(text("ALTER TABLE jobs ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"))
+    if "run_after" not in present:
+        kind = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
+        conn.execute(text(f"ALTER TABLE jobs ADD COLUMN run_after {kind}"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -537,7 +550,8 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (13, _one_turn_per_conversation),
     (14, _day_two),
     (15, _lock_owners),
-    (17, _agent_turns_as_jobs),  # 16 is another change's number
+    (16, _job_retries),  # a webhook job's retries
+    (17, _agent_turns_as_jobs),
 ]
 
 

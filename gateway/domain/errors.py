@@ -14,6 +14,8 @@ GatewayError                      anything the gateway reports to a person
 ├── LockTimeout                   another runner holds the stack lock
 ├── NotConfigured                 an optional part (the model) has no settings
 └── BackendError                  git, the database, the model or an engine binary failed underneath
+    └── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
+                                  connection); the same request later may well succeed
 """
 
 from __future__ import annotations
@@ -79,3 +81,11 @@ class NotConfigured(GatewayError):
 
 class BackendError(GatewayError):
     pass
+
+
+class Unavailable(BackendError):
+    """A dependency (GitHub) cannot serve now; try again later. `retry_after` is the wait it asked for, if any."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after

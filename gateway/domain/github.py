@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from gateway.domain.audit import AuditEvent
 from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.policy import Severity
 from gateway.domain.preview import Preview, render_markdown, render_text
@@ -22,6 +23,10 @@ CHECK_TEXT_LIMIT = 65_535  # a check run's output.text
 MIN_FINGERPRINT = 7  # `/gateway approve` needs at least this many characters of the plan's fingerprint
 MARKER = "<!-- change-gateway:proposal:{id} -->"
 CHANGES_HEADING = "#### Changes"  # where render_markdown starts listing each resource
+NOT_COUNTED_SHOWN = 20  # people's refused decisions the comment lists; the rest are in the trail and on the page
+# the trail's refusals of a decision or a command someone made (`job.refused` only mirrors one of these)
+DECISION_REFUSALS = frozenset({"approve.refused", "reject.refused", "plan.refused", "apply.refused", "ask.refused",
+                               "override.refused"})
 
 
 def signature_valid(secret: str, body: bytes, header: str | None) -> bool:
@@ -72,6 +77,31 @@ def parse_command(body: str) -> Command | None:
     return Command(CommandKind.ASK, text.removeprefix("/gateway").strip())
 
 
+@dataclass(frozen=True)
+class NotCounted:
+    """A decision or command someone made that did not count: who, what it was, and why not."""
+
+    who: str  # a gateway person's name, or a GitHub login that is not linked to one
+    what: str  # approve, reject, plan, apply, ask, override
+    reasons: tuple[str, ...]
+
+    def line(self) -> str:
+        return f"**{self.who}** ({self.what}): {'; '.join(self.reasons)}"
+
+
+def not_counted(events: Sequence[AuditEvent], head_sha: str) -> list[NotCounted]:
+    """Each person's refused decision of each kind, once (the latest), for the current commit; oldest first."""
+    latest: dict[tuple[str, str], NotCounted] = {}
+    for event in events:
+        reasons = tuple(str(r) for r in event.payload.get("reasons") or () if str(r).strip())
+        if event.kind not in DECISION_REFUSALS or not reasons or event.payload.get("head_sha") not in (head_sha, None):
+            continue
+        what = event.kind.removesuffix(".refused")
+        latest.pop((event.actor, what), None)  # re-inserted: the order is that of each one's latest refusal
+        latest[(event.actor, what)] = NotCounted(event.actor.removeprefix("github:"), what, reasons)
+    return list(latest.values())
+
+
 class CheckState(StrEnum):
     PENDING = "pending"
     SUCCESS = "success"
@@ -100,10 +130,11 @@ class PullRequestView:
     pending: Sequence[str]
     approver_groups: Mapping[str, Sequence[str]]  # stack -> groups whose approval counts
     teams: Mapping[str, str]  # group -> GitHub team slug
-    refusals: Sequence[str]  # recent decisions and commands that did not count, with why
+    not_counted: Sequence[NotCounted]  # decisions and commands that did not count, each once, with who and why
     page_url: str
     at: datetime  # when it is shown: overrides that lapsed by then no longer lift a deny
     outcome: str | None = None  # the last apply's result, in words
+    notices: Sequence[str] = ()  # what went wrong besides: failed jobs, a merge by hand on GitHub, a stopped agent
 
 
 def render_comment(view: PullRequestView, budget: int = COMMENT_BUDGET) -> str:
@@ -153,8 +184,14 @@ def _comment_head(view: PullRequestView) -> str:
         lines.append(f"- :x: rejected by **{rejection.principal.name}**: {rejection.comment}")
     lines += [f"- :no_entry: {reason}" for reason in view.blocked_by]
     lines += [f"- :hourglass: {change} (a re-plan is queued)" for change in view.pending]
-    if view.refusals:
-        lines += ["", "**Not counted:**"] + [f"- {r}" for r in view.refusals]
+    if view.not_counted:
+        shown = view.not_counted[-NOT_COUNTED_SHOWN:]
+        lines += ["", "**Not counted:**"] + [f"- {n.line()}" for n in shown]
+        if len(view.not_counted) > len(shown):
+            lines.append(f"- … and {len(view.not_counted) - len(shown)} earlier one(s), in the trail and on the "
+                         f"[review page]({view.page_url})")
+    if view.notices:
+        lines += ["", "**Needs attention:**"] + [f"- {n}" for n in view.notices]
     denies = [f for f in p.findings if f.severity == Severity.DENY]
     if p.findings:
         lines += ["", "### Policy", ""]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -43,7 +43,31 @@ class Job:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     args: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 0  # how many times a worker has started it (a retried webhook job more than once)
+    run_after: datetime | None = None  # a retry waits until then
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long work that failed on a dependency's bad moment (GitHub down, rate-limited) keeps being retried:
+    exponential backoff from `first_delay_seconds`, never waiting more than `max_delay_seconds` at a time, until
+    `max_attempts` attempts or `max_age_seconds` since the job was queued, whichever comes first."""
+
+    first_delay_seconds: float = 2.0
+    max_delay_seconds: float = 300.0
+    max_attempts: int = 20
+    max_age_seconds: float = 3600.0
+
+    def delay(self, attempt: int, asked: float | None = None) -> timedelta:
+        """The wait after the `attempt`-th failed attempt (1 for the first); at least what the dependency `asked`
+        for (a rate limit's reset), within the cap."""
+        backoff = self.first_delay_seconds * 2 ** max(0, min(attempt - 1, 30))
+        return timedelta(seconds=min(self.max_delay_seconds, max(backoff, asked or 0.0)))
+
+    def gives_up(self, attempt: int, age: timedelta, wait: timedelta) -> bool:
+        """Whether the `attempt`-th failure is the last: out of attempts, or the next one would come too late."""
+        return attempt >= self.max_attempts or (age + wait).total_seconds() > self.max_age_seconds

@@ -20,7 +20,7 @@ from gateway.domain.apply_blockers import GITHUB_AUTH, TeamCheck, standing_block
 from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import ConfigError, GatewayError, InputError, NotFound, Refused
-from gateway.domain.github import PullRequestView, pull_request_checks, render_comment
+from gateway.domain.github import PullRequestView, not_counted, pull_request_checks, render_comment
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
@@ -32,6 +32,7 @@ from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
 
+FAILURES_SHOWN = 3  # the newest distinct job failures the comment shows (each is in the trail)
 PUBLISH_RETRY_SECONDS = 30.0  # after a failed publish (GitHub down, rate-limited), wait this long
 _forges = threading.local()
 
@@ -139,8 +140,8 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
             comment_id = forge.upsert_comment(link["number"], comment_id, body)
             forge.set_checks(proposal.head_sha, checks, view.page_url)
     except GatewayError as exc:
-        with ws.store.session() as session:
-            session.mark_published(proposal_id, seq, None, error=str(exc))
+        with ws.store.session() as session:  # a comment posted before the failure stays the one to edit next time
+            session.mark_published(proposal_id, seq, comment_id, error=str(exc))
         raise
     with ws.store.session() as session:
         session.mark_published(proposal_id, seq, comment_id, digest=digest)
@@ -185,13 +186,12 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
     moment = ws.clock.now()
     with ws.store.session(readonly=True) as session:
         events = session.events(proposal_id=proposal.id)
-    refusals = [_not_counted(e) for e in events if (e.kind.endswith(".refused") and e.payload.get("head_sha") in (
-        proposal.head_sha, None)) or e.kind in ("job.failed", "github.merged_without_apply")][-6:]
     transitions = [e for e in events if e.kind.startswith("proposal.")]
+    notices = _notices(events)
     if proposal.proposer.is_agent:
         with ws.store.session(readonly=True) as session:
             stopped = open_breaker_reason(session, proposal.proposer)
-        refusals = refusals + ([f":octagonal_sign: {stopped}"] if stopped else [])
+        notices += [f":octagonal_sign: {stopped}"] if stopped else []
     return PullRequestView(
         proposal=proposal,
         previews=proposal_previews(ws, proposal),
@@ -202,20 +202,20 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         approver_groups={s: sorted(settings.stacks[s].approver_groups) for s in proposal.stacks
                          if s in settings.stacks},
         teams=dict(settings.github.teams) if settings.github else {},
-        refusals=refusals,
+        not_counted=not_counted(events, proposal.head_sha),
         page_url=page_url(ws, proposal.id),
         at=moment,
         outcome=_outcome(proposal, transitions[-1].payload if transitions else {}),
+        notices=notices,
     )
 
 
-def _not_counted(event: AuditEvent) -> str:
-    """One line of what did not count, or could not be done, and why."""
-    if event.kind == "job.failed":
-        return f"a {event.payload.get('kind')} job failed: {event.payload.get('error')} (try again)"
-    if event.kind == "github.merged_without_apply":
-        return f":rotating_light: {event.payload.get('warning')}"
-    return f"{event.actor}: {'; '.join(event.payload.get('reasons', []))}"
+def _notices(events: list[AuditEvent]) -> list[str]:
+    """Merges by hand on GitHub (every one), and the last few distinct job failures, each once."""
+    warnings = [f":rotating_light: {e.payload.get('warning')}" for e in events if e.kind == "github.merged_without_apply"]
+    failures = list(dict.fromkeys(f"a {e.payload.get('kind')} job failed: {e.payload.get('error')} (try again)"
+                                  for e in reversed(events) if e.kind == "job.failed"))[:FAILURES_SHOWN]
+    return warnings + failures[::-1]
 
 
 def _outcome(proposal: Proposal, last: Mapping) -> str | None:

@@ -2,20 +2,24 @@
 
 A job heart-beats while it runs. Whatever happens inside, its end is recorded (succeeded, failed,
 refused), and a job whose worker died is recorded interrupted by the next worker's recovery pass,
-together with the apply it was running (via the stack lock that stopped being renewed).
+together with the apply it was running (via the stack lock that stopped being renewed). A webhook job
+that fails because GitHub cannot serve now goes back in the queue with a backoff (`job.retrying`):
+its delivery was answered 202, so GitHub will not send it again, and a review must not be lost.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC
 from typing import Any
 
 import structlog
 
+from gateway.adapters.records import now
 from gateway.domain.apply_blockers import apply_blockers
-from gateway.domain.errors import GatewayError, NotFound, Refused
-from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
+from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
@@ -30,6 +34,7 @@ from gateway.services.workspace import Workspace
 log = structlog.get_logger(__name__)
 
 Progress = Callable[[str], None]
+WEBHOOK_RETRY = RetryPolicy()  # 2 s, 4 s, 8 s … at most 5 min apart, for up to an hour or 20 attempts
 
 
 def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_id: int) -> Job:
@@ -78,6 +83,7 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
                      lambda: ws.store.heartbeat_job(job.id, runner))
     beat.start()
     status, result, error = JobStatus.FAILED, {}, None
+    unavailable: Unavailable | None = None
     try:
         handler = ws.job_handlers.get(job.kind)
         if handler is None:  # a workspace wired without its handlers: say so rather than guess
@@ -85,6 +91,8 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
         status, result, error = handler(ws, job, runner, progress)
     except Refused as exc:
         status, result, error = JobStatus.REFUSED, {"reasons": exc.reasons}, "; ".join(exc.reasons)
+    except Unavailable as exc:
+        status, error, unavailable = JobStatus.FAILED, str(exc), exc
     except GatewayError as exc:
         status, error = JobStatus.FAILED, str(exc)
     except Exception as exc:  # the worker records its end whatever happens
@@ -92,6 +100,11 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
         status, error = JobStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}"
     finally:
         beat.stop()
+    if unavailable is not None and job.kind == JobKind.WEBHOOK:
+        given_up = _retry_later(ws, job, runner, unavailable, progress)
+        if given_up is None:
+            return ws.store.get_job(job.id)
+        error = given_up
     with ws.store.session() as session:
         if session.finish_job(job.id, status, result, error) and _worth_recording(job, status, result):
             proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
@@ -99,6 +112,25 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
                 job.proposal_id, proposal.stacks if proposal else ())
     return ws.store.get_job(job.id)
+
+
+def _retry_later(ws: Workspace, job: Job, runner: str, exc: Unavailable, progress: Progress) -> str | None:
+    """Queue the job again after a backoff (None), or say why it is given up instead."""
+    attempt = max(1, job.attempts)
+    wait = WEBHOOK_RETRY.delay(attempt, exc.retry_after)
+    created = job.created_at or now()
+    age = now() - (created if created.tzinfo else created.replace(tzinfo=UTC))
+    if WEBHOOK_RETRY.gives_up(attempt, age, wait):
+        return (f"gave up after {attempt} attempts over {int(age.total_seconds())} s, GitHub still failing: {exc}; "
+                f"what the delivery carried was not recorded: review or comment again")
+    progress(f"attempt {attempt} failed: {exc}; trying again in {wait.total_seconds():g} s")
+    with ws.store.session() as session:
+        if session.retry_job(job.id, now() + wait, str(exc)):
+            proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
+            session.append_event("gateway", "job.retrying", {
+                "job": job.id, "kind": job.kind.value, "runner": runner, "attempt": attempt, "error": str(exc),
+                "retry_in_seconds": wait.total_seconds()}, job.proposal_id, proposal.stacks if proposal else ())
+    return None
 
 
 def _worth_recording(job: Job, status: JobStatus, result: Mapping[str, Any]) -> bool:

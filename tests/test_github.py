@@ -22,8 +22,6 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from gateway import worker as worker_module
-from gateway.services import github as github_service
-from gateway.services import jobs as jobs_service
 from gateway.api.app import create_app
 from gateway.commands import cli
 from gateway.composition import create_workspace
@@ -31,6 +29,8 @@ from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.github import plan_fingerprint
 from gateway.domain.jobs import RetryPolicy
+from gateway.services import github as github_service
+from gateway.services import jobs as jobs_service
 from gateway.services.agent_requests import agent_principal
 from gateway.services.bootstrap import bootstrap_simulator
 from gateway.services.github import link_account

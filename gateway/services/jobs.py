@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from gateway.adapters.records import now
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
 from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
@@ -118,14 +117,14 @@ def _retry_later(ws: Workspace, job: Job, runner: str, exc: Unavailable, progres
     """Queue the job again after a backoff (None), or say why it is given up instead."""
     attempt = max(1, job.attempts)
     wait = WEBHOOK_RETRY.delay(attempt, exc.retry_after)
-    created = job.created_at or now()
-    age = now() - (created if created.tzinfo else created.replace(tzinfo=UTC))
+    created = job.created_at or ws.clock.now()
+    age = ws.clock.now() - (created if created.tzinfo else created.replace(tzinfo=UTC))
     if WEBHOOK_RETRY.gives_up(attempt, age, wait):
         return (f"gave up after {attempt} attempts over {int(age.total_seconds())} s, GitHub still failing: {exc}; "
                 f"what the delivery carried was not recorded: review or comment again")
     progress(f"attempt {attempt} failed: {exc}; trying again in {wait.total_seconds():g} s")
     with ws.store.session() as session:
-        if session.retry_job(job.id, now() + wait, str(exc)):
+        if session.retry_job(job.id, ws.clock.now() + wait, str(exc)):
             proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
             session.append_event("gateway", "job.retrying", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "attempt": attempt, "error": str(exc),

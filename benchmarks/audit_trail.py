@@ -1,5 +1,5 @@
 """The audit trail at scale on PostgreSQL: N events (default 1,000,000) appended through the real append path
-(`StoreSession.append_events`, which `append_event` is: the hash chain, the head row lock, the stack and address
+(`UnitOfWork.append_events`, which `append_event` is: the hash chain, the head row lock, the stack and address
 index rows), 2,000 to a transaction, then the auditor's filters and verify.
 
 Prints appends per second, p50/p95 of each filter for one page of 100 events (as the API serves them), verify's
@@ -22,9 +22,12 @@ from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.adapters.records import EventQuery, SqlStore  # noqa: E402
 from gateway.adapters.sql_store import Database  # noqa: E402
-from gateway.domain.audit import verify_chain  # noqa: E402
+from gateway.adapters.store.unit_of_work import SqlStore  # noqa: E402
+from gateway.domain.audit import (
+    EventQuery,  # noqa: E402
+    verify_chain,  # noqa: E402
+)
 
 STACKS = [f"stack-{i:02}" for i in range(40)]
 PEOPLE = [f"person-{i:03}" for i in range(200)]
@@ -54,7 +57,7 @@ def main() -> None:
         started = time.perf_counter()
         for first in range(0, events, BATCH):
             with store.session() as session:
-                session.append_events([(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10,
+                session.audit.append_many([(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10,
                                         [STACKS[i % len(STACKS)]]) for i in range(first, min(first + BATCH, events))])
         appended = time.perf_counter() - started
         with db.engine.connect() as conn:
@@ -80,7 +83,7 @@ def main() -> None:
                 after = rng.randrange(events)
                 begun = time.perf_counter()
                 with store.session(readonly=True) as session:
-                    session.query_events(query, after=after, limit=100)
+                    session.audit.query(query, after=after, limit=100)
                 timings.append((time.perf_counter() - begun) * 1000)
             timings.sort()
             print(f"  {label:18} p50 {statistics.median(timings):7.1f} ms   p95 {timings[int(0.95 * len(timings)) - 1]:7.1f} ms")
@@ -88,7 +91,7 @@ def main() -> None:
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         begun = time.perf_counter()
         with store.session(readonly=True) as session:
-            broken = verify_chain(session.iter_events(), session.chain_head())
+            broken = verify_chain(session.audit.iter(), session.audit.chain_head())
         took = time.perf_counter() - begun
         rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         assert broken is None, broken

@@ -97,7 +97,7 @@ def run(workers: int, root: Path) -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with ws.store.session(readonly=True) as session:
-                if all(session.proposal_for_pull_request(gh.full_name, n) for n in numbers):
+                if all(session.github.proposal_for_pull_request(gh.full_name, n) for n in numbers):
                     break
             time.sleep(0.2)
 
@@ -113,7 +113,7 @@ def run(workers: int, root: Path) -> None:
         # 2. delivery -> recorded approval, 20 at once
         sent: dict[int, float] = {}
         with ws.store.session(readonly=True) as session:
-            pids = {session.proposal_for_pull_request(gh.full_name, n): n for n in numbers}
+            pids = {session.github.proposal_for_pull_request(gh.full_name, n): n for n in numbers}
         for pid, number in pids.items():
             body, headers = signed("pull_request_review", gh.review_event(gh.add_review(number, "carol", "APPROVED")))
             sent[pid] = datetime.now(UTC).timestamp()

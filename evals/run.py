@@ -86,7 +86,7 @@ def run_case(case: Mapping[str, Any], model: Model, template: Path, home: Path) 
     try:
         _plant(ws, case.get("setup_files") or {})
         with ws.store.session(readonly=True) as session:
-            person = session.principal_by_name(REQUESTER)
+            person = session.principals.by_name(REQUESTER)
         assert person is not None
         outcome, calls, tokens = _converse(ws, person, case, recorder)
         outcome = _with_leaks(ws, outcome, recorder)
@@ -127,7 +127,7 @@ def _converse(ws: Workspace, person: Principal, case: Mapping[str, Any],
 def _plans(ws: Workspace, proposal_id: int) -> tuple[dict[str, Plan], list[str]]:
     proposal = get_proposal(ws, proposal_id)
     with ws.store.session(readonly=True) as session:
-        plans = {s: load_plan(json.loads(session.plan_document(p.plan_id))) for s, p in proposal.plans.items()}
+        plans = {s: load_plan(json.loads(session.proposals.plan_document(p.plan_id))) for s, p in proposal.plans.items()}
     return plans, [f.key for f in proposal.findings if f.severity == "deny"]
 
 

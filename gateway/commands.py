@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.composition import create_workspace, open_workspace
 from gateway.config import Settings
 from gateway.domain.apply_blockers import standing_blockers
@@ -143,8 +143,8 @@ def users_list(ctx: Context) -> None:
     """List principals: kind, roles, groups, state, token expiry and last use (never tokens)."""
     ctx.actor()
     with ctx.ws.store.session(readonly=True) as session:
-        for p in session.list_principals():
-            record = session.credentials(p.id)
+        for p in session.principals.list():
+            record = session.principals.credentials(p.id)
             used = f"{record['last_used_at']:%Y-%m-%d %H:%M}" if record["last_used_at"] else "never"
             expires = f"{record['token_expires_at']:%Y-%m-%d}" if record["token_expires_at"] else "-"
             click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups)):18} "
@@ -596,7 +596,7 @@ def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | 
 
     run = start_agent_run(ctx.ws, actor, text, conversation)
     assert run.conversation_id is not None and run.job_id is not None  # a new run has both
-    done = run_now_or_follow(ctx.ws, ctx.ws.store.get_job(run.job_id), runner_name(),
+    done = run_now_or_follow(ctx.ws, ctx.ws.store.queue.get(run.job_id), runner_name(),
                              lambda step: click.echo(f"  … {step}", err=True))
     if done.status == JobStatus.REFUSED:
         raise Refused(done.result.get("reasons") or [done.error or "refused"])
@@ -715,7 +715,7 @@ def apply(ctx: Context, proposal_id: int, no_wait: bool) -> None:
 def job(ctx: Context, job_id: int, wait: bool) -> None:
     """Show a job: kind, status, progress, and its result once finished."""
     ctx.actor()
-    found = ctx.ws.store.get_job(job_id)
+    found = ctx.ws.store.queue.get(job_id)
     subject = (f"request {found.args.get('run')}" if found.kind == JobKind.AGENT_TURN
                else f"proposal {found.proposal_id}")
     click.echo(f"job {found.id}: {found.kind.value} of {subject} [{found.status.value}]"
@@ -905,7 +905,7 @@ def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
     """Export events with their hashes, for an auditor's own tools."""
     events = audit_service.list_events(ctx.ws, ctx.actor(), proposal_id)
     with ctx.ws.store.session(readonly=True) as session:
-        checkpoints = session.checkpoints() if proposal_id is None else []
+        checkpoints = session.audit.checkpoints() if proposal_id is None else []
     click.echo(audit_service.export_events(events, fmt, checkpoints), nl=False)
 
 

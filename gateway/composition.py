@@ -18,11 +18,11 @@ from gateway.adapters.clock import SystemClock
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
-from gateway.adapters.records import SqlStore
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sealing import Sealer
 from gateway.adapters.sql_store import Database
+from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.config import Settings
 from gateway.domain.errors import Conflict, NotFound
@@ -122,7 +122,7 @@ def create_workspace(settings: Settings, content: Path | None = None, sample: st
         raise
     settings.secrets_path.mkdir(mode=0o700, exist_ok=True)
     with SqlStore(db).session() as session:  # main as created: what later pushes to main are compared with
-        session.set_marker("main_seen", repo.resolve(repo.main_branch()))
+        session.main.set_marker("main_seen", repo.resolve(repo.main_branch()))
     for stack, values in SAMPLE_SECRETS[sample].items() if content is None else ():
         path = settings.secrets_path / f"{stack}.tfvars.json"
         resolved = {k: v or secrets.token_urlsafe(18) for k, v in values.items()}

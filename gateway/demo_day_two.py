@@ -10,7 +10,7 @@ import click
 import git
 
 from gateway.adapters.git_repo import committer_env
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.demo import in_scratch_home, step

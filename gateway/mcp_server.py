@@ -64,7 +64,7 @@ def build_server(ws: Workspace, principal: Principal | None = None) -> MCPServer
             if token is None:
                 raise AuthError("send `Authorization: Bearer TOKEN` with an agent's token")
             with request_ws.store.session(readonly=True) as session:
-                who = session.principal(token.client_id)
+                who = session.principals.get(token.client_id)
         return request_ws, agents.caller_of(request_ws, who)
 
     async def run(tool: str, arguments: dict[str, Any], work: Callable[[Workspace, agents.Caller], Any]) -> str:

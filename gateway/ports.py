@@ -1,12 +1,33 @@
-"""The ports the use cases talk through. Adapters implement them; tests may fake them."""
+"""The ports the use cases talk through. Adapters implement them; one composition root wires them.
+
+    Store            units of work (`session()`), plus the stack locks and job queue that commit on their own
+    UnitOfWork       one transaction, one repository per aggregate: principals, proposals, conversations,
+                     jobs, github, main, day_two, breaker, audit
+    Clock            the time
+    Engine           plans and applies one stack (every engine emits Terraform's JSON plan)
+
+Services name these Protocols, never an adapter: a test can hand them a fake that implements one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+
+from gateway.domain.agent_runs import AgentRun, AgentRunStatus
+from gateway.domain.audit import AuditEvent, Checkpoint, EventQuery
+from gateway.domain.breaker import CapacityChange
+from gateway.domain.drift import DriftRecord
+from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.lifecycle import Transition
+from gateway.domain.locks import LockAttempt, StackLock
+from gateway.domain.preview import DriftEntry
+from gateway.domain.principals import Principal, PrincipalKind, Role
+from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus
 
 
 @dataclass(frozen=True)
@@ -71,4 +92,400 @@ class Engine(Protocol):
 class Clock(Protocol):
     def now(self) -> datetime:
         """The current time, timezone-aware (UTC)."""
+        ...
+
+
+# --- the records: one repository per aggregate, in one unit of work ---------------------------
+
+class Principals(Protocol):
+    """People and agents, their credentials, and the GitHub accounts linked to them."""
+
+    def add(self, name: str, kind: PrincipalKind, roles: frozenset[Role], groups: frozenset[str],
+                      token_hash: str, acting_for: str | None = None) -> Principal: ...
+
+    def count(self) -> int: ...
+
+    def by_token_hash(self, token_hash: str) -> Principal | None: ...
+
+    def by_name(self, name: str) -> Principal | None: ...
+
+    def get(self, pid: str) -> Principal: ...
+
+    def credentials(self, pid: str) -> dict[str, Any]:
+        """A principal's credential record: when disabled, when its token expires, when it was last used."""
+        ...
+
+    def update(self, pid: str, **values: Any) -> None: ...
+
+    def enabled_admins(self) -> list[str]: ...
+
+    def list(self) -> list[Principal]: ...
+
+    def link_github(self, principal: Principal, github_id: int, login: str) -> None:
+        """Link a person to a GitHub account (by its numeric id: logins can be renamed and reused)."""
+        ...
+
+    def by_github_id(self, github_id: int) -> Principal | None: ...
+
+    def github_login_of(self, principal_id: str) -> str | None: ...
+
+
+class Proposals(Protocol):
+    """Proposals with their plans, decisions, policy overrides and apply records; every status change goes through `record_transition`, with its audit event."""
+
+    def add(self, branch: str, base_sha: str, head_sha: str, requester: Principal, proposer: Principal,
+                     reason: str, stacks: Sequence[str], changed_paths: Sequence[str], agent_claim: str | None = None,
+                     prompt_version: str | None = None, model: str | None = None,
+                     kind: ProposalKind = ProposalKind.CHANGE) -> int: ...
+
+    def open_for_branch(self, branch: str) -> int | None: ...
+
+    def plan_bases(self, statuses: Collection[ProposalStatus]) -> list[dict[str, Any]]:
+        """For each proposal in `statuses`: branch, head, stacks, and each stack's newest plan at that head (main commit and state serial), in two queries: what a worker's staleness scan needs."""
+        ...
+
+    def get(self, proposal_id: int, lock: bool = False) -> Proposal: ...
+
+    def list(self, status: str | None = None) -> list[dict[str, Any]]: ...
+
+    def update_head(self, proposal_id: int, head_sha: str, stacks: Sequence[str], changed_paths: Sequence[str]) -> None: ...
+
+    def set_agent_details(self, proposal_id: int, prompt_version: str, model: str, agent_claim: str | None = None) -> None:
+        """The prompt version and model an agent's proposal was written with (and its latest claim)."""
+        ...
+
+    def record_transition(self, proposal: Proposal, transition: Transition, actor: Principal | str,
+                          payload: Mapping[str, Any], merge_sha: str | None = None,
+                          applied_sha: str | None = None) -> ProposalStatus:
+        """Take one lifecycle transition and persist it with its audit event, in this transaction."""
+        ...
+
+    def add_plan(self, proposal_id: int, stack: str, head_sha: str, main_sha: str, digest: str, document: str,
+                 state_serial: int, state_lineage: str, summary: Mapping[str, Any], preview: str,
+                 artifact: bytes | None = None) -> int: ...
+
+    def plan_preview(self, plan_id: int) -> str | None:
+        """The stored masked preview of a plan (None for plans saved before previews were stored)."""
+        ...
+
+    def plan_artifact(self, plan_id: int) -> bytes | None:
+        """The engine's own saved plan (Terraform's plan file), if the engine keeps one."""
+        ...
+
+    def plan_document(self, plan_id: int) -> str: ...
+
+    def add_decision(self, proposal_id: int, principal: Principal, decision: Decision, head_sha: str,
+                     digests: Mapping[str, str], comment: str, auth: str) -> int: ...
+
+    def add_override(self, proposal_id: int, finding_key: str, principal: Principal, reason: str,
+                     expires_at: datetime) -> int: ...
+
+    def merged_as(self, sha: str) -> int | None:
+        """The proposal whose merge made commit `sha` (None: the gateway did not make it)."""
+        ...
+
+    def start_apply(self, proposal_id: int, stack: str, plan_id: int, runner: str, commit_sha: str) -> int: ...
+
+    def finish_apply(self, apply_id: int, status: str, applied: Sequence[str], error: str | None) -> None: ...
+
+    def get_apply(self, apply_id: int) -> dict[str, Any] | None: ...
+
+    def applies_of(self, proposal_id: int) -> list[dict[str, Any]]: ...
+
+    def last_applied_commit(self, stack: str) -> str | None: ...
+
+
+class Conversations(Protocol):
+    """Conversations with the agent and the runs (turns) of each."""
+
+    def add(self, conversation_id: str, requester: Principal, branch: str) -> None: ...
+
+    def get(self, conversation_id: str) -> dict[str, Any] | None: ...
+
+    def link(self, conversation_id: str, proposal_id: int) -> None: ...
+
+    def hold(self, conversation_id: str, turn: str, until: datetime) -> bool:
+        """Hold the conversation for `turn` until `until`; refused while another turn holds it (a lapsed hold is free)."""
+        ...
+
+    def renew(self, conversation_id: str, turn: str, until: datetime) -> bool:
+        """`turn`, still working, extends its hold; False when it holds the conversation no more (another turn took it over after its hold lapsed)."""
+        ...
+
+    def release(self, conversation_id: str, turn: str) -> bool:
+        """`turn` lets go of the conversation; a turn that lost its hold leaves the new holder's alone (False)."""
+        ...
+
+    def busy(self, conversation_id: str) -> bool:
+        """A turn holds this conversation now."""
+        ...
+
+    def of_proposal(self, proposal_id: int) -> dict[str, Any] | None: ...
+
+    def add_run(self, run_id: str, requester: Principal, request: str, conversation_id: str,
+                      job_id: int) -> None: ...
+
+    def begin_run(self, run_id: str) -> bool:
+        """A worker starts the queued run; False when it is no longer queued (the breaker stopped it meanwhile)."""
+        ...
+
+    def record_run_progress(self, run_id: str, steps: Sequence[str]) -> None: ...
+
+    def finish_run(self, run_id: str, status: AgentRunStatus, message: str | None,
+                         proposal_id: int | None = None) -> bool:
+        """The turn's own end. A run the breaker marked stopped while it ran takes the turn's fuller account; one that recovery already recorded interrupted keeps that (its job says so too)."""
+        ...
+
+    def end_abandoned_run(self, run_id: str, status: AgentRunStatus, message: str) -> bool:
+        """Recovery's end of a run whose job ended without it (its worker died): only while it is unfinished."""
+        ...
+
+    def abandoned_runs(self) -> list[tuple[AgentRun, Job]]:
+        """Unfinished runs whose job has ended: what a dead worker left behind."""
+        ...
+
+    def has_unfinished_run(self, conversation_id: str) -> bool:
+        """A message to this conversation is queued or running (a second one waits for it to end)."""
+        ...
+
+    def run(self, run_id: str) -> AgentRun | None: ...
+
+    def stop_runs(self, reason: str) -> list[str]:
+        """Mark every queued or running agent request stopped (each run also checks the breaker between its steps, and a queued one is not started)."""
+        ...
+
+
+class Jobs(Protocol):
+    """Jobs queued and finished inside a use case's transaction."""
+
+    def add(self, kind: JobKind, proposal_id: int | None, requested_by: Principal | str,
+                args: Mapping[str, Any] | None = None) -> int: ...
+
+    def queued(self, kind: JobKind, proposal_id: int, running_too: bool = True) -> int | None:
+        """A job of this kind for this proposal that has not finished (or not started) yet, so a second is not queued."""
+        ...
+
+    def proposals_with_unfinished(self, kind: JobKind) -> set[int]: ...
+
+    def finish(self, job_id: int, status: JobStatus, result: Mapping[str, Any] | None = None,
+                   error: str | None = None, only_if_running: bool = True) -> bool: ...
+
+    def retry(self, job_id: int, run_after: datetime, error: str) -> bool:
+        """Put a running job back in the queue, not to be claimed before `run_after`; `error` says why it waits."""
+        ...
+
+    def recently_failed(self, kind: JobKind, seconds: float) -> set[int]:
+        """Proposals with a job of this kind that failed in the last `seconds` (their retry waits)."""
+        ...
+
+
+class GitHubRecords(Protocol):
+    """Webhook deliveries and the pull request of each proposal."""
+
+    def add_delivery(self, delivery_id: str, event: str, action: str | None, payload: str) -> bool:
+        """Record a webhook delivery once; False when this delivery id was recorded before (a redelivery)."""
+        ...
+
+    def set_delivery_job(self, delivery_id: str, job_id: int) -> None: ...
+
+    def delivery(self, delivery_id: str) -> dict[str, Any] | None: ...
+
+    def link_pull_request(self, proposal_id: int, repository: str, number: int) -> None:
+        """Record the proposal's pull request (once: a second link of the same proposal changes nothing)."""
+        ...
+
+    def pull_request_of(self, proposal_id: int) -> dict[str, Any] | None: ...
+
+    def proposal_for_pull_request(self, repository: str, number: int) -> int | None:
+        """The newest proposal of this pull request (a reopened one gets a new proposal)."""
+        ...
+
+    def mark_published(self, proposal_id: int, seq: int, comment_id: int | None, error: str | None = None,
+                       digest: str | None = None) -> None: ...
+
+    def unpublished_proposals(self, open_statuses: Collection[ProposalStatus], retry_after_seconds: float) -> list[int]:
+        """Proposals whose pull request shows less than their trail: newer events, or no pull request yet (open ones)."""
+        ...
+
+
+class MainRecords(Protocol):
+    """What the gateway last saw of main, and the pushes made to it outside the gateway."""
+
+    def marker(self, name: str) -> str | None: ...
+
+    def set_marker(self, name: str, value: str) -> None: ...
+
+    def swap_marker(self, name: str, expected: str | None, value: str) -> bool:
+        """Set the marker to `value` only if it still holds `expected` (None: absent); False when another worker changed it first. A compare-and-set: of workers racing for the same claim, one wins."""
+        ...
+
+    def add_push(self, sha: str, stacks: Sequence[str], paths: Sequence[str], author: str) -> bool: ...
+
+    def unacknowledged_pushes(self) -> list[dict[str, Any]]: ...
+
+    def acknowledge_push(self, sha: str, by: str, reason: str) -> dict[str, Any] | None: ...
+
+
+class DayTwoRecords(Protocol):
+    """Drift records per stack and break-glass windows."""
+
+    def open_drift_record(self, stack: str) -> DriftRecord | None: ...
+
+    def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]: ...
+
+    def add_drift_record(self, stack: str, resources: Sequence[DriftEntry], expected: bool,
+                         break_glass_id: int | None) -> int: ...
+
+    def update_drift_record(self, record_id: int, resources: Sequence[DriftEntry], expected: bool,
+                            break_glass_id: int | None) -> None: ...
+
+    def close_drift_record(self, record_id: int, by: str, reason: str, proposal_id: int | None) -> None: ...
+
+    def add_break_glass(self, stack: str, reason: str, opened_by: str, duration_seconds: int,
+                        confirmed: bool) -> int: ...
+
+    def break_glass(self, window_id: int) -> dict[str, Any]: ...
+
+    def break_glass_windows(self, stack: str | None = None) -> list[dict[str, Any]]: ...
+
+    def update_break_glass(self, window_id: int, **values: Any) -> None: ...
+
+    def mark_break_glass(self, window_id: int, column: str, moment: datetime) -> bool:
+        """Set `column` (settled: codified_at, overdue: flagged_at) once: False when another worker already did, or the window was settled or acknowledged meanwhile."""
+        ...
+
+
+class BreakerRecords(Protocol):
+    """The circuit breaker: each agent change's capacity figures, and each breaker's state."""
+
+    def record_change(self, change: CapacityChange) -> None:
+        """A proposal's latest capacity figures, at the time of its latest plans (a re-plan replaces the earlier)."""
+        ...
+
+    def changes(self, principal_id: str | None, since: datetime) -> list[CapacityChange]:
+        """Agent changes since `since`, oldest first: one agent's, or every agent's (None)."""
+        ...
+
+    def state(self, scope: str) -> dict[str, Any] | None: ...
+
+    def states(self) -> list[dict[str, Any]]: ...
+
+    def set(self, scope: str, is_open: bool, reason: str, by: str) -> None: ...
+
+
+class AuditLog(Protocol):
+    """The hash-chained audit trail: appends, queries, the chain's head and its signed checkpoints."""
+
+    def newest_seq(self, proposal_id: int) -> int: ...
+
+    def append(self, actor: Principal | str, kind: str, payload: Mapping[str, Any],
+                     proposal_id: int | None = None, stacks: Sequence[str] = ()) -> AuditEvent:
+        """Add one event to the chain."""
+        ...
+
+    def append_many(self, entries: Sequence[tuple[Principal | str, str, Mapping[str, Any], int | None,
+                                                    Sequence[str]]]) -> list[AuditEvent]:
+        """Add events to the chain in order, written together. The head row lock (taken by the transaction's first event, held to its commit) keeps concurrent writers in line; the head row is written at the commit."""
+        ...
+
+    def write_chain_head(self) -> None: ...
+
+    def events(self, proposal_id: int | None = None, actor: str | None = None, stack: str | None = None,
+               since: str | None = None, kind: str | None = None) -> list[AuditEvent]: ...
+
+    def query(self, q: EventQuery, after: int = 0, limit: int | None = None) -> list[AuditEvent]:
+        """Events matching every filter, oldest first, from `after` (keyset pagination), in SQL on indexed columns."""
+        ...
+
+    def count(self, q: EventQuery) -> int: ...
+
+    def iter(self, batch: int = 5000, upto: int | None = None, after: int = 0) -> Iterator[AuditEvent]:
+        """Every event (after `after`) in order, read a batch at a time (constant memory however long the trail)."""
+        ...
+
+    def add_checkpoint(self, checkpoint: Checkpoint) -> bool:
+        """Keep a signed checkpoint, once per event: a second one of the same head (another worker signing it at the same moment) changes nothing. Whether this one was kept."""
+        ...
+
+    def checkpoints(self) -> list[Checkpoint]: ...
+
+    def chain_head(self) -> tuple[int, str] | None: ...
+
+
+class StackLocks(Protocol):
+    """Stack locks, committed on their own: other processes must see them while an apply runs."""
+
+    def acquire(self, stack: str, holder: str, ttl_seconds: float, proposal_id: int | None = None) -> LockAttempt:
+        """Take the stack's lock if nobody holds it; otherwise say who does (an expired holder is not broken here: its apply must be settled first, see services/recovery.py)."""
+        ...
+
+    def set_apply(self, stack: str, holder: str, apply_id: int) -> None: ...
+
+    def renew(self, stacks: Sequence[str], holder: str, ttl_seconds: float) -> list[str]:
+        """The heartbeat: push the expiry of `holder`'s locks forward. Returns the ones it no longer holds."""
+        ...
+
+    def hand_over(self, stack: str, holder: str, new_holder: str) -> bool:
+        """Give a lock to a holder that never expires; only a person's action releases it. False if not held."""
+        ...
+
+    def release(self, stack: str, holder: str) -> None: ...
+
+    def holder(self, stack: str) -> StackLock | None: ...
+
+    def expired(self) -> list[StackLock]:
+        """Locks whose holder stopped heart-beating (kept locks of unmerged proposals never expire)."""
+        ...
+
+    def take_over_expired(self, holder: str, new_holder: str, ttl_seconds: float) -> list[StackLock]:
+        """Move every expired lock of `holder` to `new_holder` at once; the locks as the dead holder left them."""
+        ...
+
+    def keep_unmerged(self, stacks: Sequence[str], holder: str, proposal_id: int) -> list[str]:
+        """Hand `holder`'s locks (expired or not) to the unmerged proposal, taking free ones too; the ones held by someone else, which the proposal could not keep."""
+        ...
+
+
+class JobQueue(Protocol):
+    """Jobs claimed, heart-beaten and followed in transactions of their own."""
+
+    def claim(self, runner: str, job_id: int | None = None) -> Job | None:
+        """Take the oldest queued job (or `job_id`) whose proposal has no job running; None if there is none."""
+        ...
+
+    def heartbeat(self, job_id: int, runner: str) -> bool: ...
+
+    def add_progress(self, job_id: int, line: str) -> None: ...
+
+    def stale(self, older_than_seconds: float) -> list[Job]:
+        """Running jobs whose worker has not heart-beaten for `older_than_seconds`."""
+        ...
+
+    def of_proposal(self, proposal_id: int) -> list[Job]: ...
+
+    def get(self, job_id: int) -> Job: ...
+
+
+class UnitOfWork(Protocol):
+    """One transaction: what a use case writes through these repositories commits together, or not at all."""
+
+    principals: Principals
+    proposals: Proposals
+    conversations: Conversations
+    jobs: Jobs
+    github: GitHubRecords
+    main: MainRecords
+    day_two: DayTwoRecords
+    breaker: BreakerRecords
+    audit: AuditLog
+
+
+class Store(Protocol):
+    """Units of work over the records, and the locks and queue that other processes must see at once."""
+
+    locks: StackLocks
+    queue: JobQueue
+
+    def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:
+        """One unit of work; `readonly` for reads, which then never wait for a writer."""
         ...

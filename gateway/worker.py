@@ -64,7 +64,7 @@ class Worker:
         runner = f"{self.name}/{index}"
         while not self._stop.is_set():
             try:
-                job = ws.store.claim_job(runner)
+                job = ws.store.queue.claim(runner)
                 if job is None:
                     self._stop.wait(self.poll_seconds)
                     continue

@@ -75,7 +75,7 @@ def test_a_question_reaches_the_person_and_the_answer_resumes_the_same_conversat
     asked = submit_request(workspace, people.alice, "Add a refunds queue in staging", model=model(stub))
     assert asked.question == QUESTION and asked.proposal is None and asked.stopped is None
     with workspace.store.session() as session:
-        [waiting] = [e for e in session.events() if e.kind == "agent.request"]
+        [waiting] = [e for e in session.audit.events() if e.kind == "agent.request"]
     assert waiting.payload["waiting_for_answer"] == QUESTION  # the waiting state is in the trail
 
     answered = submit_request(workspace, people.alice, "14 days please", asked.conversation_id, model=model(stub))
@@ -333,7 +333,7 @@ def test_an_oversized_context_is_trimmed_not_failed(workspace: Workspace, people
     assert last[0].startswith("[an earlier result of read_file") and "removed to fit the prompt budget" in last[0]
     assert "aws_sqs_queue.refunds" in last[-1]  # the newest result, the preview, is whole
     with workspace.store.session() as session:
-        trimmed = [e.payload["trimmed_messages"] for e in session.events() if e.kind == "agent.model_call"]
+        trimmed = [e.payload["trimmed_messages"] for e in session.audit.events() if e.kind == "agent.model_call"]
     assert trimmed[0] == 0 and max(trimmed) >= 3
 
 
@@ -395,15 +395,15 @@ def test_a_conversation_is_held_by_one_turn_and_a_lapsed_hold_is_taken_over(any_
     ws, alice = any_workspace, add_people(any_workspace).alice
     later = datetime.now(UTC) + timedelta(minutes=10)
     with ws.store.session() as session:
-        session.add_conversation("c1", alice, "agent/c1")
-        assert session.hold_conversation("c1", "turn-a", later)
-        assert not session.hold_conversation("c1", "turn-b", later)  # a second turn
-        assert session.conversation_busy("c1")
-        assert session.renew_conversation("c1", "turn-a", later + timedelta(minutes=5))  # the holder, still working
-        assert session.release_conversation("c1", "turn-a")  # let go
-        assert not session.conversation_busy("c1") and session.hold_conversation("c1", "turn-b", later)
-        session.renew_conversation("c1", "turn-b", datetime.now(UTC) - timedelta(seconds=1))  # a crashed turn's hold
-        assert not session.conversation_busy("c1") and session.hold_conversation("c1", "turn-c", later)
+        session.conversations.add("c1", alice, "agent/c1")
+        assert session.conversations.hold("c1", "turn-a", later)
+        assert not session.conversations.hold("c1", "turn-b", later)  # a second turn
+        assert session.conversations.busy("c1")
+        assert session.conversations.renew("c1", "turn-a", later + timedelta(minutes=5))  # the holder, still working
+        assert session.conversations.release("c1", "turn-a")  # let go
+        assert not session.conversations.busy("c1") and session.conversations.hold("c1", "turn-b", later)
+        session.conversations.renew("c1", "turn-b", datetime.now(UTC) - timedelta(seconds=1))  # a crashed turn's hold
+        assert not session.conversations.busy("c1") and session.conversations.hold("c1", "turn-c", later)
 
 
 def test_a_turn_whose_hold_lapsed_can_neither_take_it_back_nor_free_the_new_holder(any_workspace: Workspace) -> None:
@@ -411,14 +411,14 @@ def test_a_turn_whose_hold_lapsed_can_neither_take_it_back_nor_free_the_new_hold
     ws, alice = any_workspace, add_people(any_workspace).alice
     later = datetime.now(UTC) + timedelta(minutes=10)
     with ws.store.session() as session:
-        session.add_conversation("c1", alice, "agent/c1")
-        assert session.hold_conversation("c1", "turn-a", datetime.now(UTC) - timedelta(seconds=1))  # A, lapsed
-        assert session.hold_conversation("c1", "turn-b", later)  # B takes over, as designed
-        assert not session.renew_conversation("c1", "turn-a", later)  # A's next call cannot take it back
-        assert not session.release_conversation("c1", "turn-a")  # and A's end leaves B's hold alone
-        assert session.conversation_busy("c1")
-        assert not session.hold_conversation("c1", "turn-c", later)  # so C waits for B
-        assert session.conversation("c1")["running_turn"] == "turn-b"
+        session.conversations.add("c1", alice, "agent/c1")
+        assert session.conversations.hold("c1", "turn-a", datetime.now(UTC) - timedelta(seconds=1))  # A, lapsed
+        assert session.conversations.hold("c1", "turn-b", later)  # B takes over, as designed
+        assert not session.conversations.renew("c1", "turn-a", later)  # A's next call cannot take it back
+        assert not session.conversations.release("c1", "turn-a")  # and A's end leaves B's hold alone
+        assert session.conversations.busy("c1")
+        assert not session.conversations.hold("c1", "turn-c", later)  # so C waits for B
+        assert session.conversations.get("c1")["running_turn"] == "turn-b"
 
 
 def test_a_turn_that_lost_its_hold_stops_before_its_next_model_call(any_workspace: Workspace, stub: ModelStub) -> None:
@@ -427,12 +427,12 @@ def test_a_turn_that_lost_its_hold_stops_before_its_next_model_call(any_workspac
     ws, alice = any_workspace, add_people(any_workspace).alice
     ws.settings.agent_turn_hold_seconds = 0.2
     with ws.store.session() as session:
-        session.add_conversation("c1", alice, "agent/c1")
+        session.conversations.add("c1", alice, "agent/c1")
 
     def slow_then_taken_over(body: dict[str, Any]) -> dict[str, Any]:
         time.sleep(0.4)  # A's hold lapses during this model call
         with ws.store.session() as session:
-            assert session.hold_conversation("c1", "turn-b", datetime.now(UTC) + timedelta(minutes=10))
+            assert session.conversations.hold("c1", "turn-b", datetime.now(UTC) + timedelta(minutes=10))
         return tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE)
 
     stub.turns = [slow_then_taken_over, tool_call("run_preview", stack="app-staging"),
@@ -443,9 +443,9 @@ def test_a_turn_that_lost_its_hold_stops_before_its_next_model_call(any_workspac
     assert outcome.proposal is None and outcome.summary is None
     assert not ws.repo.branch_exists("agent/c1")  # nothing committed or pushed for A
     with ws.store.session(readonly=True) as session:
-        assert session.conversation_busy("c1")  # B still holds it
-        assert session.conversation("c1")["running_turn"] == "turn-b"
-        [recorded] = [e for e in session.events() if e.kind == "agent.request"]
+        assert session.conversations.busy("c1")  # B still holds it
+        assert session.conversations.get("c1")["running_turn"] == "turn-b"
+        [recorded] = [e for e in session.audit.events() if e.kind == "agent.request"]
     assert recorded.payload["stopped"] == outcome.stopped
 
 
@@ -565,7 +565,7 @@ def test_a_turn_whose_process_was_killed_ends_interrupted_and_the_person_asks_ag
                                                                headers=bearer).json())["finished"] and r)
     assert done["status"] == "done" and done["proposal_id"] is not None, done
     with ws.store.session(readonly=True) as session:
-        kinds = [e.kind for e in session.events()]
+        kinds = [e.kind for e in session.audit.events()]
     assert "job.interrupted" in kinds and "agent.interrupted" in kinds
 
 

@@ -27,7 +27,7 @@ def test_the_database_and_the_workspace_hold_no_secret_in_clear(workspace: Works
     decide(workspace, people.erin, proposal.id, Decision.APPROVE, "tested")
     assert apply_proposal(workspace, people.alice, proposal.id).succeeded
     with workspace.store.session(readonly=True) as session:  # the gateway itself still reads what it sealed
-        assert secret.decode() in session.plan_document(proposal.plans["data"].plan_id)
+        assert secret.decode() in session.proposals.plan_document(proposal.plans["data"].plan_id)
     workspace.db.dispose()  # everything on disk, the WAL included
     home = workspace.settings.home
     leaks = [str(path.relative_to(home)) for path in sorted(home.rglob("*"))

@@ -12,10 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, select, update
 
-from gateway.adapters.records import EventQuery, _event
 from gateway.adapters.sql_store import audit_events, audit_head
+from gateway.adapters.store.rows import as_event
 from gateway.api.app import create_app
-from gateway.domain.audit import GENESIS, event_hash
+from gateway.domain.audit import GENESIS, EventQuery, event_hash
 from gateway.domain.errors import Refused
 from gateway.domain.proposal import Decision
 from gateway.services import audit as audit_service
@@ -156,7 +156,7 @@ def test_a_consistent_rewrite_of_events_and_head_is_caught_by_a_kept_checkpoint(
         rows = session.conn.execute(select(audit_events).order_by(audit_events.c.seq)).mappings().all()
         prev = GENESIS
         for row in rows:
-            event = _event(row)
+            event = as_event(row)
             if event.kind == "approval":
                 event = replace(event, actor="mallory")
             event = replace(event, prev_hash=prev, hash=event_hash(prev, event.content()))
@@ -182,9 +182,9 @@ def test_a_consistent_rewrite_of_events_and_head_is_caught_by_a_kept_checkpoint(
 def test_filters_run_on_exact_addresses_prefixes_stacks_and_outcomes_and_pages_follow_on(workspace: Workspace,
                                                                                          people: People) -> None:
     with workspace.store.session() as session:
-        session.append_event("gateway", "apply.succeeded", {"applied": ["aws_instance.web[0]"]}, 101, ["app"])
-        session.append_event("gateway", "apply.failed", {"applied": ["aws_instance.web2"]}, 102, ["app"])
-        session.append_event("gateway", "plan", {"changed": ["module.db.aws_db_instance.main"]}, 103, ["data"])
+        session.audit.append("gateway", "apply.succeeded", {"applied": ["aws_instance.web[0]"]}, 101, ["app"])
+        session.audit.append("gateway", "apply.failed", {"applied": ["aws_instance.web2"]}, 102, ["app"])
+        session.audit.append("gateway", "plan", {"changed": ["module.db.aws_db_instance.main"]}, 103, ["data"])
     def proposals(**filters: str) -> list[int | None]:  # the bootstrap's events name the sample's resources too
         return [e.proposal_id for e in audit_service.list_events(workspace, people.dana, **filters)
                 if e.proposal_id in (101, 102, 103)]
@@ -196,9 +196,9 @@ def test_filters_run_on_exact_addresses_prefixes_stacks_and_outcomes_and_pages_f
     assert proposals(stack="data") == [103] and proposals(outcome="failed") == [102]
     with workspace.store.session(readonly=True) as session:  # one at a time from `after`: the same events, in order
         for query in (EventQuery(address="aws_instance.web*"), EventQuery(stack="app"), EventQuery(address="module.db.*")):
-            whole = [e.seq for e in session.query_events(query)]
+            whole = [e.seq for e in session.audit.query(query)]
             paged, after = [], 0
-            while page := session.query_events(query, after=after, limit=1):
+            while page := session.audit.query(query, after=after, limit=1):
                 paged.append(page[0].seq)
                 after = page[0].seq
             assert paged == whole and whole, query
@@ -217,7 +217,7 @@ def test_filters_run_on_exact_addresses_prefixes_stacks_and_outcomes_and_pages_f
                 break
             after = int(page.headers["X-Next-After"])
         with workspace.store.session(readonly=True) as session:
-            assert seen == [e.seq for e in session.events()]  # every event once, in order
+            assert seen == [e.seq for e in session.audit.events()]  # every event once, in order
 
 
 def test_verify_resumes_after_the_newest_checkpoint_and_still_sees_a_rewrite_before_it(
@@ -225,7 +225,7 @@ def test_verify_resumes_after_the_newest_checkpoint_and_still_sees_a_rewrite_bef
     ws, people, _ = audited
     checkpoint = audit_service.sign_checkpoint(ws, people.dana)
     with ws.store.session() as session:
-        session.append_event("gateway", "note", {"text": "after the checkpoint"})
+        session.audit.append("gateway", "note", {"text": "after the checkpoint"})
     count, broken, since = audit_service.verify_from_checkpoint(ws, people.dana)
     assert broken is None and since == checkpoint and count == 1  # only what follows it was read
     with TestClient(create_app(ws.settings, workers=0)) as client:  # the audit page does the same on every view

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.domain.agent_runs import AgentRun
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, trip_reason
 from gateway.domain.errors import Refused
@@ -82,7 +82,7 @@ def test_small_agent_changes_trip_the_breaker_at_the_right_one_until_a_resetter_
     reset_breaker(workspace, people.bob, "infra-agent", "the growth was planned: scaling for the sale")
     assert agent_change(workspace, people, clone, 8)  # the window starts again at the reset
     with workspace.store.session(readonly=True) as session:
-        kinds = [e.kind for e in session.events() if e.kind.startswith("breaker.")]
+        kinds = [e.kind for e in session.audit.events() if e.kind.startswith("breaker.")]
     assert kinds == ["breaker.tripped", "breaker.refused", "breaker.reset"]
     [state] = breaker_status(workspace)
     assert (state["agent"], state["open"], state["changed_by"]) == ("infra-agent", False, "bob")
@@ -137,7 +137,7 @@ def test_the_kill_switch_stops_a_queued_request_before_it_runs(workspace: Worksp
     worker = Worker(workspace, loops=1, poll_seconds=0.05).start()
     try:
         deadline = time.monotonic() + 30
-        while workspace.store.get_job(queued.job_id or 0).status != "succeeded":
+        while workspace.store.queue.get(queued.job_id or 0).status != "succeeded":
             assert time.monotonic() < deadline
             time.sleep(0.1)
     finally:
@@ -161,7 +161,7 @@ def test_another_agents_breaker_leaves_the_built_in_agents_requests_running(work
     run = _run_to_its_end(workspace, people, stub, "add a queue", 60)
     assert run.status == "done" and run.proposal_id is not None, run.progress[-4:]
     with workspace.store.session(readonly=True) as session:
-        opened = [e for e in session.events() if e.kind == "breaker.opened"]
+        opened = [e for e in session.audit.events() if e.kind == "breaker.opened"]
     assert opened[-1].payload["agent"] == "ci-bot" and opened[-1].payload["stopped_requests"] == []
 
 
@@ -189,7 +189,7 @@ def test_the_gateway_reverts_in_place_drift_alone_only_where_allowed(workspace: 
     assert get_proposal(workspace, reverted.proposal.id).status.value == "applied"
     assert revert_drift(workspace, people.admin, "app-staging").reasons == ["no drift to revert"]  # the console edit is undone
     with workspace.store.session(readonly=True) as session:
-        [authority] = [e.payload["authority"] for e in session.events(kind="drift.auto_revert")]
+        [authority] = [e.payload["authority"] for e in session.audit.events(kind="drift.auto_revert")]
     assert authority == switch  # the commit that set the switch decided it
 
     sim.edit_object("network", "aws_security_group_rule.internal_ingress", {"cidr_blocks": ["0.0.0.0/0"]})

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from gateway.adapters.records import now
 from gateway.adapters.sql_store import plans
+from gateway.adapters.store.rows import now
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Decision, ProposalStatus
@@ -150,7 +150,7 @@ def test_tampered_saved_plan_is_refused_and_replanned(workspace: Workspace, peop
     decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
     plan_id = proposal.plans["app-staging"].plan_id
     with workspace.store.session() as session:
-        document = session.plan_document(plan_id).replace("t3.medium", "x2idn.32xlarge")
+        document = session.proposals.plan_document(plan_id).replace("t3.medium", "x2idn.32xlarge")
         session.conn.execute(update(plans).where(plans.c.id == plan_id).values(document=document))
     with pytest.raises(Refused, match="saved plan of stack app-staging does not hash to the approved digest"):
         apply_proposal(workspace, people.alice, proposal.id)
@@ -178,7 +178,7 @@ def test_state_moved_since_plan_is_refused_and_replanned(workspace: Workspace, p
     replanned = get_proposal(workspace, second.id)
     assert not replanned.current_approvals  # the new plan differs (it starts from the first change): re-approve
     with workspace.store.session() as session:
-        document = json.loads(session.plan_document(replanned.plans["app-staging"].plan_id))
+        document = json.loads(session.proposals.plan_document(replanned.plans["app-staging"].plan_id))
     web = load_plan(document).find("aws_instance.web[0]").change
     # planned from the merge into the new main, the second change keeps the first one instead of reverting it
     assert web.before["instance_type"] == web.after["instance_type"] == "t3.medium"
@@ -197,8 +197,8 @@ def test_apply_merges_and_records_the_applied_commit(any_workspace: Workspace, t
     after = get_proposal(any_workspace, proposal.id)
     assert after.status == ProposalStatus.APPLIED and after.merge_sha == report.merge_sha
     with any_workspace.store.session() as session:
-        assert session.last_applied_commit("app-staging") == proposal.head_sha
-        kinds = [e.kind for e in session.events(proposal_id=proposal.id)]
+        assert session.proposals.last_applied_commit("app-staging") == proposal.head_sha
+        kinds = [e.kind for e in session.audit.events(proposal_id=proposal.id)]
     assert kinds == ["change.requested", "proposal.opened", "commit", "plan", "approval", "proposal.start_apply",
                      "apply.started", "apply.succeeded", "proposal.finish", "merged"]
 
@@ -212,10 +212,10 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
     report = apply_proposal(any_workspace, people.alice, proposal.id)
     assert not report.succeeded and report.merge_sha is None
     assert get_proposal(any_workspace, proposal.id).status == ProposalStatus.FAILED
-    assert any_workspace.store.lock_holder("app-staging") is None
+    assert any_workspace.store.locks.holder("app-staging") is None
     with any_workspace.store.session() as session:
-        [record] = session.applies_of(proposal.id)
-        failure = [e for e in session.events(proposal_id=proposal.id) if e.kind == "apply.failed"]
+        [record] = session.proposals.applies_of(proposal.id)
+        failure = [e for e in session.audit.events(proposal_id=proposal.id) if e.kind == "apply.failed"]
     assert record["status"] == "failed" and "AccessDenied" in record["error"]
     assert record["applied"][0] == "aws_s3_bucket.extra"
     assert "aws_s3_bucket_versioning.extra" not in record["applied"]
@@ -225,7 +225,7 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
     # the rest shows in the next plan, which needs a fresh approval
     proposal, changes = sync_proposal(any_workspace, proposal.id)
     with any_workspace.store.session() as session:
-        remaining = load_plan(json.loads(session.plan_document(proposal.plans["app-staging"].plan_id)))
+        remaining = load_plan(json.loads(session.proposals.plan_document(proposal.plans["app-staging"].plan_id)))
     planned = {"aws_s3_bucket.extra", "aws_s3_bucket_versioning.extra", "aws_s3_bucket_public_access_block.extra",
                "aws_s3_bucket_server_side_encryption_configuration.extra"}
     assert {rc.address for rc in remaining.changes} == planned - set(record["applied"])
@@ -236,7 +236,7 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
 
 def test_bad_proposals_are_refused_with_nothing_written(workspace: Workspace, people: People, clone: Clone) -> None:
     with workspace.store.session() as session:
-        before = len(session.events())
+        before = len(session.audit.events())
     with pytest.raises(NotFound, match="no branch 'nope'"):
         open_proposal(workspace, people.alice, "nope", "x")
     with pytest.raises(InputError, match="needs a reason"):
@@ -247,8 +247,8 @@ def test_bad_proposals_are_refused_with_nothing_written(workspace: Workspace, pe
     with pytest.raises(NotFound, match="no proposal 99"):
         decide(workspace, people.bob, 99, Decision.APPROVE, "")
     with workspace.store.session() as session:
-        assert len(session.events()) == before
-        assert session.list_proposals() == []
+        assert len(session.audit.events()) == before
+        assert session.proposals.list() == []
 
 
 def test_auto_apply_once_the_last_approval_lands(workspace: Workspace, people: People, clone: Clone) -> None:

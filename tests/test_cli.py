@@ -20,7 +20,7 @@ PLAN = FIXTURES / "tfplan/tf-plan-format_sensitive.tfplan.json"
 
 def audit_count(ws: Workspace) -> int:
     with ws.store.session() as session:
-        return len(session.events())
+        return len(session.audit.events())
 
 
 @pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
@@ -98,7 +98,7 @@ def test_unknown_proposal_and_malformed_hcl(workspace: Workspace, people: People
     assert len(broken.stderr.strip().splitlines()) == 1
     assert audit_count(workspace) == before
     with workspace.store.session() as session:
-        assert session.list_proposals() == []
+        assert session.proposals.list() == []
 
 
 def test_the_whole_path_through_the_command(workspace: Workspace, people: People, clone: Clone) -> None:

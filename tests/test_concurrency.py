@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert
 
-from gateway.adapters.records import now
 from gateway.adapters.sql_store import stack_locks
+from gateway.adapters.store.rows import now
 from gateway.domain.errors import LockTimeout
 from gateway.domain.proposal import Decision, ProposalStatus, Transition
 from gateway.services.planning import plan_stack
@@ -57,7 +57,7 @@ def test_two_processes_applying_to_one_stack(any_workspace: Workspace, tmp_path:
     # state is consistent: exactly the winner's change, and main (now the winner's branch) plans clean
     assert ws.engine.state_serial("app-staging") > serial_before
     assert not plan_stack(ws, "app-staging", "main").plan.has_changes
-    assert ws.store.lock_holder("app-staging") is None
+    assert ws.store.locks.holder("app-staging") is None
 
 
 def test_the_same_proposal_applied_twice_at_once_applies_once(workspace: Workspace, tmp_path: Path) -> None:
@@ -66,24 +66,24 @@ def test_the_same_proposal_applied_twice_at_once_applies_once(workspace: Workspa
     pid = open_proposal(workspace, people.alice, "bigger", "x").id
     decide(workspace, people.bob, pid, Decision.APPROVE, "")
     # another runner holds the stack, so the job waits for it until both callers have asked
-    assert workspace.store.acquire_lock("app-staging", "other-host:1", ttl_seconds=600).taken
+    assert workspace.store.locks.acquire("app-staging", "other-host:1", ttl_seconds=600).taken
     runs = [spawn_apply(workspace, people.tokens["alice"], pid) for _ in range(2)]
     asked = [p.stderr.readline() for p in runs if p.stderr]
-    workspace.store.release_lock("app-staging", "other-host:1")
+    workspace.store.locks.release("app-staging", "other-host:1")
     results = [(p.wait(timeout=180), *p.communicate()) for p in runs]
     # both asked for the same apply: one job, run once, and both callers see its end
     assert [code for code, _, _ in results] == [0, 0], results
     assert asked == ["job 1 queued: apply of proposal 1\n"] * 2, results
     assert all("merged into main" in out for _, out, _ in results), results
     with workspace.store.session() as session:
-        assert [a["status"] for a in session.applies_of(pid)] == ["succeeded"]
-    assert [j.status.value for j in workspace.store.jobs_of(pid)] == ["succeeded"]
+        assert [a["status"] for a in session.proposals.applies_of(pid)] == ["succeeded"]
+    assert [j.status.value for j in workspace.store.queue.of_proposal(pid)] == ["succeeded"]
 
     # asked once more after it ended: refused at once, and no job is queued to refuse it later
     late = spawn_apply(workspace, people.tokens["alice"], pid)
     code, _, err = late.wait(timeout=180), *late.communicate()
     assert (code, err) == (1, "refused: proposal 1 is applied\n")
-    assert len(workspace.store.jobs_of(pid)) == 1
+    assert len(workspace.store.queue.of_proposal(pid)) == 1
 
 
 def test_a_live_lock_makes_the_apply_wait_then_refuse_naming_the_holder(workspace: Workspace, tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_a_live_lock_makes_the_apply_wait_then_refuse_naming_the_holder(workspac
     Clone(workspace, tmp_path / "clone").branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     pid = open_proposal(workspace, people.alice, "bigger", "x").id
     decide(workspace, people.bob, pid, Decision.APPROVE, "")
-    taken = workspace.store.acquire_lock("app-staging", "other-host:4242", ttl_seconds=600).taken
+    taken = workspace.store.locks.acquire("app-staging", "other-host:4242", ttl_seconds=600).taken
     assert taken
     with pytest.raises(LockTimeout, match="stack app-staging is locked by runner other-host:4242"):
         apply_proposal(workspace, people.alice, pid)
@@ -107,8 +107,8 @@ def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(
     # a runner started applying `first`, then died: its apply is "running" and its lock has expired
     plan_id = get_proposal(workspace, first).plans["app-staging"].plan_id
     with workspace.store.session() as session:
-        dead_apply = session.start_apply(first, "app-staging", plan_id, "dead-host:1", "0" * 40)
-        session.record_transition(session.get_proposal(first, lock=True), Transition.START_APPLY, "dead-host:1", {})
+        dead_apply = session.proposals.start_apply(first, "app-staging", plan_id, "dead-host:1", "0" * 40)
+        session.proposals.record_transition(session.proposals.get(first, lock=True), Transition.START_APPLY, "dead-host:1", {})
         session.conn.execute(insert(stack_locks).values(
             stack="app-staging", holder="dead-host:1", apply_id=dead_apply,
             acquired_at=now() - timedelta(hours=2), expires_at=now() - timedelta(hours=1)))
@@ -118,8 +118,8 @@ def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(
 
     assert apply_proposal(workspace, people.alice, second).succeeded
     with workspace.store.session() as session:
-        record = session.get_apply(dead_apply)
-        interrupted = [e for e in session.events() if e.kind == "apply.interrupted"]
+        record = session.proposals.get_apply(dead_apply)
+        interrupted = [e for e in session.audit.events() if e.kind == "apply.interrupted"]
     assert record["status"] == "interrupted" and "dead-host:1" in record["error"]
     assert interrupted and interrupted[0].payload["runner"] == "dead-host:1"
     assert get_proposal(workspace, first).status == ProposalStatus.FAILED

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.api.app import create_app
 from gateway.domain.errors import AuthError, Refused
 from gateway.domain.principals import Role
@@ -53,16 +53,16 @@ def test_each_credential_operation_works_and_is_recorded(workspace: Workspace, p
     with pytest.raises(Refused, match="the last enabled admin"):
         set_access(workspace, people.admin, "admin", frozenset({Role.AUDITOR}), None)
     with workspace.store.session(readonly=True) as session:
-        kinds = [e.kind for e in session.events() if e.kind.startswith("principal.") and e.kind != "principal.added"]
-        assert session.credentials(people.alice.id)["token_expires_at"] > now() + timedelta(days=89)
-        assert session.credentials(people.admin.id)["last_used_at"] is None
+        kinds = [e.kind for e in session.audit.events() if e.kind.startswith("principal.") and e.kind != "principal.added"]
+        assert session.principals.credentials(people.alice.id)["token_expires_at"] > now() + timedelta(days=89)
+        assert session.principals.credentials(people.admin.id)["last_used_at"] is None
     assert kinds == ["principal.disabled", "principal.enabled", "principal.token_rotated", "principal.token_revoked",
                      "principal.access_changed"]
 
 
 def test_an_expired_token_is_refused_and_last_use_is_listed(workspace: Workspace, people: People) -> None:
     with workspace.store.session() as session:
-        session.update_principal(people.dana.id, token_expires_at=now() - timedelta(minutes=1))
+        session.principals.update(people.dana.id, token_expires_at=now() - timedelta(minutes=1))
     with pytest.raises(AuthError, match="expired"):
         authenticate(workspace, people.tokens["dana"])
     listed = run_cli(["users", "list"], workspace.settings.home, token=people.tokens["admin"])

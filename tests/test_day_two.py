@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.exc import IntegrityError
 
 from agents.llm import ChatModel
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.api.app import create_app
 from gateway.composition import known_secret_values
 from gateway.domain.declaration_edit import import_declaration
@@ -106,7 +106,7 @@ def test_workers_run_the_check_on_the_schedule(workspace: Workspace, people: Peo
     [record] = list_drift_records(workspace, people.bob)
     assert record.stack == "app-staging" and record.addresses == ["aws_instance.web[0]"]
     with workspace.store.session(readonly=True) as session:
-        [opened] = session.events(kind="drift.opened")
+        [opened] = session.audit.events(kind="drift.opened")
     assert opened.actor == "gateway" and opened.payload["drifted"] == {"aws_instance.web[0]": ["instance_type"]}
 
 
@@ -330,7 +330,7 @@ def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(workspace
     assert live_state(workspace, "app-staging") == before
     assert "exports.tf" not in str(workspace.repo.read_files(workspace.repo.resolve("main"), "stacks/app-staging", ".tf"))
     with workspace.store.session(readonly=True) as session:
-        [opened] = session.events(kind="rollback.opened")
+        [opened] = session.audit.events(kind="rollback.opened")
     assert opened.payload["rolls_back"] == change.id and opened.payload["destroys"] == {
         "app-staging": ["aws_security_group.exports"]}
 
@@ -469,7 +469,7 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
     time.sleep(1.2)  # past the codify deadline
     assert sweep_break_glass(workspace) == [f"window {window.id} overdue"]
     with workspace.store.session(readonly=True) as session:
-        [flag] = session.events(kind="break_glass.overdue")
+        [flag] = session.audit.events(kind="break_glass.overdue")
     assert flag.payload["drifted"] == ["aws_instance.web[0]"] and tuple(flag.stacks) == ("app-prod",)
 
     clone.branch("tags").edit("stacks/app-prod/main.tf", '"cc-3003"', '"cc-3004"').push()
@@ -524,11 +524,11 @@ def test_listing_break_glass_windows_writes_nothing(workspace: Workspace, people
     window = open_break_glass(workspace, olga, "app-staging", "incident 10", timedelta(seconds=1))
     time.sleep(1.2)  # ended, never settled: a sweep would check and record; a list must not
     with workspace.store.session(readonly=True) as session:
-        before = len(session.events())
+        before = len(session.audit.events())
     listed = run_cli(["break-glass", "list"], workspace.settings.home, people.tokens["dana"])
     assert listed.returncode == 0 and f"{window.id:>4} app-staging" in listed.stdout
     with workspace.store.session(readonly=True) as session:
-        assert len(session.events()) == before and session.break_glass(window.id)["codified_at"] is None
+        assert len(session.audit.events()) == before and session.day_two.break_glass(window.id)["codified_at"] is None
 
 
 def test_drift_found_before_a_window_is_never_relabelled_as_the_windows(workspace: Workspace, people: People,
@@ -565,25 +565,25 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
     opened = check_drift(ws, people.admin, "app-staging")
     assert opened.outcome == "opened" and check_drift(ws, people.admin, "app-staging").outcome == "unchanged"
     with ws.store.session() as session, pytest.raises(IntegrityError):  # one open record per stack, whoever races
-        session.add_drift_record("app-staging", [], False, None)
+        session.day_two.add_drift_record("app-staging", [], False, None)
     ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
     closed = check_drift(ws, people.admin, "app-staging")
     assert closed.outcome == "closed" and closed.record is not None and closed.record.closed_reason == (
         "a check finds no drift any more")
     with ws.store.session() as session:
-        wid = session.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
-        window = session.break_glass(wid)
+        wid = session.day_two.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
+        window = session.day_two.break_glass(wid)
     assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
     with ws.store.session() as session:  # workers racing for a scheduled check: one claim wins
-        assert session.swap_marker("drift_claimed:app-staging", None, "t1")
-        assert not session.swap_marker("drift_claimed:app-staging", None, "t2")
-        assert session.swap_marker("drift_claimed:app-staging", "t1", "t3")
-        assert not session.swap_marker("drift_claimed:app-staging", "t1", "t4")
+        assert session.main.swap_marker("drift_claimed:app-staging", None, "t1")
+        assert not session.main.swap_marker("drift_claimed:app-staging", None, "t2")
+        assert session.main.swap_marker("drift_claimed:app-staging", "t1", "t3")
+        assert not session.main.swap_marker("drift_claimed:app-staging", "t1", "t4")
     with ws.store.session() as session:  # workers racing on a sweep: only one flags (and records) the window
-        assert session.mark_break_glass(wid, "flagged_at", now())
-        assert not session.mark_break_glass(wid, "flagged_at", now())
-        assert session.mark_break_glass(wid, "codified_at", now())
-        assert not session.mark_break_glass(wid, "codified_at", now())
+        assert session.day_two.mark_break_glass(wid, "flagged_at", now())
+        assert not session.day_two.mark_break_glass(wid, "flagged_at", now())
+        assert session.day_two.mark_break_glass(wid, "codified_at", now())
+        assert not session.day_two.mark_break_glass(wid, "codified_at", now())
 
 
 def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database(workspace: Workspace,

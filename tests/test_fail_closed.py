@@ -68,7 +68,7 @@ def test_terraform_engine_refuses_what_the_secret_checks_cannot_read(tf_workspac
         open_proposal(ws, people.alice, "unicode", "a database object")
     assert LITERAL not in str(refused.value)
     with ws.store.session() as session:
-        assert session.list_proposals() == []
+        assert session.proposals.list() == []
 
 
 # --- a database error is the database's, never "not signed in" --------------------------------

@@ -79,7 +79,7 @@ def _queues_in_the_cloud(ws: Workspace) -> int:
 
 def _events(ws: Workspace, proposal_id: int) -> list:
     with ws.store.session(readonly=True) as session:
-        return session.events(proposal_id=proposal_id)
+        return session.audit.events(proposal_id=proposal_id)
 
 
 def _assert_converged(ws: Workspace, proposal_id: int, stacks: list[str]) -> None:
@@ -89,9 +89,9 @@ def _assert_converged(ws: Workspace, proposal_id: int, stacks: list[str]) -> Non
     for stack in stacks:
         assert "aws_sqs_queue" in ws.repo.read_file(main, f"stacks/{stack}/queue.tf")
         assert "aws_sqs_queue.refunds" in ws.sandbox.read_state(stack).resources
-        assert ws.store.lock_holder(stack) is None
+        assert ws.store.locks.holder(stack) is None
     assert _queues_in_the_cloud(ws) == len(stacks)
-    assert ws.store.expired_locks() == []
+    assert ws.store.locks.expired() == []
 
 
 # (fault point, what recovery records the proposal as, the way out a person takes)
@@ -118,7 +118,7 @@ def test_a_worker_killed_at_each_step_of_an_apply_leaves_a_state_with_a_way_out(
 
     proposal = get_proposal(ws, proposal_id)
     assert proposal.status == recorded
-    assert ws.store.get_job(job.id).status == JobStatus.INTERRUPTED
+    assert ws.store.queue.get(job.id).status == JobStatus.INTERRUPTED
     kinds = [e.kind for e in _events(ws, proposal_id)]
     assert "job.interrupted" in kinds
     if recorded == ProposalStatus.UNMERGED:
@@ -126,7 +126,7 @@ def test_a_worker_killed_at_each_step_of_an_apply_leaves_a_state_with_a_way_out(
         assert _queues_in_the_cloud(ws) == 1
         assert "aws_sqs_queue" not in ws.repo.read_tree(ws.repo.resolve("main"), "stacks/app-staging").get(
             "queue.tf", "")
-        assert ws.store.lock_holder("app-staging").kept_for_unmerged
+        assert ws.store.locks.holder("app-staging").kept_for_unmerged
         settled = [e for e in _events(ws, proposal_id) if e.kind == "proposal.block_merge"][-1]
         assert "every stack was applied" in settled.payload["reason"]
         assert f"gateway merge {proposal_id}" in settled.payload["reason"]
@@ -155,7 +155,7 @@ def test_a_worker_killed_between_two_stacks_is_recorded_failed_naming_what_was_d
     assert "stack app-prod: applied" in settled.payload["error"]
     assert "stack app-staging: not started" in settled.payload["error"]
     assert settled.payload["stacks"] == {"app-prod": "applied", "app-staging": "not started"}
-    assert ws.store.lock_holder("app-prod") is None and ws.store.lock_holder("app-staging") is None
+    assert ws.store.locks.holder("app-prod") is None and ws.store.locks.holder("app-staging") is None
 
     # a retry re-plans (app-prod's state moved: its new plan changes nothing) and needs a fresh approval
     assert _apply_again(ws, people, proposal_id) == JobStatus.REFUSED

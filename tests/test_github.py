@@ -74,7 +74,7 @@ class World:
 
     def events(self, proposal_id: int | None = None, kind: str | None = None) -> list[Any]:
         with self.ws.store.session(readonly=True) as session:
-            return session.events(proposal_id=proposal_id, kind=kind)
+            return session.audit.events(proposal_id=proposal_id, kind=kind)
 
     def sticky(self, number: int) -> str:
         mine = [c["body"] for c in self.gh.comments(number) if "change-gateway:proposal:" in c["body"]]
@@ -154,7 +154,7 @@ def open_pull_on_github(world: World, branch: str = "feature/refunds", user: str
 def proposal_of(world: World, number: int) -> int:
     def probe() -> int | None:
         with world.ws.store.session(readonly=True) as session:
-            return session.proposal_for_pull_request(world.gh.full_name, number)
+            return session.github.proposal_for_pull_request(world.gh.full_name, number)
     return wait_for(f"a proposal for pull request #{number}", probe)
 
 
@@ -243,7 +243,7 @@ def test_people_link_their_github_account_by_its_numeric_id(world: World) -> Non
     assert result.exit_code == 0, result.output
     assert f"linked frank to GitHub user frank-gh (id {frank_id})" in result.output
     with world.ws.store.session(readonly=True) as session:
-        assert session.principal_by_github_id(frank_id).name == "frank"
+        assert session.principals.by_github_id(frank_id).name == "frank"
     refused = CliRunner().invoke(cli, ["users", "link", "frank", "--github", "frank-gh", "--github-id", "5"], env={
         "GATEWAY_HOME": str(world.home), "GATEWAY_TOKEN": world.people.tokens["carol"]})
     assert refused.exit_code != 0 and "only admins link accounts" in str(refused.exception)
@@ -259,7 +259,7 @@ def test_signatures_and_redeliveries(world: World) -> None:
         "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": "x", "X-Hub-Signature-256": "sha256=é".encode()})
     assert forged.status_code == 401
     with world.ws.store.session(readonly=True) as session:
-        assert session.proposal_for_pull_request(world.gh.full_name, number) is None
+        assert session.github.proposal_for_pull_request(world.gh.full_name, number) is None
     assert world.ws.db.engine.connect().exec_driver_sql("select count(*) from webhook_deliveries").scalar() == 0
 
     first = world.deliver("pull_request", payload, delivery="delivery-1")
@@ -391,7 +391,7 @@ def test_a_pull_request_from_a_fork_is_not_planned(world: World) -> None:
     refusal = world.events(kind="github.pull_request.refused")[0]
     assert "comes from the fork" in refusal.payload["reasons"][0]
     with world.ws.store.session(readonly=True) as session:
-        assert session.proposal_for_pull_request(world.gh.full_name, number) is None
+        assert session.github.proposal_for_pull_request(world.gh.full_name, number) is None
 
 
 def test_with_a_github_app_the_checks_are_check_runs_and_the_whole_plan_is_in_the_plan_check(
@@ -495,11 +495,11 @@ def test_edited_comments_bot_comments_and_other_repositories_do_nothing(world: W
     assert edited["job"] is bot["job"] is commented["job"] is None  # recorded, and nothing to do
     opened = json.loads((FIXTURES / "github" / "pull_request__opened.payload.json").read_text())
     other = world.deliver("pull_request", opened).json()  # GitHub's own example, for Codertocat/Hello-World
-    job = wait_for("the job", lambda: (lambda j: j if j.finished else None)(world.ws.store.get_job(other["job"])))
+    job = wait_for("the job", lambda: (lambda j: j if j.finished else None)(world.ws.store.queue.get(other["job"])))
     assert job.status.value == "succeeded" and "not this gateway's repository" in job.result["ignored"]
     with world.ws.store.session(readonly=True) as session:
-        assert session.delivery(edited["delivery"])["event"] == "issue_comment"
-    assert not [j for j in world.ws.store.jobs_of(pid) if j.kind.value == "apply"]
+        assert session.github.delivery(edited["delivery"])["event"] == "issue_comment"
+    assert not [j for j in world.ws.store.queue.of_proposal(pid) if j.kind.value == "apply"]
 
 
 def test_whoever_pushes_to_the_branch_and_a_review_github_dismissed_do_not_count(world: World) -> None:
@@ -578,7 +578,7 @@ def approval_while_github_fails(world: World) -> None:
     assert approval.principal.name == "carol" and approval.auth == f"github-review:carol#{review['id']}"
     wait_for("the comment to count it", lambda: "has 1 (carol)" in world.sticky(number))
     wait_for("the approval check", lambda: world.statuses(approval.head_sha).get("gateway/approval") == "success")
-    job = world.ws.store.get_job(answer.json()["job"])
+    job = world.ws.store.queue.get(answer.json()["job"])
     assert job.status.value == "succeeded" and job.attempts == 2
     assert any("GitHub is unavailable" in line and "attempt 1" in line for line in job.progress), job.progress
     assert not world.events(pid, kind="job.failed")
@@ -595,7 +595,7 @@ def test_a_delivery_that_keeps_failing_is_given_up_and_says_so(world: World, mon
     [failed] = wait_for("the delivery to be given up", lambda: world.events(pid, kind="job.failed"))
     assert [e.payload["attempt"] for e in world.events(pid, kind="job.retrying")] == [1, 2]
     assert "gave up after 3 attempts" in failed.payload["error"] and "rate limit" in failed.payload["error"]
-    assert world.ws.store.get_job(answer.json()["job"]).status.value == "failed"
+    assert world.ws.store.queue.get(answer.json()["job"]).status.value == "failed"
     world.gh.recover()
     assert not get_proposal(world.ws, pid).current_approvals
 

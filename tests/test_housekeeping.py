@@ -22,13 +22,13 @@ def test_two_workers_signing_the_same_checkpoint_at_once_keep_one_and_neither_fa
 
     def sign_and_hold() -> None:
         with ws.store.session() as session:  # the first worker has written its checkpoint, not yet committed
-            kept.append(session.add_checkpoint(twin))
+            kept.append(session.audit.add_checkpoint(twin))
             held.wait(10)
 
     def sign_at_once() -> None:
         try:
             with ws.store.session() as session:
-                kept.append(session.add_checkpoint(twin))
+                kept.append(session.audit.add_checkpoint(twin))
         except Exception as exc:  # what the housekeeping pass would have died of
             errors.append(exc)
 
@@ -44,7 +44,7 @@ def test_two_workers_signing_the_same_checkpoint_at_once_keep_one_and_neither_fa
     assert errors == []
     assert sorted(kept) == [False, True]
     with ws.store.session(readonly=True) as session:
-        assert [c.seq for c in session.checkpoints()].count(twin.seq) == 1
+        assert [c.seq for c in session.audit.checkpoints()].count(twin.seq) == 1
 
 
 def test_a_broken_gateway_yaml_on_main_stops_no_other_housekeeping_step(workspace: Workspace, tmp_path: Path) -> None:
@@ -60,5 +60,5 @@ def test_a_broken_gateway_yaml_on_main_stops_no_other_housekeeping_step(workspac
     assert failed  # the steps that read main's settings say so in the log...
     assert "checkpoint" not in failed and "recover" not in failed and "break_glass_sweep" not in failed
     with ws.store.session(readonly=True) as session:  # ...and the others still ran: the chain's head is signed
-        head, kept = session.chain_head(), session.checkpoints()
+        head, kept = session.audit.chain_head(), session.audit.checkpoints()
     assert head is not None and kept and kept[-1].seq == head[0]

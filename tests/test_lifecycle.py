@@ -157,10 +157,10 @@ def test_an_engine_exception_mid_apply_is_recorded_and_retryable(any_workspace: 
     assert not report.succeeded and "provider crashed" in (report.outcomes[-1].error or "")
     failed = get_proposal(ws, proposal_id)
     assert failed.status == ProposalStatus.FAILED
-    assert ws.store.lock_holder("app-staging") is None
+    assert ws.store.locks.holder("app-staging") is None
     with ws.store.session() as session:
-        assert [a["status"] for a in session.applies_of(proposal_id)] == ["failed"]
-        assert "proposal.fail" in [e.kind for e in session.events(proposal_id=proposal_id)]
+        assert [a["status"] for a in session.proposals.applies_of(proposal_id)] == ["failed"]
+        assert "proposal.fail" in [e.kind for e in session.audit.events(proposal_id=proposal_id)]
     ws.engine = real
     assert apply_proposal(ws, people.alice, proposal_id).succeeded  # retry: same plan, same approval
     assert get_proposal(ws, proposal_id).status == ProposalStatus.APPLIED
@@ -190,7 +190,7 @@ def test_an_apply_outliving_the_lock_ttl_keeps_its_lock_by_heartbeat(any_workspa
     runner.join(60)
     assert result["report"].succeeded  # type: ignore[attr-defined]
     with ws.store.session() as session:
-        assert "apply.interrupted" not in [e.kind for e in session.events()]
+        assert "apply.interrupted" not in [e.kind for e in session.audit.events()]
 
 
 def test_a_direct_push_during_the_apply_leaves_it_unmerged_locked_and_explained(
@@ -216,7 +216,7 @@ def test_a_direct_push_during_the_apply_leaves_it_unmerged_locked_and_explained(
     pusher.repo.git.push("-q", "origin", "HEAD:main")
     merged = merge_unmerged(ws, people.bob, proposal_id)
     assert merged.status == ProposalStatus.APPLIED and merged.merge_sha
-    assert ws.store.lock_holder("app-staging") is None
+    assert ws.store.locks.holder("app-staging") is None
     assert '"t3.medium"' in ws.repo.read_file(ws.repo.resolve("main"), STAGING)
 
 
@@ -337,5 +337,5 @@ def test_a_push_to_main_outside_the_gateway_holds_applies_on_its_stacks_until_ac
     acknowledge_push(ws, people.bob, pushed[:12], "the hotfix is what runs; kept")
     assert apply_proposal(ws, people.alice, second).succeeded
     with ws.store.session(readonly=True) as session:
-        kinds = [e.kind for e in session.events() if e.kind.startswith("main.")]
+        kinds = [e.kind for e in session.audit.events() if e.kind.startswith("main.")]
     assert kinds == ["main.pushed_outside", "main.push_acknowledged"]

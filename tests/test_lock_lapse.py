@@ -81,12 +81,12 @@ def test_a_lock_not_renewed_within_its_ttl_stops_the_runner_before_the_merge(any
     assert proposal.status == ProposalStatus.UNMERGED  # applied, never merged on top of a lock it lost
     assert "queue.tf" not in ws.repo.read_tree(ws.repo.resolve("main"), "stacks/app-staging")
     assert "aws_sqs_queue.refunds" in ws.sandbox.read_state("app-staging").resources
-    assert ws.store.lock_holder("app-staging").kept_for_unmerged
+    assert ws.store.locks.holder("app-staging").kept_for_unmerged
     with ws.store.session(readonly=True) as session:
-        blocked = [e for e in session.events(proposal_id=pid) if e.kind == "proposal.block_merge"]
+        blocked = [e for e in session.audit.events(proposal_id=pid) if e.kind == "proposal.block_merge"]
     assert "stopped before the merge" in blocked[-1].payload["reason"]
 
     merge_unmerged(ws, people.bob, pid)  # the way out: a person merges exactly what was applied
     assert get_proposal(ws, pid).status == ProposalStatus.APPLIED
     assert "aws_sqs_queue" in ws.repo.read_file(ws.repo.resolve("main"), "stacks/app-staging/queue.tf")
-    assert ws.store.lock_holder("app-staging") is None
+    assert ws.store.locks.holder("app-staging") is None

@@ -115,7 +115,7 @@ def test_an_external_agent_previews_and_proposes_over_stdio_and_can_do_nothing_m
         decide(workspace, proposal.proposer, proposal_id, Decision.APPROVE, "")
     assert all(secret not in s for s in said)
     with workspace.store.session(readonly=True) as session:
-        calls = [e for e in session.events(kind="mcp.call")]
+        calls = [e for e in session.audit.events(kind="mcp.call")]
     assert {e.actor for e in calls} == {"editor-agent"} and {e.payload["for"] for e in calls} == {"alice"}
     assert any(e.payload["outcome"].startswith("refused:") for e in calls)
 
@@ -169,7 +169,7 @@ def test_the_call_limit_is_one_per_agent_across_every_process_serving_it(workspa
     caller = external_agents.caller_of(ws, authenticate(ws, agents["bound"]))
     with ws.store.session() as session:  # two calls another process served a moment ago
         for _ in range(2):
-            session.append_event(caller.agent, "mcp.call", {"tool": "list_stacks", "outcome": "ok"})
+            session.audit.append(caller.agent, "mcp.call", {"tool": "list_stacks", "outcome": "ok"})
     assert external_agents.call(ws, caller, "list_stacks", {}, lambda: "ok") == "ok"  # the third
     with pytest.raises(Refused, match="editor-agent made 3 calls in the last minute"):
         external_agents.call(ws, caller, "list_stacks", {}, lambda: "ok")
@@ -203,8 +203,8 @@ def test_an_agent_stops_acting_for_a_person_the_moment_they_are_disabled_or_lose
     error, said = answers["auditor"]
     assert error and "alice, who may not request changes" in said, said
     with workspace.store.session(readonly=True) as session:
-        assert session.list_proposals() == []
-        refused = [e.payload for e in session.events(kind="mcp.call") if e.payload["outcome"].startswith("refused")]
+        assert session.proposals.list() == []
+        refused = [e.payload for e in session.audit.events(kind="mcp.call") if e.payload["outcome"].startswith("refused")]
     # the refusals are in the trail, for whom the agent tried to act
     assert {p["tool"] for p in refused} >= {"read_file", "search", "preview", "propose"}
     assert {p["for"] for p in refused} == {"alice"}
@@ -224,7 +224,7 @@ def test_a_disabled_requester_opens_no_proposal_whatever_the_way_in(
     with pytest.raises(Refused, match="infra-agent is disabled"):
         open_proposal(workspace, people.agent, "queue", "a queue", requester=people.alice)
     with workspace.store.session(readonly=True) as session:
-        assert session.list_proposals() == []
+        assert session.proposals.list() == []
     assert open_proposal(workspace, people.alice, "queue", "a queue").requester.name == "alice"
 
 

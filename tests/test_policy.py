@@ -12,10 +12,10 @@ import pytest
 
 from gateway.adapters import checkov as checkov_adapter
 from gateway.adapters.checkov import parse_checkov_report, run_checkov
-from gateway.adapters.records import now
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sql_store import Database
+from gateway.adapters.store.rows import now
 from gateway.domain.errors import Refused
 from gateway.domain.plan import Plan, decode_plan_bytes, load_plan
 from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severity, evaluate_plan
@@ -314,7 +314,7 @@ def test_deny_blocks_approval_and_apply_until_overridden(workspace: Workspace, p
     decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
     assert apply_proposal(workspace, people.alice, proposal.id).succeeded
     with workspace.store.session() as session:
-        events = [e for e in session.events(proposal_id=proposal.id) if e.kind == "policy.override"]
+        events = [e for e in session.audit.events(proposal_id=proposal.id) if e.kind == "policy.override"]
     assert {e.payload["finding"] for e in events} == keys and all(e.actor == "frank" for e in events)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.adapters import rego as rego_adapter
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.domain.errors import Refused
 from gateway.domain.policy import Severity
 from gateway.domain.proposal import Decision, Proposal

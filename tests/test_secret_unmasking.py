@@ -157,7 +157,7 @@ def test_variations_stay_masked_and_are_denied(workspace: Workspace, people: Peo
     previews = proposal_previews(unscrubbed, proposal)
     rendered = [render(p) for p in previews.values() for render in RENDERERS.values()]
     with unscrubbed.store.session() as session:
-        trail = json.dumps([e.payload for e in session.events()])
+        trail = json.dumps([e.payload for e in session.audit.events()])
     _assert_hidden(password, *rendered, trail)
     denied = {f.address for f in proposal.plans["data"].findings if f.rule == "secret-unmasked"}
     assert denied == addresses
@@ -225,7 +225,7 @@ def test_scrubber_catches_a_secret_in_api_errors_and_the_trail(workspace: Worksp
         invalid = client.get(f"/api/v1/proposals/{password}", headers={"Authorization": f"Bearer {people.tokens['bob']}"})
     assert invalid.status_code == 422 and password not in invalid.text  # a validation error never echoes the input
     with workspace.store.session() as session:
-        event = session.append_event("gateway", "note", {"text": f"pasted {password} by mistake"})
+        event = session.audit.append("gateway", "note", {"text": f"pasted {password} by mistake"})
     assert event.payload == {"text": f"pasted {REDACTED} by mistake"}
 
 
@@ -304,7 +304,7 @@ def test_what_the_checks_cannot_read_is_refused_before_planning(workspace: Works
     with pytest.raises(ConfigError, match=says):
         open_proposal(workspace, people.alice, "sneaky", "innocent")
     with workspace.store.session() as session:
-        assert session.list_proposals() == []
+        assert session.proposals.list() == []
 
 
 def test_try_does_not_turn_a_secret_into_a_yes_or_no(workspace: Workspace, people: People, clone: Clone) -> None:

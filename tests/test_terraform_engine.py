@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.composition import create_workspace, open_workspace, terraform_setup
 from gateway.config import Settings
@@ -309,13 +309,13 @@ def test_a_worker_killed_mid_terraform_apply_is_recorded_and_terraform_lets_go(t
     time.sleep(2.1)
     survivor = Worker(ws, loops=1, poll_seconds=0.05).start()
     try:
-        _wait_until(lambda: ws.store.get_job(job.id).finished, 30)
+        _wait_until(lambda: ws.store.queue.get(job.id).finished, 30)
     finally:
         survivor.stop()
-    assert ws.store.get_job(job.id).status == JobStatus.INTERRUPTED
+    assert ws.store.queue.get(job.id).status == JobStatus.INTERRUPTED
     with ws.store.session() as session:
-        assert [a["status"] for a in session.applies_of(proposal.id)] == ["interrupted"]
-        kinds = [e.kind for e in session.events(proposal_id=proposal.id)]
+        assert [a["status"] for a in session.proposals.applies_of(proposal.id)] == ["interrupted"]
+        kinds = [e.kind for e in session.audit.events(proposal_id=proposal.id)]
     assert "proposal.interrupt" in kinds and "apply.succeeded" not in kinds
     # Terraform's state is not locked: a re-plan (the survivor may already have queued one) shows what is left
     replanned, _ = sync_proposal(ws, proposal.id)
@@ -345,15 +345,15 @@ def test_two_workers_never_run_terraform_on_one_stack_at_once(tf_workspace: Work
     jobs = [enqueue_job(ws, people.alice, JobKind.APPLY, pid) for pid in ids]
     worker = Worker(ws, loops=2, poll_seconds=0.05).start()
     try:
-        _wait_until(lambda: all(ws.store.get_job(j.id).finished for j in jobs), 120)
+        _wait_until(lambda: all(ws.store.queue.get(j.id).finished for j in jobs), 120)
     finally:
         worker.stop()
-    statuses = sorted(ws.store.get_job(j.id).status.value for j in jobs)
-    assert statuses == ["refused", "succeeded"], [ws.store.get_job(j.id).error for j in jobs]  # the second re-plans
+    statuses = sorted(ws.store.queue.get(j.id).status.value for j in jobs)
+    assert statuses == ["refused", "succeeded"], [ws.store.queue.get(j.id).error for j in jobs]  # the second re-plans
     with ws.store.session() as session:
-        spans = [(a["started_at"], a["finished_at"]) for pid in ids for a in session.applies_of(pid)]
+        spans = [(a["started_at"], a["finished_at"]) for pid in ids for a in session.proposals.applies_of(pid)]
     assert len(spans) == 1 or spans[0][1] <= spans[1][0] or spans[1][1] <= spans[0][0]
-    assert all("state lock" not in (ws.store.get_job(j.id).error or "") for j in jobs)
+    assert all("state lock" not in (ws.store.queue.get(j.id).error or "") for j in jobs)
 
 
 def test_provider_credentials_never_reach_the_agent_or_the_model(tf_workspace: Workspace, tmp_path: Path,
@@ -382,4 +382,4 @@ def test_provider_credentials_never_reach_the_agent_or_the_model(tf_workspace: W
     assert "sim_object.extra" in json.dumps(stub.requests[3])  # the agent saw the real plan
     assert all(marker not in json.dumps(body) for body in stub.requests)
     with ws.store.session() as session:
-        assert marker not in json.dumps([e.payload for e in session.events()])
+        assert marker not in json.dumps([e.payload for e in session.audit.events()])

@@ -90,15 +90,15 @@ def test_a_worker_killed_mid_apply_is_recorded_interrupted_never_success(any_wor
     time.sleep(1.6)  # past the dead worker's last heartbeat
     survivor = Worker(ws, loops=1, poll_seconds=0.05).start()
     try:
-        _wait_until(lambda: ws.store.get_job(job.id).finished)
+        _wait_until(lambda: ws.store.queue.get(job.id).finished)
     finally:
         survivor.stop()
-    assert ws.store.get_job(job.id).status == JobStatus.INTERRUPTED
+    assert ws.store.queue.get(job.id).status == JobStatus.INTERRUPTED
     assert [a["status"] for a in _applies(ws, proposal_id)] == ["interrupted"]
     assert get_proposal(ws, proposal_id).status == ProposalStatus.FAILED
-    assert ws.store.lock_holder("app-staging") is None
+    assert ws.store.locks.holder("app-staging") is None
     with ws.store.session() as session:
-        kinds = [e.kind for e in session.events(proposal_id=proposal_id)]
+        kinds = [e.kind for e in session.audit.events(proposal_id=proposal_id)]
     assert "apply.succeeded" not in kinds and "proposal.interrupt" in kinds and "job.interrupted" in kinds
     # a person retries: nothing of it was applied, so the same plan and approval still hold
     retry = enqueue_job(ws, people.alice, JobKind.APPLY, proposal_id)
@@ -121,7 +121,7 @@ def test_a_worker_replans_a_proposal_whose_branch_moved(workspace: Workspace, pe
         _wait_until(lambda: get_proposal(ws, proposal.id).head_sha == new_head)
     finally:
         worker.stop()
-    jobs = ws.store.jobs_of(proposal.id)
+    jobs = ws.store.queue.of_proposal(proposal.id)
     assert [(j.kind, j.status) for j in jobs] == [(JobKind.PLAN, JobStatus.SUCCEEDED)]
     assert any("new commit" in line for line in jobs[0].progress)
 
@@ -131,7 +131,7 @@ def test_an_auditor_or_an_agent_cannot_queue_an_apply(workspace: Workspace, peop
     for who, reason in ((people.dana, "dana has no role"), (people.agent, "agents can never apply")):
         with pytest.raises(Refused, match=reason):
             enqueue_job(workspace, who, JobKind.APPLY, proposal_id)
-    assert workspace.store.jobs_of(proposal_id) == []
+    assert workspace.store.queue.of_proposal(proposal_id) == []
 
 
 def _faults(ws: Workspace) -> int:
@@ -141,4 +141,4 @@ def _faults(ws: Workspace) -> int:
 
 def _applies(ws: Workspace, proposal_id: int) -> list[dict]:
     with ws.store.session() as session:
-        return session.applies_of(proposal_id)
+        return session.proposals.applies_of(proposal_id)

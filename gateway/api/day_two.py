@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel
 
-from gateway.adapters.records import now
+from gateway.adapters.store.rows import now
 from gateway.api.deps import ActorDep, PageActorDep, WorkspaceDep
 from gateway.api.pages import render
 from gateway.api.routes import ERRORS

@@ -40,7 +40,7 @@ def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
     # only "no such person" ends the session; a database error is the database's (503), not a sign-out
     try:
         with ws.store.session(readonly=True) as session:
-            principal: Principal | None = session.principal(principal_id)
+            principal: Principal | None = session.principals.get(principal_id)
     except NotFound:
         principal = None
     if principal is None or principal.disabled:  # a disabled person's sessions end at once

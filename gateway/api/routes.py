@@ -49,7 +49,7 @@ ProposalQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1, description="onl
 @router.get("/health", response_model=Health, tags=["service"])
 def health(ws: WorkspaceDep) -> Health:
     with ws.store.session(readonly=True) as session:
-        session.count_principals()
+        session.principals.count()
     return Health(status="ok", database=ws.db.engine.dialect.name, engine=ws.engine.name)
 
 
@@ -130,7 +130,7 @@ def replan(proposal_id: ProposalId, ws: WorkspaceDep, actor: ActorDep) -> JobPub
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, tags=["jobs"])
 def read_job(job_id: JobId, ws: WorkspaceDep, actor: ActorDep) -> JobPublic:
-    return JobPublic.of(ws.store.get_job(job_id))
+    return JobPublic.of(ws.store.queue.get(job_id))
 
 
 @router.post("/github/webhook", response_model=DeliveryPublic, status_code=202, tags=["github"])
@@ -164,7 +164,7 @@ def audit_events(response: Response, ws: WorkspaceDep, actor: ActorDep, proposal
 def audit_export(ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
                  proposal: ProposalQuery = None, address: str | None = None) -> PlainTextResponse:
     with ws.store.session(readonly=True) as session:
-        checkpoints = session.checkpoints() if proposal is None and address is None else []
+        checkpoints = session.audit.checkpoints() if proposal is None and address is None else []
     return export_response(audit_service.list_events(ws, actor, proposal, address=address), format, checkpoints)
 
 

@@ -146,3 +146,18 @@ def verify_against(events: Iterable[AuditEvent], checkpoint: Checkpoint) -> Chai
                                           f"signed: it was rewritten (chain ends in {last.hash[:19]}…, signed "
                                           f"{checkpoint.hash[:19]}…)")
     return None
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """What an auditor filters the trail by; every filter is a condition on an indexed column."""
+
+    proposal_id: int | None = None
+    actor: str | None = None
+    stack: str | None = None
+    since: str | None = None
+    until: str | None = None
+    kind: str | None = None
+    action: str | None = None  # a kind or a kind prefix: `apply` matches apply.started, apply.failed, ...
+    outcome: str | None = None
+    address: str | None = None  # exact, or a prefix when it ends with `*`

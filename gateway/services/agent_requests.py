@@ -61,11 +61,11 @@ def model_from_settings(ws: Workspace) -> ChatModel:
 def agent_principal(ws: Workspace) -> Principal:
     """The agent's own principal (created on first use): kind agent, requester role only."""
     with ws.store.session() as session:
-        agent = session.principal_by_name(AGENT_NAME)
+        agent = session.principals.by_name(AGENT_NAME)
         if agent is None:
-            agent = session.add_principal(AGENT_NAME, PrincipalKind.AGENT, frozenset({Role.REQUESTER}), frozenset(),
+            agent = session.principals.add(AGENT_NAME, PrincipalKind.AGENT, frozenset({Role.REQUESTER}), frozenset(),
                                           hash_token(new_token()))
-            session.append_event("gateway", "principal.added", {"name": AGENT_NAME, "kind": "agent", "roles": ["requester"]})
+            session.audit.append("gateway", "principal.added", {"name": AGENT_NAME, "kind": "agent", "roles": ["requester"]})
     return agent
 
 
@@ -124,7 +124,7 @@ class _Hold:
         """Extend the hold; False (from now on) once another turn holds the conversation."""
         if not self.lost:
             with self.ws.store.session() as session:
-                self.lost = not session.renew_conversation(self.conversation_id, self.turn, _hold_until(self.ws))
+                self.lost = not session.conversations.renew(self.conversation_id, self.turn, _hold_until(self.ws))
         return not self.lost
 
     def stop_reason(self) -> str | None:
@@ -140,14 +140,14 @@ def _holding(ws: Workspace, conversation_id: str, turn: str) -> Iterator[_Hold]:
     """One turn at a time per conversation: a second concurrent turn is refused, not interleaved."""
     hold = _Hold(ws, conversation_id, turn)
     with ws.store.session() as session:
-        held = session.hold_conversation(conversation_id, hold.turn, _hold_until(ws))
+        held = session.conversations.hold(conversation_id, hold.turn, _hold_until(ws))
     if not held:
         raise Conflict(_busy(conversation_id))
     try:
         yield hold
     finally:
         with ws.store.session() as session:
-            session.release_conversation(conversation_id, hold.turn)  # never another turn's hold
+            session.conversations.release(conversation_id, hold.turn)  # never another turn's hold
 
 
 def check_conversation_free(ws: Workspace, person: Principal, conversation_id: str) -> None:
@@ -155,7 +155,7 @@ def check_conversation_free(ws: Workspace, person: Principal, conversation_id: s
     waits to run in."""
     _conversation(ws, person, conversation_id)
     with ws.store.session(readonly=True) as session:
-        if session.conversation_busy(conversation_id) or session.conversation_has_unfinished_run(conversation_id):
+        if session.conversations.busy(conversation_id) or session.conversations.has_unfinished_run(conversation_id):
             raise Conflict(_busy(conversation_id))
 
 
@@ -306,9 +306,9 @@ def _conversation(ws: Workspace, person: Principal, conversation_id: str | None)
         if conversation_id is None:
             conversation_id = uuid.uuid4().hex[:12]
             branch = f"agent/{conversation_id}"
-            session.add_conversation(conversation_id, person, branch)
+            session.conversations.add(conversation_id, person, branch)
             return _Conversation(conversation_id, branch, None)
-        record = session.conversation(conversation_id)
+        record = session.conversations.get(conversation_id)
     if record is None or record["requester_id"] != person.id:
         raise NotFound(f"no conversation {conversation_id} of yours")
     return _Conversation(conversation_id, record["branch"], record["proposal_id"])
@@ -356,11 +356,11 @@ def _propose(ws: Workspace, agent: Principal, person: Principal, branch: str, re
     if proposal_id is None:
         proposal = open_proposal(ws, agent, branch, request, requester=person, agent_claim=summary)
         with ws.store.session() as session:
-            session.link_conversation(conversation_id, proposal.id)
-            session.set_agent_details(proposal.id, prompt_version, model)
+            session.conversations.link(conversation_id, proposal.id)
+            session.proposals.set_agent_details(proposal.id, prompt_version, model)
         return proposal
     with ws.store.session() as session:
-        session.set_agent_details(proposal_id, prompt_version, model, agent_claim=summary)
+        session.proposals.set_agent_details(proposal_id, prompt_version, model, agent_claim=summary)
     proposal, _ = sync_proposal(ws, proposal_id)
     return proposal
 
@@ -370,7 +370,7 @@ def _trail_of_calls(turn: _Turn) -> Callable[[str, dict], None]:
     def record(kind: str, data: dict) -> None:
         turn.hold.renew()  # still working: keep holding it (a lost hold stops the turn before its next model call)
         with turn.ws.store.session() as session:
-            session.append_event(turn.agent, f"agent.{kind}", {
+            session.audit.append(turn.agent, f"agent.{kind}", {
                 **data, "conversation": turn.conversation.id, "model": turn.model.model,
                 "prompt_version": turn.prompt.version})
     return record
@@ -379,7 +379,7 @@ def _trail_of_calls(turn: _Turn) -> Callable[[str, dict], None]:
 def _record_request(ws: Workspace, person: Principal, agent: Principal, text: str, outcome: RequestOutcome,
                     prompt_version: str, model: str) -> None:
     with ws.store.session() as session:
-        session.append_event(person, "agent.request", {
+        session.audit.append(person, "agent.request", {
             "request": text, "conversation": outcome.conversation_id, "agent": agent.name, "model": model,
             "prompt_version": prompt_version, "steps": outcome.steps, "tokens": outcome.tokens,
             "changed_files": outcome.changed_files, "summary": outcome.summary, "stopped": outcome.stopped,

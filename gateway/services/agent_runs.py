@@ -87,11 +87,11 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
         conversation_id = open_conversation(ws, person)
     run_id = uuid.uuid4().hex[:12]
     with ws.store.session() as session:
-        job_id = session.add_job(JobKind.AGENT_TURN, None, person, {"run": run_id})
-        session.add_agent_run(run_id, person, text, conversation_id, job_id)
-        session.append_event(person, "job.queued", {"job": job_id, "kind": JobKind.AGENT_TURN.value, "run": run_id,
+        job_id = session.jobs.add(JobKind.AGENT_TURN, None, person, {"run": run_id})
+        session.conversations.add_run(run_id, person, text, conversation_id, job_id)
+        session.audit.append(person, "job.queued", {"job": job_id, "kind": JobKind.AGENT_TURN.value, "run": run_id,
                                                     "conversation": conversation_id})
-        run = session.agent_run(run_id)
+        run = session.conversations.run(run_id)
     assert run is not None  # written just now, in this transaction
     return run
 
@@ -102,18 +102,18 @@ def run_agent_turn(ws: Workspace, job: Job, progress: Callable[[str], None]) -> 
 
     run_id = str(job.args.get("run"))
     with ws.store.session() as session:
-        run = session.agent_run(run_id)
+        run = session.conversations.run(run_id)
         if run is None:
             raise NotFound(f"job {job.id} names no agent request ({run_id})")
-        if not session.begin_agent_run(run_id):  # stopped before it started (the breaker): nothing to run
+        if not session.conversations.begin_run(run_id):  # stopped before it started (the breaker): nothing to run
             return JobStatus.SUCCEEDED, {"run": run_id, "status": run.status.value}
-        person = session.principal(run.requester_id)
+        person = session.principals.get(run.requester_id)
     steps: list[str] = []
 
     def step(line: str) -> None:
         steps.append(line)
         with ws.store.session() as session:
-            session.record_agent_run_progress(run_id, steps)
+            session.conversations.record_run_progress(run_id, steps)
         progress(line)
 
     try:
@@ -132,7 +132,7 @@ def run_agent_turn(ws: Workspace, job: Job, progress: Callable[[str], None]) -> 
 def _finish(ws: Workspace, run_id: str, status: AgentRunStatus, message: str | None,
             proposal_id: int | None = None) -> None:
     with ws.store.session() as session:
-        if not session.finish_agent_run(run_id, status, message, proposal_id):
+        if not session.conversations.finish_run(run_id, status, message, proposal_id):
             log.warning("agent_run.already_ended", run=run_id, status=status.value)
 
 
@@ -141,16 +141,16 @@ def interrupt_abandoned_turns(ws: Workspace) -> list[str]:
     conversation let go at once (its hold would otherwise lapse only after `agent_turn_hold_seconds`)."""
     recovered = []
     with ws.store.session() as session:
-        for run, job in session.abandoned_agent_runs():
+        for run, job in session.conversations.abandoned_runs():
             interrupted = job.status == JobStatus.INTERRUPTED
             status = AgentRunStatus.INTERRUPTED if interrupted else AgentRunStatus.FAILED
             why = (f"interrupted: the worker running it ({job.runner}) stopped before the agent finished, and its "
                    "edits not yet committed are lost" if interrupted else f"its job {job.id} {job.status.value}")
-            if not session.end_abandoned_agent_run(run.id, status, f"{why}. {ASK_AGAIN}"):
+            if not session.conversations.end_abandoned_run(run.id, status, f"{why}. {ASK_AGAIN}"):
                 continue
             if run.conversation_id:
-                session.release_conversation(run.conversation_id, run.id)  # only this turn's own hold
-            session.append_event("gateway", f"agent.{status.value}", {
+                session.conversations.release(run.conversation_id, run.id)  # only this turn's own hold
+            session.audit.append("gateway", f"agent.{status.value}", {
                 "run": run.id, "job": job.id, "runner": job.runner, "conversation": run.conversation_id})
             recovered.append(f"agent request {run.id} of worker {job.runner}")
     return recovered
@@ -159,7 +159,7 @@ def interrupt_abandoned_turns(ws: Workspace) -> list[str]:
 def get_agent_run(ws: Workspace, person: Principal, run_id: str) -> AgentRun:
     """A run, for its requester (and admins and auditors)."""
     with ws.store.session(readonly=True) as session:
-        run = session.agent_run(run_id)
+        run = session.conversations.run(run_id)
     if run is None or (run.requester_id != person.id and not person.roles & {"admin", "auditor"}):
         raise NotFound(f"no request {run_id}")
     return run

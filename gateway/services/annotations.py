@@ -20,8 +20,8 @@ ROLLBACK_OF = "rollback_of:"  # marker: proposal id -> the proposal it rolls bac
 def annotate_previews(ws: Workspace, proposal: Proposal, previews: dict[str, str]) -> dict[str, str]:
     """Each stack's stored preview (public JSON) with what must be read first put in front."""
     with ws.store.session(readonly=True) as session:
-        rollback_of = session.marker(f"{ROLLBACK_OF}{proposal.id}")
-        rollback = session.get_proposal(int(rollback_of)) if rollback_of else None
+        rollback_of = session.main.marker(f"{ROLLBACK_OF}{proposal.id}")
+        rollback = session.proposals.get(int(rollback_of)) if rollback_of else None
     drift = open_drift_by_stack(ws, list(previews)) if proposal.status in DECIDABLE else {}
     if not (rollback or drift):
         return previews

@@ -9,9 +9,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from gateway.adapters.records import EventQuery
 from gateway.adapters.signing import SigningKey, signature_valid
-from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, verify_against, verify_chain
+from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, EventQuery, verify_against, verify_chain
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.principals import Principal, Role
 from gateway.services.workspace import Workspace
@@ -36,7 +35,7 @@ def list_events(ws: Workspace, actor: Principal, proposal_id: int | None = None,
                        since=_iso(since, "--since") if since else None, until=_iso(until, "--until") if until else None,
                        action=action, outcome=outcome, address=address)
     with ws.store.session(readonly=True) as session:
-        return session.query_events(query, after, limit)
+        return session.audit.query(query, after, limit)
 
 
 def _iso(value: str, name: str) -> str:
@@ -52,8 +51,8 @@ def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[Au
     if not events:
         raise NotFound(f"no proposal {proposal_id} in the audit trail")
     with ws.store.session(readonly=True) as session:
-        conversation = session.conversation_of_proposal(proposal_id)
-        agent_work = session.query_events(EventQuery(action="agent")) if conversation else []
+        conversation = session.conversations.of_proposal(proposal_id)
+        agent_work = session.audit.query(EventQuery(action="agent")) if conversation else []
     ours = [e for e in agent_work if conversation and e.payload.get("conversation") == conversation["id"]]
     return sorted({e.seq: e for e in events + ours}.values(), key=lambda e: e.seq)
 
@@ -63,7 +62,7 @@ def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | Non
     require_auditor(actor)
     counter = _Counter()
     with ws.store.session(readonly=True) as session:
-        broken = verify_chain(counter.count(session.iter_events()), session.chain_head())
+        broken = verify_chain(counter.count(session.audit.iter()), session.audit.chain_head())
     return counter.seen, broken
 
 
@@ -85,10 +84,10 @@ def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint
         require_auditor(actor)
     key = SigningKey.load_or_create(ws.settings.signing_key_path)
     with ws.store.session() as session:
-        seq, head = session.chain_head() or (0, GENESIS)
+        seq, head = session.audit.chain_head() or (0, GENESIS)
         unsigned = Checkpoint(seq, head, ws.clock.now().isoformat(timespec="seconds"), key.public_key, "")
         checkpoint = replace(unsigned, signature=key.sign(unsigned.message()))
-        session.add_checkpoint(checkpoint)
+        session.audit.add_checkpoint(checkpoint)
     return checkpoint
 
 
@@ -98,19 +97,19 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
     require_auditor(actor)
     key = SigningKey.load_or_create(ws.settings.signing_key_path)
     with ws.store.session(readonly=True) as session:
-        kept = [c for c in session.checkpoints() if c.public_key == key.public_key
+        kept = [c for c in session.audit.checkpoints() if c.public_key == key.public_key
                 and signature_valid(c.public_key, c.message(), c.signature)]
         checkpoint = None
         start = (0, GENESIS)
         if kept:
             checkpoint = kept[-1]
-            anchor = session.query_events(EventQuery(), after=checkpoint.seq - 1, limit=1)
+            anchor = session.audit.query(EventQuery(), after=checkpoint.seq - 1, limit=1)
             if not anchor or anchor[0].seq != checkpoint.seq or anchor[0].hash != checkpoint.hash:
                 return 0, ChainBreak(checkpoint.seq, f"event {checkpoint.seq} no longer ends in the hash its "
                                                      "checkpoint signed: the trail was rewritten"), checkpoint
             start = (checkpoint.seq, checkpoint.hash)
         counter = _Counter()
-        broken = verify_chain(counter.count(session.iter_events(after=start[0])), session.chain_head(), start=start)
+        broken = verify_chain(counter.count(session.audit.iter(after=start[0])), session.audit.chain_head(), start=start)
     return counter.seen, broken, checkpoint
 
 
@@ -120,14 +119,14 @@ def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -
     if not signature_valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
         return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
     with ws.store.session(readonly=True) as session:
-        return checkpoint.seq, verify_against(session.iter_events(upto=checkpoint.seq), checkpoint)
+        return checkpoint.seq, verify_against(session.audit.iter(upto=checkpoint.seq), checkpoint)
 
 
 def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:
     """For workers: sign a checkpoint when the newest is older than the interval and the chain moved since."""
     with ws.store.session(readonly=True) as session:
-        kept = session.checkpoints()
-        head = session.chain_head()
+        kept = session.audit.checkpoints()
+        head = session.audit.chain_head()
     if head is None or (kept and kept[-1].seq == head[0]):
         return None
     if kept and ws.clock.now() - datetime.fromisoformat(kept[-1].at) < timedelta(minutes=ws.settings.audit_checkpoint_minutes):

@@ -24,7 +24,7 @@ def bootstrap_simulator(ws: Workspace) -> int:
             raise ApplyError(f"bootstrap of stack {stack} failed: {outcome.error}")
         created += len(outcome.applied)
         with ws.store.session() as session:
-            session.append_event("gateway", "simulator.bootstrapped", {
+            session.audit.append("gateway", "simulator.bootstrapped", {
                 "commit": sha, "applied": list(outcome.applied), "state_serial": outcome.state_serial,
                 "note": "the simulated cloud starts with main applied; no real infrastructure exists"}, None, [stack])
     return created

@@ -43,14 +43,14 @@ def open_break_glass(ws: Workspace, actor: Principal, stack: str, reason: str,
         reasons.append(f"stack {stack} already has a break-glass window open or waiting for confirmation")
     if reasons:
         with ws.store.session() as session:
-            session.append_event(actor, "break_glass.refused", {"stack": stack, "reasons": reasons}, None, [stack])
+            session.audit.append(actor, "break_glass.refused", {"stack": stack, "reasons": reasons}, None, [stack])
         raise Refused(reasons)
     protected = bool(settings.stacks[stack].protected)
     with ws.store.session() as session:
-        wid = session.add_break_glass(stack, reason.strip(), actor.name, int(duration.total_seconds()),
+        wid = session.day_two.add_break_glass(stack, reason.strip(), actor.name, int(duration.total_seconds()),
                                       confirmed=not protected)
-        window = BreakGlassWindow.from_row(session.break_glass(wid))
-        session.append_event(actor, "break_glass.requested" if protected else "break_glass.opened", {
+        window = BreakGlassWindow.from_row(session.day_two.break_glass(wid))
+        session.audit.append(actor, "break_glass.requested" if protected else "break_glass.opened", {
             "break_glass": wid, "stack": stack, "reason": window.reason, "for_seconds": int(duration.total_seconds()),
             "ends_at": window.ends_at.isoformat() if window.ends_at else None,
             "needs_confirmation": protected}, None, [stack])
@@ -66,9 +66,9 @@ def confirm_break_glass(ws: Workspace, actor: Principal, window_id: int) -> Brea
         raise Refused(reasons)
     moment = ws.clock.now()
     with ws.store.session() as session:
-        session.update_break_glass(window_id, confirmed_by=actor.name, opened_at=moment,
+        session.day_two.update_break_glass(window_id, confirmed_by=actor.name, opened_at=moment,
                                    ends_at=moment + window.duration)
-        session.append_event(actor, "break_glass.opened", {
+        session.audit.append(actor, "break_glass.opened", {
             "break_glass": window_id, "stack": window.stack, "reason": window.reason, "asked_by": window.opened_by,
             "confirmed_by": actor.name, "ends_at": (moment + window.duration).isoformat()}, None, [window.stack])
     return get_window(ws, window_id)
@@ -90,8 +90,8 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
         except GatewayError as exc:
             log.warning("break_glass.check_failed", window=window_id, error=str(exc))
     with ws.store.session() as session:
-        session.update_break_glass(window_id, closed_at=ws.clock.now())
-        session.append_event(actor, "break_glass.closed", {"break_glass": window_id, "stack": window.stack,
+        session.day_two.update_break_glass(window_id, closed_at=ws.clock.now())
+        session.audit.append(actor, "break_glass.closed", {"break_glass": window_id, "stack": window.stack,
                                                            "note": note.strip()}, None, [window.stack])
     return get_window(ws, window_id)
 
@@ -109,9 +109,9 @@ def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, not
     if reasons:
         raise Refused(reasons)
     with ws.store.session() as session:
-        session.update_break_glass(window_id, acknowledged_by=actor.name, acknowledged_at=ws.clock.now(),
+        session.day_two.update_break_glass(window_id, acknowledged_by=actor.name, acknowledged_at=ws.clock.now(),
                                    acknowledgement=note.strip())
-        session.append_event(actor, "break_glass.acknowledged", {"break_glass": window_id, "stack": window.stack,
+        session.audit.append(actor, "break_glass.acknowledged", {"break_glass": window_id, "stack": window.stack,
                                                                  "note": note.strip()}, None, [window.stack])
     return get_window(ws, window_id)
 
@@ -144,20 +144,20 @@ def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str
         if not _checked_since(ws, window.stack, window.ended_at) and not _check_after_window(ws, window):
             continue  # settled only once a check has looked at the stack after the window: its drift is the window's
         with ws.store.session() as session:
-            record = session.open_drift_record(window.stack)
+            record = session.day_two.open_drift_record(window.stack)
             # settled: no open drift, or a record that is not the window's and did not change while it was open
             if record is None or (record.break_glass_id != window.id and window.opened_at is not None
                                   and _aware(record.updated_at) < _aware(window.opened_at)):
-                if not session.mark_break_glass(window.id, "codified_at", moment):
+                if not session.day_two.mark_break_glass(window.id, "codified_at", moment):
                     continue  # another worker settled it: once in the trail
-                session.append_event(SYSTEM_NAME, "break_glass.settled", {
+                session.audit.append(SYSTEM_NAME, "break_glass.settled", {
                     "break_glass": window.id, "stack": window.stack,
                     "codify_by": window.codify_by(settings).isoformat()}, None, [window.stack])
                 done.append(f"window {window.id} settled")
             elif window.state(moment, settings) == WindowState.OVERDUE and window.flagged_at is None:
-                if not session.mark_break_glass(window.id, "flagged_at", moment):
+                if not session.day_two.mark_break_glass(window.id, "flagged_at", moment):
                     continue  # another worker flagged it: once in the trail
-                session.append_event(SYSTEM_NAME, "break_glass.overdue", {
+                session.audit.append(SYSTEM_NAME, "break_glass.overdue", {
                     "break_glass": window.id, "stack": window.stack, "drift_record": record.id,
                     "codify_by": window.codify_by(settings).isoformat(), "drifted": record.addresses}, None,
                     [window.stack])
@@ -168,7 +168,7 @@ def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str
 def _checked_since(ws: Workspace, stack: str, moment: datetime) -> bool:
     """Whether a drift check of `stack` completed at or after `moment`."""
     with ws.store.session(readonly=True) as session:
-        marker = session.marker(CHECKED + stack)
+        marker = session.main.marker(CHECKED + stack)
     if marker is None:
         return False
     checked = datetime.fromisoformat(marker)
@@ -203,19 +203,19 @@ def windows_on(ws: Workspace, proposal: Proposal) -> tuple[BreakGlassWindow, ...
 
 def windows_of(ws: Workspace, stack: str | None = None) -> list[BreakGlassWindow]:
     with ws.store.session(readonly=True) as session:
-        return [BreakGlassWindow.from_row(r) for r in session.break_glass_windows(stack)]
+        return [BreakGlassWindow.from_row(r) for r in session.day_two.break_glass_windows(stack)]
 
 
 def get_window(ws: Workspace, window_id: int) -> BreakGlassWindow:
     with ws.store.session(readonly=True) as session:
-        return BreakGlassWindow.from_row(session.break_glass(window_id))
+        return BreakGlassWindow.from_row(session.day_two.break_glass(window_id))
 
 
 def break_glass_story(ws: Workspace, actor: Principal, window_id: int) -> list[AuditEvent]:
     """The whole episode: the window, the drift it made, and the proposals that codified or reverted it."""
     window = get_window(ws, window_id)
     with ws.store.session(readonly=True) as session:
-        records = [r for r in session.drift_records(window.stack) if r.break_glass_id == window_id]
+        records = [r for r in session.day_two.drift_records(window.stack) if r.break_glass_id == window_id]
     settled_by = {r.closed_by_proposal for r in records if r.closed_by_proposal}
     record_ids = {r.id for r in records}
     events = audit_service.list_events(ws, actor, stack=window.stack,

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from gateway.adapters.records import StoreSession
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, capacity_of, trip_reason
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role
+from gateway.ports import UnitOfWork
 from gateway.services.planning import StackPlanResult
 from gateway.services.workspace import Workspace
 
@@ -34,42 +34,42 @@ def guard_agent_change(ws: Workspace, agent: Principal, proposal_id: int | None,
                     refusal = reason
                     break
         else:
-            session.append_event(agent, "breaker.refused", {"reason": refusal, "proposal": proposal_id})
+            session.audit.append(agent, "breaker.refused", {"reason": refusal, "proposal": proposal_id})
     if refusal:
         raise Refused([refusal])
     return change
 
 
-def _window(session: StoreSession, scope: str, settings: BreakerSettings, moment: datetime) -> list[CapacityChange]:
+def _window(session: UnitOfWork, scope: str, settings: BreakerSettings, moment: datetime) -> list[CapacityChange]:
     """The scope's changes in the window; a reset starts the window again (an agent's reset, for its changes
     in the all-agents window too)."""
     since: datetime = moment - settings.window
-    resets = {s["scope"]: s["changed_at"] for s in session.breaker_states() if not s["open"]}
+    resets = {s["scope"]: s["changed_at"] for s in session.breaker.states() if not s["open"]}
     if scope in resets:
         since = max(since, resets[scope])
-    changes = session.capacity_changes(None if scope == ALL_AGENTS else scope, since)
+    changes = session.breaker.changes(None if scope == ALL_AGENTS else scope, since)
     return [c for c in changes if c.at >= resets.get(c.principal_id, since)]
 
 
-def _trip(session: StoreSession, scope: str, reason: str, proposal_id: int | None, agent: Principal) -> None:
-    session.set_breaker(scope, True, reason, "gateway")
+def _trip(session: UnitOfWork, scope: str, reason: str, proposal_id: int | None, agent: Principal) -> None:
+    session.breaker.set(scope, True, reason, "gateway")
     stopped = _stop_requests(session, scope, reason)
-    session.append_event("gateway", "breaker.tripped", {
+    session.audit.append("gateway", "breaker.tripped", {
         "scope": scope, "agent": agent.name, "reason": reason, "proposal": proposal_id, "stopped_requests": stopped})
 
 
-def _stop_requests(session: StoreSession, scope: str, reason: str) -> list[str]:
+def _stop_requests(session: UnitOfWork, scope: str, reason: str) -> list[str]:
     """The built-in agent's running requests stop when its breaker or every agent's opens; another agent's breaker
     leaves them running (that agent's own work is refused at its next call)."""
-    if scope != ALL_AGENTS and session.principal(scope).name != BUILTIN_AGENT_NAME:
+    if scope != ALL_AGENTS and session.principals.get(scope).name != BUILTIN_AGENT_NAME:
         return []
-    return session.stop_agent_runs(reason)
+    return session.conversations.stop_runs(reason)
 
 
-def open_breaker_reason(session: StoreSession, agent: Principal) -> str | None:
+def open_breaker_reason(session: UnitOfWork, agent: Principal) -> str | None:
     """Why this agent may not act now (its breaker or every agent's is open), or None."""
     for scope in (agent.id, ALL_AGENTS):
-        state = session.breaker_state(scope)
+        state = session.breaker.state(scope)
         if state is not None and state["open"]:
             return (f"the circuit breaker {'for every agent' if scope == ALL_AGENTS else 'for ' + agent.name} is "
                     f"open since {state['changed_at']:%Y-%m-%d %H:%M} UTC: {state['reason']}; a person in a "
@@ -90,9 +90,9 @@ def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason
     reason = _reason(reason)
     with ws.store.session() as session:
         scope = _scope(session, agent_name)
-        session.set_breaker(scope, True, f"opened by {actor.name}: {reason}", actor.name)
+        session.breaker.set(scope, True, f"opened by {actor.name}: {reason}", actor.name)
         stopped = _stop_requests(session, scope, f"the circuit breaker was opened by {actor.name}: {reason}")
-        session.append_event(actor, "breaker.opened", {"scope": scope, "agent": agent_name or "every agent",
+        session.audit.append(actor, "breaker.opened", {"scope": scope, "agent": agent_name or "every agent",
                                                        "reason": reason, "stopped_requests": stopped})
     return scope
 
@@ -108,12 +108,12 @@ def reset_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reaso
     reason = _reason(reason)
     with ws.store.session() as session:
         scope = _scope(session, agent_name)
-        state = session.breaker_state(scope)
+        state = session.breaker.state(scope)
         if state is None or not state["open"]:
             raise InputError(f"the breaker {'for every agent' if scope == ALL_AGENTS else 'for ' + str(agent_name)} "
                              "is not open")
-        session.set_breaker(scope, False, reason, actor.name)
-        session.append_event(actor, "breaker.reset", {"scope": scope, "agent": agent_name or "every agent",
+        session.breaker.set(scope, False, reason, actor.name)
+        session.audit.append(actor, "breaker.reset", {"scope": scope, "agent": agent_name or "every agent",
                                                       "reason": reason, "was": state["reason"]})
     return scope
 
@@ -121,15 +121,15 @@ def reset_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reaso
 def breaker_status(ws: Workspace) -> list[dict[str, Any]]:
     """Every breaker that was ever tripped, opened or reset, with names for the scopes."""
     with ws.store.session(readonly=True) as session:
-        names = {p.id: p.name for p in session.list_principals()}
+        names = {p.id: p.name for p in session.principals.list()}
         return [{**s, "agent": "every agent" if s["scope"] == ALL_AGENTS else names.get(s["scope"], s["scope"])}
-                for s in session.breaker_states()]
+                for s in session.breaker.states()]
 
 
-def _scope(session: StoreSession, agent_name: str | None) -> str:
+def _scope(session: UnitOfWork, agent_name: str | None) -> str:
     if agent_name is None:
         return ALL_AGENTS
-    agent = session.principal_by_name(agent_name)
+    agent = session.principals.by_name(agent_name)
     if agent is None or not (agent.is_agent or agent.kind == PrincipalKind.SYSTEM):
         raise NotFound(f"no agent {agent_name}")
     return agent.id

@@ -29,7 +29,7 @@ def codify_drift(ws: Workspace, actor: Principal, stack: str) -> Proposal:
     settings = ws.repo_settings()
     settings.require_stack(stack)
     with ws.store.session(readonly=True) as session:
-        record = session.open_drift_record(stack)
+        record = session.day_two.open_drift_record(stack)
     if record is None:
         raise InputError(f"stack {stack} has no open drift record (`gateway drift check --stack {stack}` looks)")
     main_sha = ws.repo.resolve(ws.main_branch())

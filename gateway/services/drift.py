@@ -35,11 +35,11 @@ class DriftOutcome:
 def system_principal(ws: Workspace) -> Principal:
     """The gateway's own principal (made on first use): it proposes and applies reverts a setting allows."""
     with ws.store.session() as session:
-        gateway = session.principal_by_name(SYSTEM_NAME)
+        gateway = session.principals.by_name(SYSTEM_NAME)
         if gateway is None:
-            gateway = session.add_principal(SYSTEM_NAME, PrincipalKind.SYSTEM, frozenset({Role.REQUESTER}),
+            gateway = session.principals.add(SYSTEM_NAME, PrincipalKind.SYSTEM, frozenset({Role.REQUESTER}),
                                             frozenset(), hash_token(new_token()))
-            session.append_event("gateway", "principal.added", {"name": SYSTEM_NAME, "kind": "system",
+            session.audit.append("gateway", "principal.added", {"name": SYSTEM_NAME, "kind": "system",
                                                                 "roles": ["requester"]})
     if gateway.kind != PrincipalKind.SYSTEM:
         raise ConfigError(f"the principal named {SYSTEM_NAME!r} is not the gateway's own; rename it")
@@ -57,7 +57,7 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
     settings.require_stack(stack)
     branch = f"drift/{stack}"
     with ws.store.session(readonly=True) as session:
-        existing = session.open_proposal_for_branch(branch)
+        existing = session.proposals.open_for_branch(branch)
     if existing is not None:
         return DriftOutcome(stack, get_proposal(ws, existing), reasons=[f"proposal {existing} already reverts it"])
     gateway = system_principal(ws)
@@ -70,29 +70,29 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
         capacity = guard_agent_change(ws, gateway, None, [result])
     except Refused as exc:
         with ws.store.session() as session:
-            session.append_event(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
+            session.audit.append(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
                                                           "requested_by": actor.name, "not_reverted": exc.reasons},
                                  None, [stack])
         return DriftOutcome(stack, reasons=exc.reasons)
     ws.repo.repo.git.update_ref(f"refs/heads/{branch}", main_sha)  # the revert's "branch" is main as it is
     reason = f"revert drift on stack {stack}: {', '.join(drifted[:20])} changed outside the gateway"
     with ws.store.session() as session:
-        pid = session.add_proposal(branch, main_sha, main_sha, gateway, gateway, reason, [stack], [],
+        pid = session.proposals.add(branch, main_sha, main_sha, gateway, gateway, reason, [stack], [],
                                    kind=ProposalKind.DRIFT_REVERT)
-        session.append_event(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
+        session.audit.append(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
                                                       "requested_by": actor.name}, pid, [stack])
-        session.append_event(gateway, "proposal.opened", {"branch": branch, "base_sha": main_sha,
+        session.audit.append(gateway, "proposal.opened", {"branch": branch, "base_sha": main_sha,
                                                           "head_sha": main_sha, "kind": "drift_revert"}, pid, [stack])
         record_plans(session, pid, main_sha, main_sha, [result])
-        session.record_capacity_change(replace(capacity, proposal_id=pid))
+        session.breaker.record_change(replace(capacity, proposal_id=pid))
     proposal = get_proposal(ws, pid)
     reasons = auto_revert_refusals(proposal, settings)
     with ws.store.session() as session:
         if reasons:
-            session.append_event(gateway, "drift.revert_proposed", {"stack": stack, "needs_approval": reasons}, pid,
+            session.audit.append(gateway, "drift.revert_proposed", {"stack": stack, "needs_approval": reasons}, pid,
                                  [stack])
         else:
-            session.append_event(gateway, "drift.auto_revert", {
+            session.audit.append(gateway, "drift.auto_revert", {
                 "stack": stack, "changes": [rc.address for rc in result.plan.changes],
                 "authority": ws.repo.last_commit_touching(main_sha, "gateway.yaml")}, pid, [stack])
     if reasons:

@@ -56,9 +56,9 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
     moment = ws.clock.now()
     who = actor if isinstance(actor, str) else actor.name
     with ws.store.session() as session:
-        session.set_marker(CHECKED + stack, moment.isoformat())
-        record = session.open_drift_record(stack)
-        windows = [BreakGlassWindow.from_row(r) for r in session.break_glass_windows(stack)]
+        session.main.set_marker(CHECKED + stack, moment.isoformat())
+        record = session.day_two.open_drift_record(stack)
+        windows = [BreakGlassWindow.from_row(r) for r in session.day_two.break_glass_windows(stack)]
         window = next((w for w in windows if _covers(w, moment)), None)
         base = {"stack": stack, "main_sha": result.sha, "requested_by": who,
                 "drifted": {d.address: [a.path for a in d.attributes] or [d.summary] for d in found}}
@@ -67,15 +67,15 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
         elif not found and record is not None:
             reason = (f"proposal {settled_by.id} ({_way_out(settled_by, stack)}) was applied; a check after it finds no drift"
                       if settled_by else "a check finds no drift any more")
-            session.close_drift_record(record.id, who, reason, settled_by.id if settled_by else None)
-            session.append_event(actor, "drift.closed", {**base, "record": record.id, "reason": reason,
+            session.day_two.close_drift_record(record.id, who, reason, settled_by.id if settled_by else None)
+            session.audit.append(actor, "drift.closed", {**base, "record": record.id, "reason": reason,
                                                           "break_glass": record.break_glass_id},
                                  settled_by.id if settled_by else None, [stack])
             outcome = "closed"
         elif record is None:
             expected_by = window.id if window else None
-            rid = session.add_drift_record(stack, found, window is not None, expected_by)
-            session.append_event(actor, "drift.opened", {**base, "record": rid, "expected": window is not None,
+            rid = session.day_two.add_drift_record(stack, found, window is not None, expected_by)
+            session.audit.append(actor, "drift.opened", {**base, "record": rid, "expected": window is not None,
                                                          "break_glass": expected_by}, None, [stack])
             outcome = "opened"
         else:
@@ -83,16 +83,16 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
             # (the sweep holds a window whose stack's record changed during it: see sweep_break_glass)
             expected_by = record.break_glass_id
             if tuple(found) != record.resources:
-                session.update_drift_record(record.id, found, record.expected, expected_by)
-                session.append_event(actor, "drift.updated", {**base, "record": record.id,
+                session.day_two.update_drift_record(record.id, found, record.expected, expected_by)
+                session.audit.append(actor, "drift.updated", {**base, "record": record.id,
                                                               "expected": record.expected,
                                                               "break_glass": expected_by}, None, [stack])
                 outcome = "updated"
             else:
                 outcome = "unchanged"
         if isinstance(actor, Principal) and outcome in ("clean", "unchanged"):  # a person asked: the trail says so
-            session.append_event(actor, "drift.checked", {**base, "outcome": outcome}, None, [stack])
-        latest = session.drift_records(stack)[:1]
+            session.audit.append(actor, "drift.checked", {**base, "outcome": outcome}, None, [stack])
+        latest = session.day_two.drift_records(stack)[:1]
     return DriftCheck(stack, tuple(found), latest[0] if latest and outcome != "clean" else None, outcome)
 
 
@@ -128,23 +128,23 @@ def check_scheduled_drift(ws: Workspace, moment: datetime | None = None) -> list
         if stack.drift_interval is None:
             continue
         with ws.store.session(readonly=True) as session:
-            last = session.marker(CHECKED + name)
-            claimed = session.marker(CLAIMED + name)
+            last = session.main.marker(CHECKED + name)
+            claimed = session.main.marker(CLAIMED + name)
         if not check_due(datetime.fromisoformat(last) if last else None, stack.drift_interval, moment):
             continue
         if claimed and (last is None or claimed > last) and not check_due(datetime.fromisoformat(claimed),
                                                                            stack.drift_interval, moment):
             continue  # another worker claimed this check and is running it (a claim older than the interval lapses)
         with ws.store.session() as session:  # one worker runs a due check; the others see the claim and move on
-            if not session.swap_marker(CLAIMED + name, claimed, moment.isoformat()):
+            if not session.main.swap_marker(CLAIMED + name, claimed, moment.isoformat()):
                 continue
         try:
             checks.append(check_drift(ws, SYSTEM_NAME, name))
         except GatewayError as exc:  # one broken stack never stops the others; the trail says why
             log.warning("drift.check_failed", stack=name, error=str(exc))
             with ws.store.session() as session:
-                session.set_marker(CHECKED + name, moment.isoformat())
-                session.append_event(SYSTEM_NAME, "drift.check_failed", {"stack": name, "error": str(exc)}, None,
+                session.main.set_marker(CHECKED + name, moment.isoformat())
+                session.audit.append(SYSTEM_NAME, "drift.check_failed", {"stack": name, "error": str(exc)}, None,
                                      [name])
     return checks
 
@@ -152,7 +152,7 @@ def check_scheduled_drift(ws: Workspace, moment: datetime | None = None) -> list
 def settle_drift_after_apply(ws: Workspace, proposal: Proposal) -> list[DriftCheck]:
     """After an applied proposal, check each of its stacks that had open drift: a revert or codify closes it."""
     with ws.store.session(readonly=True) as session:
-        stacks = [s for s in proposal.stacks if session.open_drift_record(s) is not None]
+        stacks = [s for s in proposal.stacks if session.day_two.open_drift_record(s) is not None]
     checks = []
     for stack in stacks:
         try:
@@ -167,11 +167,11 @@ def list_drift_records(ws: Workspace, actor: Principal, stack: str | None = None
     """Drift records, newest first (any signed-in person may read them)."""
     del actor  # authenticated by the caller; reading needs no role
     with ws.store.session(readonly=True) as session:
-        return session.drift_records(stack, only_open)
+        return session.day_two.drift_records(stack, only_open)
 
 
 def open_drift_by_stack(ws: Workspace, stacks: Sequence[str]) -> dict[str, DriftRecord]:
     with ws.store.session(readonly=True) as session:
-        found = {s: session.open_drift_record(s) for s in stacks}
+        found = {s: session.day_two.open_drift_record(s) for s in stacks}
     return {s: r for s, r in found.items() if r is not None}
 

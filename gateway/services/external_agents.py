@@ -24,7 +24,7 @@ import git
 from agents.tools import PreviewReport, RepoTools, ToolRefused
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
-from gateway.adapters.records import EventQuery
+from gateway.domain.audit import EventQuery
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
@@ -53,7 +53,7 @@ def caller_of(ws: Workspace, principal: Principal) -> Caller:
         raise Refused([f"{principal.name} acts for no person; an admin binds it with "
                        f"`gateway users add NAME --agent --for PERSON`"])
     with ws.store.session(readonly=True) as session:
-        return Caller(session.principal(principal.id), session.principal(principal.acting_for))
+        return Caller(session.principals.get(principal.id), session.principals.get(principal.acting_for))
 
 
 def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any], work: Callable[[], T]) -> T:
@@ -71,7 +71,7 @@ def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any],
         raise
     finally:
         with ws.store.session() as session:
-            session.append_event(caller.agent, "mcp.call", {
+            session.audit.append(caller.agent, "mcp.call", {
                 "tool": tool, "for": caller.person.name, "arguments_sha256": digest,
                 "outcome": ws.scrubber.scrub(outcome)[:500]})
 
@@ -80,7 +80,7 @@ def _require_standing(ws: Workspace, caller: Caller) -> None:
     """At every call, read again: a person disabled or stripped of the role since the agent connected (a stdio
     session lasts as long as its client likes) stops the agent's very next call, reads included."""
     with ws.store.session(readonly=True) as session:
-        agent, person = session.principal(caller.agent.id), session.principal(caller.person.id)
+        agent, person = session.principals.get(caller.agent.id), session.principals.get(caller.person.id)
     if agent.disabled:
         raise Refused([f"{agent.name} is disabled"])
     reasons = requester_refusals(person)
@@ -94,7 +94,7 @@ def _rate_limit(ws: Workspace, agent: Principal) -> None:
     limit = ws.settings.mcp_calls_per_minute
     since = (ws.clock.now() - timedelta(minutes=1)).isoformat(timespec="microseconds")
     with ws.store.session(readonly=True) as session:
-        recent = session.count_events(EventQuery(actor=agent.name, kind="mcp.call", since=since))
+        recent = session.audit.count(EventQuery(actor=agent.name, kind="mcp.call", since=since))
     if recent >= limit:
         raise Refused([f"{agent.name} made {limit} calls in the last minute (the limit); wait and try again"])
 

@@ -88,11 +88,11 @@ def link_account(ws: Workspace, actor: Principal, name: str, login: str, github_
             raise InputError("no forge in gateway.yaml to look the login up; pass --github-id")
         github_id, login = forge.user_id(login)
     with ws.store.session() as session:
-        principal = session.principal_by_name(name)
+        principal = session.principals.by_name(name)
         if principal is None:
             raise NotFound(f"no user {name}")
-        session.link_github(principal, github_id, login)
-        session.append_event(actor, "principal.github_linked", {"name": name, "github_login": login,
+        session.principals.link_github(principal, github_id, login)
+        session.audit.append(actor, "principal.github_linked", {"name": name, "github_login": login,
                                                                 "github_id": github_id})
     return github_id, login
 
@@ -106,10 +106,10 @@ def queue_behind(ws: Workspace) -> list[int]:
         return []
     queued = []
     with ws.store.session() as session:
-        waiting = session.recently_failed_jobs(JobKind.PUBLISH, PUBLISH_RETRY_SECONDS)
-        for pid in session.unpublished_proposals(DECIDABLE, PUBLISH_RETRY_SECONDS):
-            if pid not in waiting and session.queued_job(JobKind.PUBLISH, pid, running_too=False) is None:
-                queued.append(session.add_job(JobKind.PUBLISH, pid, "gateway"))
+        waiting = session.jobs.recently_failed(JobKind.PUBLISH, PUBLISH_RETRY_SECONDS)
+        for pid in session.github.unpublished_proposals(DECIDABLE, PUBLISH_RETRY_SECONDS):
+            if pid not in waiting and session.jobs.queued(JobKind.PUBLISH, pid, running_too=False) is None:
+                queued.append(session.jobs.add(JobKind.PUBLISH, pid, "gateway"))
     return queued
 
 
@@ -122,8 +122,8 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
     if forge is None:
         return None
     with ws.store.session(readonly=True) as session:
-        link = session.pull_request_of(proposal_id)
-        seq = session.newest_event_seq(proposal_id)
+        link = session.github.pull_request_of(proposal_id)
+        seq = session.audit.newest_seq(proposal_id)
     proposal = get_proposal(ws, proposal_id)
     if link is None:
         if proposal.status not in DECIDABLE or proposal.kind == ProposalKind.DRIFT_REVERT:  # nothing to review there
@@ -141,10 +141,10 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
             forge.set_checks(proposal.head_sha, checks, view.page_url)
     except GatewayError as exc:
         with ws.store.session() as session:  # a comment posted before the failure stays the one to edit next time
-            session.mark_published(proposal_id, seq, comment_id, error=str(exc))
+            session.github.mark_published(proposal_id, seq, comment_id, error=str(exc))
         raise
     with ws.store.session() as session:
-        session.mark_published(proposal_id, seq, comment_id, digest=digest)
+        session.github.mark_published(proposal_id, seq, comment_id, digest=digest)
     return int(link["number"])
 
 
@@ -158,11 +158,11 @@ def _open_pull_request(ws: Workspace, forge: GitHubForge, proposal: Proposal) ->
     pull = forge.open_pull(proposal.branch, ws.main_branch(), title, body)
     settings = ws.repo_settings()
     with ws.store.session() as session:
-        session.link_pull_request(proposal.id, forge.settings.repository, pull.number)
-        session.append_event("gateway", "github.pull_request_opened", {
+        session.github.link_pull_request(proposal.id, forge.settings.repository, pull.number)
+        session.audit.append("gateway", "github.pull_request_opened", {
             "repository": forge.settings.repository, "number": pull.number, "url": pull.url,
             "head_sha": proposal.head_sha}, proposal.id, proposal.stacks)
-        link = session.pull_request_of(proposal.id)
+        link = session.github.pull_request_of(proposal.id)
     forge.request_teams(pull.number, approver_teams(settings, proposal))
     assert link is not None
     return link
@@ -185,7 +185,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
     settings = ws.repo_settings()
     moment = ws.clock.now()
     with ws.store.session(readonly=True) as session:
-        events = session.events(proposal_id=proposal.id)
+        events = session.audit.events(proposal_id=proposal.id)
     transitions = [e for e in events if e.kind.startswith("proposal.")]
     notices = _notices(events)
     if proposal.proposer.is_agent:
@@ -234,7 +234,7 @@ def refresh_from_github(ws: Workspace, proposal: Proposal) -> None:
     if forge is None:
         return
     with ws.store.session(readonly=True) as session:
-        linked = session.pull_request_of(proposal.id) is not None
+        linked = session.github.pull_request_of(proposal.id) is not None
     forge.fetch_main(ws.main_branch())
     if linked:
         forge.sync_branch(proposal.branch)
@@ -266,12 +266,12 @@ def github_team_checks(ws: Workspace, proposal: Proposal, ask_github: bool) -> d
             continue
         person = approval.principal
         with ws.store.session(readonly=True) as session:  # the linked account now, not the login of then
-            login = session.github_login_of(person.id)
-            recorded = session.events(actor=person.name, kind="github.team_check") if forge is None else []
+            login = session.principals.github_login_of(person.id)
+            recorded = session.audit.events(actor=person.name, kind="github.team_check") if forge is None else []
         if forge is not None:
             groups, asked = verified_groups(forge, person, login) if login else (frozenset(), {})
             with ws.store.session() as session:
-                session.append_event(person, "github.team_check", {
+                session.audit.append(person, "github.team_check", {
                     "login": login, "teams": {g: forge.settings.teams[g] for g in asked}, "active": sorted(groups),
                     "not_member": sorted(g for g, ok in asked.items() if not ok), "head_sha": proposal.head_sha,
                     "at_apply": True}, proposal.id, proposal.stacks)

@@ -63,16 +63,16 @@ def receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> 
         raise InputError("the delivery's body is not a JSON object")
     action = payload.get("action") if isinstance(payload.get("action"), str) else None
     with ws.store.session() as session:
-        if not session.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
-            known = session.delivery(delivery) or {}
+        if not session.github.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
+            known = session.github.delivery(delivery) or {}
             return {"delivery": delivery, "duplicate": True, "job": known.get("job_id")}
         job_id = None
         if needs_handling(event, payload):
             number = _pull_number(payload)
             repository = str((payload.get("repository") or {}).get("full_name") or "")
-            proposal_id = session.proposal_for_pull_request(repository, number) if number else None
-            job_id = session.add_job(JobKind.WEBHOOK, proposal_id, "github", {"delivery": delivery})
-            session.set_delivery_job(delivery, job_id)
+            proposal_id = session.github.proposal_for_pull_request(repository, number) if number else None
+            job_id = session.jobs.add(JobKind.WEBHOOK, proposal_id, "github", {"delivery": delivery})
+            session.github.set_delivery_job(delivery, job_id)
     return {"delivery": delivery, "duplicate": False, "job": job_id}
 
 
@@ -95,7 +95,7 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
     """The worker's side: act on one recorded delivery. What it records reaches the pull request through
     the housekeeping loop's publish jobs (the trail moved), refusals included."""
     with ws.store.session(readonly=True) as session:
-        delivery = session.delivery(str(job.args.get("delivery")))
+        delivery = session.github.delivery(str(job.args.get("delivery")))
     if delivery is None:
         raise NotFound(f"job {job.id} names no recorded delivery")
     forge = forge_of(ws)
@@ -124,7 +124,7 @@ def _on_pull_request(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcom
     if action == "synchronize":
         sender = payload["sender"]
         with ws.store.session() as session:  # whoever pushes to the branch shares in proposing it
-            session.append_event(_actor(sender), "github.pushed", {
+            session.audit.append(_actor(sender), "github.pushed", {
                 "number": number, "github_id": sender["id"], "login": sender["login"],
                 "before": payload.get("before"), "head_sha": payload.get("after")}, proposal_id)
         forge.fetch_main(ws.main_branch())
@@ -150,12 +150,12 @@ def _on_opened(ws: Workspace, forge: GitHubForge, payload: dict, proposal_id: in
         reasons.append(f"pull request #{number} targets {pr['base']['ref']}; the gateway plans changes to "
                        f"{ws.main_branch()} only")
     with ws.store.session() as session:
-        ours = session.open_proposal_for_branch(branch) if not reasons else None
-        if ours is not None and session.get_proposal(ours).kind == ProposalKind.DRIFT_REVERT:
+        ours = session.proposals.open_for_branch(branch) if not reasons else None
+        if ours is not None and session.proposals.get(ours).kind == ProposalKind.DRIFT_REVERT:
             ours = None  # a revert of drift is never a pull request's proposal
-        if ours is not None and session.pull_request_of(ours) is None:  # the gateway opened it a moment ago
-            session.link_pull_request(ours, forge.settings.repository, number)
-        author = session.principal_by_github_id(int(pr["user"]["id"]))
+        if ours is not None and session.github.pull_request_of(ours) is None:  # the gateway opened it a moment ago
+            session.github.link_pull_request(ours, forge.settings.repository, number)
+        author = session.principals.by_github_id(int(pr["user"]["id"]))
     if ours is not None:
         return ours, {"linked": ours}
     login = pr["user"]["login"]
@@ -173,10 +173,10 @@ def _on_opened(ws: Workspace, forge: GitHubForge, payload: dict, proposal_id: in
             reasons = exc.reasons if isinstance(exc, Refused) else [str(exc)]
         else:
             with ws.store.session() as session:
-                session.link_pull_request(proposal.id, forge.settings.repository, number)
+                session.github.link_pull_request(proposal.id, forge.settings.repository, number)
             return proposal.id, {"opened": proposal.id}
     with ws.store.session() as session:
-        session.append_event(_actor(payload["sender"]), "github.pull_request.refused", {
+        session.audit.append(_actor(payload["sender"]), "github.pull_request.refused", {
             "number": number, "reasons": reasons, "head_sha": pr["head"]["sha"]})
     forge.reply(number, "The change gateway does not plan this pull request:\n\n" + "\n".join(f"- {r}" for r in reasons))
     return None, {"refused": reasons}
@@ -185,12 +185,12 @@ def _on_opened(ws: Workspace, forge: GitHubForge, payload: dict, proposal_id: in
 def _on_closed(ws: Workspace, payload: dict, proposal_id: int) -> dict[str, Any]:
     pr, sender = payload["pull_request"], payload["sender"]
     with ws.store.session() as session:
-        proposal = session.get_proposal(proposal_id, lock=True)
+        proposal = session.proposals.get(proposal_id, lock=True)
         if pr.get("merged"):
             if proposal.status == ProposalStatus.APPLIED:
                 return {"merged": pr.get("merge_commit_sha")}
             if proposal.status == ProposalStatus.UNMERGED and pr["head"]["sha"] == proposal.head_sha:
-                session.append_event(_actor(sender), "github.merged_unmerged", {
+                session.audit.append(_actor(sender), "github.merged_unmerged", {
                     "number": pr["number"], "merge_commit_sha": pr.get("merge_commit_sha"),
                     "next": f"GitHub merged the applied head; `gateway merge {proposal_id}` records it"},
                     proposal_id, proposal.stacks)
@@ -198,15 +198,15 @@ def _on_closed(ws: Workspace, payload: dict, proposal_id: int) -> dict[str, Any]
             # someone merged on GitHub what the gateway never applied: main now describes what does not run
             warning = (f"pull request #{pr['number']} was merged on GitHub by {sender['login']} while proposal "
                        f"{proposal_id} is {proposal.status.value}: main now describes changes that were never applied")
-            session.append_event(_actor(sender), "github.merged_without_apply", {
+            session.audit.append(_actor(sender), "github.merged_without_apply", {
                 "number": pr["number"], "merge_commit_sha": pr.get("merge_commit_sha"), "warning": warning},
                 proposal_id, proposal.stacks)
             log.error("github.merged_without_apply", proposal=proposal_id, number=pr["number"])
             if proposal.status in DECIDABLE:
-                session.record_transition(proposal, Transition.ABANDON, _actor(sender), {"reason": warning})
+                session.proposals.record_transition(proposal, Transition.ABANDON, _actor(sender), {"reason": warning})
             return {"merged_without_apply": warning}
         if proposal.status in DECIDABLE:
-            session.record_transition(proposal, Transition.ABANDON, _actor(sender), {
+            session.proposals.record_transition(proposal, Transition.ABANDON, _actor(sender), {
                 "reason": f"pull request #{pr['number']} closed on GitHub by {sender['login']} without merging"})
             return {"abandoned": proposal_id}
     return {"ignored": f"proposal {proposal_id} is {proposal.status.value}"}
@@ -223,7 +223,7 @@ def _on_review(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
     user = review["user"]
     auth = f"github-review:{user['login']}#{review['id']}"
     with ws.store.session(readonly=True) as session:
-        person = session.principal_by_github_id(int(user["id"]))
+        person = session.principals.by_github_id(int(user["id"]))
     if action == "dismissed":
         if person is None:
             return proposal_id, {"ignored": f"{user['login']} is not linked"}
@@ -273,7 +273,7 @@ def _on_comment(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
         return None, {"ignored": "no proposal"}
     auth = f"github-comment:{user['login']}#{comment['id']}"
     with ws.store.session(readonly=True) as session:
-        person = session.principal_by_github_id(int(user["id"]))
+        person = session.principals.by_github_id(int(user["id"]))
     proposal = get_proposal(ws, proposal_id)
     reasons = _identity_refusals(user, person)
     if not reasons:  # a delivery can be late or replayed: the comment must still say this, by this person
@@ -319,7 +319,7 @@ def _command_ask(ws: Workspace, forge: GitHubForge, person: Principal, user: Map
     from gateway.services.agent_requests import submit_request  # the agent (and its model client) only when asked
 
     with ws.store.session(readonly=True) as session:
-        conversation = session.conversation_of_proposal(proposal.id)
+        conversation = session.conversations.of_proposal(proposal.id)
     if conversation is None or conversation["requester_id"] != person.id:
         _refuse(ws, user, proposal, command.kind, [
             "only the person who asked the agent for this change can ask it to revise the branch"], auth)
@@ -327,7 +327,7 @@ def _command_ask(ws: Workspace, forge: GitHubForge, person: Principal, user: Map
     outcome = submit_request(ws, person, command.argument, conversation["id"])
     if outcome.question:  # the agent waits for an answer: ask it where the person is
         with ws.store.session(readonly=True) as session:
-            pull = session.pull_request_of(proposal.id)
+            pull = session.github.pull_request_of(proposal.id)
         assert pull is not None  # the command came from this proposal's pull request
         forge.reply(int(pull["number"]), f"The agent asks @{user['login']}: {outcome.question}\n\n"
                     "Answer with `/gateway ask <your answer>`.")
@@ -350,13 +350,13 @@ def _on_push(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
         forge.fetch_main(ws.main_branch())
         after = str(payload.get("after") or "")
         with ws.store.session() as session:
-            if not session.proposal_merged_as(after):  # not the gateway's merge: main moved outside the gateway
+            if not session.proposals.merged_as(after):  # not the gateway's merge: main moved outside the gateway
                 settings = ws.repo_settings()
                 before = str(payload.get("before") or "")
                 paths = ws.repo.changed_paths(before, after) if before.strip("0") else []
                 stacks = settings.stacks_touched(paths, lambda path: ws.repo.module_directories(after, path)) \
                     if paths else []
-                session.append_event(_actor(payload["sender"]), "github.main_pushed", {
+                session.audit.append(_actor(payload["sender"]), "github.main_pushed", {
                     "before": before, "after": after, "stacks": stacks, "changed_paths": paths[:200],
                     "warning": f"{payload['sender'].get('login')} pushed to {ws.main_branch()} outside the gateway"
                                + (f": stacks {', '.join(stacks)} now describe what was never applied" if stacks else "")},
@@ -389,7 +389,7 @@ def _decide_on_github(ws: Workspace, forge: GitHubForge, person: Principal, user
             f"approve or reject it"], auth)
     groups, checked = verified_groups(forge, person, login)
     with ws.store.session() as session:
-        session.append_event(person, "github.team_check", {
+        session.audit.append(person, "github.team_check", {
             "login": login, "teams": {g: forge.settings.teams[g] for g in checked}, "active": sorted(groups),
             "not_member": sorted(g for g, ok in checked.items() if not ok), "head_sha": proposal.head_sha},
             proposal.id, proposal.stacks)
@@ -402,7 +402,7 @@ def _is_bot(user: Mapping) -> bool:
 
 def _events(ws: Workspace, proposal_id: int, kind: str) -> list[Any]:
     with ws.store.session(readonly=True) as session:
-        return session.events(proposal_id=proposal_id, kind=kind)
+        return session.audit.events(proposal_id=proposal_id, kind=kind)
 
 
 def _identity_refusals(user: Mapping, person: Principal | None) -> list[str]:
@@ -418,7 +418,7 @@ def _refuse(ws: Workspace, user: Mapping, proposal: Proposal, what: Decision | C
             auth: str) -> NoReturn:
     kind = f"{what.value}.refused"
     with ws.store.session() as session:
-        session.append_event(_actor(user), kind, {"reasons": reasons, "head_sha": proposal.head_sha,
+        session.audit.append(_actor(user), kind, {"reasons": reasons, "head_sha": proposal.head_sha,
                                                   "authenticated_by": auth}, proposal.id, proposal.stacks)
     raise Refused(reasons)
 
@@ -446,7 +446,7 @@ def _pull_number(payload: Mapping) -> int | None:
 
 def _proposal_id(ws: Workspace, forge: GitHubForge, number: int) -> int | None:
     with ws.store.session(readonly=True) as session:
-        return session.proposal_for_pull_request(forge.settings.repository, number)
+        return session.github.proposal_for_pull_request(forge.settings.repository, number)
 
 
 def run_webhook_job(ws: Workspace, job: Job, runner: str,

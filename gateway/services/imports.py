@@ -75,7 +75,7 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
         ws.repo.delete_branch(branch)
         raise
     with ws.store.session() as session:
-        session.append_event(actor, "import.proposed", {"address": address, "id": rid, "branch": branch,
+        session.audit.append(actor, "import.proposed", {"address": address, "id": rid, "branch": branch,
                                                         "zero_diff": True}, proposal.id, [stack])
     return get_proposal(ws, proposal.id)
 
@@ -102,7 +102,7 @@ def _prove_zero_diff(ws: Workspace, stack: str, head: str, address: str, actor: 
         entry = next(e for e in build_preview(result.plan).changes if e.address == address)
         differing = ", ".join(f"{a.path} ({a.before} -> {a.after})" for a in entry.attributes)
         with ws.store.session() as session:
-            session.append_event(actor, "import.refused", {"address": address, "differs": [
+            session.audit.append(actor, "import.refused", {"address": address, "differs": [
                 a.path for a in entry.attributes]}, None, [stack])
         raise Refused([f"the import of {address} is not zero-diff: the plan would also {change.kind.value} it, "
                        f"changing {differing}; the declaration must match the object as it is"])

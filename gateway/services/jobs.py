@@ -46,18 +46,18 @@ def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_i
         if not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
             raise Refused([f"{actor.name} has no role that may start a {kind.value}"])
     with ws.store.session() as session:
-        existing = session.queued_job(kind, proposal_id)
+        existing = session.jobs.queued(kind, proposal_id)
         if existing is not None:
             job_id = existing
         else:
-            status = session.get_proposal(proposal_id).status
+            status = session.proposals.get(proposal_id).status
             if kind == JobKind.APPLY and next_status(status, Transition.START_APPLY) is None:
                 # asked again after the apply ended: say so now rather than queue a job only to refuse it
                 raise Refused([f"proposal {proposal_id} is {status.value}"])
-            job_id = session.add_job(kind, proposal_id, actor)
-            session.append_event(actor, "job.queued", {"job": job_id, "kind": kind.value}, proposal_id,
+            job_id = session.jobs.add(kind, proposal_id, actor)
+            session.audit.append(actor, "job.queued", {"job": job_id, "kind": kind.value}, proposal_id,
                                  proposal.stacks)
-    return ws.store.get_job(job_id)
+    return ws.store.queue.get(job_id)
 
 
 def approve_proposal(ws: Workspace, actor: Principal, proposal_id: int, comment: str, seen_sha: str | None = None,
@@ -74,12 +74,12 @@ def approve_proposal(ws: Workspace, actor: Principal, proposal_id: int, comment:
 def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None = None) -> Job:
     """Run one claimed job to its end, heart-beating meanwhile; every way out is recorded."""
     def progress(line: str) -> None:
-        ws.store.add_job_progress(job.id, line)
+        ws.store.queue.add_progress(job.id, line)
         if on_progress:
             on_progress(line)
 
     beat = Heartbeat(f"job-{job.id}", max(0.05, min(10.0, ws.settings.lock_ttl_seconds / 3)),
-                     lambda: ws.store.heartbeat_job(job.id, runner))
+                     lambda: ws.store.queue.heartbeat(job.id, runner))
     beat.start()
     status, result, error = JobStatus.FAILED, {}, None
     unavailable: Unavailable | None = None
@@ -102,15 +102,15 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     if unavailable is not None and job.kind == JobKind.WEBHOOK:
         given_up = _retry_later(ws, job, runner, unavailable, progress)
         if given_up is None:
-            return ws.store.get_job(job.id)
+            return ws.store.queue.get(job.id)
         error = given_up
     with ws.store.session() as session:
-        if session.finish_job(job.id, status, result, error) and _worth_recording(job, status, result):
-            proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
-            session.append_event("gateway", f"job.{status.value}", {
+        if session.jobs.finish(job.id, status, result, error) and _worth_recording(job, status, result):
+            proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
+            session.audit.append("gateway", f"job.{status.value}", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
                 job.proposal_id, proposal.stacks if proposal else ())
-    return ws.store.get_job(job.id)
+    return ws.store.queue.get(job.id)
 
 
 def _retry_later(ws: Workspace, job: Job, runner: str, exc: Unavailable, progress: Progress) -> str | None:
@@ -124,9 +124,9 @@ def _retry_later(ws: Workspace, job: Job, runner: str, exc: Unavailable, progres
                 f"what the delivery carried was not recorded: review or comment again")
     progress(f"attempt {attempt} failed: {exc}; trying again in {wait.total_seconds():g} s")
     with ws.store.session() as session:
-        if session.retry_job(job.id, ws.clock.now() + wait, str(exc)):
-            proposal = session.get_proposal(job.proposal_id) if job.proposal_id else None
-            session.append_event("gateway", "job.retrying", {
+        if session.jobs.retry(job.id, ws.clock.now() + wait, str(exc)):
+            proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
+            session.audit.append("gateway", "job.retrying", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "attempt": attempt, "error": str(exc),
                 "retry_in_seconds": wait.total_seconds()}, job.proposal_id, proposal.stacks if proposal else ())
     return None
@@ -152,7 +152,7 @@ def run_plan_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tu
 def run_apply_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:
     """An apply job: exactly the approved plans, then the merge."""
     with ws.store.session() as session:
-        actor = session.principal(job.requested_by)
+        actor = session.principals.get(job.requested_by)
     report = apply_proposal(ws, actor, proposal_id_of(job), runner, progress)
     error = report.unmerged or next((o.error for o in report.outcomes if o.error), None)
     return (JobStatus.SUCCEEDED if report.succeeded else JobStatus.FAILED), report_json(report), error
@@ -180,7 +180,7 @@ def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: 
         if time.monotonic() >= next_recovery:  # the worker running it may have died: then it ends interrupted
             recover_abandoned_work(ws)
             next_recovery = time.monotonic() + ws.settings.lock_ttl_seconds
-        job = ws.store.get_job(job_id)
+        job = ws.store.queue.get(job_id)
         for line in job.progress[shown:]:
             on_progress(line)
         shown = len(job.progress)
@@ -191,7 +191,7 @@ def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: 
 
 def run_now_or_follow(ws: Workspace, job: Job, runner: str, on_progress: Progress) -> Job:
     """The embedded default: run the queued job in this process, or follow it if a worker took it first."""
-    claimed = ws.store.claim_job(runner, job_id=job.id)
+    claimed = ws.store.queue.claim(runner, job_id=job.id)
     if claimed is not None:
         return run_job(ws, claimed, runner, on_progress)
     return follow_job(ws, job.id, on_progress)
@@ -208,8 +208,8 @@ def recover_abandoned_work(ws: Workspace) -> list[str]:
 def enqueue_moved_proposals(ws: Workspace) -> list[int]:
     """Queue a plan job for each open proposal whose branch, main or stack state moved since its plans."""
     with ws.store.session(readonly=True) as session:
-        rows = session.plan_bases(DECIDABLE)
-        waiting = session.proposals_with_unfinished_jobs(JobKind.PLAN)
+        rows = session.proposals.plan_bases(DECIDABLE)
+        waiting = session.jobs.proposals_with_unfinished(JobKind.PLAN)
     main_sha = ws.repo.resolve(ws.main_branch())
     serials: dict[str, int] = {}
 

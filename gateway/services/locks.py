@@ -59,7 +59,7 @@ class HeldLocks:
 
     def _renew(self) -> None:
         started = time.monotonic()
-        taken = self.ws.store.renew_locks(self.names, self.holder, self.ttl)
+        taken = self.ws.store.locks.renew(self.names, self.holder, self.ttl)
         if time.monotonic() - self._renewed_at >= self.ttl:
             self._lapsed = True  # renewed again, but only after they had expired: that gap cannot be undone
         self._renewed_at = started
@@ -97,6 +97,6 @@ class HeldLocks:
             return
         for name in self.names:
             if self.kept_as:
-                self.ws.store.hand_over_lock(name, self.holder, self.kept_as)
+                self.ws.store.locks.hand_over(name, self.holder, self.kept_as)
             else:
-                self.ws.store.release_lock(name, self.holder)
+                self.ws.store.locks.release(name, self.holder)

@@ -20,14 +20,14 @@ def own_commit(sha: str) -> str:
 def record_own_commit(ws: Workspace, sha: str) -> None:
     """Before main moves to a commit the gateway made (a merge), so that it is never taken for a push."""
     with ws.store.session() as session:
-        session.set_marker(own_commit(sha), "merge")
+        session.main.set_marker(own_commit(sha), "merge")
 
 
 def watch_main(ws: Workspace) -> list[dict[str, Any]]:
     """Record each commit on main's first-parent line since the gateway last looked that it did not make."""
     main_sha = ws.repo.resolve(ws.main_branch())
     with ws.store.session(readonly=True) as session:
-        seen = session.marker(SEEN)
+        seen = session.main.marker(SEEN)
     if seen == main_sha:
         return []
     found: list[dict[str, Any]] = []
@@ -35,15 +35,15 @@ def watch_main(ws: Workspace) -> list[dict[str, Any]]:
     settings = ws.repo_settings()
     with ws.store.session() as session:
         for sha, parent, author in commits:
-            if session.marker(own_commit(sha)) or session.proposal_merged_as(sha) or parent is None:
+            if session.main.marker(own_commit(sha)) or session.proposals.merged_as(sha) or parent is None:
                 continue
             paths = ws.repo.changed_paths(parent, sha)
             stacks = settings.stacks_touched(paths, lambda path, sha=sha: ws.repo.module_directories(sha, path))
-            if session.add_main_push(sha, stacks, paths, author):
-                session.append_event("gateway", "main.pushed_outside", {
+            if session.main.add_push(sha, stacks, paths, author):
+                session.audit.append("gateway", "main.pushed_outside", {
                     "sha": sha, "author": author, "stacks": stacks, "changed_paths": paths[:200]}, None, stacks)
                 found.append({"sha": sha, "stacks": stacks, "author": author})
-        session.set_marker(SEEN, main_sha)
+        session.main.set_marker(SEEN, main_sha)
     return found
 
 
@@ -62,7 +62,7 @@ def unacknowledged_pushes(ws: Workspace) -> tuple[MainPush, ...]:
 
 def unacknowledged(ws: Workspace) -> list[dict[str, Any]]:
     with ws.store.session(readonly=True) as session:
-        return session.unacknowledged_pushes()
+        return session.main.unacknowledged_pushes()
 
 
 def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> dict[str, Any]:
@@ -75,9 +75,9 @@ def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> 
     if len(sha) < 7:
         raise InputError("name the commit with at least 7 characters of its sha")
     with ws.store.session() as session:
-        push = session.acknowledge_push(sha, actor.name, reason)
+        push = session.main.acknowledge_push(sha, actor.name, reason)
         if push is None:
             raise NotFound(f"no unacknowledged push to main matches {sha}")
-        session.append_event(actor, "main.push_acknowledged", {"sha": push["sha"], "stacks": push["stacks"],
+        session.audit.append(actor, "main.push_acknowledged", {"sha": push["sha"], "stacks": push["stacks"],
                                                                "reason": reason}, None, push["stacks"])
     return push

@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from gateway.adapters.records import StoreSession
 from gateway.domain.approvals import decision_refusals, override_refusals, required_approvals
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
@@ -17,6 +16,7 @@ from gateway.domain.preview import Preview, build_preview, preview_from_json, pr
 from gateway.domain.principals import REQUESTING_ROLES, Principal, Role, requester_refusals
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
+from gateway.ports import UnitOfWork
 from gateway.services.annotations import annotate_previews
 from gateway.services.breaker import guard_agent_change
 from gateway.services.main_watch import watch_main
@@ -57,24 +57,24 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
     capacity = guard_agent_change(ws, actor, None, results) if actor.is_agent else None
     with ws.store.session() as session:
         _require_may_propose(session, actor, requester)  # again, in the writing transaction: planning takes a while
-        if session.open_proposal_for_branch(branch) is not None:
+        if session.proposals.open_for_branch(branch) is not None:
             raise Conflict(f"branch {branch} already has an open proposal")
-        pid = session.add_proposal(branch, base, head, requester, actor, reason, stacks, paths, agent_claim=agent_claim)
+        pid = session.proposals.add(branch, base, head, requester, actor, reason, stacks, paths, agent_claim=agent_claim)
         if capacity is not None:
-            session.record_capacity_change(replace(capacity, proposal_id=pid))
-        session.append_event(requester, "change.requested", {"reason": reason, "branch": branch}, pid, stacks)
-        session.append_event(actor, "proposal.opened", {
+            session.breaker.record_change(replace(capacity, proposal_id=pid))
+        session.audit.append(requester, "change.requested", {"reason": reason, "branch": branch}, pid, stacks)
+        session.audit.append(actor, "proposal.opened", {
             "branch": branch, "base_sha": base, "head_sha": head, "requester": requester.name,
             "proposer": actor.name, "changed_paths": paths}, pid, stacks)
         _record_commits(ws, session, pid, base, head, stacks)
         record_plans(session, pid, head, main_sha, results)
-        return session.get_proposal(pid)
+        return session.proposals.get(pid)
 
 
-def _require_may_propose(session: StoreSession, actor: Principal, requester: Principal) -> None:
+def _require_may_propose(session: UnitOfWork, actor: Principal, requester: Principal) -> None:
     """The actor and the requester as the store holds them now, not as they were when a token was checked or
     an agent was bound: whoever was disabled or lost the role since proposes nothing, whatever the way in."""
-    actor, requester = session.principal(actor.id), session.principal(requester.id)
+    actor, requester = session.principals.get(actor.id), session.principals.get(requester.id)
     if actor.disabled:
         raise Refused([f"{actor.name} is disabled"])
     if not actor.is_agent and not actor.roles & REQUESTING_ROLES:
@@ -163,7 +163,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     """
     watch_main(ws)  # a push to main outside the gateway is recorded at the next sync
     with ws.store.session(readonly=True) as session:
-        proposal = session.get_proposal(proposal_id)
+        proposal = session.proposals.get(proposal_id)
     changes = pending_changes(ws, proposal)
     if not changes:
         return proposal, []
@@ -175,10 +175,10 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         why = (f"commit {head[:12]} was pushed to {proposal.branch}: a revert of drift is main as it is and takes "
                "no commits (propose a change on a branch of its own)")
         with ws.store.session() as session:
-            locked = session.get_proposal(proposal_id, lock=True)
+            locked = session.proposals.get(proposal_id, lock=True)
             if locked.status in DECIDABLE:
-                session.record_transition(locked, Transition.ABANDON, "gateway", {"reason": why})
-            return session.get_proposal(proposal_id), [why]
+                session.proposals.record_transition(locked, Transition.ABANDON, "gateway", {"reason": why})
+            return session.proposals.get(proposal_id), [why]
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
         stacks = tuple(ws.repo_settings().stacks_touched(paths, lambda path: ws.repo.module_directories(head, path)))
@@ -186,21 +186,21 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     new_agent_work = head != proposal.head_sha and proposal.proposer.is_agent
     capacity = guard_agent_change(ws, proposal.proposer, proposal_id, results) if new_agent_work else None
     with ws.store.session() as session:
-        locked = session.get_proposal(proposal_id, lock=True)
+        locked = session.proposals.get(proposal_id, lock=True)
         if locked.status not in DECIDABLE:
             return locked, []
         if capacity is not None:
-            session.record_capacity_change(capacity)
+            session.breaker.record_change(capacity)
         if head != locked.head_sha:
             _record_commits(ws, session, proposal_id, locked.head_sha, head, stacks)
-            session.update_head(proposal_id, head, stacks, paths)
+            session.proposals.update_head(proposal_id, head, stacks, paths)
         record_plans(session, proposal_id, head, main_sha, results)
-        updated = session.get_proposal(proposal_id)
+        updated = session.proposals.get(proposal_id)
         if updated.status == ProposalStatus.FAILED:
-            session.record_transition(updated, Transition.REPLAN, "gateway", {"because": changes})
+            session.proposals.record_transition(updated, Transition.REPLAN, "gateway", {"because": changes})
         newly_stale = [d for d in updated.stale_decisions if locked.is_current(d)]
         if newly_stale:
-            session.append_event("gateway", "decisions.stale", {
+            session.audit.append("gateway", "decisions.stale", {
                 "decisions": [{"id": d.id, "by": d.principal.name, "decision": d.decision.value,
                                "head_sha": d.head_sha, "digests": dict(d.digests)} for d in newly_stale],
                 "because": changes, "head_sha": head, "digests": updated.current_digests,
@@ -226,21 +226,21 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     else:
         _, changes = sync_proposal(ws, proposal_id)
     with ws.store.session() as session:
-        proposal = session.get_proposal(proposal_id, lock=True)
+        proposal = session.proposals.get(proposal_id, lock=True)
         reasons = decision_refusals(actor, proposal, settings, ws.clock.now(), decision, seen_sha, seen_digests)
         if changes and not reasons:  # the decider has not seen what the proposal is now
             reasons = [f"the proposal changed before your decision was recorded ({'; '.join(changes)}); "
                        f"review it again with `gateway show {proposal_id}`"]
         if reasons:
-            session.append_event(actor, f"{decision.value}.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
+            session.audit.append(actor, f"{decision.value}.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
                                  proposal_id, proposal.stacks)
         else:
-            session.add_decision(proposal_id, actor, decision, proposal.head_sha, proposal.current_digests, comment, auth)
-            session.append_event(actor, "approval" if decision == Decision.APPROVE else "rejection", {
+            session.proposals.add_decision(proposal_id, actor, decision, proposal.head_sha, proposal.current_digests, comment, auth)
+            session.audit.append(actor, "approval" if decision == Decision.APPROVE else "rejection", {
                 "head_sha": proposal.head_sha, "digests": proposal.current_digests, "comment": comment,
                 "authenticated_by": auth, "required_approvals": required_approvals(proposal, settings),
             }, proposal_id, proposal.stacks)
-            proposal = session.get_proposal(proposal_id)
+            proposal = session.proposals.get(proposal_id)
     if reasons:
         raise Refused(reasons)
     return proposal
@@ -250,17 +250,17 @@ def withdraw_decisions(ws: Workspace, actor: Principal | str, person: Principal,
                        reason: str, made_by: str | None = None) -> Proposal:
     """Take back `person`'s current decisions (those `made_by` one review, when given); the trail says who and why."""
     with ws.store.session() as session:
-        proposal = session.get_proposal(proposal_id, lock=True)
+        proposal = session.proposals.get(proposal_id, lock=True)
         current = [d for d in proposal.decisions if d.principal.id == person.id and proposal.is_current(d)
                    and made_by in (None, d.auth)]
         if not current:
             return proposal
-        session.add_decision(proposal_id, person, Decision.WITHDRAW, proposal.head_sha, proposal.current_digests,
+        session.proposals.add_decision(proposal_id, person, Decision.WITHDRAW, proposal.head_sha, proposal.current_digests,
                              reason, "withdrawn")
-        session.append_event(actor, "decision.withdrawn", {
+        session.audit.append(actor, "decision.withdrawn", {
             "by": person.name, "withdrawn": [{"id": d.id, "decision": d.decision.value} for d in current],
             "reason": reason, "head_sha": proposal.head_sha}, proposal_id, proposal.stacks)
-        return session.get_proposal(proposal_id)
+        return session.proposals.get(proposal_id)
 
 
 def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_key: str, reason: str,
@@ -272,17 +272,17 @@ def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_
     if not override_refusals(actor, get_proposal(ws, proposal_id), settings, finding_key, reason, expires_at, ws.clock.now()):
         sync_proposal(ws, proposal_id)  # only someone who may override starts a re-plan
     with ws.store.session() as session:
-        proposal = session.get_proposal(proposal_id, lock=True)
+        proposal = session.proposals.get(proposal_id, lock=True)
         reasons = override_refusals(actor, proposal, settings, finding_key, reason, expires_at, ws.clock.now())
         if reasons:
-            session.append_event(actor, "override.refused", {"finding": finding_key, "reasons": reasons},
+            session.audit.append(actor, "override.refused", {"finding": finding_key, "reasons": reasons},
                                  proposal_id, proposal.stacks)
         else:
-            session.add_override(proposal_id, finding_key, actor, reason.strip(), expires_at)
-            session.append_event(actor, "policy.override", {
+            session.proposals.add_override(proposal_id, finding_key, actor, reason.strip(), expires_at)
+            session.audit.append(actor, "policy.override", {
                 "finding": finding_key, "reason": reason.strip(), "expires_at": expires_at.isoformat(),
                 "head_sha": proposal.head_sha, "digests": proposal.current_digests}, proposal_id, proposal.stacks)
-            proposal = session.get_proposal(proposal_id)
+            proposal = session.proposals.get(proposal_id)
     if reasons:
         raise Refused(reasons)
     return proposal
@@ -294,11 +294,11 @@ def abandon_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason: 
     if not reason:
         raise InputError("say why the proposal is abandoned (-m)")
     with ws.store.session() as session:
-        proposal = session.get_proposal(proposal_id, lock=True)
+        proposal = session.proposals.get(proposal_id, lock=True)
         if actor.is_agent or not (actor.id == proposal.requester.id or actor.roles & {Role.APPROVER, Role.ADMIN}):
             raise Refused([f"{actor.name} may not abandon proposal {proposal_id}: only its requester, "
                            "an approver or an admin may"])
-        session.record_transition(proposal, Transition.ABANDON, actor, {"reason": reason})
+        session.proposals.record_transition(proposal, Transition.ABANDON, actor, {"reason": reason})
         return proposal
 
 
@@ -321,8 +321,8 @@ def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:
     previews = {}
     with ws.store.session(readonly=True) as session:
         for stack, plan in proposal.plans.items():
-            previews[stack] = session.plan_preview(plan.plan_id) or preview_to_json(build_preview(
-                load_plan(json.loads(session.plan_document(plan.plan_id))), findings=plan.findings,
+            previews[stack] = session.proposals.plan_preview(plan.plan_id) or preview_to_json(build_preview(
+                load_plan(json.loads(session.proposals.plan_document(plan.plan_id))), findings=plan.findings,
                 risk=Risk(plan.risk, plan.risk_reasons)))
     return annotate_previews(ws, proposal, previews)
 
@@ -343,7 +343,7 @@ def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
     key = (ws.settings.db_url, proposal.agent_claim, plan_ids)
     if key not in _CLAIM_ISSUES:
         with ws.store.session(readonly=True) as session:
-            plans = [load_plan(json.loads(session.plan_document(plan_id))) for plan_id in plan_ids]
+            plans = [load_plan(json.loads(session.proposals.plan_document(plan_id))) for plan_id in plan_ids]
         if len(_CLAIM_ISSUES) >= 256:
             _CLAIM_ISSUES.clear()
         _CLAIM_ISSUES[key] = check_claim(proposal.agent_claim, plans, proposal.findings)
@@ -352,22 +352,22 @@ def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
 
 def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
     with ws.store.session(readonly=True) as session:
-        return session.get_proposal(proposal_id)
+        return session.proposals.get(proposal_id)
 
 
-def _record_commits(ws: Workspace, session: StoreSession, pid: int, base: str, head: str, stacks: tuple | list) -> None:
+def _record_commits(ws: Workspace, session: UnitOfWork, pid: int, base: str, head: str, stacks: tuple | list) -> None:
     for commit in reversed(list(ws.repo.repo.iter_commits(f"{base}..{head}"))):
-        session.append_event(str(commit.author.name or "unknown"), "commit", {
+        session.audit.append(str(commit.author.name or "unknown"), "commit", {
             "sha": commit.hexsha, "author": f"{commit.author.name} <{commit.author.email}>",
             "message": str(commit.message).strip()[:500]}, pid, stacks)
 
 
-def record_plans(session: StoreSession, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
+def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
     for r in results:
         summary = r.summary()
-        session.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
+        session.proposals.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
                          r.engine_plan.state_lineage, summary, preview_to_json(r.preview()), r.engine_plan.artifact)
-        session.append_event("gateway", "plan", {
+        session.audit.append("gateway", "plan", {
             "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r), "state_serial": r.engine_plan.state_serial,
             **summary}, pid, [r.stack])
 

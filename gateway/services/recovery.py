@@ -17,7 +17,6 @@ from pathlib import Path
 
 import structlog
 
-from gateway.adapters.records import StoreSession
 from gateway.domain.applies import ApplyStatus, Settlement, StackReading, StackResult, settle_interrupted_apply
 from gateway.domain.errors import GatewayError
 from gateway.domain.jobs import JobStatus
@@ -25,6 +24,7 @@ from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import StackLock, recovery_holder, unmerged_holder
 from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Proposal, ProposalStatus
+from gateway.ports import UnitOfWork
 from gateway.services.drift_records import settle_drift_after_apply
 from gateway.services.github import forge_of
 from gateway.services.locks import HeldLocks, runner_name
@@ -37,7 +37,7 @@ log = structlog.get_logger(__name__)
 def recover_expired_locks(ws: Workspace) -> list[str]:
     """Settle the applies of every holder whose locks expired; what was recovered, in words."""
     recovered = []
-    for holder in sorted({lock.holder for lock in ws.store.expired_locks()}):
+    for holder in sorted({lock.holder for lock in ws.store.locks.expired()}):
         recovered += recover_holder(ws, holder)
     return recovered
 
@@ -45,10 +45,10 @@ def recover_expired_locks(ws: Workspace) -> list[str]:
 def interrupt_stale_jobs(ws: Workspace) -> list[str]:
     """Jobs whose worker stopped heart-beating end interrupted (after their applies were settled, above)."""
     recovered: list[str] = []
-    for job in ws.store.stale_jobs(ws.settings.lock_ttl_seconds):
+    for job in ws.store.queue.stale(ws.settings.lock_ttl_seconds):
         with ws.store.session() as session:
-            if session.finish_job(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
-                session.append_event("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
+            if session.jobs.finish(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
+                session.audit.append("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
                                                                     "runner": job.runner}, job.proposal_id)
                 recovered.append(f"job {job.id} of worker {job.runner}")
     return recovered
@@ -57,7 +57,7 @@ def interrupt_stale_jobs(ws: Workspace) -> list[str]:
 def recover_holder(ws: Workspace, dead: str) -> list[str]:
     """Take over `dead`'s expired locks, settle the apply they served, then release or keep them."""
     me = recovery_holder(runner_name())
-    taken = ws.store.take_over_expired_locks(dead, me, ws.settings.lock_ttl_seconds)
+    taken = ws.store.locks.take_over_expired(dead, me, ws.settings.lock_ttl_seconds)
     if not taken:
         return []  # renewed meanwhile, or another recoverer got them first
     held = HeldLocks(ws, me, [lock.stack for lock in taken])
@@ -77,7 +77,7 @@ def _proposal_of(ws: Workspace, lock: StackLock) -> int | None:
     if lock.apply_id is None:  # a lock taken before locks named their proposal, and before its apply started
         return None
     with ws.store.session(readonly=True) as session:
-        record = session.get_apply(lock.apply_id)
+        record = session.proposals.get_apply(lock.apply_id)
     return int(record["proposal_id"]) if record else None
 
 
@@ -91,16 +91,16 @@ def _settle(ws: Workspace, proposal_id: int, dead: str, locks: list[StackLock]) 
         applied = all(r.result is StackResult.APPLIED for r in readings)
         settlement = settle_interrupted_apply(proposal.id, dead, readings, _merged_as(ws, proposal) if applied else None)
     with ws.store.session() as session:
-        for record in session.applies_of(proposal_id):
+        for record in session.proposals.applies_of(proposal_id):
             if record["status"] == ApplyStatus.RUNNING and record["runner"] == dead:
                 reading = next((r for r in readings if r.stack == record["stack"]), None)
-                session.finish_apply(record["id"], ApplyStatus.INTERRUPTED, record["applied"],
+                session.proposals.finish_apply(record["id"], ApplyStatus.INTERRUPTED, record["applied"],
                                      f"runner {dead} stopped heart-beating before finishing; its lock expired"
                                      + (f"; {reading.describe()}" if reading else ""))
-        current = session.get_proposal(proposal_id, lock=True)
+        current = session.proposals.get(proposal_id, lock=True)
         if settlement is not None and current.status == ProposalStatus.APPLYING:
             _record_settlement(session, current, dead, settlement, readings)
-        session.append_event("gateway", "apply.interrupted", {
+        session.audit.append("gateway", "apply.interrupted", {
             "runner": dead, "stacks": [lock.stack for lock in locks],
             "apply_ids": [lock.apply_id for lock in locks if lock.apply_id],
             "lock_acquired_at": str(min(lock.acquired_at for lock in locks)),
@@ -108,21 +108,21 @@ def _settle(ws: Workspace, proposal_id: int, dead: str, locks: list[StackLock]) 
             "settled_as": settlement.transition.value if settlement else None,
             "reason": settlement.reason if settlement else f"proposal {proposal_id} was {current.status.value}"},
             proposal_id, proposal.stacks)
-        status = session.get_proposal(proposal_id).status
+        status = session.proposals.get(proposal_id).status
     log.warning("apply.recovered", proposal=proposal_id, runner=dead, status=status.value)
     if settlement is not None and settlement.transition is Transition.FINISH:
         settle_drift_after_apply(ws, get_proposal(ws, proposal_id))
     return status
 
 
-def _record_settlement(session: StoreSession, proposal: Proposal, dead: str, settlement: Settlement,
+def _record_settlement(session: UnitOfWork, proposal: Proposal, dead: str, settlement: Settlement,
                        readings: list[StackReading]) -> None:
     detail = "reason" if settlement.transition is Transition.BLOCK_MERGE else "error"
     payload = {"runner": dead, detail: settlement.reason, "recovered": True,
                "stacks": {r.stack: r.result.value for r in readings}}
-    session.record_transition(proposal, settlement.transition, "gateway", payload, merge_sha=settlement.merge_sha)
+    session.proposals.record_transition(proposal, settlement.transition, "gateway", payload, merge_sha=settlement.merge_sha)
     if settlement.merge_sha:
-        session.append_event("gateway", "merged", {
+        session.audit.append("gateway", "merged", {
             "branch": proposal.branch, "merge_sha": settlement.merge_sha, "on": "recovery",
             "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
 
@@ -131,7 +131,7 @@ def read_stack(ws: Workspace, proposal: Proposal, stack: str) -> StackReading:
     """What `stack` holds of the proposal's approved plan now, read from the records and the engine."""
     plan = proposal.plans[stack]
     with ws.store.session(readonly=True) as session:
-        records = [r for r in session.applies_of(proposal.id) if r["stack"] == stack and r["plan_id"] == plan.plan_id]
+        records = [r for r in session.proposals.applies_of(proposal.id) if r["stack"] == stack and r["plan_id"] == plan.plan_id]
     if any(r["status"] == ApplyStatus.SUCCEEDED for r in records):
         return StackReading(stack, StackResult.APPLIED, "its apply was recorded as succeeded")
     if not plan.has_changes:

@@ -43,8 +43,8 @@ def rollback_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason:
         ws.repo.delete_branch(branch)
         raise
     with ws.store.session() as session:
-        session.set_marker(f"{ROLLBACK_OF}{proposal.id}", str(proposal_id))
-        session.append_event(actor, "rollback.opened", {"rolls_back": proposal_id, "merge_sha": target.merge_sha,
+        session.main.set_marker(f"{ROLLBACK_OF}{proposal.id}", str(proposal_id))
+        session.audit.append(actor, "rollback.opened", {"rolls_back": proposal_id, "merge_sha": target.merge_sha,
                                                         "reason": reason, "branch": branch,
                                                         "destroys": {s: list(d) for s, d in proposal.destructive.items()}},
                              proposal.id, proposal.stacks)

@@ -81,14 +81,14 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
             _refuse(ws, actor, checked, ["the proposal changed while its locks were taken; apply again"])
         locks.check("starting the apply")
         with ws.store.session() as session:
-            proposal = session.get_proposal(proposal_id, lock=True)
+            proposal = session.proposals.get(proposal_id, lock=True)
             if (proposal.head_sha, proposal.current_digests, proposal.stacks) != \
                     (checked.head_sha, checked.current_digests, checked.stacks):
                 moved = ["the proposal was re-planned after its approvals were checked; review it and apply again"]
             else:
                 moved = []
                 merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
-                session.record_transition(proposal, Transition.START_APPLY, actor, {
+                session.proposals.record_transition(proposal, Transition.START_APPLY, actor, {
                     "runner": runner, "head_sha": proposal.head_sha, "main_sha": main_sha, "applied_sha": merged,
                     "digests": proposal.current_digests}, applied_sha=merged)
         if moved:
@@ -131,7 +131,7 @@ def _stop_without_locks(ws: Workspace, actor: Principal, proposal: Proposal, loc
     failed part-way, naming what was done; a retry re-plans.
     """
     applied_all = len(report.outcomes) == len(proposal.stacks) and all(o.succeeded for o in report.outcomes)
-    if applied_all and not ws.store.keep_locks_unmerged(locks.names, locks.holder, proposal.id):
+    if applied_all and not ws.store.locks.keep_unmerged(locks.names, locks.holder, proposal.id):
         locks.handed_over = True
         report.unmerged = (f"proposal {proposal.id} was applied, but {why}. Its stacks stay locked. Run "
                            f"`gateway merge {proposal.id}` to merge exactly what was applied, or merge by hand and run "
@@ -182,13 +182,13 @@ def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledg
         if report.unmerged:
             raise Refused([report.unmerged])
     for stack in lock_names(ws, proposal):
-        ws.store.release_lock(stack, holder)
+        ws.store.locks.release(stack, holder)
     return get_proposal(ws, proposal_id)
 
 
 def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[str]) -> NoReturn:
     with ws.store.session() as session:
-        session.append_event(actor, "apply.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
+        session.audit.append(actor, "apply.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
                              proposal.id, proposal.stacks)
     raise Refused(reasons)
 
@@ -198,7 +198,7 @@ def _drift_after_plan(ws: Workspace, proposal: Proposal) -> list[str]:
     unseen = []
     with ws.store.session(readonly=True) as session:
         for stack, plan in proposal.plans.items():
-            record = session.open_drift_record(stack)
+            record = session.day_two.open_drift_record(stack)
             if record is None or set(record.addresses) <= set(plan.drift):  # the plan saw (and shows) it all
                 continue
             if plan.planned_at is None or record.updated_at > plan.planned_at:
@@ -229,8 +229,8 @@ def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Propo
                     for u in unseen]
     with ws.store.session() as session:
         tampered = [stack for stack, plan in proposal.plans.items()
-                    if plan_digest(decode_plan_bytes(session.plan_document(plan.plan_id).encode()),
-                                   session.plan_artifact(plan.plan_id)) != plan.digest]
+                    if plan_digest(decode_plan_bytes(session.proposals.plan_document(plan.plan_id).encode()),
+                                   session.proposals.plan_artifact(plan.plan_id)) != plan.digest]
     reasons += [f"the saved plan of stack {stack} does not hash to the approved digest "
                 f"({proposal.plans[stack].digest[:19]}…); it was altered after approval" for stack in tampered]
     if tampered:
@@ -251,13 +251,13 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
                  merged: str, progress: Callable[[str], None]) -> StackOutcome:
     plan = proposal.plans[stack]
     with ws.store.session() as session:
-        document = decode_plan_bytes(session.plan_document(plan.plan_id).encode())
-        artifact = session.plan_artifact(plan.plan_id)
-        apply_id = session.start_apply(proposal.id, stack, plan.plan_id, runner, proposal.head_sha)
-        session.append_event(actor, "apply.started", {
+        document = decode_plan_bytes(session.proposals.plan_document(plan.plan_id).encode())
+        artifact = session.proposals.plan_artifact(plan.plan_id)
+        apply_id = session.proposals.start_apply(proposal.id, stack, plan.plan_id, runner, proposal.head_sha)
+        session.audit.append(actor, "apply.started", {
             "apply_id": apply_id, "runner": runner, "head_sha": proposal.head_sha, "digest": plan.digest,
             "state_serial": plan.state_serial}, proposal.id, [stack])
-    ws.store.set_lock_apply(stack, runner, apply_id)
+    ws.store.locks.set_apply(stack, runner, apply_id)
     settings = ws.repo_settings()
     with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
         directory = ws.repo.export_stack(merged, settings.stacks[stack].path, Path(tmp) / "repo")
@@ -266,8 +266,8 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
     fault_points.reach(f"apply.after_engine:{stack}")
     status = ApplyStatus.SUCCEEDED if result.succeeded else ApplyStatus.FAILED
     with ws.store.session() as session:
-        session.finish_apply(apply_id, status, result.applied, result.error)
-        session.append_event(actor, f"apply.{status.value}", {
+        session.proposals.finish_apply(apply_id, status, result.applied, result.error)
+        session.audit.append(actor, f"apply.{status.value}", {
             "apply_id": apply_id, "applied": list(result.applied), "failed_address": result.failed_address,
             "error": result.error, "state_serial": result.state_serial, "digest": plan.digest,
             "head_sha": proposal.head_sha}, proposal.id, [stack])
@@ -285,7 +285,7 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
                f"Applied by the change gateway from {proposal.head_sha}.")
     forge = forge_of(ws)
     with ws.store.session(readonly=True) as session:
-        pull = session.pull_request_of(proposal.id) if forge else None
+        pull = session.github.pull_request_of(proposal.id) if forge else None
     try:
         if forge is not None and pull is not None:
             report.merge_sha = _merge_on_github(ws, forge, pull["number"], proposal, applied, message)
@@ -296,17 +296,17 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
     if report.merge_sha:
         fault_points.reach("apply.after_merge")
     with ws.store.session() as session:
-        current = session.get_proposal(proposal.id, lock=True)
+        current = session.proposals.get(proposal.id, lock=True)
         if report.merge_sha:
-            session.record_transition(current, Transition.MERGE if current.status == ProposalStatus.UNMERGED
+            session.proposals.record_transition(current, Transition.MERGE if current.status == ProposalStatus.UNMERGED
                                       else Transition.FINISH, actor, {"merge_sha": report.merge_sha},
                                       merge_sha=report.merge_sha)
-            session.append_event(actor, "merged", {
+            session.audit.append(actor, "merged", {
                 "branch": proposal.branch, "into": ws.main_branch(), "merge_sha": report.merge_sha,
                 "on": f"github #{pull['number']}" if pull else "gateway",
                 "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
         elif current.status == ProposalStatus.APPLYING:
-            session.record_transition(current, Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})
+            session.proposals.record_transition(current, Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})
 
 
 def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: str, message: str) -> str:
@@ -358,18 +358,18 @@ def _unmerged_reason(proposal: Proposal, why: str) -> str:
 def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: Principal | str,
                 payload: dict) -> None:
     with ws.store.session() as session:
-        session.record_transition(session.get_proposal(proposal_id, lock=True), transition, actor, payload)
+        session.proposals.record_transition(session.proposals.get(proposal_id, lock=True), transition, actor, payload)
 
 
 def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str) -> None:
     """An unexpected end: running apply rows and the proposal are recorded failed, with what was done."""
     with ws.store.session() as session:
-        for record in session.applies_of(proposal_id):
+        for record in session.proposals.applies_of(proposal_id):
             if record["status"] == ApplyStatus.RUNNING:
-                session.finish_apply(record["id"], ApplyStatus.FAILED, record["applied"], error)
-        proposal = session.get_proposal(proposal_id, lock=True)
+                session.proposals.finish_apply(record["id"], ApplyStatus.FAILED, record["applied"], error)
+        proposal = session.proposals.get(proposal_id, lock=True)
         if proposal.status == ProposalStatus.APPLYING:
-            session.record_transition(proposal, Transition.FAIL, actor, {"error": error})
+            session.proposals.record_transition(proposal, Transition.FAIL, actor, {"error": error})
 
 
 @contextmanager
@@ -390,7 +390,7 @@ def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None
     """Take one lock, waiting for a live holder; a holder that stopped heart-beating is settled first."""
     deadline = time.monotonic() + ws.settings.lock_wait_seconds
     while True:
-        attempt = ws.store.acquire_lock(stack, runner, ws.settings.lock_ttl_seconds, proposal.id)
+        attempt = ws.store.locks.acquire(stack, runner, ws.settings.lock_ttl_seconds, proposal.id)
         if attempt.taken:
             return
         holder = attempt.holder

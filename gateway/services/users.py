@@ -25,19 +25,19 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
         raise InputError("only an agent acts for a person (--agent --for PERSON)")
     token = new_token()
     with ws.store.session() as session:
-        if session.count_principals() > 0:
+        if session.principals.count() > 0:
             if actor is None:
                 raise AuthError("set GATEWAY_TOKEN to an admin's token to add users")
             if not actor.has_role(Role.ADMIN):
                 raise Refused([f"{actor.name} is not an admin; only admins add users"])
-        person = session.principal_by_name(acting_for) if acting_for else None
+        person = session.principals.by_name(acting_for) if acting_for else None
         if acting_for is not None and (person is None or person.kind != PrincipalKind.PERSON):
             raise NotFound(f"no person {acting_for} for the agent to act for")
         if person is not None and not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
             raise Refused([f"{person.name} may not request changes, so no agent may act for them"])
-        principal = session.add_principal(name, kind, roles, groups, hash_token(token), person.id if person else None)
-        session.update_principal(principal.id, token_expires_at=_expiry(ws))
-        session.append_event(actor or name, "principal.added", {
+        principal = session.principals.add(name, kind, roles, groups, hash_token(token), person.id if person else None)
+        session.principals.update(principal.id, token_expires_at=_expiry(ws))
+        session.audit.append(actor or name, "principal.added", {
             "name": name, "kind": kind.value, "roles": sorted(roles), "groups": sorted(groups),
             "acting_for": acting_for})
     return principal, token
@@ -49,8 +49,8 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
         raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
                         "`gateway users add` printed")
     with ws.store.session(readonly=True) as session:
-        principal = session.principal_by_token_hash(hash_token(token.strip()))
-        record = session.credentials(principal.id) if principal else {}
+        principal = session.principals.by_token_hash(hash_token(token.strip()))
+        record = session.principals.credentials(principal.id) if principal else {}
     if principal is None:
         raise AuthError("the token is not valid")
     if principal.disabled:
@@ -61,7 +61,7 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
                         f"an admin runs `gateway users rotate-token {principal.name}`")
     if record["last_used_at"] is None or moment - record["last_used_at"] > LAST_USE_GRANULARITY:
         with ws.store.session() as session:
-            session.update_principal(principal.id, last_used_at=moment)
+            session.principals.update(principal.id, last_used_at=moment)
     return principal
 
 
@@ -95,7 +95,7 @@ def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role
                groups: frozenset[str] | None) -> Principal:
     """Change someone's roles and/or approver groups."""
     with ws.store.session(readonly=True) as session:
-        target = session.principal_by_name(name)
+        target = session.principals.by_name(name)
     if target is None:
         raise NotFound(f"no user {name}")
     new_roles = roles if roles is not None else target.roles
@@ -112,15 +112,15 @@ def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict
     if actor.is_agent or not actor.has_role(Role.ADMIN):
         raise Refused([f"{actor.name} is not an admin; only admins change users"])
     with ws.store.session() as session:
-        target = session.principal_by_name(name)
+        target = session.principals.by_name(name)
         if target is None:
             raise NotFound(f"no user {name}")
-        session.update_principal(target.id, **values)
-        admins = session.enabled_admins()
+        session.principals.update(target.id, **values)
+        admins = session.principals.enabled_admins()
         if not admins:
             raise Refused([f"{name} is the last enabled admin: add another admin first"])
-        session.append_event(actor, kind, {"name": name, **payload})
-        return session.principal(target.id)
+        session.audit.append(actor, kind, {"name": name, **payload})
+        return session.principals.get(target.id)
 
 
 def _why(reason: str) -> str:

@@ -92,7 +92,7 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
         apply_blockers=apply_blockers(facts),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
-        jobs=ws.store.jobs_of(proposal_id),
+        jobs=ws.store.queue.of_proposal(proposal_id),
         at=moment,
     )
 
@@ -119,7 +119,7 @@ def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = No
     settings = ws.repo_settings()
     moment = ws.clock.now()
     with ws.store.session(readonly=True) as session:
-        listed = [(session.get_proposal(row["id"]), row["created_at"]) for row in session.list_proposals(status)]
+        listed = [(session.proposals.get(row["id"]), row["created_at"]) for row in session.proposals.list(status)]
     rows = []
     for proposal, created_at in listed:
         decidable = proposal.status in DECIDABLE

@@ -10,10 +10,10 @@ from typing import Any
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
 from gateway.adapters.hcl_sensitivity import declared_sensitive_variables
-from gateway.adapters.records import SqlStore
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sql_store import Database
+from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import RepoSettings

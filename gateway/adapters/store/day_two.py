@@ -1,0 +1,132 @@
+"""Drift records and break-glass windows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from gateway.adapters.sql_store import (
+    break_glass_windows,
+    drift_records,
+)
+from gateway.adapters.store.rows import (
+    Records,
+    as_drift_record,
+    aware_row,
+    now,
+)
+from gateway.domain.drift import DriftRecord, DriftStatus, entries_to_json
+from gateway.domain.errors import NotFound
+from gateway.domain.preview import DriftEntry
+
+
+class SqlDayTwoRecords(Records):
+    """Drift records per stack and break-glass windows."""
+
+    def open_drift_record(self, stack: str) -> DriftRecord | None:
+        row = (
+            self.conn.execute(
+                select(drift_records)
+                .where(drift_records.c.stack == stack, drift_records.c.status == DriftStatus.OPEN.value)
+                .order_by(drift_records.c.id.desc())
+            )
+            .mappings()
+            .first()
+        )
+        return as_drift_record(row) if row else None
+
+    def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]:
+        query = select(drift_records).order_by(drift_records.c.id.desc())
+        if stack is not None:
+            query = query.where(drift_records.c.stack == stack)
+        if only_open:
+            query = query.where(drift_records.c.status == DriftStatus.OPEN.value)
+        return [as_drift_record(r) for r in self.conn.execute(query.limit(500)).mappings()]
+
+    def add_drift_record(
+        self, stack: str, resources: Sequence[DriftEntry], expected: bool, break_glass_id: int | None
+    ) -> int:
+        moment = now()
+        return int(
+            self.conn.execute(
+                insert(drift_records).values(
+                    stack=stack,
+                    status=DriftStatus.OPEN.value,
+                    resources=entries_to_json(resources),
+                    expected=expected,
+                    break_glass_id=break_glass_id,
+                    opened_at=moment,
+                    updated_at=moment,
+                )
+            ).inserted_primary_key[0]
+        )
+
+    def update_drift_record(
+        self, record_id: int, resources: Sequence[DriftEntry], expected: bool, break_glass_id: int | None
+    ) -> None:
+        self.conn.execute(
+            update(drift_records)
+            .where(drift_records.c.id == record_id)
+            .values(
+                resources=entries_to_json(resources), expected=expected, break_glass_id=break_glass_id, updated_at=now()
+            )
+        )
+
+    def close_drift_record(self, record_id: int, by: str, reason: str, proposal_id: int | None) -> None:
+        self.conn.execute(
+            update(drift_records)
+            .where(drift_records.c.id == record_id)
+            .values(
+                status=DriftStatus.CLOSED.value,
+                closed_at=now(),
+                closed_by=by,
+                closed_reason=reason,
+                closed_by_proposal=proposal_id,
+            )
+        )
+
+    def add_break_glass(self, stack: str, reason: str, opened_by: str, duration_seconds: int, confirmed: bool) -> int:
+        moment = now()
+        values: dict[str, Any] = {
+            "stack": stack,
+            "reason": reason,
+            "opened_by": opened_by,
+            "requested_at": moment,
+            "duration_seconds": duration_seconds,
+        }
+        if confirmed:
+            values.update(opened_at=moment, ends_at=moment + timedelta(seconds=duration_seconds))
+        return int(self.conn.execute(insert(break_glass_windows).values(**values)).inserted_primary_key[0])
+
+    def break_glass(self, window_id: int) -> dict[str, Any]:
+        row = (
+            self.conn.execute(select(break_glass_windows).where(break_glass_windows.c.id == window_id))
+            .mappings()
+            .first()
+        )
+        if row is None:
+            raise NotFound(f"no break-glass window {window_id}")
+        return aware_row(row)
+
+    def break_glass_windows(self, stack: str | None = None) -> list[dict[str, Any]]:
+        query = select(break_glass_windows).order_by(break_glass_windows.c.id.desc())
+        if stack is not None:
+            query = query.where(break_glass_windows.c.stack == stack)
+        return [aware_row(r) for r in self.conn.execute(query.limit(500)).mappings()]
+
+    def update_break_glass(self, window_id: int, **values: Any) -> None:
+        self.conn.execute(update(break_glass_windows).where(break_glass_windows.c.id == window_id).values(**values))
+
+    def mark_break_glass(self, window_id: int, column: str, moment: datetime) -> bool:
+        """Set `column` (settled: codified_at, overdue: flagged_at) once: False when another worker already did,
+        or the window was settled or acknowledged meanwhile."""
+        c = break_glass_windows.c
+        done = self.conn.execute(
+            update(break_glass_windows)
+            .where(c.id == window_id, c[column].is_(None), c.codified_at.is_(None), c.acknowledged_at.is_(None))
+            .values({column: moment})
+        )
+        return done.rowcount == 1

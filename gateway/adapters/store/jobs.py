@@ -1,0 +1,211 @@
+"""Jobs: those a use case queues, and the queue workers claim from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from gateway.adapters.sql_store import (
+    Database,
+    jobs,
+)
+from gateway.adapters.store.rows import (
+    MAX_ID,
+    Records,
+    as_job,
+    now,
+)
+from gateway.domain.errors import NotFound
+from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.principals import Principal
+
+
+class SqlJobs(Records):
+    """Jobs queued and finished inside a use case's transaction."""
+
+    def add(
+        self,
+        kind: JobKind,
+        proposal_id: int | None,
+        requested_by: Principal | str,
+        args: Mapping[str, Any] | None = None,
+    ) -> int:
+        who = requested_by.id if isinstance(requested_by, Principal) else requested_by
+        result = self.conn.execute(
+            insert(jobs).values(
+                kind=kind.value,
+                proposal_id=proposal_id,
+                requested_by=who,
+                status=JobStatus.QUEUED.value,
+                progress=[],
+                created_at=now(),
+                args=dict(args or {}),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    def queued(self, kind: JobKind, proposal_id: int, running_too: bool = True) -> int | None:
+        """A job of this kind for this proposal that has not finished (or not started) yet, so a second is not queued."""
+        waiting = [JobStatus.QUEUED.value, JobStatus.RUNNING.value] if running_too else [JobStatus.QUEUED.value]
+        return self.conn.scalar(
+            select(jobs.c.id)
+            .where(jobs.c.kind == kind.value, jobs.c.proposal_id == proposal_id, jobs.c.status.in_(waiting))
+            .limit(1)
+        )
+
+    def proposals_with_unfinished(self, kind: JobKind) -> set[int]:
+        return set(
+            self.conn.scalars(
+                select(jobs.c.proposal_id).where(
+                    jobs.c.kind == kind.value, jobs.c.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])
+                )
+            )
+        )
+
+    def finish(
+        self,
+        job_id: int,
+        status: JobStatus,
+        result: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        only_if_running: bool = True,
+    ) -> bool:
+        query = update(jobs).where(jobs.c.id == job_id)
+        if only_if_running:
+            query = query.where(jobs.c.status == JobStatus.RUNNING.value)
+        done = self.conn.execute(
+            query.values(
+                status=status.value,
+                result=dict(result or {}),
+                error=self.scrubber.scrub(error) if error else None,
+                finished_at=now(),
+            )
+        )
+        return done.rowcount == 1
+
+    def retry(self, job_id: int, run_after: datetime, error: str) -> bool:
+        """Put a running job back in the queue, not to be claimed before `run_after`; `error` says why it waits."""
+        done = self.conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id, jobs.c.status == JobStatus.RUNNING.value)
+            .values(
+                status=JobStatus.QUEUED.value,
+                runner=None,
+                heartbeat_at=None,
+                run_after=run_after,
+                error=self.scrubber.scrub(error),
+            )
+        )
+        return done.rowcount == 1
+
+    def recently_failed(self, kind: JobKind, seconds: float) -> set[int]:
+        """Proposals with a job of this kind that failed in the last `seconds` (their retry waits)."""
+        since = now() - timedelta(seconds=seconds)
+        return set(
+            self.conn.scalars(
+                select(jobs.c.proposal_id).where(
+                    jobs.c.kind == kind.value, jobs.c.status == JobStatus.FAILED.value, jobs.c.finished_at > since
+                )
+            )
+        )
+
+
+class SqlJobQueue:
+    """Jobs claimed, heart-beaten and followed in transactions of their own."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    def claim(self, runner: str, job_id: int | None = None) -> Job | None:
+        """Take the oldest queued job (or `job_id`) whose proposal has no job running; None if there is none.
+
+        A job waiting for a retry is not taken before its `run_after`, and a proposal's later deliveries wait
+        behind it (a proposal's deliveries run in the order GitHub sent them). PostgreSQL skips rows other
+        workers are claiming (FOR UPDATE SKIP LOCKED); SQLite's BEGIN IMMEDIATE lets one claimer in at a time.
+        """
+        moment = now()
+        running = select(jobs.c.proposal_id).where(
+            jobs.c.status == JobStatus.RUNNING.value, jobs.c.proposal_id.is_not(None)
+        )
+        earlier = jobs.alias("earlier")
+        delivery_waiting = (
+            select(earlier.c.id)
+            .where(
+                earlier.c.kind == JobKind.WEBHOOK.value,
+                earlier.c.status == JobStatus.QUEUED.value,
+                earlier.c.proposal_id == jobs.c.proposal_id,
+                earlier.c.id < jobs.c.id,
+            )
+            .exists()
+        )
+        query = select(jobs).where(
+            jobs.c.status == JobStatus.QUEUED.value,
+            jobs.c.proposal_id.not_in(running) | jobs.c.proposal_id.is_(None),
+            jobs.c.run_after.is_(None) | (jobs.c.run_after <= moment),
+            (jobs.c.kind != JobKind.WEBHOOK.value) | jobs.c.proposal_id.is_(None) | ~delivery_waiting,
+        )
+        if job_id is not None:
+            query = query.where(jobs.c.id == job_id)
+        query = query.order_by(jobs.c.id).limit(1)
+        with self.db.transaction() as conn:
+            if not self.db.is_sqlite:
+                query = query.with_for_update(skip_locked=True)
+            row = conn.execute(query).mappings().first()
+            if row is None:
+                return None
+            try:
+                with conn.begin_nested():  # the unique index refuses a second running job for one proposal
+                    conn.execute(
+                        update(jobs)
+                        .where(jobs.c.id == row["id"])
+                        .values(
+                            status=JobStatus.RUNNING.value,
+                            runner=runner,
+                            started_at=now(),
+                            heartbeat_at=now(),
+                            attempts=jobs.c.attempts + 1,
+                        )
+                    )
+            except IntegrityError:
+                return None
+            row = conn.execute(select(jobs).where(jobs.c.id == row["id"])).mappings().one()
+        return as_job(row)
+
+    def heartbeat(self, job_id: int, runner: str) -> bool:
+        with self.db.transaction() as conn:
+            beat = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.runner == runner, jobs.c.status == JobStatus.RUNNING.value)
+                .values(heartbeat_at=now())
+            )
+        return beat.rowcount == 1
+
+    def add_progress(self, job_id: int, line: str) -> None:
+        with self.db.transaction() as conn:
+            current = conn.scalar(select(jobs.c.progress).where(jobs.c.id == job_id)) or []
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(progress=[*current, line][-200:]))
+
+    def stale(self, older_than_seconds: float) -> list[Job]:
+        """Running jobs whose worker has not heart-beaten for `older_than_seconds`."""
+        cutoff = now() - timedelta(seconds=older_than_seconds)
+        with self.db.transaction(readonly=True) as conn:
+            rows = conn.execute(
+                select(jobs).where(jobs.c.status == JobStatus.RUNNING.value, jobs.c.heartbeat_at < cutoff)
+            ).mappings()
+            return [as_job(r) for r in rows]
+
+    def of_proposal(self, proposal_id: int) -> list[Job]:
+        with self.db.transaction(readonly=True) as conn:
+            rows = conn.execute(select(jobs).where(jobs.c.proposal_id == proposal_id).order_by(jobs.c.id)).mappings()
+            return [as_job(r) for r in rows]
+
+    def get(self, job_id: int) -> Job:
+        with self.db.transaction(readonly=True) as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        if row is None or not 0 < job_id <= MAX_ID:
+            raise NotFound(f"no job {job_id}")
+        return as_job(row)

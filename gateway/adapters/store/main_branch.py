@@ -1,0 +1,92 @@
+"""Main as the gateway saw it, and pushes made outside it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from gateway.adapters.sql_store import (
+    main_pushes,
+    markers,
+)
+from gateway.adapters.store.rows import (
+    Records,
+    now,
+)
+
+
+class SqlMainRecords(Records):
+    """What the gateway last saw of main, and the pushes made to it outside the gateway."""
+
+    def marker(self, name: str) -> str | None:
+        return self.conn.scalar(select(markers.c.value).where(markers.c.name == name))
+
+    def set_marker(self, name: str, value: str) -> None:
+        self.conn.execute(delete(markers).where(markers.c.name == name))
+        self.conn.execute(insert(markers).values(name=name, value=value))
+
+    def swap_marker(self, name: str, expected: str | None, value: str) -> bool:
+        """Set the marker to `value` only if it still holds `expected` (None: absent); False when another
+        worker changed it first. A compare-and-set: of workers racing for the same claim, one wins."""
+        if expected is not None:
+            done = self.conn.execute(
+                update(markers).where(markers.c.name == name, markers.c.value == expected).values(value=value)
+            )
+            return done.rowcount == 1
+        dialect = self.conn.dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            # psycopg reports no rowcount for ON CONFLICT DO NOTHING: the returned row says whether it was inserted
+            return (
+                self.conn.execute(
+                    pg_insert(markers)
+                    .values(name=name, value=value)
+                    .on_conflict_do_nothing(index_elements=["name"])
+                    .returning(markers.c.name)
+                ).first()
+                is not None
+            )
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        created = self.conn.execute(
+            sqlite_insert(markers).values(name=name, value=value).on_conflict_do_nothing(index_elements=["name"])
+        )
+        return created.rowcount == 1
+
+    def add_push(self, sha: str, stacks: Sequence[str], paths: Sequence[str], author: str) -> bool:
+        if self.conn.scalar(select(main_pushes.c.sha).where(main_pushes.c.sha == sha)) is not None:
+            return False
+        self.conn.execute(
+            insert(main_pushes).values(
+                sha=sha, stacks=list(stacks), paths=list(paths)[:500], author=author[:200], detected_at=now()
+            )
+        )
+        return True
+
+    def unacknowledged_pushes(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            select(main_pushes).where(main_pushes.c.acknowledged_at.is_(None)).order_by(main_pushes.c.detected_at)
+        ).mappings()
+        return [dict(r) for r in rows]
+
+    def acknowledge_push(self, sha: str, by: str, reason: str) -> dict[str, Any] | None:
+        row = (
+            self.conn.execute(
+                select(main_pushes).where(
+                    main_pushes.c.sha.startswith(sha, autoescape=True), main_pushes.c.acknowledged_at.is_(None)
+                )
+            )
+            .mappings()
+            .all()
+        )
+        if len(row) != 1:
+            return None
+        self.conn.execute(
+            update(main_pushes)
+            .where(main_pushes.c.sha == row[0]["sha"])
+            .values(acknowledged_by=by, acknowledged_at=now(), reason=reason)
+        )
+        return dict(row[0])

@@ -1,0 +1,112 @@
+"""People, agents and their linked GitHub accounts."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+
+from gateway.adapters.sql_store import (
+    github_accounts,
+    principals,
+)
+from gateway.adapters.store.rows import (
+    Records,
+    as_principal,
+    aware,
+    now,
+)
+from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.principals import Principal, PrincipalKind, Role
+
+
+class SqlPrincipals(Records):
+    """People and agents, their credentials, and the GitHub accounts linked to them."""
+
+    def add(
+        self,
+        name: str,
+        kind: PrincipalKind,
+        roles: frozenset[Role],
+        groups: frozenset[str],
+        token_hash: str,
+        acting_for: str | None = None,
+    ) -> Principal:
+        if self.by_name(name) is not None:
+            raise Conflict(f"a principal named {name!r} already exists")
+        pid = str(uuid.uuid4())
+        self.conn.execute(
+            insert(principals).values(
+                id=pid,
+                name=name,
+                kind=kind.value,
+                roles=sorted(roles),
+                groups=sorted(groups),
+                token_hash=token_hash,
+                acting_for=acting_for,
+                created_at=now(),
+            )
+        )
+        return Principal(pid, name, kind, roles, groups, acting_for)
+
+    def count(self) -> int:
+        return int(self.conn.scalar(select(func.count()).select_from(principals)) or 0)
+
+    def by_token_hash(self, token_hash: str) -> Principal | None:
+        row = self.conn.execute(select(principals).where(principals.c.token_hash == token_hash)).mappings().first()
+        return as_principal(row) if row else None
+
+    def by_name(self, name: str) -> Principal | None:
+        row = self.conn.execute(select(principals).where(principals.c.name == name)).mappings().first()
+        return as_principal(row) if row else None
+
+    def get(self, pid: str) -> Principal:
+        row = self.conn.execute(select(principals).where(principals.c.id == pid)).mappings().first()
+        if row is None:
+            raise NotFound(f"unknown principal {pid}")
+        return as_principal(row)
+
+    def credentials(self, pid: str) -> dict[str, Any]:
+        """A principal's credential record: when disabled, when its token expires, when it was last used."""
+        row = (
+            self.conn.execute(
+                select(principals.c.disabled_at, principals.c.token_expires_at, principals.c.last_used_at).where(
+                    principals.c.id == pid
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if row is None:
+            raise NotFound(f"unknown principal {pid}")
+        return {k: (aware(v) if v else None) for k, v in row.items()}
+
+    def update(self, pid: str, **values: Any) -> None:
+        self.conn.execute(update(principals).where(principals.c.id == pid).values(**values))
+
+    def enabled_admins(self) -> list[str]:
+        rows = self.conn.execute(select(principals.c.id, principals.c.roles).where(principals.c.disabled_at.is_(None)))
+        return [r.id for r in rows if Role.ADMIN.value in r.roles]
+
+    def list(self) -> list[Principal]:
+        rows = self.conn.execute(select(principals).order_by(principals.c.name)).mappings()
+        return [as_principal(r) for r in rows]
+
+    def link_github(self, principal: Principal, github_id: int, login: str) -> None:
+        """Link a person to a GitHub account (by its numeric id: logins can be renamed and reused)."""
+        self.conn.execute(
+            delete(github_accounts).where(
+                (github_accounts.c.principal_id == principal.id) | (github_accounts.c.github_id == github_id)
+            )
+        )
+        self.conn.execute(
+            insert(github_accounts).values(github_id=github_id, login=login, principal_id=principal.id, linked_at=now())
+        )
+
+    def by_github_id(self, github_id: int) -> Principal | None:
+        pid = self.conn.scalar(select(github_accounts.c.principal_id).where(github_accounts.c.github_id == github_id))
+        return self.get(pid) if pid else None
+
+    def github_login_of(self, principal_id: str) -> str | None:
+        return self.conn.scalar(select(github_accounts.c.login).where(github_accounts.c.principal_id == principal_id))

@@ -1,0 +1,373 @@
+"""Proposals, plans, decisions, overrides and applies."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from gateway.adapters.sql_store import (
+    applies,
+    decisions,
+    overrides,
+    plans,
+    proposals,
+)
+from gateway.adapters.store.rows import (
+    MAX_ID,
+    Records,
+    aware,
+    now,
+)
+from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
+from gateway.domain.policy import Finding, Override
+from gateway.domain.principals import Principal
+from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalKind, ProposalStatus, StackPlan
+from gateway.domain.risk import RiskLevel
+
+
+class SqlProposals(Records):
+    """Proposals with their plans, decisions, policy overrides and apply records; every status change goes through `record_transition`, with its audit event."""
+
+    def add(
+        self,
+        branch: str,
+        base_sha: str,
+        head_sha: str,
+        requester: Principal,
+        proposer: Principal,
+        reason: str,
+        stacks: Sequence[str],
+        changed_paths: Sequence[str],
+        agent_claim: str | None = None,
+        prompt_version: str | None = None,
+        model: str | None = None,
+        kind: ProposalKind = ProposalKind.CHANGE,
+    ) -> int:
+        result = self.conn.execute(
+            insert(proposals).values(
+                kind=kind.value,
+                branch=branch,
+                base_sha=base_sha,
+                head_sha=head_sha,
+                requester_id=requester.id,
+                proposer_id=proposer.id,
+                reason=reason,
+                status=INITIAL.value,
+                stacks=list(stacks),
+                changed_paths=list(changed_paths),
+                agent_claim=agent_claim,
+                prompt_version=prompt_version,
+                model=model,
+                created_at=now(),
+                updated_at=now(),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    def open_for_branch(self, branch: str) -> int | None:
+        return self.conn.scalar(
+            select(proposals.c.id).where(
+                proposals.c.branch == branch, proposals.c.status.in_([s.value for s in ACTIVE])
+            )
+        )
+
+    def plan_bases(self, statuses: Collection[ProposalStatus]) -> list[dict[str, Any]]:
+        """For each proposal in `statuses`: branch, head, stacks, and each stack's newest plan at that head
+        (main commit and state serial), in two queries: what a worker's staleness scan needs."""
+        rows = (
+            self.conn.execute(
+                select(proposals.c.id, proposals.c.branch, proposals.c.head_sha, proposals.c.stacks).where(
+                    proposals.c.status.in_([s.value for s in statuses])
+                )
+            )
+            .mappings()
+            .all()
+        )
+        bases = {r["id"]: {**dict(r), "plans": {}} for r in rows}
+        if bases:
+            marks = self.conn.execute(
+                select(plans.c.proposal_id, plans.c.stack, plans.c.head_sha, plans.c.main_sha, plans.c.state_serial)
+                .where(plans.c.proposal_id.in_(list(bases)))
+                .order_by(plans.c.id)
+            ).mappings()
+            for m in marks:  # the newest plan of each stack at the proposal's head wins
+                if m["head_sha"] == bases[m["proposal_id"]]["head_sha"]:
+                    bases[m["proposal_id"]]["plans"][m["stack"]] = (m["main_sha"], m["state_serial"])
+        return list(bases.values())
+
+    def get(self, proposal_id: int, lock: bool = False) -> Proposal:
+        if not 0 < proposal_id <= MAX_ID:
+            raise NotFound(f"no proposal {proposal_id}")
+        query = select(proposals).where(proposals.c.id == proposal_id)
+        row = self.conn.execute(query.with_for_update() if lock else query).mappings().first()
+        if row is None:
+            raise NotFound(f"no proposal {proposal_id}")
+        proposal = Proposal(
+            id=row["id"],
+            branch=row["branch"],
+            base_sha=row["base_sha"],
+            head_sha=row["head_sha"],
+            requester=self.uow.principals.get(row["requester_id"]),
+            proposer=self.uow.principals.get(row["proposer_id"]),
+            reason=row["reason"],
+            stacks=tuple(row["stacks"]),
+            status=ProposalStatus(row["status"]),
+            merge_sha=row["merge_sha"],
+            agent_claim=row["agent_claim"],
+            changed_paths=tuple(row["changed_paths"]),
+            applied_sha=row["applied_sha"],
+            kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
+        )
+        proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
+        proposal.decisions = self._decisions(proposal_id)
+        proposal.overrides = self._overrides(proposal_id)
+        return proposal
+
+    def list(self, status: str | None = None) -> list[dict[str, Any]]:
+        query = select(proposals).order_by(proposals.c.id.desc())
+        if status:
+            query = query.where(proposals.c.status == status)
+        return [dict(r) for r in self.conn.execute(query).mappings()]
+
+    def update_head(self, proposal_id: int, head_sha: str, stacks: Sequence[str], changed_paths: Sequence[str]) -> None:
+        self.conn.execute(
+            update(proposals)
+            .where(proposals.c.id == proposal_id)
+            .values(head_sha=head_sha, stacks=list(stacks), changed_paths=list(changed_paths), updated_at=now())
+        )
+
+    def set_agent_details(
+        self, proposal_id: int, prompt_version: str, model: str, agent_claim: str | None = None
+    ) -> None:
+        """The prompt version and model an agent's proposal was written with (and its latest claim)."""
+        values: dict[str, Any] = {"prompt_version": prompt_version, "model": model, "updated_at": now()}
+        if agent_claim is not None:
+            values["agent_claim"] = agent_claim
+        self.conn.execute(update(proposals).where(proposals.c.id == proposal_id).values(**values))
+
+    def record_transition(
+        self,
+        proposal: Proposal,
+        transition: Transition,
+        actor: Principal | str,
+        payload: Mapping[str, Any],
+        merge_sha: str | None = None,
+        applied_sha: str | None = None,
+    ) -> ProposalStatus:
+        """Take one lifecycle transition and persist it with its audit event, in this transaction.
+
+        The row changes only if it is still in the state the transition started from: a concurrent
+        writer that moved it first makes this one a Conflict, never a silent overwrite.
+        """
+        before = proposal.status
+        after = proposal.take(transition)
+        values: dict[str, Any] = {"status": after.value, "updated_at": now()}
+        if merge_sha:
+            values["merge_sha"] = merge_sha
+            proposal.merge_sha = merge_sha
+        if applied_sha:
+            values["applied_sha"] = applied_sha
+            proposal.applied_sha = applied_sha
+        moved = self.conn.execute(
+            update(proposals).where(proposals.c.id == proposal.id, proposals.c.status == before.value).values(**values)
+        )
+        if moved.rowcount != 1:
+            raise Conflict(f"proposal {proposal.id} changed while it was being moved from {before.value}; try again")
+        self.uow.audit.append(
+            actor,
+            f"proposal.{transition.value}",
+            {"from": before.value, "to": after.value, **payload},
+            proposal.id,
+            proposal.stacks,
+        )
+        return after
+
+    def add_plan(
+        self,
+        proposal_id: int,
+        stack: str,
+        head_sha: str,
+        main_sha: str,
+        digest: str,
+        document: str,
+        state_serial: int,
+        state_lineage: str,
+        summary: Mapping[str, Any],
+        preview: str,
+        artifact: bytes | None = None,
+    ) -> int:
+        result = self.conn.execute(
+            insert(plans).values(
+                proposal_id=proposal_id,
+                stack=stack,
+                head_sha=head_sha,
+                main_sha=main_sha,
+                digest=digest,
+                document=self.sealer.seal_text(document),
+                state_serial=state_serial,
+                state_lineage=state_lineage,
+                summary=dict(summary),
+                preview=preview,
+                artifact=self.sealer.seal_bytes(artifact) if artifact is not None else None,
+                created_at=now(),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    def plan_preview(self, plan_id: int) -> str | None:
+        """The stored masked preview of a plan (None for plans saved before previews were stored)."""
+        return self.conn.scalar(select(plans.c.preview).where(plans.c.id == plan_id))
+
+    def plan_artifact(self, plan_id: int) -> bytes | None:
+        """The engine's own saved plan (Terraform's plan file), if the engine keeps one."""
+        value = self.conn.scalar(select(plans.c.artifact).where(plans.c.id == plan_id))
+        return self.sealer.open_bytes(bytes(value)) if value is not None else None
+
+    def plan_document(self, plan_id: int) -> str:
+        document = self.conn.scalar(select(plans.c.document).where(plans.c.id == plan_id))
+        if document is None:
+            raise NotFound(f"no saved plan {plan_id}")
+        return self.sealer.open_text(str(document))
+
+    def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
+        columns = [
+            c for c in plans.c if c.name not in ("document", "preview", "artifact")
+        ]  # the big ones are read on demand
+        rows = self.conn.execute(
+            select(*columns)
+            .where(plans.c.proposal_id == proposal_id, plans.c.head_sha == head_sha)
+            .order_by(plans.c.id)
+        ).mappings()
+        current: dict[str, StackPlan] = {}
+        for r in rows:  # the newest plan of each stack wins
+            current[r["stack"]] = StackPlan(
+                plan_id=r["id"],
+                stack=r["stack"],
+                head_sha=r["head_sha"],
+                digest=r["digest"],
+                state_serial=r["state_serial"],
+                counts=r["summary"].get("counts", {}),
+                destructive=tuple(r["summary"].get("destructive", [])),
+                risk=RiskLevel(r["summary"].get("risk", {}).get("level", "low")),
+                risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
+                findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])),
+                main_sha=r["main_sha"],
+                changed=tuple(r["summary"].get("changed", [])),
+                drift=tuple(r["summary"].get("drift", [])),
+                planned_at=aware(r["created_at"]),
+            )
+        return current
+
+    def add_decision(
+        self,
+        proposal_id: int,
+        principal: Principal,
+        decision: Decision,
+        head_sha: str,
+        digests: Mapping[str, str],
+        comment: str,
+        auth: str,
+    ) -> int:
+        result = self.conn.execute(
+            insert(decisions).values(
+                proposal_id=proposal_id,
+                principal_id=principal.id,
+                decision=decision.value,
+                head_sha=head_sha,
+                digests=dict(digests),
+                comment=comment,
+                auth=auth,
+                created_at=now(),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    def _decisions(self, proposal_id: int) -> list[DecisionRecord]:
+        rows = self.conn.execute(
+            select(decisions).where(decisions.c.proposal_id == proposal_id).order_by(decisions.c.id)
+        ).mappings()
+        return [
+            DecisionRecord(
+                id=r["id"],
+                principal=self.uow.principals.get(r["principal_id"]),
+                decision=Decision(r["decision"]),
+                head_sha=r["head_sha"],
+                digests=r["digests"],
+                comment=r["comment"],
+                auth=r["auth"],
+                at=aware(r["created_at"]),
+            )
+            for r in rows
+        ]
+
+    def add_override(
+        self, proposal_id: int, finding_key: str, principal: Principal, reason: str, expires_at: datetime
+    ) -> int:
+        result = self.conn.execute(
+            insert(overrides).values(
+                proposal_id=proposal_id,
+                finding_key=finding_key,
+                principal_id=principal.id,
+                reason=reason,
+                expires_at=expires_at,
+                created_at=now(),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    def _overrides(self, proposal_id: int) -> list[Override]:
+        rows = self.conn.execute(
+            select(overrides).where(overrides.c.proposal_id == proposal_id).order_by(overrides.c.id)
+        ).mappings()
+        return [
+            Override(
+                r["finding_key"], self.uow.principals.get(r["principal_id"]).name, r["reason"], aware(r["expires_at"])
+            )
+            for r in rows
+        ]
+
+    def merged_as(self, sha: str) -> int | None:
+        """The proposal whose merge made commit `sha` (None: the gateway did not make it)."""
+        return self.conn.scalar(select(proposals.c.id).where(proposals.c.merge_sha == sha).limit(1)) if sha else None
+
+    def start_apply(self, proposal_id: int, stack: str, plan_id: int, runner: str, commit_sha: str) -> int:
+        result = self.conn.execute(
+            insert(applies).values(
+                proposal_id=proposal_id,
+                stack=stack,
+                plan_id=plan_id,
+                status="running",
+                runner=runner,
+                applied=[],
+                commit_sha=commit_sha,
+                started_at=now(),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    def finish_apply(self, apply_id: int, status: str, applied: Sequence[str], error: str | None) -> None:
+        self.conn.execute(
+            update(applies)
+            .where(applies.c.id == apply_id)
+            .values(status=status, applied=list(applied), error=error, finished_at=now())
+        )
+
+    def get_apply(self, apply_id: int) -> dict[str, Any] | None:
+        row = self.conn.execute(select(applies).where(applies.c.id == apply_id)).mappings().first()
+        return dict(row) if row else None
+
+    def applies_of(self, proposal_id: int) -> list[dict[str, Any]]:
+        rows = self.conn.execute(select(applies).where(applies.c.proposal_id == proposal_id).order_by(applies.c.id))
+        return [dict(r) for r in rows.mappings()]
+
+    def last_applied_commit(self, stack: str) -> str | None:
+        return self.conn.scalar(
+            select(applies.c.commit_sha)
+            .where(applies.c.stack == stack, applies.c.status == "succeeded")
+            .order_by(applies.c.id.desc())
+            .limit(1)
+        )

@@ -1,0 +1,66 @@
+"""The unit of work in SQL: one transaction, one repository per aggregate.
+
+`SqlStore.session()` is the unit of work: everything a use case writes, audit events included,
+commits together or not at all. Stack locks and the job queue commit on their own, since other
+processes must see them while an apply runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection
+
+from gateway.adapters.sealing import UNSEALED, Sealer
+from gateway.adapters.sql_store import (
+    Database,
+)
+from gateway.adapters.store.audit import SqlAuditLog
+from gateway.adapters.store.breaker import SqlBreakerRecords
+from gateway.adapters.store.conversations import SqlConversations
+from gateway.adapters.store.day_two import SqlDayTwoRecords
+from gateway.adapters.store.github import SqlGitHubRecords
+from gateway.adapters.store.jobs import SqlJobQueue, SqlJobs
+from gateway.adapters.store.locks import SqlStackLocks
+from gateway.adapters.store.main_branch import SqlMainRecords
+from gateway.adapters.store.principals import SqlPrincipals
+from gateway.adapters.store.proposals import SqlProposals
+from gateway.domain.scrubbing import Scrubber
+
+
+class SqlUnitOfWork:
+    """One transaction's view of the records, a repository per aggregate."""
+
+    def __init__(self, conn: Connection, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
+        self.conn = conn
+        self.scrubber = scrubber or Scrubber()
+        self.sealer = sealer
+        self.principals = SqlPrincipals(self)
+        self.proposals = SqlProposals(self)
+        self.conversations = SqlConversations(self)
+        self.jobs = SqlJobs(self)
+        self.github = SqlGitHubRecords(self)
+        self.main = SqlMainRecords(self)
+        self.day_two = SqlDayTwoRecords(self)
+        self.breaker = SqlBreakerRecords(self)
+        self.audit = SqlAuditLog(self)
+
+
+class SqlStore:
+    """Units of work over one database, and the stack locks and job queue that commit on their own."""
+
+    def __init__(self, db: Database, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
+        self.db = db
+        self.scrubber = scrubber or Scrubber()
+        self.sealer = sealer  # saved plans hold secrets in clear: sealed at rest
+        self.locks = SqlStackLocks(db)
+        self.queue = SqlJobQueue(db)
+
+    @contextmanager
+    def session(self, readonly: bool = False) -> Iterator[SqlUnitOfWork]:
+        """One transaction over the records; `readonly` for reads, which then never wait for a writer."""
+        with self.db.transaction(readonly) as conn:
+            uow = SqlUnitOfWork(conn, self.scrubber, self.sealer)
+            yield uow
+            uow.audit.write_chain_head()  # once, before the commit, after however many events

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import threading
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from gateway.adapters.clock import SystemClock
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sealing import Sealer
@@ -25,11 +28,12 @@ from gateway.adapters.sql_store import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.config import Settings
-from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.errors import ConfigError, Conflict, NotFound
 from gateway.domain.jobs import JobKind
+from gateway.domain.repo_settings import GitHubSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
-from gateway.ports import Engine
+from gateway.ports import Engine, Forge
 from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
 SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform"}
@@ -39,6 +43,36 @@ SAMPLE_SECRETS = {  # None: generate a random value at init
 }
 
 
+
+
+def github_credentials(settings: Settings) -> GitHubCredentials:
+    """The GitHub App's or the token's credentials, from the settings (never from the declaration repo)."""
+    s = settings
+    key = s.github_app_private_key.get_secret_value() if s.github_app_private_key else None
+    if key is None and s.github_app_private_key_file is not None:
+        try:
+            key = s.github_app_private_key_file.read_text()
+        except OSError as exc:
+            raise ConfigError(f"GATEWAY_GITHUB_APP_PRIVATE_KEY_FILE: {exc}") from exc
+    return GitHubCredentials(s.github_token.get_secret_value() if s.github_token else None, s.github_app_id, key,
+                             s.github_installation_id, s.github_write_interval_seconds)
+
+
+_forges = threading.local()  # PyGithub clients are not shared between threads
+
+
+def forge_opener(settings: Settings) -> Callable[[GitHubSettings], Forge]:
+    """Opens the GitHub client for main's `github:` settings: one per thread and repository, kept."""
+    def open_forge(github: GitHubSettings) -> Forge:
+        key = (github.repository, github.api_url, github.clone_url(), str(settings.repo_path))
+        cache: dict[tuple[str, ...], GitHubForge] = _forges.__dict__.setdefault("by_key", {})
+        if key not in cache:
+            cache[key] = GitHubForge(github, github_credentials(settings), settings.repo_path)
+        forge = cache[key]
+        forge.settings = github  # team mappings may have changed on main
+        return forge
+
+    return open_forge
 
 
 def job_handlers() -> dict[JobKind, JobHandler]:
@@ -70,7 +104,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings), sealer)}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
     return Workspace(settings, db, SqlStore(db, scrubber, sealer), repo, engine, sandbox, scrubber, simulator,
-                     SystemClock(), job_handlers())
+                     SystemClock(), forge_opener(settings), job_handlers())
 
 
 def _engine_name(repo_path: Path, stack: str | None) -> str:

@@ -5,6 +5,7 @@
                      jobs, github, main, day_two, breaker, audit
     Clock            the time
     Engine           plans and applies one stack (every engine emits Terraform's JSON plan)
+    Forge            the code host (GitHub): pull requests, reviews, checks, teams, merges
 
 Services name these Protocols, never an adapter: a test can hand them a fake that implements one.
 """
@@ -22,12 +23,14 @@ from gateway.domain.agent_runs import AgentRun, AgentRunStatus
 from gateway.domain.audit import AuditEvent, Checkpoint, EventQuery
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.drift import DriftRecord
+from gateway.domain.github import Check, PullInfo
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import LockAttempt, StackLock
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus
+from gateway.domain.repo_settings import GitHubSettings
 
 
 @dataclass(frozen=True)
@@ -488,4 +491,64 @@ class Store(Protocol):
 
     def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:
         """One unit of work; `readonly` for reads, which then never wait for a writer."""
+        ...
+
+
+class Forge(Protocol):
+    """The code host of the declaration repo (GitHub): pull requests, reviews, checks, team membership, merges."""
+
+    settings: GitHubSettings
+
+    def close(self) -> None: ...
+
+    def fetch_main(self, main: str) -> None:
+        """Make the gateway's main exactly GitHub's (with a forge, GitHub's main is the truth)."""
+        ...
+
+    def sync_branch(self, branch: str) -> str:
+        """Bring a pull request's branch and the gateway's copy together; returns the head both now have."""
+        ...
+
+    def push(self, branch: str, sha: str) -> None:
+        """Publish a branch the gateway made (never forced: a branch someone else moved is not overwritten)."""
+        ...
+
+    def open_pull(self, branch: str, base: str, title: str, body: str) -> PullInfo:
+        """The open pull request of `branch`, opened now if there is none."""
+        ...
+
+    def pull(self, number: int) -> PullInfo: ...
+
+    def upsert_comment(self, number: int, comment_id: int | None, body: str) -> int:
+        """Edit the sticky comment in place (not when it already reads so); post it when there is none yet."""
+        ...
+
+    def review(self, number: int, review_id: int) -> tuple[str, str | None, int]:
+        """A review as GitHub has it now: state (upper-case), commit, author id. Deliveries can be late or replayed."""
+        ...
+
+    def comment(self, number: int, comment_id: int) -> tuple[str, int]:
+        """A comment as GitHub has it now: body and author id (an edited or deleted one is not a command)."""
+        ...
+
+    def reply(self, number: int, body: str) -> None:
+        """A one-off comment, for a pull request that has no proposal (a fork, an unlinked author)."""
+        ...
+
+    def request_teams(self, number: int, teams: list[str]) -> None: ...
+
+    def set_checks(self, sha: str, checks: list[Check], details_url: str) -> None:
+        """Check runs with an App; commit statuses with a token (GitHub lets only Apps write check runs)."""
+        ...
+
+    def merge(self, number: int, sha: str, title: str, message: str) -> str:
+        """Merge exactly `sha`: GitHub refuses if the head moved since (a push that slipped in is never merged)."""
+        ...
+
+    def user_id(self, login: str) -> tuple[int, str]:
+        """The numeric id and exact login of a GitHub user."""
+        ...
+
+    def is_team_member(self, team_slug: str, login: str) -> bool:
+        """An active member of the team now (a pending invitation does not count)."""
         ...

@@ -23,7 +23,7 @@ from github.PullRequest import PullRequest
 from github.Repository import Repository
 
 from gateway.domain.errors import BackendError, Conflict, NotConfigured, NotFound, Unavailable
-from gateway.domain.github import Check, CheckState
+from gateway.domain.github import Check, CheckState, PullInfo
 from gateway.domain.repo_settings import GitHubSettings
 
 T = TypeVar("T")
@@ -55,17 +55,6 @@ class GitHubCredentials:
             return Auth.Token(self.token)
         raise NotConfigured("GitHub has no credentials: set GATEWAY_GITHUB_APP_ID, GATEWAY_GITHUB_APP_PRIVATE_KEY "
                             "(or _FILE) and GATEWAY_GITHUB_INSTALLATION_ID, or GATEWAY_GITHUB_TOKEN")
-
-
-@dataclass(frozen=True)
-class PullInfo:
-    number: int
-    head_ref: str
-    head_sha: str
-    state: str
-    merged: bool
-    url: str
-    merge_commit_sha: str | None = None
 
 
 class GitHubForge:

@@ -102,6 +102,19 @@ def not_counted(events: Sequence[AuditEvent], head_sha: str) -> list[NotCounted]
     return list(latest.values())
 
 
+@dataclass(frozen=True)
+class PullInfo:
+    """A pull request as the code host has it now."""
+
+    number: int
+    head_ref: str
+    head_sha: str
+    state: str
+    merged: bool
+    url: str
+    merge_commit_sha: str | None = None
+
+
 class CheckState(StrEnum):
     PENDING = "pending"
     SUCCESS = "success"

@@ -6,7 +6,7 @@ from gateway.domain.apply_blockers import ApplyFacts
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
 from gateway.services.break_glass import windows_on
-from gateway.services.github import github_team_checks
+from gateway.services.forge import github_team_checks
 from gateway.services.main_watch import unacknowledged_pushes
 from gateway.services.workspace import Workspace
 

@@ -9,24 +9,25 @@ the last ones it showed (the housekeeping loop queues a publish job for it).
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
-from gateway.domain.apply_blockers import GITHUB_AUTH, TeamCheck, standing_blockers
+from gateway.domain.apply_blockers import standing_blockers
 from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import AuditEvent
-from gateway.domain.errors import ConfigError, GatewayError, InputError, NotFound, Refused
+from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.github import PullRequestView, not_counted, pull_request_checks, render_comment
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
+from gateway.ports import Forge
+from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.breaker import open_breaker_reason
+from gateway.services.forge import forge_of
 from gateway.services.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
 from gateway.services.workspace import Workspace
 
@@ -34,48 +35,6 @@ log = structlog.get_logger(__name__)
 
 FAILURES_SHOWN = 3  # the newest distinct job failures the comment shows (each is in the trail)
 PUBLISH_RETRY_SECONDS = 30.0  # after a failed publish (GitHub down, rate-limited), wait this long
-_forges = threading.local()
-
-
-def credentials(ws: Workspace) -> GitHubCredentials:
-    s = ws.settings
-    key = s.github_app_private_key.get_secret_value() if s.github_app_private_key else None
-    if key is None and s.github_app_private_key_file is not None:
-        try:
-            key = s.github_app_private_key_file.read_text()
-        except OSError as exc:
-            raise ConfigError(f"GATEWAY_GITHUB_APP_PRIVATE_KEY_FILE: {exc}") from None
-    return GitHubCredentials(s.github_token.get_secret_value() if s.github_token else None, s.github_app_id, key,
-                             s.github_installation_id, s.github_write_interval_seconds)
-
-
-def forge_of(ws: Workspace) -> GitHubForge | None:
-    """The repo's GitHub, when main's gateway.yaml says `forge: github` (one client per thread)."""
-    github = ws.repo_settings().github
-    if github is None:
-        return None
-    key = (github.repository, github.api_url, github.clone_url(), str(ws.settings.repo_path))
-    cache: dict = _forges.__dict__.setdefault("by_key", {})
-    if key not in cache:
-        cache[key] = GitHubForge(github, credentials(ws), ws.settings.repo_path)
-    forge: GitHubForge = cache[key]
-    forge.settings = github  # team mappings may have changed on main
-    return forge
-
-
-def require_webhook_secret(ws: Workspace) -> str | None:
-    """The webhook secret, or None without a forge; a forge without a secret stops the service from starting."""
-    try:
-        forge = ws.repo_settings().github
-    except ConfigError:  # a broken gateway.yaml is reported where it is used; it does not stop the service
-        return None
-    if forge is None:
-        return None
-    secret = ws.settings.github_webhook_secret
-    if secret is None or not secret.get_secret_value().strip():
-        raise ConfigError("gateway.yaml says forge: github, but GATEWAY_GITHUB_WEBHOOK_SECRET is not set: the webhook "
-                          "route will not accept unsigned deliveries; set the secret GitHub signs them with")
-    return secret.get_secret_value()
 
 
 def link_account(ws: Workspace, actor: Principal, name: str, login: str, github_id: int | None = None) -> tuple[int, str]:
@@ -148,7 +107,7 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
     return int(link["number"])
 
 
-def _open_pull_request(ws: Workspace, forge: GitHubForge, proposal: Proposal) -> dict:
+def _open_pull_request(ws: Workspace, forge: Forge, proposal: Proposal) -> dict:
     """Push the proposal's branch and open its pull request (or adopt the open one), asking its approver teams."""
     forge.push(proposal.branch, proposal.head_sha)
     title = proposal.reason.strip().splitlines()[0][:120]
@@ -180,7 +139,6 @@ def page_url(ws: Workspace, proposal_id: int) -> str:
 
 def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
     # imported late: the facts include GitHub team checks, which this module gathers
-    from gateway.services.apply_facts import gather_apply_facts
 
     settings = ws.repo_settings()
     moment = ws.clock.now()
@@ -241,45 +199,6 @@ def refresh_from_github(ws: Workspace, proposal: Proposal) -> None:
 
 
 # --- GitHub team membership, at approval and again at apply ---------------------------------
-
-
-def verified_groups(forge: GitHubForge, principal: Principal, login: str) -> tuple[frozenset[str], dict]:
-    """The person's groups that count for a decision made on GitHub: those whose mapped team they are in now."""
-    teams = forge.settings.teams
-    checked = {g: forge.is_team_member(teams[g], login) for g in sorted(principal.groups) if g in teams}
-    return frozenset(g for g, member in checked.items() if member), checked
-
-
-def github_team_checks(ws: Workspace, proposal: Proposal, ask_github: bool) -> dict[str, TeamCheck]:
-    """The team membership of each person whose current approval was given on GitHub (principal id -> check).
-
-    Asked of GitHub now when `ask_github` (the apply; each answer is recorded as `github.team_check`, so the
-    views show what the apply found); otherwise the last check recorded for the person, because a read never
-    writes nor waits on GitHub (a check of an account no longer linked to them counts for nothing).
-    """
-    if ws.repo_settings().github is None:  # no forge on main: GitHub approvals are not re-checked
-        return {}
-    forge = forge_of(ws) if ask_github else None
-    checks: dict[str, TeamCheck] = {}
-    for approval in proposal.current_approvals:
-        if not approval.auth.startswith(GITHUB_AUTH):
-            continue
-        person = approval.principal
-        with ws.store.session(readonly=True) as session:  # the linked account now, not the login of then
-            login = session.principals.github_login_of(person.id)
-            recorded = session.audit.events(actor=person.name, kind="github.team_check") if forge is None else []
-        if forge is not None:
-            groups, asked = verified_groups(forge, person, login) if login else (frozenset(), {})
-            with ws.store.session() as session:
-                session.audit.append(person, "github.team_check", {
-                    "login": login, "teams": {g: forge.settings.teams[g] for g in asked}, "active": sorted(groups),
-                    "not_member": sorted(g for g, ok in asked.items() if not ok), "head_sha": proposal.head_sha,
-                    "at_apply": True}, proposal.id, proposal.stacks)
-        else:
-            last = recorded[-1].payload if recorded else {}
-            groups = frozenset(last.get("active", ())) if login and last.get("login") == login else frozenset()
-        checks[person.id] = TeamCheck(login, groups)
-    return checks
 
 
 def run_publish_job(ws: Workspace, job: Job, runner: str,

@@ -16,7 +16,6 @@ from typing import Any, NoReturn
 
 import structlog
 
-from gateway.adapters.github_forge import GitHubForge
 from gateway.domain.errors import AuthError, GatewayError, InputError, NotFound, Refused
 from gateway.domain.github import (
     MIN_FINGERPRINT,
@@ -30,7 +29,8 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
-from gateway.services.github import forge_of, require_webhook_secret, verified_groups
+from gateway.ports import Forge
+from gateway.services.forge import forge_of, require_webhook_secret, verified_groups
 from gateway.services.jobs import enqueue_job
 from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
 from gateway.services.workspace import Workspace
@@ -113,7 +113,7 @@ Outcome = tuple[int | None, dict[str, Any]]
 # --- pull_request ------------------------------------------------------------------------------
 
 
-def _on_pull_request(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+def _on_pull_request(ws: Workspace, forge: Forge, payload: dict) -> Outcome:
     action, pr = payload.get("action"), payload["pull_request"]
     number, branch = int(pr["number"]), str(pr["head"]["ref"])
     proposal_id = _proposal_id(ws, forge, number)
@@ -136,7 +136,7 @@ def _on_pull_request(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcom
     return None, {"ignored": f"pull_request {action}"}
 
 
-def _on_opened(ws: Workspace, forge: GitHubForge, payload: dict, proposal_id: int | None) -> Outcome:
+def _on_opened(ws: Workspace, forge: Forge, payload: dict, proposal_id: int | None) -> Outcome:
     pr = payload["pull_request"]
     number, branch = int(pr["number"]), str(pr["head"]["ref"])
     if proposal_id is not None and get_proposal(ws, proposal_id).status in ACTIVE:
@@ -215,7 +215,7 @@ def _on_closed(ws: Workspace, payload: dict, proposal_id: int) -> dict[str, Any]
 # --- pull_request_review -------------------------------------------------------------------------
 
 
-def _on_review(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+def _on_review(ws: Workspace, forge: Forge, payload: dict) -> Outcome:
     action, review = payload.get("action"), payload["review"]
     proposal_id = _proposal_id(ws, forge, int(payload["pull_request"]["number"]))
     if proposal_id is None:
@@ -258,7 +258,7 @@ def _on_review(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
 # --- issue_comment: /gateway commands --------------------------------------------------------------
 
 
-def _on_comment(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+def _on_comment(ws: Workspace, forge: Forge, payload: dict) -> Outcome:
     comment, issue, user = payload["comment"], payload["issue"], payload["comment"]["user"]
     if payload.get("action") != "created" or "pull_request" not in issue:
         return None, {"ignored": "not a new comment on a pull request"}
@@ -286,17 +286,17 @@ def _on_comment(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
     return proposal_id, COMMANDS[command.kind](ws, forge, person, user, proposal, command, auth)
 
 
-def _command_plan(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
+def _command_plan(ws: Workspace, forge: Forge, person: Principal, user: Mapping, proposal: Proposal,
                   command: Command, auth: str) -> dict[str, Any]:
     return {"job": enqueue_job(ws, person, JobKind.PLAN, proposal.id).id}
 
 
-def _command_apply(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
+def _command_apply(ws: Workspace, forge: Forge, person: Principal, user: Mapping, proposal: Proposal,
                    command: Command, auth: str) -> dict[str, Any]:
     return {"job": enqueue_job(ws, person, JobKind.APPLY, proposal.id).id}
 
 
-def _command_decide(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
+def _command_decide(ws: Workspace, forge: Forge, person: Principal, user: Mapping, proposal: Proposal,
                     command: Command, auth: str) -> dict[str, Any]:
     decision = Decision.APPROVE if command.kind == CommandKind.APPROVE else Decision.REJECT
     seen = None
@@ -314,7 +314,7 @@ def _command_decide(ws: Workspace, forge: GitHubForge, person: Principal, user: 
     return {decision.value: person.name}
 
 
-def _command_ask(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
+def _command_ask(ws: Workspace, forge: Forge, person: Principal, user: Mapping, proposal: Proposal,
                  command: Command, auth: str) -> dict[str, Any]:
     from gateway.services.agent_requests import submit_request  # the agent (and its model client) only when asked
 
@@ -344,7 +344,7 @@ COMMANDS: dict[CommandKind, Callable[..., dict[str, Any]]] = {
 # --- push -------------------------------------------------------------------------------------------
 
 
-def _on_push(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
+def _on_push(ws: Workspace, forge: Forge, payload: dict) -> Outcome:
     """Main moved on GitHub: fetch it; the housekeeping loop re-plans the proposals whose plans it touched."""
     if payload.get("ref") == f"refs/heads/{ws.main_branch()}":
         forge.fetch_main(ws.main_branch())
@@ -365,7 +365,7 @@ def _on_push(ws: Workspace, forge: GitHubForge, payload: dict) -> Outcome:
     return None, {"ignored": f"push to {payload.get('ref')}"}
 
 
-HANDLERS: dict[str, Callable[[Workspace, GitHubForge, dict], Outcome]] = {
+HANDLERS: dict[str, Callable[[Workspace, Forge, dict], Outcome]] = {
     "pull_request": _on_pull_request, "pull_request_review": _on_review, "issue_comment": _on_comment,
     "push": _on_push,
 }
@@ -374,7 +374,7 @@ HANDLERS: dict[str, Callable[[Workspace, GitHubForge, dict], Outcome]] = {
 # -----------------------------------------------------------------------------------------------------
 
 
-def _decide_on_github(ws: Workspace, forge: GitHubForge, person: Principal, user: Mapping, proposal: Proposal,
+def _decide_on_github(ws: Workspace, forge: Forge, person: Principal, user: Mapping, proposal: Proposal,
                       decision: Decision, comment: str, auth: str, seen_sha: str | None,
                       seen_digests: Mapping[str, str] | None = None) -> None:
     """Decide as the person, counting only the groups whose GitHub team they are an active member of now.
@@ -423,7 +423,7 @@ def _refuse(ws: Workspace, user: Mapping, proposal: Proposal, what: Decision | C
     raise Refused(reasons)
 
 
-def _catch_up(ws: Workspace, forge: GitHubForge, proposal_id: int) -> Proposal:
+def _catch_up(ws: Workspace, forge: Forge, proposal_id: int) -> Proposal:
     """Fetch main and the branch from GitHub and re-plan if either moved, so decisions bind to what GitHub shows."""
     proposal = get_proposal(ws, proposal_id)
     if proposal.status in DECIDABLE:
@@ -444,7 +444,7 @@ def _pull_number(payload: Mapping) -> int | None:
     return int(number) if isinstance(number, int) else None
 
 
-def _proposal_id(ws: Workspace, forge: GitHubForge, number: int) -> int | None:
+def _proposal_id(ws: Workspace, forge: Forge, number: int) -> int | None:
     with ws.store.session(readonly=True) as session:
         return session.github.proposal_for_pull_request(forge.settings.repository, number)
 

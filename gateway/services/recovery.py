@@ -26,7 +26,7 @@ from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Proposal, ProposalStatus
 from gateway.ports import UnitOfWork
 from gateway.services.drift_records import settle_drift_after_apply
-from gateway.services.github import forge_of
+from gateway.services.forge import forge_of
 from gateway.services.locks import HeldLocks, runner_name
 from gateway.services.proposals import get_proposal
 from gateway.services.workspace import Workspace

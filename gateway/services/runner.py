@@ -22,7 +22,6 @@ from typing import NoReturn
 import structlog
 
 from gateway import fault_points
-from gateway.adapters.github_forge import GitHubForge
 from gateway.domain.applies import ApplyStatus
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
@@ -30,9 +29,11 @@ from gateway.domain.locks import unmerged_holder
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
+from gateway.ports import Forge
 from gateway.services.apply_facts import gather_apply_facts
 from gateway.services.drift_records import settle_drift_after_apply
-from gateway.services.github import forge_of, refresh_from_github
+from gateway.services.forge import forge_of
+from gateway.services.github import refresh_from_github
 from gateway.services.locks import HeldLocks, LockLost, lock_names, runner_name
 from gateway.services.main_watch import record_own_commit, watch_main
 from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
@@ -324,7 +325,7 @@ def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: st
     raise Conflict(f"{main} kept moving while merging")
 
 
-def _merge_on_github(ws: Workspace, forge: GitHubForge, number: int, proposal: Proposal, applied: str,
+def _merge_on_github(ws: Workspace, forge: Forge, number: int, proposal: Proposal, applied: str,
                      message: str) -> str:
     main = ws.main_branch()
     forge.fetch_main(main)

@@ -16,9 +16,9 @@ from gateway.adapters.sql_store import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.repo_settings import RepoSettings
+from gateway.domain.repo_settings import GitHubSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
-from gateway.ports import Clock, Engine, StackInputs
+from gateway.ports import Clock, Engine, Forge, StackInputs
 
 # A job's work: (workspace, job, runner, progress) -> (status, result, error)
 JobHandler = Callable[["Workspace", Job, str, Callable[[str], None]], tuple[JobStatus, dict[str, Any], str | None]]
@@ -34,6 +34,7 @@ class Workspace:
     scrubber: Scrubber
     simulator: SandboxEngine  # the sandbox engine itself, for acting on the simulated cloud behind its back
     clock: Clock
+    open_forge: Callable[[GitHubSettings], Forge]  # the code host main's gateway.yaml names
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:

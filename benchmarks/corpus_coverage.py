@@ -36,7 +36,7 @@ from gateway.adapters.sandbox.store import SqlSandboxStore  # noqa: E402
 from gateway.adapters.sql_store import Database  # noqa: E402
 from gateway.domain.plan import Plan  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
-from gateway.services.planning import plan_stack  # noqa: E402
+from gateway.services.change.planning import plan_stack  # noqa: E402
 from tests.conftest import Clone, make_workspace  # noqa: E402
 from tests.corpus import CorpusEntry, created_addresses, load_corpus, plan_entry  # noqa: E402
 

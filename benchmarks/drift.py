@@ -26,10 +26,10 @@ from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.domain.principals import Role  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
-from gateway.services.bootstrap import bootstrap_simulator  # noqa: E402
-from gateway.services.drift_records import check_drift, check_scheduled_drift  # noqa: E402
-from gateway.services.proposals import open_proposal, stored_previews  # noqa: E402
-from gateway.services.users import add_principal  # noqa: E402
+from gateway.services.admin.bootstrap import bootstrap_simulator  # noqa: E402
+from gateway.services.admin.users import add_principal  # noqa: E402
+from gateway.services.change.proposals import open_proposal, stored_previews  # noqa: E402
+from gateway.services.day_two.drift_records import check_drift, check_scheduled_drift  # noqa: E402
 
 
 def queues(count: int) -> str:

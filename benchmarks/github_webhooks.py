@@ -40,8 +40,8 @@ from gateway.api.app import create_app  # noqa: E402
 from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
-from gateway.services.bootstrap import bootstrap_simulator  # noqa: E402
-from gateway.services.github import link_account  # noqa: E402
+from gateway.services.admin.bootstrap import bootstrap_simulator  # noqa: E402
+from gateway.services.forge.github import link_account  # noqa: E402
 from tests.conftest import add_people  # noqa: E402
 from tests.github_fake import FakeGitHub  # noqa: E402
 from tests.test_github import make_github_the_forge  # noqa: E402

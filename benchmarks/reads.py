@@ -30,9 +30,9 @@ from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.logs import configure_logging
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.proposals import open_proposal
-from gateway.services.users import add_principal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
+from gateway.services.change.proposals import open_proposal
 
 SECONDS_PER_LEVEL = 5.0
 

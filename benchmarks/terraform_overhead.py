@@ -25,9 +25,9 @@ from gateway.composition import create_workspace, terraform_setup
 from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.logs import configure_logging
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.proposals import open_proposal
-from gateway.services.users import add_principal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
+from gateway.services.change.proposals import open_proposal
 
 HEADER = 'terraform {\n  required_providers {\n    null = {\n      source  = "hashicorp/null"\n      version = "2.1.2"\n    }\n  }\n}\n'
 

@@ -30,10 +30,10 @@ from gateway.domain.jobs import JobKind
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
 from gateway.logs import configure_logging
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.jobs import enqueue_job
-from gateway.services.proposals import decide, open_proposal
-from gateway.services.users import add_principal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
+from gateway.services.change.jobs import enqueue_job
+from gateway.services.change.proposals import decide, open_proposal
 from gateway.services.workspace import Workspace
 
 STACKS, PER_STACK = 20, 10

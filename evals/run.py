@@ -35,10 +35,10 @@ from gateway.domain.errors import GatewayError
 from gateway.domain.plan import Plan, load_plan
 from gateway.domain.principals import Principal, Role
 from gateway.logs import configure_logging
-from gateway.services.agent_requests import PROMPT, submit_request
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.proposals import get_proposal
-from gateway.services.users import add_principal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
+from gateway.services.agents.agent_requests import PROMPT, submit_request
+from gateway.services.change.proposals import get_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 CASES = Path(__file__).with_name("cases.yaml")

@@ -30,17 +30,24 @@ from gateway.domain.preview import RENDERERS
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, Proposal
 from gateway.output import scrub_standard_streams
-from gateway.services import audit as audit_service
-from gateway.services.apply_facts import gather_apply_facts
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
-from gateway.services.drift import revert_drift
-from gateway.services.github import link_account
-from gateway.services.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
-from gateway.services.main_watch import acknowledge_push, unacknowledged, watch_main
-from gateway.services.planning import plan_stack
-from gateway.services.policies import evaluate_plan_document, run_policy_tests
-from gateway.services.proposals import (
+from gateway.services.admin import audit as audit_service
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import (
+    add_principal,
+    authenticate,
+    disable_principal,
+    enable_principal,
+    revoke_token,
+    rotate_token,
+    set_access,
+)
+from gateway.services.agents.breaker import breaker_status, open_breaker, reset_breaker
+from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.jobs import approve_proposal, enqueue_job, follow_job, run_now_or_follow
+from gateway.services.change.main_watch import acknowledge_push, unacknowledged, watch_main
+from gateway.services.change.planning import plan_stack
+from gateway.services.change.policies import evaluate_plan_document, run_policy_tests
+from gateway.services.change.proposals import (
     abandon_proposal,
     claim_issues,
     decide,
@@ -50,18 +57,11 @@ from gateway.services.proposals import (
     pending_changes,
     proposal_previews,
 )
-from gateway.services.runner import merge_unmerged, runner_name
-from gateway.services.simulator import edit_live_object, inject_delay, inject_fault
-from gateway.services.users import (
-    add_principal,
-    authenticate,
-    disable_principal,
-    enable_principal,
-    revoke_token,
-    rotate_token,
-    set_access,
-)
-from gateway.services.views import list_proposal_rows, view_proposal
+from gateway.services.change.runner import merge_unmerged, runner_name
+from gateway.services.change.views import list_proposal_rows, view_proposal
+from gateway.services.day_two.drift import revert_drift
+from gateway.services.day_two.simulator import edit_live_object, inject_delay, inject_fault
+from gateway.services.forge.github import link_account
 from gateway.services.workspace import Workspace
 
 FORMATS = click.Choice(sorted(RENDERERS))
@@ -376,7 +376,7 @@ def drift_revert(ctx: Context, stacks: tuple[str, ...]) -> None:
 @pass_ctx
 def drift_check(ctx: Context, stacks: tuple[str, ...]) -> None:
     """Refresh main's declaration against reality; record what drifted (a drift record per stack)."""
-    from gateway.services.drift_records import check_drift
+    from gateway.services.day_two.drift_records import check_drift
 
     actor = ctx.actor()
     for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
@@ -398,7 +398,7 @@ def drift_check(ctx: Context, stacks: tuple[str, ...]) -> None:
 @pass_ctx
 def drift_list(ctx: Context, stack: str | None, only_open: bool) -> None:
     """Drift records, newest first: open ones need a revert or a codify."""
-    from gateway.services.drift_records import list_drift_records
+    from gateway.services.day_two.drift_records import list_drift_records
 
     records = list_drift_records(ctx.ws, ctx.actor(), stack, only_open)
     for r in records:
@@ -416,7 +416,7 @@ def drift_list(ctx: Context, stack: str | None, only_open: bool) -> None:
 @pass_ctx
 def drift_codify(ctx: Context, stack: str) -> None:
     """Open a proposal that changes the declaration to match reality (a plan with no changes proves it)."""
-    from gateway.services.codify import codify_drift
+    from gateway.services.day_two.codify import codify_drift
 
     proposal = codify_drift(ctx.ws, ctx.actor(), stack)
     click.echo(f"proposal {proposal.id} codifies the drift on {stack} (branch {proposal.branch}); "
@@ -430,7 +430,7 @@ def drift_codify(ctx: Context, stack: str) -> None:
 @pass_ctx
 def rollback(ctx: Context, proposal_id: int, reason: str) -> None:
     """Open a proposal that reverts the merge of an applied change, planned and approved like any other."""
-    from gateway.services.rollback import rollback_proposal
+    from gateway.services.day_two.rollback import rollback_proposal
 
     proposal = rollback_proposal(ctx.ws, ctx.actor(), proposal_id, reason)
     click.echo(f"proposal {proposal.id} rolls back proposal {proposal_id} on branch {proposal.branch}: "
@@ -446,7 +446,7 @@ def rollback(ctx: Context, proposal_id: int, reason: str) -> None:
 @pass_ctx
 def import_command(ctx: Context, stack: str, address: str, resource_id: str, assignments: tuple[str, ...]) -> None:
     """Bring an existing object under management: an import block plus its configuration, proven zero-diff (sandbox)."""
-    from gateway.services.imports import import_resource, parse_overrides
+    from gateway.services.day_two.imports import import_resource, parse_overrides
 
     proposal = import_resource(ctx.ws, ctx.actor(), stack, address, resource_id, parse_overrides(assignments))
     click.echo(f"proposal {proposal.id} imports {address} (id {resource_id}) on branch {proposal.branch}: "
@@ -467,7 +467,7 @@ def break_glass() -> None:
 def break_glass_open(ctx: Context, stack: str, reason: str, duration: str) -> None:
     """Open a window (a break-glass group member; on a protected stack a second person confirms)."""
     from gateway.domain.drift import parse_interval
-    from gateway.services.break_glass import open_break_glass
+    from gateway.services.day_two.break_glass import open_break_glass
 
     window = open_break_glass(ctx.ws, ctx.actor(), stack, reason, parse_interval(duration, "--for"))
     if window.opened_at is None:
@@ -483,7 +483,7 @@ def break_glass_open(ctx: Context, stack: str, reason: str, duration: str) -> No
 @pass_ctx
 def break_glass_confirm(ctx: Context, window_id: int) -> None:
     """Confirm a window asked for on a protected stack (a second person of the break-glass group)."""
-    from gateway.services.break_glass import confirm_break_glass
+    from gateway.services.day_two.break_glass import confirm_break_glass
 
     window = confirm_break_glass(ctx.ws, ctx.actor(), window_id)
     click.echo(f"break-glass window {window.id} on {window.stack} is open until {window.ends_at:%Y-%m-%d %H:%M} UTC")
@@ -495,7 +495,7 @@ def break_glass_confirm(ctx: Context, window_id: int) -> None:
 @pass_ctx
 def break_glass_close(ctx: Context, window_id: int, note: str) -> None:
     """End a window early; its drift is recorded and the codify deadline starts."""
-    from gateway.services.break_glass import close_break_glass
+    from gateway.services.day_two.break_glass import close_break_glass
 
     window = close_break_glass(ctx.ws, ctx.actor(), window_id, note)
     deadline = window.codify_by(ctx.ws.repo_settings().break_glass)
@@ -510,7 +510,7 @@ def break_glass_close(ctx: Context, window_id: int, note: str) -> None:
 @pass_ctx
 def break_glass_acknowledge(ctx: Context, window_id: int, note: str) -> None:
     """Acknowledge an overdue window (the break-glass group): applies on its stack go on."""
-    from gateway.services.break_glass import acknowledge_break_glass
+    from gateway.services.day_two.break_glass import acknowledge_break_glass
 
     window = acknowledge_break_glass(ctx.ws, ctx.actor(), window_id, note)
     click.echo(f"break-glass window {window.id} on {window.stack} acknowledged; applies there go on")
@@ -520,7 +520,7 @@ def break_glass_acknowledge(ctx: Context, window_id: int, note: str) -> None:
 @pass_ctx
 def break_glass_list(ctx: Context) -> None:
     """Break-glass windows, newest first, with where each stands."""
-    from gateway.services.break_glass import windows_of
+    from gateway.services.day_two.break_glass import windows_of
 
     ctx.actor()  # a read: each window's state is computed from the clock; workers record what time did
     settings = ctx.ws.repo_settings().break_glass
@@ -543,7 +543,7 @@ def break_glass_show(ctx: Context, window_id: int) -> None:
 
 
 def audit_service_story(ctx: Context, window_id: int) -> list[Any]:
-    from gateway.services.break_glass import break_glass_story
+    from gateway.services.day_two.break_glass import break_glass_story
 
     return break_glass_story(ctx.ws, ctx.actor(), window_id)
 
@@ -575,7 +575,7 @@ def request(ctx: Context, text: str, conversation: str | None) -> None:
 @pass_ctx
 def chat(ctx: Context) -> None:
     """Talk to the agent; each message after the first refines the same proposal. Empty line or EOF quits."""
-    from gateway.services.agent_requests import model_from_settings
+    from gateway.services.agents.agent_requests import model_from_settings
 
     actor = ctx.actor()
     model_from_settings(ctx.ws)  # fail now, not after the first message, when no model is configured
@@ -592,7 +592,7 @@ def chat(ctx: Context) -> None:
 
 def _run_request(ctx: Context, actor: Principal, text: str, conversation: str | None) -> str:
     """Queue the turn, run it here (or follow the worker that took it), and print how it ended."""
-    from gateway.services.agent_runs import get_agent_run, start_agent_run, turn_result
+    from gateway.services.agents.agent_runs import get_agent_run, start_agent_run, turn_result
 
     run = start_agent_run(ctx.ws, actor, text, conversation)
     assert run.conversation_id is not None and run.job_id is not None  # a new run has both

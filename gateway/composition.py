@@ -2,7 +2,7 @@
 
 `open_workspace` connects to an initialised workspace, `create_workspace` makes one; both hand the
 services a `Workspace` of ports (the store, the declaration repo, the engines) and the job handlers
-the workers dispatch to, so no service imports an adapter and `services/jobs.py` imports no handler.
+the workers dispatch to, so no service imports an adapter and `services/change/jobs.py` imports no handler.
 """
 
 from __future__ import annotations
@@ -77,10 +77,10 @@ def forge_opener(settings: Settings) -> Callable[[GitHubSettings], Forge]:
 
 def job_handlers() -> dict[JobKind, JobHandler]:
     """What each kind of job runs (imported here, not by the queue: handlers queue jobs themselves)."""
-    from gateway.services.agent_runs import run_agent_turn_job
-    from gateway.services.github import run_publish_job
-    from gateway.services.github_webhooks import run_webhook_job
-    from gateway.services.jobs import run_apply_job, run_plan_job
+    from gateway.services.agents.agent_runs import run_agent_turn_job
+    from gateway.services.change.jobs import run_apply_job, run_plan_job
+    from gateway.services.forge.github import run_publish_job
+    from gateway.services.forge.github_webhooks import run_webhook_job
 
     return {JobKind.PLAN: run_plan_job, JobKind.APPLY: run_apply_job, JobKind.PUBLISH: run_publish_job,
             JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job}

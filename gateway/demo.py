@@ -20,12 +20,12 @@ from gateway.domain.errors import Refused
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services import audit as audit_service
-from gateway.services.agent_requests import submit_request
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.proposals import decide, open_proposal, proposal_previews, sync_proposal
-from gateway.services.runner import apply_proposal
-from gateway.services.users import add_principal
+from gateway.services.admin import audit as audit_service
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
+from gateway.services.agents.agent_requests import submit_request
+from gateway.services.change.proposals import decide, open_proposal, proposal_previews, sync_proposal
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 BUCKET_TF = '''

@@ -17,20 +17,20 @@ from gateway.demo import in_scratch_home, step
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services import audit as audit_service
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.break_glass import (
+from gateway.services.admin import audit as audit_service
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
+from gateway.services.change.proposals import decide, open_proposal, proposal_previews
+from gateway.services.change.runner import apply_proposal
+from gateway.services.day_two.break_glass import (
     break_glass_story,
     close_break_glass,
     confirm_break_glass,
     open_break_glass,
     sweep_break_glass,
 )
-from gateway.services.codify import codify_drift
-from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
-from gateway.services.proposals import decide, open_proposal, proposal_previews
-from gateway.services.runner import apply_proposal
-from gateway.services.users import add_principal
+from gateway.services.day_two.codify import codify_drift
+from gateway.services.day_two.drift_records import check_drift, check_scheduled_drift, list_drift_records
 from gateway.services.workspace import Workspace
 
 RULES = "\nbreak_glass:\n  groups: [oncall]\n  codify_within: 24h\n"

@@ -1,6 +1,6 @@
 """The gateway's MCP server (the official MCP Python SDK): `gateway mcp` over stdio, and `/mcp` on the
 service over streamable HTTP with a bearer token. Thin: every tool is a function of
-services/external_agents.py, run off the event loop, its refusals returned as tool errors.
+services/agents/external_agents.py, run off the event loop, its refusals returned as tool errors.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from starlette.responses import JSONResponse
 from agents.prompts import load_prompt
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.domain.principals import Principal
-from gateway.services import external_agents as agents
-from gateway.services.users import authenticate
+from gateway.services.admin.users import authenticate
+from gateway.services.agents import external_agents as agents
 from gateway.services.workspace import Workspace
 
 INSTRUCTIONS = "mcp_instructions"  # prompts/mcp_instructions.md: what the external agent is told

@@ -419,7 +419,7 @@ class StackLocks(Protocol):
     """Stack locks, committed on their own: other processes must see them while an apply runs."""
 
     def acquire(self, stack: str, holder: str, ttl_seconds: float, proposal_id: int | None = None) -> LockAttempt:
-        """Take the stack's lock if nobody holds it; otherwise say who does (an expired holder is not broken here: its apply must be settled first, see services/recovery.py)."""
+        """Take the stack's lock if nobody holds it; otherwise say who does (an expired holder is not broken here: its apply must be settled first, see services/change/recovery.py)."""
         ...
 
     def set_apply(self, stack: str, holder: str, apply_id: int) -> None: ...

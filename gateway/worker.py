@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 import structlog
 
-from gateway.services.audit import checkpoint_if_due
-from gateway.services.break_glass import sweep_break_glass
-from gateway.services.drift_records import check_scheduled_drift
-from gateway.services.github import queue_behind
-from gateway.services.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
-from gateway.services.main_watch import watch_main
+from gateway.services.admin.audit import checkpoint_if_due
+from gateway.services.change.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
+from gateway.services.change.main_watch import watch_main
+from gateway.services.day_two.break_glass import sweep_break_glass
+from gateway.services.day_two.drift_records import check_scheduled_drift
+from gateway.services.forge.github import queue_behind
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

@@ -20,8 +20,8 @@ from gateway.adapters.git_repo import committer_env
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import Principal, PrincipalKind, Role
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.users import add_principal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
 from gateway.services.workspace import Workspace
 
 FIXTURES = Path(__file__).parent / "fixtures"

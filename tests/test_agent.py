@@ -14,9 +14,9 @@ from agents.llm import ChatModel
 from gateway.composition import open_workspace
 from gateway.domain.errors import NotConfigured, Refused
 from gateway.domain.proposal import Decision
-from gateway.services import audit as audit_service
-from gateway.services.agent_requests import AGENT_NAME, submit_request
-from gateway.services.proposals import decide, get_proposal, proposal_previews
+from gateway.services.admin import audit as audit_service
+from gateway.services.agents.agent_requests import AGENT_NAME, submit_request
+from gateway.services.change.proposals import decide, get_proposal, proposal_previews
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People, add_people, run_cli

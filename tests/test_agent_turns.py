@@ -30,8 +30,8 @@ from gateway.domain.claims import check_claim
 from gateway.domain.errors import BackendError, Conflict
 from gateway.domain.plan import load_plan
 from gateway.domain.policy import Finding, Severity
-from gateway.services.agent_requests import submit_request
-from gateway.services.agent_runs import start_agent_run
+from gateway.services.agents.agent_requests import submit_request
+from gateway.services.agents.agent_runs import start_agent_run
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli, sign_in_client

@@ -42,7 +42,7 @@ def client(workspace: Workspace) -> Iterator[TestClient]:
 @pytest.fixture
 def proposal_id(workspace: Workspace, people: People, clone: Clone, client: TestClient) -> int:
     clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
-    from gateway.services.proposals import open_proposal
+    from gateway.services.change.proposals import open_proposal
 
     return open_proposal(workspace, people.alice, "bigger", "more memory").id
 
@@ -139,7 +139,7 @@ def test_the_api_runs_on_postgresql_too(tmp_path: Path, postgres_url: str) -> No
     Clone(ws, tmp_path / "clone").branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
     with TestClient(create_app(ws.settings)) as client:
         assert client.get("/api/v1/health").json()["database"] == "postgresql"
-        from gateway.services.proposals import open_proposal
+        from gateway.services.change.proposals import open_proposal
 
         pid = open_proposal(ws, people.alice, "bigger", "x").id
         assert client.post(f"/api/v1/proposals/{pid}/approve", json={}, headers=bearer(people.tokens["bob"])).status_code == 200
@@ -182,6 +182,6 @@ def test_a_number_json_does_not_allow_is_a_readable_422_on_every_route_with_a_bo
             said = answer.json()
             assert said["error"] == "InputError" and field in said["detail"], (route, body, said)
             assert "Traceback" not in answer.text
-    from gateway.services.proposals import get_proposal
+    from gateway.services.change.proposals import get_proposal
 
     assert get_proposal(workspace, proposal_id).decisions == []  # nothing was decided

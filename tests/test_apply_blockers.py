@@ -25,9 +25,9 @@ from gateway.domain.policy import Finding, Severity
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, StackPlan
 from gateway.domain.repo_settings import BreakGlassSettings, GitHubSettings, RepoSettings, StackSettings
-from gateway.services.proposals import decide, open_proposal
-from gateway.services.runner import apply_proposal
-from gateway.services.views import view_proposal
+from gateway.services.change.proposals import decide, open_proposal
+from gateway.services.change.runner import apply_proposal
+from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, run_cli, sign_in_client

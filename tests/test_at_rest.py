@@ -10,8 +10,8 @@ import pytest
 from gateway.adapters.sealing import Sealer
 from gateway.domain.errors import BackendError
 from gateway.domain.proposal import Decision
-from gateway.services.proposals import decide, open_proposal
-from gateway.services.runner import apply_proposal
+from gateway.services.change.proposals import decide, open_proposal
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People

@@ -18,9 +18,9 @@ from gateway.api.app import create_app
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
 from gateway.domain.errors import Refused
 from gateway.domain.proposal import Decision
-from gateway.services import audit as audit_service
-from gateway.services.proposals import decide, open_proposal
-from gateway.services.runner import apply_proposal
+from gateway.services.admin import audit as audit_service
+from gateway.services.change.proposals import decide, open_proposal
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People, add_people, run_cli, sign_in_client

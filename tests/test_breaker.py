@@ -18,14 +18,14 @@ from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, 
 from gateway.domain.errors import Refused
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
-from gateway.services.agent_runs import get_agent_run, start_agent_run
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.breaker import breaker_status, open_breaker, reset_breaker
-from gateway.services.drift import revert_drift
-from gateway.services.jobs import run_now_or_follow
-from gateway.services.proposals import decide, get_proposal, open_proposal
-from gateway.services.runner import apply_proposal
-from gateway.services.users import add_principal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.admin.users import add_principal
+from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
+from gateway.services.agents.breaker import breaker_status, open_breaker, reset_breaker
+from gateway.services.change.jobs import run_now_or_follow
+from gateway.services.change.proposals import decide, get_proposal, open_proposal
+from gateway.services.change.runner import apply_proposal
+from gateway.services.day_two.drift import revert_drift
 from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 

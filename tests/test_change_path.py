@@ -14,8 +14,8 @@ from gateway.adapters.store.rows import now
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Decision, ProposalStatus
-from gateway.services.proposals import decide, get_proposal, open_proposal, override_finding, sync_proposal
-from gateway.services.runner import apply_proposal
+from gateway.services.change.proposals import decide, get_proposal, open_proposal, override_finding, sync_proposal
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
@@ -252,7 +252,7 @@ def test_bad_proposals_are_refused_with_nothing_written(workspace: Workspace, pe
 
 
 def test_auto_apply_once_the_last_approval_lands(workspace: Workspace, people: People, clone: Clone) -> None:
-    from gateway.services.jobs import approve_proposal, run_now_or_follow
+    from gateway.services.change.jobs import approve_proposal, run_now_or_follow
 
     clone.branch("main").edit("gateway.yaml", "auto_apply: false", "auto_apply: true").push("turn on auto-apply")
     clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()

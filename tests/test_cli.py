@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gateway.api.app import create_app
-from gateway.services.proposals import open_proposal
+from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People, run_cli

@@ -15,9 +15,9 @@ from gateway.adapters.sql_store import stack_locks
 from gateway.adapters.store.rows import now
 from gateway.domain.errors import LockTimeout
 from gateway.domain.proposal import Decision, ProposalStatus, Transition
-from gateway.services.planning import plan_stack
-from gateway.services.proposals import decide, get_proposal, open_proposal
-from gateway.services.runner import apply_proposal
+from gateway.services.change.planning import plan_stack
+from gateway.services.change.proposals import decide, get_proposal, open_proposal
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people

@@ -14,9 +14,7 @@ from gateway.api.app import create_app
 from gateway.domain.errors import AuthError, Refused
 from gateway.domain.principals import Role
 from gateway.domain.proposal import Decision
-from gateway.services.proposals import decide, open_proposal
-from gateway.services.runner import apply_proposal
-from gateway.services.users import (
+from gateway.services.admin.users import (
     authenticate,
     disable_principal,
     enable_principal,
@@ -24,6 +22,8 @@ from gateway.services.users import (
     rotate_token,
     set_access,
 )
+from gateway.services.change.proposals import decide, open_proposal
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, run_cli, sign_in_client

@@ -25,8 +25,11 @@ from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision
-from gateway.services.agent_requests import submit_request
-from gateway.services.break_glass import (
+from gateway.services.admin.users import add_principal
+from gateway.services.agents.agent_requests import submit_request
+from gateway.services.change.proposals import abandon_proposal, decide, get_proposal, open_proposal, proposal_previews
+from gateway.services.change.runner import apply_proposal
+from gateway.services.day_two.break_glass import (
     acknowledge_break_glass,
     close_break_glass,
     confirm_break_glass,
@@ -34,14 +37,11 @@ from gateway.services.break_glass import (
     overdue_windows,
     sweep_break_glass,
 )
-from gateway.services.codify import codify_drift
-from gateway.services.drift import revert_drift
-from gateway.services.drift_records import check_drift, check_scheduled_drift, list_drift_records
-from gateway.services.imports import import_resource
-from gateway.services.proposals import abandon_proposal, decide, get_proposal, open_proposal, proposal_previews
-from gateway.services.rollback import rollback_proposal
-from gateway.services.runner import apply_proposal
-from gateway.services.users import add_principal
+from gateway.services.day_two.codify import codify_drift
+from gateway.services.day_two.drift import revert_drift
+from gateway.services.day_two.drift_records import check_drift, check_scheduled_drift, list_drift_records
+from gateway.services.day_two.imports import import_resource
+from gateway.services.day_two.rollback import rollback_proposal
 from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 

@@ -16,12 +16,12 @@ from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import InputError
 from gateway.domain.proposal import Decision
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.codify import codify_drift
-from gateway.services.drift_records import check_drift, list_drift_records
-from gateway.services.proposals import decide, open_proposal
-from gateway.services.rollback import rollback_proposal
-from gateway.services.runner import apply_proposal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.change.proposals import decide, open_proposal
+from gateway.services.change.runner import apply_proposal
+from gateway.services.day_two.codify import codify_drift
+from gateway.services.day_two.drift_records import check_drift, list_drift_records
+from gateway.services.day_two.rollback import rollback_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people
@@ -66,7 +66,7 @@ def test_drift_recorded_codified_and_closed_on_terraform(tf_workspace: Workspace
 
 
 def test_import_is_refused_on_terraform_1_0(tf_workspace: Workspace) -> None:
-    from gateway.services.imports import import_resource
+    from gateway.services.day_two.imports import import_resource
 
     people = add_people(tf_workspace)
     with pytest.raises(InputError, match="Terraform 1.0.3 has no import blocks"):

@@ -20,8 +20,8 @@ from gateway.api.app import create_app
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.proposals import open_proposal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people, sign_in_client

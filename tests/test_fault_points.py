@@ -21,9 +21,9 @@ from gateway.adapters.sql_store import sandbox_objects
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.fault_points import ENVIRONMENT_VARIABLE, EXIT_STATUS
-from gateway.services.jobs import enqueue_job, recover_abandoned_work, run_now_or_follow
-from gateway.services.proposals import decide, get_proposal, open_proposal
-from gateway.services.runner import merge_unmerged
+from gateway.services.change.jobs import enqueue_job, recover_abandoned_work, run_now_or_follow
+from gateway.services.change.proposals import decide, get_proposal, open_proposal
+from gateway.services.change.runner import merge_unmerged
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people

@@ -29,12 +29,12 @@ from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.github import plan_fingerprint
 from gateway.domain.jobs import RetryPolicy
-from gateway.services import github as github_service
-from gateway.services import jobs as jobs_service
-from gateway.services.agent_requests import agent_principal
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.github import link_account
-from gateway.services.proposals import get_proposal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.agents.agent_requests import agent_principal
+from gateway.services.change import jobs as jobs_service
+from gateway.services.change.proposals import get_proposal
+from gateway.services.forge import github as github_service
+from gateway.services.forge.github import link_account
 from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People, add_people

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from gateway.domain.audit import Checkpoint
-from gateway.services.audit import sign_checkpoint
+from gateway.services.admin.audit import sign_checkpoint
 from gateway.services.workspace import Workspace
 from gateway.worker import run_housekeeping
 

@@ -24,9 +24,9 @@ from gateway.domain.lifecycle import FINAL, TRANSITIONS, ProposalStatus, Transit
 from gateway.domain.principals import Principal, PrincipalKind
 from gateway.domain.proposal import Decision, Proposal
 from gateway.ports import ApplyOutcome, Engine
-from gateway.services.main_watch import acknowledge_push, watch_main
-from gateway.services.proposals import abandon_proposal, decide, get_proposal, open_proposal
-from gateway.services.runner import _acquire, apply_proposal, merge_unmerged
+from gateway.services.change.main_watch import acknowledge_push, watch_main
+from gateway.services.change.proposals import abandon_proposal, decide, get_proposal, open_proposal
+from gateway.services.change.runner import _acquire, apply_proposal, merge_unmerged
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli
@@ -300,7 +300,7 @@ def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Worksp
     seen = proposal.current_digests
     other = _approved(ws, people, clone, "cost", [(STAGING, '"cc-3003"', '"cc-3004"')])
     assert apply_proposal(ws, people.alice, other).succeeded  # the state moves: same commit, a different plan
-    from gateway.services.proposals import sync_proposal
+    from gateway.services.change.proposals import sync_proposal
 
     replanned, _ = sync_proposal(ws, proposal.id)
     assert replanned.head_sha == proposal.head_sha and replanned.current_digests != seen

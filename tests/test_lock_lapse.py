@@ -19,9 +19,9 @@ from sqlalchemy import create_engine, func, select, text
 
 from gateway.adapters.sql_store import sandbox_faults
 from gateway.domain.proposal import Decision, ProposalStatus
-from gateway.services.proposals import decide, get_proposal, open_proposal
-from gateway.services.runner import ApplyReport, apply_proposal, merge_unmerged
-from gateway.services.simulator import inject_delay
+from gateway.services.change.proposals import decide, get_proposal, open_proposal
+from gateway.services.change.runner import ApplyReport, apply_proposal, merge_unmerged
+from gateway.services.day_two.simulator import inject_delay
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people

@@ -27,8 +27,8 @@ from gateway.domain.errors import Refused
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
 from gateway.services import external_agents
-from gateway.services.proposals import decide, get_proposal, open_proposal
-from gateway.services.users import add_principal, authenticate, disable_principal, enable_principal, set_access
+from gateway.services.admin.users import add_principal, authenticate, disable_principal, enable_principal, set_access
+from gateway.services.change.proposals import decide, get_proposal, open_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People

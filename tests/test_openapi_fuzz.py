@@ -24,7 +24,7 @@ def test_no_server_errors_and_responses_match_the_schema(tmp_path: Path) -> None
     ws = make_workspace(tmp_path / "home")
     people = add_people(ws)
     Clone(ws, tmp_path / "clone").branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
-    from gateway.services.proposals import open_proposal
+    from gateway.services.change.proposals import open_proposal
 
     open_proposal(ws, people.alice, "bigger", "more memory")
     with ModelStub() as stub:  # a model that answers in words and changes nothing

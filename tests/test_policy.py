@@ -22,8 +22,8 @@ from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severi
 from gateway.domain.proposal import Decision
 from gateway.domain.risk import RiskLevel, assess_risk
 from gateway.ports import StackInputs
-from gateway.services.proposals import decide, get_proposal, open_proposal, override_finding
-from gateway.services.runner import apply_proposal
+from gateway.services.change.proposals import decide, get_proposal, open_proposal, override_finding
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People

@@ -16,8 +16,8 @@ from gateway.domain.errors import Refused
 from gateway.domain.policy import Severity
 from gateway.domain.proposal import Decision, Proposal
 from gateway.domain.rego import masked_input
-from gateway.services.proposals import decide, open_proposal, override_finding
-from gateway.services.runner import apply_proposal
+from gateway.services.change.proposals import decide, open_proposal, override_finding
+from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import FIXTURES, Clone, People, run_cli

@@ -12,7 +12,7 @@ from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan
 from gateway.domain.preview import RENDERERS, render_text
 from gateway.ports import ApplyOutcome
-from gateway.services.planning import StackPlanResult, plan_stack
+from gateway.services.change.planning import StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone

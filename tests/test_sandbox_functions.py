@@ -29,7 +29,7 @@ from gateway.adapters.sql_store import Database
 from gateway.domain.errors import ConfigError
 from gateway.domain.plan import ChangeKind
 from gateway.ports import EnginePlan, StackInputs
-from gateway.services.planning import plan_stack
+from gateway.services.change.planning import plan_stack
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone

@@ -17,7 +17,7 @@ from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
 from gateway.domain.preview import build_preview, render_text
 from gateway.ports import EnginePlan, StackInputs
-from gateway.services.planning import plan_stack
+from gateway.services.change.planning import plan_stack
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone

@@ -19,7 +19,7 @@ from gateway.composition import open_workspace
 from gateway.domain.errors import ConfigError
 from gateway.domain.scrubbing import REDACTED, Scrubber
 from gateway.logs import configure_logging, install_log_scrubber
-from gateway.services.proposals import open_proposal
+from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People, run_cli
@@ -152,7 +152,7 @@ def test_variations_stay_masked_and_are_denied(workspace: Workspace, people: Peo
     _attack(clone, name, files, drop_sensitive=name != "schema-sensitive-attribute")
     proposal = open_proposal(unscrubbed, people.alice, name, "innocent")
     from gateway.domain.preview import RENDERERS
-    from gateway.services.proposals import proposal_previews
+    from gateway.services.change.proposals import proposal_previews
 
     previews = proposal_previews(unscrubbed, proposal)
     rendered = [render(p) for p in previews.values() for render in RENDERERS.values()]
@@ -180,7 +180,7 @@ output "note" {
 ''').push()
     proposal = open_proposal(workspace, people.alice, "own-marks", "a note")
     assert not [f for f in proposal.plans["data"].findings if f.rule == "secret-unmasked"]
-    from gateway.services.proposals import proposal_previews
+    from gateway.services.change.proposals import proposal_previews
 
     preview = proposal_previews(workspace, proposal)["data"]
     from gateway.domain.preview import render_text
@@ -259,7 +259,7 @@ def test_what_a_secret_decides_stays_masked(workspace: Workspace, people: People
     clone.branch(name).write("stacks/data/leak.tf", hcl).push()
     proposal = open_proposal(unscrubbed, people.alice, name, "innocent")
     from gateway.domain.preview import render_text
-    from gateway.services.proposals import proposal_previews
+    from gateway.services.change.proposals import proposal_previews
 
     text = render_text(proposal_previews(unscrubbed, proposal)["data"])
     assert "c = (sensitive)" in text, text
@@ -286,7 +286,7 @@ def test_an_ignored_secret_attribute_stays_masked(workspace: Workspace, people: 
                 '  name = "q-${aws_db_instance.orders.password}"\n  tags = local.tags\n}\n').push()
     proposal = open_proposal(unscrubbed, people.alice, "ignore", "innocent")
     from gateway.domain.preview import RENDERERS
-    from gateway.services.proposals import proposal_previews
+    from gateway.services.change.proposals import proposal_previews
 
     _assert_hidden(password, *[r(p) for p in proposal_previews(unscrubbed, proposal).values() for r in RENDERERS.values()])
 
@@ -312,6 +312,6 @@ def test_try_does_not_turn_a_secret_into_a_yes_or_no(workspace: Workspace, peopl
                               '  value = try(tonumber(var.db_password), "not a number")\n}\n').push()
     proposal = open_proposal(workspace, people.alice, "try", "innocent")
     from gateway.domain.preview import render_text
-    from gateway.services.proposals import proposal_previews
+    from gateway.services.change.proposals import proposal_previews
 
     assert "c = (sensitive)" in render_text(proposal_previews(workspace, proposal)["data"])

@@ -18,9 +18,9 @@ from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.proposal import Decision, ProposalStatus
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.jobs import enqueue_job, run_now_or_follow
-from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.change.jobs import enqueue_job, run_now_or_follow
+from gateway.services.change.proposals import decide, get_proposal, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people

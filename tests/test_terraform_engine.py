@@ -30,9 +30,9 @@ from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.preview import RENDERERS, build_preview, render_text
 from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.ports import StackInputs
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.jobs import enqueue_job, run_now_or_follow
-from gateway.services.proposals import decide, get_proposal, open_proposal, proposal_previews, sync_proposal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.change.jobs import enqueue_job, run_now_or_follow
+from gateway.services.change.proposals import decide, get_proposal, open_proposal, proposal_previews, sync_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 from gateway.worker import Worker
 
@@ -245,7 +245,7 @@ def test_the_change_path_with_the_terraform_engine(tf_workspace: Workspace, tmp_
     assert after.status == ProposalStatus.APPLIED and after.merge_sha
     contents = [json.loads(p.read_text())["content"] for p in (ws.settings.home / "sim-objects").glob("*.json")]
     assert "replicas=3" in contents
-    from gateway.services.audit import verify_trail
+    from gateway.services.admin.audit import verify_trail
 
     count, broken = verify_trail(ws, people.admin)
     assert broken is None and count > 0
@@ -360,7 +360,7 @@ def test_provider_credentials_never_reach_the_agent_or_the_model(tf_workspace: W
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Credentials live in the worker's environment; the agent plans with them and never sees them."""
     from agents.llm import ChatModel
-    from gateway.services.agent_requests import submit_request
+    from gateway.services.agents.agent_requests import submit_request
 
     from .model_stub import ModelStub, tool_call
 

@@ -29,9 +29,9 @@ from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.proposal import Decision
 from gateway.ports import StackInputs
-from gateway.services.bootstrap import bootstrap_simulator
-from gateway.services.jobs import enqueue_job, run_now_or_follow
-from gateway.services.proposals import decide, open_proposal
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.change.jobs import enqueue_job, run_now_or_follow
+from gateway.services.change.proposals import decide, open_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, add_people

@@ -16,9 +16,9 @@ from gateway.adapters.sql_store import sandbox_faults
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.proposal import Decision, ProposalStatus
-from gateway.services.jobs import enqueue_job, follow_job
-from gateway.services.proposals import decide, get_proposal, open_proposal
-from gateway.services.simulator import inject_delay
+from gateway.services.change.jobs import enqueue_job, follow_job
+from gateway.services.change.proposals import decide, get_proposal, open_proposal
+from gateway.services.day_two.simulator import inject_delay
 from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 

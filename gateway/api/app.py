@@ -21,7 +21,7 @@ from gateway.composition import open_workspace
 from gateway.config import Settings
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.mcp_server import McpMount
-from gateway.services.forge import require_webhook_secret
+from gateway.services.forge.code_host import require_webhook_secret
 from gateway.worker import Worker
 
 

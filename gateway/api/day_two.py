@@ -13,8 +13,8 @@ from gateway.adapters.store.rows import now
 from gateway.api.deps import ActorDep, PageActorDep, WorkspaceDep
 from gateway.api.pages import render
 from gateway.api.routes import ERRORS
-from gateway.services.break_glass import windows_of
-from gateway.services.drift_records import list_drift_records
+from gateway.services.day_two.break_glass import windows_of
+from gateway.services.day_two.drift_records import list_drift_records
 
 api = APIRouter(prefix="/api/v1", responses=ERRORS)
 pages = APIRouter(include_in_schema=False)

@@ -9,7 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway.domain.errors import AuthError, NotFound
 from gateway.domain.principals import Principal
-from gateway.services.users import authenticate
+from gateway.services.admin.users import authenticate
 from gateway.services.workspace import Workspace
 
 bearer = HTTPBearer(auto_error=False, description="the API token `gateway users add` printed")

@@ -18,15 +18,15 @@ from gateway.domain.errors import AuthError, InputError, Refused
 from gateway.domain.jobs import JobKind
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
-from gateway.services import audit as audit_service
-from gateway.services.agent_runs import get_agent_run, start_agent_run
-from gateway.services.break_glass import overdue_windows
-from gateway.services.breaker import breaker_status
-from gateway.services.jobs import approve_proposal, enqueue_job
-from gateway.services.main_watch import unacknowledged
-from gateway.services.proposals import decide
-from gateway.services.users import authenticate_person
-from gateway.services.views import list_proposal_rows, view_proposal
+from gateway.services.admin import audit as audit_service
+from gateway.services.admin.users import authenticate_person
+from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
+from gateway.services.agents.breaker import breaker_status
+from gateway.services.change.jobs import approve_proposal, enqueue_job
+from gateway.services.change.main_watch import unacknowledged
+from gateway.services.change.proposals import decide
+from gateway.services.change.views import list_proposal_rows, view_proposal
+from gateway.services.day_two.break_glass import overdue_windows
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 router = APIRouter(include_in_schema=False)

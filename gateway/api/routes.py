@@ -31,12 +31,12 @@ from gateway.domain.errors import InputError
 from gateway.domain.jobs import JobKind
 from gateway.domain.preview import RENDERERS
 from gateway.domain.proposal import Decision
-from gateway.services import audit as audit_service
-from gateway.services.agent_runs import get_agent_run, start_agent_run
-from gateway.services.github_webhooks import MAX_BODY, receive_delivery
-from gateway.services.jobs import approve_proposal, enqueue_job
-from gateway.services.proposals import decide, get_proposal, override_finding, proposal_previews
-from gateway.services.views import list_proposal_rows, view_proposal
+from gateway.services.admin import audit as audit_service
+from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
+from gateway.services.change.jobs import approve_proposal, enqueue_job
+from gateway.services.change.proposals import decide, get_proposal, override_finding, proposal_previews
+from gateway.services.change.views import list_proposal_rows, view_proposal
+from gateway.services.forge.github_webhooks import MAX_BODY, receive_delivery
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
 TEXT = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}

@@ -2,7 +2,7 @@
 
 The runner refuses with exactly these sentences, and the API, the pages, `gateway show` and the pull request
 show them, so what a person is told can be applied is what the runner will apply. The facts are gathered by
-`services/apply_facts.py`; nothing here reads a database, git or GitHub.
+`services/change/apply_facts.py`; nothing here reads a database, git or GitHub.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from gateway.adapters.hcl import collector_paused
-from gateway.adapters.sandbox.applier import DELAY_PREFIX, Applier
+from gateway.adapters.sandbox.applier import Applier
 from gateway.adapters.sandbox.config import load_stack
 from gateway.adapters.sandbox.planner import Planner
 from gateway.adapters.sandbox.schema import schema_for
@@ -30,9 +30,6 @@ from gateway.adapters.sandbox.state import SandboxStore, StackState, StateResour
 from gateway.domain.errors import ApplyError, ConfigError
 from gateway.domain.plan import load_plan
 from gateway.ports import ApplyOutcome, EnginePlan, StackInputs
-
-# kept for gateway/services/simulator.py (being edited elsewhere); its home is applier.py
-__all__ = ["DELAY_PREFIX", "SandboxEngine"]
 
 log = structlog.get_logger(__name__)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 
+from gateway.adapters.sandbox.applier import DELAY_PREFIX
 from gateway.adapters.sandbox.state import StackState
 from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.sql_store import (
@@ -111,6 +112,10 @@ class SqlSandboxStore:
         with self.db.transaction() as conn:
             conn.execute(delete(sandbox_faults).where(sandbox_faults.c.stack == stack, sandbox_faults.c.address == address))
             conn.execute(sandbox_faults.insert().values(stack=stack, address=address, message=message))
+
+    def inject_delay(self, stack: str, address: str, seconds: float) -> None:
+        """Make the next apply of `address` in `stack` take `seconds` longer, as a slow provider would."""
+        self.inject_fault(stack, address, f"{DELAY_PREFIX}{seconds}")
 
     def take_fault(self, stack: str, address: str) -> str | None:
         with self.db.transaction() as conn:

@@ -28,7 +28,7 @@ class SqlStackLocks:
 
     def acquire(self, stack: str, holder: str, ttl_seconds: float, proposal_id: int | None = None) -> LockAttempt:
         """Take the stack's lock if nobody holds it; otherwise say who does (an expired holder is not broken here:
-        its apply must be settled first, see services/recovery.py)."""
+        its apply must be settled first, see services/change/recovery.py)."""
         with self.db.transaction() as conn:
             row = conn.execute(select(stack_locks).where(stack_locks.c.stack == stack)).mappings().first()
             if row is not None:

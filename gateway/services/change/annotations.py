@@ -11,7 +11,7 @@ from gateway.domain.drift import entries_to_json, open_drift_notice
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import DriftEntry, OpenDrift
 from gateway.domain.proposal import Proposal
-from gateway.services.drift_records import open_drift_by_stack
+from gateway.services.day_two.drift_records import open_drift_by_stack
 from gateway.services.workspace import Workspace
 
 ROLLBACK_OF = "rollback_of:"  # marker: proposal id -> the proposal it rolls back, and why

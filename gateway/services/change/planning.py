@@ -20,7 +20,7 @@ from gateway.domain.preview import Preview, build_preview
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
 from gateway.ports import EnginePlan, StackInputs
-from gateway.services.policies import rego_findings
+from gateway.services.change.policies import rego_findings
 from gateway.services.workspace import Workspace
 
 

@@ -19,9 +19,9 @@ from gateway.domain.plan import ChangeKind
 from gateway.domain.preview import build_preview
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
-from gateway.services.branches import free_branch_name
-from gateway.services.planning import ChangeOrigin, plan_stack
-from gateway.services.proposals import get_proposal, open_proposal
+from gateway.services.change.branches import free_branch_name
+from gateway.services.change.planning import ChangeOrigin, plan_stack
+from gateway.services.change.proposals import get_proposal, open_proposal
 from gateway.services.workspace import Workspace
 
 _ADDRESS = re.compile(r"^[a-z][a-z0-9_]*\.[A-Za-z_][A-Za-z0-9_-]*$")

@@ -10,7 +10,7 @@ from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, 
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role
 from gateway.ports import UnitOfWork
-from gateway.services.planning import StackPlanResult
+from gateway.services.change.planning import StackPlanResult
 from gateway.services.workspace import Workspace
 
 

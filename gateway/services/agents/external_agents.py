@@ -30,9 +30,9 @@ from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal, requester_refusals
 from gateway.domain.proposal import Proposal
-from gateway.services.planning import ChangeOrigin, plan_directory
-from gateway.services.proposals import get_proposal, open_proposal
-from gateway.services.views import view_proposal
+from gateway.services.change.planning import ChangeOrigin, plan_directory
+from gateway.services.change.proposals import get_proposal, open_proposal
+from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 T = TypeVar("T")

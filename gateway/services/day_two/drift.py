@@ -16,10 +16,10 @@ from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import Job, JobKind
 from gateway.domain.principals import SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
-from gateway.services.breaker import guard_agent_change
-from gateway.services.jobs import enqueue_job
-from gateway.services.planning import ChangeOrigin, plan_stack
-from gateway.services.proposals import get_proposal, record_plans
+from gateway.services.agents.breaker import guard_agent_change
+from gateway.services.change.jobs import enqueue_job
+from gateway.services.change.planning import ChangeOrigin, plan_stack
+from gateway.services.change.proposals import get_proposal, record_plans
 from gateway.services.workspace import Workspace
 
 

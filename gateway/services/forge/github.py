@@ -25,10 +25,10 @@ from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
 from gateway.ports import Forge
-from gateway.services.apply_facts import gather_apply_facts
-from gateway.services.breaker import open_breaker_reason
-from gateway.services.forge import forge_of
-from gateway.services.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
+from gateway.services.agents.breaker import open_breaker_reason
+from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
+from gateway.services.forge.code_host import forge_of
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

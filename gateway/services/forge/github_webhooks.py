@@ -30,9 +30,9 @@ from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.ports import Forge
-from gateway.services.forge import forge_of, require_webhook_secret, verified_groups
-from gateway.services.jobs import enqueue_job
-from gateway.services.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
+from gateway.services.change.jobs import enqueue_job
+from gateway.services.change.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
+from gateway.services.forge.code_host import forge_of, require_webhook_secret, verified_groups
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)
@@ -316,7 +316,9 @@ def _command_decide(ws: Workspace, forge: Forge, person: Principal, user: Mappin
 
 def _command_ask(ws: Workspace, forge: Forge, person: Principal, user: Mapping, proposal: Proposal,
                  command: Command, auth: str) -> dict[str, Any]:
-    from gateway.services.agent_requests import submit_request  # the agent (and its model client) only when asked
+    from gateway.services.agents.agent_requests import (
+        submit_request,  # the agent (and its model client) only when asked
+    )
 
     with ws.store.session(readonly=True) as session:
         conversation = session.conversations.of_proposal(proposal.id)

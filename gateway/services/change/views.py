@@ -15,8 +15,8 @@ from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services.apply_facts import gather_apply_facts
-from gateway.services.proposals import claim_issues, get_proposal, pending_changes, stored_previews
+from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, stored_previews
 from gateway.services.workspace import Workspace
 
 

@@ -15,7 +15,7 @@ import time
 import structlog
 
 from gateway.domain.proposal import Proposal
-from gateway.services.heartbeat import Heartbeat
+from gateway.services.change.heartbeat import Heartbeat
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

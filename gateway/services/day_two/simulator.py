@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.adapters.sandbox.engine import DELAY_PREFIX
 from gateway.domain.errors import InputError, Refused
 from gateway.domain.principals import Principal, Role
 from gateway.services.workspace import Workspace
@@ -37,4 +36,4 @@ def inject_delay(ws: Workspace, actor: Principal, stack: str, address: str, seco
     _require_admin(actor)
     if not 0 < seconds <= 3600:
         raise InputError("a delay is between 0 and 3600 seconds")
-    ws.sandbox.inject_fault(stack, address, f"{DELAY_PREFIX}{seconds}")
+    ws.sandbox.inject_delay(stack, address, seconds)

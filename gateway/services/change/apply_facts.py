@@ -5,9 +5,9 @@ from __future__ import annotations
 from gateway.domain.apply_blockers import ApplyFacts
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
-from gateway.services.break_glass import windows_on
-from gateway.services.forge import github_team_checks
-from gateway.services.main_watch import unacknowledged_pushes
+from gateway.services.change.main_watch import unacknowledged_pushes
+from gateway.services.day_two.break_glass import windows_on
+from gateway.services.forge.code_host import github_team_checks
 from gateway.services.workspace import Workspace
 
 

@@ -23,8 +23,8 @@ from gateway.domain.errors import ConfigError, GatewayError, InputError, Refused
 from gateway.domain.principals import SYSTEM_NAME, Principal
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import BreakGlassSettings
-from gateway.services import audit as audit_service
-from gateway.services.drift_records import CHECKED, check_drift
+from gateway.services.admin import audit as audit_service
+from gateway.services.day_two.drift_records import CHECKED, check_drift
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

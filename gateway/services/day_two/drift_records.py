@@ -22,7 +22,7 @@ from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import SYSTEM_NAME, Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.scrubbing import Scrubber
-from gateway.services.planning import ChangeOrigin, plan_stack
+from gateway.services.change.planning import ChangeOrigin, plan_stack
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

@@ -8,9 +8,9 @@ from gateway.domain.errors import InputError, Refused
 from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal, ProposalKind
-from gateway.services.annotations import ROLLBACK_OF
-from gateway.services.branches import free_branch_name
-from gateway.services.proposals import get_proposal, open_proposal
+from gateway.services.change.annotations import ROLLBACK_OF
+from gateway.services.change.branches import free_branch_name
+from gateway.services.change.proposals import get_proposal, open_proposal
 from gateway.services.workspace import Workspace
 
 

@@ -16,9 +16,9 @@ from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
 from gateway.domain.scrubbing import Scrubber
-from gateway.services.branches import free_branch_name
-from gateway.services.planning import ChangeOrigin, plan_stack
-from gateway.services.proposals import open_proposal
+from gateway.services.change.branches import free_branch_name
+from gateway.services.change.planning import ChangeOrigin, plan_stack
+from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
 _ADDRESS = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)(\[[^\]]+\])?$")

@@ -22,12 +22,12 @@ from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Decision, Proposal
-from gateway.services.agent_runs import interrupt_abandoned_turns
-from gateway.services.apply_facts import gather_apply_facts
-from gateway.services.heartbeat import Heartbeat
-from gateway.services.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
-from gateway.services.recovery import interrupt_stale_jobs, recover_expired_locks
-from gateway.services.runner import ApplyReport, apply_proposal
+from gateway.services.agents.agent_runs import interrupt_abandoned_turns
+from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.heartbeat import Heartbeat
+from gateway.services.change.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
+from gateway.services.change.recovery import interrupt_stale_jobs, recover_expired_locks
+from gateway.services.change.runner import ApplyReport, apply_proposal
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

@@ -25,7 +25,7 @@ from gateway.domain.principals import Principal
 from gateway.services.workspace import Workspace
 
 if TYPE_CHECKING:
-    from gateway.services.agent_requests import RequestOutcome
+    from gateway.services.agents.agent_requests import RequestOutcome
 
 log = structlog.get_logger(__name__)
 
@@ -64,15 +64,15 @@ class TurnResult:
 def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id: str | None = None) -> AgentRun:
     """Check what can be checked now (the request, a model configured, the breaker closed, the conversation
     free), then queue the turn as a job and return its run at once."""
-    from gateway.services.agent_requests import (
+    from gateway.services.agents.agent_requests import (
         agent_principal,
         check_conversation_free,
         check_request,
         model_from_settings,
         open_conversation,
     )
-    from gateway.services.breaker import agent_stop_reason
-    from gateway.services.recovery import interrupt_stale_jobs
+    from gateway.services.agents.breaker import agent_stop_reason
+    from gateway.services.change.recovery import interrupt_stale_jobs
 
     text = check_request(person, text)
     model_from_settings(ws)  # no model configured: say so now, not from the job
@@ -98,7 +98,7 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
 
 def run_agent_turn(ws: Workspace, job: Job, progress: Callable[[str], None]) -> tuple[JobStatus, dict[str, Any]]:
     """The agent_turn job: run the turn, keeping its run's progress and end; every way out is recorded on the run."""
-    from gateway.services.agent_requests import submit_request
+    from gateway.services.agents.agent_requests import submit_request
 
     run_id = str(job.args.get("run"))
     with ws.store.session() as session:

@@ -25,10 +25,10 @@ from gateway.domain.locks import StackLock, recovery_holder, unmerged_holder
 from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Proposal, ProposalStatus
 from gateway.ports import UnitOfWork
-from gateway.services.drift_records import settle_drift_after_apply
-from gateway.services.forge import forge_of
-from gateway.services.locks import HeldLocks, runner_name
-from gateway.services.proposals import get_proposal
+from gateway.services.change.locks import HeldLocks, runner_name
+from gateway.services.change.proposals import get_proposal
+from gateway.services.day_two.drift_records import settle_drift_after_apply
+from gateway.services.forge.code_host import forge_of
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

@@ -30,14 +30,14 @@ from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal, Role
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.ports import Forge
-from gateway.services.apply_facts import gather_apply_facts
-from gateway.services.drift_records import settle_drift_after_apply
-from gateway.services.forge import forge_of
-from gateway.services.github import refresh_from_github
-from gateway.services.locks import HeldLocks, LockLost, lock_names, runner_name
-from gateway.services.main_watch import record_own_commit, watch_main
-from gateway.services.proposals import get_proposal, replan_proposal, sync_proposal
-from gateway.services.recovery import recover_holder
+from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.locks import HeldLocks, LockLost, lock_names, runner_name
+from gateway.services.change.main_watch import record_own_commit, watch_main
+from gateway.services.change.proposals import get_proposal, replan_proposal, sync_proposal
+from gateway.services.change.recovery import recover_holder
+from gateway.services.day_two.drift_records import settle_drift_after_apply
+from gateway.services.forge.code_host import forge_of
+from gateway.services.forge.github import refresh_from_github
 from gateway.services.workspace import Workspace
 
 log = structlog.get_logger(__name__)

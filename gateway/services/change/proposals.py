@@ -17,10 +17,10 @@ from gateway.domain.principals import REQUESTING_ROLES, Principal, Role, request
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.ports import UnitOfWork
-from gateway.services.annotations import annotate_previews
-from gateway.services.breaker import guard_agent_change
-from gateway.services.main_watch import watch_main
-from gateway.services.planning import ChangeOrigin, StackPlanResult, plan_stack
+from gateway.services.agents.breaker import guard_agent_change
+from gateway.services.change.annotations import annotate_previews
+from gateway.services.change.main_watch import watch_main
+from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace
 
 MAX_REASON = 4000

@@ -28,9 +28,9 @@ from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, 
 from gateway.domain.preview import render_text
 from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
-from gateway.services.breaker import agent_stop_reason
-from gateway.services.planning import ChangeOrigin, plan_directory
-from gateway.services.proposals import claim_issues, open_proposal, sync_proposal
+from gateway.services.agents.breaker import agent_stop_reason
+from gateway.services.change.planning import ChangeOrigin, plan_directory
+from gateway.services.change.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace
 
 AGENT_NAME = BUILTIN_AGENT_NAME

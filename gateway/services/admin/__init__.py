@@ -1,0 +1,1 @@
+"""Administration: principals and their credentials, the audit trail, bootstrapping a workspace."""

@@ -1,0 +1,1 @@
+"""Agents: the built-in agent's requests and turns, external agents over MCP, the circuit breaker."""

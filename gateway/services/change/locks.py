@@ -15,6 +15,7 @@ import time
 import structlog
 
 from gateway.domain.proposal import Proposal
+from gateway.ports import StackLocks
 from gateway.services.change.heartbeat import Heartbeat
 from gateway.services.workspace import Workspace
 
@@ -42,9 +43,8 @@ class LockLost(Exception):
 class HeldLocks:
     """The locks one holder holds, renewed by a heartbeat until released or handed over."""
 
-    def __init__(self, ws: Workspace, holder: str, names: list[str] | None = None):
-        self.ws, self.holder = ws, holder
-        self.ttl = ws.settings.lock_ttl_seconds
+    def __init__(self, locks: StackLocks, holder: str, ttl: float, names: list[str] | None = None):
+        self.locks, self.holder, self.ttl = locks, holder, ttl
         self.names: list[str] = list(names or [])
         self.kept_as: str | None = None
         self.handed_over = False  # the locks were given away already (to an unmerged proposal): leave them
@@ -59,7 +59,7 @@ class HeldLocks:
 
     def _renew(self) -> None:
         started = time.monotonic()
-        taken = self.ws.store.locks.renew(self.names, self.holder, self.ttl)
+        taken = self.locks.renew(self.names, self.holder, self.ttl)
         if time.monotonic() - self._renewed_at >= self.ttl:
             self._lapsed = True  # renewed again, but only after they had expired: that gap cannot be undone
         self._renewed_at = started
@@ -97,6 +97,6 @@ class HeldLocks:
             return
         for name in self.names:
             if self.kept_as:
-                self.ws.store.locks.hand_over(name, self.holder, self.kept_as)
+                self.locks.hand_over(name, self.holder, self.kept_as)
             else:
-                self.ws.store.locks.release(name, self.holder)
+                self.locks.release(name, self.holder)

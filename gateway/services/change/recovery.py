@@ -60,7 +60,7 @@ def recover_holder(ws: Workspace, dead: str) -> list[str]:
     taken = ws.store.locks.take_over_expired(dead, me, ws.settings.lock_ttl_seconds)
     if not taken:
         return []  # renewed meanwhile, or another recoverer got them first
-    held = HeldLocks(ws, me, [lock.stack for lock in taken])
+    held = HeldLocks(ws.store.locks, me, ws.settings.lock_ttl_seconds, [lock.stack for lock in taken])
     held.start()
     try:
         for proposal_id in sorted({pid for pid in (_proposal_of(ws, lock) for lock in taken) if pid is not None}):

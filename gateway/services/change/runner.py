@@ -376,7 +376,7 @@ def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str)
 @contextmanager
 def _stack_locks(ws: Workspace, proposal: Proposal, runner: str) -> Iterator[HeldLocks]:
     """Hold every lock the apply needs (taken in name order, so two runners cannot deadlock)."""
-    held = HeldLocks(ws, runner)
+    held = HeldLocks(ws.store.locks, runner, ws.settings.lock_ttl_seconds)
     held.start()
     try:
         for name in lock_names(ws, proposal):

@@ -117,7 +117,17 @@ class SqlDayTwoRecords(Records):
             query = query.where(break_glass_windows.c.stack == stack)
         return [aware_row(r) for r in self.conn.execute(query.limit(500)).mappings()]
 
-    def update_break_glass(self, window_id: int, **values: Any) -> None:
+    def confirm_break_glass(self, window_id: int, by: str, opened_at: datetime, ends_at: datetime) -> None:
+        """A second person confirmed the window: it opens now and ends at `ends_at`."""
+        self._set_break_glass(window_id, confirmed_by=by, opened_at=opened_at, ends_at=ends_at)
+
+    def close_break_glass(self, window_id: int, at: datetime) -> None:
+        self._set_break_glass(window_id, closed_at=at)
+
+    def acknowledge_break_glass(self, window_id: int, by: str, at: datetime, note: str) -> None:
+        self._set_break_glass(window_id, acknowledged_by=by, acknowledged_at=at, acknowledgement=note)
+
+    def _set_break_glass(self, window_id: int, **values: Any) -> None:
         self.conn.execute(update(break_glass_windows).where(break_glass_windows.c.id == window_id).values(**values))
 
     def mark_break_glass(self, window_id: int, column: str, moment: datetime) -> bool:

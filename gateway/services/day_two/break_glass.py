@@ -66,8 +66,7 @@ def confirm_break_glass(ws: Workspace, actor: Principal, window_id: int) -> Brea
         raise Refused(reasons)
     moment = ws.clock.now()
     with ws.store.session() as session:
-        session.day_two.update_break_glass(window_id, confirmed_by=actor.name, opened_at=moment,
-                                   ends_at=moment + window.duration)
+        session.day_two.confirm_break_glass(window_id, actor.name, moment, moment + window.duration)
         session.audit.append(actor, "break_glass.opened", {
             "break_glass": window_id, "stack": window.stack, "reason": window.reason, "asked_by": window.opened_by,
             "confirmed_by": actor.name, "ends_at": (moment + window.duration).isoformat()}, None, [window.stack])
@@ -90,7 +89,7 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
         except GatewayError as exc:
             log.warning("break_glass.check_failed", window=window_id, error=str(exc))
     with ws.store.session() as session:
-        session.day_two.update_break_glass(window_id, closed_at=ws.clock.now())
+        session.day_two.close_break_glass(window_id, ws.clock.now())
         session.audit.append(actor, "break_glass.closed", {"break_glass": window_id, "stack": window.stack,
                                                            "note": note.strip()}, None, [window.stack])
     return get_window(ws, window_id)
@@ -109,8 +108,7 @@ def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, not
     if reasons:
         raise Refused(reasons)
     with ws.store.session() as session:
-        session.day_two.update_break_glass(window_id, acknowledged_by=actor.name, acknowledged_at=ws.clock.now(),
-                                   acknowledgement=note.strip())
+        session.day_two.acknowledge_break_glass(window_id, actor.name, ws.clock.now(), note.strip())
         session.audit.append(actor, "break_glass.acknowledged", {"break_glass": window_id, "stack": window.stack,
                                                                  "note": note.strip()}, None, [window.stack])
     return get_window(ws, window_id)

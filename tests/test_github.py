@@ -26,6 +26,7 @@ from gateway.api.app import create_app
 from gateway.commands import cli
 from gateway.composition import create_workspace
 from gateway.config import Settings
+from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import ConfigError
 from gateway.domain.github import plan_fingerprint
 from gateway.domain.jobs import RetryPolicy
@@ -327,35 +328,38 @@ def test_a_push_after_the_approval_stops_the_apply_and_the_merge(world: World) -
     push_after_approval(world)
 
 
-def test_an_approver_who_left_the_team_after_approving_no_longer_counts_at_apply(world: World) -> None:
+LAPSED = ("carol's approval on GitHub no longer counts: carol is not an active member of an approver team of "
+          "stack app-staging any more")
+
+
+def _approved_by_carol_who_then_leaves_the_team(world: World, before_leaving: Callable[[int], None] = lambda _: None,
+                                                ) -> tuple[int, int, AuditEvent]:
+    """carol approves on GitHub, leaves the team on GitHub, then bob asks for the apply: (pull, proposal, refusal)."""
     number = open_pull_on_github(world)
     pid = proposal_of(world, number)
     fingerprint = plan_fingerprint(get_proposal(world.ws, pid).current_digests)[:12]
     world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
         number, "carol", f"/gateway approve {fingerprint}")))
     wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
+    before_leaving(pid)
     world.gh.remove_member("platform-team", "carol")  # on GitHub, after her approval was recorded
     world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "bob", "/gateway apply")))
-    refusal = wait_for("the apply's refusal", lambda: world.events(pid, kind="apply.refused"))[0]
-    assert ("carol's approval on GitHub no longer counts: carol is not an active member of an approver team of "
-            "stack app-staging any more") in "; ".join(refusal.payload["reasons"])
+    return number, pid, wait_for("the apply's refusal", lambda: world.events(pid, kind="apply.refused"))[0]
+
+
+def test_an_approver_who_left_the_team_after_approving_no_longer_counts_at_apply(world: World) -> None:
+    number, pid, refusal = _approved_by_carol_who_then_leaves_the_team(world)
+    assert LAPSED in "; ".join(refusal.payload["reasons"])
     assert not world.gh.pull(number)["merged"] and get_proposal(world.ws, pid).status.value == "open"
 
 
 def test_after_the_apply_found_a_lapsed_team_membership_every_view_says_so(world: World) -> None:
     """The apply asks GitHub and records the answer; the views (which never ask GitHub) then show what it found."""
-    number = open_pull_on_github(world)
-    pid = proposal_of(world, number)
-    fingerprint = plan_fingerprint(get_proposal(world.ws, pid).current_digests)[:12]
-    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
-        number, "carol", f"/gateway approve {fingerprint}")))
-    wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
-    assert world.client.get(f"/api/v1/proposals/{pid}", headers=world.auth("bob")).json()["can_apply"] is True
-    world.gh.remove_member("platform-team", "carol")
-    world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(number, "bob", "/gateway apply")))
-    refusal = wait_for("the apply's refusal", lambda: world.events(pid, kind="apply.refused"))[0]
-    lapsed = ("carol's approval on GitHub no longer counts: carol is not an active member of an approver team of "
-              "stack app-staging any more")
+    def applicable_before(pid: int) -> None:
+        assert world.client.get(f"/api/v1/proposals/{pid}", headers=world.auth("bob")).json()["can_apply"] is True
+
+    number, pid, refusal = _approved_by_carol_who_then_leaves_the_team(world, applicable_before)
+    lapsed = LAPSED
     shown = world.client.get(f"/api/v1/proposals/{pid}", headers=world.auth("bob")).json()
     assert shown["can_apply"] is False and lapsed in shown["blocked_by"]
     assert shown["apply_blockers"] == refusal.payload["reasons"]

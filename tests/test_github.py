@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from gateway import worker as worker_module
 from gateway.api.app import create_app
-from gateway.commands import cli
+from gateway.cli import cli
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError
 from gateway.domain.github import plan_fingerprint

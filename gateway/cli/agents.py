@@ -4,13 +4,16 @@ breaker that stops them."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from gateway.cli.context import Context, echo_proposal, pass_ctx
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import JobStatus
-from gateway.domain.principals import Principal
+
+if TYPE_CHECKING:
+    from gateway.domain.principals import Principal
 
 group = click.Group("agents")  # this module's commands; gateway.cli registers each by name
 

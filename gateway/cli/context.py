@@ -1,8 +1,9 @@
 """What every command module shares: the workspace a command acts on, who is acting, and how proposals, jobs
 and audit events are printed.
 
-Only the domain (pure, quick to import) is imported here at the top; the settings, the workspace and the
-services are imported when a command first needs them, so `gateway CMD --help` stays cheap.
+Only what is needed to declare a command is imported at the top; the settings, the workspace, the services
+and the approval rules are imported when a command first needs them, so `gateway CMD --help` and
+`gateway preview` stay cheap.
 """
 
 from __future__ import annotations
@@ -13,18 +14,15 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gateway.domain.apply_blockers import standing_blockers
-from gateway.domain.approvals import required_approvals
-from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import RENDERERS
-from gateway.domain.principals import Principal
-from gateway.domain.proposal import Proposal
 
 if TYPE_CHECKING:
     from gateway.config import Settings
+    from gateway.domain.audit import AuditEvent
+    from gateway.domain.principals import Principal
+    from gateway.domain.proposal import Proposal
     from gateway.services.workspace import Workspace
 
 FORMATS = click.Choice(sorted(RENDERERS))
@@ -87,6 +85,9 @@ def echo_proposal(ws: Workspace, proposal: Proposal, fmt: str) -> None:
 
 def echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
     """Its decisions and overrides, then what it lacks (what the runner would refuse on) or where it ended."""
+    from gateway.domain.apply_blockers import standing_blockers
+    from gateway.domain.approvals import required_approvals
+    from gateway.domain.lifecycle import DECIDABLE
     from gateway.services.apply_facts import gather_apply_facts
 
     settings = ws.repo_settings()

@@ -24,7 +24,7 @@ HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gatew
 
 def command_modules() -> dict[str, click.Group]:
     """Every module of gateway.cli that holds commands, with the group its commands are registered on."""
-    found = {}
+    found: dict[str, click.Group] = {}
     for info in pkgutil.iter_modules(gateway.cli.__path__):
         if info.name == "__main__":  # importing it runs the command
             continue

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from gateway import worker as worker_module
 from gateway.api.app import create_app
-from gateway.commands import cli
+from gateway.cli import cli
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.audit import AuditEvent

@@ -1,0 +1,124 @@
+"""Administration of principals: people and agents, their roles and groups, tokens, and GitHub accounts."""
+
+from __future__ import annotations
+
+import click
+
+from gateway.cli.context import Context, pass_ctx
+from gateway.domain.principals import PrincipalKind, Role
+
+group = click.Group("users")  # this module's commands; gateway.cli registers each by name
+
+
+@group.group()
+def users() -> None:
+    """People and agents, and their tokens."""
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, required=True, type=click.Choice([r.value for r in Role]))
+@click.option("--group", "groups", multiple=True, help="approver group, e.g. platform")
+@click.option("--agent", is_flag=True, help="an AI agent principal (never approver or admin)")
+@click.option("--for", "acting_for", default=None, help="with --agent: the person every call of the agent is for")
+@pass_ctx
+def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str, ...], agent: bool,
+              acting_for: str | None) -> None:
+    """Create a principal and print its API token (shown once, stored hashed)."""
+    from gateway.services.admin.users import add_principal
+
+    actor = ctx.actor() if ctx.settings.token else None
+    principal, token = add_principal(
+        ctx.ws, actor, name, frozenset(Role(r) for r in roles), frozenset(groups),
+        PrincipalKind.AGENT if agent else PrincipalKind.PERSON, acting_for)
+    click.echo(f"added {principal.kind.value} {principal.name} ({', '.join(sorted(roles))})", err=True)
+    click.echo(token)
+
+
+@users.command("list")
+@pass_ctx
+def users_list(ctx: Context) -> None:
+    """List principals: kind, roles, groups, state, token expiry and last use (never tokens)."""
+    ctx.actor()
+    with ctx.ws.store.session(readonly=True) as session:
+        for p in session.principals.list():
+            record = session.principals.credentials(p.id)
+            used = f"{record['last_used_at']:%Y-%m-%d %H:%M}" if record["last_used_at"] else "never"
+            expires = f"{record['token_expires_at']:%Y-%m-%d}" if record["token_expires_at"] else "-"
+            click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups)):18} "
+                       f"{'DISABLED' if p.disabled else 'enabled':9} token expires {expires:10} last used {used}")
+
+
+@users.command("disable")
+@click.argument("name")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def users_disable(ctx: Context, name: str, reason: str) -> None:
+    """Disable a principal: no sign-in, no API, and their approvals stop counting."""
+    from gateway.services.admin.users import disable_principal
+
+    disable_principal(ctx.ws, ctx.actor(), name, reason)
+    click.echo(f"{name} disabled")
+
+
+@users.command("enable")
+@click.argument("name")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def users_enable(ctx: Context, name: str, reason: str) -> None:
+    """Enable a disabled principal again: sign-in and the API work for them once more."""
+    from gateway.services.admin.users import enable_principal
+
+    enable_principal(ctx.ws, ctx.actor(), name, reason)
+    click.echo(f"{name} enabled")
+
+
+@users.command("rotate-token")
+@click.argument("name")
+@pass_ctx
+def users_rotate(ctx: Context, name: str) -> None:
+    """Print a new token for NAME (shown once); the old one stops working at once."""
+    from gateway.services.admin.users import rotate_token
+
+    click.echo(rotate_token(ctx.ws, ctx.actor(), name))
+
+
+@users.command("revoke-token")
+@click.argument("name")
+@click.option("-m", "--message", "reason", required=True)
+@pass_ctx
+def users_revoke(ctx: Context, name: str, reason: str) -> None:
+    """No token works for NAME until one is rotated."""
+    from gateway.services.admin.users import revoke_token
+
+    revoke_token(ctx.ws, ctx.actor(), name, reason)
+    click.echo(f"{name}'s token revoked")
+
+
+@users.command("set")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, type=click.Choice([r.value for r in Role]), help="replaces the roles")
+@click.option("--group", "groups", multiple=True, help="replaces the approver groups")
+@click.option("--no-groups", is_flag=True, help="remove every approver group")
+@pass_ctx
+def users_set(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str, ...], no_groups: bool) -> None:
+    """Change a principal's roles and/or approver groups."""
+    from gateway.services.admin.users import set_access
+
+    new_groups = frozenset() if no_groups else (frozenset(groups) if groups else None)
+    p = set_access(ctx.ws, ctx.actor(), name, frozenset(Role(r) for r in roles) if roles else None, new_groups)
+    click.echo(f"{p.name}: roles {','.join(sorted(p.roles))}; groups {','.join(sorted(p.groups)) or '-'}")
+
+
+@users.command("link")
+@click.argument("name")
+@click.option("--github", "login", required=True, help="their GitHub login (its numeric id is what is stored)")
+@click.option("--github-id", type=click.IntRange(1), default=None,
+              help="the numeric id, when GitHub cannot be asked (otherwise looked up)")
+@pass_ctx
+def users_link(ctx: Context, name: str, login: str, github_id: int | None) -> None:
+    """Link a person (or the agent, whose reviews then never count) to a GitHub account."""
+    from gateway.services.forge.github import link_account
+
+    github_id, login = link_account(ctx.ws, ctx.actor(), name, login, github_id)
+    click.echo(f"linked {name} to GitHub user {login} (id {github_id})")

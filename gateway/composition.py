@@ -14,13 +14,12 @@ import threading
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.adapters.clock import SystemClock
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
-from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sealing import Sealer
@@ -36,6 +35,9 @@ from gateway.logs import install_log_scrubber
 from gateway.ports import Engine, Forge
 from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
+if TYPE_CHECKING:
+    from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+
 SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform"}
 SAMPLE_SECRETS = {  # None: generate a random value at init
     "sandbox": {"data": {"db_password": None}},
@@ -47,6 +49,8 @@ SAMPLE_SECRETS = {  # None: generate a random value at init
 
 def github_credentials(settings: Settings) -> GitHubCredentials:
     """The GitHub App's or the token's credentials, from the settings (never from the declaration repo)."""
+    from gateway.adapters.github_forge import GitHubCredentials
+
     s = settings
     key = s.github_app_private_key.get_secret_value() if s.github_app_private_key else None
     if key is None and s.github_app_private_key_file is not None:
@@ -67,6 +71,8 @@ def forge_opener(settings: Settings) -> Callable[[GitHubSettings], Forge]:
         key = (github.repository, github.api_url, github.clone_url(), str(settings.repo_path))
         cache: dict[tuple[str, ...], GitHubForge] = _forges.__dict__.setdefault("by_key", {})
         if key not in cache:
+            from gateway.adapters.github_forge import GitHubForge  # PyGithub only where a forge is configured
+
             cache[key] = GitHubForge(github, github_credentials(settings), settings.repo_path)
         forge = cache[key]
         forge.settings = github  # team mappings may have changed on main

@@ -178,6 +178,7 @@ def run_cli(args: list[str], home: Path, token: str | None = None, database_url:
             timeout: float = 120, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the real `gateway` command in a subprocess."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)  # each run would compile the whole gateway again
     environment.update({"GATEWAY_HOME": str(home), **env})
     if token:
         environment["GATEWAY_TOKEN"] = token

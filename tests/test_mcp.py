@@ -26,8 +26,8 @@ from gateway.api.app import create_app
 from gateway.domain.errors import Refused
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.domain.proposal import Decision
-from gateway.services import external_agents
 from gateway.services.admin.users import add_principal, authenticate, disable_principal, enable_principal, set_access
+from gateway.services.agents import external_agents
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 

@@ -5,8 +5,9 @@ GatewayError                      anything the gateway reports to a person
 │   ├── PlanFormatError           a plan file is not a Terraform JSON plan we can read
 │   ├── ConfigError               a declaration (HCL) or gateway.yaml is malformed
 │   ├── NotFound                  an unknown proposal, stack, user, ref or event
-│   └── Conflict                  the thing exists already, or moved under us
-│       └── RefMoved              a branch moved between reading it and updating it (retry on the new one)
+│   ├── Conflict                  the thing exists already, or moved under us
+│   │   └── RefMoved              a branch moved between reading it and updating it (retry on the new one)
+│   └── MalformedDelivery         a webhook payload lacks a field the gateway reads, or has it mistyped
 ├── AuthError                     missing or unknown token
 ├── Refused                       a rule is not met; `reasons` says which, in words
 ├── PlanError                     the engine could not produce a plan (e.g. prevent_destroy)
@@ -49,6 +50,15 @@ class Conflict(InputError):
 
 class RefMoved(Conflict):
     pass
+
+
+class MalformedDelivery(InputError):
+    """A webhook delivery of an event the gateway handles, lacking a field it reads or with the wrong type."""
+
+    def __init__(self, event: str, reasons: Sequence[str]):
+        self.event = event
+        self.reasons = list(reasons)
+        super().__init__(f"the {event} delivery is malformed: " + "; ".join(self.reasons))
 
 
 class AuthError(GatewayError):

@@ -22,7 +22,7 @@ from gateway.domain.approvals import (
 )
 from gateway.domain.errors import Refused
 from gateway.domain.lifecycle import TRANSITIONS, ProposalStatus, Transition, next_status
-from gateway.domain.permissions import RULES, Action, Agents, OwnChange, may, refusals
+from gateway.domain.permissions import RULES, Action, Agents, OwnChange, may, refusals, require
 from gateway.domain.policy import Finding, Override, PolicySettings, Severity
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalKind, StackPlan
@@ -171,6 +171,13 @@ def test_each_refusal_says_why(actor: Principal, action: Action, expected: list[
 ])
 def test_the_change_s_own_people(actor: Principal, action: Action, proposal: Proposal, expected: list[str]) -> None:
     assert refusals(actor, action, proposal) == expected
+
+
+def test_require_refuses_with_the_same_sentences() -> None:
+    with pytest.raises(Refused) as refused:
+        require(CAST["auditor"], Action.APPLY)
+    assert refused.value.reasons == ["dana has no role that may start an apply"]
+    require(CAST["requester"], Action.APPLY)  # allowed: nothing raised
 
 
 def test_a_rule_about_the_change_s_people_needs_the_change() -> None:

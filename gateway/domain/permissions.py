@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from gateway.domain.errors import Refused
 from gateway.domain.principals import Principal, Role
 
 
@@ -198,5 +199,12 @@ def refusals(principal: Principal, action: Action, change: Change | None = None)
 
 
 def may(principal: Principal, action: Action, change: Change | None = None) -> bool:
-    """Whether the table lets `principal` take `action` (for what to show; a write asks `refusals`)."""
+    """Whether the table lets `principal` take `action` (for what to show; a write calls `require`)."""
     return not refusals(principal, action, change)
+
+
+def require(principal: Principal, action: Action, change: Change | None = None) -> None:
+    """Refuse (with the table's sentences) unless `principal` may take `action`."""
+    reasons = refusals(principal, action, change)
+    if reasons:
+        raise Refused(reasons)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
 from gateway.services.workspace import Workspace
 
@@ -29,9 +29,7 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
         if session.principals.count() > 0:
             if actor is None:
                 raise AuthError("set GATEWAY_TOKEN to an admin's token to add users")
-            reasons = refusals(actor, Action.ADD_USERS)
-            if reasons:
-                raise Refused(reasons)
+            require(actor, Action.ADD_USERS)
         person = session.principals.by_name(acting_for) if acting_for else None
         if acting_for is not None and (person is None or person.kind != PrincipalKind.PERSON):
             raise NotFound(f"no person {acting_for} for the agent to act for")
@@ -111,9 +109,7 @@ def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role
 
 
 def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict, **values: object) -> Principal:
-    reasons = refusals(actor, Action.CHANGE_USERS)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.CHANGE_USERS)
     with ws.store.session() as session:
         target = session.principals.by_name(name)
         if target is None:
@@ -140,7 +136,5 @@ def _expiry(ws: Workspace) -> datetime | None:
 def authenticate_person(ws: Workspace, token: str | None) -> Principal:
     """Sign-in to the review pages: people only; an agent's token opens no session."""
     principal = authenticate(ws, token)
-    reasons = refusals(principal, Action.SIGN_IN)
-    if reasons:
-        raise Refused(reasons)
+    require(principal, Action.SIGN_IN)
     return principal

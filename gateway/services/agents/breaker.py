@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, capacity_of, trip_reason
 from gateway.domain.errors import InputError, NotFound, Refused
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.permissions import Action, require
 from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind
 from gateway.ports import UnitOfWork
 from gateway.services.change.planning import StackPlanResult
@@ -86,9 +86,7 @@ def agent_stop_reason(ws: Workspace, agent: Principal) -> str | None:
 
 def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason: str) -> str:
     """The kill switch: an admin opens one agent's breaker, or every agent's; running requests stop."""
-    reasons = refusals(actor, Action.OPEN_BREAKER)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.OPEN_BREAKER)
     reason = _reason(reason)
     with ws.store.session() as session:
         scope = _scope(session, agent_name)
@@ -102,9 +100,7 @@ def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason
 def reset_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason: str) -> str:
     """A person in a resetter group closes a tripped breaker, with a reason; the window starts again."""
     settings = ws.repo_settings().breaker
-    reasons = refusals(actor, Action.RESET_BREAKER)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.RESET_BREAKER)
     if not actor.groups & settings.resetters:
         raise Refused([f"{actor.name} is not in a resetter group "
                        f"({', '.join(sorted(settings.resetters)) or 'none configured: set breaker.resetters'})"])

@@ -20,7 +20,7 @@ from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
 from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.permissions import Action, require
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
 from gateway.services.agents.agent_runs import interrupt_abandoned_turns
@@ -42,9 +42,7 @@ def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_i
     proposal = get_proposal(ws, proposal_id)
     recover_abandoned_work(ws)  # a job whose worker died must not stand in for this one
     if isinstance(actor, Principal):
-        reasons = refusals(actor, Action.APPLY if kind == JobKind.APPLY else Action.PLAN)
-        if reasons:
-            raise Refused(reasons)
+        require(actor, Action.APPLY if kind == JobKind.APPLY else Action.PLAN)
     with ws.store.session() as session:
         existing = session.jobs.queued(kind, proposal_id)
         if existing is not None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.domain.apply_blockers import MainPush
-from gateway.domain.errors import InputError, NotFound, Refused
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.errors import InputError, NotFound
+from gateway.domain.permissions import Action, require
 from gateway.domain.principals import Principal
 from gateway.services.workspace import Workspace
 
@@ -68,9 +68,7 @@ def unacknowledged(ws: Workspace) -> list[dict[str, Any]]:
 
 def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> dict[str, Any]:
     """An approver or admin has looked at a push to main (reverted it, or applied it through a proposal)."""
-    reasons = refusals(actor, Action.ACKNOWLEDGE_PUSH)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.ACKNOWLEDGE_PUSH)
     reason = reason.strip()
     if not reason:
         raise InputError("say what was done about it (-m)")

@@ -11,7 +11,7 @@ from gateway.domain.approvals import decision_refusals, override_refusals, requi
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
 from gateway.domain.principals import Principal
@@ -76,9 +76,7 @@ def _require_may_propose(session: UnitOfWork, actor: Principal, requester: Princ
     """The actor and the requester as the store holds them now, not as they were when a token was checked or
     an agent was bound: whoever was disabled or lost the role since proposes nothing, whatever the way in."""
     actor, requester = session.principals.get(actor.id), session.principals.get(requester.id)
-    reasons = refusals(actor, Action.PROPOSE) or refusals(requester, Action.REQUEST)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.PROPOSE) or refusals(requester, Action.REQUEST)
 
 
 def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
@@ -292,9 +290,7 @@ def abandon_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason: 
         raise InputError("say why the proposal is abandoned (-m)")
     with ws.store.session() as session:
         proposal = session.proposals.get(proposal_id, lock=True)
-        reasons = refusals(actor, Action.ABANDON, proposal)
-        if reasons:
-            raise Refused(reasons)
+        require(actor, Action.ABANDON, proposal)
         session.proposals.record_transition(proposal, Transition.ABANDON, actor, {"reason": reason})
         return proposal
 

@@ -26,7 +26,7 @@ from gateway.domain.applies import ApplyStatus
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
 from gateway.domain.locks import unmerged_holder
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
@@ -164,9 +164,7 @@ def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, runner: s
 def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledge: str | None = None) -> Proposal:
     """Leave `unmerged`: merge again now that main can take it, or record that a person made main right by hand."""
     proposal = get_proposal(ws, proposal_id)
-    reasons = refusals(actor, Action.MERGE)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.MERGE)
     if proposal.status != ProposalStatus.UNMERGED:
         raise Refused([f"proposal {proposal_id} is {proposal.status.value}, not unmerged"])
     holder = unmerged_holder(proposal_id)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from gateway.domain.approvals import auto_revert_refusals
 from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import Job, JobKind
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.permissions import Action, require
 from gateway.domain.principals import SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.agents.breaker import guard_agent_change
@@ -52,9 +52,7 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
 
     `actor` asked for the check (a person, or the gateway's own schedule); the revert is the gateway's.
     """
-    reasons = refusals(actor, Action.CHECK_DRIFT)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.CHECK_DRIFT)
     settings = ws.repo_settings()
     settings.require_stack(stack)
     branch = f"drift/{stack}"

@@ -17,8 +17,8 @@ import structlog
 
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, check_due
-from gateway.domain.errors import GatewayError, Refused
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.errors import GatewayError
+from gateway.domain.permissions import Action, require
 from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import SYSTEM_NAME, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
@@ -47,9 +47,8 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
 
     `actor` is a person with a role, or the gateway's own name (its schedule, or its check after an apply).
     """
-    reasons = refusals(actor, Action.CHECK_DRIFT) if isinstance(actor, Principal) else []
-    if reasons:
-        raise Refused(reasons)
+    if isinstance(actor, Principal):
+        require(actor, Action.CHECK_DRIFT)
     settings = ws.repo_settings()
     settings.require_stack(stack)
     result = plan_stack(ws, stack, ws.main_branch(), ChangeOrigin(requester=SYSTEM_NAME))

@@ -11,7 +11,7 @@ from gateway.domain.approvals import decision_refusals, override_refusals, requi
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
-from gateway.domain.permissions import Action, refusals, require
+from gateway.domain.permissions import Action, require
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
 from gateway.domain.principals import Principal
@@ -76,7 +76,8 @@ def _require_may_propose(session: UnitOfWork, actor: Principal, requester: Princ
     """The actor and the requester as the store holds them now, not as they were when a token was checked or
     an agent was bound: whoever was disabled or lost the role since proposes nothing, whatever the way in."""
     actor, requester = session.principals.get(actor.id), session.principals.get(requester.id)
-    require(actor, Action.PROPOSE) or refusals(requester, Action.REQUEST)
+    require(actor, Action.PROPOSE)
+    require(requester, Action.REQUEST)
 
 
 def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,

@@ -5,6 +5,7 @@ The table tests are pure; the runner tests use real git repositories and real da
 
 from __future__ import annotations
 
+import ast
 import re
 import threading
 import time
@@ -66,7 +67,11 @@ def test_no_state_is_a_dead_end() -> None:
 
 
 def test_the_table_is_the_only_place_statuses_change() -> None:
-    """No module assigns a status or writes the status column except the one transition method."""
+    """In memory, only `Proposal.take` assigns a status; in the database, only `record_transition` writes it.
+
+    The second half reads the SQL the code builds (SQLAlchemy `update(proposals)...values(...)`, a values dict
+    with a "status" key, raw SQL text), so a second writer anywhere in the package fails here, naming itself.
+    """
     offenders = []
     for path in GATEWAY.rglob("*.py"):
         text = path.read_text()
@@ -75,10 +80,117 @@ def test_the_table_is_the_only_place_statuses_change() -> None:
             offenders.append(f"{path.relative_to(GATEWAY)}:{line}")
     assert sorted(offenders) == ["domain/proposal.py:" + str(_line_of("self.status = target"))]
 
+    writes = [f"{path.relative_to(GATEWAY)}:{write}" for path in sorted(GATEWAY.rglob("*.py"))
+              for write in status_writes(path.read_text())]
+    # a proposal is born in its initial state; after that, the transition method is the one writer
+    assert writes == ["adapters/store/proposals.py:insert in add: INITIAL.value",
+                      "adapters/store/proposals.py:update in record_transition"]
+
 
 def _line_of(snippet: str) -> int:
     text = (GATEWAY / "domain" / "proposal.py").read_text()
     return text[: text.index(snippet)].count("\n") + 1
+
+
+RAW_STATUS_SQL = re.compile(r"\b(update\s+proposals\b.*\bstatus\b|insert\s+into\s+proposals\b)", re.I | re.S)
+
+
+def status_writes(source: str) -> list[str]:
+    """Each statement in `source` that writes the proposals table's status column: "update in FUNCTION",
+    "insert in FUNCTION: VALUE", or "raw SQL in FUNCTION"."""
+    tree = ast.parse(source)
+    tables = {"proposals"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                              for alias in node.names if alias.name == "proposals" and alias.asname}
+    found = []
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        for node in ast.walk(function):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and RAW_STATUS_SQL.search(node.value):
+                found.append((node.lineno, f"raw SQL in {function.name}"))
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "values"):
+                continue
+            statement = _statement_on(node.func.value, tables)
+            status = _written_columns(node, function).get("status")
+            if statement is not None and status is not None:
+                detail = f": {ast.unparse(status)}" if statement == "insert" else ""
+                found.append((node.lineno, f"{statement} in {function.name}{detail}"))
+    return [what for _, what in sorted(set(found))]  # a nested function is walked twice: count each write once
+
+
+def _statement_on(receiver: ast.expr, tables: set[str]) -> str | None:
+    """"update" or "insert" when the chain under `.values(...)` starts from `update(proposals)`,
+    `insert(proposals)` or `proposals.update()`/`.insert()`; None for any other table or statement."""
+    node: ast.expr = receiver
+    while isinstance(node, ast.Call | ast.Attribute):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Name) and node.func.id in ("update", "insert") and node.args \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id in tables:
+                return node.func.id
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "insert") \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in tables:
+                return node.func.attr
+            node = node.func
+        else:
+            node = node.value
+    return None
+
+
+def _written_columns(values_call: ast.Call, function: ast.AST) -> dict[str, ast.expr]:
+    """Column -> value expression of a `.values(...)` call: keywords, a dict argument, and `**name` where
+    `name` is a dict built in the same function (its literal keys and `name["key"] = ...` assignments)."""
+    columns: dict[str, ast.expr] = {}
+    dicts = [a for a in values_call.args if isinstance(a, ast.Dict)]
+    for keyword in values_call.keywords:
+        if keyword.arg is not None:
+            columns[keyword.arg] = keyword.value
+        elif isinstance(keyword.value, ast.Dict):
+            dicts.append(keyword.value)
+        elif isinstance(keyword.value, ast.Name):
+            dicts += _dicts_named(keyword.value.id, function)
+            columns |= _keys_assigned(keyword.value.id, function)
+    for literal in dicts:
+        columns |= {k.value: v for k, v in zip(literal.keys, literal.values, strict=True)
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return columns
+
+
+def _dicts_named(name: str, function: ast.AST) -> list[ast.Dict]:
+    out = []
+    for node in ast.walk(function):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        if isinstance(value, ast.Dict) and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            out.append(value)
+    return out
+
+
+def _keys_assigned(name: str, function: ast.AST) -> dict[str, ast.expr]:
+    return {t.slice.value: node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+            and t.value.id == name and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)}
+
+
+@pytest.mark.parametrize(("case", "source", "expected"), [
+    ("a keyword", "def close(c):\n    c.execute(update(proposals).where(proposals.c.id == 1).values(status='applied'))\n",
+     ["update in close"]),
+    ("a key of a values dict", "def close(c):\n    v = {'status': 'applied'}\n"
+                               "    c.execute(update(proposals).values(**v))\n", ["update in close"]),
+    ("a key set later", "def close(c):\n    v: dict = {}\n    v['status'] = 'applied'\n"
+                        "    c.execute(update(proposals).values(**v).where(proposals.c.id == 1))\n", ["update in close"]),
+    ("a dict argument", "def close(c):\n    c.execute(update(proposals).values({'status': 'x'}))\n", ["update in close"]),
+    ("the table's own method", "def close(c):\n    c.execute(proposals.update().values(status='x'))\n",
+     ["update in close"]),
+    ("the table under another name", "from gateway.adapters.sql_store import proposals as p\n"
+                                     "def close(c):\n    c.execute(update(p).values(status='x'))\n", ["update in close"]),
+    ("raw SQL", "def close(c):\n    c.execute(text('UPDATE proposals SET status = :s WHERE id = :i'))\n",
+     ["raw SQL in close"]),
+    ("an insert in another state", "def add(c):\n    c.execute(insert(proposals).values(status='applied'))\n",
+     ["insert in add: 'applied'"]),
+    ("another column of proposals", "def move(c):\n    c.execute(update(proposals).values(head_sha='b'))\n", []),
+    ("another table's status", "def finish(c):\n    c.execute(update(jobs).values(status='done'))\n", []),
+])
+def test_the_status_scan_finds_every_way_to_write_the_column(case: str, source: str, expected: list[str]) -> None:
+    """A second writer, however it is spelt, would be found: the assertion above cannot pass by finding nothing."""
+    assert status_writes(source) == expected, case
 
 
 # --- every way out of an apply ---------------------------------------------------------------

@@ -16,6 +16,7 @@ from gateway.api.deps import PageActorDep, ProposalId, WorkspaceDep, get_workspa
 from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused
 from gateway.domain.jobs import JobKind
+from gateway.domain.permissions import Action, may
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
@@ -53,7 +54,7 @@ def render(request: Request, name: str, actor: Principal | None, status_code: in
     overdue = overdue_windows(ws) if actor else []  # and break-glass drift not codified
     return templates.TemplateResponse(request, name, {
         "actor": actor, "csrf": csrf_token(request), "pushes": pushes, "overdue_break_glass": overdue,
-        "can_audit": bool(actor and actor.roles & audit_service.AUDIT_ROLES), **context}, status_code=status_code)
+        "can_audit": bool(actor and may(actor, Action.READ_TRAIL)), **context}, status_code=status_code)
 
 
 @router.get("/login")

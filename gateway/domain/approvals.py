@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
+from gateway.domain.permissions import Action, refusals
 from gateway.domain.policy import Severity
-from gateway.domain.principals import Principal, Role
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
 
@@ -36,17 +37,13 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
                       decision: Decision = Decision.APPROVE, seen_sha: str | None = None,
                       seen_digests: Mapping[str, str] | None = None) -> list[str]:
     """Why `principal` may not approve or reject `proposal` now (empty: they may)."""
-    if principal.is_agent:
-        return [f"{principal.name} is an agent; agents can never approve or reject a change"]
+    who = refusals(principal, Action.DECIDE, proposal)
+    if principal.is_agent:  # the table's one sentence: nothing else could make an agent's decision count
+        return who
     reasons = []
     if proposal.status not in DECIDABLE:
         reasons.append(f"proposal {proposal.id} is {proposal.status.value}; it takes no more decisions")
-    if principal.id == proposal.requester.id:
-        reasons.append(f"{principal.name} requested this change and cannot approve or reject it")
-    if principal.id == proposal.proposer.id and principal.id != proposal.requester.id:
-        reasons.append(f"{principal.name} proposed this change and cannot approve or reject it")
-    if not principal.has_role(Role.APPROVER):
-        reasons.append(f"{principal.name} does not have the approver role")
+    reasons += who
     for stack in proposal.stacks:
         allowed = settings.stacks[stack].approver_groups if stack in settings.stacks else frozenset()
         if not principal.groups & allowed:
@@ -80,11 +77,9 @@ def policy_blocks(proposal: Proposal, now: datetime) -> list[str]:
 def override_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings, finding_key: str,
                       reason: str, expires_at: datetime, now: datetime) -> list[str]:
     """Why `principal` may not override this finding (empty: they may)."""
+    reasons = refusals(principal, Action.OVERRIDE, proposal)
     if principal.is_agent:
-        return [f"{principal.name} is an agent; agents can never override a policy finding"]
-    reasons = []
-    if principal.id in (proposal.requester.id, proposal.proposer.id):
-        reasons.append(f"{principal.name} requested or proposed this change and cannot override its findings")
+        return reasons
     if not principal.groups & settings.policy.owner_groups:
         reasons.append(f"{principal.name} is not a policy owner "
                        f"(groups: {', '.join(sorted(settings.policy.owner_groups)) or 'none configured'})")
@@ -101,13 +96,13 @@ def override_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
 
 def apply_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings, now: datetime) -> list[str]:
     """Why the proposal may not be applied now, by this principal (empty: go)."""
+    who = refusals(principal, Action.APPLY)
     if principal.is_agent:
-        return [f"{principal.name} is an agent; agents can never apply a change"]
+        return who
     reasons = []
     if next_status(proposal.status, Transition.START_APPLY) is None:
         reasons.append(f"proposal {proposal.id} is {proposal.status.value}")
-    if not (principal.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}):
-        reasons.append(f"{principal.name} has no role that may start an apply")
+    reasons += who
     rejection = proposal.current_rejection
     if rejection is not None:
         reasons.append(f"rejected by {rejection.principal.name}: {rejection.comment}")

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from gateway.domain.principals import Principal, Role
+from gateway.domain.permissions import Action, refusals
+from gateway.domain.principals import Principal
 from gateway.domain.repo_settings import BreakGlassSettings, StackSettings
 
 
@@ -84,9 +85,9 @@ class BreakGlassWindow:
 def open_refusals(actor: Principal, stack: StackSettings, settings: BreakGlassSettings,
                   duration: timedelta, reason: str) -> list[str]:
     """Why `actor` may not open a break-glass window on `stack` (empty: they may)."""
+    reasons = refusals(actor, Action.OPEN_BREAK_GLASS)
     if actor.is_agent:
-        return [f"{actor.name} is an agent; only people may break the glass"]
-    reasons = []
+        return reasons
     if not settings.groups:
         reasons.append("gateway.yaml names no break_glass.groups: nobody may break the glass")
     elif not actor.groups & settings.groups:
@@ -100,9 +101,9 @@ def open_refusals(actor: Principal, stack: StackSettings, settings: BreakGlassSe
 
 def confirm_refusals(actor: Principal, window: BreakGlassWindow, settings: BreakGlassSettings) -> list[str]:
     """Why `actor` may not confirm this window (empty: they may): another person of the break-glass group."""
+    reasons = refusals(actor, Action.CONFIRM_BREAK_GLASS)
     if actor.is_agent:
-        return [f"{actor.name} is an agent; only people may confirm a break-glass window"]
-    reasons = []
+        return reasons
     if window.opened_at is not None or window.closed_at is not None:
         reasons.append(f"break-glass window {window.id} is not waiting for a confirmation")
     if actor.name == window.opened_by:
@@ -115,9 +116,10 @@ def confirm_refusals(actor: Principal, window: BreakGlassWindow, settings: Break
 def acknowledge_refusals(actor: Principal, settings: BreakGlassSettings,
                          window: BreakGlassWindow | None = None) -> list[str]:
     """Why `actor` may not acknowledge (or, without a window, act for the group on) a window (empty: they may)."""
-    if actor.is_agent:
-        return [f"{actor.name} is an agent; only people may acknowledge"]
-    if not actor.groups & settings.groups or not actor.roles & {Role.APPROVER, Role.ADMIN, Role.REQUESTER}:
+    refused = refusals(actor, Action.ACKNOWLEDGE_BREAK_GLASS)
+    if refused:
+        return refused
+    if not actor.groups & settings.groups:
         return [f"{actor.name} is not in a break-glass group ({', '.join(sorted(settings.groups)) or 'none'})"]
     if window is not None and actor.name == window.opened_by:  # segregation of duties, as for approvals
         return [f"{actor.name} broke the glass of window {window.id}; another person of the break-glass group "

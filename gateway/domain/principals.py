@@ -69,21 +69,3 @@ def hash_token(token: str) -> str:
     """Tokens are 256-bit random strings, so one SHA-256 is enough to store them safely."""
     return hashlib.sha256(token.encode()).hexdigest()
 
-
-REQUESTING_ROLES = frozenset({Role.REQUESTER, Role.APPROVER, Role.ADMIN})
-
-
-def requester_refusals(person: Principal) -> list[str]:
-    """Why this principal may not be the requester of a change now (empty: they may).
-
-    Asked with the principal as the store holds it at the moment of the request: a person disabled, or
-    whose roles changed, since a token was checked or an agent was bound to them requests nothing.
-    """
-    if person.is_agent:
-        return [f"{person.name} is an agent; the requester of a change must be a person"]
-    reasons = []
-    if person.disabled:
-        reasons.append(f"{person.name} is disabled")
-    if not person.roles & REQUESTING_ROLES:
-        reasons.append(f"{person.name} has no role that may request changes")
-    return reasons

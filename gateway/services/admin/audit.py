@@ -11,16 +11,14 @@ from datetime import datetime, timedelta
 
 from gateway.adapters.signing import SigningKey, signature_valid
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, EventQuery, verify_against, verify_chain
-from gateway.domain.errors import InputError, NotFound, Refused
-from gateway.domain.principals import Principal, Role
+from gateway.domain.errors import InputError, NotFound
+from gateway.domain.permissions import Action, require
+from gateway.domain.principals import Principal
 from gateway.services.workspace import Workspace
-
-AUDIT_ROLES = frozenset({Role.AUDITOR, Role.ADMIN})
 
 
 def require_auditor(actor: Principal) -> None:
-    if not actor.roles & AUDIT_ROLES:
-        raise Refused([f"{actor.name} is not an auditor; the audit trail is for auditors and admins"])
+    require(actor, Action.READ_TRAIL)
 
 
 def list_events(ws: Workspace, actor: Principal, proposal_id: int | None = None, actor_name: str | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
+from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
 from gateway.services.workspace import Workspace
 
@@ -28,12 +29,11 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
         if session.principals.count() > 0:
             if actor is None:
                 raise AuthError("set GATEWAY_TOKEN to an admin's token to add users")
-            if not actor.has_role(Role.ADMIN):
-                raise Refused([f"{actor.name} is not an admin; only admins add users"])
+            require(actor, Action.ADD_USERS)
         person = session.principals.by_name(acting_for) if acting_for else None
         if acting_for is not None and (person is None or person.kind != PrincipalKind.PERSON):
             raise NotFound(f"no person {acting_for} for the agent to act for")
-        if person is not None and not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
+        if person is not None and refusals(person, Action.REQUEST):
             raise Refused([f"{person.name} may not request changes, so no agent may act for them"])
         principal = session.principals.add(name, kind, roles, groups, hash_token(token), person.id if person else None)
         session.principals.update(principal.id, token_expires_at=_expiry(ws))
@@ -109,8 +109,7 @@ def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role
 
 
 def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict, **values: object) -> Principal:
-    if actor.is_agent or not actor.has_role(Role.ADMIN):
-        raise Refused([f"{actor.name} is not an admin; only admins change users"])
+    require(actor, Action.CHANGE_USERS)
     with ws.store.session() as session:
         target = session.principals.by_name(name)
         if target is None:
@@ -137,6 +136,5 @@ def _expiry(ws: Workspace) -> datetime | None:
 def authenticate_person(ws: Workspace, token: str | None) -> Principal:
     """Sign-in to the review pages: people only; an agent's token opens no session."""
     principal = authenticate(ws, token)
-    if principal.is_agent:
-        raise Refused([f"{principal.name} is an agent; agents cannot sign in to the review pages"])
+    require(principal, Action.SIGN_IN)
     return principal

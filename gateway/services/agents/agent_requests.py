@@ -25,6 +25,7 @@ from agents.tools import PreviewReport, RepoTools
 from gateway.adapters.checkpoints import open_checkpointer
 from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, Refused
+from gateway.domain.permissions import Action, require
 from gateway.domain.preview import render_text
 from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
@@ -71,8 +72,7 @@ def agent_principal(ws: Workspace) -> Principal:
 
 def check_request(person: Principal, text: str) -> str:
     """The request as the agent gets it (stripped), or why it cannot be asked at all."""
-    if person.is_agent or not person.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
-        raise Refused([f"{person.name} may not request changes"])
+    require(person, Action.REQUEST)
     text = text.strip()
     if not text:
         raise InputError("the request is empty: say what you want changed")

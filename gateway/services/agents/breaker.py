@@ -8,7 +8,8 @@ from typing import Any
 
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, capacity_of, trip_reason
 from gateway.domain.errors import InputError, NotFound, Refused
-from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role
+from gateway.domain.permissions import Action, require
+from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind
 from gateway.ports import UnitOfWork
 from gateway.services.change.planning import StackPlanResult
 from gateway.services.workspace import Workspace
@@ -85,8 +86,7 @@ def agent_stop_reason(ws: Workspace, agent: Principal) -> str | None:
 
 def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason: str) -> str:
     """The kill switch: an admin opens one agent's breaker, or every agent's; running requests stop."""
-    if actor.is_agent or not actor.has_role(Role.ADMIN):
-        raise Refused([f"{actor.name} is not an admin; only admins open the breaker by hand"])
+    require(actor, Action.OPEN_BREAKER)
     reason = _reason(reason)
     with ws.store.session() as session:
         scope = _scope(session, agent_name)
@@ -100,8 +100,7 @@ def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason
 def reset_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason: str) -> str:
     """A person in a resetter group closes a tripped breaker, with a reason; the window starts again."""
     settings = ws.repo_settings().breaker
-    if actor.is_agent:
-        raise Refused([f"{actor.name} is an agent; agents never reset the breaker"])
+    require(actor, Action.RESET_BREAKER)
     if not actor.groups & settings.resetters:
         raise Refused([f"{actor.name} is not in a resetter group "
                        f"({', '.join(sorted(settings.resetters)) or 'none configured: set breaker.resetters'})"])

@@ -26,9 +26,10 @@ from gateway.adapters.git_repo import committer_env
 from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
 from gateway.domain.audit import EventQuery
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.permissions import Action, refusals
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
-from gateway.domain.principals import Principal, requester_refusals
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
 from gateway.services.change.planning import ChangeOrigin, plan_directory
 from gateway.services.change.proposals import get_proposal, open_proposal
@@ -83,7 +84,7 @@ def _require_standing(ws: Workspace, caller: Caller) -> None:
         agent, person = session.principals.get(caller.agent.id), session.principals.get(caller.person.id)
     if agent.disabled:
         raise Refused([f"{agent.name} is disabled"])
-    reasons = requester_refusals(person)
+    reasons = refusals(person, Action.REQUEST)
     if reasons:
         raise Refused([f"{agent.name} acts for {person.name}, who may not request changes: {'; '.join(reasons)}"])
 

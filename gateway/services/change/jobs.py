@@ -20,7 +20,8 @@ from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
 from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
-from gateway.domain.principals import Principal, Role
+from gateway.domain.permissions import Action, require
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
 from gateway.services.agents.agent_runs import interrupt_abandoned_turns
 from gateway.services.change.apply_facts import gather_apply_facts
@@ -41,10 +42,7 @@ def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_i
     proposal = get_proposal(ws, proposal_id)
     recover_abandoned_work(ws)  # a job whose worker died must not stand in for this one
     if isinstance(actor, Principal):
-        if kind == JobKind.APPLY and actor.is_agent:
-            raise Refused([f"{actor.name} is an agent; agents can never apply a change"])
-        if not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
-            raise Refused([f"{actor.name} has no role that may start a {kind.value}"])
+        require(actor, Action.APPLY if kind == JobKind.APPLY else Action.PLAN)
     with ws.store.session() as session:
         existing = session.jobs.queued(kind, proposal_id)
         if existing is not None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.domain.apply_blockers import MainPush
-from gateway.domain.errors import InputError, NotFound, Refused
-from gateway.domain.principals import Principal, Role
+from gateway.domain.errors import InputError, NotFound
+from gateway.domain.permissions import Action, require
+from gateway.domain.principals import Principal
 from gateway.services.workspace import Workspace
 
 SEEN = "main_seen"  # the last main commit the gateway looked at
@@ -67,8 +68,7 @@ def unacknowledged(ws: Workspace) -> list[dict[str, Any]]:
 
 def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> dict[str, Any]:
     """An approver or admin has looked at a push to main (reverted it, or applied it through a proposal)."""
-    if actor.is_agent or not actor.roles & {Role.APPROVER, Role.ADMIN}:
-        raise Refused([f"{actor.name} may not acknowledge a push to main: only approvers and admins may"])
+    require(actor, Action.ACKNOWLEDGE_PUSH)
     reason = reason.strip()
     if not reason:
         raise InputError("say what was done about it (-m)")

@@ -11,9 +11,10 @@ from gateway.domain.approvals import decision_refusals, override_refusals, requi
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
+from gateway.domain.permissions import Action, require
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
-from gateway.domain.principals import REQUESTING_ROLES, Principal, Role, requester_refusals
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.ports import UnitOfWork
@@ -75,13 +76,8 @@ def _require_may_propose(session: UnitOfWork, actor: Principal, requester: Princ
     """The actor and the requester as the store holds them now, not as they were when a token was checked or
     an agent was bound: whoever was disabled or lost the role since proposes nothing, whatever the way in."""
     actor, requester = session.principals.get(actor.id), session.principals.get(requester.id)
-    if actor.disabled:
-        raise Refused([f"{actor.name} is disabled"])
-    if not actor.is_agent and not actor.roles & REQUESTING_ROLES:
-        raise Refused([f"{actor.name} has no role that may propose changes"])
-    reasons = requester_refusals(requester)
-    if reasons:
-        raise Refused(reasons)
+    require(actor, Action.PROPOSE)
+    require(requester, Action.REQUEST)
 
 
 def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
@@ -295,9 +291,7 @@ def abandon_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason: 
         raise InputError("say why the proposal is abandoned (-m)")
     with ws.store.session() as session:
         proposal = session.proposals.get(proposal_id, lock=True)
-        if actor.is_agent or not (actor.id == proposal.requester.id or actor.roles & {Role.APPROVER, Role.ADMIN}):
-            raise Refused([f"{actor.name} may not abandon proposal {proposal_id}: only its requester, "
-                           "an approver or an admin may"])
+        require(actor, Action.ABANDON, proposal)
         session.proposals.record_transition(proposal, Transition.ABANDON, actor, {"reason": reason})
         return proposal
 

@@ -26,8 +26,9 @@ from gateway.domain.applies import ApplyStatus
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
 from gateway.domain.locks import unmerged_holder
+from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.plan import decode_plan_bytes, plan_digest
-from gateway.domain.principals import Principal, Role
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.ports import Forge
 from gateway.services.change.apply_facts import gather_apply_facts
@@ -71,8 +72,8 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
     runner = runner or runner_name()
     say = progress or (lambda _: None)
     proposal = get_proposal(ws, proposal_id)
-    if actor.is_agent:
-        _refuse(ws, actor, proposal, [f"{actor.name} is an agent; agents can never apply a change"])
+    if actor.is_agent:  # refused before any lock is taken; a person's standing is checked under them, with the rest
+        _refuse(ws, actor, proposal, refusals(actor, Action.APPLY))
     say(f"taking the locks of {', '.join(lock_names(ws, proposal))}")
     with _stack_locks(ws, proposal, runner) as locks:
         fault_points.reach("apply.after_lock")
@@ -163,10 +164,7 @@ def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, runner: s
 def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledge: str | None = None) -> Proposal:
     """Leave `unmerged`: merge again now that main can take it, or record that a person made main right by hand."""
     proposal = get_proposal(ws, proposal_id)
-    if actor.is_agent:
-        raise Refused([f"{actor.name} is an agent; agents can never merge or acknowledge a change"])
-    if not actor.roles & {Role.APPROVER, Role.ADMIN}:
-        raise Refused([f"{actor.name} may not merge or acknowledge: only approvers and admins may"])
+    require(actor, Action.MERGE)
     if proposal.status != ProposalStatus.UNMERGED:
         raise Refused([f"proposal {proposal_id} is {proposal.status.value}, not unmerged"])
     holder = unmerged_holder(proposal_id)

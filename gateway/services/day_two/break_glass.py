@@ -77,7 +77,8 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
     """End a window early (the incident is over): its drift is recorded as expected, and the codify clock starts."""
     window = get_window(ws, window_id)
     its_people = {window.opened_by, window.confirmed_by}
-    if actor.is_agent or (actor.name not in its_people and acknowledge_refusals(actor, ws.repo_settings().break_glass)):
+    # its people are people (agents may never open or confirm one); anyone else acts for the group, if the rules let them
+    if actor.name not in its_people and acknowledge_refusals(actor, ws.repo_settings().break_glass):
         raise Refused([f"{actor.name} may not close break-glass window {window_id}: its people or the "
                        "break-glass group may"])
     moment = ws.clock.now()

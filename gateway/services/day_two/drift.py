@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from gateway.domain.approvals import auto_revert_refusals
 from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import Job, JobKind
+from gateway.domain.permissions import Action, require
 from gateway.domain.principals import SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.agents.breaker import guard_agent_change
@@ -51,8 +52,7 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
 
     `actor` asked for the check (a person, or the gateway's own schedule); the revert is the gateway's.
     """
-    if actor.is_agent or not actor.roles & {Role.REQUESTER, Role.APPROVER, Role.ADMIN}:
-        raise Refused([f"{actor.name} may not start a drift check"])
+    require(actor, Action.CHECK_DRIFT)
     settings = ws.repo_settings()
     settings.require_stack(stack)
     branch = f"drift/{stack}"

@@ -17,9 +17,10 @@ import structlog
 
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, check_due
-from gateway.domain.errors import GatewayError, Refused
+from gateway.domain.errors import GatewayError
+from gateway.domain.permissions import Action, require
 from gateway.domain.preview import SENSITIVE, DriftEntry
-from gateway.domain.principals import SYSTEM_NAME, Principal, Role
+from gateway.domain.principals import SYSTEM_NAME, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.scrubbing import Scrubber
 from gateway.services.change.planning import ChangeOrigin, plan_stack
@@ -46,9 +47,8 @@ def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: P
 
     `actor` is a person with a role, or the gateway's own name (its schedule, or its check after an apply).
     """
-    if isinstance(actor, Principal) and (actor.is_agent or not actor.roles & {Role.REQUESTER, Role.APPROVER,
-                                                                                Role.ADMIN}):
-        raise Refused([f"{actor.name} may not start a drift check"])
+    if isinstance(actor, Principal):
+        require(actor, Action.CHECK_DRIFT)
     settings = ws.repo_settings()
     settings.require_stack(stack)
     result = plan_stack(ws, stack, ws.main_branch(), ChangeOrigin(requester=SYSTEM_NAME))

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.domain.errors import InputError, Refused
-from gateway.domain.principals import Principal, Role
+from gateway.domain.errors import InputError
+from gateway.domain.permissions import Action, require
+from gateway.domain.principals import Principal
 from gateway.services.workspace import Workspace
 
 
 def _require_admin(actor: Principal) -> None:
-    if not actor.has_role(Role.ADMIN):
-        raise Refused([f"{actor.name} is not an admin; only admins act on the simulated cloud directly"])
+    require(actor, Action.EDIT_SIMULATOR)
 
 
 def edit_live_object(ws: Workspace, actor: Principal, stack: str, address: str, changes: Mapping[str, Any]) -> None:

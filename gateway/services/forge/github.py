@@ -17,11 +17,12 @@ import structlog
 from gateway.domain.apply_blockers import standing_blockers
 from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import AuditEvent
-from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.errors import GatewayError, InputError, NotFound
 from gateway.domain.github import PullRequestView, not_counted, pull_request_checks, render_comment
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
-from gateway.domain.principals import Principal, Role
+from gateway.domain.permissions import Action, require
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
 from gateway.ports import Forge
@@ -39,8 +40,7 @@ PUBLISH_RETRY_SECONDS = 30.0  # after a failed publish (GitHub down, rate-limite
 
 def link_account(ws: Workspace, actor: Principal, name: str, login: str, github_id: int | None = None) -> tuple[int, str]:
     """Link a person to a GitHub account by its numeric id (asked of GitHub unless given)."""
-    if not actor.has_role(Role.ADMIN):
-        raise Refused([f"{actor.name} is not an admin; only admins link accounts"])
+    require(actor, Action.LINK_ACCOUNTS)
     if github_id is None:
         forge = forge_of(ws)
         if forge is None:

@@ -62,7 +62,7 @@ def test_each_credential_operation_works_and_is_recorded(workspace: Workspace, p
 
 def test_an_expired_token_is_refused_and_last_use_is_listed(workspace: Workspace, people: People) -> None:
     with workspace.store.session() as session:
-        session.principals.update(people.dana.id, token_expires_at=now() - timedelta(minutes=1))
+        session.principals.set_token_expiry(people.dana.id, now() - timedelta(minutes=1))
     with pytest.raises(AuthError, match="expired"):
         authenticate(workspace, people.tokens["dana"])
     listed = run_cli(["users", "list"], workspace.settings.home, token=people.tokens["admin"])

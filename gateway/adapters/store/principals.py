@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
@@ -82,7 +83,25 @@ class SqlPrincipals(Records):
             raise NotFound(f"unknown principal {pid}")
         return {k: (aware(v) if v else None) for k, v in row.items()}
 
-    def update(self, pid: str, **values: Any) -> None:
+    def set_token(self, pid: str, token_hash: str, expires_at: datetime | None) -> None:
+        """A new token (only its hash is kept); the old one stops working at once."""
+        self._set(pid, token_hash=token_hash, token_expires_at=expires_at)
+
+    def set_token_expiry(self, pid: str, expires_at: datetime | None) -> None:
+        self._set(pid, token_expires_at=expires_at)
+
+    def set_disabled(self, pid: str, at: datetime | None) -> None:
+        """Disabled from `at` (None: enabled again)."""
+        self._set(pid, disabled_at=at)
+
+    def set_access(self, pid: str, roles: frozenset[Role], groups: frozenset[str]) -> None:
+        self._set(pid, roles=sorted(roles), groups=sorted(groups))
+
+    def touch(self, pid: str, at: datetime) -> None:
+        """The token was used at `at`."""
+        self._set(pid, last_used_at=at)
+
+    def _set(self, pid: str, **values: Any) -> None:
         self.conn.execute(update(principals).where(principals.c.id == pid).values(**values))
 
     def enabled_admins(self) -> list[str]:

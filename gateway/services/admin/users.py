@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
 from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
+from gateway.ports import Principals
 from gateway.services.workspace import Workspace
 
 LAST_USE_GRANULARITY = timedelta(minutes=1)  # a token's last use is written at most once a minute
@@ -36,7 +38,7 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
         if person is not None and refusals(person, Action.REQUEST):
             raise Refused([f"{person.name} may not request changes, so no agent may act for them"])
         principal = session.principals.add(name, kind, roles, groups, hash_token(token), person.id if person else None)
-        session.principals.update(principal.id, token_expires_at=_expiry(ws))
+        session.principals.set_token_expiry(principal.id, _expiry(ws))
         session.audit.append(actor or name, "principal.added", {
             "name": name, "kind": kind.value, "roles": sorted(roles), "groups": sorted(groups),
             "acting_for": acting_for})
@@ -61,7 +63,7 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
                         f"an admin runs `gateway users rotate-token {principal.name}`")
     if record["last_used_at"] is None or moment - record["last_used_at"] > LAST_USE_GRANULARITY:
         with ws.store.session() as session:
-            session.principals.update(principal.id, last_used_at=moment)
+            session.principals.touch(principal.id, moment)
     return principal
 
 
@@ -70,25 +72,27 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
 
 def disable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
     """Nobody signs in as them any more; their approvals stop counting (an apply checks again)."""
-    return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)}, disabled_at=ws.clock.now())
+    return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)},
+                   lambda records, pid: records.set_disabled(pid, ws.clock.now()))
 
 
 def enable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
-    return _change(ws, actor, name, "principal.enabled", {"reason": _why(reason)}, disabled_at=None)
+    return _change(ws, actor, name, "principal.enabled", {"reason": _why(reason)},
+                   lambda records, pid: records.set_disabled(pid, None))
 
 
 def rotate_token(ws: Workspace, actor: Principal, name: str) -> str:
     """A new token (shown this once); the old one stops working at once."""
     token = new_token()
-    _change(ws, actor, name, "principal.token_rotated", {}, token_hash=hash_token(token),
-            token_expires_at=_expiry(ws))
+    _change(ws, actor, name, "principal.token_rotated", {},
+            lambda records, pid: records.set_token(pid, hash_token(token), _expiry(ws)))
     return token
 
 
 def revoke_token(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
     """No token works for them until an admin rotates one."""
     return _change(ws, actor, name, "principal.token_revoked", {"reason": _why(reason)},
-                   token_hash=hash_token(new_token()))
+                   lambda records, pid: records.set_token(pid, hash_token(new_token()), None))
 
 
 def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role] | None,
@@ -100,21 +104,22 @@ def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role
         raise NotFound(f"no user {name}")
     new_roles = roles if roles is not None else target.roles
     check_principal(target.name, target.kind, new_roles)
-    values: dict = {"roles": sorted(new_roles)}
-    if groups is not None:
-        values["groups"] = sorted(groups)
+    new_groups = groups if groups is not None else target.groups
     return _change(ws, actor, name, "principal.access_changed", {
-        "roles": sorted(new_roles), "groups": sorted(groups if groups is not None else target.groups),
-        "was": {"roles": sorted(target.roles), "groups": sorted(target.groups)}}, **values)
+        "roles": sorted(new_roles), "groups": sorted(new_groups),
+        "was": {"roles": sorted(target.roles), "groups": sorted(target.groups)}},
+        lambda records, pid: records.set_access(pid, new_roles, new_groups))
 
 
-def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict, **values: object) -> Principal:
+def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict,
+            write: Callable[[Principals, str], None]) -> Principal:
+    """One admin's change to a user, with its event; never the last enabled admin away."""
     require(actor, Action.CHANGE_USERS)
     with ws.store.session() as session:
         target = session.principals.by_name(name)
         if target is None:
             raise NotFound(f"no user {name}")
-        session.principals.update(target.id, **values)
+        write(session.principals, target.id)
         admins = session.principals.enabled_admins()
         if not admins:
             raise Refused([f"{name} is the last enabled admin: add another admin first"])

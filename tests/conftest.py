@@ -81,6 +81,23 @@ class People:
     tokens: dict[str, str]
 
 
+TERRAFORM = Path(__file__).resolve().parent.parent / ".tools" / "terraform"  # what `make terraform` installs
+
+
+@pytest.fixture
+def tf_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    """A workspace of the Terraform sample on SQLite, run by the real Terraform (modules may override it)."""
+    if not (TERRAFORM / "bin" / "terraform").exists():
+        if os.environ.get("CI"):
+            pytest.fail("Terraform is not installed: .ci/run must run `make terraform` first")
+        pytest.skip("Terraform is not installed here: run `make terraform` to run the contract tests")
+    monkeypatch.delenv("SIM_PROVIDER_DIR", raising=False)
+    ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5), sample="terraform")
+    bootstrap_simulator(ws)
+    yield ws
+    ws.close()
+
+
 def make_workspace(home: Path, database_url: str | None = None) -> Workspace:
     ws = create_workspace(Settings(home=home, database_url=database_url, token=None, lock_wait_seconds=2))
     bootstrap_simulator(ws)

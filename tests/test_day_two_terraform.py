@@ -6,17 +6,12 @@ A rollback of an applied change ends with the objects as they were. Skipped, say
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gateway.composition import create_workspace
-from gateway.config import Settings
 from gateway.domain.errors import InputError
 from gateway.domain.proposal import Decision
-from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.change.proposals import decide, open_proposal
 from gateway.services.change.runner import apply_proposal
 from gateway.services.day_two.codify import codify_drift
@@ -25,21 +20,6 @@ from gateway.services.day_two.rollback import rollback_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people
-
-INSTALLED = Path(__file__).resolve().parent.parent / ".tools" / "terraform"
-
-
-@pytest.fixture
-def tf_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    if not (INSTALLED / "bin" / "terraform").exists():
-        if os.environ.get("CI"):
-            pytest.fail("Terraform is not installed: .ci/run must run `make terraform` first")
-        pytest.skip("Terraform is not installed here: run `make terraform` to run these contract tests")
-    monkeypatch.delenv("SIM_PROVIDER_DIR", raising=False)
-    ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5), sample="terraform")
-    bootstrap_simulator(ws)
-    yield ws
-    ws.close()
 
 
 def edit_behind_terraforms_back(ws: Workspace, name: str, **changes: str) -> None:

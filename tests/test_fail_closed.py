@@ -7,8 +7,6 @@ went unseen. Now such a file is refused before any engine runs.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +15,12 @@ from sqlalchemy import create_engine, text
 
 from gateway.adapters.hcl_sensitivity import find_literal_secrets
 from gateway.api.app import create_app
-from gateway.composition import create_workspace
-from gateway.config import Settings
 from gateway.domain.errors import ConfigError
-from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, add_people, sign_in_client
 
-INSTALLED = Path(__file__).resolve().parent.parent / ".tools" / "terraform"
 LITERAL = "hunter2-committed-in-git"
 # Terraform reads `café` as a name (HCL names are Unicode identifiers); python-hcl2 cannot parse it
 UNREADABLE = f'''resource "sim_object" "db" {{
@@ -46,19 +40,6 @@ def test_a_file_the_literal_secret_check_cannot_read_is_refused_naming_it() -> N
 def test_a_readable_file_is_still_judged() -> None:
     [found] = find_literal_secrets({"files/db.tf": UNREADABLE.replace("café", "cafe")})
     assert (found.address, found.attribute) == ("sim_object.db", "secret")
-
-
-@pytest.fixture
-def tf_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
-    if not (INSTALLED / "bin" / "terraform").exists():
-        if os.environ.get("CI"):
-            pytest.fail("Terraform is not installed: .ci/run must run `make terraform` first")
-        pytest.skip("Terraform is not installed here: run `make terraform` to run this test")
-    monkeypatch.delenv("SIM_PROVIDER_DIR", raising=False)
-    ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5), sample="terraform")
-    bootstrap_simulator(ws)
-    yield ws
-    ws.close()
 
 
 def test_terraform_engine_refuses_what_the_secret_checks_cannot_read(tf_workspace: Workspace, tmp_path: Path) -> None:

@@ -7,7 +7,10 @@ import time
 from pathlib import Path
 
 from gateway.domain.audit import Checkpoint
+from gateway.domain.jobs import JobKind, JobStatus
 from gateway.services.admin.audit import sign_checkpoint
+from gateway.services.change.jobs import recover_abandoned_work
+from gateway.services.change.recovery import HANDLING_ATTEMPTS
 from gateway.services.workspace import Workspace
 from gateway.worker import run_housekeeping
 
@@ -62,3 +65,26 @@ def test_a_broken_gateway_yaml_on_main_stops_no_other_housekeeping_step(workspac
     with ws.store.session(readonly=True) as session:  # ...and the others still ran: the chain's head is signed
         head, kept = session.audit.chain_head(), session.audit.checkpoints()
     assert head is not None and kept and kept[-1].seq == head[0]
+
+
+def test_a_delivery_whose_worker_died_while_handling_it_is_handled_again_never_dropped(any_workspace: Workspace) -> None:
+    ws = any_workspace
+    with ws.store.session() as session:
+        job_id = session.jobs.add(JobKind.WEBHOOK, None, "github", {"delivery": "d-1"})
+    dead = ws.store.queue.claim("dead-host:1", job_id=job_id)  # claimed, then the worker was killed
+    assert dead is not None and dead.status is JobStatus.RUNNING
+    ws.settings = ws.settings.model_copy(update={"lock_ttl_seconds": 0.2})
+    time.sleep(0.3)  # its heartbeat lapses
+
+    recovered = recover_abandoned_work(ws)
+
+    again = ws.store.queue.get(job_id)
+    assert again.status is JobStatus.QUEUED and f"job {job_id} of worker dead-host:1, queued again" in recovered
+    assert "stopped heart-beating while handling it" in (again.error or "")
+    with ws.store.session(readonly=True) as session:
+        assert [e.kind for e in session.audit.events(kind="job.retrying")] == ["job.retrying"]
+    for attempt in range(2, HANDLING_ATTEMPTS + 1):  # a delivery that keeps killing its worker is given up
+        assert ws.store.queue.claim(f"dead-host:{attempt}", job_id=job_id) is not None
+        time.sleep(0.3)
+        recover_abandoned_work(ws)
+    assert ws.store.queue.get(job_id).status is JobStatus.INTERRUPTED

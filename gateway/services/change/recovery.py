@@ -19,7 +19,7 @@ import structlog
 
 from gateway.domain.applies import ApplyStatus, Settlement, StackReading, StackResult, settle_interrupted_apply
 from gateway.domain.errors import GatewayError
-from gateway.domain.jobs import JobStatus
+from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import StackLock, recovery_holder, unmerged_holder
 from gateway.domain.plan import load_plan
@@ -42,11 +42,24 @@ def recover_expired_locks(ws: Workspace) -> list[str]:
     return recovered
 
 
+HANDLING_ATTEMPTS = 5  # a delivery whose handling kills its worker this often is given up, recorded interrupted
+
+
 def interrupt_stale_jobs(ws: Workspace) -> list[str]:
     """Jobs whose worker stopped heart-beating end interrupted (after their applies were settled, above)."""
     recovered: list[str] = []
     for job in ws.store.queue.stale(ws.settings.lock_ttl_seconds):
         with ws.store.session() as session:
+            if job.kind is JobKind.WEBHOOK and job.attempts < HANDLING_ATTEMPTS:
+                # a delivery was answered 202, so GitHub never sends it again: a dead worker's delivery is handled
+                # again (read back from GitHub each time), never dropped
+                why = f"worker {job.runner} stopped heart-beating while handling it"
+                if session.jobs.retry(job.id, ws.clock.now(), why):
+                    session.audit.append("gateway", "job.retrying", {"job": job.id, "kind": job.kind.value,
+                                                                     "runner": job.runner, "attempt": job.attempts,
+                                                                     "error": why}, job.proposal_id)
+                    recovered.append(f"job {job.id} of worker {job.runner}, queued again")
+                continue
             if session.jobs.finish(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
                 session.audit.append("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
                                                                     "runner": job.runner}, job.proposal_id)

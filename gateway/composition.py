@@ -23,6 +23,7 @@ from gateway.adapters.git_repo import GitDeclarationRepo
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sealing import Sealer
+from gateway.adapters.signing import FileSigner
 from gateway.adapters.sql_store import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.adapters.terraform import TerraformEngine, TerraformSetup
@@ -110,7 +111,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings), sealer)}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
     return Workspace(settings, db, SqlStore(db, scrubber, sealer), repo, engine, sandbox, scrubber, simulator,
-                     SystemClock(), forge_opener(settings), job_handlers())
+                     SystemClock(), forge_opener(settings), job_handlers(), signer=FileSigner(settings.signing_key_path))
 
 
 def _engine_name(repo_path: Path, stack: str | None) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.domain.agent_runs import AgentRun, AgentRunStatus
-from gateway.domain.audit import AuditEvent, Checkpoint, EventQuery
+from gateway.domain.audit import AuditEvent, ChainBreak, ChainLink, Checkpoint, EventQuery
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.drift import DriftRecord
 from gateway.domain.github import Check, PullInfo
@@ -95,6 +95,20 @@ class Engine(Protocol):
 class Clock(Protocol):
     def now(self) -> datetime:
         """The current time, timezone-aware (UTC)."""
+        ...
+
+
+class Signer(Protocol):
+    """Signs the audit trail's checkpoints with a key kept outside the database."""
+
+    def public_key(self) -> str:
+        """The signing key's public half (base64), which every checkpoint it signs names."""
+        ...
+
+    def sign(self, message: bytes) -> str: ...
+
+    def valid(self, public_key: str, message: bytes, signature: str) -> bool:
+        """Whether `signature` is `public_key`'s over `message` (any key's, not only this signer's)."""
         ...
 
 
@@ -424,6 +438,14 @@ class AuditLog(Protocol):
 
     def iter(self, batch: int = 5000, upto: int | None = None, after: int = 0) -> Iterator[AuditEvent]:
         """Every event (after `after`) in order, read a batch at a time (constant memory however long the trail)."""
+        ...
+
+    def links(self, after: int = 0, upto: int | None = None) -> Iterator[ChainLink]:
+        """(seq, prev_hash, hash, stored bytes) of every event after `after`, in order, streamed: what verify hashes."""
+        ...
+
+    def misindexed(self, upto: int) -> ChainBreak | None:
+        """The first event up to `upto` whose searched columns (actor, kind, time, proposal) disagree with its bytes."""
         ...
 
     def add_checkpoint(self, checkpoint: Checkpoint) -> bool:

@@ -29,7 +29,6 @@ KNOWN_SERVICE_IMPORTS: dict[tuple[str, str], str] = {
     ("gateway.services.agents.external_agents", "git"): "an external agent's edits are committed with GitPython",
     ("gateway.services.agents.external_agents", "gateway.adapters.git_repo"): "committer identity for the agent's commits",
     ("gateway.services.agents.external_agents", "gateway.adapters.module_sources"): "which modules a stack reads",
-    ("gateway.services.admin.audit", "gateway.adapters.signing"): "checkpoint signatures (a Signer port)",
     ("gateway.services.day_two.imports", "gateway.adapters.sandbox.schema"): "the simulator's schema for import blocks",
     ("gateway.services.change.planning", "gateway.adapters.checkov"): "checkov runs beside the built-in policy",
     ("gateway.services.change.planning", "gateway.adapters.hcl_sensitivity"): "what HCL declares about secrets",

@@ -15,7 +15,7 @@ from sqlalchemy import delete, select, update
 from gateway.adapters.sql_store import audit_events, audit_head
 from gateway.adapters.store.rows import as_event
 from gateway.api.app import create_app
-from gateway.domain.audit import GENESIS, EventQuery, event_hash
+from gateway.domain.audit import GENESIS, EventQuery, event_bytes, event_hash
 from gateway.domain.errors import Refused
 from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
@@ -129,7 +129,7 @@ def test_reordered_events_are_found(audited: tuple[Workspace, People, int]) -> N
     with ws.store.session() as session:
         rows = session.conn.execute(select(audit_events).where(audit_events.c.seq.in_([5, 6]))).mappings().all()
         a, b = rows
-        fields = ("at", "actor", "actor_kind", "kind", "proposal_id", "stacks", "payload", "prev_hash", "hash")
+        fields = ("canonical", "at", "actor", "actor_kind", "kind", "proposal_id", "outcome", "prev_hash", "hash")
         session.conn.execute(update(audit_events).where(audit_events.c.seq == a["seq"]).values(id="moving"))
         for row, other in ((b, a), (a, b)):  # swap two events' contents, keeping their positions
             session.conn.execute(update(audit_events).where(audit_events.c.seq == row["seq"])
@@ -161,7 +161,8 @@ def test_a_consistent_rewrite_of_events_and_head_is_caught_by_a_kept_checkpoint(
                 event = replace(event, actor="mallory")
             event = replace(event, prev_hash=prev, hash=event_hash(prev, event.content()))
             session.conn.execute(update(audit_events).where(audit_events.c.seq == event.seq).values(
-                actor=event.actor, prev_hash=event.prev_hash, hash=event.hash))
+                actor=event.actor, canonical=event_bytes(event.content()).decode(), prev_hash=event.prev_hash,
+                hash=event.hash))
             prev = event.hash
         session.conn.execute(update(audit_head).values(hash=prev))
     assert audit_service.verify_trail(ws, people.dana)[1] is None  # the chain alone cannot tell

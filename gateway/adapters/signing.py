@@ -43,3 +43,25 @@ def signature_valid(public_key: str, message: bytes, signature: str) -> bool:
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+class FileSigner:
+    """The Signer port over the key file: read (or made) the first time a checkpoint is signed or checked."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._key: SigningKey | None = None
+
+    def _loaded(self) -> SigningKey:
+        if self._key is None:
+            self._key = SigningKey.load_or_create(self.path)
+        return self._key
+
+    def public_key(self) -> str:
+        return self._loaded().public_key
+
+    def sign(self, message: bytes) -> str:
+        return self._loaded().sign(message)
+
+    def valid(self, public_key: str, message: bytes, signature: str) -> bool:
+        return signature_valid(public_key, message, signature)

@@ -38,7 +38,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
-from gateway.domain.audit import GENESIS, event_addresses, event_outcome
+from gateway.domain.audit import GENESIS, event_addresses, event_bytes, event_outcome
 from gateway.domain.errors import BackendError, ConfigError
 
 metadata = MetaData()
@@ -209,14 +209,15 @@ sandbox_faults = Table(
 audit_events = Table(
     "audit_events", metadata,
     Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    # The event is its canonical bytes (migration 18): what the chain hashes, what every read decodes. The columns
+    # beside them are an index the filters use; `verify` checks they agree with the bytes.
+    Column("canonical", Text, nullable=False),
     Column("id", String(36), nullable=False, unique=True),
     Column("at", String(40), nullable=False),
     Column("actor", String(100), nullable=False),
     Column("actor_kind", String(10), nullable=False),
-    Column("kind", String(40), nullable=False, index=True),
-    Column("proposal_id", Integer, nullable=True, index=True),
-    Column("stacks", JSON, nullable=False),
-    Column("payload", Text, nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("proposal_id", Integer, nullable=True),
     Column("prev_hash", String(71), nullable=False),
     Column("hash", String(71), nullable=False),
     Column("outcome", String(20), nullable=True),  # migration 11: refused | failed | succeeded | ... (from kind)
@@ -237,6 +238,15 @@ audit_event_addresses = Table(
     Index("audit_event_addresses_by_address", "address", "seq"),
     # prefix searches (LIKE 'aws_s3_bucket.%') on PostgreSQL, whatever the database's collation
     Index("audit_event_addresses_by_prefix", "address", postgresql_ops={"address": "text_pattern_ops"}),
+)
+
+# Which proposals' events name each address (migration 18): the address filter brings a proposal's whole story.
+audit_proposal_addresses = Table(
+    "audit_proposal_addresses", metadata,
+    Column("proposal_id", Integer, primary_key=True, autoincrement=False),
+    Column("address", String(300), primary_key=True),
+    Index("audit_proposal_addresses_by_address", "address", "proposal_id",
+          postgresql_ops={"address": "text_pattern_ops"}),
 )
 
 # The chain's head, kept apart so that deleting the newest events is found too.
@@ -389,7 +399,7 @@ markers = Table(  # small facts the gateway keeps: the last main commit it has l
     Column("value", String(200), nullable=False),
 )
 
-_LATER_TABLES = ("drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -473,14 +483,20 @@ def _audit_search(conn: Connection) -> None:
     metadata.create_all(conn, tables=[audit_event_stacks, audit_event_addresses])
     for index in AUDIT_INDEXES:
         index.create(conn, checkfirst=True)
-    for row in conn.execute(select(audit_events.c.seq, audit_events.c.kind, audit_events.c.stacks,
-                                   audit_events.c.payload)).mappings().all():
+    if "payload" not in {c["name"] for c in inspect(conn).get_columns("audit_events")}:
+        return  # a trail made since migration 18 indexes its events as they are appended
+    for row in conn.execute(text("SELECT seq, kind, stacks, payload FROM audit_events")).mappings().all():
         conn.execute(audit_events.update().where(audit_events.c.seq == row["seq"]).values(
             outcome=event_outcome(row["kind"])))
-        for stack in set(row["stacks"] or []):
+        for stack in set(_json_column(row["stacks"]) or []):
             conn.execute(audit_event_stacks.insert().values(seq=row["seq"], stack=stack))
         for address in event_addresses(json.loads(row["payload"])):
             conn.execute(audit_event_addresses.insert().values(seq=row["seq"], address=address))
+
+
+def _json_column(value: Any) -> Any:
+    """A JSON column read by plain SQL: psycopg decodes it, sqlite3 leaves the text."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _main_pushes(conn: Connection) -> None:
@@ -534,6 +550,46 @@ def _job_retries(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE jobs ADD COLUMN run_after {kind}"))
 
 
+AUDIT_FILTER_INDEXES = (Index("audit_events_by_kind", audit_events.c.kind, audit_events.c.seq),
+                        Index("audit_events_by_proposal", audit_events.c.proposal_id, audit_events.c.seq))
+
+
+def _canonical_events(conn: Connection) -> None:
+    """Each event keeps the canonical bytes its hash covers: verify hashes what is stored, a read decodes one column,
+    and the payload and stacks columns they repeat go. Which proposals name each address is indexed, and the kind
+    and proposal filters read their index in event order. No hash changes: a signed checkpoint still holds."""
+    if "canonical" not in {c["name"] for c in inspect(conn).get_columns("audit_events")}:
+        conn.execute(text("ALTER TABLE audit_events ADD COLUMN canonical TEXT"))
+        _backfill_canonical(conn)
+        for column in ("payload", "stacks"):
+            conn.execute(text(f"ALTER TABLE audit_events DROP COLUMN {column}"))
+    metadata.create_all(conn, tables=[audit_proposal_addresses])
+    conn.execute(text(
+        "INSERT INTO audit_proposal_addresses (proposal_id, address) SELECT DISTINCT e.proposal_id, a.address "
+        "FROM audit_event_addresses a JOIN audit_events e ON e.seq = a.seq WHERE e.proposal_id IS NOT NULL"))
+    present = {i["name"] for i in inspect(conn).get_indexes("audit_events")}
+    for old in ("ix_audit_events_kind", "ix_audit_events_proposal_id"):  # their composite successors serve both
+        if old in present:
+            conn.execute(text(f"DROP INDEX {old}"))
+    for index in AUDIT_FILTER_INDEXES:
+        index.create(conn, checkfirst=True)
+
+
+def _backfill_canonical(conn: Connection, batch: int = 5000) -> None:
+    """The canonical bytes of every existing event, from its columns: exactly what its hash was computed over, so an
+    event edited before the upgrade still fails verify after it."""
+    after = 0
+    while rows := conn.execute(text(
+            "SELECT seq, id, at, actor, actor_kind, kind, proposal_id, stacks, payload FROM audit_events "
+            "WHERE seq > :after ORDER BY seq LIMIT :batch"), {"after": after, "batch": batch}).mappings().all():
+        conn.execute(text("UPDATE audit_events SET canonical = :canonical WHERE seq = :seq"), [
+            {"seq": r["seq"], "canonical": event_bytes(
+                {"seq": r["seq"], "id": r["id"], "at": r["at"], "actor": r["actor"], "actor_kind": r["actor_kind"],
+                 "kind": r["kind"], "proposal_id": r["proposal_id"], "stacks": list(_json_column(r["stacks"])),
+                 "payload": json.loads(r["payload"])}).decode()} for r in rows])
+        after = rows[-1]["seq"]
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -552,6 +608,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (15, _lock_owners),
     (16, _job_retries),  # a webhook job's retries
     (17, _agent_turns_as_jobs),
+    (18, _canonical_events),  # the trail stores each event's canonical bytes
 ]
 
 

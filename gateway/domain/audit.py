@@ -1,8 +1,13 @@
-"""The audit trail's hash chain: each event's hash covers its content and the hash before it."""
+"""The audit trail's hash chain: each event's hash covers its canonical bytes and the hash before it.
+
+An event is stored as those bytes (`event_bytes`), so verifying the chain hashes what is stored: it never decodes
+an event or encodes it again.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -34,6 +39,17 @@ class AuditEvent:
             "stacks": list(self.stacks), "payload": dict(self.payload),
         }
 
+    @classmethod
+    def from_canonical(cls, canonical: str, prev_hash: str, hash: str) -> AuditEvent:
+        """The event its stored bytes say (what every read shows, whatever the index columns beside them say)."""
+        c = json.loads(canonical)
+        return cls(c["seq"], c["id"], c["at"], c["actor"], c["actor_kind"], c["kind"], c["proposal_id"],
+                   tuple(c["stacks"]), c["payload"], prev_hash, hash)
+
+
+# What verify reads of each stored event: (seq, prev_hash, hash, canonical bytes as text)
+ChainLink = tuple[int, str, str, str | None]
+
 
 _ADDRESS = re.compile(r"^(?:module\.[\w-]+(?:\[[^\]]+\])?\.)*(?:data\.)?[a-z][a-z0-9_]*\.[A-Za-z_][\w-]*(?:\[[^\]]+\])?$")
 OUTCOMES = frozenset({"refused", "failed", "succeeded", "interrupted", "withdrawn", "tripped"})
@@ -60,8 +76,17 @@ def event_outcome(kind: str) -> str | None:
     return last if last in OUTCOMES else None
 
 
+def event_bytes(content: Mapping[str, Any]) -> bytes:
+    """The one byte form of an event: what is stored, and what its hash covers."""
+    return canonical_json(content)
+
+
+def chain_hash(prev_hash: str, canonical: str) -> str:
+    return "sha256:" + hashlib.sha256((prev_hash + canonical).encode()).hexdigest()
+
+
 def event_hash(prev_hash: str, content: Mapping[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(prev_hash.encode() + canonical_json(content)).hexdigest()
+    return "sha256:" + hashlib.sha256(prev_hash.encode() + event_bytes(content)).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -70,30 +95,43 @@ class ChainBreak:
     reason: str
 
 
-def verify_chain(events: Iterable[AuditEvent], head: tuple[int, str] | None,
+def verify_chain(links: Iterable[ChainLink], head: tuple[int, str] | None,
                  require_head: bool = True, start: tuple[int, str] = (0, GENESIS)) -> ChainBreak | None:
-    """The first place the chain is broken (edited, removed or reordered event), or None; streams its events.
+    """The first place the chain is broken (edited, removed, inserted or reordered event), or None; streams its events
+    and hashes each one's stored bytes as they are (the hot loop of `gateway audit verify`).
 
     `start` resumes after an event already proven (a checkpoint's seq and hash): the events given follow it.
     """
     prev_seq, prev_hash = start
-    last = None
-    for event in events:
-        if event.seq != prev_seq + 1:
-            return ChainBreak(event.seq, f"event {prev_seq + 1} is missing (next present is {event.seq})")
-        if event.prev_hash != prev_hash:
-            return ChainBreak(event.seq, f"event {event.seq} does not follow event {prev_seq} (removed or reordered)")
-        if event_hash(prev_hash, event.content()) != event.hash:
-            return ChainBreak(event.seq, f"event {event.seq} ({event.kind}) was edited after it was written")
-        prev_hash, prev_seq, last = event.hash, event.seq, event
+    sha256 = hashlib.sha256
+    for seq, link_prev, link_hash, canonical in links:
+        if seq != prev_seq + 1:
+            return ChainBreak(seq, f"event {prev_seq + 1} is missing (next present is {seq})")
+        if link_prev != prev_hash:
+            return ChainBreak(seq, f"event {seq} does not follow event {prev_seq} (removed, inserted or reordered)")
+        if canonical is None or "sha256:" + sha256((prev_hash + canonical).encode()).hexdigest() != link_hash:
+            return ChainBreak(seq, f"event {seq}{_kind_of(canonical)} was edited after it was written")
+        prev_seq, prev_hash = seq, link_hash
     if head is not None:
-        head_seq, head_hash = head
-        last_seq, last_hash = (last.seq, last.hash) if last else start
-        if (last_seq, last_hash) != (head_seq, head_hash):
-            return ChainBreak(head_seq, f"the newest events are missing: the chain should end at event {head_seq}")
-    elif last is not None and require_head:
+        if (prev_seq, prev_hash) != tuple(head):
+            return ChainBreak(head[0], f"the newest events are missing: the chain should end at event {head[0]}")
+    elif prev_seq != start[0] and require_head:
         return ChainBreak(None, "the chain head record is missing")
     return None
+
+
+def _kind_of(canonical: str | None) -> str:
+    """` (approval)`: the kind of a broken event, when its bytes still say one (only read once the chain is broken)."""
+    try:
+        return f" ({json.loads(canonical or '')['kind']})"
+    except (ValueError, TypeError, KeyError):
+        return ""
+
+
+def misindexed(seq: int) -> ChainBreak:
+    """An event whose index columns (what the filters search) disagree with its bytes: edited to hide it or misfile it."""
+    return ChainBreak(seq, f"event {seq} was edited after it was written: the actor, kind, time or proposal the "
+                           "filters search by no longer match the event")
 
 
 @dataclass(frozen=True)
@@ -123,27 +161,27 @@ class Checkpoint:
                    str(data["signature"]))
 
 
-def verify_against(events: Iterable[AuditEvent], checkpoint: Checkpoint) -> ChainBreak | None:
+def verify_against(links: Iterable[ChainLink], checkpoint: Checkpoint) -> ChainBreak | None:
     """Whether the trail, up to the checkpoint's event, is the one the checkpoint signed (the signature is
     checked by the caller): every event chained, and the chain ending in the checkpoint's hash."""
-    seen: list[AuditEvent] = []  # only the newest event is kept: the events stream through
+    seen: list[ChainLink] = []  # only the newest event is kept: the events stream through
 
-    def upto() -> Iterator[AuditEvent]:
-        for event in events:
-            if event.seq > checkpoint.seq:
+    def upto() -> Iterator[ChainLink]:
+        for link in links:
+            if link[0] > checkpoint.seq:
                 return
-            seen[:] = [event]
-            yield event
+            seen[:] = [link]
+            yield link
 
     broken = verify_chain(upto(), None, require_head=False)
     if broken is not None:
         return broken
     last = seen[0] if seen else None
-    if last is None or last.seq != checkpoint.seq:
+    if last is None or last[0] != checkpoint.seq:
         return ChainBreak(checkpoint.seq, f"event {checkpoint.seq} of the checkpoint is missing")
-    if last.hash != checkpoint.hash:
+    if last[2] != checkpoint.hash:
         return ChainBreak(checkpoint.seq, f"the trail up to event {checkpoint.seq} is not the one the checkpoint "
-                                          f"signed: it was rewritten (chain ends in {last.hash[:19]}…, signed "
+                                          f"signed: it was rewritten (chain ends in {last[2][:19]}…, signed "
                                           f"{checkpoint.hash[:19]}…)")
     return None
 

@@ -18,7 +18,7 @@ from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import GitHubSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
-from gateway.ports import Clock, Engine, Forge, StackInputs
+from gateway.ports import Clock, Engine, Forge, Signer, StackInputs
 
 # A job's work: (workspace, job, runner, progress) -> (status, result, error)
 JobHandler = Callable[["Workspace", Job, str, Callable[[str], None]], tuple[JobStatus, dict[str, Any], str | None]]
@@ -36,6 +36,7 @@ class Workspace:
     clock: Clock
     open_forge: Callable[[GitHubSettings], Forge]  # the code host main's gateway.yaml names
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
+    signer: Signer | None = None  # the audit checkpoints' key (wired by the composition root)
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

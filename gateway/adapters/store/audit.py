@@ -1,14 +1,24 @@
-"""The audit trail in SQL."""
+"""The audit trail in SQL.
+
+Each event is stored as its canonical bytes (what its hash covers); the columns beside them, and the stack, address
+and proposal-address tables, are the index the filters search. A page of a filtered query is read the way EXPLAIN
+says is cheap: candidates come in event order from one filter's index (the smallest, when one has fewer than
+`SMALL` events; otherwise one read in order, `CHUNK` at a time), and each candidate is checked against every filter
+by primary key. Nothing sorts every matching event before the LIMIT.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, insert, select, union, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import and_, exists, func, literal, or_, select, text, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.sql import ColumnElement, Select
 
 from gateway.adapters.sql_store import (
     audit_checkpoints,
@@ -16,60 +26,45 @@ from gateway.adapters.sql_store import (
     audit_event_stacks,
     audit_events,
     audit_head,
+    audit_proposal_addresses,
     dumps,
 )
-from gateway.adapters.store.rows import (
-    MAX_ID,
-    Records,
-    as_event,
-    now,
+from gateway.adapters.store.rows import MAX_ID, Records, as_event, now
+from gateway.domain.audit import (
+    OUTCOMES,
+    AuditEvent,
+    ChainBreak,
+    ChainLink,
+    Checkpoint,
+    EventQuery,
+    event_addresses,
+    event_bytes,
+    event_outcome,
+    misindexed,
 )
-from gateway.domain.audit import AuditEvent, Checkpoint, EventQuery, event_addresses, event_hash, event_outcome
 from gateway.domain.principals import Principal
 
 if TYPE_CHECKING:
+    from sqlalchemy import Column
+
     from gateway.adapters.store.unit_of_work import SqlUnitOfWork
 
+SMALL = 2000  # a filter with fewer events than this drives the query: its events are read whole, then checked
+MEDIUM = 20_000  # otherwise the filters' indexes are read this far and intersected
+CHUNK = 1000  # candidates checked against every filter by primary key, this many a statement
 
-def _event_filters(q: EventQuery, after: int = 0) -> list[Any]:
-    """Conditions on audit_events; the stack and address tables are searched from `after` on, and an address's
-    proposals' events come as one set of seqs (a UNION), so each side uses its own index."""
-    out: list[Any] = []
-    if q.proposal_id is not None:
-        out.append(audit_events.c.proposal_id == q.proposal_id)
-    if q.actor:
-        out.append(audit_events.c.actor == q.actor)
-    if q.since:
-        out.append(audit_events.c.at >= q.since)
-    if q.until:
-        out.append(audit_events.c.at <= q.until)
-    if q.kind:
-        out.append(audit_events.c.kind == q.kind)
-    if q.action:
-        out.append((audit_events.c.kind == q.action) | audit_events.c.kind.startswith(q.action + ".", autoescape=True))
-    if q.outcome:
-        out.append(audit_events.c.outcome == q.outcome)
-    if q.stack:
-        out.append(
-            audit_events.c.seq.in_(
-                select(audit_event_stacks.c.seq).where(
-                    audit_event_stacks.c.stack == q.stack, audit_event_stacks.c.seq > after
-                )
-            )
-        )
-    if q.address:
-        column = audit_event_addresses.c.address
-        prefix = q.address[:-1].replace("/", "//").replace("%", "/%").replace("_", "/_")
-        match = column.like(prefix + "%", escape="/") if q.address.endswith("*") else column == q.address
-        naming = select(audit_event_addresses.c.seq).where(match)
-        proposals = select(audit_events.c.proposal_id).where(
-            audit_events.c.seq.in_(naming), audit_events.c.proposal_id.is_not(None)
-        )
-        their_events = select(audit_events.c.seq).where(
-            audit_events.c.seq > after, audit_events.c.proposal_id.in_(proposals)
-        )
-        out.append(audit_events.c.seq.in_(union(naming.where(audit_event_addresses.c.seq > after), their_events)))
-    return out
+EVENT_COLUMNS = ("seq", "canonical", "id", "at", "actor", "actor_kind", "kind", "proposal_id", "prev_hash", "hash",
+                 "outcome")
+_READ = (audit_events.c.seq, audit_events.c.canonical, audit_events.c.prev_hash, audit_events.c.hash)
+
+
+@dataclass(frozen=True)
+class _Filter:
+    """One filter: the condition an event must meet, and the index its events can be read from."""
+
+    condition: ColumnElement[bool]
+    members: Callable[[int], Select[Any]]  # the seqs after `after` it matches, in any order
+    ordered: Callable[[int], Select[Any]] | None = None  # the same in seq order, from an index kept in that order
 
 
 class SqlAuditLog(Records):
@@ -79,6 +74,10 @@ class SqlAuditLog(Records):
         super().__init__(uow)
         self._head: tuple[int, str] | None = None  # the chain's head, row-locked by this transaction's first event
         self._head_moved = False
+
+    @property
+    def _postgres(self) -> bool:
+        return self.conn.dialect.name == "postgresql"
 
     def newest_seq(self, proposal_id: int) -> int:
         return int(
@@ -100,54 +99,60 @@ class SqlAuditLog(Records):
         self, entries: Sequence[tuple[Principal | str, str, Mapping[str, Any], int | None, Sequence[str]]]
     ) -> list[AuditEvent]:
         """Add events to the chain in order, written together. The head row lock (taken by the transaction's first
-        event, held to its commit) keeps concurrent writers in line; the head row is written at the commit."""
+        event, held to its commit) keeps concurrent writers in line; the head row is written at the commit. Each
+        event is encoded once: its canonical bytes are hashed and stored as they are."""
         if self._head is None:
             head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
             self._head = (head["seq"], head["hash"])
-        events, rows, stack_rows, address_rows = [], [], [], []
+        seq, prev_hash = self._head
+        events, rows, stack_rows, address_rows, named = [], [], [], [], set()
         for actor, kind, payload, proposal_id, stacks in entries:
-            prev_seq, prev_hash = self._head
+            seq += 1
             name, actor_kind = (actor.name, actor.kind.value) if isinstance(actor, Principal) else (actor, "system")
-            event = AuditEvent(
-                seq=prev_seq + 1,
-                id=str(uuid.uuid4()),
-                at=now().isoformat(timespec="microseconds"),
-                actor=name,
-                actor_kind=actor_kind,
-                kind=kind,
-                proposal_id=proposal_id,
-                stacks=tuple(stacks),
-                payload=self.scrubber.scrub_data(json.loads(dumps(payload))),
-                prev_hash=prev_hash,
-                hash="",
-            )
-            event = AuditEvent(**{**event.__dict__, "hash": event_hash(prev_hash, event.content())})
-            rows.append(
-                {
-                    "seq": event.seq,
-                    "id": event.id,
-                    "at": event.at,
-                    "actor": event.actor,
-                    "actor_kind": event.actor_kind,
-                    "kind": event.kind,
-                    "proposal_id": event.proposal_id,
-                    "stacks": list(event.stacks),
-                    "payload": dumps(event.payload),
-                    "prev_hash": event.prev_hash,
-                    "hash": event.hash,
-                    "outcome": event_outcome(kind),
-                }
-            )
-            stack_rows += [{"seq": event.seq, "stack": s} for s in set(event.stacks)]
-            address_rows += [{"seq": event.seq, "address": a} for a in event_addresses(event.payload)]
-            self._head, self._head_moved = (event.seq, event.hash), True
-            events.append(event)
-        self.conn.execute(insert(audit_events), rows)
-        if stack_rows:
-            self.conn.execute(insert(audit_event_stacks), stack_rows)
-        if address_rows:
-            self.conn.execute(insert(audit_event_addresses), address_rows)
+            clean = self.scrubber.scrub_data(json.loads(dumps(payload)))
+            event_id, at = str(uuid.uuid4()), now().isoformat(timespec="microseconds")
+            canonical = event_bytes({"seq": seq, "id": event_id, "at": at, "actor": name, "actor_kind": actor_kind,
+                                     "kind": kind, "proposal_id": proposal_id, "stacks": list(stacks),
+                                     "payload": clean})
+            event_hash = "sha256:" + hashlib.sha256(prev_hash.encode() + canonical).hexdigest()
+            rows.append((seq, canonical.decode(), event_id, at, name, actor_kind, kind, proposal_id, prev_hash,
+                         event_hash, event_outcome(kind)))
+            stack_rows += [(seq, s) for s in set(stacks)]
+            addresses = event_addresses(clean)
+            address_rows += [(seq, a) for a in addresses]
+            if proposal_id is not None:
+                named |= {(proposal_id, a) for a in addresses}
+            events.append(AuditEvent(seq, event_id, at, name, actor_kind, kind, proposal_id, tuple(stacks), clean,
+                                     prev_hash, event_hash))
+            prev_hash = event_hash
+        self._write(rows, stack_rows, address_rows, sorted(named))
+        self._head, self._head_moved = (seq, prev_hash), True
         return events
+
+    def _write(self, rows: list[tuple[Any, ...]], stack_rows: list[tuple[int, str]],
+               address_rows: list[tuple[int, str]], named: list[tuple[int, str]]) -> None:
+        """Every row of a batch in a few statements: COPY on PostgreSQL, one executemany per table on SQLite."""
+        tables = (("audit_events", EVENT_COLUMNS, rows), ("audit_event_stacks", ("seq", "stack"), stack_rows),
+                  ("audit_event_addresses", ("seq", "address"), address_rows))
+        if self._postgres:
+            with self.conn.connection.driver_connection.cursor() as cursor:
+                for table, columns, values in tables:
+                    if values:
+                        with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                            for value in values:
+                                copy.write_row(value)
+                if named:  # a proposal names most addresses again and again: kept once
+                    cursor.execute("INSERT INTO audit_proposal_addresses (proposal_id, address) "
+                                   "SELECT * FROM unnest(%s::integer[], %s::text[]) ON CONFLICT DO NOTHING",
+                                   ([p for p, _ in named], [a for _, a in named]))
+            return
+        for table, columns, values in tables:
+            if values:
+                self.conn.exec_driver_sql(f"INSERT INTO {table} ({', '.join(columns)}) "
+                                          f"VALUES ({', '.join('?' for _ in columns)})", values)
+        if named:
+            self.conn.exec_driver_sql("INSERT OR IGNORE INTO audit_proposal_addresses (proposal_id, address) "
+                                      "VALUES (?, ?)", named)
 
     def write_chain_head(self) -> None:
         if self._head_moved and self._head is not None:
@@ -167,25 +172,122 @@ class SqlAuditLog(Records):
         return self.query(EventQuery(proposal_id=proposal_id, actor=actor, stack=stack, since=since, kind=kind))
 
     def query(self, q: EventQuery, after: int = 0, limit: int | None = None) -> list[AuditEvent]:
-        """Events matching every filter, oldest first, from `after` (keyset pagination), in SQL on indexed columns."""
+        """Events matching every filter, oldest first, from `after` (keyset pagination)."""
         if q.proposal_id is not None and not 0 < q.proposal_id <= MAX_ID:
             return []
-        query = (
-            select(audit_events)
-            .where(audit_events.c.seq > after, *_event_filters(q, after))
-            .order_by(audit_events.c.seq)
-        )
-        if limit is not None:
-            query = query.limit(limit)
-        return [as_event(r) for r in self.conn.execute(query).mappings()]
+        filters = self._filters(q)
+        found: list[AuditEvent] = []
+        for chunk in self._candidates(filters, after):
+            need = None if limit is None else limit - len(found)
+            page = (select(*_READ).where(audit_events.c.seq.in_(chunk), *(f.condition for f in filters))
+                    .order_by(audit_events.c.seq).limit(need))
+            found += [as_event(r) for r in self.conn.execute(page).mappings()]
+            if limit is not None and len(found) >= limit:
+                break
+        return found
+
+    def _candidates(self, filters: list[_Filter], after: int) -> Iterator[list[int]]:
+        """Seqs after `after`, ascending, a chunk at a time, among which are all the events every filter matches:
+        the smallest filter's events when it has fewer than SMALL; else what the filters' indexes give, intersected
+        (an ordered index a window of MEDIUM at a time); else the trail itself in order."""
+        sizes = sorted((self._count(f.members(after)), i) for i, f in enumerate(filters))
+        if sizes and sizes[0][0] < SMALL:
+            yield from _chunks(sorted(set(self.conn.scalars(filters[sizes[0][1]].members(after)))))
+            return
+        whole = [found for f in filters if f.ordered is None
+                 if len(found := set(self.conn.scalars(f.members(after).limit(MEDIUM + 1)))) <= MEDIUM]
+        ordered = [f.ordered for f in filters if f.ordered is not None]
+        if not whole and not ordered:  # only broad filters without an ordered index: they match densely
+            ordered = [lambda after: select(audit_events.c.seq).where(audit_events.c.seq > after)]
+        while True:
+            horizon, sets = None, [{s for s in found if s > after} for found in whole]
+            for read in ordered:
+                window = list(self.conn.scalars(read(after).limit(MEDIUM)))
+                if len(window) == MEDIUM:
+                    horizon = window[-1] if horizon is None else min(horizon, window[-1])
+                sets.append(set(window))
+            yield from _chunks(sorted(set.intersection(*sets)))
+            if horizon is None:
+                return
+            after = horizon
+
+    def _count(self, members: Select[Any]) -> int:
+        """How many events a filter matches, counted up to SMALL (an index range that stops there)."""
+        return int(self.conn.scalar(select(func.count()).select_from(members.limit(SMALL).subquery())) or 0)
+
+    def _filters(self, q: EventQuery) -> list[_Filter]:
+        """Each filter of the query, with the index its events come from."""
+        e = audit_events.c
+        out = [self._column(e.proposal_id, q.proposal_id), self._column(e.actor, q.actor)]
+        if q.stack:
+            s = audit_event_stacks.c
+            out.append(_Filter(exists().where(s.seq == e.seq, s.stack == q.stack),
+                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after),
+                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after).order_by(s.seq)))
+        out += [self._column(e.kind, q.kind), self._column(e.outcome, q.outcome)]
+        if q.action:
+            matches = e.kind.in_([k for k in self._kinds() if k == q.action or k.startswith(q.action + ".")])
+            out.append(_Filter(matches, lambda after: select(e.seq).where(matches, e.seq > after)))
+        if q.since or q.until:
+            window = and_(e.at >= q.since if q.since else literal(True), e.at <= q.until if q.until else literal(True))
+            out.append(_Filter(window, lambda after: select(e.seq).where(window, e.seq > after)))
+        if q.address:
+            out.append(self._address(q.address))
+        return [f for f in out if f is not None]
+
+    def _column(self, column: Column[Any], value: Any) -> _Filter | None:
+        """An equality on a column indexed with seq: its events come in order from the index."""
+        if value is None or value == "":
+            return None
+        e = audit_events.c
+        return _Filter(column == value, lambda after: select(e.seq).where(column == value, e.seq > after),
+                       lambda after: select(e.seq).where(column == value, e.seq > after).order_by(e.seq))
+
+    def _address(self, address: str) -> _Filter:
+        """Events that name the address (exact, or a prefix ending in `*`), and every event of the proposals whose
+        events name it. Neither is in event order: the filter drives only when its events fit in memory."""
+        a, pa, e = audit_event_addresses.c, audit_proposal_addresses.c, audit_events.c
+        condition = or_(exists().where(a.seq == e.seq, self._match(a.address, address)),
+                        exists().where(pa.proposal_id == e.proposal_id, self._match(pa.address, address)))
+
+        def members(after: int) -> Select[Any]:
+            naming = select(a.seq).where(self._match(a.address, address), a.seq > after)
+            proposals = select(pa.proposal_id).where(self._match(pa.address, address))
+            their_events = select(e.seq).where(e.proposal_id.in_(proposals), e.seq > after)
+            both = naming.union_all(their_events).subquery()
+            return select(both.c.seq)
+
+        return _Filter(condition, members)
+
+    def _match(self, column: Column[Any], address: str) -> ColumnElement[bool]:
+        """An exact address, or a prefix as a range the index reads (LIKE on PostgreSQL's pattern index; a byte range
+        on SQLite, whose LIKE ignores case and so no index)."""
+        if not address.endswith("*"):
+            return column == address
+        prefix = address[:-1]
+        if not prefix:
+            return column.is_not(None)
+        if self._postgres:
+            return column.like(prefix.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%", escape="/")
+        return and_(column >= prefix, column < prefix[:-1] + chr(ord(prefix[-1]) + 1))
+
+    def _kinds(self) -> list[str]:
+        """The distinct kinds in the trail, read from the kind index one step per kind (a loose index scan)."""
+        rows = self.conn.execute(text(
+            "WITH RECURSIVE k(kind) AS (SELECT min(kind) FROM audit_events UNION ALL "
+            "SELECT (SELECT min(kind) FROM audit_events WHERE kind > k.kind) FROM k WHERE k.kind IS NOT NULL) "
+            "SELECT kind FROM k WHERE kind IS NOT NULL"))
+        return [r[0] for r in rows]
 
     def count(self, q: EventQuery) -> int:
-        return int(self.conn.scalar(select(func.count()).select_from(audit_events).where(*_event_filters(q))) or 0)
+        """How many events match (for rate limits over a recent window: the conditions alone, in one statement)."""
+        return int(self.conn.scalar(select(func.count()).select_from(audit_events)
+                                    .where(*(f.condition for f in self._filters(q)))) or 0)
 
     def iter(self, batch: int = 5000, upto: int | None = None, after: int = 0) -> Iterator[AuditEvent]:
         """Every event (after `after`) in order, read a batch at a time (constant memory however long the trail)."""
         while True:
-            query = select(audit_events).where(audit_events.c.seq > after)
+            query = select(*_READ).where(audit_events.c.seq > after)
             if upto is not None:
                 query = query.where(audit_events.c.seq <= upto)
             rows = self.conn.execute(query.order_by(audit_events.c.seq).limit(batch)).mappings().all()
@@ -194,6 +296,51 @@ class SqlAuditLog(Records):
             for row in rows:
                 yield as_event(row)
             after = rows[-1]["seq"]
+
+    def links(self, after: int = 0, upto: int | None = None) -> Iterator[ChainLink]:
+        """(seq, prev_hash, hash, canonical) of every event after `after`, in order, streamed from one cursor (a
+        server-side one on PostgreSQL): what verify hashes, read without decoding anything."""
+        sql = "SELECT seq, prev_hash, hash, canonical FROM audit_events WHERE seq > %(after)s"
+        if upto is not None:
+            sql += " AND seq <= %(upto)s"
+        sql += " ORDER BY seq"
+        params = {"after": after, "upto": upto}
+        raw = self.conn.connection.driver_connection
+        if self._postgres:
+            with raw.cursor(name="audit_links") as cursor:
+                cursor.itersize = 20_000
+                cursor.execute(sql, params)
+                yield from cursor
+            return
+        cursor = raw.cursor()
+        try:
+            cursor.execute(sql.replace("%(after)s", ":after").replace("%(upto)s", ":upto"), params)
+            while rows := cursor.fetchmany(20_000):
+                yield from rows
+        finally:
+            cursor.close()
+
+    def misindexed(self, upto: int) -> ChainBreak | None:
+        """The first event (up to `upto`) whose index columns disagree with its bytes: an actor, kind, time, proposal
+        or outcome edited to hide the event from a filter or to misfile it. Checked by the database, in one pass
+        (beside verify's hashing, on a connection of its own)."""
+        outcomes = ", ".join(f"'{o}'" for o in sorted(OUTCOMES))
+        if self._postgres:
+            agrees = ("canonical::jsonb @> jsonb_build_object('actor', actor, 'actor_kind', actor_kind, 'at', at, "
+                      "'id', id, 'kind', kind, 'proposal_id', proposal_id, 'seq', seq) AND outcome IS NOT DISTINCT FROM "
+                      f"(CASE WHEN split_part(kind, '.', -1) IN ({outcomes}) THEN split_part(kind, '.', -1) END)")
+        else:
+            last = "replace(kind, rtrim(kind, replace(kind, '.', '')), '')"
+            agrees = ("json_valid(canonical) AND json_extract(canonical, '$.actor', '$.actor_kind', '$.at', '$.id', "
+                      "'$.kind', '$.proposal_id', '$.seq') IS json_array(actor, actor_kind, at, id, kind, proposal_id,"
+                      f" seq) AND outcome IS (CASE WHEN {last} IN ({outcomes}) THEN {last} END)")
+        try:
+            with self.conn.begin_nested():
+                seq = self.conn.scalar(text(f"SELECT min(seq) FROM audit_events WHERE seq <= :upto AND "
+                                            f"NOT coalesce({agrees}, false)"), {"upto": upto})
+        except SQLAlchemyError as exc:  # stored bytes that are not JSON (the chain check names the event)
+            return ChainBreak(None, f"an event's stored bytes are not JSON: {str(exc).splitlines()[0]}")
+        return None if seq is None else misindexed(int(seq))
 
     def add_checkpoint(self, checkpoint: Checkpoint) -> bool:
         """Keep a signed checkpoint, once per event: a second one of the same head (another worker signing it at the
@@ -205,7 +352,7 @@ class SqlAuditLog(Records):
             return False
         try:
             with self.conn.begin_nested():  # a racing signer's insert of the same seq wins; this one is not needed
-                self.conn.execute(insert(audit_checkpoints).values(**checkpoint.to_json()))
+                self.conn.execute(audit_checkpoints.insert().values(**checkpoint.to_json()))
         except IntegrityError:
             return False
         return True
@@ -219,3 +366,8 @@ class SqlAuditLog(Records):
             return self._head
         head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1)).mappings().first()
         return (head["seq"], head["hash"]) if head else None
+
+
+def _chunks(seqs: list[int]) -> Iterator[list[int]]:
+    for start in range(0, len(seqs), CHUNK):
+        yield seqs[start:start + CHUNK]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -115,19 +114,8 @@ def as_principal(row: Mapping[str, Any]) -> Principal:
 
 
 def as_event(row: Mapping[str, Any]) -> AuditEvent:
-    return AuditEvent(
-        seq=row["seq"],
-        id=row["id"],
-        at=row["at"],
-        actor=row["actor"],
-        actor_kind=row["actor_kind"],
-        kind=row["kind"],
-        proposal_id=row["proposal_id"],
-        stacks=tuple(row["stacks"]),
-        payload=json.loads(row["payload"]),
-        prev_hash=row["prev_hash"],
-        hash=row["hash"],
-    )
+    """The event as its stored bytes say (the index columns beside them only find it)."""
+    return AuditEvent.from_canonical(row["canonical"], row["prev_hash"], row["hash"])
 
 
 class Records:

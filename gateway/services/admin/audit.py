@@ -5,15 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from gateway.adapters.signing import SigningKey, signature_valid
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, EventQuery, verify_against, verify_chain
-from gateway.domain.errors import InputError, NotFound
+from gateway.domain.errors import ConfigError, InputError, NotFound
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import Principal
+from gateway.ports import AuditLog, Signer
 from gateway.services.workspace import Workspace
 
 
@@ -56,34 +57,47 @@ def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[Au
 
 
 def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None]:
-    """The whole chain, read a batch at a time: memory stays flat however long the trail."""
+    """The whole chain, streamed: memory stays flat however long the trail. Returns the events proven."""
     require_auditor(actor)
-    counter = _Counter()
     with ws.store.session(readonly=True) as session:
-        broken = verify_chain(counter.count(session.audit.iter()), session.audit.chain_head())
-    return counter.seen, broken
+        return _verify(ws, session.audit, session.audit.chain_head(), (0, GENESIS))
 
 
-class _Counter:
-    """Counts the events streaming through a verification (which never holds them all)."""
+def _verify(ws: Workspace, audit: AuditLog, head: tuple[int, str] | None,
+            start: tuple[int, str]) -> tuple[int, ChainBreak | None]:
+    """Hash each event's stored bytes in order, while the database checks on a connection of its own that the
+    columns the filters search agree with those bytes (so no edit can hide an event from a filter)."""
+    upto = head[0] if head else start[0]
+    with ThreadPoolExecutor(1) as pool:
+        index = pool.submit(_misindexed, ws, upto) if upto > start[0] else None
+        broken = verify_chain(audit.links(after=start[0]), head, start=start)
+        misfiled = index.result() if index is not None else None
+    if misfiled is not None and (broken is None or broken.seq is None or (misfiled.seq or 0) < broken.seq):
+        broken = misfiled
+    if broken is None:
+        return upto - start[0], None
+    return max(0, (broken.seq or upto + 1) - start[0] - 1), broken
 
-    def __init__(self) -> None:
-        self.seen = 0
 
-    def count(self, events: Iterator[AuditEvent]) -> Iterator[AuditEvent]:
-        for event in events:
-            self.seen += 1
-            yield event
+def _misindexed(ws: Workspace, upto: int) -> ChainBreak | None:
+    with ws.store.session(readonly=True) as session:
+        return session.audit.misindexed(upto)
+
+
+def _signer(ws: Workspace) -> Signer:
+    if ws.signer is None:
+        raise ConfigError("no audit signing key is configured for this workspace")
+    return ws.signer
 
 
 def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint:
     """Sign the chain's head now and keep the checkpoint (an auditor keeps the printed copy, too)."""
     if actor is not None:
         require_auditor(actor)
-    key = SigningKey.load_or_create(ws.settings.signing_key_path)
+    key = _signer(ws)
     with ws.store.session() as session:
         seq, head = session.audit.chain_head() or (0, GENESIS)
-        unsigned = Checkpoint(seq, head, ws.clock.now().isoformat(timespec="seconds"), key.public_key, "")
+        unsigned = Checkpoint(seq, head, ws.clock.now().isoformat(timespec="seconds"), key.public_key(), "")
         checkpoint = replace(unsigned, signature=key.sign(unsigned.message()))
         session.audit.add_checkpoint(checkpoint)
     return checkpoint
@@ -93,10 +107,10 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
     """Resume: prove the chain after the newest checkpoint this gateway signed (its signature checked with the
     gateway's key), and that the checkpoint's event still ends in the signed hash. Returns events verified."""
     require_auditor(actor)
-    key = SigningKey.load_or_create(ws.settings.signing_key_path)
+    key = _signer(ws)
     with ws.store.session(readonly=True) as session:
-        kept = [c for c in session.audit.checkpoints() if c.public_key == key.public_key
-                and signature_valid(c.public_key, c.message(), c.signature)]
+        kept = [c for c in session.audit.checkpoints() if c.public_key == key.public_key()
+                and key.valid(c.public_key, c.message(), c.signature)]
         checkpoint = None
         start = (0, GENESIS)
         if kept:
@@ -106,18 +120,17 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
                 return 0, ChainBreak(checkpoint.seq, f"event {checkpoint.seq} no longer ends in the hash its "
                                                      "checkpoint signed: the trail was rewritten"), checkpoint
             start = (checkpoint.seq, checkpoint.hash)
-        counter = _Counter()
-        broken = verify_chain(counter.count(session.audit.iter(after=start[0])), session.audit.chain_head(), start=start)
-    return counter.seen, broken, checkpoint
+        count, broken = _verify(ws, session.audit, session.audit.chain_head(), start)
+    return count, broken, checkpoint
 
 
 def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -> tuple[int, ChainBreak | None]:
     """The trail up to a checkpoint an auditor kept: its signature, and the chain ending where it signed."""
     require_auditor(actor)
-    if not signature_valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
+    if not _signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
         return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
     with ws.store.session(readonly=True) as session:
-        return checkpoint.seq, verify_against(session.audit.iter(upto=checkpoint.seq), checkpoint)
+        return checkpoint.seq, verify_against(session.audit.links(upto=checkpoint.seq), checkpoint)
 
 
 def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:

@@ -1,107 +1,252 @@
-"""The audit trail at scale on PostgreSQL: N events (default 1,000,000) appended through the real append path
-(`UnitOfWork.append_events`, which `append_event` is: the hash chain, the head row lock, the stack and address
-index rows), 2,000 to a transaction, then the auditor's filters and verify.
+"""The audit trail at scale: N events (default 1,000,000) appended through the real append path
+(`append_many`: the hash chain, the head row lock, the stack, address and proposal-address index rows), 2,000 to
+a transaction; then the auditor's filters through the API (`GET /api/v1/audit/events`, one page of 100 from a
+random `after`), and `verify` over the whole trail. On PostgreSQL (default) or SQLite (`sqlite`).
 
-Prints appends per second, p50/p95 of each filter for one page of 100 events (as the API serves them), verify's
-throughput and the process's peak memory while verifying. It is not a test.
+Every figure is printed beside its floor, measured in the same run, and the machine's load:
+- append: events/s, and the CPU the process spent per event beside what encoding and hashing one event costs;
+- filters: p50/p95 per filter and combination, beside the p95 of `GET /api/v1/health` (the API's own floor), and
+  the query plan of every statement one page of each ran (`--plans`);
+- verify: events/s and per CPU-second, peak memory, beside `hashlib.sha256` over the same stored bytes.
+It is not a test.
 
-Usage: python benchmarks/audit_trail.py [EVENTS] [POSTGRES_ADMIN_URL]
+Usage: python benchmarks/audit_trail.py [EVENTS] [POSTGRES_ADMIN_URL | sqlite] [--plans]
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
 import random
 import resource
 import statistics
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import create_engine, text
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, event, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.adapters.sql_store import Database  # noqa: E402
-from gateway.adapters.store.unit_of_work import SqlStore  # noqa: E402
-from gateway.domain.audit import (
-    EventQuery,  # noqa: E402
-    verify_chain,  # noqa: E402
-)
+from gateway.api.app import create_app  # noqa: E402
+from gateway.composition import create_workspace  # noqa: E402
+from gateway.config import Settings  # noqa: E402
+from gateway.domain.audit import event_bytes, verify_chain  # noqa: E402
+from gateway.domain.principals import PrincipalKind, Role  # noqa: E402
+from gateway.logs import configure_logging  # noqa: E402
+from gateway.services.admin import audit as audit_service  # noqa: E402
+from gateway.services.admin.users import add_principal  # noqa: E402
 
 STACKS = [f"stack-{i:02}" for i in range(40)]
 PEOPLE = [f"person-{i:03}" for i in range(200)]
 KINDS = ["plan", "approval", "apply.started", "apply.succeeded", "apply.failed", "approve.refused", "merged",
          "proposal.opened", "job.succeeded", "commit"]
 BATCH = 2000
+PAGE = 100
+SAMPLES = 40
 
 
-def payload(i: int) -> dict:
+def payload(i: int) -> dict[str, Any]:
     address = f"aws_instance.web{i % 5000}"
     return {"head_sha": f"{i:040x}", "digest": f"sha256:{i:064x}", "applied": [address, f"{address}-volume"],
             "changed": [f"aws_s3_bucket.b{i % 9000}"], "comment": "benchmark event"}
 
 
+def load() -> str:
+    return "load %.2f %.2f %.2f" % os.getloadavg()
+
+
 def main() -> None:
-    events = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-    admin_url = sys.argv[2] if len(sys.argv) > 2 else "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    configure_logging("warning")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    events = int(args[0]) if args else 1_000_000
+    target = args[1] if len(args) > 1 else "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    with tempfile.TemporaryDirectory() as tmp:
+        if target == "sqlite":
+            url, drop = None, None
+        else:
+            url, drop = fresh_postgres(target)
+        try:
+            run(Path(tmp) / "home", url, events, "--plans" in sys.argv)
+        finally:
+            if drop:
+                drop()
+
+
+def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
     name = f"gw_bench_audit_{uuid.uuid4().hex[:8]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    db = Database(admin_url.rsplit("/", 1)[0] + f"/{name}")
-    try:
-        db.migrate()
-        store = SqlStore(db)
-        rng = random.Random(7)
-        started = time.perf_counter()
-        for first in range(0, events, BATCH):
-            with store.session() as session:
-                session.audit.append_many([(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10,
-                                        [STACKS[i % len(STACKS)]]) for i in range(first, min(first + BATCH, events))])
-        appended = time.perf_counter() - started
-        with db.engine.connect() as conn:
-            conn.execute(text("ANALYZE"))
-            conn.commit()
-        print(f"{events:,} events appended in {appended:.0f} s ({events / appended:,.0f} events/s, "
-              f"{BATCH} a transaction, through append_events)")
 
-        filters = {
-            "stack": lambda: EventQuery(stack=rng.choice(STACKS)),
-            "address (exact)": lambda: EventQuery(address=f"aws_instance.web{rng.randrange(5000)}"),
-            "address (prefix*)": lambda: EventQuery(address=f"aws_s3_bucket.b{rng.randrange(900)}*"),
-            "person": lambda: EventQuery(actor=rng.choice(PEOPLE)),
-            "action": lambda: EventQuery(action="apply"),
-            "outcome": lambda: EventQuery(outcome="refused"),
-            "proposal": lambda: EventQuery(proposal_id=1 + rng.randrange(events // 10)),
-            "time range": lambda: EventQuery(since="2000-01-01", until="2999-01-01"),
-        }
-        for label, make in filters.items():
-            timings = []
-            for _ in range(40):
-                query = make()
-                after = rng.randrange(events)
-                begun = time.perf_counter()
-                with store.session(readonly=True) as session:
-                    session.audit.query(query, after=after, limit=100)
-                timings.append((time.perf_counter() - begun) * 1000)
-            timings.sort()
-            print(f"  {label:18} p50 {statistics.median(timings):7.1f} ms   p95 {timings[int(0.95 * len(timings)) - 1]:7.1f} ms")
-
-        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        begun = time.perf_counter()
-        with store.session(readonly=True) as session:
-            broken = verify_chain(session.audit.iter(), session.audit.chain_head())
-        took = time.perf_counter() - begun
-        rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        assert broken is None, broken
-        print(f"verify: {events / took:,.0f} events/s ({took:.1f} s); peak memory {rss_after / 1024:.0f} MB "
-              f"(it was {rss_before / 1024:.0f} MB before verifying)")
-    finally:
-        db.dispose()
+    def drop() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+    return admin_url.rsplit("/", 1)[0] + f"/{name}", drop
+
+
+def run(home: Path, url: str | None, events: int, plans: bool) -> None:
+    ws = create_workspace(Settings(home=home, database_url=url))
+    print(f"{events:,} events on {ws.db.engine.dialect.name}; {load()}")
+    _, token = add_principal(ws, None, "dana", frozenset({Role.AUDITOR}), frozenset(), PrincipalKind.PERSON)
+    append(ws, events)
+    with ws.db.engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        logging.disable(logging.INFO)  # not a line per request
+        client.headers["Authorization"] = f"Bearer {token}"
+        filters(ws, client, events, plans)
+    verify(ws, events)
+    ws.close()
+
+
+def append(ws: Any, events: int) -> None:
+    rng = random.Random(7)
+    started, cpu = time.perf_counter(), time.process_time()
+    for first in range(0, events, BATCH):
+        with ws.store.session() as session:
+            session.audit.append_many([(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10,
+                                        [STACKS[i % len(STACKS)]]) for i in range(first, min(first + BATCH, events))])
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    sample = min(events, 20_000)  # the floor: encoding and hashing each event once, nothing written
+    floor = time.process_time()
+    prev = "sha256:" + "0" * 64
+    for i in range(sample):
+        content = {"seq": i, "id": str(uuid.uuid4()), "at": "2026-12-02T07:00:00.000000+00:00", "actor": PEOPLE[0],
+                   "actor_kind": "system", "kind": KINDS[0], "proposal_id": i, "stacks": [STACKS[0]],
+                   "payload": payload(i)}
+        prev = "sha256:" + hashlib.sha256(prev.encode() + event_bytes(content)).hexdigest()
+    floor_us = (time.process_time() - floor) / sample * 1e6
+    print(f"append: {events / wall:,.0f} events/s ({wall:.1f} s wall, {BATCH:,} a transaction); this process "
+          f"{cpu / events * 1e6:.1f} µs CPU per event, floor (encode + hash one event) {floor_us:.1f} µs; {load()}")
+
+
+def filters(ws: Any, client: TestClient, events: int, plans: bool) -> None:
+    rng = random.Random(11)
+    last_proposal = 1 + (events - 1) // 10
+
+    def stack() -> dict[str, Any]:
+        return {"stack": rng.choice(STACKS)}
+
+    def address() -> dict[str, Any]:
+        return {"address": f"aws_instance.web{rng.randrange(5000)}"}
+
+    def prefix() -> dict[str, Any]:
+        return {"address": f"aws_s3_bucket.b{rng.randrange(100, 900)}*"}
+
+    def person() -> dict[str, Any]:
+        return {"person": rng.choice(PEOPLE)}
+
+    cases: dict[str, Callable[[], dict[str, Any]]] = {
+        "stack": stack, "address (exact)": address, "address (prefix*)": prefix, "person": person,
+        "outcome": lambda: {"outcome": "refused"}, "action": lambda: {"action": "apply"},
+        "proposal": lambda: {"proposal": 1 + rng.randrange(last_proposal)},
+        "time range": lambda: {"since": "2000-01-01T00:00", "until": "2999-01-01T00:00"},
+        "stack+outcome": lambda: stack() | {"outcome": "refused"},
+        "stack+person": lambda: stack() | person(),
+        "stack+outcome+prefix": lambda: stack() | {"outcome": "refused"} | prefix(),
+        "person+address": lambda: person() | address(),
+        "action+prefix": lambda: {"action": "apply"} | prefix(),
+        "outcome+time+stack": lambda: {"outcome": "failed", "since": "2000-01-01T00:00"} | stack(),
+        "person+action+stack": lambda: person() | {"action": "apply"} | stack(),
+    }
+    health = sorted(timed(lambda: client.get("/api/v1/health")) for _ in range(SAMPLES))
+    print(f"filters, one page of {PAGE} through GET /api/v1/audit/events from a random `after` "
+          f"(floor: GET /api/v1/health p95 {p95(health):.1f} ms); {load()}")
+    for label, make in cases.items():
+        timings, cpus, sizes = [], [], []
+        for _ in range(SAMPLES):
+            params = make() | {"after": rng.randrange(events), "limit": PAGE}
+            cpu = time.process_time()
+            begun = time.perf_counter()
+            response = client.get("/api/v1/audit/events", params=params)
+            timings.append((time.perf_counter() - begun) * 1000)
+            cpus.append((time.process_time() - cpu) * 1000)
+            assert response.status_code == 200, response.text
+            sizes.append(len(response.json()))
+        timings.sort()
+        print(f"  {label:22} p50 {statistics.median(timings):6.1f} ms  p95 {p95(timings):6.1f} ms  "
+              f"(CPU p50 {statistics.median(cpus):5.1f} ms; {statistics.mean(sizes):5.1f} events a page)")
+        if plans:
+            print_plans(ws, make() | {"after": rng.randrange(events)})
+
+
+def print_plans(ws: Any, params: dict[str, Any]) -> None:
+    """EXPLAIN (QUERY PLAN) of every statement one page of this filter runs."""
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "audit_" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(ws.db.engine, "before_cursor_execute", capture)
+    try:
+        with ws.store.session(readonly=True) as session:
+            dana = session.principals.by_name("dana")
+        audit_service.list_events(ws, dana, params.get("proposal"), params.get("person"), params.get("stack"),
+                                  params.get("since"), params.get("until"), params.get("address"),
+                                  params.get("action"), params.get("outcome"), params["after"], PAGE)
+    finally:
+        event.remove(ws.db.engine, "before_cursor_execute", capture)
+    explain = "EXPLAIN QUERY PLAN " if ws.db.is_sqlite else "EXPLAIN "
+    with ws.db.engine.connect() as conn:
+        for statement, parameters in seen:
+            if "min(kind)" in statement:
+                continue
+            rows = conn.exec_driver_sql(explain + statement, parameters).fetchall()
+            print("      " + " ".join(statement.split())[:160])
+            for row in rows:
+                print("        " + (row[-1] if ws.db.is_sqlite else row[0]))
+
+
+def verify(ws: Any, events: int) -> None:
+    with ws.store.session(readonly=True) as session:
+        auditor = session.principals.by_name("dana")
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started, cpu = time.perf_counter(), time.process_time()
+    count, broken = audit_service.verify_trail(ws, auditor)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert broken is None and count >= events, (count, broken)
+    with ws.store.session(readonly=True) as session:  # its two halves, one after the other
+        head = session.audit.chain_head()
+        begun = time.perf_counter()
+        assert verify_chain(session.audit.links(), head) is None
+        chain = time.perf_counter() - begun
+        begun = time.perf_counter()
+        assert session.audit.misindexed(head[0]) is None
+        index = time.perf_counter() - begun
+    print(f"  alone: the chain (stream + hash) {count / chain:,.0f} events/s; the database's index check "
+          f"{count / index:,.0f} events/s (they run side by side)")
+    with ws.store.session(readonly=True) as session:  # the floor: sha256 over the same stored bytes, in memory
+        stored = [(p + c).encode() for _, p, _, c in session.audit.links(upto=min(events, 200_000))]
+    floor = time.perf_counter()
+    for data in stored:
+        "sha256:" + hashlib.sha256(data).hexdigest()
+    floor_rate = len(stored) / (time.perf_counter() - floor)
+    print(f"verify: {count / wall:,.0f} events/s ({wall:.1f} s wall, {count / cpu:,.0f} per CPU-second of this "
+          f"process); floor hashlib.sha256 over the same bytes {floor_rate:,.0f}/s (verify takes "
+          f"{floor_rate / (count / wall):.1f}x it); peak memory {rss_after / 1024:.0f} MB, "
+          f"{rss_before / 1024:.0f} MB before verifying; {load()}")
+
+
+def timed(call: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    call()
+    return (time.perf_counter() - started) * 1000
+
+
+def p95(timings: list[float]) -> float:
+    return timings[int(0.95 * len(timings)) - 1]
 
 
 if __name__ == "__main__":

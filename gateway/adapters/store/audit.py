@@ -74,6 +74,7 @@ class SqlAuditLog(Records):
         super().__init__(uow)
         self._head: tuple[int, str] | None = None  # the chain's head, row-locked by this transaction's first event
         self._head_moved = False
+        self.small, self.medium, self.chunk = SMALL, MEDIUM, CHUNK  # where the query's plan changes (tests lower them)
 
     @property
     def _postgres(self) -> bool:
@@ -177,7 +178,7 @@ class SqlAuditLog(Records):
             return []
         filters = self._filters(q)
         found: list[AuditEvent] = []
-        for chunk in self._candidates(filters, after):
+        for chunk in self._candidates(filters, after, limit):
             need = None if limit is None else limit - len(found)
             page = (select(*_READ).where(audit_events.c.seq.in_(chunk), *(f.condition for f in filters))
                     .order_by(audit_events.c.seq).limit(need))
@@ -186,34 +187,48 @@ class SqlAuditLog(Records):
                 break
         return found
 
-    def _candidates(self, filters: list[_Filter], after: int) -> Iterator[list[int]]:
-        """Seqs after `after`, ascending, a chunk at a time, among which are all the events every filter matches:
-        the smallest filter's events when it has fewer than SMALL; else what the filters' indexes give, intersected
-        (an ordered index a window of MEDIUM at a time); else the trail itself in order."""
-        sizes = sorted((self._count(f.members(after)), i) for i, f in enumerate(filters))
-        if sizes and sizes[0][0] < SMALL:
-            yield from _chunks(sorted(set(self.conn.scalars(filters[sizes[0][1]].members(after)))))
+    def _candidates(self, filters: list[_Filter], after: int, limit: int | None) -> Iterator[list[int]]:
+        """Seqs after `after`, ascending, a chunk at a time, among which are all the events every filter matches.
+
+        The smallest filter's events, when it has fewer than `small`. Otherwise windows of the filters' ordered
+        indexes (or of the trail itself), intersected: the first as long as a page, each next one four times longer
+        up to `medium`; and from the second on, the events of each unordered filter (an address, an action, a time
+        range) that has at most `medium`, intersected with them (so a rare combination of common filters does not
+        walk the trail a window at a time)."""
+        sizes = sorted((self._count(f.members(after), self.small), i) for i, f in enumerate(filters))
+        if sizes and sizes[0][0] < self.small:
+            yield from self._chunks(sorted(set(self.conn.scalars(filters[sizes[0][1]].members(after)))))
             return
-        whole = [found for f in filters if f.ordered is None
-                 if len(found := set(self.conn.scalars(f.members(after).limit(MEDIUM + 1)))) <= MEDIUM]
-        ordered = [f.ordered for f in filters if f.ordered is not None]
-        if not whole and not ordered:  # only broad filters without an ordered index: they match densely
-            ordered = [lambda after: select(audit_events.c.seq).where(audit_events.c.seq > after)]
+        ordered = [f.ordered for f in filters if f.ordered is not None] or [
+            lambda after: select(audit_events.c.seq).where(audit_events.c.seq > after).order_by(audit_events.c.seq)]
+        unordered = [f for f in filters if f.ordered is None]
+        whole: list[set[int]] | None = None
+        size, first = min(self.medium, max(64, 2 * (limit or self.medium))), limit is not None
         while True:
-            horizon, sets = None, [{s for s in found if s > after} for found in whole]
+            if whole is None and not first:  # the first window was not enough (or all are wanted): are any few?
+                whole = [set(self.conn.scalars(f.members(after))) for f in unordered
+                         if self._count(f.members(after), self.medium + 1) <= self.medium]
+                if whole and not any(f.ordered for f in filters):  # complete sets: nothing to walk
+                    yield from self._chunks(sorted(set.intersection(*whole)))
+                    return
+            horizon, sets = None, [{s for s in found if s > after} for found in whole or []]
             for read in ordered:
-                window = list(self.conn.scalars(read(after).limit(MEDIUM)))
-                if len(window) == MEDIUM:
+                window = list(self.conn.scalars(read(after).limit(size)))
+                if len(window) == size:
                     horizon = window[-1] if horizon is None else min(horizon, window[-1])
                 sets.append(set(window))
-            yield from _chunks(sorted(set.intersection(*sets)))
+            yield from self._chunks(sorted(set.intersection(*sets)))
             if horizon is None:
                 return
-            after = horizon
+            after, size, first = horizon, min(self.medium, size * 4), False
 
-    def _count(self, members: Select[Any]) -> int:
-        """How many events a filter matches, counted up to SMALL (an index range that stops there)."""
-        return int(self.conn.scalar(select(func.count()).select_from(members.limit(SMALL).subquery())) or 0)
+    def _count(self, members: Select[Any], cap: int) -> int:
+        """How many events a filter matches, counted up to `cap` (an index range that stops there)."""
+        return int(self.conn.scalar(select(func.count()).select_from(members.limit(cap).subquery())) or 0)
+
+    def _chunks(self, seqs: list[int]) -> Iterator[list[int]]:
+        for start in range(0, len(seqs), self.chunk):
+            yield seqs[start:start + self.chunk]
 
     def _filters(self, q: EventQuery) -> list[_Filter]:
         """Each filter of the query, with the index its events come from."""
@@ -331,7 +346,7 @@ class SqlAuditLog(Records):
                       f"(CASE WHEN split_part(kind, '.', -1) IN ({outcomes}) THEN split_part(kind, '.', -1) END)")
         else:
             last = "replace(kind, rtrim(kind, replace(kind, '.', '')), '')"
-            agrees = ("json_valid(canonical) AND json_extract(canonical, '$.actor', '$.actor_kind', '$.at', '$.id', "
+            agrees = ("json_extract(canonical, '$.actor', '$.actor_kind', '$.at', '$.id', "
                       "'$.kind', '$.proposal_id', '$.seq') IS json_array(actor, actor_kind, at, id, kind, proposal_id,"
                       f" seq) AND outcome IS (CASE WHEN {last} IN ({outcomes}) THEN {last} END)")
         try:
@@ -367,7 +382,3 @@ class SqlAuditLog(Records):
         head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1)).mappings().first()
         return (head["seq"], head["hash"]) if head else None
 
-
-def _chunks(seqs: list[int]) -> Iterator[list[int]]:
-    for start in range(0, len(seqs), CHUNK):
-        yield seqs[start:start + CHUNK]

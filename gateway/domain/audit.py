@@ -58,15 +58,16 @@ OUTCOMES = frozenset({"refused", "failed", "succeeded", "interrupted", "withdraw
 def event_addresses(payload: Any) -> set[str]:
     """Every resource address an event's payload names (what the trail is searched by)."""
     found: set[str] = set()
-    if isinstance(payload, str):
-        if len(payload) <= 300 and _ADDRESS.match(payload):
-            found.add(payload)
-    elif isinstance(payload, Mapping):
-        for value in payload.values():
-            found |= event_addresses(value)
-    elif isinstance(payload, (list, tuple)):
-        for value in payload:
-            found |= event_addresses(value)
+    pending = [payload]
+    while pending:  # a loop, not recursion: it runs for every event appended
+        value = pending.pop()
+        if isinstance(value, str):
+            if len(value) <= 300 and "." in value and _ADDRESS.match(value):
+                found.add(value)
+        elif isinstance(value, Mapping):
+            pending.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
     return found
 
 

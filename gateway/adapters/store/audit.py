@@ -1,10 +1,11 @@
 """The audit trail in SQL.
 
 Each event is stored as its canonical bytes (what its hash covers); the columns beside them, and the stack, address
-and proposal-address tables, are the index the filters search. A page of a filtered query is read the way EXPLAIN
-says is cheap: candidates come in event order from one filter's index (the smallest, when one has fewer than
-`SMALL` events; otherwise one read in order, `CHUNK` at a time), and each candidate is checked against every filter
-by primary key. Nothing sorts every matching event before the LIMIT.
+and proposal-address tables, are the index the filters search (and `misindexed` checks against the bytes). A page of
+a filtered query is read the way EXPLAIN says is cheap: candidate seqs come in event order from the filters' indexes
+(all of the smallest filter's events when it has few; otherwise growing windows of the ordered indexes, intersected),
+and each chunk of candidates is checked against every filter by primary key. Nothing sorts every matching event
+before the LIMIT, and nothing reads the trail whole.
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ class SqlAuditLog(Records):
         up to `medium`; and from the second on, the events of each unordered filter (an address, an action, a time
         range) that has at most `medium`, intersected with them (so a rare combination of common filters does not
         walk the trail a window at a time)."""
-        sizes = sorted((self._count(f.members(after), self.small), i) for i, f in enumerate(filters))
+        # counted over the whole trail: a count from `after` can read every entry before it first (a time range, a
+        # prefix), one over everything stops at the cap
+        sizes = sorted((self._count(f.members(0), self.small), i) for i, f in enumerate(filters))
         if sizes and sizes[0][0] < self.small:
             yield from self._chunks(sorted(set(self.conn.scalars(filters[sizes[0][1]].members(after)))))
             return
@@ -207,7 +210,7 @@ class SqlAuditLog(Records):
         while True:
             if whole is None and not first:  # the first window was not enough (or all are wanted): are any few?
                 whole = [set(self.conn.scalars(f.members(after))) for f in unordered
-                         if self._count(f.members(after), self.medium + 1) <= self.medium]
+                         if self._count(f.members(0), self.medium + 1) <= self.medium]
                 if whole and not any(f.ordered for f in filters):  # complete sets: nothing to walk
                     yield from self._chunks(sorted(set.intersection(*whole)))
                     return

@@ -38,13 +38,13 @@ from gateway.api.app import create_app  # noqa: E402
 from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.domain.audit import event_bytes, verify_chain  # noqa: E402
-from gateway.domain.principals import PrincipalKind, Role  # noqa: E402
+from gateway.domain.principals import PrincipalKind, Role, SystemActor  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
 from gateway.services.admin import audit as audit_service  # noqa: E402
 from gateway.services.admin.users import add_principal  # noqa: E402
 
 STACKS = [f"stack-{i:02}" for i in range(40)]
-PEOPLE = [f"person-{i:03}" for i in range(200)]
+PEOPLE = [SystemActor(f"person-{i:03}") for i in range(200)]
 KINDS = ["plan", "approval", "apply.started", "apply.succeeded", "apply.failed", "approve.refused", "merged",
          "proposal.opened", "job.succeeded", "commit"]
 BATCH = 2000
@@ -95,10 +95,10 @@ def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
 
 def run(home: Path, url: str | None, events: int, plans: bool) -> None:
     ws = create_workspace(Settings(home=home, database_url=url))
-    print(f"{events:,} events on {ws.db.engine.dialect.name}; {load()}")
+    print(f"{events:,} events on {ws.store.db.engine.dialect.name}; {load()}")
     _, token = add_principal(ws, None, "dana", frozenset({Role.AUDITOR}), frozenset(), PrincipalKind.PERSON)
     append(ws, events)
-    with ws.db.engine.connect() as conn:
+    with ws.store.db.engine.connect() as conn:
         conn.execute(text("ANALYZE"))
         conn.commit()
     with TestClient(create_app(ws.settings, workers=0)) as client:
@@ -121,7 +121,7 @@ def append(ws: Any, events: int) -> None:
     floor = time.process_time()
     prev = "sha256:" + "0" * 64
     for i in range(sample):
-        content = {"seq": i, "id": str(uuid.uuid4()), "at": "2026-12-02T07:00:00.000000+00:00", "actor": PEOPLE[0],
+        content = {"seq": i, "id": str(uuid.uuid4()), "at": "2026-12-02T07:00:00.000000+00:00", "actor": PEOPLE[0].name,
                    "actor_kind": "system", "kind": KINDS[0], "proposal_id": i, "stacks": [STACKS[0]],
                    "payload": payload(i)}
         prev = "sha256:" + hashlib.sha256(prev.encode() + event_bytes(content)).hexdigest()
@@ -144,7 +144,7 @@ def filters(ws: Any, client: TestClient, events: int, plans: bool) -> None:
         return {"address": f"aws_s3_bucket.b{rng.randrange(100, 900)}*"}
 
     def person() -> dict[str, Any]:
-        return {"person": rng.choice(PEOPLE)}
+        return {"person": rng.choice(PEOPLE).name}
 
     cases: dict[str, Callable[[], dict[str, Any]]] = {
         "stack": stack, "address (exact)": address, "address (prefix*)": prefix, "person": person,
@@ -191,7 +191,7 @@ def print_plans(ws: Any, params: dict[str, Any]) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "audit_" in statement:
             seen.append((statement, parameters))
 
-    event.listen(ws.db.engine, "before_cursor_execute", capture)
+    event.listen(ws.store.db.engine, "before_cursor_execute", capture)
     try:
         with ws.store.session(readonly=True) as session:
             dana = session.principals.by_name("dana")
@@ -199,16 +199,16 @@ def print_plans(ws: Any, params: dict[str, Any]) -> None:
                                   params.get("since"), params.get("until"), params.get("address"),
                                   params.get("action"), params.get("outcome"), params["after"], PAGE)
     finally:
-        event.remove(ws.db.engine, "before_cursor_execute", capture)
-    explain = "EXPLAIN QUERY PLAN " if ws.db.is_sqlite else "EXPLAIN "
-    with ws.db.engine.connect() as conn:
+        event.remove(ws.store.db.engine, "before_cursor_execute", capture)
+    explain = "EXPLAIN QUERY PLAN " if ws.store.db.is_sqlite else "EXPLAIN "
+    with ws.store.db.engine.connect() as conn:
         for statement, parameters in seen:
             if "min(kind)" in statement:
                 continue
             rows = conn.exec_driver_sql(explain + statement, parameters).fetchall()
             print("      " + " ".join(statement.split())[:160])
             for row in rows:
-                print("        " + (row[-1] if ws.db.is_sqlite else row[0]))
+                print("        " + (row[-1] if ws.store.db.is_sqlite else row[0]))
 
 
 def verify(ws: Any, events: int) -> None:

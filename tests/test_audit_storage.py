@@ -17,6 +17,7 @@ from gateway.adapters.sql_store import MIGRATIONS, Database, audit_event_address
 from gateway.adapters.store.audit import SqlAuditLog
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, EventQuery, event_addresses, event_hash, verify_chain
+from gateway.domain.principals import SystemActor
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def verify(db: Database) -> ChainBreak | None:
 
 def some_events(db: Database, count: int = 6) -> None:
     with SqlStore(db).session() as session:
-        session.audit.append_many([("erin" if i % 2 else "alice", ["plan", "approval", "apply.failed"][i % 3],
+        session.audit.append_many([(SystemActor("erin" if i % 2 else "alice"), ["plan", "approval", "apply.failed"][i % 3],
                                     {"applied": [f"aws_instance.web{i}"], "note": "é ünïcode"}, 1 + i // 3, ["app"])
                                    for i in range(count)])
 
@@ -167,7 +168,7 @@ def busy_trail(db: Database) -> Database:
     """1,600 events: 160 proposals of 10, eight stacks, a dozen people, the addresses they name spread over them."""
     rng = random.Random(3)
     with SqlStore(db).session() as session:
-        session.audit.append_many([(rng.choice(PEOPLE), rng.choice(KINDS), {
+        session.audit.append_many([(SystemActor(rng.choice(PEOPLE)), rng.choice(KINDS), {
             "applied": [f"aws_instance.web{i % 50}"], "changed": [f"aws_s3_bucket.b{i % 300}"] if i % 3 else []},
             1 + i // 10, [STACKS[i % 8]] + ([STACKS[(i + 3) % 8]] if i % 5 == 0 else [])) for i in range(1600)])
     with db.transaction() as conn:  # the events' times, evenly spread, so a time range is a slice of the trail

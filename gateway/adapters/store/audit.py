@@ -43,7 +43,7 @@ from gateway.domain.audit import (
     event_outcome,
     misindexed,
 )
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Actor
 
 if TYPE_CHECKING:
     from sqlalchemy import Column
@@ -88,7 +88,7 @@ class SqlAuditLog(Records):
 
     def append(
         self,
-        actor: Principal | str,
+        actor: Actor,
         kind: str,
         payload: Mapping[str, Any],
         proposal_id: int | None = None,
@@ -98,7 +98,7 @@ class SqlAuditLog(Records):
         return self.append_many([(actor, kind, payload, proposal_id, stacks)])[0]
 
     def append_many(
-        self, entries: Sequence[tuple[Principal | str, str, Mapping[str, Any], int | None, Sequence[str]]]
+        self, entries: Sequence[tuple[Actor, str, Mapping[str, Any], int | None, Sequence[str]]]
     ) -> list[AuditEvent]:
         """Add events to the chain in order, written together. The head row lock (taken by the transaction's first
         event, held to its commit) keeps concurrent writers in line; the head row is written at the commit. Each
@@ -110,7 +110,7 @@ class SqlAuditLog(Records):
         events, rows, stack_rows, address_rows, named = [], [], [], [], set()
         for actor, kind, payload, proposal_id, stacks in entries:
             seq += 1
-            name, actor_kind = (actor.name, actor.kind.value) if isinstance(actor, Principal) else (actor, "system")
+            name, actor_kind = actor.name, actor.kind.value
             clean = self.scrubber.scrub_data(json.loads(dumps(payload)))
             event_id, at = str(uuid.uuid4()), now().isoformat(timespec="microseconds")
             canonical = event_bytes({"seq": seq, "id": event_id, "at": at, "actor": name, "actor_kind": actor_kind,

@@ -454,8 +454,8 @@ class AuditLog(Protocol):
         """(seq, prev_hash, hash, stored bytes) of every event after `after`, in order, streamed: what verify hashes."""
         ...
 
-    def misindexed(self, upto: int) -> ChainBreak | None:
-        """The first event up to `upto` whose searched columns (actor, kind, time, proposal) disagree with its bytes."""
+    def misindexed(self, upto: int, after: int = 0) -> ChainBreak | None:
+        """The first event after `after`, up to `upto`, whose searched columns (actor, kind, time, proposal) disagree with its bytes."""
         ...
 
     def add_checkpoint(self, checkpoint: Checkpoint) -> bool:

@@ -244,3 +244,14 @@ def test_verify_resumes_after_the_newest_checkpoint_and_still_sees_a_rewrite_bef
         sign_in_client(client, people.tokens["dana"])
         page = client.get("/audit")
     assert f"Chain BROKEN at event {checkpoint.seq}" in page.text
+
+
+def test_verify_from_a_checkpoint_sees_a_filter_column_edited_after_it(audited: tuple[Workspace, People, int]) -> None:
+    ws, people, _ = audited
+    audit_service.sign_checkpoint(ws, people.dana)
+    with ws.store.session() as session:
+        seq = session.audit.append(GATEWAY, "approval", {"by": "erin"}, 7).seq
+    with ws.store.session() as session:  # moved to another proposal: the proposal's story would no longer show it
+        session.conn.execute(update(audit_events).where(audit_events.c.seq == seq).values(proposal_id=8))
+    count, broken, _ = audit_service.verify_from_checkpoint(ws, people.dana)
+    assert broken is not None and broken.seq == seq and "edited" in broken.reason

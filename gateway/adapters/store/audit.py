@@ -338,8 +338,8 @@ class SqlAuditLog(Records):
         finally:
             cursor.close()
 
-    def misindexed(self, upto: int) -> ChainBreak | None:
-        """The first event (up to `upto`) whose index columns disagree with its bytes: an actor, kind, time, proposal
+    def misindexed(self, upto: int, after: int = 0) -> ChainBreak | None:
+        """The first event (after `after`, up to `upto`) whose index columns disagree with its bytes: an actor, kind, time, proposal
         or outcome edited to hide the event from a filter or to misfile it. Checked by the database, in one pass
         (beside verify's hashing, on a connection of its own)."""
         outcomes = ", ".join(f"'{o}'" for o in sorted(OUTCOMES))
@@ -354,8 +354,8 @@ class SqlAuditLog(Records):
                       f" seq) AND outcome IS (CASE WHEN {last} IN ({outcomes}) THEN {last} END)")
         try:
             with self.conn.begin_nested():
-                seq = self.conn.scalar(text(f"SELECT min(seq) FROM audit_events WHERE seq <= :upto AND "
-                                            f"NOT coalesce({agrees}, false)"), {"upto": upto})
+                seq = self.conn.scalar(text(f"SELECT min(seq) FROM audit_events WHERE seq > :after AND seq <= :upto "
+                                            f"AND NOT coalesce({agrees}, false)"), {"after": after, "upto": upto})
         except SQLAlchemyError as exc:  # stored bytes that are not JSON (the chain check names the event)
             return ChainBreak(None, f"an event's stored bytes are not JSON: {str(exc).splitlines()[0]}")
         return None if seq is None else misindexed(int(seq))

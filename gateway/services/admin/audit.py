@@ -69,19 +69,20 @@ def _verify(ws: Workspace, audit: AuditLog, head: tuple[int, str] | None,
     columns the filters search agree with those bytes (so no edit can hide an event from a filter)."""
     upto = head[0] if head else start[0]
     with ThreadPoolExecutor(1) as pool:
-        index = pool.submit(_misindexed, ws, upto) if upto > start[0] else None
+        index = pool.submit(_misindexed, ws, upto, start[0]) if upto > start[0] else None
         broken = verify_chain(audit.links(after=start[0]), head, start=start)
         misfiled = index.result() if index is not None else None
-    if misfiled is not None and (broken is None or broken.seq is None or (misfiled.seq or 0) < broken.seq):
-        broken = misfiled
+    if misfiled is not None and (broken is None or (misfiled.seq is not None and (broken.seq is None
+                                                                                or misfiled.seq < broken.seq))):
+        broken = misfiled  # the earlier of the two breaks (an event whose bytes are not JSON: the chain's, named)
     if broken is None:
         return upto - start[0], None
     return max(0, (broken.seq or upto + 1) - start[0] - 1), broken
 
 
-def _misindexed(ws: Workspace, upto: int) -> ChainBreak | None:
+def _misindexed(ws: Workspace, upto: int, after: int) -> ChainBreak | None:
     with ws.store.session(readonly=True) as session:
-        return session.audit.misindexed(upto)
+        return session.audit.misindexed(upto, after)
 
 
 def _signer(ws: Workspace) -> Signer:

@@ -196,9 +196,9 @@ class SqlAuditLog(Records):
         up to `medium`; and from the second on, the events of each unordered filter (an address, an action, a time
         range) that has at most `medium`, intersected with them (so a rare combination of common filters does not
         walk the trail a window at a time)."""
-        # counted over the whole trail: a count from `after` can read every entry before it first (a time range, a
-        # prefix), one over everything stops at the cap
-        sizes = sorted((self._count(f.members(0), self.small), i) for i, f in enumerate(filters))
+        # counted over the whole trail, from the ordered index where there is one: a count from `after` can read every
+        # entry before it first (a time range, a prefix), and one in index order stops at the cap without the table
+        sizes = sorted((self._count((f.ordered or f.members)(0), self.small), i) for i, f in enumerate(filters))
         if sizes and sizes[0][0] < self.small:
             yield from self._chunks(sorted(set(self.conn.scalars(filters[sizes[0][1]].members(after)))))
             return

@@ -293,4 +293,14 @@ def _plain(node: Any) -> Any:
 
 
 def _first_line(exc: Exception) -> str:
+    """The parser's complaint with its line: YAML's marks, cfn-lint's matches, or JSON's position."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f"line {mark.line + 1}: {getattr(exc, 'problem', None) or type(exc).__name__}"
+    matches = getattr(exc, "matches", None)
+    if matches:
+        first = matches[0]
+        return f"line {getattr(first, 'linenumber', '?')}: {getattr(first, 'message', first)}"[:300]
+    if isinstance(exc, json.JSONDecodeError):
+        return f"line {exc.lineno}: {exc.msg}"
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

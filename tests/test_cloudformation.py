@@ -24,7 +24,7 @@ from gateway.adapters.cloudformation.plan import change_set_plan
 from gateway.adapters.cloudformation.template import Resolver, parse_template
 from gateway.composition import create_workspace
 from gateway.config import Settings
-from gateway.domain.errors import ConfigError
+from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
@@ -35,6 +35,7 @@ from gateway.services.admin.audit import verify_trail
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.change.jobs import enqueue_job, run_now_or_follow
 from gateway.services.change.proposals import decide, get_proposal, open_proposal, proposal_previews
+from gateway.services.day_two.codify import codify_drift
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, add_people, run_cli
@@ -184,6 +185,13 @@ def test_a_plan_of_a_stack_moto_cannot_check_for_drift_says_so_first(cfn_workspa
     proposal = open_proposal(ws, people.alice, "tags", "tune")
     rendered = render_text(proposal_previews(ws, proposal)["web"])
     assert rendered.index("NOTE: drift was not checked") < rendered.index("CHANGES")
+
+
+def test_codify_of_a_cloudformation_stack_is_refused_with_what_to_do_instead(cfn_workspace: Workspace) -> None:
+    people = add_people(cfn_workspace)
+    with pytest.raises(Refused) as caught:
+        codify_drift(cfn_workspace, people.admin, "web")
+    assert "runs on CloudFormation" in str(caught.value) and "propose it" in str(caught.value)
 
 
 def test_init_sample_cloudformation_applies_main_to_the_emulator(aws: str, tmp_path: Path) -> None:

@@ -28,6 +28,9 @@ def codify_drift(ws: Workspace, actor: Principal, stack: str) -> Proposal:
     """Open a proposal whose branch makes main's declaration of `stack` match reality (its open drift record)."""
     settings = ws.repo_settings()
     settings.require_stack(stack)
+    if settings.stacks[stack].engine == "cloudformation":
+        raise Refused([f"stack {stack} runs on CloudFormation: the gateway does not codify its templates yet; "
+                       "change the template to the actual properties its drift record lists and propose it"])
     with ws.store.session(readonly=True) as session:
         record = session.day_two.open_drift_record(stack)
     if record is None:

@@ -28,7 +28,7 @@ from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
-from gateway.domain.preview import build_preview, render_text
+from gateway.domain.preview import AttributeDiff, DriftEntry, build_preview, render_text
 from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.domain.risk import RiskLevel, assess_risk
 from gateway.services.admin.audit import verify_trail
@@ -187,11 +187,28 @@ def test_a_plan_of_a_stack_moto_cannot_check_for_drift_says_so_first(cfn_workspa
     assert rendered.index("NOTE: drift was not checked") < rendered.index("CHANGES")
 
 
-def test_codify_of_a_cloudformation_stack_is_refused_with_what_to_do_instead(cfn_workspace: Workspace) -> None:
-    people = add_people(cfn_workspace)
+def test_codify_writes_the_drifted_properties_into_the_template(cfn_workspace: Workspace) -> None:
+    # drift as DescribeStackResourceDrifts reports it (moto cannot detect it): the queue's timeout was changed by hand
+    ws, people = cfn_workspace, add_people(cfn_workspace)
+    drifted = DriftEntry("AWS::SQS::Queue.Jobs", "changed outside the gateway", True,
+                         (AttributeDiff("VisibilityTimeout", "30", "60"),))
+    with ws.store.session() as session:
+        session.day_two.add_drift_record("web", [drifted], False, None)
+    proposal = codify_drift(ws, people.admin, "web")
+    template = ws.repo.read_file(proposal.head_sha, TEMPLATE)
+    assert "      VisibilityTimeout: 60\n" in template
+    assert template.replace("VisibilityTimeout: 60", "VisibilityTimeout: 30") == ws.repo.read_file(
+        ws.repo.resolve("main"), TEMPLATE)  # nothing else moved: comments, tags and layout kept
+    assert proposal.plans["web"].counts == {"update": 1}
+
+    renamed = DriftEntry("AWS::SQS::Queue.DeadLetters", "changed outside the gateway", True,
+                         (AttributeDiff("QueueName", '"a"', '"b"'),))
+    with ws.store.session() as session:
+        record = session.day_two.open_drift_record("web")
+        session.day_two.update_drift_record(record.id, [renamed], False, None)
     with pytest.raises(Refused) as caught:
-        codify_drift(cfn_workspace, people.admin, "web")
-    assert "runs on CloudFormation" in str(caught.value) and "propose it" in str(caught.value)
+        codify_drift(ws, people.admin, "web")
+    assert "stacks/web/template.yaml:" in str(caught.value) and "DeadLetters.QueueName is not a literal" in str(caught.value)
 
 
 def test_init_sample_cloudformation_applies_main_to_the_emulator(aws: str, tmp_path: Path) -> None:

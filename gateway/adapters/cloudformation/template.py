@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.domain.errors import ConfigError
+from gateway.domain.template_edit import TEMPLATE_NAMES
 
-TEMPLATE_NAMES = ("template.yaml", "template.yml", "template.json")
 PARAMETER_NAMES = ("parameters.json",)
 DYNAMIC_REFERENCE = re.compile(r"\{\{resolve:(secretsmanager|ssm-secure):")
 

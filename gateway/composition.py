@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.adapters.clock import SystemClock
+from gateway.adapters.cloudformation.engine import CloudFormationEngine
 from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
@@ -35,7 +36,7 @@ from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotFound
 from gateway.domain.jobs import JobKind
-from gateway.domain.repo_settings import GitHubSettings
+from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
 from gateway.ports import Engine, Forge
@@ -44,10 +45,11 @@ from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 if TYPE_CHECKING:
     from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
 
-SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform"}
+SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform", "cloudformation": "sample_repo_cloudformation"}
 SAMPLE_SECRETS = {  # None: generate a random value at init
     "sandbox": {"data": {"db_password": None}},
     "terraform": {"files": {"api_key": None}},
+    "cloudformation": {"web": {"ApiKey": None}},
 }
 
 
@@ -113,7 +115,9 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
     install_log_scrubber(scrubber)
     simulator = SandboxEngine(sandbox)
-    engines: dict[str, Engine] = {"sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings), sealer)}
+    engines: dict[str, Engine] = {
+        "sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings), sealer),
+        "cloudformation": CloudFormationEngine(lambda stack: _cloudformation_settings(settings.repo_path, stack))}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
     return Workspace(
         settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
@@ -137,6 +141,15 @@ def _engine_name(repo_path: Path, stack: str | None) -> str:
     """
     settings = read_repo_settings(GitDeclarationRepo(repo_path))
     return settings.stacks[stack].engine if stack in settings.stacks else settings.engine
+
+
+def _cloudformation_settings(repo_path: Path, stack: str) -> CloudFormationSettings:
+    """Where main's gateway.yaml says the stack lives in AWS (a branch cannot point the gateway elsewhere)."""
+    settings = read_repo_settings(GitDeclarationRepo(repo_path))
+    stack_settings = settings.stacks.get(stack)
+    if stack_settings is None or stack_settings.cloudformation is None:
+        raise ConfigError(f"stack {stack} has no cloudformation settings on main (stack_name, region)")
+    return stack_settings.cloudformation
 
 
 def terraform_setup(settings: Settings) -> TerraformSetup:

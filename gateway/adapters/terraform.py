@@ -26,18 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hcl2
-import structlog
-
-from gateway.adapters.hcl_sensitivity import declared_variables
-from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
-from gateway.adapters.sandbox.config import repository_root
+# The HCL reader (python-hcl2, lark) is imported by the functions that parse, when they first run: reads that
+# import this module for its state serial or `declared_backend` never parse.
 from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.terraform_state import SealedLocalState
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
+from gateway.logs import get_logger
 from gateway.ports import ApplyOutcome, EnginePlan, StackInputs
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PLAN_FILE = "gateway.tfplan"
 INPUTS_FILE = "gateway-inputs.tfvars.json"
@@ -190,6 +187,8 @@ class TerraformEngine:
 
     def _prepare(self, stack: str, directory: Path, inputs: StackInputs) -> None:
         """The stack's backend (its own, or the gateway's local one) and the values the gateway supplies."""
+        from gateway.adapters.hcl_sensitivity import declared_variables
+
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf"))
                  if not p.is_symlink() and p.name not in (BACKEND_FILE, SENSITIVE_FILE)}
         backend = declared_backend(files)
@@ -306,6 +305,9 @@ def _scratch_copy(directory: Path) -> Iterator[Path]:
     """A private copy of the stack (and the local modules it calls, laid out as in the repo) to run Terraform in:
     what it writes (the supplied values, its plan file, .terraform/) never lands in the caller's directory,
     which may be the agent's working copy."""
+    from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
+    from gateway.adapters.sandbox.config import repository_root
+
     root = repository_root(directory)
     stack_path = directory.resolve().relative_to(root).as_posix()
     modules = local_module_directories(stack_path, read_directory_on_disk(root)) if stack_path != "." else ()
@@ -361,6 +363,8 @@ def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
     Backend settings are literals in Terraform (no variables), so they read as plain values. A `cloud` block
     is refused: Terraform Cloud runs plans itself, out of the gateway's reach.
     """
+    import hcl2
+
     found: list[dict[str, Any]] = []
     for name, text in files.items():
         if "backend" not in text and "cloud" not in text:

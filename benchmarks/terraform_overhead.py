@@ -4,10 +4,11 @@
    In the same run, on the same state: bare Terraform (`init` + `plan -out` + `show -json`, then `apply` of
    that plan file) is the floor; beside it the gateway's propose of the same change (merge preview, secret
    checks, engine plan, policy, risk, preview rendered and stored) and its apply (approval re-checked, locks,
-   state sealed and opened, exactly the saved plan, merge). The gateway plans with an engine made afresh, as a
-   new `gateway` or worker process has it: nothing learned in memory, only what the workspace keeps.
-   Prints wall times, each one's ratio to the floor, and CPU: the gateway's own (this process) and that of
-   the processes it ran (Terraform, its provider, git).
+   state sealed and opened, exactly the saved plan, merge). The plans are made `--runs` times (default 3),
+   bare and gateway in turn, each gateway propose from its own branch with an engine made afresh, as a new
+   `gateway` or worker process has it (nothing learned in memory, only what the workspace keeps); the
+   medians are printed. The apply runs once. Prints wall times, each one's ratio to the floor, and CPU: the
+   gateway's own (this process) and that of the processes it ran (Terraform, its provider, git).
 2. `gateway preview PLAN.json` (the CLI process, end to end) against `terraform show -json PLANFILE` on
    the plan of 2,000 creates.
 
@@ -22,7 +23,7 @@ import cProfile
 import os
 import pstats
 import resource
-import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,6 +84,10 @@ def timed(work: Callable[[], object]) -> Timing:
     return Timing(wall, own, (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime))
 
 
+def median(timings: list[Timing]) -> Timing:
+    return Timing(*(statistics.median(getattr(t, f) for t in timings) for f in ("wall", "own_cpu", "child_cpu")))
+
+
 def row(name: str, t: Timing, floor: Timing | None = None) -> str:
     ratio = f"{t.wall / floor.wall:7.2f} {t.cpu / floor.cpu:7.2f}" if floor else " " * 15
     verdict = "" if floor is None else ("met" if t.wall / floor.wall <= GOAL else "NOT MET")
@@ -93,6 +98,7 @@ def main() -> None:
     configure_logging("warning")
     numbers = [a for a in sys.argv[1:] if a.isdigit()]
     count = int(numbers[0]) if numbers else 500
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
     profiler = cProfile.Profile() if "--profile" in sys.argv else None
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,47 +110,57 @@ def main() -> None:
         bob, _ = add_principal(ws, admin, "bob", frozenset({Role.APPROVER}), frozenset({"platform"}),
                                PrincipalKind.PERSON)
         clone = git.Repo.clone_from(str(ws.settings.repo_path), root / "clone")
-        clone.git.checkout("-q", "-b", "release-2")
-        Path(clone.working_dir, "stacks/many/main.tf").write_text(nulls(count, "2"))
-        clone.git.add("-A")
-        clone.git.execute(["git", "commit", "-qm", "release 2"], env=committer_env())
-        clone.git.push("-q", "origin", "release-2")
+        releases = [str(2 + run) for run in range(runs)]
+        for release in releases:  # one branch per gateway plan: each replaces all N
+            clone.git.checkout("-q", "-B", f"release-{release}", "origin/main")
+            Path(clone.working_dir, "stacks/many/main.tf").write_text(nulls(count, release))
+            clone.git.add("-A")
+            clone.git.execute(["git", "commit", "-qm", f"release {release}"], env=committer_env())
+            clone.git.push("-q", "origin", f"release-{release}")
 
         setup = terraform_setup(ws.settings)
         env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
         if setup.cli_config:
             env["TF_CLI_CONFIG_FILE"] = str(setup.cli_config)
-        bare = root / "bare"
-        bare.mkdir()
-        (bare / "main.tf").write_text(nulls(count, "2"))
         with SealedLocalState(ws.settings.terraform_dir / "many", ws.store.sealer, "many").in_use(60) as _:
-            shutil.copy(ws.settings.terraform_dir / "many" / "terraform.tfstate", bare / "terraform.tfstate")
+            state = (ws.settings.terraform_dir / "many" / "terraform.tfstate").read_bytes()
 
-        def terraform(*args: str) -> None:
-            subprocess.run([str(setup.binary), *args], cwd=bare, env=env, check=True, capture_output=True)
+        def terraform(directory: Path, *args: str) -> None:
+            subprocess.run([str(setup.binary), *args], cwd=directory, env=env, check=True, capture_output=True)
 
-        def bare_plan() -> None:
-            terraform("init", "-input=false", "-no-color")
-            terraform("plan", "-input=false", "-no-color", "-out=p.tfplan")
-            terraform("show", "-json", "p.tfplan")
+        def bare_plan(release: str) -> Path:
+            bare = root / f"bare-{release}"  # a fresh directory, as the gateway's scratch copy is
+            bare.mkdir()
+            (bare / "main.tf").write_text(nulls(count, release))
+            (bare / "terraform.tfstate").write_bytes(state)
+            terraform(bare, "init", "-input=false", "-no-color")
+            terraform(bare, "plan", "-input=false", "-no-color", "-out=p.tfplan")
+            terraform(bare, "show", "-json", "p.tfplan")
+            return bare
 
-        fresh = open_workspace(ws.settings)  # a new process's engine
-        proposal: list = []
-        floor_plan = timed(bare_plan)
-        if profiler:
-            profiler.enable()
-        gateway_plan = timed(lambda: proposal.append(open_proposal(fresh, alice, "release-2", "release 2")))
-        if profiler:
-            profiler.disable()
-        decide(fresh, bob, proposal[0].id, Decision.APPROVE, "ok")
-        floor_apply = timed(lambda: terraform("apply", "-input=false", "-no-color", "-json", "p.tfplan"))
+        floor_plans, gateway_plans, proposals, fresh = [], [], [], None
+        for release in releases:
+            floor_plans.append(timed(lambda: bare_plan(release)))  # noqa: B023 (called at once)
+            fresh = open_workspace(ws.settings)  # a new process's engine
+            if profiler:
+                profiler.enable()
+            gateway_plans.append(timed(lambda: proposals.append(
+                open_proposal(fresh, alice, f"release-{release}", f"release {release}"))))  # noqa: B023
+            if profiler:
+                profiler.disable()
+        assert fresh is not None
+        last = proposals[-1]
+        decide(fresh, bob, last.id, Decision.APPROVE, "ok")
+        floor_apply = timed(lambda: terraform(root / f"bare-{releases[-1]}", "apply", "-input=false", "-no-color",
+                                              "-json", "p.tfplan"))
         report: list = []
-        gateway_apply = timed(lambda: report.append(apply_proposal(fresh, bob, proposal[0].id)))
+        gateway_apply = timed(lambda: report.append(apply_proposal(fresh, bob, last.id)))
         assert report[0].succeeded, report[0]
-        print(f"{count} null_resource replacements ({proposal[0].plans['many'].counts}), same state for both:")
+        print(f"{count} null_resource replacements ({last.plans['many'].counts}), same state for both; plans: median "
+              f"of {runs}:")
         print(f"{'':34} {'wall s':>7} {'own CPU':>8} {'run CPU':>8} {'÷ wall':>7} {'÷ CPU':>7}")
-        print(row("bare terraform init+plan+show", floor_plan))
-        print(row("gateway propose", gateway_plan, floor_plan))
+        print(row("bare terraform init+plan+show", median(floor_plans)))
+        print(row("gateway propose", median(gateway_plans), median(floor_plans)))
         print(row("bare terraform apply PLANFILE", floor_apply))
         print(row("gateway apply (and merge)", gateway_apply, floor_apply))
         fresh.close()

@@ -28,9 +28,10 @@ from gateway.domain.audit import (
     EventQuery,  # noqa: E402
     verify_chain,  # noqa: E402
 )
+from gateway.domain.principals import SystemActor  # noqa: E402
 
 STACKS = [f"stack-{i:02}" for i in range(40)]
-PEOPLE = [f"person-{i:03}" for i in range(200)]
+PEOPLE = [SystemActor(f"person-{i:03}") for i in range(200)]
 KINDS = ["plan", "approval", "apply.started", "apply.succeeded", "apply.failed", "approve.refused", "merged",
          "proposal.opened", "job.succeeded", "commit"]
 BATCH = 2000

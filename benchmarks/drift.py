@@ -70,7 +70,7 @@ def main() -> None:
         push(clone, f"{count} queues", "main")
         bootstrap_simulator(ws)
         print(f"stack app-staging: {count} queues plus the sample's resources; {drifted} queues drift; "
-              f"database {ws.db.engine.dialect.name}")
+              f"database {ws.store.db.engine.dialect.name}")
 
         timed("drift check, no drift", lambda: check_drift(ws, admin, "app-staging"), 5)
         check_scheduled_drift(ws)

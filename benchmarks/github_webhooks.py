@@ -121,7 +121,7 @@ def run(workers: int, root: Path) -> None:
         latencies: dict[int, float] = {}
         deadline = time.monotonic() + 600
         while len(latencies) < len(pids) and time.monotonic() < deadline:
-            with ws.db.transaction(readonly=True) as conn:
+            with ws.store.db.transaction(readonly=True) as conn:
                 for row in conn.execute(select(decisions.c.proposal_id, decisions.c.created_at)):
                     if row.proposal_id in sent and row.proposal_id not in latencies:
                         at = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)

@@ -95,7 +95,7 @@ def main() -> None:
 
 
 def rows(ws) -> int:  # type: ignore[no-untyped-def]
-    with ws.db.transaction() as conn:
+    with ws.store.db.transaction() as conn:
         return int(conn.scalar(select(func.count()).select_from(audit_events)) or 0) + \
             int(conn.scalar(select(func.count()).select_from(plans)) or 0)
 

@@ -95,7 +95,7 @@ def run(workers: int, admin_url: str) -> None:
                      for _ in range(workers)]
             try:
                 while True:
-                    with ws.db.transaction() as conn:
+                    with ws.store.db.transaction() as conn:
                         rows = conn.execute(select(jobs.c.status, jobs.c.created_at, jobs.c.started_at)
                                             .where(jobs.c.kind == "apply")).all()
                     if all(r.status not in ("queued", "running") for r in rows):
@@ -109,7 +109,7 @@ def run(workers: int, admin_url: str) -> None:
                     p.wait(60)
             waits = sorted((r.started_at - r.created_at).total_seconds() for r in rows)
             statuses = [r.status for r in rows]
-            with ws.db.transaction() as conn:
+            with ws.store.db.transaction() as conn:
                 spans = conn.execute(select(applies.c.stack, applies.c.started_at, applies.c.finished_at)).all()
             overlaps = 0
             by_stack: dict[str, list] = {}

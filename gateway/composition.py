@@ -13,19 +13,24 @@ import secrets
 import shutil
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.adapters.clock import SystemClock
+from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.policy_engines import CheckovScanner, RegoInterpreter
+from gateway.adapters.sandbox.cloud import SandboxCloud
 from gateway.adapters.sandbox.engine import SandboxEngine
 from gateway.adapters.sandbox.store import SqlSandboxStore
 from gateway.adapters.sealing import Sealer
 from gateway.adapters.sql_store import Database
 from gateway.adapters.store.unit_of_work import SqlStore
+from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
@@ -124,8 +129,18 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     engines: dict[str, Callable[[], Engine]] = {"sandbox": lambda: simulator,
                                                 "terraform": lambda: terraform_engine(settings, sealer)}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
-    return Workspace(settings, db, SqlStore(db, scrubber, sealer), repo, engine, sandbox, scrubber, simulator,
-                     SystemClock(), forge_opener(settings), job_handlers())
+    return Workspace(
+        settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
+        simulator=SandboxCloud(simulator, sandbox), clock=SystemClock(), open_forge=forge_opener(settings),
+        declarations=HclDeclarations(), scanner=CheckovScanner(), rego=RegoInterpreter(),
+        working_copies=GitWorkingCopies(settings.repo_path),
+        open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers())
+
+
+def _open_checkpointer(database_url: str) -> AbstractContextManager[Any]:
+    from gateway.adapters.checkpoints import open_checkpointer  # LangGraph only where an agent runs
+
+    return open_checkpointer(database_url)
 
 
 def _engine_name(repo_path: Path, stack: str | None) -> str:

@@ -4,6 +4,12 @@
     UnitOfWork       one transaction, one repository per aggregate: principals, proposals, conversations,
                      jobs, github, main, day_two, breaker, audit
     Clock            the time
+    DeclarationRepo  the declaration repo: trees read at exact commits, merges, branches the gateway writes
+    SimulatedCloud   the sandbox engine's cloud, acted on behind the gateway's back (drift, faults, imports)
+    DeclarationReader  what a stack's HCL declares, read without planning (secrets, backend, local modules)
+    PolicyScanner    an external plan scanner (checkov) beside the built-in rules
+    PolicyEvaluator  main's Rego policies, loaded and evaluated
+    WorkingCopies    clones of the declaration repo on disk, where agents edit files
     Engine           plans and applies one stack (every engine emits Terraform's JSON plan)
     Forge            the code host (GitHub): pull requests, reviews, checks, teams, merges
 
@@ -20,17 +26,21 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.domain.agent_runs import AgentRun, AgentRunStatus
+from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.audit import AuditEvent, Checkpoint, EventQuery
 from gateway.domain.breaker import CapacityChange
+from gateway.domain.declarations import LiteralSecret, Unmasking
 from gateway.domain.drift import DriftRecord
 from gateway.domain.github import Check, PullInfo
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import LockAttempt, StackLock
+from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.preview import DriftEntry
-from gateway.domain.principals import Principal, PrincipalKind, Role
-from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus
-from gateway.domain.repo_settings import GitHubSettings
+from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
+from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKind, ProposalStatus
+from gateway.domain.rego import RegoPolicies
+from gateway.domain.repo_settings import GitHubSettings, RepoSettings
 
 
 @dataclass(frozen=True)
@@ -171,14 +181,14 @@ class Proposals(Protocol):
         """The prompt version and model an agent's proposal was written with (and its latest claim)."""
         ...
 
-    def record_transition(self, proposal: Proposal, transition: Transition, actor: Principal | str,
+    def record_transition(self, proposal: Proposal, transition: Transition, actor: Actor,
                           payload: Mapping[str, Any], merge_sha: str | None = None,
                           applied_sha: str | None = None) -> ProposalStatus:
         """Take one lifecycle transition and persist it with its audit event, in this transaction."""
         ...
 
     def add_plan(self, proposal_id: int, stack: str, head_sha: str, main_sha: str, digest: str, document: str,
-                 state_serial: int, state_lineage: str, summary: Mapping[str, Any], preview: str,
+                 state_serial: int, state_lineage: str, summary: PlanSummary, preview: str,
                  artifact: bytes | None = None) -> int: ...
 
     def plan_preview(self, plan_id: int) -> str | None:
@@ -203,11 +213,11 @@ class Proposals(Protocol):
 
     def start_apply(self, proposal_id: int, stack: str, plan_id: int, runner: str, commit_sha: str) -> int: ...
 
-    def finish_apply(self, apply_id: int, status: str, applied: Sequence[str], error: str | None) -> None: ...
+    def finish_apply(self, apply_id: int, status: ApplyStatus, applied: Sequence[str], error: str | None) -> None: ...
 
-    def get_apply(self, apply_id: int) -> dict[str, Any] | None: ...
+    def get_apply(self, apply_id: int) -> ApplyRecord | None: ...
 
-    def applies_of(self, proposal_id: int) -> list[dict[str, Any]]: ...
+    def applies_of(self, proposal_id: int) -> list[ApplyRecord]: ...
 
     def last_applied_commit(self, stack: str) -> str | None: ...
 
@@ -275,7 +285,7 @@ class Conversations(Protocol):
 class Jobs(Protocol):
     """Jobs queued and finished inside a use case's transaction."""
 
-    def add(self, kind: JobKind, proposal_id: int | None, requested_by: Principal | str,
+    def add(self, kind: JobKind, proposal_id: int | None, requested_by: Actor,
                 args: Mapping[str, Any] | None = None) -> int: ...
 
     def queued(self, kind: JobKind, proposal_id: int, running_too: bool = True) -> int | None:
@@ -401,12 +411,12 @@ class AuditLog(Protocol):
 
     def newest_seq(self, proposal_id: int) -> int: ...
 
-    def append(self, actor: Principal | str, kind: str, payload: Mapping[str, Any],
+    def append(self, actor: Actor, kind: str, payload: Mapping[str, Any],
                      proposal_id: int | None = None, stacks: Sequence[str] = ()) -> AuditEvent:
         """Add one event to the chain."""
         ...
 
-    def append_many(self, entries: Sequence[tuple[Principal | str, str, Mapping[str, Any], int | None,
+    def append_many(self, entries: Sequence[tuple[Actor, str, Mapping[str, Any], int | None,
                                                     Sequence[str]]]) -> list[AuditEvent]:
         """Add events to the chain in order, written together. The head row lock (taken by the transaction's first event, held to its commit) keeps concurrent writers in line; the head row is written at the commit."""
         ...
@@ -508,9 +518,205 @@ class Store(Protocol):
 
     locks: StackLocks
     queue: JobQueue
+    dialect: str  # sqlite, postgresql
+
+    def close(self) -> None:
+        """Let go of every connection."""
+        ...
 
     def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:
         """One unit of work; `readonly` for reads, which then never wait for a writer."""
+        ...
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    author_name: str
+    author_email: str
+    message: str
+
+
+class DeclarationRepo(Protocol):
+    """The declaration repo. Reads name exact commits (what is at a commit never changes); refs are resolved fresh."""
+
+    path: Path
+
+    def reopen(self) -> DeclarationRepo:
+        """A handle of its own on the same repo, for another thread."""
+        ...
+
+    def main_branch(self) -> str: ...
+
+    def resolve(self, ref: str) -> str:
+        """The commit SHA a branch, tag or SHA names (NotFound when none)."""
+        ...
+
+    def branch_exists(self, branch: str) -> bool: ...
+
+    def repo_settings(self, sha: str) -> RepoSettings:
+        """gateway.yaml as of commit `sha`."""
+        ...
+
+    def merge_base(self, a: str, b: str) -> str: ...
+
+    def changed_paths(self, base: str, head: str) -> list[str]: ...
+
+    def diff(self, base: str, head: str) -> str: ...
+
+    def commits(self, base: str, head: str) -> list[CommitInfo]:
+        """The commits in `base..head`, oldest first."""
+        ...
+
+    def read_file(self, sha: str, path: str) -> str: ...
+
+    def read_files(self, sha: str, subdir: str, suffix: str) -> dict[str, str]: ...
+
+    def read_tree(self, sha: str, subdir: str) -> dict[str, str]: ...
+
+    def module_directories(self, sha: str, stack_path: str) -> tuple[str, ...]: ...
+
+    def export_stack(self, sha: str, stack_path: str, dest: Path) -> Path:
+        """Write a stack and the local modules it calls under `dest`; returns the stack's directory."""
+        ...
+
+    def merge_preview(self, main_sha: str, head_sha: str) -> str: ...
+
+    def first_parent_commits(self, since: str, until: str) -> list[tuple[str, str | None, str]]: ...
+
+    def is_ancestor(self, older: str, newer: str) -> bool: ...
+
+    def merged_as(self, sha: str, ref: str) -> str | None: ...
+
+    def last_commit_touching(self, ref: str, path: str) -> str | None: ...
+
+    def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]: ...
+
+    def tree_of(self, sha: str, subdir: str) -> str | None: ...
+
+    def merge(self, main_sha: str, head_sha: str, into: str, message: str,
+              before_moving: Callable[[str], None] | None = None) -> str: ...
+
+    def set_branch(self, branch: str, sha: str) -> None:
+        """Point `branch` at `sha` (created if missing)."""
+        ...
+
+    def commit_to_new_branch(self, base_sha: str, branch: str, files: dict[str, str], message: str,
+                             author: str) -> str: ...
+
+    def revert_merge_to_new_branch(self, merge_sha: str, onto_sha: str, branch: str, message: str,
+                                   author: str) -> str: ...
+
+    def delete_branch(self, branch: str) -> None: ...
+
+
+class SimulatedCloud(Protocol):
+    """The sandbox engine's cloud, changed behind the gateway's back as people outside it would (a console edit, a
+    failing provider), and read for imports. It stands for real infrastructure only in the simulator."""
+
+    def edit_object(self, stack: str, address: str, changes: Mapping[str, Any]) -> None: ...
+
+    def delete_object(self, stack: str, address: str) -> None: ...
+
+    def inject_fault(self, stack: str, address: str, message: str) -> None: ...
+
+    def inject_delay(self, stack: str, address: str, seconds: float) -> None: ...
+
+    def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
+        """A live object's attributes, or None when no such object exists."""
+        ...
+
+    def managed_by(self, rtype: str, rid: str, stacks: Collection[str]) -> tuple[str, str] | None:
+        """The (stack, address) among `stacks` whose state holds the object, if any does."""
+        ...
+
+    def declarable_attributes(self, rtype: str, live: Mapping[str, Any]) -> dict[str, Any]:
+        """The attributes of a live object a declaration sets (neither computed nor sensitive)."""
+        ...
+
+
+class DeclarationReader(Protocol):
+    """What HCL files declare, read without planning them. `files` maps a shown path to its text."""
+
+    def sensitive_variables(self, files: Mapping[str, str]) -> frozenset[str]:
+        """The variables declared with `sensitive = true`."""
+        ...
+
+    def unmaskings(self, files: Mapping[str, str], secret_variables: frozenset[str], main_sensitive: frozenset[str],
+                   sensitive_attributes: Callable[[str], frozenset[str]]) -> list[Unmasking]:
+        """Every place the files try to show a secret in clear, by address."""
+        ...
+
+    def outside_reads(self, files: Mapping[str, str]) -> list[Unmasking]:
+        """File functions reading outside their directory."""
+        ...
+
+    def literal_secrets(self, files: Mapping[str, str]) -> list[LiteralSecret]:
+        """Secret-like attributes set from a string literal (a file that cannot be read is a ConfigError)."""
+        ...
+
+    def backend(self, files: Mapping[str, str]) -> dict[str, Any] | None:
+        """The backend the files declare, as `{TYPE: {setting: value}}` (None: none)."""
+        ...
+
+    def local_modules(self, stack_path: str, root: Path) -> tuple[str, ...]:
+        """The local module directories (repo-relative) the stack at `stack_path` calls, in a checkout at `root`."""
+        ...
+
+
+class PolicyScanner(Protocol):
+    def scan(self, document: Mapping[str, Any], context: PolicyContext) -> list[Finding]:
+        """Findings of the plan's checks; a scanner that cannot run fails closed when the settings say deny."""
+        ...
+
+
+class PolicyEvaluation(Protocol):
+    results: Mapping[str, Any]  # query -> its value
+    errors: Mapping[str, str]  # query -> why it could not be evaluated
+    module_errors: Mapping[str, str]  # file -> why it does not load
+
+
+class PolicyEvaluator(Protocol):
+    def load(self, repo: DeclarationRepo, sha: str) -> RegoPolicies | None:
+        """The Rego policies under `policies/` at `sha` (None: there are none)."""
+        ...
+
+    def evaluate(self, policies: RegoPolicies, input_document: Any, queries: Sequence[str]) -> PolicyEvaluation: ...
+
+
+class WorkingCopy(Protocol):
+    """A clone of the declaration repo on disk. Only what is committed and pushed leaves it."""
+
+    root: Path
+
+    def is_dirty(self) -> bool:
+        """Edited, added or removed files (untracked ones too)."""
+        ...
+
+    def new_branch(self, branch: str) -> None:
+        """Start `branch` at the commit checked out."""
+        ...
+
+    def commit_and_push(self, message: str, author: str, ref: str, force: bool = False) -> None:
+        """Commit every change as `author` and push the commit to `ref` of the declaration repo."""
+        ...
+
+    def fetch(self, ref: str) -> tuple[str, str | None] | None:
+        """(commit, its parent) of `ref` in the declaration repo, fetched here; None when it does not exist."""
+        ...
+
+    def head(self) -> str: ...
+
+    def uncommit_onto(self, ref: str) -> list[str]:
+        """Move the current branch to `ref` and undo its last commit, keeping its edits: the files they change."""
+        ...
+
+    def delete_remote(self, ref: str) -> None: ...
+
+
+class WorkingCopies(Protocol):
+    def clone(self, dest: Path, branch: str | None = None, at: str | None = None) -> WorkingCopy:
+        """A clone at `dest` on `branch` (made from main when it does not exist yet), or detached `at` a ref."""
         ...
 
 

@@ -23,26 +23,7 @@ PACKAGE = ROOT / "gateway"
 # Service modules still reaching an adapter, each with why, until a port replaces it. The list only shrinks:
 # a new entry is a design decision to argue in review, not a way to make this test pass.
 KNOWN_SERVICE_IMPORTS: dict[tuple[str, str], str] = {
-    ("gateway.services.agents.agent_requests", "git"): "the agent's working copy is a GitPython clone (a WorkingCopy port)",
-    ("gateway.services.agents.agent_requests", "gateway.adapters.checkpoints"): "LangGraph's checkpointer is built here",
-    ("gateway.services.agents.agent_requests", "gateway.adapters.git_repo"): "committer identity for the agent's commits",
-    ("gateway.services.agents.external_agents", "git"): "an external agent's edits are committed with GitPython",
-    ("gateway.services.agents.external_agents", "gateway.adapters.git_repo"): "committer identity for the agent's commits",
-    ("gateway.services.agents.external_agents", "gateway.adapters.module_sources"): "which modules a stack reads",
     ("gateway.services.admin.audit", "gateway.adapters.signing"): "checkpoint signatures (a Signer port)",
-    ("gateway.services.day_two.imports", "gateway.adapters.sandbox.schema"): "the simulator's schema for import blocks",
-    ("gateway.services.change.planning", "gateway.adapters.checkov"): "checkov runs beside the built-in policy",
-    ("gateway.services.change.planning", "gateway.adapters.hcl_sensitivity"): "what HCL declares about secrets",
-    ("gateway.services.change.planning", "gateway.adapters.module_sources"): "which modules a stack reads",
-    ("gateway.services.change.planning", "gateway.adapters.terraform"): "a stack's declared backend",
-    ("gateway.services.change.policies", "gateway.adapters.rego"): "the Rego interpreter (a PolicyEvaluator port)",
-    ("gateway.services.workspace", "gateway.adapters.gateway_yaml"): "gateway.yaml parsed for Workspace.repo_settings",
-    ("gateway.services.workspace", "gateway.adapters.git_repo"): "the Workspace's repo handle (a DeclarationRepo port)",
-    ("gateway.services.workspace", "gateway.adapters.hcl_sensitivity"): "main's sensitive variables",
-    ("gateway.services.workspace", "gateway.adapters.sandbox.engine"): "the simulator, acted on behind its back",
-    ("gateway.services.workspace", "gateway.adapters.sandbox.store"): "the simulator's store",
-    ("gateway.services.workspace", "gateway.adapters.sql_store"): "the Database handle tests and benchmarks use",
-    ("gateway.services.workspace", "gateway.adapters.store"): "the SQL store's type on the Workspace",
 }
 THIRD_PARTY_IN_SERVICES = ("git", "github", "sqlalchemy")
 

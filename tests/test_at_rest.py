@@ -28,7 +28,7 @@ def test_the_database_and_the_workspace_hold_no_secret_in_clear(workspace: Works
     assert apply_proposal(workspace, people.alice, proposal.id).succeeded
     with workspace.store.session(readonly=True) as session:  # the gateway itself still reads what it sealed
         assert secret.decode() in session.proposals.plan_document(proposal.plans["data"].plan_id)
-    workspace.db.dispose()  # everything on disk, the WAL included
+    workspace.store.db.dispose()  # everything on disk, the WAL included
     home = workspace.settings.home
     leaks = [str(path.relative_to(home)) for path in sorted(home.rglob("*"))
              if path.is_file() and path.relative_to(home).parts[0] not in KEPT_APART and secret in path.read_bytes()]

@@ -17,6 +17,7 @@ from gateway.adapters.store.rows import as_event
 from gateway.api.app import create_app
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
 from gateway.domain.errors import Refused
+from gateway.domain.principals import GATEWAY
 from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
 from gateway.services.change.proposals import decide, open_proposal
@@ -182,9 +183,9 @@ def test_a_consistent_rewrite_of_events_and_head_is_caught_by_a_kept_checkpoint(
 def test_filters_run_on_exact_addresses_prefixes_stacks_and_outcomes_and_pages_follow_on(workspace: Workspace,
                                                                                          people: People) -> None:
     with workspace.store.session() as session:
-        session.audit.append("gateway", "apply.succeeded", {"applied": ["aws_instance.web[0]"]}, 101, ["app"])
-        session.audit.append("gateway", "apply.failed", {"applied": ["aws_instance.web2"]}, 102, ["app"])
-        session.audit.append("gateway", "plan", {"changed": ["module.db.aws_db_instance.main"]}, 103, ["data"])
+        session.audit.append(GATEWAY, "apply.succeeded", {"applied": ["aws_instance.web[0]"]}, 101, ["app"])
+        session.audit.append(GATEWAY, "apply.failed", {"applied": ["aws_instance.web2"]}, 102, ["app"])
+        session.audit.append(GATEWAY, "plan", {"changed": ["module.db.aws_db_instance.main"]}, 103, ["data"])
     def proposals(**filters: str) -> list[int | None]:  # the bootstrap's events name the sample's resources too
         return [e.proposal_id for e in audit_service.list_events(workspace, people.dana, **filters)
                 if e.proposal_id in (101, 102, 103)]
@@ -225,7 +226,7 @@ def test_verify_resumes_after_the_newest_checkpoint_and_still_sees_a_rewrite_bef
     ws, people, _ = audited
     checkpoint = audit_service.sign_checkpoint(ws, people.dana)
     with ws.store.session() as session:
-        session.audit.append("gateway", "note", {"text": "after the checkpoint"})
+        session.audit.append(GATEWAY, "note", {"text": "after the checkpoint"})
     count, broken, since = audit_service.verify_from_checkpoint(ws, people.dana)
     assert broken is None and since == checkpoint and count == 1  # only what follows it was read
     with TestClient(create_app(ws.settings, workers=0)) as client:  # the audit page does the same on every view

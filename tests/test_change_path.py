@@ -103,7 +103,7 @@ def test_new_commit_makes_approval_stale_and_blocks_apply(workspace: Workspace, 
     assert proposal.head_sha != first_sha
     [stale] = proposal.stale_decisions
     assert stale.principal.name == "bob" and stale.head_sha == first_sha
-    assert workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"].attributes["instance_type"] == "t3.small"
+    assert workspace.simulator.read_state("app-staging").resources["aws_instance.web[0]"].attributes["instance_type"] == "t3.small"
 
 
 def test_approval_names_the_sha_it_saw(workspace: Workspace, people: People, bigger: Clone) -> None:
@@ -154,14 +154,14 @@ def test_tampered_saved_plan_is_refused_and_replanned(workspace: Workspace, peop
         session.conn.execute(update(plans).where(plans.c.id == plan_id).values(document=document))
     with pytest.raises(Refused, match="saved plan of stack app-staging does not hash to the approved digest"):
         apply_proposal(workspace, people.alice, proposal.id)
-    instance = workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"]
+    instance = workspace.simulator.read_state("app-staging").resources["aws_instance.web[0]"]
     assert instance.attributes["instance_type"] == "t3.small"  # nothing ran
     after = get_proposal(workspace, proposal.id)
     assert after.plans["app-staging"].plan_id != plan_id  # re-planned from the approved commit
     # the fresh plan is the one bob approved (same digest), so his approval holds for it, not for the forgery
     assert after.current_digests == proposal.current_digests and after.current_approvals
     assert apply_proposal(workspace, people.alice, proposal.id).succeeded
-    instance = workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"]
+    instance = workspace.simulator.read_state("app-staging").resources["aws_instance.web[0]"]
     assert instance.attributes["instance_type"] == "t3.medium"
 
 
@@ -208,7 +208,7 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
     Clone(any_workspace, tmp_path / "c").branch("two").write("stacks/app-staging/extra.tf", EXTRA_BUCKET).push()
     proposal = open_proposal(any_workspace, people.alice, "two", "a bucket with versioning")
     decide(any_workspace, people.bob, proposal.id, Decision.APPROVE, "")
-    any_workspace.sandbox.inject_fault("app-staging", "aws_s3_bucket_versioning.extra", "AccessDenied")
+    any_workspace.simulator.inject_fault("app-staging", "aws_s3_bucket_versioning.extra", "AccessDenied")
     report = apply_proposal(any_workspace, people.alice, proposal.id)
     assert not report.succeeded and report.merge_sha is None
     assert get_proposal(any_workspace, proposal.id).status == ProposalStatus.FAILED
@@ -216,9 +216,9 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
     with any_workspace.store.session() as session:
         [record] = session.proposals.applies_of(proposal.id)
         failure = [e for e in session.audit.events(proposal_id=proposal.id) if e.kind == "apply.failed"]
-    assert record["status"] == "failed" and "AccessDenied" in record["error"]
-    assert record["applied"][0] == "aws_s3_bucket.extra"
-    assert "aws_s3_bucket_versioning.extra" not in record["applied"]
+    assert record.status == "failed" and "AccessDenied" in record.error
+    assert record.applied[0] == "aws_s3_bucket.extra"
+    assert "aws_s3_bucket_versioning.extra" not in record.applied
     assert failure and failure[0].payload["failed_address"] == "aws_s3_bucket_versioning.extra"
     with pytest.raises(NotFound):  # not merged
         any_workspace.repo.read_file(any_workspace.repo.resolve("main"), "stacks/app-staging/extra.tf")
@@ -228,7 +228,7 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
         remaining = load_plan(json.loads(session.proposals.plan_document(proposal.plans["app-staging"].plan_id)))
     planned = {"aws_s3_bucket.extra", "aws_s3_bucket_versioning.extra", "aws_s3_bucket_public_access_block.extra",
                "aws_s3_bucket_server_side_encryption_configuration.extra"}
-    assert {rc.address for rc in remaining.changes} == planned - set(record["applied"])
+    assert {rc.address for rc in remaining.changes} == planned - set(record.applied)
     assert not proposal.current_approvals and proposal.status == ProposalStatus.OPEN
     decide(any_workspace, people.bob, proposal.id, Decision.APPROVE, "the rest")
     assert apply_proposal(any_workspace, people.alice, proposal.id).succeeded
@@ -262,5 +262,5 @@ def test_auto_apply_once_the_last_approval_lands(workspace: Workspace, people: P
     done = run_now_or_follow(workspace, job, "test-runner", lambda _: None)
     assert done.status.value == "succeeded", done.error
     assert get_proposal(workspace, proposal.id).status == ProposalStatus.APPLIED
-    instance = workspace.sandbox.read_state("app-staging").resources["aws_instance.web[0]"]
+    instance = workspace.simulator.read_state("app-staging").resources["aws_instance.web[0]"]
     assert instance.attributes["instance_type"] == "t3.medium"

@@ -14,6 +14,7 @@ from sqlalchemy import insert
 from gateway.adapters.sql_store import stack_locks
 from gateway.adapters.store.rows import now
 from gateway.domain.errors import LockTimeout
+from gateway.domain.principals import SystemActor
 from gateway.domain.proposal import Decision, ProposalStatus, Transition
 from gateway.services.change.planning import plan_stack
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
@@ -76,7 +77,7 @@ def test_the_same_proposal_applied_twice_at_once_applies_once(workspace: Workspa
     assert asked == ["job 1 queued: apply of proposal 1\n"] * 2, results
     assert all("merged into main" in out for _, out, _ in results), results
     with workspace.store.session() as session:
-        assert [a["status"] for a in session.proposals.applies_of(pid)] == ["succeeded"]
+        assert [a.status for a in session.proposals.applies_of(pid)] == ["succeeded"]
     assert [j.status.value for j in workspace.store.queue.of_proposal(pid)] == ["succeeded"]
 
     # asked once more after it ended: refused at once, and no job is queued to refuse it later
@@ -108,7 +109,7 @@ def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(
     plan_id = get_proposal(workspace, first).plans["app-staging"].plan_id
     with workspace.store.session() as session:
         dead_apply = session.proposals.start_apply(first, "app-staging", plan_id, "dead-host:1", "0" * 40)
-        session.proposals.record_transition(session.proposals.get(first, lock=True), Transition.START_APPLY, "dead-host:1", {})
+        session.proposals.record_transition(session.proposals.get(first, lock=True), Transition.START_APPLY, SystemActor("dead-host:1"), {})
         session.conn.execute(insert(stack_locks).values(
             stack="app-staging", holder="dead-host:1", apply_id=dead_apply,
             acquired_at=now() - timedelta(hours=2), expires_at=now() - timedelta(hours=1)))
@@ -120,6 +121,6 @@ def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(
     with workspace.store.session() as session:
         record = session.proposals.get_apply(dead_apply)
         interrupted = [e for e in session.audit.events() if e.kind == "apply.interrupted"]
-    assert record["status"] == "interrupted" and "dead-host:1" in record["error"]
+    assert record.status == "interrupted" and "dead-host:1" in record.error
     assert interrupted and interrupted[0].payload["runner"] == "dead-host:1"
     assert get_proposal(workspace, first).status == ProposalStatus.FAILED

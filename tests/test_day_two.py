@@ -122,7 +122,7 @@ def test_a_revert_closes_the_drift_record(workspace: Workspace, people: People) 
     [closed] = list_drift_records(workspace, people.bob)
     assert closed.status.value == "closed" and closed.closed_by_proposal == revert.proposal.id
     assert "a revert of the drift" in (closed.closed_reason or "")
-    assert workspace.sandbox.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.small"
+    assert workspace.simulator.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.small"
 
 
 def test_codify_writes_the_declaration_proves_it_with_no_changes_and_closes_the_record(
@@ -138,7 +138,7 @@ def test_codify_writes_the_declaration_proves_it_with_no_changes_and_closes_the_
     [closed] = list_drift_records(workspace, people.bob)
     assert closed.status.value == "closed" and closed.closed_by_proposal == proposal.id
     assert "a codify" in (closed.closed_reason or "")
-    assert workspace.sandbox.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.medium"
+    assert workspace.simulator.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.medium"
     assert check_drift(workspace, people.admin, "app-staging").outcome == "clean"
 
 
@@ -164,7 +164,7 @@ def test_drift_commands(workspace: Workspace, people: People) -> None:
 
 
 def _instance_id(ws: Workspace) -> str:
-    state = ws.sandbox.read_state("app-staging")
+    state = ws.simulator.read_state("app-staging")
     assert state is not None
     return state.resources["aws_instance.web[0]"].id
 
@@ -235,7 +235,7 @@ def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(work
     with pytest.raises(Refused, match=rf"drift record {record.id} on stack app-staging .* was recorded after the plan"
                                       r" was made; re-planned"):
         apply_proposal(workspace, people.admin, proposal.id)
-    live = workspace.sandbox.get_object("aws_instance", _instance_id(workspace))
+    live = workspace.simulator.get_object("aws_instance", _instance_id(workspace))
     assert live is not None and live["instance_type"] == "t3.large"
     text = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
     assert "this apply would revert: aws_instance.web[0]" in text
@@ -272,8 +272,8 @@ def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(w
     abandon_proposal(workspace, people.alice, codify.id, "not this size")
     workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
     rid = made_in_the_console(workspace)
-    held = workspace.sandbox.get_object("aws_security_group", rid)
-    workspace.sandbox.put_object("aws_security_group", rid, {**held, "tags": {}})  # no owner, no cost centre
+    held = workspace.simulator.get_object("aws_security_group", rid)
+    workspace.simulator.put_object("aws_security_group", rid, {**held, "tags": {}})  # no owner, no cost centre
     imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
     assert [f.address for f in imported.findings if "tag" in f.rule] == ["aws_security_group.admin"]
 
@@ -302,9 +302,9 @@ resource "aws_security_group" "exports" {
 
 def live_state(ws: Workspace, stack: str) -> dict[str, dict]:
     """Each resource of the stack's state with what the simulated cloud holds for it."""
-    state = ws.sandbox.read_state(stack)
+    state = ws.simulator.read_state(stack)
     assert state is not None
-    return {address: ws.sandbox.get_object(r.type, r.id) or {} for address, r in state.resources.items()}
+    return {address: ws.simulator.get_object(r.type, r.id) or {} for address, r in state.resources.items()}
 
 
 def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(workspace: Workspace, people: People,
@@ -349,11 +349,11 @@ def test_only_an_applied_change_is_rolled_back(workspace: Workspace, people: Peo
 
 def made_in_the_console(ws: Workspace) -> str:
     """A security group someone made by hand in the (simulated) console: no stack manages it."""
-    state = ws.sandbox.read_state("app-staging")
+    state = ws.simulator.read_state("app-staging")
     assert state is not None
-    web = ws.sandbox.get_object("aws_security_group", state.resources["aws_security_group.web"].id)
+    web = ws.simulator.get_object("aws_security_group", state.resources["aws_security_group.web"].id)
     assert web is not None
-    ws.sandbox.put_object("aws_security_group", "sg-0console000000001", {
+    ws.simulator.put_object("aws_security_group", "sg-0console000000001", {
         **web, "id": "sg-0console000000001", "name": "orders-admin-staging", "description": "made by hand",
         "arn": "arn:aws:ec2:eu-west-1:123456789012:security-group/sg-0console000000001"})
     return "sg-0console000000001"
@@ -361,7 +361,7 @@ def made_in_the_console(ws: Workspace) -> str:
 
 def test_an_import_with_zero_diff_is_proposed_and_applied(workspace: Workspace, people: People) -> None:
     rid = made_in_the_console(workspace)
-    before = workspace.sandbox.get_object("aws_security_group", rid)
+    before = workspace.simulator.get_object("aws_security_group", rid)
     proposal = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
     assert proposal.branch == "import/app-staging-admin"
     assert dict(proposal.plans["app-staging"].counts) == {"import": 1}
@@ -371,9 +371,9 @@ def test_an_import_with_zero_diff_is_proposed_and_applied(workspace: Workspace, 
     diff = workspace.repo.diff(proposal.base_sha, proposal.head_sha)
     assert "to = aws_security_group.admin" in diff and f'id = "{rid}"' in diff and '"orders-admin-staging"' in diff
     approve_and_apply(workspace, people, proposal.id)
-    state = workspace.sandbox.read_state("app-staging")
+    state = workspace.simulator.read_state("app-staging")
     assert state is not None and state.resources["aws_security_group.admin"].id == rid
-    assert workspace.sandbox.get_object("aws_security_group", rid) == before  # brought under management as it was
+    assert workspace.simulator.get_object("aws_security_group", rid) == before  # brought under management as it was
 
 
 def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Workspace, people: People) -> None:
@@ -391,13 +391,13 @@ def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Works
 
 def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_stack(workspace: Workspace,
                                                                                    people: People) -> None:
-    prod = workspace.sandbox.read_state("app-prod")
+    prod = workspace.simulator.read_state("app-prod")
     assert prod is not None
     lb = prod.resources["aws_lb.web"].id
     with pytest.raises(Refused, match=rf"aws_lb {lb} is already managed by stack app-prod as aws_lb.web"):
         import_resource(workspace, people.alice, "app-staging", "aws_lb.prod_web", lb)
     assert not workspace.repo.branch_exists("import/app-staging-prod_web")
-    assert workspace.sandbox.get_object("aws_lb", lb) is not None
+    assert workspace.simulator.get_object("aws_lb", lb) is not None
 
 
 def test_a_rollback_of_an_import_is_refused_it_would_destroy_what_existed_before(workspace: Workspace,
@@ -409,7 +409,7 @@ def test_a_rollback_of_an_import_is_refused_it_would_destroy_what_existed_before
                                       r"rollback would destroy them"):
         rollback_proposal(workspace, people.alice, imported.id, "wrong stack")
     assert not workspace.repo.branch_exists(f"rollback/{imported.id}")
-    assert workspace.sandbox.get_object("aws_security_group", rid) is not None
+    assert workspace.simulator.get_object("aws_security_group", rid) is not None
 
 # --- break-glass ------------------------------------------------------------------------------------
 
@@ -598,7 +598,7 @@ def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database
         codify_drift(workspace, people.alice, "data")
     listed = run_cli(["drift", "list"], workspace.settings.home, people.tokens["dana"])
     assert listed.returncode == 0 and leaked not in listed.stdout
-    with workspace.db.engine.connect() as conn:
+    with workspace.store.db.engine.connect() as conn:
         for table in ("drift_records", "audit_events"):
             rows = conn.exec_driver_sql(f"select * from {table}").fetchall()
             assert leaked not in str(rows), table
@@ -613,14 +613,14 @@ def test_a_workspace_secret_typed_into_a_plain_attribute_reaches_neither_the_dat
     assert record is not None
     [attribute] = record.resources[0].attributes
     assert (attribute.path, attribute.after) == ("instance_type", "(sensitive)")
-    with workspace.db.engine.connect() as conn:
+    with workspace.store.db.engine.connect() as conn:
         assert secret not in str(conn.exec_driver_sql("select * from drift_records").fetchall())
     with pytest.raises(Refused, match=r"aws_instance.web\[0\].instance_type: its value is sensitive"):
         codify_drift(workspace, people.alice, "app-staging")
     assert not workspace.repo.branch_exists(f"codify/app-staging-{record.id}")
     rid = made_in_the_console(workspace)
-    held = workspace.sandbox.get_object("aws_security_group", rid)
-    workspace.sandbox.put_object("aws_security_group", rid, {**held, "description": secret})
+    held = workspace.simulator.get_object("aws_security_group", rid)
+    workspace.simulator.put_object("aws_security_group", rid, {**held, "description": secret})
     with pytest.raises(Refused, match="description hold\\(s\\) a secret of the workspace"):
         import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
     assert not workspace.repo.branch_exists("import/app-staging-admin")
@@ -684,7 +684,7 @@ def test_the_agent_codifies_drift_on_request(workspace: Workspace, people: Peopl
 
 def test_the_agent_imports_on_request_held_to_zero_diff(workspace: Workspace, people: People) -> None:
     rid = made_in_the_console(workspace)
-    live = workspace.sandbox.get_object("aws_security_group", rid) or {}
+    live = workspace.simulator.get_object("aws_security_group", rid) or {}
     declaration, _ = import_declaration("aws_security_group.admin", rid, {
         k: v for k, v in live.items() if k not in ("id", "arn", "owner_id")})
     seen: list[str] = []

@@ -72,7 +72,7 @@ def _apply_again(ws: Workspace, people: People, proposal_id: int) -> JobStatus:
 
 
 def _queues_in_the_cloud(ws: Workspace) -> int:
-    with ws.db.transaction() as conn:
+    with ws.store.db.transaction() as conn:
         return int(conn.scalar(select(func.count()).select_from(sandbox_objects)
                                .where(sandbox_objects.c.type == "aws_sqs_queue")) or 0)
 
@@ -88,7 +88,7 @@ def _assert_converged(ws: Workspace, proposal_id: int, stacks: list[str]) -> Non
     main = ws.repo.resolve("main")
     for stack in stacks:
         assert "aws_sqs_queue" in ws.repo.read_file(main, f"stacks/{stack}/queue.tf")
-        assert "aws_sqs_queue.refunds" in ws.sandbox.read_state(stack).resources
+        assert "aws_sqs_queue.refunds" in ws.simulator.read_state(stack).resources
         assert ws.store.locks.holder(stack) is None
     assert _queues_in_the_cloud(ws) == len(stacks)
     assert ws.store.locks.expired() == []

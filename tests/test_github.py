@@ -261,7 +261,7 @@ def test_signatures_and_redeliveries(world: World) -> None:
     assert forged.status_code == 401
     with world.ws.store.session(readonly=True) as session:
         assert session.github.proposal_for_pull_request(world.gh.full_name, number) is None
-    assert world.ws.db.engine.connect().exec_driver_sql("select count(*) from webhook_deliveries").scalar() == 0
+    assert world.ws.store.db.engine.connect().exec_driver_sql("select count(*) from webhook_deliveries").scalar() == 0
 
     first = world.deliver("pull_request", payload, delivery="delivery-1")
     again = world.deliver("pull_request", payload, delivery="delivery-1")

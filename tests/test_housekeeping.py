@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gateway.domain.audit import Checkpoint
 from gateway.domain.jobs import JobKind, JobStatus
+from gateway.domain.principals import GITHUB
 from gateway.services.admin.audit import sign_checkpoint
 from gateway.services.change.jobs import recover_abandoned_work
 from gateway.services.change.recovery import HANDLING_ATTEMPTS
@@ -70,7 +71,7 @@ def test_a_broken_gateway_yaml_on_main_stops_no_other_housekeeping_step(workspac
 def test_a_delivery_whose_worker_died_while_handling_it_is_handled_again_never_dropped(any_workspace: Workspace) -> None:
     ws = any_workspace
     with ws.store.session() as session:
-        job_id = session.jobs.add(JobKind.WEBHOOK, None, "github", {"delivery": "d-1"})
+        job_id = session.jobs.add(JobKind.WEBHOOK, None, GITHUB, {"delivery": "d-1"})
     dead = ws.store.queue.claim("dead-host:1", job_id=job_id)  # claimed, then the worker was killed
     assert dead is not None and dead.status is JobStatus.RUNNING
     ws.settings = ws.settings.model_copy(update={"lock_ttl_seconds": 0.2})

@@ -271,7 +271,7 @@ def test_an_engine_exception_mid_apply_is_recorded_and_retryable(any_workspace: 
     assert failed.status == ProposalStatus.FAILED
     assert ws.store.locks.holder("app-staging") is None
     with ws.store.session() as session:
-        assert [a["status"] for a in session.proposals.applies_of(proposal_id)] == ["failed"]
+        assert [a.status for a in session.proposals.applies_of(proposal_id)] == ["failed"]
         assert "proposal.fail" in [e.kind for e in session.audit.events(proposal_id=proposal_id)]
     ws.engine = real
     assert apply_proposal(ws, people.alice, proposal_id).succeeded  # retry: same plan, same approval
@@ -357,7 +357,7 @@ def test_a_burst_of_reads_writes_nothing(any_workspace: Workspace, tmp_path: Pat
     clone.edit(STAGING, '"t3.medium"', '"t3.large"').push()  # the branch moved: a read must not re-plan it
 
     def counts() -> tuple[int, int]:
-        with ws.db.transaction() as conn:
+        with ws.store.db.transaction() as conn:
             return (conn.scalar(select(func.count()).select_from(audit_events)) or 0,
                     conn.scalar(select(func.count()).select_from(plans)) or 0)
 

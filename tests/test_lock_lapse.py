@@ -51,7 +51,7 @@ def _database_not_answering_lock_renewals(ws: Workspace) -> Iterator[None]:
 
 
 def _delay_taken(ws: Workspace) -> bool:
-    with ws.db.transaction(readonly=True) as conn:
+    with ws.store.db.transaction(readonly=True) as conn:
         return not conn.scalar(select(func.count()).select_from(sandbox_faults))
 
 
@@ -80,7 +80,7 @@ def test_a_lock_not_renewed_within_its_ttl_stops_the_runner_before_the_merge(any
     proposal = get_proposal(ws, pid)
     assert proposal.status == ProposalStatus.UNMERGED  # applied, never merged on top of a lock it lost
     assert "queue.tf" not in ws.repo.read_tree(ws.repo.resolve("main"), "stacks/app-staging")
-    assert "aws_sqs_queue.refunds" in ws.sandbox.read_state("app-staging").resources
+    assert "aws_sqs_queue.refunds" in ws.simulator.read_state("app-staging").resources
     assert ws.store.locks.holder("app-staging").kept_for_unmerged
     with ws.store.session(readonly=True) as session:
         blocked = [e for e in session.audit.events(proposal_id=pid) if e.kind == "proposal.block_merge"]

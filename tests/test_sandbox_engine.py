@@ -69,7 +69,7 @@ resource "aws_s3_bucket_public_access_block" "logs" {
     outcome = apply_result(workspace, result)
     assert outcome.succeeded
     assert outcome.applied.index("aws_s3_bucket.logs") < outcome.applied.index("aws_s3_bucket_public_access_block.logs")
-    state = workspace.sandbox.read_state("app-staging")
+    state = workspace.simulator.read_state("app-staging")
     assert state.resources["aws_s3_bucket_public_access_block.logs"].attributes["bucket"] == "orders-logs-staging"
     assert state.resources["aws_s3_bucket.logs"].attributes["arn"] == "arn:aws:s3:::orders-logs-staging"
 
@@ -134,11 +134,11 @@ def test_moved_block_renames_without_destroying(workspace: Workspace, clone: Clo
     assert result.plan.find("aws_lb.web") is None
     assert not result.plan.destructive
     assert apply_result(workspace, result).succeeded
-    assert "aws_lb.frontend" in workspace.sandbox.read_state("app-staging").resources
+    assert "aws_lb.frontend" in workspace.simulator.read_state("app-staging").resources
 
 
 def test_import_block_adopts_an_existing_object(workspace: Workspace, clone: Clone) -> None:
-    workspace.sandbox.put_object("aws_s3_bucket", "legacy-exports", {
+    workspace.simulator.put_object("aws_s3_bucket", "legacy-exports", {
         "id": "legacy-exports", "bucket": "legacy-exports", "arn": "arn:aws:s3:::legacy-exports",
         "force_destroy": False, "tags": {"owner": "app-team", "cost-centre": "cc-3003", "stack": "app-staging"}})
     clone.branch("import").write("stacks/app-staging/legacy.tf", '''
@@ -157,9 +157,9 @@ resource "aws_s3_bucket" "legacy" {
     assert rc.change.importing == {"id": "legacy-exports"}
     assert "[importing id legacy-exports]" in render_text(result.preview())
     assert apply_result(workspace, result).succeeded
-    state = workspace.sandbox.read_state("app-staging")
+    state = workspace.simulator.read_state("app-staging")
     assert state.resources["aws_s3_bucket.legacy"].id == "legacy-exports"
-    assert workspace.sandbox.get_object("aws_s3_bucket", "legacy-exports")["tags"]["imported"] == "true"
+    assert workspace.simulator.get_object("aws_s3_bucket", "legacy-exports")["tags"]["imported"] == "true"
 
 
 def test_out_of_band_edit_shows_as_drift_the_apply_would_revert(workspace: Workspace) -> None:
@@ -213,12 +213,12 @@ resource "aws_s3_bucket_server_side_encryption_configuration" "reports" {
 ''').push()
     result = plan_branch(workspace, "app-staging", "three")
     serial_before = result.engine_plan.state_serial
-    workspace.sandbox.inject_fault("app-staging", "aws_s3_bucket_versioning.reports", "AccessDenied: s3:PutBucketVersioning")
+    workspace.simulator.inject_fault("app-staging", "aws_s3_bucket_versioning.reports", "AccessDenied: s3:PutBucketVersioning")
     outcome = apply_result(workspace, result)
     assert not outcome.succeeded
     assert outcome.failed_address == "aws_s3_bucket_versioning.reports"
     assert "AccessDenied" in outcome.error
-    state = workspace.sandbox.read_state("app-staging")
+    state = workspace.simulator.read_state("app-staging")
     assert "aws_s3_bucket.reports" in state.resources
     assert "aws_s3_bucket_versioning.reports" not in state.resources
     assert state.serial > serial_before
@@ -240,10 +240,10 @@ def test_apply_follows_dependency_order_and_deletes_in_reverse(workspace: Worksp
 
 
 def test_state_has_serial_and_lineage(workspace: Workspace, clone: Clone) -> None:
-    before = workspace.sandbox.read_state("app-staging")
+    before = workspace.simulator.read_state("app-staging")
     clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     assert apply_result(workspace, plan_branch(workspace, "app-staging", "bigger")).succeeded
-    after = workspace.sandbox.read_state("app-staging")
+    after = workspace.simulator.read_state("app-staging")
     assert after.lineage == before.lineage
     assert after.serial == before.serial + 1
 

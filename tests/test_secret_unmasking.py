@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from gateway.api.app import create_app
 from gateway.composition import open_workspace
 from gateway.domain.errors import ConfigError
+from gateway.domain.principals import GATEWAY
 from gateway.domain.scrubbing import REDACTED, Scrubber
 from gateway.logs import configure_logging, install_log_scrubber
 from gateway.services.change.proposals import open_proposal
@@ -225,7 +226,7 @@ def test_scrubber_catches_a_secret_in_api_errors_and_the_trail(workspace: Worksp
         invalid = client.get(f"/api/v1/proposals/{password}", headers={"Authorization": f"Bearer {people.tokens['bob']}"})
     assert invalid.status_code == 422 and password not in invalid.text  # a validation error never echoes the input
     with workspace.store.session() as session:
-        event = session.audit.append("gateway", "note", {"text": f"pasted {password} by mistake"})
+        event = session.audit.append(GATEWAY, "note", {"text": f"pasted {password} by mistake"})
     assert event.payload == {"text": f"pasted {REDACTED} by mistake"}
 
 

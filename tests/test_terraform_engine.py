@@ -368,7 +368,7 @@ def test_a_worker_killed_mid_terraform_apply_is_recorded_and_terraform_lets_go(t
         survivor.stop()
     assert ws.store.queue.get(job.id).status == JobStatus.INTERRUPTED
     with ws.store.session() as session:
-        assert [a["status"] for a in session.proposals.applies_of(proposal.id)] == ["interrupted"]
+        assert [a.status for a in session.proposals.applies_of(proposal.id)] == ["interrupted"]
         events = session.audit.events(proposal_id=proposal.id)
     assert "apply.succeeded" not in [e.kind for e in events]
     # the recovery read what Terraform's state holds (it may have finished the change it was making when its
@@ -413,7 +413,7 @@ def test_two_workers_never_run_terraform_on_one_stack_at_once(tf_workspace: Work
     statuses = sorted(ws.store.queue.get(j.id).status.value for j in jobs)
     assert statuses == ["refused", "succeeded"], [ws.store.queue.get(j.id).error for j in jobs]  # the second re-plans
     with ws.store.session() as session:
-        spans = [(a["started_at"], a["finished_at"]) for pid in ids for a in session.proposals.applies_of(pid)]
+        spans = [(a.started_at, a.finished_at) for pid in ids for a in session.proposals.applies_of(pid)]
     assert len(spans) == 1 or spans[0][1] <= spans[1][0] or spans[1][1] <= spans[0][0]
     assert all("state lock" not in (ws.store.queue.get(j.id).error or "") for j in jobs)
 

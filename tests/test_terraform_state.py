@@ -174,7 +174,7 @@ def test_an_applied_terraform_stack_leaves_no_secret_and_no_plaintext_state_in_t
         (state_dir / SEALED_FILE).read_bytes()))
     assert secret.decode() in json.dumps(state)  # the state does hold the secret: sealed, not dropped
     assert ws.engine.state_serial("files") == state["serial"] + 1
-    ws.db.dispose()  # everything on disk, the WAL included
+    ws.store.db.dispose()  # everything on disk, the WAL included
     _assert_sealed_at_rest(state_dir)
     assert _in_clear(ws.settings.home, secret, b'"lineage"') == []
 

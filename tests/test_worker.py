@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from gateway.adapters.sql_store import sandbox_faults
+from gateway.domain.applies import ApplyRecord
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.proposal import Decision, ProposalStatus
@@ -79,7 +80,7 @@ def test_a_worker_killed_mid_apply_is_recorded_interrupted_never_success(any_wor
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # the worker is inside the slow step: its apply is running and it has taken the delay
-        _wait_until(lambda: any(a["status"] == "running" for a in _applies(ws, proposal_id)) and not _faults(ws))
+        _wait_until(lambda: any(a.status == "running" for a in _applies(ws, proposal_id)) and not _faults(ws))
         process.send_signal(signal.SIGKILL)
         process.wait(10)
     finally:
@@ -94,7 +95,7 @@ def test_a_worker_killed_mid_apply_is_recorded_interrupted_never_success(any_wor
     finally:
         survivor.stop()
     assert ws.store.queue.get(job.id).status == JobStatus.INTERRUPTED
-    assert [a["status"] for a in _applies(ws, proposal_id)] == ["interrupted"]
+    assert [a.status for a in _applies(ws, proposal_id)] == ["interrupted"]
     assert get_proposal(ws, proposal_id).status == ProposalStatus.FAILED
     assert ws.store.locks.holder("app-staging") is None
     with ws.store.session() as session:
@@ -135,10 +136,10 @@ def test_an_auditor_or_an_agent_cannot_queue_an_apply(workspace: Workspace, peop
 
 
 def _faults(ws: Workspace) -> int:
-    with ws.db.transaction() as conn:
+    with ws.store.db.transaction() as conn:
         return int(conn.scalar(select(func.count()).select_from(sandbox_faults)) or 0)
 
 
-def _applies(ws: Workspace, proposal_id: int) -> list[dict]:
+def _applies(ws: Workspace, proposal_id: int) -> list[ApplyRecord]:
     with ws.store.session() as session:
         return session.proposals.applies_of(proposal_id)

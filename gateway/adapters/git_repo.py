@@ -16,7 +16,10 @@ from pathlib import Path
 import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
+from gateway.domain.repo_settings import RepoSettings
+from gateway.ports import CommitInfo
 
 
 class GitDeclarationRepo:
@@ -40,6 +43,10 @@ class GitDeclarationRepo:
             clone.git.push("origin", main_branch)
         return cls(path)
 
+    def reopen(self) -> GitDeclarationRepo:
+        """A handle of its own (GitPython's are not thread-safe)."""
+        return GitDeclarationRepo(self.path)
+
     def main_branch(self) -> str:
         """The repo's default branch (HEAD of the bare repo), whose rules bind every proposal."""
         return str(self.repo.head.reference.name) if not self.repo.head.is_detached else "main"
@@ -54,6 +61,10 @@ class GitDeclarationRepo:
     def branch_exists(self, branch: str) -> bool:
         return branch in {h.name for h in self.repo.branches}
 
+    def repo_settings(self, sha: str) -> RepoSettings:
+        """gateway.yaml at `sha` (parsed once per content)."""
+        return parse_repo_settings(self.read_file(sha, "gateway.yaml"))
+
     def merge_base(self, a: str, b: str) -> str:
         bases = self.repo.merge_base(a, b)
         if not bases:
@@ -67,6 +78,11 @@ class GitDeclarationRepo:
     def diff(self, base: str, head: str) -> str:
         """The text diff between two commits (cached: commits never change, and every page view shows it)."""
         return _cached_diff(str(self.path), self.resolve(base), self.resolve(head))
+
+    def commits(self, base: str, head: str) -> list[CommitInfo]:
+        """The commits in `base..head`, oldest first."""
+        return [CommitInfo(c.hexsha, str(c.author.name or "unknown"), str(c.author.email or ""), str(c.message))
+                for c in reversed(list(self.repo.iter_commits(f"{base}..{head}")))]
 
     def read_file(self, sha: str, path: str) -> str:
         try:
@@ -221,6 +237,9 @@ class GitDeclarationRepo:
             self._git("-C", str(work), "commit", "-q", "--amend", "-m", message,
                       env=committer_env(author, f"{author}@gateway"))
         return self._in_worktree(onto_sha, branch, revert)
+
+    def set_branch(self, branch: str, sha: str) -> None:
+        self._git("update-ref", f"refs/heads/{branch}", sha)
 
     def delete_branch(self, branch: str) -> None:
         self._git("update-ref", "-d", f"refs/heads/{branch}")

@@ -22,14 +22,8 @@ from lark import Tree
 from lark.exceptions import UnexpectedInput
 
 from gateway.adapters.hcl import collect_references, node_name, parse_hcl
+from gateway.domain.declarations import LiteralSecret, Unmasking
 from gateway.domain.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class Unmasking:
-    address: str  # var.db_password, output.c, local.x, aws_s3_bucket.b
-    message: str  # names addresses, never a value
-    by_function: bool = False  # nonsensitive() itself: an engine that cannot keep the mark would show the value
 
 
 @dataclass
@@ -222,12 +216,6 @@ def _arguments(call: Tree) -> Tree:
 _SECRET_WORD = re.compile(r"password|passwd|secret|token|api_?key|private_key|access_key", re.IGNORECASE)
 _SECRET_NAME = re.compile(r"(?:^|_)(password|passwd|secret|token|api_key|apikey|private_key|access_key|secret_key)"
                           r"(?:$|_)", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class LiteralSecret:
-    address: str  # aws_db_instance.orders, provider.aws, module.db
-    attribute: str  # the attribute's path, e.g. password or rule.secret_key; never its value
 
 
 def find_literal_secrets(files: Mapping[str, str]) -> list[LiteralSecret]:

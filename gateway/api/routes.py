@@ -50,7 +50,7 @@ ProposalQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1, description="onl
 def health(ws: WorkspaceDep) -> Health:
     with ws.store.session(readonly=True) as session:
         session.principals.count()
-    return Health(status="ok", database=ws.db.engine.dialect.name, engine=ws.engine.name)
+    return Health(status="ok", database=ws.store.dialect, engine=ws.engine.name)
 
 
 @router.post("/requests", response_model=RequestPublic, status_code=202, tags=["agent"])

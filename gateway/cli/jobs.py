@@ -47,7 +47,7 @@ def worker(ctx: Context, loops: int, poll_seconds: float) -> None:
 
     running = Worker(ctx.ws, loops, poll_seconds).start()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=running.stop, daemon=True).start())
-    click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.db.engine.dialect.name}", err=True)
+    click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.store.dialect}", err=True)
     try:
         running.wait()
     except KeyboardInterrupt:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from gateway.domain.lifecycle import Transition
@@ -29,6 +30,23 @@ class ApplyStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"  # its runner stopped; what it did is in the record's error
+
+
+@dataclass(frozen=True)
+class ApplyRecord:
+    """One stack's apply of one plan, by one runner."""
+
+    id: int
+    proposal_id: int
+    stack: str
+    plan_id: int
+    status: ApplyStatus
+    runner: str
+    applied: tuple[str, ...]  # the addresses the engine changed, in order
+    error: str | None
+    commit_sha: str
+    started_at: datetime
+    finished_at: datetime | None
 
 
 class StackResult(StrEnum):

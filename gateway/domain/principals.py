@@ -48,6 +48,22 @@ class Principal:
         return role in self.roles
 
 
+@dataclass(frozen=True)
+class SystemActor:
+    """Who acts where no principal does: the gateway itself, GitHub or one of its accounts, a commit's author.
+
+    It is named in the trail and on jobs; it holds no role, so it can never approve or apply.
+    """
+
+    name: str
+    kind: PrincipalKind = PrincipalKind.SYSTEM
+
+
+GATEWAY = SystemActor(SYSTEM_NAME)
+GITHUB = SystemActor("github")
+Actor = Principal | SystemActor  # whoever an event, a job or a transition is recorded as done by
+
+
 def check_principal(name: str, kind: PrincipalKind, roles: frozenset[Role]) -> None:
     """Refuse a principal the rules forbid: an agent can never approve or administer."""
     if not name or len(name) > 100 or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():

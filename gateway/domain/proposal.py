@@ -11,9 +11,10 @@ from gateway.domain.errors import Refused
 from gateway.domain.lifecycle import ProposalStatus, Transition, next_status, ways_out
 from gateway.domain.policy import Finding, Override, unresolved_denies
 from gateway.domain.principals import Principal
-from gateway.domain.risk import RiskLevel
+from gateway.domain.risk import Risk, RiskLevel
 
-__all__ = ["Decision", "DecisionRecord", "Proposal", "ProposalKind", "ProposalStatus", "StackPlan", "Transition"]
+__all__ = ["Decision", "DecisionRecord", "PlanSummary", "Proposal", "ProposalKind", "ProposalStatus", "StackPlan",
+           "Transition"]
 
 
 class ProposalKind(StrEnum):
@@ -25,6 +26,35 @@ class Decision(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"
     WITHDRAW = "withdraw"  # the person takes back their earlier decisions (e.g. their review was dismissed)
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What a saved plan holds, in brief: kept beside it, so a proposal is read without its plan document."""
+
+    counts: Mapping[str, int]  # by action, plus moves and imports
+    destructive: tuple[str, ...] = ()  # addresses deleted or replaced
+    changed: tuple[str, ...] = ()  # addresses the plan changes (anything but no-op and read)
+    drift: tuple[str, ...] = ()  # addresses found changed outside the gateway when it was planned
+    risk: Risk = Risk(RiskLevel.LOW, ())
+    findings: tuple[Finding, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"counts": dict(self.counts), "destructive": list(self.destructive), "changed": list(self.changed),
+                "drift": list(self.drift), "risk": self.risk.to_json(), "findings": [f.to_json() for f in self.findings]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> PlanSummary:
+        risk = data.get("risk") or {}
+        assert isinstance(risk, Mapping)
+        return cls(
+            counts=dict(data.get("counts") or {}),  # type: ignore[call-overload]
+            destructive=tuple(data.get("destructive") or ()),  # type: ignore[arg-type]
+            changed=tuple(data.get("changed") or ()),  # type: ignore[arg-type]
+            drift=tuple(data.get("drift") or ()),  # type: ignore[arg-type]
+            risk=Risk(RiskLevel(risk.get("level", "low")), tuple(risk.get("reasons") or ())),
+            findings=tuple(Finding.from_json(f) for f in data.get("findings") or ()),  # type: ignore[union-attr]
+        )
 
 
 @dataclass(frozen=True)

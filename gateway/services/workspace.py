@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.adapters.gateway_yaml import parse_repo_settings
-from gateway.adapters.git_repo import GitDeclarationRepo
-from gateway.adapters.hcl_sensitivity import declared_sensitive_variables
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database
-from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import GitHubSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
-from gateway.ports import Clock, Engine, Forge, StackInputs
+from gateway.ports import (
+    Clock,
+    DeclarationReader,
+    DeclarationRepo,
+    Engine,
+    Forge,
+    PolicyEvaluator,
+    PolicyScanner,
+    SimulatedCloud,
+    StackInputs,
+    Store,
+    WorkingCopies,
+)
 
 # A job's work: (workspace, job, runner, progress) -> (status, result, error)
 JobHandler = Callable[["Workspace", Job, str, Callable[[str], None]], tuple[JobStatus, dict[str, Any], str | None]]
@@ -26,15 +32,18 @@ JobHandler = Callable[["Workspace", Job, str, Callable[[str], None]], tuple[JobS
 @dataclass
 class Workspace:
     settings: Settings
-    db: Database
-    store: SqlStore
-    repo: GitDeclarationRepo
+    store: Store
+    repo: DeclarationRepo
     engine: Engine
-    sandbox: SqlSandboxStore
     scrubber: Scrubber
-    simulator: SandboxEngine  # the sandbox engine itself, for acting on the simulated cloud behind its back
+    simulator: SimulatedCloud  # the sandbox's cloud, acted on behind the gateway's back
     clock: Clock
     open_forge: Callable[[GitHubSettings], Forge]  # the code host main's gateway.yaml names
+    declarations: DeclarationReader  # what HCL declares, read without planning
+    scanner: PolicyScanner  # checkov, beside the built-in rules
+    rego: PolicyEvaluator  # main's Rego policies
+    working_copies: WorkingCopies  # clones where agents edit
+    open_checkpointer: Callable[[], AbstractContextManager[Any]]  # the agent graph's saved conversations
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
@@ -50,7 +59,7 @@ class Workspace:
         path = settings.stacks[stack].path if stack in settings.stacks else None
         if path is None:
             return frozenset()
-        return declared_sensitive_variables(self.repo.read_files(self.repo.resolve(self.main_branch()), path, ".tf"))
+        return self.declarations.sensitive_variables(self.repo.read_files(self.repo.resolve(self.main_branch()), path, ".tf"))
 
     def stack_inputs(self, stack: str) -> StackInputs:
         """The secrets the gateway supplies to `stack`; they and main's sensitive variables stay masked."""
@@ -58,15 +67,15 @@ class Workspace:
 
     def for_request(self) -> Workspace:
         """The same database and engine with its own git handle (GitPython's are not thread-safe)."""
-        return replace(self, repo=GitDeclarationRepo(self.repo.path))
+        return replace(self, repo=self.repo.reopen())
 
     def close(self) -> None:
-        self.db.dispose()
+        self.store.close()
 
 
-def read_repo_settings(repo: GitDeclarationRepo, ref: str | None = None) -> RepoSettings:
-    """gateway.yaml as of `ref`, main by default (parsed once per content)."""
-    return parse_repo_settings(repo.read_file(repo.resolve(ref or repo.main_branch()), "gateway.yaml"))
+def read_repo_settings(repo: DeclarationRepo, ref: str | None = None) -> RepoSettings:
+    """gateway.yaml as of `ref`, main by default."""
+    return repo.repo_settings(repo.resolve(ref or repo.main_branch()))
 
 
 def stack_secrets(settings: Settings, stack: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from gateway.adapters.store.rows import (
     now,
 )
 from gateway.domain.audit import AuditEvent, Checkpoint, EventQuery, event_addresses, event_hash, event_outcome
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Actor
 
 if TYPE_CHECKING:
     from gateway.adapters.store.unit_of_work import SqlUnitOfWork
@@ -87,7 +87,7 @@ class SqlAuditLog(Records):
 
     def append(
         self,
-        actor: Principal | str,
+        actor: Actor,
         kind: str,
         payload: Mapping[str, Any],
         proposal_id: int | None = None,
@@ -97,7 +97,7 @@ class SqlAuditLog(Records):
         return self.append_many([(actor, kind, payload, proposal_id, stacks)])[0]
 
     def append_many(
-        self, entries: Sequence[tuple[Principal | str, str, Mapping[str, Any], int | None, Sequence[str]]]
+        self, entries: Sequence[tuple[Actor, str, Mapping[str, Any], int | None, Sequence[str]]]
     ) -> list[AuditEvent]:
         """Add events to the chain in order, written together. The head row lock (taken by the transaction's first
         event, held to its commit) keeps concurrent writers in line; the head row is written at the commit."""
@@ -107,7 +107,7 @@ class SqlAuditLog(Records):
         events, rows, stack_rows, address_rows = [], [], [], []
         for actor, kind, payload, proposal_id, stacks in entries:
             prev_seq, prev_hash = self._head
-            name, actor_kind = (actor.name, actor.kind.value) if isinstance(actor, Principal) else (actor, "system")
+            name, actor_kind = actor.name, actor.kind.value
             event = AuditEvent(
                 seq=prev_seq + 1,
                 id=str(uuid.uuid4()),

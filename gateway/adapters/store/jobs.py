@@ -21,7 +21,7 @@ from gateway.adapters.store.rows import (
 )
 from gateway.domain.errors import NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Actor, Principal
 
 
 class SqlJobs(Records):
@@ -31,10 +31,10 @@ class SqlJobs(Records):
         self,
         kind: JobKind,
         proposal_id: int | None,
-        requested_by: Principal | str,
+        requested_by: Actor,
         args: Mapping[str, Any] | None = None,
     ) -> int:
-        who = requested_by.id if isinstance(requested_by, Principal) else requested_by
+        who = requested_by.id if isinstance(requested_by, Principal) else requested_by.name
         result = self.conn.execute(
             insert(jobs).values(
                 kind=kind.value,

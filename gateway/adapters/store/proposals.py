@@ -21,12 +21,20 @@ from gateway.adapters.store.rows import (
     aware,
     now,
 )
+from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
-from gateway.domain.policy import Finding, Override
-from gateway.domain.principals import Principal
-from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalKind, ProposalStatus, StackPlan
-from gateway.domain.risk import RiskLevel
+from gateway.domain.policy import Override
+from gateway.domain.principals import Actor, Principal
+from gateway.domain.proposal import (
+    Decision,
+    DecisionRecord,
+    PlanSummary,
+    Proposal,
+    ProposalKind,
+    ProposalStatus,
+    StackPlan,
+)
 
 
 class SqlProposals(Records):
@@ -153,7 +161,7 @@ class SqlProposals(Records):
         self,
         proposal: Proposal,
         transition: Transition,
-        actor: Principal | str,
+        actor: Actor,
         payload: Mapping[str, Any],
         merge_sha: str | None = None,
         applied_sha: str | None = None,
@@ -196,7 +204,7 @@ class SqlProposals(Records):
         document: str,
         state_serial: int,
         state_lineage: str,
-        summary: Mapping[str, Any],
+        summary: PlanSummary,
         preview: str,
         artifact: bytes | None = None,
     ) -> int:
@@ -210,7 +218,7 @@ class SqlProposals(Records):
                 document=self.sealer.seal_text(document),
                 state_serial=state_serial,
                 state_lineage=state_lineage,
-                summary=dict(summary),
+                summary=summary.to_json(),
                 preview=preview,
                 artifact=self.sealer.seal_bytes(artifact) if artifact is not None else None,
                 created_at=now(),
@@ -244,20 +252,21 @@ class SqlProposals(Records):
         ).mappings()
         current: dict[str, StackPlan] = {}
         for r in rows:  # the newest plan of each stack wins
+            summary = PlanSummary.from_json(r["summary"])
             current[r["stack"]] = StackPlan(
                 plan_id=r["id"],
                 stack=r["stack"],
                 head_sha=r["head_sha"],
                 digest=r["digest"],
                 state_serial=r["state_serial"],
-                counts=r["summary"].get("counts", {}),
-                destructive=tuple(r["summary"].get("destructive", [])),
-                risk=RiskLevel(r["summary"].get("risk", {}).get("level", "low")),
-                risk_reasons=tuple(r["summary"].get("risk", {}).get("reasons", [])),
-                findings=tuple(Finding.from_json(f) for f in r["summary"].get("findings", [])),
+                counts=summary.counts,
+                destructive=summary.destructive,
+                risk=summary.risk.level,
+                risk_reasons=summary.risk.reasons,
+                findings=summary.findings,
                 main_sha=r["main_sha"],
-                changed=tuple(r["summary"].get("changed", [])),
-                drift=tuple(r["summary"].get("drift", [])),
+                changed=summary.changed,
+                drift=summary.drift,
                 planned_at=aware(r["created_at"]),
             )
         return current
@@ -340,7 +349,7 @@ class SqlProposals(Records):
                 proposal_id=proposal_id,
                 stack=stack,
                 plan_id=plan_id,
-                status="running",
+                status=ApplyStatus.RUNNING.value,
                 runner=runner,
                 applied=[],
                 commit_sha=commit_sha,
@@ -349,25 +358,41 @@ class SqlProposals(Records):
         )
         return int(result.inserted_primary_key[0])
 
-    def finish_apply(self, apply_id: int, status: str, applied: Sequence[str], error: str | None) -> None:
+    def finish_apply(self, apply_id: int, status: ApplyStatus, applied: Sequence[str], error: str | None) -> None:
         self.conn.execute(
             update(applies)
             .where(applies.c.id == apply_id)
-            .values(status=status, applied=list(applied), error=error, finished_at=now())
+            .values(status=status.value, applied=list(applied), error=error, finished_at=now())
         )
 
-    def get_apply(self, apply_id: int) -> dict[str, Any] | None:
+    def get_apply(self, apply_id: int) -> ApplyRecord | None:
         row = self.conn.execute(select(applies).where(applies.c.id == apply_id)).mappings().first()
-        return dict(row) if row else None
+        return _apply_record(row) if row else None
 
-    def applies_of(self, proposal_id: int) -> list[dict[str, Any]]:
+    def applies_of(self, proposal_id: int) -> list[ApplyRecord]:
         rows = self.conn.execute(select(applies).where(applies.c.proposal_id == proposal_id).order_by(applies.c.id))
-        return [dict(r) for r in rows.mappings()]
+        return [_apply_record(r) for r in rows.mappings()]
 
     def last_applied_commit(self, stack: str) -> str | None:
         return self.conn.scalar(
             select(applies.c.commit_sha)
-            .where(applies.c.stack == stack, applies.c.status == "succeeded")
+            .where(applies.c.stack == stack, applies.c.status == ApplyStatus.SUCCEEDED.value)
             .order_by(applies.c.id.desc())
             .limit(1)
         )
+
+
+def _apply_record(row: Any) -> ApplyRecord:
+    return ApplyRecord(
+        id=row["id"],
+        proposal_id=row["proposal_id"],
+        stack=row["stack"],
+        plan_id=row["plan_id"],
+        status=ApplyStatus(row["status"]),
+        runner=row["runner"],
+        applied=tuple(row["applied"]),
+        error=row["error"],
+        commit_sha=row["commit_sha"],
+        started_at=aware(row["started_at"]),
+        finished_at=aware(row["finished_at"]) if row["finished_at"] else None,
+    )

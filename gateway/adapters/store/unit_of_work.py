@@ -56,6 +56,10 @@ class SqlStore:
         self.sealer = sealer  # saved plans hold secrets in clear: sealed at rest
         self.locks = SqlStackLocks(db)
         self.queue = SqlJobQueue(db)
+        self.dialect = db.engine.dialect.name
+
+    def close(self) -> None:
+        self.db.dispose()
 
     @contextmanager
     def session(self, readonly: bool = False) -> Iterator[SqlUnitOfWork]:

@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 from gateway.domain.errors import ApplyError
+from gateway.domain.principals import GATEWAY
 from gateway.services.workspace import Workspace
 
 
@@ -24,7 +25,7 @@ def bootstrap_simulator(ws: Workspace) -> int:
             raise ApplyError(f"bootstrap of stack {stack} failed: {outcome.error}")
         created += len(outcome.applied)
         with ws.store.session() as session:
-            session.audit.append("gateway", "simulator.bootstrapped", {
+            session.audit.append(GATEWAY, "simulator.bootstrapped", {
                 "commit": sha, "applied": list(outcome.applied), "state_serial": outcome.state_serial,
                 "note": "the simulated cloud starts with main applied; no real infrastructure exists"}, None, [stack])
     return created

@@ -39,7 +39,7 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
             raise Refused([f"{person.name} may not request changes, so no agent may act for them"])
         principal = session.principals.add(name, kind, roles, groups, hash_token(token), person.id if person else None)
         session.principals.set_token_expiry(principal.id, _expiry(ws))
-        session.audit.append(actor or name, "principal.added", {
+        session.audit.append(actor or principal, "principal.added", {
             "name": name, "kind": kind.value, "roles": sorted(roles), "groups": sorted(groups),
             "acting_for": acting_for})
     return principal, token

@@ -15,20 +15,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import git
-
 from agents.graph import Limits, Progress, build_graph
 from agents.llm import ChatModel, Model
 from agents.prompts import Prompt, fill_conventions, load_prompt
 from agents.state import GATEWAY_NOTE, HISTORY, compact_history
 from agents.tools import PreviewReport, RepoTools
-from gateway.adapters.checkpoints import open_checkpointer
-from gateway.adapters.git_repo import committer_env
 from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, Refused
 from gateway.domain.permissions import Action, require
 from gateway.domain.preview import render_text
-from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.principals import BUILTIN_AGENT_NAME, GATEWAY, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
+from gateway.ports import WorkingCopy
 from gateway.services.agents.breaker import agent_stop_reason
 from gateway.services.change.planning import ChangeOrigin, plan_directory
 from gateway.services.change.proposals import claim_issues, open_proposal, sync_proposal
@@ -66,7 +63,7 @@ def agent_principal(ws: Workspace) -> Principal:
         if agent is None:
             agent = session.principals.add(AGENT_NAME, PrincipalKind.AGENT, frozenset({Role.REQUESTER}), frozenset(),
                                           hash_token(new_token()))
-            session.audit.append("gateway", "principal.added", {"name": AGENT_NAME, "kind": "agent", "roles": ["requester"]})
+            session.audit.append(GATEWAY, "principal.added", {"name": AGENT_NAME, "kind": "agent", "roles": ["requester"]})
     return agent
 
 
@@ -187,10 +184,10 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
               model: Model, progress: Progress | None, hold: _Hold) -> RequestOutcome:
     turn = _Turn(ws, person, agent, conversation, text, model, progress, load_prompt(PROMPT), hold)
     with tempfile.TemporaryDirectory(prefix="gw-agent-") as tmp:
-        clone = _working_copy(ws, conversation.branch, Path(tmp) / "repo")
+        clone = ws.working_copies.clone(Path(tmp) / "repo", branch=conversation.branch)
         restored = _restore_work(clone, conversation.id)
         settings = ws.repo_settings()
-        tools = RepoTools(Path(clone.working_dir), settings.protected_paths, _preview_tool(ws, person),
+        tools = RepoTools(clone.root, settings.protected_paths, _preview_tool(ws, person),
                           {name: stack.path for name, stack in settings.stacks.items()})
         tools.restore(restored)
         outcome = _converse(turn, tools, restored)
@@ -211,7 +208,7 @@ def _converse(turn: _Turn, tools: RepoTools, restored: list[str]) -> RequestOutc
     """The graph's run for this message, on the conversation's checkpointed (and compacted) history."""
     ws, conversation = turn.ws, turn.conversation
     limits = Limits(ws.settings.agent_max_steps, ws.settings.agent_max_tokens, ws.settings.agent_prompt_budget)
-    with open_checkpointer(ws.settings.db_url) as checkpointer:
+    with ws.open_checkpointer() as checkpointer:
         graph = build_graph(turn.model, tools, fill_conventions(turn.prompt.text, ws.repo_settings()), limits,
                             checkpointer, turn.progress, ws.scrubber, lambda: _stop_reason(turn),
                             _trail_of_calls(turn))
@@ -236,9 +233,9 @@ def _stop_reason(turn: _Turn) -> str | None:
     return turn.hold.stop_reason() or agent_stop_reason(turn.ws, turn.agent)
 
 
-def _settle(turn: _Turn, clone: git.Repo, outcome: RequestOutcome, tools: RepoTools, restored: list[str]) -> bool:
+def _settle(turn: _Turn, clone: WorkingCopy, outcome: RequestOutcome, tools: RepoTools, restored: list[str]) -> bool:
     """Commit the turn's edits to the branch (True), or keep them for the next turn, or find nothing to propose."""
-    dirty = clone.is_dirty(untracked_files=True)
+    dirty = clone.is_dirty()
     if (outcome.stopped or outcome.question) and dirty:  # the next turn of the conversation goes on from here
         _keep_work(clone, turn.conversation.id, turn.agent)
         return False
@@ -274,31 +271,25 @@ def _wip_ref(conversation_id: str) -> str:
     return f"refs/gateway/wip/{conversation_id}"
 
 
-def _keep_work(clone: git.Repo, conversation_id: str, agent: Principal) -> None:
-    clone.git.add("-A")
-    clone.git.execute(["git", "commit", "-q", "-m", f"work in progress of conversation {conversation_id}"],
-                      env=committer_env(agent.name, f"{agent.name}@gateway.local"))
-    clone.git.push("-q", "-f", "origin", f"HEAD:{_wip_ref(conversation_id)}")
+def _keep_work(clone: WorkingCopy, conversation_id: str, agent: Principal) -> None:
+    clone.commit_and_push(f"work in progress of conversation {conversation_id}", agent.name,
+                          _wip_ref(conversation_id), force=True)
 
 
-def _restore_work(clone: git.Repo, conversation_id: str) -> list[str]:
+def _restore_work(clone: WorkingCopy, conversation_id: str) -> list[str]:
     """Put the kept edits back as uncommitted changes; edits made on top of a branch that moved since are dropped."""
     ref = _wip_ref(conversation_id)
-    try:
-        clone.git.fetch("-q", "origin", f"+{ref}:{ref}")
-    except git.GitCommandError:
+    kept = clone.fetch(ref)
+    if kept is None:
         return []  # nothing kept
-    if clone.git.rev_parse(f"{ref}^") != clone.head.commit.hexsha:
+    if kept[1] != clone.head():
         _drop_work(clone, conversation_id)
         return []
-    branch = clone.active_branch.name
-    clone.git.checkout("-q", "-B", branch, ref)
-    clone.git.reset("-q", "--mixed", "HEAD~1")
-    return sorted(line[3:] for line in clone.git.status("--porcelain", "-uall").splitlines() if line.strip())
+    return clone.uncommit_onto(ref)
 
 
-def _drop_work(clone: git.Repo, conversation_id: str) -> None:
-    clone.git.push("-q", "origin", f":{_wip_ref(conversation_id)}")
+def _drop_work(clone: WorkingCopy, conversation_id: str) -> None:
+    clone.delete_remote(_wip_ref(conversation_id))
 
 
 def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> _Conversation:
@@ -312,15 +303,6 @@ def _conversation(ws: Workspace, person: Principal, conversation_id: str | None)
     if record is None or record["requester_id"] != person.id:
         raise NotFound(f"no conversation {conversation_id} of yours")
     return _Conversation(conversation_id, record["branch"], record["proposal_id"])
-
-
-def _working_copy(ws: Workspace, branch: str, path: Path) -> git.Repo:
-    clone = git.Repo.clone_from(str(ws.settings.repo_path.resolve()), path)
-    if ws.repo.branch_exists(branch):
-        clone.git.checkout("-B", branch, f"origin/{branch}")
-    else:
-        clone.git.checkout("-b", branch)
-    return clone
 
 
 def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], PreviewReport]:
@@ -344,11 +326,9 @@ def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], Pre
     return preview
 
 
-def _commit_and_push(clone: git.Repo, branch: str, request: str, summary: str, agent: Principal) -> None:
-    clone.git.add("-A")
+def _commit_and_push(clone: WorkingCopy, branch: str, request: str, summary: str, agent: Principal) -> None:
     message = f"{request.splitlines()[0][:72]}\n\n{summary}\n\nProposed-by: {agent.name}"
-    clone.git.execute(["git", "commit", "-q", "-m", message], env=committer_env(agent.name, f"{agent.name}@gateway.local"))
-    clone.git.push("-q", "origin", f"HEAD:refs/heads/{branch}")
+    clone.commit_and_push(message, agent.name, f"refs/heads/{branch}")
 
 
 def _propose(ws: Workspace, agent: Principal, person: Principal, branch: str, request: str, summary: str,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.domain.agent_runs import ASK_AGAIN, AgentRun, AgentRunStatus
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.principals import Principal
+from gateway.domain.principals import GATEWAY, Principal
 from gateway.logs import get_logger
 from gateway.services.workspace import Workspace
 
@@ -149,7 +149,7 @@ def interrupt_abandoned_turns(ws: Workspace) -> list[str]:
                 continue
             if run.conversation_id:
                 session.conversations.release(run.conversation_id, run.id)  # only this turn's own hold
-            session.audit.append("gateway", f"agent.{status.value}", {
+            session.audit.append(GATEWAY, f"agent.{status.value}", {
                 "run": run.id, "job": job.id, "runner": job.runner, "conversation": run.conversation_id})
             recovered.append(f"agent request {run.id} of worker {job.runner}")
     return recovered

@@ -9,7 +9,7 @@ from typing import Any
 from gateway.domain.breaker import ALL_AGENTS, BreakerSettings, CapacityChange, capacity_of, trip_reason
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.permissions import Action, require
-from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind
+from gateway.domain.principals import BUILTIN_AGENT_NAME, GATEWAY, Principal, PrincipalKind
 from gateway.ports import UnitOfWork
 from gateway.services.change.planning import StackPlanResult
 from gateway.services.workspace import Workspace
@@ -55,7 +55,7 @@ def _window(session: UnitOfWork, scope: str, settings: BreakerSettings, moment: 
 def _trip(session: UnitOfWork, scope: str, reason: str, proposal_id: int | None, agent: Principal) -> None:
     session.breaker.set(scope, True, reason, "gateway")
     stopped = _stop_requests(session, scope, reason)
-    session.audit.append("gateway", "breaker.tripped", {
+    session.audit.append(GATEWAY, "breaker.tripped", {
         "scope": scope, "agent": agent.name, "reason": reason, "proposal": proposal_id, "stopped_requests": stopped})
 
 

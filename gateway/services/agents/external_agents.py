@@ -19,11 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import git
-
 from agents.tools import PreviewReport, RepoTools, ToolRefused
-from gateway.adapters.git_repo import committer_env
-from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
 from gateway.domain.audit import EventQuery
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
 from gateway.domain.permissions import Action, refusals
@@ -31,6 +27,7 @@ from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.ports import WorkingCopy
 from gateway.services.change.planning import ChangeOrigin, plan_directory
 from gateway.services.change.proposals import get_proposal, open_proposal
 from gateway.services.change.views import view_proposal
@@ -142,8 +139,7 @@ def preview(ws: Workspace, caller: Caller, changes: Mapping[str, str]) -> dict[s
     with _working_copy(ws, ws.main_branch()) as tools:
         paths = _write(tools, changes)
         settings = ws.repo_settings()
-        on_disk = read_directory_on_disk(tools.root)
-        stacks = settings.stacks_touched(paths, lambda path: local_module_directories(path, on_disk))
+        stacks = settings.stacks_touched(paths, lambda path: ws.declarations.local_modules(path, tools.root))
         out: dict[str, Any] = {"changed_paths": paths, "stacks": {}}
         for stack in stacks:
             try:
@@ -164,15 +160,12 @@ def propose(ws: Workspace, caller: Caller, changes: Mapping[str, str], reason: s
     if not reason.strip():
         raise InputError("say why: a proposal needs a reason")
     branch = f"mcp/{caller.agent.name}-{uuid.uuid4().hex[:8]}"
-    with _working_copy(ws, ws.main_branch()) as tools:
-        _write(tools, changes)
-        clone = git.Repo(tools.root)
-        clone.git.checkout("-q", "-b", branch)
-        clone.git.add("-A")
-        clone.git.execute(["git", "commit", "-q", "-m", f"{reason.strip().splitlines()[0][:72]}\n\n"
-                           f"Proposed-by: {caller.agent.name} for {caller.person.name}"],
-                          env=committer_env(caller.agent.name, f"{caller.agent.name}@gateway.local"))
-        clone.git.push("-q", "origin", f"HEAD:refs/heads/{branch}")
+    with _clone(ws, ws.main_branch()) as clone:
+        _write(_tools(ws, clone), changes)
+        clone.new_branch(branch)
+        clone.commit_and_push(f"{reason.strip().splitlines()[0][:72]}\n\n"
+                              f"Proposed-by: {caller.agent.name} for {caller.person.name}",
+                              caller.agent.name, f"refs/heads/{branch}")
     proposal = open_proposal(ws, caller.agent, branch, reason, requester=caller.person)
     return {"proposal": proposal.id, "branch": branch, "status": proposal.status.value,
             "review": f"{ws.settings.public_url.rstrip('/')}/proposals/{proposal.id}"}
@@ -209,10 +202,18 @@ def _ref(ws: Workspace, caller: Caller, proposal_id: int | None) -> str:
 @contextmanager
 def _working_copy(ws: Workspace, ref: str) -> Iterator[RepoTools]:
     """A clone of the declaration repo at `ref`, with the built-in agent's confined tools over it."""
+    with _clone(ws, ref) as clone:
+        yield _tools(ws, clone)
+
+
+@contextmanager
+def _clone(ws: Workspace, ref: str) -> Iterator[WorkingCopy]:
     with tempfile.TemporaryDirectory(prefix="gw-mcp-") as tmp:
-        clone = git.Repo.clone_from(str(ws.settings.repo_path.resolve()), Path(tmp) / "repo", no_checkout=True)
-        clone.git.checkout("-q", ref)
-        yield RepoTools(Path(clone.working_dir), ws.repo_settings().protected_paths, lambda _s, _p: PreviewReport(""))
+        yield ws.working_copies.clone(Path(tmp) / "repo", at=ref)
+
+
+def _tools(ws: Workspace, clone: WorkingCopy) -> RepoTools:
+    return RepoTools(clone.root, ws.repo_settings().protected_paths, lambda _s, _p: PreviewReport(""))
 
 
 def _write(tools: RepoTools, changes: Mapping[str, str]) -> list[str]:

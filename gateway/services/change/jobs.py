@@ -19,7 +19,7 @@ from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
 from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.permissions import Action, require
-from gateway.domain.principals import Principal
+from gateway.domain.principals import GATEWAY, Actor, Principal
 from gateway.domain.proposal import Decision, Proposal
 from gateway.logs import get_logger
 from gateway.services.agents.agent_runs import interrupt_abandoned_turns
@@ -36,7 +36,7 @@ Progress = Callable[[str], None]
 WEBHOOK_RETRY = RetryPolicy()  # 2 s, 4 s, 8 s … at most 5 min apart, for up to an hour or 20 attempts
 
 
-def enqueue_job(ws: Workspace, actor: Principal | str, kind: JobKind, proposal_id: int) -> Job:
+def enqueue_job(ws: Workspace, actor: Actor, kind: JobKind, proposal_id: int) -> Job:
     """Queue a plan or apply of a proposal (one unfinished job of a kind per proposal) and return at once."""
     proposal = get_proposal(ws, proposal_id)
     recover_abandoned_work(ws)  # a job whose worker died must not stand in for this one
@@ -104,7 +104,7 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     with ws.store.session() as session:
         if session.jobs.finish(job.id, status, result, error) and _worth_recording(job, status, result):
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
-            session.audit.append("gateway", f"job.{status.value}", {
+            session.audit.append(GATEWAY, f"job.{status.value}", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
                 job.proposal_id, proposal.stacks if proposal else ())
     return ws.store.queue.get(job.id)
@@ -123,7 +123,7 @@ def _retry_later(ws: Workspace, job: Job, runner: str, exc: Unavailable, progres
     with ws.store.session() as session:
         if session.jobs.retry(job.id, ws.clock.now() + wait, str(exc)):
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
-            session.audit.append("gateway", "job.retrying", {
+            session.audit.append(GATEWAY, "job.retrying", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "attempt": attempt, "error": str(exc),
                 "retry_in_seconds": wait.total_seconds()}, job.proposal_id, proposal.stacks if proposal else ())
     return None
@@ -221,5 +221,5 @@ def enqueue_moved_proposals(ws: Workspace) -> list[int]:
             continue
         basis = PlanBasis(row["id"], row["branch"], row["head_sha"], tuple(row["stacks"]), row["plans"])
         if changes_since_plans(ws, basis, main_sha, serial_of):
-            queued.append(enqueue_job(ws, "gateway", JobKind.PLAN, basis.proposal_id).id)
+            queued.append(enqueue_job(ws, GATEWAY, JobKind.PLAN, basis.proposal_id).id)
     return queued

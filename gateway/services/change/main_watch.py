@@ -8,7 +8,7 @@ from typing import Any
 from gateway.domain.apply_blockers import MainPush
 from gateway.domain.errors import InputError, NotFound
 from gateway.domain.permissions import Action, require
-from gateway.domain.principals import Principal
+from gateway.domain.principals import GATEWAY, Principal
 from gateway.services.workspace import Workspace
 
 SEEN = "main_seen"  # the last main commit the gateway looked at
@@ -41,7 +41,7 @@ def watch_main(ws: Workspace) -> list[dict[str, Any]]:
             paths = ws.repo.changed_paths(parent, sha)
             stacks = settings.stacks_touched(paths, lambda path, sha=sha: ws.repo.module_directories(sha, path))
             if session.main.add_push(sha, stacks, paths, author):
-                session.audit.append("gateway", "main.pushed_outside", {
+                session.audit.append(GATEWAY, "main.pushed_outside", {
                     "sha": sha, "author": author, "stacks": stacks, "changed_paths": paths[:200]}, None, stacks)
                 found.append({"sha": sha, "stacks": stacks, "author": author})
         session.main.set_marker(SEEN, main_sha)

@@ -7,19 +7,16 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gateway.adapters.checkov import run_checkov
-from gateway.adapters.hcl_sensitivity import Unmasking, find_literal_secrets, find_outside_reads, find_unmaskings
-from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
-from gateway.adapters.terraform import declared_backend
+from gateway.domain.declarations import Unmasking
 from gateway.domain.errors import ConfigError
 from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
 from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_plan
 from gateway.domain.preview import Preview, build_preview
+from gateway.domain.proposal import PlanSummary
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.risk import Risk, RiskLevel, assess_risk
-from gateway.ports import EnginePlan, StackInputs
+from gateway.ports import DeclarationReader, EnginePlan, StackInputs
 from gateway.services.change.policies import rego_findings
 from gateway.services.workspace import Workspace
 
@@ -38,15 +35,15 @@ class StackPlanResult:
     def document_text(self) -> str:
         return canonical_json(self.engine_plan.document).decode()
 
-    def summary(self) -> dict[str, Any]:
-        return {
-            "counts": {**{k.value: n for k, n in self.plan.counts().items()}, **self.plan.moves_and_imports()},
-            "destructive": [rc.address for rc in self.plan.destructive],
-            "changed": [rc.address for rc in self.plan.changes],
-            "drift": [rc.address for rc in self.plan.resource_drift],
-            "risk": self.risk.to_json(),
-            "findings": [f.to_json() for f in self.findings],
-        }
+    def summary(self) -> PlanSummary:
+        return PlanSummary(
+            counts={**{k.value: n for k, n in self.plan.counts().items()}, **self.plan.moves_and_imports()},
+            destructive=tuple(rc.address for rc in self.plan.destructive),
+            changed=tuple(rc.address for rc in self.plan.changes),
+            drift=tuple(rc.address for rc in self.plan.resource_drift),
+            risk=self.risk,
+            findings=self.findings,
+        )
 
     def preview(self) -> Preview:
         return build_preview(self.plan, findings=self.findings, risk=self.risk)
@@ -78,7 +75,8 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
                    origin: ChangeOrigin) -> StackPlanResult:
     """Plan one stack from files on disk (a commit's export or the agent's working copy) and judge it."""
     inputs = ws.stack_inputs(stack)
-    refuse_unreadable_configuration(stack, directory, local_modules_on_disk(directory, settings.stacks[stack].path))
+    refuse_unreadable_configuration(ws.declarations, stack, directory,
+                                    local_modules_on_disk(ws.declarations, directory, settings.stacks[stack].path))
     refuse_backend_change(ws, settings, stack, directory)
     unmaskings = stack_unmaskings(ws, stack, directory, inputs)
     by_function = [u.address for u in unmaskings if u.by_function]
@@ -89,14 +87,14 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
     literal = [Finding("literal-secret", Severity.DENY, f.address,
                        f"{f.attribute} is set from a literal in the configuration: a secret in git; take it from a "
                        f"variable the gateway supplies or a secret store", stack)
-               for f in find_literal_secrets(stack_files(directory))]
+               for f in ws.declarations.literal_secrets(stack_files(directory))]
     engine_plan = ws.engine.plan(stack, directory, inputs)
     plan = load_plan(engine_plan.document)
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, origin.by_agent,
                             origin.requester, origin.changed_paths)
     risk = assess_risk(plan)
     findings = (literal + [Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack) for u in unmaskings]
-                + evaluate_plan(plan, context) + run_checkov(engine_plan.document, context)
+                + evaluate_plan(plan, context) + ws.scanner.scan(engine_plan.document, context)
                 + rego_findings(ws, settings, engine_plan.document, context, inputs, risk))
     return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document, engine_plan.artifact),
                            tuple(findings), risk)
@@ -105,7 +103,8 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
 UNCHECKABLE = ("*.tf.json", "override.tf", "*_override.tf", "override.tf.json", "*_override.tf.json")
 
 
-def refuse_unreadable_configuration(stack: str, directory: Path, modules: Sequence[Path] = ()) -> None:
+def refuse_unreadable_configuration(declarations: DeclarationReader, stack: str, directory: Path,
+                                    modules: Sequence[Path] = ()) -> None:
     """Refuse, before any engine runs, what could show a secret or a local file in the plan itself.
 
     Files the gateway's secret checks cannot read (JSON configuration, override files), `nonsensitive()`
@@ -131,18 +130,18 @@ def refuse_unreadable_configuration(stack: str, directory: Path, modules: Sequen
     if nested:
         raise ConfigError(f"stack {stack}: {', '.join(nested)}: nonsensitive() in a module is refused; a module "
                           "cannot be checked for what it unmasks")
-    outside = find_outside_reads({shown(p): p.read_text(encoding="utf-8") for p in tf_files})
+    outside = declarations.outside_reads({shown(p): p.read_text(encoding="utf-8") for p in tf_files})
     if outside:
         raise ConfigError(f"stack {stack}: " + "; ".join(u.message for u in outside))
 
 
-def local_modules_on_disk(directory: Path, stack_path: str) -> list[Path]:
+def local_modules_on_disk(declarations: DeclarationReader, directory: Path, stack_path: str) -> list[Path]:
     """The local module directories a stack on disk calls (`directory` is the stack's, at `stack_path` in a
     checkout or an export), wherever in the repository they are."""
     root = directory
     for _ in Path(stack_path).parts:
         root = root.parent
-    return [root / module for module in local_module_directories(stack_path, read_directory_on_disk(root))]
+    return [root / module for module in declarations.local_modules(stack_path, root)]
 
 
 def refuse_backend_change(ws: Workspace, settings: RepoSettings, stack: str, directory: Path) -> None:
@@ -150,7 +149,7 @@ def refuse_backend_change(ws: Workspace, settings: RepoSettings, stack: str, dir
     gives a new stack one, is refused. A backend is an operator's change on main, with its state migrated."""
     on_main = ws.repo.read_files(ws.repo.resolve(ws.main_branch()), settings.stacks[stack].path, ".tf")
     here = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf")) if not p.is_symlink()}
-    if declared_backend(here) != declared_backend(on_main):
+    if ws.declarations.backend(here) != ws.declarations.backend(on_main):
         raise ConfigError(f"stack {stack}: the change moves where the stack's state lives (its backend block differs "
                           f"from main's); a backend is changed on main, with its state migrated, not in a proposal")
 
@@ -162,5 +161,5 @@ def stack_files(directory: Path) -> dict[str, str]:
 
 def stack_unmaskings(ws: Workspace, stack: str, directory: Path, inputs: StackInputs) -> list[Unmasking]:
     """Every place the stack's files try to show a secret in clear (by address, never value)."""
-    return find_unmaskings(stack_files(directory), inputs.secret, inputs.sensitive_on_main,
+    return ws.declarations.unmaskings(stack_files(directory), inputs.secret, inputs.sensitive_on_main,
                            lambda rtype: ws.engine.sensitive_attributes(stack, rtype))

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.adapters.rego import evaluator_for, load_policies
 from gateway.domain.plan import load_plan
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.rego import RegoPolicies, findings_from, masked_input, policy_error
@@ -18,7 +17,7 @@ from gateway.services.workspace import Workspace
 
 def main_policies(ws: Workspace) -> RegoPolicies | None:
     """The policies in force: main's, never a branch's (a change to them is a proposal of its own)."""
-    return load_policies(ws.repo, ws.repo.resolve(ws.main_branch()))
+    return ws.rego.load(ws.repo, ws.repo.resolve(ws.main_branch()))
 
 
 def rego_findings(ws: Workspace, settings: RepoSettings, document: Mapping[str, Any], context: PolicyContext,
@@ -35,7 +34,7 @@ def rego_findings(ws: Workspace, settings: RepoSettings, document: Mapping[str, 
                      "requester": context.requester, "changed_paths": list(context.changed_paths),
                      "risk": risk.to_json()}
     document_input = {**masked_input(document, inputs.secret), "gateway": gateway_input}
-    evaluation = evaluator_for(policies).evaluate(document_input, queries)
+    evaluation = ws.rego.evaluate(policies, document_input, queries)
     findings = [policy_error(stack, path, error) for path, error in sorted(evaluation.module_errors.items())]
     findings += [policy_error(stack, f"gateway.yaml stacks.{stack}.policies",
                               f"no Rego package {package} on main: a policy the stack names is missing")
@@ -66,7 +65,7 @@ def run_policy_tests(ws: Workspace, stack: str | None = None) -> list[TestOutcom
         settings.require_stack(stack)
         packages = settings.stacks[stack].policies
     tests = policies.tests(packages)
-    evaluation = evaluator_for(policies).evaluate({}, tests)
+    evaluation = ws.rego.evaluate(policies, {}, tests)
     outcomes = [TestOutcome(path, False, f"does not load: {error}") for path, error in evaluation.module_errors.items()]
     for test in tests:
         name = test.removeprefix("data.")

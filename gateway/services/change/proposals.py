@@ -14,7 +14,7 @@ from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
-from gateway.domain.principals import Principal
+from gateway.domain.principals import GATEWAY, Actor, Principal, SystemActor
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.ports import UnitOfWork
@@ -173,7 +173,7 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         with ws.store.session() as session:
             locked = session.proposals.get(proposal_id, lock=True)
             if locked.status in DECIDABLE:
-                session.proposals.record_transition(locked, Transition.ABANDON, "gateway", {"reason": why})
+                session.proposals.record_transition(locked, Transition.ABANDON, GATEWAY, {"reason": why})
             return session.proposals.get(proposal_id), [why]
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
@@ -193,10 +193,10 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         record_plans(session, proposal_id, head, main_sha, results)
         updated = session.proposals.get(proposal_id)
         if updated.status == ProposalStatus.FAILED:
-            session.proposals.record_transition(updated, Transition.REPLAN, "gateway", {"because": changes})
+            session.proposals.record_transition(updated, Transition.REPLAN, GATEWAY, {"because": changes})
         newly_stale = [d for d in updated.stale_decisions if locked.is_current(d)]
         if newly_stale:
-            session.audit.append("gateway", "decisions.stale", {
+            session.audit.append(GATEWAY, "decisions.stale", {
                 "decisions": [{"id": d.id, "by": d.principal.name, "decision": d.decision.value,
                                "head_sha": d.head_sha, "digests": dict(d.digests)} for d in newly_stale],
                 "because": changes, "head_sha": head, "digests": updated.current_digests,
@@ -242,7 +242,7 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     return proposal
 
 
-def withdraw_decisions(ws: Workspace, actor: Principal | str, person: Principal, proposal_id: int,
+def withdraw_decisions(ws: Workspace, actor: Actor, person: Principal, proposal_id: int,
                        reason: str, made_by: str | None = None) -> Proposal:
     """Take back `person`'s current decisions (those `made_by` one review, when given); the trail says who and why."""
     with ws.store.session() as session:
@@ -350,10 +350,10 @@ def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
 
 
 def _record_commits(ws: Workspace, session: UnitOfWork, pid: int, base: str, head: str, stacks: tuple | list) -> None:
-    for commit in reversed(list(ws.repo.repo.iter_commits(f"{base}..{head}"))):
-        session.audit.append(str(commit.author.name or "unknown"), "commit", {
-            "sha": commit.hexsha, "author": f"{commit.author.name} <{commit.author.email}>",
-            "message": str(commit.message).strip()[:500]}, pid, stacks)
+    for commit in ws.repo.commits(base, head):
+        session.audit.append(SystemActor(commit.author_name), "commit", {
+            "sha": commit.sha, "author": f"{commit.author_name} <{commit.author_email}>",
+            "message": commit.message.strip()[:500]}, pid, stacks)
 
 
 def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
@@ -361,9 +361,9 @@ def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, result
         summary = r.summary()
         session.proposals.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
                          r.engine_plan.state_lineage, summary, preview_to_json(r.preview()), r.engine_plan.artifact)
-        session.audit.append("gateway", "plan", {
-            "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r), "state_serial": r.engine_plan.state_serial,
-            **summary}, pid, [r.stack])
+        session.audit.append(GATEWAY, "plan", {
+            "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r),
+            "state_serial": r.engine_plan.state_serial, **summary.to_json()}, pid, [r.stack])
 
 
 def _engine_label(result: StackPlanResult) -> str:

@@ -21,6 +21,7 @@ from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import StackLock, recovery_holder, unmerged_holder
 from gateway.domain.plan import load_plan
+from gateway.domain.principals import GATEWAY
 from gateway.domain.proposal import Proposal, ProposalStatus
 from gateway.logs import get_logger
 from gateway.ports import UnitOfWork
@@ -54,13 +55,13 @@ def interrupt_stale_jobs(ws: Workspace) -> list[str]:
                 # again (read back from GitHub each time), never dropped
                 why = f"worker {job.runner} stopped heart-beating while handling it"
                 if session.jobs.retry(job.id, ws.clock.now(), why):
-                    session.audit.append("gateway", "job.retrying", {"job": job.id, "kind": job.kind.value,
+                    session.audit.append(GATEWAY, "job.retrying", {"job": job.id, "kind": job.kind.value,
                                                                      "runner": job.runner, "attempt": job.attempts,
                                                                      "error": why}, job.proposal_id)
                     recovered.append(f"job {job.id} of worker {job.runner}, queued again")
                 continue
             if session.jobs.finish(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
-                session.audit.append("gateway", "job.interrupted", {"job": job.id, "kind": job.kind.value,
+                session.audit.append(GATEWAY, "job.interrupted", {"job": job.id, "kind": job.kind.value,
                                                                     "runner": job.runner}, job.proposal_id)
                 recovered.append(f"job {job.id} of worker {job.runner}")
     return recovered
@@ -90,7 +91,7 @@ def _proposal_of(ws: Workspace, lock: StackLock) -> int | None:
         return None
     with ws.store.session(readonly=True) as session:
         record = session.proposals.get_apply(lock.apply_id)
-    return int(record["proposal_id"]) if record else None
+    return record.proposal_id if record else None
 
 
 def _settle(ws: Workspace, proposal_id: int, dead: str, locks: list[StackLock]) -> ProposalStatus:
@@ -104,15 +105,15 @@ def _settle(ws: Workspace, proposal_id: int, dead: str, locks: list[StackLock]) 
         settlement = settle_interrupted_apply(proposal.id, dead, readings, _merged_as(ws, proposal) if applied else None)
     with ws.store.session() as session:
         for record in session.proposals.applies_of(proposal_id):
-            if record["status"] == ApplyStatus.RUNNING and record["runner"] == dead:
-                reading = next((r for r in readings if r.stack == record["stack"]), None)
-                session.proposals.finish_apply(record["id"], ApplyStatus.INTERRUPTED, record["applied"],
+            if record.status == ApplyStatus.RUNNING and record.runner == dead:
+                reading = next((r for r in readings if r.stack == record.stack), None)
+                session.proposals.finish_apply(record.id, ApplyStatus.INTERRUPTED, record.applied,
                                      f"runner {dead} stopped heart-beating before finishing; its lock expired"
                                      + (f"; {reading.describe()}" if reading else ""))
         current = session.proposals.get(proposal_id, lock=True)
         if settlement is not None and current.status == ProposalStatus.APPLYING:
             _record_settlement(session, current, dead, settlement, readings)
-        session.audit.append("gateway", "apply.interrupted", {
+        session.audit.append(GATEWAY, "apply.interrupted", {
             "runner": dead, "stacks": [lock.stack for lock in locks],
             "apply_ids": [lock.apply_id for lock in locks if lock.apply_id],
             "lock_acquired_at": str(min(lock.acquired_at for lock in locks)),
@@ -132,9 +133,9 @@ def _record_settlement(session: UnitOfWork, proposal: Proposal, dead: str, settl
     detail = "reason" if settlement.transition is Transition.BLOCK_MERGE else "error"
     payload = {"runner": dead, detail: settlement.reason, "recovered": True,
                "stacks": {r.stack: r.result.value for r in readings}}
-    session.proposals.record_transition(proposal, settlement.transition, "gateway", payload, merge_sha=settlement.merge_sha)
+    session.proposals.record_transition(proposal, settlement.transition, GATEWAY, payload, merge_sha=settlement.merge_sha)
     if settlement.merge_sha:
-        session.audit.append("gateway", "merged", {
+        session.audit.append(GATEWAY, "merged", {
             "branch": proposal.branch, "merge_sha": settlement.merge_sha, "on": "recovery",
             "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
 
@@ -143,8 +144,8 @@ def read_stack(ws: Workspace, proposal: Proposal, stack: str) -> StackReading:
     """What `stack` holds of the proposal's approved plan now, read from the records and the engine."""
     plan = proposal.plans[stack]
     with ws.store.session(readonly=True) as session:
-        records = [r for r in session.proposals.applies_of(proposal.id) if r["stack"] == stack and r["plan_id"] == plan.plan_id]
-    if any(r["status"] == ApplyStatus.SUCCEEDED for r in records):
+        records = [r for r in session.proposals.applies_of(proposal.id) if r.stack == stack and r.plan_id == plan.plan_id]
+    if any(r.status == ApplyStatus.SUCCEEDED for r in records):
         return StackReading(stack, StackResult.APPLIED, "its apply was recorded as succeeded")
     if not plan.has_changes:
         return StackReading(stack, StackResult.APPLIED, "its plan changes nothing")

@@ -26,7 +26,7 @@ from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTime
 from gateway.domain.locks import unmerged_holder
 from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.plan import decode_plan_bytes, plan_digest
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Actor, Principal
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
 from gateway.ports import Forge
@@ -353,7 +353,7 @@ def _unmerged_reason(proposal: Proposal, why: str) -> str:
             f"hand and run `gateway merge {proposal.id} --acknowledge -m \"how\"`")
 
 
-def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: Principal | str,
+def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: Actor,
                 payload: dict) -> None:
     with ws.store.session() as session:
         session.proposals.record_transition(session.proposals.get(proposal_id, lock=True), transition, actor, payload)
@@ -363,8 +363,8 @@ def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str)
     """An unexpected end: running apply rows and the proposal are recorded failed, with what was done."""
     with ws.store.session() as session:
         for record in session.proposals.applies_of(proposal_id):
-            if record["status"] == ApplyStatus.RUNNING:
-                session.proposals.finish_apply(record["id"], ApplyStatus.FAILED, record["applied"], error)
+            if record.status == ApplyStatus.RUNNING:
+                session.proposals.finish_apply(record.id, ApplyStatus.FAILED, record.applied, error)
         proposal = session.proposals.get(proposal_id, lock=True)
         if proposal.status == ProposalStatus.APPLYING:
             session.proposals.record_transition(proposal, Transition.FAIL, actor, {"error": error})

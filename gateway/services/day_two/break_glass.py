@@ -18,7 +18,7 @@ from gateway.domain.break_glass import (
     open_refusals,
 )
 from gateway.domain.errors import ConfigError, GatewayError, InputError, Refused
-from gateway.domain.principals import SYSTEM_NAME, Principal
+from gateway.domain.principals import GATEWAY, Principal
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import BreakGlassSettings
 from gateway.logs import get_logger
@@ -85,7 +85,7 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
         raise Refused([f"break-glass window {window_id} has already ended"])
     if window.opened_at is not None:
         try:  # while it is open: what was changed is expected (a later check attributes it to the window too)
-            check_drift(ws, SYSTEM_NAME, window.stack)
+            check_drift(ws, GATEWAY, window.stack)
         except GatewayError as exc:
             log.warning("break_glass.check_failed", window=window_id, error=str(exc))
     with ws.store.session() as session:
@@ -148,14 +148,14 @@ def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str
                                   and _aware(record.updated_at) < _aware(window.opened_at)):
                 if not session.day_two.mark_break_glass(window.id, "codified_at", moment):
                     continue  # another worker settled it: once in the trail
-                session.audit.append(SYSTEM_NAME, "break_glass.settled", {
+                session.audit.append(GATEWAY, "break_glass.settled", {
                     "break_glass": window.id, "stack": window.stack,
                     "codify_by": window.codify_by(settings).isoformat()}, None, [window.stack])
                 done.append(f"window {window.id} settled")
             elif window.state(moment, settings) == WindowState.OVERDUE and window.flagged_at is None:
                 if not session.day_two.mark_break_glass(window.id, "flagged_at", moment):
                     continue  # another worker flagged it: once in the trail
-                session.audit.append(SYSTEM_NAME, "break_glass.overdue", {
+                session.audit.append(GATEWAY, "break_glass.overdue", {
                     "break_glass": window.id, "stack": window.stack, "drift_record": record.id,
                     "codify_by": window.codify_by(settings).isoformat(), "drifted": record.addresses}, None,
                     [window.stack])
@@ -180,7 +180,7 @@ def _aware(moment: datetime) -> datetime:
 def _check_after_window(ws: Workspace, window: BreakGlassWindow) -> bool:
     """Check the stack now that the window ended (nobody closed it); False when the check could not be made."""
     try:
-        check_drift(ws, SYSTEM_NAME, window.stack)
+        check_drift(ws, GATEWAY, window.stack)
     except GatewayError as exc:
         log.warning("break_glass.check_failed", window=window.id, stack=window.stack, error=str(exc))
         return False

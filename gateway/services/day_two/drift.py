@@ -15,7 +15,7 @@ from gateway.domain.approvals import auto_revert_refusals
 from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import Job, JobKind
 from gateway.domain.permissions import Action, require
-from gateway.domain.principals import SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.principals import GATEWAY, SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.agents.breaker import guard_agent_change
 from gateway.services.change.jobs import enqueue_job
@@ -40,7 +40,7 @@ def system_principal(ws: Workspace) -> Principal:
         if gateway is None:
             gateway = session.principals.add(SYSTEM_NAME, PrincipalKind.SYSTEM, frozenset({Role.REQUESTER}),
                                             frozenset(), hash_token(new_token()))
-            session.audit.append("gateway", "principal.added", {"name": SYSTEM_NAME, "kind": "system",
+            session.audit.append(GATEWAY, "principal.added", {"name": SYSTEM_NAME, "kind": "system",
                                                                 "roles": ["requester"]})
     if gateway.kind != PrincipalKind.SYSTEM:
         raise ConfigError(f"the principal named {SYSTEM_NAME!r} is not the gateway's own; rename it")
@@ -74,7 +74,7 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
                                                           "requested_by": actor.name, "not_reverted": exc.reasons},
                                  None, [stack])
         return DriftOutcome(stack, reasons=exc.reasons)
-    ws.repo.repo.git.update_ref(f"refs/heads/{branch}", main_sha)  # the revert's "branch" is main as it is
+    ws.repo.set_branch(branch, main_sha)  # the revert's "branch" is main as it is
     reason = f"revert drift on stack {stack}: {', '.join(drifted[:20])} changed outside the gateway"
     with ws.store.session() as session:
         pid = session.proposals.add(branch, main_sha, main_sha, gateway, gateway, reason, [stack], [],

@@ -18,7 +18,7 @@ from gateway.domain.drift import DriftRecord, check_due
 from gateway.domain.errors import GatewayError
 from gateway.domain.permissions import Action, require
 from gateway.domain.preview import SENSITIVE, DriftEntry
-from gateway.domain.principals import SYSTEM_NAME, Principal
+from gateway.domain.principals import GATEWAY, SYSTEM_NAME, Actor, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import get_logger
@@ -41,7 +41,7 @@ class DriftCheck:
     outcome: str  # opened | updated | unchanged | closed | clean
 
 
-def check_drift(ws: Workspace, actor: Principal | str, stack: str, settled_by: Proposal | None = None) -> DriftCheck:
+def check_drift(ws: Workspace, actor: Actor, stack: str, settled_by: Proposal | None = None) -> DriftCheck:
     """Refresh main's declaration of `stack` against reality; open, update or close the stack's drift record.
 
     `actor` is a person with a role, or the gateway's own name (its schedule, or its check after an apply).
@@ -138,12 +138,12 @@ def check_scheduled_drift(ws: Workspace, moment: datetime | None = None) -> list
             if not session.main.swap_marker(CLAIMED + name, claimed, moment.isoformat()):
                 continue
         try:
-            checks.append(check_drift(ws, SYSTEM_NAME, name))
+            checks.append(check_drift(ws, GATEWAY, name))
         except GatewayError as exc:  # one broken stack never stops the others; the trail says why
             log.warning("drift.check_failed", stack=name, error=str(exc))
             with ws.store.session() as session:
                 session.main.set_marker(CHECKED + name, moment.isoformat())
-                session.audit.append(SYSTEM_NAME, "drift.check_failed", {"stack": name, "error": str(exc)}, None,
+                session.audit.append(GATEWAY, "drift.check_failed", {"stack": name, "error": str(exc)}, None,
                                      [name])
     return checks
 
@@ -155,7 +155,7 @@ def settle_drift_after_apply(ws: Workspace, proposal: Proposal) -> list[DriftChe
     checks = []
     for stack in stacks:
         try:
-            checks.append(check_drift(ws, SYSTEM_NAME, stack, settled_by=proposal))
+            checks.append(check_drift(ws, GATEWAY, stack, settled_by=proposal))
         except Exception as exc:  # the apply stands whatever happens here; the next check catches up
             log.warning("drift.recheck_failed", stack=stack, proposal=proposal.id, error=str(exc))
     return checks

@@ -12,7 +12,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.adapters.sandbox.schema import schema_for
 from gateway.domain.declaration_edit import import_declaration
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.plan import ChangeKind
@@ -42,7 +41,7 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     if not _ADDRESS.match(address):
         raise InputError(f"{address!r} is not a resource address of the form TYPE.NAME")
     rtype, name = address.split(".", 1)
-    live = ws.sandbox.get_object(rtype, rid)
+    live = ws.simulator.get_object(rtype, rid)
     if live is None:
         raise NotFound(f"no {rtype} with id {rid!r} exists in the simulated cloud to import")
     manager = _managed_by(ws, rtype, rid)
@@ -55,9 +54,7 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     declared = ws.repo.read_files(main_sha, path, ".tf")
     if any(re.search(rf'resource\s+"{re.escape(rtype)}"\s+"{re.escape(name)}"', t) for t in declared.values()):
         raise Conflict(f"{address} is already declared in stack {stack}; choose another name")
-    schema = schema_for(rtype)
-    attributes = {k: v for k, v in live.items()
-                  if k != "id" and k not in schema.computed and k not in schema.sensitive}
+    attributes = ws.simulator.declarable_attributes(rtype, live)
     attributes.update(overrides or {})
     secret = sorted(k for k, v in attributes.items() if ws.scrubber.scrub(json.dumps(v)) != json.dumps(v))
     if secret:  # a workspace secret is secret by origin: it never goes into git in clear
@@ -82,14 +79,8 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
 
 def _managed_by(ws: Workspace, rtype: str, rid: str) -> tuple[str, str] | None:
     """The (stack, address) whose state already holds the object, if any stack's does."""
-    for stack, stack_settings in sorted(ws.repo_settings().stacks.items()):
-        if stack_settings.engine == "terraform":
-            continue
-        state = ws.sandbox.read_state(stack)
-        for address, resource in (state.resources.items() if state else ()):
-            if resource.type == rtype and resource.id == rid:
-                return stack, address
-    return None
+    sandbox_stacks = [name for name, stack in ws.repo_settings().stacks.items() if stack.engine != "terraform"]
+    return ws.simulator.managed_by(rtype, rid, sandbox_stacks)
 
 
 def _prove_zero_diff(ws: Workspace, stack: str, head: str, address: str, actor: Principal) -> None:

@@ -28,7 +28,7 @@ def edit_live_object(ws: Workspace, actor: Principal, stack: str, address: str, 
 def inject_fault(ws: Workspace, actor: Principal, stack: str, address: str, message: str) -> None:
     """Make the next apply of `address` fail, leaving that apply half done."""
     _require_admin(actor)
-    ws.sandbox.inject_fault(stack, address, message)
+    ws.simulator.inject_fault(stack, address, message)
 
 
 def inject_delay(ws: Workspace, actor: Principal, stack: str, address: str, seconds: float) -> None:
@@ -36,4 +36,4 @@ def inject_delay(ws: Workspace, actor: Principal, stack: str, address: str, seco
     _require_admin(actor)
     if not 0 < seconds <= 3600:
         raise InputError("a delay is between 0 and 3600 seconds")
-    ws.sandbox.inject_delay(stack, address, seconds)
+    ws.simulator.inject_delay(stack, address, seconds)

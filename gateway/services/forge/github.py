@@ -20,7 +20,7 @@ from gateway.domain.github import PullRequestView, not_counted, pull_request_che
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
-from gateway.domain.principals import Principal
+from gateway.domain.principals import GATEWAY, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
 from gateway.logs import get_logger
@@ -67,7 +67,7 @@ def queue_behind(ws: Workspace) -> list[int]:
         waiting = session.jobs.recently_failed(JobKind.PUBLISH, PUBLISH_RETRY_SECONDS)
         for pid in session.github.unpublished_proposals(DECIDABLE, PUBLISH_RETRY_SECONDS):
             if pid not in waiting and session.jobs.queued(JobKind.PUBLISH, pid, running_too=False) is None:
-                queued.append(session.jobs.add(JobKind.PUBLISH, pid, "gateway"))
+                queued.append(session.jobs.add(JobKind.PUBLISH, pid, GATEWAY))
     return queued
 
 
@@ -117,7 +117,7 @@ def _open_pull_request(ws: Workspace, forge: Forge, proposal: Proposal) -> dict:
     settings = ws.repo_settings()
     with ws.store.session() as session:
         session.github.link_pull_request(proposal.id, forge.settings.repository, pull.number)
-        session.audit.append("gateway", "github.pull_request_opened", {
+        session.audit.append(GATEWAY, "github.pull_request_opened", {
             "repository": forge.settings.repository, "number": pull.number, "url": pull.url,
             "head_sha": proposal.head_sha}, proposal.id, proposal.stacks)
         link = session.github.pull_request_of(proposal.id)

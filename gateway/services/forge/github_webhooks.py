@@ -35,7 +35,7 @@ from gateway.domain.github_rules import (
 )
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
-from gateway.domain.principals import Principal
+from gateway.domain.principals import GITHUB, Principal, SystemActor
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
 from gateway.ports import Forge
@@ -93,7 +93,7 @@ def receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> 
             repository = payload.get("repository")
             full_name = str(repository.get("full_name") or "") if isinstance(repository, dict) else ""
             proposal_id = session.github.proposal_for_pull_request(full_name, number) if number else None
-            job_id = session.jobs.add(JobKind.WEBHOOK, proposal_id, "github", {"delivery": delivery})
+            job_id = session.jobs.add(JobKind.WEBHOOK, proposal_id, GITHUB, {"delivery": delivery})
             session.github.set_delivery_job(delivery, job_id)
     return {"delivery": delivery, "duplicate": False, "job": job_id}
 
@@ -123,7 +123,7 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
     except MalformedDelivery as exc:
         with ws.store.session() as session:
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
-            session.audit.append("github", f"github.{exc.event}.refused", {
+            session.audit.append(GITHUB, f"github.{exc.event}.refused", {
                 "delivery": delivery["delivery_id"], "reasons": exc.reasons}, job.proposal_id, proposal.stacks if proposal else ())
         raise Refused(exc.reasons) from exc
     if event is None:
@@ -455,8 +455,8 @@ def _catch_up(ws: Workspace, forge: Forge, proposal_id: int) -> Proposal:
     return proposal
 
 
-def _actor(account: GitHubAccount) -> str:
-    return f"github:{account.login}"
+def _actor(account: GitHubAccount) -> SystemActor:
+    return SystemActor(f"github:{account.login}")
 
 
 def _pull_number(payload: Mapping[str, Any]) -> int | None:

@@ -14,11 +14,12 @@
 
 Goal (issue 25): the gateway's plan and apply <= 1.05 x bare Terraform's.
 Needs `make terraform`. It is not a test. `--profile` also prints where the gateway's own CPU of the propose
-goes (cProfile, by cumulative time). Usage: python benchmarks/terraform_overhead.py [N] [--profile]
+goes (cProfile, by cumulative time). Usage: python benchmarks/terraform_overhead.py [N] [--runs R] [--profile]
 """
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import os
 import pstats
@@ -96,10 +97,13 @@ def row(name: str, t: Timing, floor: Timing | None = None) -> str:
 
 def main() -> None:
     configure_logging("warning")
-    numbers = [a for a in sys.argv[1:] if a.isdigit()]
-    count = int(numbers[0]) if numbers else 500
-    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
-    profiler = cProfile.Profile() if "--profile" in sys.argv else None
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("count", type=int, nargs="?", default=500, help="null_resources in the stack")
+    parser.add_argument("--runs", type=int, default=3, help="plans of each, bare and gateway in turn")
+    parser.add_argument("--profile", action="store_true", help="where the gateway's own CPU of a propose goes")
+    options = parser.parse_args()
+    count, runs = options.count, options.runs
+    profiler = cProfile.Profile() if options.profile else None
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -34,20 +34,22 @@ from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.repo_settings import GitHubSettings
+from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
 from gateway.ports import Engine, Forge
 from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
+    from gateway.adapters.cloudformation.engine import CloudFormationEngine
     from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
     from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 
-SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform"}
+SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform", "cloudformation": "sample_repo_cloudformation"}
 SAMPLE_SECRETS = {  # None: generate a random value at init
     "sandbox": {"data": {"db_password": None}},
     "terraform": {"files": {"api_key": None}},
+    "cloudformation": {"web": {"ApiKey": None}},
 }
 
 
@@ -126,8 +128,9 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
     install_log_scrubber(scrubber)
     simulator = SandboxEngine(sandbox)
-    engines: dict[str, Callable[[], Engine]] = {"sandbox": lambda: simulator,
-                                                "terraform": lambda: terraform_engine(settings, sealer)}
+    engines: dict[str, Callable[[], Engine]] = {  # each made, and imported, when a stack first needs it
+        "sandbox": lambda: simulator, "terraform": lambda: terraform_engine(settings, sealer),
+        "cloudformation": lambda: cloudformation_engine(settings)}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
     return Workspace(
         settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
@@ -157,6 +160,22 @@ def terraform_engine(settings: Settings, sealer: Sealer) -> TerraformEngine:
     from gateway.adapters.terraform import TerraformEngine
 
     return TerraformEngine(terraform_setup(settings), sealer)
+
+
+def cloudformation_engine(settings: Settings) -> CloudFormationEngine:
+    """The cloudformation engine (imported only when a stack first needs it)."""
+    from gateway.adapters.cloudformation.engine import CloudFormationEngine
+
+    return CloudFormationEngine(lambda stack: _cloudformation_settings(settings.repo_path, stack))
+
+
+def _cloudformation_settings(repo_path: Path, stack: str) -> CloudFormationSettings:
+    """Where main's gateway.yaml says the stack lives in AWS (a branch cannot point the gateway elsewhere)."""
+    settings = read_repo_settings(GitDeclarationRepo(repo_path))
+    stack_settings = settings.stacks.get(stack)
+    if stack_settings is None or stack_settings.cloudformation is None:
+        raise ConfigError(f"stack {stack} has no cloudformation settings on main (stack_name, region)")
+    return stack_settings.cloudformation
 
 
 def terraform_setup(settings: Settings) -> TerraformSetup:

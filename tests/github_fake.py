@@ -1231,6 +1231,7 @@ class FakeGitHub:
             ("POST", r"/app/installations/(?P<id>\d+)/access_tokens",
              "/app/installations/{installation_id}/access_tokens", self._create_access_token, "app"),
             ("GET", repo + r"/installation", "/repos/{owner}/{repo}/installation", self._get_repo_installation, "app"),
+            ("GET", r"/user", "/user", self._get_authenticated_user, "token"),
             ("GET", r"/users/(?P<login>[^/]+)", "/users/{username}", self._get_user, "token"),
             ("GET", r"/orgs/(?P<org>[^/]+)", "/orgs/{org}", self._get_org, "token"),
             ("GET", r"/orgs/(?P<org>[^/]+)/teams/(?P<slug>[^/]+)", "/orgs/{org}/teams/{team_slug}",
@@ -1459,6 +1460,14 @@ class FakeGitHub:
         return 200, self._installation_json()
 
     # --- users, organisation, teams
+
+    def _get_authenticated_user(self, request: _Request) -> tuple[int, Any]:
+        if request.identity is not None and request.identity.kind == "installation":
+            raise _HTTPError(403, "Resource not accessible by integration")
+        login = self._actor(request)
+        if login not in self._users:
+            self._add_account(login, "User")
+        return 200, self._public_user_json(login)
 
     def _get_user(self, request: _Request) -> tuple[int, Any]:
         login = request.params["login"]

@@ -372,3 +372,31 @@ def test_the_fake_can_fail_for_a_while_and_recover(fake: FakeGitHub, gh: Github)
     assert {k.lower(): v for k, v in limited.value.headers.items()}["x-ratelimit-remaining"] == "0"
     fake.recover()
     assert repo.get_pull(number).number == number
+
+
+@pytest.mark.parametrize("as_app", [False, True], ids=["token", "app"])
+def test_a_sticky_comment_posted_but_never_recorded_is_taken_up_not_posted_twice(
+        fake: FakeGitHub, gh: Github, tmp_path: Path, as_app: bool) -> None:
+    # a worker posted the comment and died before recording its id: the retry must edit that one
+    from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+    from gateway.domain.github import MARKER
+    from gateway.domain.repo_settings import GitHubSettings
+
+    number = open_change(fake, gh)
+    credentials = (GitHubCredentials(app_id=fake.app_id, private_key=fake.app_private_key_pem,
+                                     installation_id=fake.installation_id, write_interval_seconds=0) if as_app
+                   else GitHubCredentials(token="pat-gateway", write_interval_seconds=0))
+    forge = GitHubForge(GitHubSettings("acme/infra", fake.url), credentials, tmp_path)
+    marker = MARKER.format(id=7)
+    alice = client(fake, Auth.Token("pat-alice"))
+    fake.add_token("pat-alice", "alice")
+    alice.get_repo("acme/infra").get_pull(number).create_issue_comment(f"copied from the gateway\n{marker}")
+
+    first = forge.upsert_comment(number, None, f"plan v1\n{marker}")
+    again = forge.upsert_comment(number, None, f"plan v2\n{marker}")  # its id was never recorded
+    assert again == first
+    bodies = [c["body"] for c in fake.comments(number)]
+    assert bodies == [f"copied from the gateway\n{marker}", f"plan v2\n{marker}"]  # alice's copy is not taken up
+    assert forge.upsert_comment(number, None, f"other proposal\n{MARKER.format(id=8)}") != first
+    forge.close()
+    alice.close()

@@ -38,6 +38,7 @@ OUT_DIR = ROOT / "tests" / "fixtures" / "github"
 REST_OPERATIONS: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/app"): (200,),
     ("POST", "/app/installations/{installation_id}/access_tokens"): (201, 401, 403, 404, 422),
+    ("GET", "/user"): (200, 401, 403),
     ("GET", "/users/{username}"): (200, 404),
     ("GET", "/orgs/{org}"): (200, 404),
     ("GET", "/orgs/{org}/teams/{team_slug}"): (200, 404),

@@ -13,9 +13,15 @@ from gateway.domain.breaker import BreakerSettings
 from gateway.domain.drift import parse_interval
 from gateway.domain.errors import ConfigError
 from gateway.domain.policy import PolicySettings
-from gateway.domain.repo_settings import BreakGlassSettings, GitHubSettings, RepoSettings, StackSettings
+from gateway.domain.repo_settings import (
+    BreakGlassSettings,
+    CloudFormationSettings,
+    GitHubSettings,
+    RepoSettings,
+    StackSettings,
+)
 
-EngineName = Literal["sandbox", "terraform"]
+EngineName = Literal["sandbox", "terraform", "cloudformation"]
 
 
 class _RawDrift(BaseModel):
@@ -23,6 +29,12 @@ class _RawDrift(BaseModel):
     auto_revert: bool = Field(default=False, description="revert drift without a person's approval, when every "
                               "change is an in-place update of an unprotected resource")
     interval: str | None = Field(default=None, description="how often workers check the stack for drift, e.g. 6h")
+
+
+class _RawCloudFormation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stack_name: str = Field(pattern=r"^[A-Za-z][-A-Za-z0-9]{0,127}$", description="the CloudFormation stack")
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", description="its AWS region, e.g. eu-west-1")
 
 
 class _RawStack(BaseModel):
@@ -33,6 +45,8 @@ class _RawStack(BaseModel):
     protected: list[str] = []
     policies: list[str] | None = Field(default=None, description="Rego packages for this stack; all when unset")
     drift: _RawDrift = _RawDrift()
+    cloudformation: _RawCloudFormation | None = Field(default=None, description="engine: cloudformation: where "
+                                                      "the stack lives in AWS")
 
 
 class _RawApprovals(BaseModel):
@@ -81,7 +95,8 @@ class _RawBreakGlass(BaseModel):
 
 class _RawSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    engine: EngineName = Field(default="sandbox", description="sandbox (the simulator) or terraform (the CLI)")
+    engine: EngineName = Field(default="sandbox", description="sandbox (the simulator), terraform (the CLI) or "
+                               "cloudformation (change sets)")
     approvals: _RawApprovals = _RawApprovals()
     stacks: dict[str, _RawStack] = Field(min_length=1)
     protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
@@ -113,12 +128,21 @@ def parse_repo_settings(text: str) -> RepoSettings:
     if raw.forge == "github" and raw.github is not None:
         g = raw.github
         github = GitHubSettings(g.repository, g.api_url.rstrip("/"), g.git_url, dict(g.teams), g.merge_method)
+    for name, s in raw.stacks.items():
+        engine = s.engine or raw.engine
+        if engine == "cloudformation" and s.cloudformation is None:
+            raise ConfigError(f"gateway.yaml: stacks.{name}: engine cloudformation needs a cloudformation: section "
+                              "with the stack_name and region")
+        if engine != "cloudformation" and s.cloudformation is not None:
+            raise ConfigError(f"gateway.yaml: stacks.{name}: a cloudformation: section is for engine cloudformation")
     stacks = {
         name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected),
                             s.engine or raw.engine, tuple(s.policies) if s.policies is not None else None,
                             s.drift.auto_revert,
                             parse_interval(s.drift.interval, f"gateway.yaml: stacks.{name}.drift.interval")
-                            if s.drift.interval is not None else None)
+                            if s.drift.interval is not None else None,
+                            CloudFormationSettings(s.cloudformation.stack_name, s.cloudformation.region)
+                            if s.cloudformation is not None else None)
         for name, s in raw.stacks.items()
     }
     break_glass = BreakGlassSettings(

@@ -19,11 +19,12 @@ from typing import TypeVar
 
 import git
 from github import Auth, Github, GithubException, RateLimitExceededException, UnknownObjectException
+from github.IssueComment import IssueComment
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
 from gateway.domain.errors import BackendError, Conflict, NotConfigured, NotFound, Unavailable
-from gateway.domain.github import Check, CheckState, PullInfo
+from gateway.domain.github import MARKER, Check, CheckState, PullInfo
 from gateway.domain.repo_settings import GitHubSettings
 
 T = TypeVar("T")
@@ -34,6 +35,8 @@ GIT_TRANSIENT = re.compile(r"returned error: (5\d\d|429)|could not resolve host|
 STATUS_STATES = {CheckState.PENDING: "pending", CheckState.SUCCESS: "success", CheckState.FAILURE: "failure",
                  CheckState.NEUTRAL: "error"}
 
+
+_MARKER = re.compile(re.escape(MARKER).replace(re.escape("{id}"), r"\d+"))
 
 @dataclass(frozen=True)
 class GitHubCredentials:
@@ -144,18 +147,38 @@ class GitHubForge:
         return _info(self._pr(number))
 
     def upsert_comment(self, number: int, comment_id: int | None, body: str) -> int:
-        """Edit the sticky comment in place (not when it already reads so); post it when there is none yet."""
+        """Edit the sticky comment in place (not when it already reads so); post it when there is none yet.
+
+        With no id on record, a comment of the gateway's own carrying the same marker is taken up rather than a
+        second one posted: a worker that died after posting, before recording the id, left it there.
+        """
         pr = self._pr(number)
+        comment = None
         if comment_id is not None:
             try:
                 comment = _call(lambda: pr.get_issue_comment(comment_id), "the gateway's comment")
             except NotFound:  # deleted by someone: post it again
-                pass
-            else:
-                if comment.body != body:
-                    _call(lambda: comment.edit(body), "edit the gateway's comment")
-                return comment_id
-        return int(_call(lambda: pr.create_issue_comment(body), "comment on the pull request").id)
+                comment = None
+        marker = _MARKER.search(body)
+        if comment is None and marker is not None:
+            comment = next((c for c in _call(lambda: list(pr.get_issue_comments()), "the pull request's comments")
+                            if marker.group(0) in (c.body or "") and self._posted_by_me(c)), None)
+        if comment is None:
+            return int(_call(lambda: pr.create_issue_comment(body), "comment on the pull request").id)
+        if comment.body != body:
+            _call(lambda: comment.edit(body), "edit the gateway's comment")
+        return int(comment.id)
+
+    def _posted_by_me(self, comment: IssueComment) -> bool:
+        """Written by the gateway's own App installation, or by the account its token belongs to."""
+        if self.credentials.is_app:
+            app = comment.performed_via_github_app
+            return app is not None and int(app.id) == int(self.credentials.app_id or 0)
+        return bool(comment.user and comment.user.login == self._login)
+
+    @cached_property
+    def _login(self) -> str:
+        return str(_call(lambda: self.gh.get_user().login, "the token's account"))
 
     def review(self, number: int, review_id: int) -> tuple[str, str | None, int]:
         """A review as GitHub has it now: state (upper-case), commit, author id. Deliveries can be late or replayed."""

@@ -11,8 +11,10 @@ group = click.Group("workspace")  # this module's commands; gateway.cli register
 
 @group.command()
 @click.option("--if-missing", is_flag=True, help="do nothing when the workspace exists (for containers' start-up)")
-@click.option("--sample", type=click.Choice(["sandbox", "terraform"]), default="sandbox", show_default=True,
-              help="sandbox: AWS-shaped stacks on the simulator; terraform: real Terraform (after `make terraform`)")
+@click.option("--sample", type=click.Choice(["sandbox", "terraform", "cloudformation"]), default="sandbox",
+              show_default=True, help="sandbox: AWS-shaped stacks on the simulator; terraform: real Terraform (after "
+              "`make terraform`); cloudformation: change sets (AWS credentials and AWS_ENDPOINT_URL from the "
+              "environment, e.g. moto_server)")
 @pass_ctx
 def init(ctx: Context, if_missing: bool, sample: str) -> None:
     """Create the workspace in $GATEWAY_HOME with a sample declaration repo, main applied."""
@@ -26,7 +28,8 @@ def init(ctx: Context, if_missing: bool, sample: str) -> None:
     applied = bootstrap_simulator(ws)
     click.echo(f"workspace created in {ctx.settings.home}")
     click.echo(f"declaration repo: {ctx.settings.repo_path} (clone it, push a branch, `gateway propose`)")
-    where = "the simulated cloud (a simulator, no real cloud)" if sample == "sandbox" else "Terraform's local state"
+    where = {"sandbox": "the simulated cloud (a simulator, no real cloud)", "terraform": "Terraform's local state",
+             "cloudformation": "CloudFormation (the account and endpoint of the environment's AWS credentials)"}[sample]
     click.echo(f"main's stacks applied to {where}: {applied} resources")
     click.echo("next: `gateway users add NAME --role admin` (the first user needs no token)")
 

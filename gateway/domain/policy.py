@@ -86,6 +86,16 @@ TAGGABLE = frozenset({
     "aws_autoscaling_group", "aws_sqs_queue", "aws_sns_topic", "aws_dynamodb_table", "aws_kms_key",
     "aws_lambda_function", "aws_ecs_service", "aws_elasticache_cluster",
 })
+# CloudFormation's resource types the same rules judge (a plan of the cloudformation engine names them so)
+CFN_TAGGABLE = frozenset({
+    "AWS::EC2::VPC", "AWS::EC2::Subnet", "AWS::EC2::SecurityGroup", "AWS::S3::Bucket", "AWS::RDS::DBInstance",
+    "AWS::RDS::DBCluster", "AWS::EC2::Instance", "AWS::EC2::Volume", "AWS::IAM::Role", "AWS::EKS::Cluster",
+    "AWS::ElasticLoadBalancingV2::LoadBalancer", "AWS::AutoScaling::AutoScalingGroup", "AWS::SQS::Queue",
+    "AWS::SNS::Topic", "AWS::DynamoDB::Table", "AWS::KMS::Key", "AWS::Lambda::Function", "AWS::ECS::Service",
+})
+CFN_PUBLIC_ACLS = frozenset({"PublicRead", "PublicReadWrite", "AuthenticatedRead"})
+CFN_PUBLIC_ACCESS_FLAGS = ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")
+CFN_DATABASES = ("AWS::RDS::DBInstance", "AWS::RDS::DBCluster")
 # counted capacity: (resource type, path to the number)
 CAPACITY_PATHS: tuple[tuple[str, tuple[str | int, ...]], ...] = (
     ("aws_autoscaling_group", ("desired_capacity",)),
@@ -234,6 +244,16 @@ def public_buckets(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
         if rc.type == "aws_s3_bucket" and rc.kind in (ChangeKind.CREATE, ChangeKind.REPLACE, ChangeKind.REPLACE_CREATE_FIRST):
             if not blocks.of(rc):
                 yield _finding(ctx, "s3-public-access-block", rc, "bucket has no aws_s3_bucket_public_access_block; add one with all four flags true")
+        if rc.type == "AWS::S3::Bucket":
+            if after.get("AccessControl") in CFN_PUBLIC_ACLS:
+                yield _finding(ctx, "s3-public-acl", rc, f"AccessControl {after['AccessControl']!r} makes the bucket "
+                               "public; use Private")
+            block = after.get("PublicAccessBlockConfiguration")
+            off = [flag for flag in CFN_PUBLIC_ACCESS_FLAGS
+                   if not isinstance(block, Mapping) or block.get(flag) not in (True, "true")]
+            if off and not _unknown(rc, "PublicAccessBlockConfiguration"):
+                yield _finding(ctx, "s3-public-access-block", rc, f"PublicAccessBlockConfiguration leaves "
+                               f"{', '.join(off)} off; set all four to true")
 
 
 def unencrypted_storage(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
@@ -253,6 +273,16 @@ def unencrypted_storage(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
         elif rc.type in ("aws_db_instance", "aws_rds_cluster") and after.get("storage_encrypted") is not True \
                 and not _unknown(rc, "storage_encrypted"):
             yield _finding(ctx, "encryption-at-rest", rc, "database storage is not encrypted; set storage_encrypted = true")
+        elif rc.type == "AWS::S3::Bucket" and rc.kind in (ChangeKind.CREATE, ChangeKind.REPLACE,
+                                                          ChangeKind.REPLACE_CREATE_FIRST) \
+                and not after.get("BucketEncryption") and not _unknown(rc, "BucketEncryption"):
+            yield _finding(ctx, "encryption-at-rest", rc, "bucket has no BucketEncryption")
+        elif rc.type == "AWS::EC2::Volume" and after.get("Encrypted") not in (True, "true") \
+                and not _unknown(rc, "Encrypted"):
+            yield _finding(ctx, "encryption-at-rest", rc, "EBS volume is not encrypted; set Encrypted: true")
+        elif rc.type in CFN_DATABASES and after.get("StorageEncrypted") not in (True, "true") \
+                and not _unknown(rc, "StorageEncrypted"):
+            yield _finding(ctx, "encryption-at-rest", rc, "database storage is not encrypted; set StorageEncrypted: true")
 
 
 def _open_ports(from_port: Any, to_port: Any, protocol: Any) -> bool:
@@ -288,9 +318,14 @@ def open_security_groups(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
 def required_tags(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
     for rc in _changing(plan):
         after = _after(rc)
-        if rc.type not in TAGGABLE or _unknown(rc, "tags"):
+        if rc.type in CFN_TAGGABLE:  # CloudFormation's Tags: a list of Key and Value
+            if _unknown(rc, "Tags"):
+                continue
+            tags = {str(t.get("Key")): t.get("Value") for t in _blocks(after.get("Tags"))}
+        elif rc.type not in TAGGABLE or _unknown(rc, "tags"):
             continue
-        tags = {**(after.get("tags_all") or {}), **(after.get("tags") or {})}
+        else:
+            tags = {**(after.get("tags_all") or {}), **(after.get("tags") or {})}
         missing = [t for t in ctx.settings.required_tags if not tags.get(t)]
         if missing:
             yield _finding(ctx, "required-tags", rc, f"missing tag(s) {', '.join(missing)}")
@@ -298,9 +333,16 @@ def required_tags(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
 
 def database_safety(plan: Plan, ctx: PolicyContext) -> Iterator[Finding]:
     for rc in _changing(plan):
+        after = _after(rc)
+        if rc.type in CFN_DATABASES:
+            if after.get("DeletionProtection") not in (True, "true") and not _unknown(rc, "DeletionProtection"):
+                yield _finding(ctx, "db-deletion-protection", rc, "database has no deletion protection; set "
+                               "DeletionProtection: true")
+            if str(after.get("BackupRetentionPeriod", "")) == "0":
+                yield _finding(ctx, "db-backups", rc, "backups are off (BackupRetentionPeriod: 0)")
+            continue
         if rc.type not in ("aws_db_instance", "aws_rds_cluster"):
             continue
-        after = _after(rc)
         if after.get("deletion_protection") is not True and not _unknown(rc, "deletion_protection"):
             yield _finding(ctx, "db-deletion-protection", rc, "database has no deletion protection; set deletion_protection = true")
         retention = after.get("backup_retention_period")

@@ -135,8 +135,14 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
         ),
         risk=risk,
         findings=tuple(findings),
-        notices=imports,
+        notices=imports + _engine_notices(plan),
     )
+
+
+def _engine_notices(plan: Plan) -> tuple[str, ...]:
+    """What the engine says the plan could not see (e.g. drift it could not check), shown first."""
+    notices = plan.raw.get("gateway_notices")
+    return tuple(str(n) for n in notices) if isinstance(notices, list) else ()
 
 
 def _import_notice(e: ResourceEntry) -> str:

@@ -12,15 +12,24 @@ from gateway.domain.policy import PolicySettings
 
 
 @dataclass(frozen=True)
+class CloudFormationSettings:
+    """Where a `cloudformation` stack lives in AWS: main's settings, never a branch's."""
+
+    stack_name: str
+    region: str
+
+
+@dataclass(frozen=True)
 class StackSettings:
     name: str
     path: str  # directory in the repo, e.g. stacks/network
     approver_groups: frozenset[str]
     protected: frozenset[str] = frozenset()  # resource addresses whose destruction needs more approvers
-    engine: str = "sandbox"  # sandbox | terraform
+    engine: str = "sandbox"  # sandbox | terraform | cloudformation
     policies: tuple[str, ...] | None = None  # the Rego packages judging this stack; None: every package
     auto_revert_drift: bool = False  # the gateway may revert drift here alone (in-place updates only)
     drift_interval: timedelta | None = None  # workers check this stack for drift this often (None: never alone)
+    cloudformation: CloudFormationSettings | None = None  # engine: cloudformation only
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,18 @@ class RiskLevel(StrEnum):
 STATEFUL = frozenset({
     "aws_db_instance", "aws_rds_cluster", "aws_s3_bucket", "aws_ebs_volume", "aws_dynamodb_table",
     "aws_efs_file_system", "aws_elasticache_cluster", "aws_elasticache_replication_group", "aws_kms_key",
+    "AWS::RDS::DBInstance", "AWS::RDS::DBCluster", "AWS::S3::Bucket", "AWS::EC2::Volume", "AWS::DynamoDB::Table",
+    "AWS::EFS::FileSystem", "AWS::ElastiCache::CacheCluster", "AWS::ElastiCache::ReplicationGroup", "AWS::KMS::Key",
 })
 NETWORK_ACCESS = frozenset({
     "aws_security_group", "aws_security_group_rule", "aws_vpc_security_group_ingress_rule",
     "aws_vpc_security_group_egress_rule", "aws_network_acl", "aws_network_acl_rule", "aws_route",
     "aws_lb_listener", "aws_s3_bucket_public_access_block", "aws_s3_bucket_policy", "aws_s3_bucket_acl",
+    "AWS::EC2::SecurityGroup", "AWS::EC2::SecurityGroupIngress", "AWS::EC2::SecurityGroupEgress",
+    "AWS::EC2::NetworkAcl", "AWS::EC2::NetworkAclEntry", "AWS::EC2::Route", "AWS::S3::BucketPolicy",
+    "AWS::ElasticLoadBalancingV2::Listener",
 })
-TAG_ATTRIBUTES = frozenset({"tags", "tags_all"})
+TAG_ATTRIBUTES = frozenset({"tags", "tags_all", "Tags"})
 
 
 @dataclass(frozen=True)
@@ -59,12 +64,13 @@ def _change_risk(rc: ResourceChange) -> tuple[RiskLevel, str]:
         if rc.type in STATEFUL:
             return RiskLevel.CRITICAL, "destroys a stateful resource (data is lost)"
         return RiskLevel.HIGH, "destroys a resource"
-    if rc.type in NETWORK_ACCESS or rc.type.startswith("aws_iam_"):
+    iam = rc.type.startswith(("aws_iam_", "AWS::IAM::"))
+    if rc.type in NETWORK_ACCESS or iam:
         if rc.kind == ChangeKind.UPDATE and _only_tags(rc):
             return RiskLevel.LOW, "tag-only update"
         if _widens(rc):
             return RiskLevel.HIGH, "widens network or IAM access"
-        if rc.type.startswith("aws_iam_"):
+        if iam:
             return RiskLevel.HIGH, "changes IAM access"
         return RiskLevel.MEDIUM, "changes network access"
     if rc.kind == ChangeKind.UPDATE and _only_tags(rc):

@@ -64,6 +64,10 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
     main_sha = ws.repo.resolve(ws.main_branch())
     result = plan_stack(ws, stack, main_sha, ChangeOrigin(requester=SYSTEM_NAME))
     drifted = [d.address for d in result.plan.resource_drift]
+    if drifted and settings.stacks[stack].engine == "cloudformation":
+        return DriftOutcome(stack, reasons=[f"CloudFormation shows drift but does not revert it: a change set of the "
+                                            f"deployed template changes nothing; change {', '.join(drifted[:20])} "
+                                            "back by hand, or codify the drift in the template"])
     if not drifted or not result.plan.changes:
         return DriftOutcome(stack, reasons=["no drift to revert"])
     try:  # an automatic revert counts like an agent change: with the breaker open, nothing is opened

@@ -1,0 +1,345 @@
+"""The cloudformation engine, contract-tested against moto's server mode through boto3 (the code path of real AWS).
+
+moto runs as a real HTTP server on loopback; boto3 reaches it through AWS_ENDPOINT_URL, as it would reach AWS.
+Where moto lacks what AWS answers (say which), a response AWS documents (tests/fixtures/cloudformation) checks
+the mapping instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from gateway.adapters.cloudformation.plan import change_set_plan
+from gateway.adapters.cloudformation.template import Resolver, parse_template
+from gateway.composition import create_workspace
+from gateway.config import Settings
+from gateway.domain.errors import ConfigError, Refused
+from gateway.domain.jobs import JobKind, JobStatus
+from gateway.domain.plan import ChangeKind, load_plan
+from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
+from gateway.domain.preview import AttributeDiff, DriftEntry, build_preview, render_text
+from gateway.domain.proposal import Decision, ProposalStatus
+from gateway.domain.risk import RiskLevel, assess_risk
+from gateway.services.admin.audit import verify_trail
+from gateway.services.admin.bootstrap import bootstrap_simulator
+from gateway.services.change.jobs import enqueue_job, run_now_or_follow
+from gateway.services.change.proposals import decide, get_proposal, open_proposal, proposal_previews
+from gateway.services.day_two.codify import codify_drift
+from gateway.services.workspace import Workspace, stack_secrets
+
+from .conftest import Clone, add_people, run_cli
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cloudformation"
+TEMPLATE = "stacks/web/template.yaml"
+REGION = "eu-west-1"
+STACK = "gateway-sample-web"
+
+
+@pytest.fixture(scope="module")
+def moto_server() -> Iterator[str]:
+    """moto's server mode on a free loopback port, for this module."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                pytest.fail("moto_server did not start")
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.fixture
+def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The worker's AWS environment pointed at the emulator, and the emulator emptied."""
+    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"), timeout=10)
+    for name, value in {"AWS_ENDPOINT_URL": moto_server, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return moto_server
+
+
+@pytest.fixture
+def cfn_workspace(aws: str, tmp_path: Path) -> Iterator[Workspace]:
+    """The CloudFormation sample, main applied to the emulator."""
+    ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5), sample="cloudformation")
+    bootstrap_simulator(ws)
+    yield ws
+    ws.close()
+
+
+def _cloudformation() -> object:
+    return boto3.client("cloudformation", region_name=REGION)
+
+
+def test_the_change_path_with_the_cloudformation_engine(cfn_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = cfn_workspace, add_people(cfn_workspace)
+    api_key = stack_secrets(ws.settings, "web")["ApiKey"]
+    clone = Clone(ws, tmp_path / "clone").branch("queues")
+    template = clone.read(TEMPLATE)
+    template = template.replace('"gateway-sample-jobs-${Environment}"', '"gateway-sample-work-${Environment}"')
+    template = template.replace("VisibilityTimeout: 30", "VisibilityTimeout: 60")
+    start = template.index("  DeadLetters:")
+    template = template[:start] + template[template.index("  ApiKeyParameter:"):]
+    template = template.replace("Outputs:", '''  Alerts:
+    Type: AWS::SNS::Topic
+    Properties:
+      TopicName: gateway-sample-alerts
+      Tags:
+        - {Key: owner, Value: web}
+
+Outputs:''')
+    clone.write(TEMPLATE, template).push("rename the jobs queue, drop the dead letters, add alerts")
+
+    proposal = open_proposal(ws, people.alice, "queues", "rename the jobs queue")
+    plan = proposal.plans["web"]
+    assert plan.counts == {"create": 1, "replace-create-first": 1, "delete": 1}
+    rendered = render_text(proposal_previews(ws, proposal)["web"])  # what the approver reads
+    assert "Plan (cloudformation (change set))" in rendered
+    destroys = rendered.index("DESTROYS AND REPLACEMENTS")
+    assert rendered.index("AWS::SQS::Queue.Jobs", destroys) < rendered.index("CHANGES")
+    assert "`QueueName` forces replacement" in rendered
+    assert rendered.index("AWS::SQS::Queue.DeadLetters", destroys) < rendered.index("CHANGES")
+    assert api_key not in rendered and api_key not in json.dumps(_document(ws, proposal, "web")["variables"])
+
+    decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
+    done = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id), "test", lambda _: None)
+    assert done.status == JobStatus.SUCCEEDED, done.error
+    after = get_proposal(ws, proposal.id)
+    assert after.status == ProposalStatus.APPLIED and after.merge_sha
+
+    cloudformation = _cloudformation()  # the stack now runs the merged template
+    deployed = cloudformation.get_template(StackName=STACK)["TemplateBody"]
+    assert "gateway-sample-work-${Environment}" in deployed and "DeadLetters" not in deployed
+    resources = {r["LogicalResourceId"] for r in cloudformation.list_stack_resources(StackName=STACK)[
+        "StackResourceSummaries"]}
+    assert resources == {"Assets", "Jobs", "ApiKeyParameter", "Alerts"}
+    sqs = boto3.client("sqs", region_name=REGION)
+    queues = [url.rsplit("/", 1)[1] for url in sqs.list_queues().get("QueueUrls", [])]
+    assert "gateway-sample-dead-letters-staging" not in queues
+    assert [t["TopicArn"].rsplit(":", 1)[1] for t in boto3.client("sns", region_name=REGION).list_topics()["Topics"]] \
+        == ["gateway-sample-alerts"]
+    count, broken = verify_trail(ws, people.admin)
+    assert broken is None and count > 0
+    with ws.store.session(readonly=True) as session:
+        assert not any(api_key in json.dumps(e.payload) for e in session.audit.iter())
+
+
+def test_an_apply_is_refused_when_the_stack_moved_since_the_plan(cfn_workspace: Workspace, tmp_path: Path) -> None:
+    ws, people = cfn_workspace, add_people(cfn_workspace)
+    Clone(ws, tmp_path / "clone").branch("longer").edit(TEMPLATE, "VisibilityTimeout: 30", "VisibilityTimeout: 45") \
+        .push("a longer visibility timeout")
+    proposal = open_proposal(ws, people.alice, "longer", "longer timeout")
+    decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
+
+    cloudformation = _cloudformation()  # someone updates the stack by hand between the plan and the apply
+    body = cloudformation.get_template(StackName=STACK)["TemplateBody"]
+    body = body if isinstance(body, str) else json.dumps(body)
+    parameters = [{"ParameterKey": p["ParameterKey"], "UsePreviousValue": True}
+                  for p in cloudformation.describe_stacks(StackName=STACK)["Stacks"][0]["Parameters"]]
+    time.sleep(0.01)
+    changed = cloudformation.create_change_set(StackName=STACK, ChangeSetName="by-hand", ChangeSetType="UPDATE",
+                                               TemplateBody=body.replace("MessageRetentionPeriod: 1209600",
+                                                                         "MessageRetentionPeriod: 86400"),
+                                               Parameters=parameters)
+    cloudformation.execute_change_set(ChangeSetName=changed["Id"], StackName=STACK)
+
+    done = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id), "test", lambda _: None)
+    assert done.status != JobStatus.SUCCEEDED
+    assert "state of stack web moved since its plan; re-planned" in (done.error or ""), done.error
+    assert "decision(s) are now stale" in (done.error or "")  # the approval was of the plan that no longer holds
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.get_queue_url(QueueName="gateway-sample-jobs-staging")["QueueUrl"]
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"][
+        "VisibilityTimeout"] == "30"  # the gateway executed nothing
+    assert get_proposal(ws, proposal.id).status != ProposalStatus.APPLIED
+
+
+def test_a_plan_of_a_stack_moto_cannot_check_for_drift_says_so_first(cfn_workspace: Workspace, tmp_path: Path) -> None:
+    # moto 5.2.5 answers DetectStackDrift with 500: the preview says drift was not checked, rather than "no drift"
+    ws, people = cfn_workspace, add_people(cfn_workspace)
+    Clone(ws, tmp_path / "clone").branch("tags").edit(TEMPLATE, "VisibilityTimeout: 30", "VisibilityTimeout: 31") \
+        .push("tune")
+    proposal = open_proposal(ws, people.alice, "tags", "tune")
+    rendered = render_text(proposal_previews(ws, proposal)["web"])
+    assert rendered.index("NOTE: drift was not checked") < rendered.index("CHANGES")
+
+
+def test_codify_writes_the_drifted_properties_into_the_template(cfn_workspace: Workspace) -> None:
+    # drift as DescribeStackResourceDrifts reports it (moto cannot detect it): the queue's timeout was changed by hand
+    ws, people = cfn_workspace, add_people(cfn_workspace)
+    drifted = DriftEntry("AWS::SQS::Queue.Jobs", "changed outside the gateway", True,
+                         (AttributeDiff("VisibilityTimeout", "30", "60"),))
+    with ws.store.session() as session:
+        session.day_two.add_drift_record("web", [drifted], False, None)
+    proposal = codify_drift(ws, people.admin, "web")
+    template = ws.repo.read_file(proposal.head_sha, TEMPLATE)
+    assert "      VisibilityTimeout: 60\n" in template
+    assert template.replace("VisibilityTimeout: 60", "VisibilityTimeout: 30") == ws.repo.read_file(
+        ws.repo.resolve("main"), TEMPLATE)  # nothing else moved: comments, tags and layout kept
+    assert proposal.plans["web"].counts == {"update": 1}
+
+    renamed = DriftEntry("AWS::SQS::Queue.DeadLetters", "changed outside the gateway", True,
+                         (AttributeDiff("QueueName", '"a"', '"b"'),))
+    with ws.store.session() as session:
+        record = session.day_two.open_drift_record("web")
+        session.day_two.update_drift_record(record.id, [renamed], False, None)
+    with pytest.raises(Refused) as caught:
+        codify_drift(ws, people.admin, "web")
+    assert "stacks/web/template.yaml:" in str(caught.value) and "DeadLetters.QueueName is not a literal" in str(caught.value)
+
+
+def test_init_sample_cloudformation_applies_main_to_the_emulator(aws: str, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    created = run_cli(["init", "--sample", "cloudformation"], home, **_aws_env(aws))
+    assert created.returncode == 0, created.stderr
+    assert "CloudFormation" in created.stdout and "4 resources" in created.stdout
+    stacks = _cloudformation().describe_stacks(StackName=STACK)["Stacks"]
+    assert stacks[0]["StackStatus"] in ("CREATE_COMPLETE", "UPDATE_COMPLETE")
+
+
+def test_a_template_that_does_not_parse_is_a_one_line_error_naming_file_and_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_template("Resources:\n  A:\n    Type: AWS::S3::Bucket\n    Properties: [unclosed\n", "web/template.yaml")
+    message = str(caught.value)
+    assert message.startswith("web/template.yaml: not a readable CloudFormation template") and "\n" not in message
+    assert "line" in message.lower()
+
+
+# --- the mapping, checked against responses AWS documents -------------------------------------------
+
+LAMBDA_TEMPLATE = """
+Resources:
+  function:
+    Type: AWS::Lambda::Function
+    Properties:
+      Handler: index.handler
+      MemorySize: 128
+      Runtime: nodejs10.x
+      Timeout: {timeout}
+      Role: arn:aws:iam::123456789012:role/my-functionRole-HIZXMPLEOM9E
+"""
+
+
+def test_a_change_set_with_aws_details_maps_to_an_update_and_drift_to_resource_drift() -> None:
+    described = json.loads((FIXTURES / "describe-change-set.json").read_text())
+    drifts = json.loads((FIXTURES / "describe-stack-resource-drifts.json").read_text())["StackResourceDrifts"]
+    current = Resolver(parse_template(LAMBDA_TEMPLATE.format(timeout=900), "t"), {}, "us-west-2")
+    proposed = Resolver(parse_template(LAMBDA_TEMPLATE.format(timeout=30), "t"), {}, "us-west-2")
+    document = change_set_plan(described["Changes"], current, proposed, (), lambda _type: frozenset(), drifts)
+    plan = load_plan(document)
+    [change] = plan.resource_changes
+    assert change.address == "AWS::Lambda::Function.function" and change.kind == ChangeKind.UPDATE
+    assert (change.change.before["Timeout"], change.change.after["Timeout"]) == (900, 30)
+    [drift] = plan.resource_drift
+    assert drift.address == "AWS::Lambda::Function.function"
+    assert (drift.change.before["MemorySize"], drift.change.after["MemorySize"]) == (128, 256)
+    rendered = render_text(build_preview(plan))
+    assert "AWS::Lambda::Function.function" in rendered and "MemorySize" in rendered
+
+
+def test_replacements_removals_and_retained_resources_map_as_terraform_would_show_them() -> None:
+    before = """
+Parameters:
+  Password: {Type: String, NoEcho: true}
+Resources:
+  Data:
+    Type: AWS::S3::Bucket
+    DeletionPolicy: Retain
+    Properties: {BucketName: data-old}
+  Db:
+    Type: AWS::RDS::DBInstance
+    Properties: {DBInstanceIdentifier: db-1, MasterUserPassword: !Ref Password, DeletionProtection: true,
+                 StorageEncrypted: true}
+  Scratch:
+    Type: AWS::SQS::Queue
+"""
+    after = """
+Parameters:
+  Password: {Type: String, NoEcho: true}
+Resources:
+  Db:
+    Type: AWS::RDS::DBInstance
+    Properties: {DBInstanceIdentifier: db-2, MasterUserPassword: !Ref Password, DeletionProtection: true,
+                 StorageEncrypted: true}
+"""
+    changes = [  # as moto reports them: no Replacement, no Details
+        {"Type": "Resource", "ResourceChange": {"Action": "Remove", "LogicalResourceId": "Data",
+                                                "ResourceType": "AWS::S3::Bucket"}},
+        {"Type": "Resource", "ResourceChange": {"Action": "Modify", "LogicalResourceId": "Db",
+                                                "ResourceType": "AWS::RDS::DBInstance"}},
+        {"Type": "Resource", "ResourceChange": {"Action": "Remove", "LogicalResourceId": "Scratch",
+                                                "ResourceType": "AWS::SQS::Queue"}},
+    ]
+    secret = {"Password": "hunter2-but-long"}
+    document = change_set_plan(changes, Resolver(parse_template(before, "b"), secret, REGION),
+                               Resolver(parse_template(after, "a"), secret, REGION), {"Password"},
+                               lambda rtype: frozenset({"DBInstanceIdentifier"}) if rtype == "AWS::RDS::DBInstance"
+                               else frozenset())
+    plan = load_plan(document)
+    kinds = {rc.address: rc.kind for rc in plan.resource_changes}
+    assert kinds == {"AWS::S3::Bucket.Data": ChangeKind.FORGET, "AWS::RDS::DBInstance.Db": ChangeKind.REPLACE_CREATE_FIRST,
+                     "AWS::SQS::Queue.Scratch": ChangeKind.DELETE}
+    db = plan.find("AWS::RDS::DBInstance.Db")
+    assert db is not None and db.change.replace_paths == (("DBInstanceIdentifier",),)
+    rendered = render_text(build_preview(plan))
+    assert db.change.after_sensitive == {"MasterUserPassword": True}  # a NoEcho parameter: secret by origin
+    assert "hunter2-but-long" not in rendered
+    assert assess_risk(plan).level == RiskLevel.CRITICAL  # a database replaced: its data goes with it
+
+
+def test_policies_judge_cloudformation_resources_by_the_same_rules() -> None:
+    template = """
+Resources:
+  Open:
+    Type: AWS::S3::Bucket
+    Properties: {AccessControl: PublicRead}
+  Db:
+    Type: AWS::RDS::DBInstance
+    Properties: {DBInstanceIdentifier: db, Tags: [{Key: owner, Value: data}]}
+"""
+    changes = [{"Type": "Resource", "ResourceChange": {"Action": "Add", "LogicalResourceId": name,
+                                                       "ResourceType": rtype}}
+               for name, rtype in (("Open", "AWS::S3::Bucket"), ("Db", "AWS::RDS::DBInstance"))]
+    plan = load_plan(change_set_plan(changes, None, Resolver(parse_template(template, "t"), {}, REGION), (),
+                                     lambda _: frozenset()))
+    findings = {(f.rule, f.address) for f in evaluate_plan(plan, PolicyContext(
+        "web", PolicySettings(required_tags=("owner",)), frozenset()))}
+    assert findings >= {
+        ("s3-public-acl", "AWS::S3::Bucket.Open"), ("s3-public-access-block", "AWS::S3::Bucket.Open"),
+        ("encryption-at-rest", "AWS::S3::Bucket.Open"), ("required-tags", "AWS::S3::Bucket.Open"),
+        ("db-deletion-protection", "AWS::RDS::DBInstance.Db"), ("encryption-at-rest", "AWS::RDS::DBInstance.Db"),
+    }
+    assert ("required-tags", "AWS::RDS::DBInstance.Db") not in findings
+
+
+def _document(ws: Workspace, proposal: object, stack: str) -> dict:
+    with ws.store.session(readonly=True) as session:
+        return json.loads(session.proposals.plan_document(proposal.plans[stack].plan_id))  # type: ignore[attr-defined]
+
+
+def _aws_env(url: str) -> dict[str, str]:
+    return {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION, "PATH": os.environ.get("PATH", "")}

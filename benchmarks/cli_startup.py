@@ -3,7 +3,9 @@
 Each command is run N times as its own process (`python -m gateway.cli ...`, as the tests run it), on a
 small workspace this script makes in a temporary directory with `gateway init` and one proposal. For
 each it prints the median wall time and the median CPU time (user + system, from getrusage of the
-children), beside two floors measured in the same run: `python -c pass` and `git --version`.
+children), beside the floors measured in the same run: `python -c pass` (the interpreter), `python -c
+'import sqlalchemy'` (the one library every read of the database needs) and `git --version`; and each
+command's CPU as a multiple of the SQLAlchemy floor, which a loaded machine inflates alike.
 
 The tree whose code runs is the current directory's unless `--tree` names another (a git worktree of an
 older commit, for a before/after); the script itself imports nothing of the gateway, so it measures any.
@@ -117,6 +119,7 @@ def main() -> None:
         python = [sys.executable]
         cases = {
             "python -c pass (floor)": (python + ["-c", "pass"], env),
+            "import sqlalchemy (floor)": (python + ["-c", "import sqlalchemy"], env),
             "git --version (floor)": (["git", "--version"], env),
             "gateway --help": (python + ["-m", "gateway.cli", "--help"], env),
             "gateway show 1": (python + ["-m", "gateway.cli", "show", "1"], {**env, "GATEWAY_TOKEN": token}),
@@ -124,12 +127,15 @@ def main() -> None:
         }
         print(f"tree {tree} at {commit.stdout.strip() or '?'}; {options.runs} runs each (medians); "
               f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-        print(f"{'command':26} {'wall s':>8} {'CPU s':>8} {'goal CPU s':>11}")
+        print(f"{'command':26} {'wall s':>8} {'CPU s':>8} {'÷ sqlalchemy':>12} {'goal CPU s':>11}")
+        floor = None
         for name, (argv, case_env) in cases.items():
             timing = measure(argv, tree, case_env, options.runs)
+            floor = timing.cpu if name.startswith("import sqlalchemy") else floor
+            ratio = f"{timing.cpu / floor:12.2f}" if floor and name.startswith("gateway") else " " * 12
             goal = GOALS.get(name)
             verdict = "" if goal is None else f"{goal:>11.1f} {'met' if timing.cpu <= goal else 'NOT MET'}"
-            print(f"{name:26} {timing.wall:8.3f} {timing.cpu:8.3f} {verdict}")
+            print(f"{name:26} {timing.wall:8.3f} {timing.cpu:8.3f} {ratio} {verdict}")
         print(f"load average at the end {os.getloadavg()[0]:.2f}")
         if options.imports:
             for name, (argv, case_env) in cases.items():

@@ -7,6 +7,7 @@ the workers dispatch to, so no service imports an adapter and `services/change/j
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import shutil
@@ -18,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.adapters.clock import SystemClock
-from gateway.adapters.cloudformation.engine import CloudFormationEngine
 from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
@@ -31,11 +31,10 @@ from gateway.adapters.sealing import Sealer
 from gateway.adapters.signing import FileSigner
 from gateway.adapters.sql_store import Database
 from gateway.adapters.store.unit_of_work import SqlStore
-from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotFound
-from gateway.domain.jobs import JobKind
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
@@ -43,7 +42,9 @@ from gateway.ports import Engine, Forge
 from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
+    from gateway.adapters.cloudformation.engine import CloudFormationEngine
     from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+    from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 
 SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform", "cloudformation": "sample_repo_cloudformation"}
 SAMPLE_SECRETS = {  # None: generate a random value at init
@@ -90,7 +91,20 @@ def forge_opener(settings: Settings) -> Callable[[GitHubSettings], Forge]:
 
 
 def job_handlers() -> dict[JobKind, JobHandler]:
-    """What each kind of job runs (imported here, not by the queue: handlers queue jobs themselves)."""
+    """What each kind of job runs; a handler's services are imported when a job first runs (a read runs none)."""
+    return {kind: _on_first_job(kind) for kind in JobKind}
+
+
+def _on_first_job(kind: JobKind) -> JobHandler:
+    def run(ws: Workspace, job: Job, runner: str, progress: Callable[[str], None]) -> tuple[JobStatus, dict[str, Any], str | None]:
+        return _handler_table()[kind](ws, job, runner, progress)
+
+    return run
+
+
+@functools.cache
+def _handler_table() -> dict[JobKind, JobHandler]:
+    """The handlers (imported here, not by the queue: handlers queue jobs themselves)."""
     from gateway.services.agents.agent_runs import run_agent_turn_job
     from gateway.services.change.jobs import run_apply_job, run_plan_job
     from gateway.services.forge.github import run_publish_job
@@ -115,9 +129,9 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
     install_log_scrubber(scrubber)
     simulator = SandboxEngine(sandbox)
-    engines: dict[str, Engine] = {
-        "sandbox": simulator, "terraform": TerraformEngine(terraform_setup(settings), sealer),
-        "cloudformation": CloudFormationEngine(lambda stack: _cloudformation_settings(settings.repo_path, stack))}
+    engines: dict[str, Callable[[], Engine]] = {  # each made, and imported, when a stack first needs it
+        "sandbox": lambda: simulator, "terraform": lambda: terraform_engine(settings, sealer),
+        "cloudformation": lambda: cloudformation_engine(settings)}
     engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
     return Workspace(
         settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
@@ -143,6 +157,20 @@ def _engine_name(repo_path: Path, stack: str | None) -> str:
     return settings.stacks[stack].engine if stack in settings.stacks else settings.engine
 
 
+def terraform_engine(settings: Settings, sealer: Sealer) -> TerraformEngine:
+    """The terraform engine (imported only when a stack first needs it)."""
+    from gateway.adapters.terraform import TerraformEngine
+
+    return TerraformEngine(terraform_setup(settings), sealer)
+
+
+def cloudformation_engine(settings: Settings) -> CloudFormationEngine:
+    """The cloudformation engine (imported only when a stack first needs it)."""
+    from gateway.adapters.cloudformation.engine import CloudFormationEngine
+
+    return CloudFormationEngine(lambda stack: _cloudformation_settings(settings.repo_path, stack))
+
+
 def _cloudformation_settings(repo_path: Path, stack: str) -> CloudFormationSettings:
     """Where main's gateway.yaml says the stack lives in AWS (a branch cannot point the gateway elsewhere)."""
     settings = read_repo_settings(GitDeclarationRepo(repo_path))
@@ -159,6 +187,8 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
                                         else Path(shutil.which("terraform") or "terraform"))
     config = settings.terraform_cli_config or (installed / "terraformrc" if (installed / "terraformrc").exists()
                                                else None)
+    from gateway.adapters.terraform import TerraformSetup
+
     # where the Terraform sample's test provider keeps its objects, unless the environment says otherwise
     provider_env = {"SIM_PROVIDER_DIR": str(settings.home.resolve() / "sim-objects")}
     return TerraformSetup(binary, config, settings.terraform_dir, settings.terraform_timeout_seconds, provider_env)

@@ -1,4 +1,8 @@
-"""Structured logs (structlog) to stderr; the level comes from GATEWAY_LOG_LEVEL (default warning)."""
+"""Structured logs (structlog) to stderr; the level comes from GATEWAY_LOG_LEVEL (default warning).
+
+Modules take their logger from `get_logger`: structlog (a tenth of a second of imports) is imported, and
+configured, when a logger is first used, so a command that logs nothing, such as a read, never loads it.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,17 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
-from typing import Any
-
-import structlog
+from typing import TYPE_CHECKING, Any
 
 from gateway.domain.scrubbing import Scrubber
 
+if TYPE_CHECKING:
+    import structlog
+    from structlog.typing import FilteringBoundLogger
+
 _scrubber = Scrubber()
+_level: str | None = None  # what configure_logging asked for (None: GATEWAY_LOG_LEVEL, when first used)
+_applied = False  # whether structlog has been configured with it
 
 
 def install_log_scrubber(scrubber: Scrubber) -> None:
@@ -27,11 +35,26 @@ def _scrub_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) ->
 
 def _stderr_logger(*_: Any) -> structlog.PrintLogger:
     """Whatever sys.stderr is at the time of logging (the CLI wraps it in a scrubber after start-up)."""
+    import structlog
+
     return structlog.PrintLogger(file=sys.stderr)
 
 
 def configure_logging(level: str | None = None) -> None:
-    name = (level or os.environ.get("GATEWAY_LOG_LEVEL", "warning")).upper()
+    """Log at `level` (default GATEWAY_LOG_LEVEL, else warning) from now on; structlog is set up now if it is
+    already loaded, else when a logger is first used."""
+    global _level, _applied
+    _level = (level or os.environ.get("GATEWAY_LOG_LEVEL", "warning")).upper()
+    _applied = False
+    if "structlog" in sys.modules:
+        _apply()
+
+
+def _apply() -> None:
+    global _applied
+    import structlog
+
+    name = _level or os.environ.get("GATEWAY_LOG_LEVEL", "warning").upper()
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -44,3 +67,26 @@ def configure_logging(level: str | None = None) -> None:
         logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
+    _applied = True
+
+
+class _Logger:
+    """A module's logger: structlog's, made (and structlog configured) on its first use."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, method: str) -> Any:
+        if not _applied:
+            _apply()
+        if self._logger is None:
+            import structlog
+
+            self._logger = structlog.get_logger(self._name)
+        return getattr(self._logger, method)
+
+
+def get_logger(name: str) -> FilteringBoundLogger:
+    """The logger of module `name` (`log = get_logger(__name__)`), which loads structlog only when it logs."""
+    return _Logger(name)  # type: ignore[return-value]

@@ -15,8 +15,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-import structlog
-
+from gateway.logs import get_logger
 from gateway.services.admin.audit import checkpoint_if_due
 from gateway.services.change.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
 from gateway.services.change.main_watch import watch_main
@@ -25,7 +24,7 @@ from gateway.services.day_two.drift_records import check_scheduled_drift
 from gateway.services.forge.github import queue_behind
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HOUSEKEEPING_SECONDS = 2.0
 

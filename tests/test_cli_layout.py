@@ -1,13 +1,14 @@
-"""The `gateway` command's table of commands tells the truth, and asking for help stays cheap.
+"""The `gateway` command's table of commands tells the truth, and asking for help or reading stays cheap.
 
 The root group lists commands from gateway.cli.COMMANDS without importing them; these tests hold that
-table to the commands themselves, and check what `--help` imports in a fresh interpreter.
+table to the commands themselves, and check what `--help` and `gateway show` import in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import subprocess
 import sys
@@ -17,9 +18,21 @@ import pytest
 
 import gateway.cli
 from gateway.cli import COMMANDS
+from gateway.services.change.proposals import open_proposal
+from gateway.services.workspace import Workspace
+from tests.conftest import Clone, People
 
 # What opening a workspace pulls in; none of it is needed to print help.
 HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gateway.services", "gateway.adapters")
+# What a read of a proposal does not need: the HCL parser and the engines' machinery (the simulator's evaluator,
+# planner and applier, Terraform), the policy interpreters, the logger (a read logs nothing), the forge, the
+# agent, the web app and the job handlers.
+NOT_FOR_A_READ = ("lark", "hcl2", "gateway.adapters.hcl", "gateway.adapters.terraform", "regopy", "checkov",
+                  "structlog", "github", "openai", "langgraph", "fastapi", "gateway.api",
+                  "gateway.adapters.sandbox.planner", "gateway.adapters.sandbox.applier",
+                  "gateway.adapters.sandbox.hcl_eval", "gateway.adapters.github_forge", "gateway.services.change.jobs",
+                  "gateway.services.change.runner", "gateway.services.forge.github_webhooks",
+                  "gateway.services.agents.agent_runs")
 
 
 def command_modules() -> dict[str, click.Group]:
@@ -47,7 +60,7 @@ def test_the_tables_help_is_the_commands_own_first_line(name: str) -> None:
     assert command.help.partition("\n\n")[0] == COMMANDS[name][1]
 
 
-def modules_after(*argvs: list[str]) -> tuple[list[str], str]:
+def modules_after(*argvs: list[str], env: dict[str, str] | None = None) -> tuple[list[str], str]:
     """Run `gateway ARGV` for each ARGV in one fresh interpreter: the modules it then holds, and what it printed."""
     script = (
         "import contextlib, io, json, sys\n"
@@ -58,14 +71,15 @@ def modules_after(*argvs: list[str]) -> tuple[list[str], str]:
         "        main(argv)\n"
         "print(json.dumps({'modules': sorted(sys.modules), 'output': out.getvalue()}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | (env or {})
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=environment)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     return result["modules"], result["output"]
 
 
-def heavy_among(modules: list[str]) -> list[str]:
-    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+def heavy_among(modules: list[str], heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy)]
 
 
 def test_gateway_help_lists_every_command_and_imports_none_of_them() -> None:
@@ -80,3 +94,32 @@ def test_help_of_each_command_imports_no_service_database_or_git() -> None:
     modules, output = modules_after(*([name, "--help"] for name in sorted(COMMANDS)))
     assert output.count("Usage: ") == len(COMMANDS)
     assert heavy_among(modules) == []
+
+
+def test_gateway_show_reads_a_proposal_without_the_engines_logger_forge_agent_or_job_handlers(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(workspace, people.alice, "bigger", "bigger staging instance")
+    env = {"GATEWAY_HOME": str(workspace.settings.home), "GATEWAY_TOKEN": people.tokens["dana"]}
+    modules, output = modules_after(["show", str(proposal.id)], env=env)
+    assert f"proposal {proposal.id} [open] bigger" in output
+    assert '"t3.small" -> "t3.medium"' in output and "blocked: needs 1 approval(s)" in output
+    assert heavy_among(modules, NOT_FOR_A_READ) == []
+
+
+def test_a_logger_loads_structlog_when_it_first_logs_and_logs_as_configured() -> None:
+    script = (
+        "import sys\n"
+        "from gateway.logs import configure_logging, get_logger\n"
+        "log = get_logger('gateway.example')\n"
+        "configure_logging('info')\n"
+        "print('structlog' in sys.modules)\n"
+        "log.debug('hidden')\n"
+        "log.info('shown', stack='app')\n"
+        "print('structlog' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(line["event"], line["level"], line.get("stack")) for line in lines] == [("shown", "info", "app")]

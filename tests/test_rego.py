@@ -236,3 +236,24 @@ def test_an_evaluation_error_is_located_at_the_rule(query: str, error: str, says
     policies = RegoPolicies("tree", (RegoModule("policies/p.rego", "package p\n\ndeny contains 1 if { true }\n"),
                                      RegoModule("policies/q.rego", "package p\n  deny contains 2 if { true }\n")), {})
     assert policies.located(query, error) == says
+
+
+def test_a_policy_sees_the_plan_exactly_as_decoded_every_json_type_included() -> None:
+    from gateway.domain.rego import RegoModule, RegoPolicies
+
+    document = {"resource_changes": [{"address": "aws_s3_bucket.é", "change": {
+        "actions": ["create"], "before": None, "after": {"count": 3, "big": 10**20, "ratio": 0.25, "on": True,
+                                                         "off": False, "tags": {}, "list": [], "name": "naïve ✓"}}}],
+        "format_version": "1.2", "variables": {"n": {"value": -(2**63)}}}
+    policies = RegoPolicies("echo", (RegoModule("policies/echo.rego", "package echo\n\nseen := input\n"),), {})
+    evaluator = rego_adapter.RegoEvaluator(policies)
+    try:
+        first = evaluator.evaluate(document, ["data.echo.seen"])
+        again = evaluator.evaluate({"resource_changes": []}, ["data.echo.seen"])  # the input is replaced, not merged
+    finally:
+        evaluator.close()
+    assert first.errors == {} and first.module_errors == {}
+    expected = json.loads(json.dumps(document))
+    expected["resource_changes"][0]["change"]["after"]["big"] = float(10**20)  # beyond 64 bits: a JSON number
+    assert first.results["data.echo.seen"] == expected
+    assert again.results["data.echo.seen"] == {"resource_changes": []}

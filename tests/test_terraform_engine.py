@@ -20,11 +20,12 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from gateway.adapters.store.rows import now
-from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+from gateway.adapters.terraform import UNKNOWN_SCHEMA, TerraformEngine, TerraformSetup
+from gateway.adapters.terraform_schemas import KEPT_DIR, KeptSchemas
 from gateway.composition import create_workspace, open_workspace, terraform_setup
 from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers
-from gateway.domain.errors import ApplyError, ConfigError, PlanError
+from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.domain.preview import RENDERERS, build_preview, render_text
@@ -176,6 +177,58 @@ def test_terraform_errors_reach_the_person_without_secrets(engine: TerraformEngi
     with pytest.raises(PlanError) as failure:
         stack.plan('variable "api_key" {\n  type = number\n}\n')  # the secret is not a number: Terraform quotes it
     assert secret not in str(failure.value) and "api_key" in str(failure.value)
+
+
+OBJECT = 'resource "sim_object" "a" {\n  name = "a"\n  content = "one"\n}\n'
+
+
+def test_the_providers_schema_is_asked_once_per_set_of_providers_and_kept_in_the_workspace(
+        engine: TerraformEngine, tmp_path: Path) -> None:
+    Stack(engine, tmp_path / "s").plan(OBJECT)
+    assert engine.sensitive_attributes("s", "sim_object") == {"secret"}
+    [kept] = (tmp_path / "state" / KEPT_DIR).glob("*.json")
+    # A new process's engine takes the kept answer instead of starting the providers again (what it then
+    # says is the kept file's, edited here to tell the two apart); it fails closed until it has planned.
+    kept.write_text(json.dumps({"sensitive": {"sim_object": ["content", "secret"]}}))
+    later = TerraformEngine(engine.setup)
+    assert later.sensitive_attributes("s", "sim_object") == UNKNOWN_SCHEMA
+    Stack(later, tmp_path / "t").plan(OBJECT)
+    assert later.sensitive_attributes("s", "sim_object") == {"content", "secret"}
+    # a kept file that cannot be read whole is not trusted in part: Terraform is asked again, and it is kept anew
+    kept.write_text(json.dumps({"sensitive": {"sim_object": "secret"}}))
+    again = TerraformEngine(engine.setup)
+    Stack(again, tmp_path / "u").plan(OBJECT)
+    assert again.sensitive_attributes("s", "sim_object") == {"secret"}
+    assert json.loads(kept.read_text())["sensitive"]["sim_object"] == ["secret"]
+
+
+def test_other_providers_or_another_terraform_never_get_a_kept_schema(tmp_path: Path) -> None:
+    def initialised(name: str, lock: str) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / ".terraform.lock.hcl").write_text(lock)
+        return directory
+
+    pinned = 'provider "example.local/gateway/sim" {\n  version = "0.1.0"\n  hashes = ["h1:aaaa"]\n}\n'
+    one, same, rebuilt = initialised("one", pinned), initialised("same", pinned), initialised("rebuilt",
+                                                                                              pinned.replace("aaaa", "bbbb"))
+    kept = KeptSchemas(tmp_path / "kept", INSTALLED / "bin" / "terraform", INSTALLED / "terraformrc")
+    assert kept.key(one) == kept.key(same) != kept.key(rebuilt)
+    copy = tmp_path / "terraform"
+    copy.write_bytes((INSTALLED / "bin" / "terraform").read_bytes()[:1024])  # another binary
+    assert KeptSchemas(tmp_path / "kept", copy, INSTALLED / "terraformrc").key(one) != kept.key(one)
+    assert kept.key(tmp_path) is None  # no lock file: nothing pins the providers
+    overrides = tmp_path / "dev.terraformrc"
+    overrides.write_text('provider_installation {\n  dev_overrides {\n    "example.local/gateway/sim" = "/src"\n  }\n'
+                         '  direct {}\n}\n')
+    assert KeptSchemas(tmp_path / "kept", INSTALLED / "bin" / "terraform", overrides).key(one) is None
+
+
+def test_a_terraform_run_past_its_time_is_stopped_with_a_clear_error(tmp_path: Path, objects: Path) -> None:
+    hurried = TerraformEngine(TerraformSetup(INSTALLED / "bin" / "terraform", INSTALLED / "terraformrc",
+                                             tmp_path / "state", 0.01, {"SIM_PROVIDER_DIR": str(objects)}))
+    with pytest.raises(BackendError, match=r"terraform init took longer than 0.01 s and was stopped"):
+        Stack(hurried, tmp_path / "s").plan(OBJECT)
 
 
 @pytest.mark.postgres

@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from gateway.domain.plan import canonical_json
 from gateway.domain.policy import Finding, PolicyContext, Severity
+from gateway.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 TIMEOUT_SECONDS = 120
 
 

@@ -1,7 +1,11 @@
-"""The Engine port over several engines: each stack goes to the engine main's gateway.yaml names for it."""
+"""The Engine port over several engines: each stack goes to the engine main's gateway.yaml names for it.
+
+Each engine is made when a stack first needs it, so a process that never plans with Terraform never imports it.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -11,10 +15,15 @@ from gateway.ports import ApplyOutcome, Engine, EnginePlan, StackInputs
 
 
 class EngineByStack:
-    """Dispatches by stack; `engine_of(stack)` reads main's settings (never a branch's)."""
+    """Dispatches by stack; `engine_of(stack)` reads main's settings (never a branch's).
 
-    def __init__(self, engines: Mapping[str, Engine], engine_of: Callable[[str | None], str]):
-        self.engines = dict(engines)
+    `engines` maps each engine's name to what makes it: called once, on the first use of that engine.
+    """
+
+    def __init__(self, engines: Mapping[str, Callable[[], Engine]], engine_of: Callable[[str | None], str]):
+        self._makers = dict(engines)
+        self._made: dict[str, Engine] = {}
+        self._lock = threading.Lock()  # engines are shared by threads: each is made once
         self.engine_of = engine_of
 
     @property
@@ -24,9 +33,12 @@ class EngineByStack:
 
     def for_stack(self, stack: str) -> Engine:
         name = self.engine_of(stack)
-        if name not in self.engines:
+        if name not in self._makers:
             raise ConfigError(f"stack {stack} names engine {name!r}, which this gateway does not have")
-        return self.engines[name]
+        with self._lock:
+            if name not in self._made:
+                self._made[name] = self._makers[name]()
+            return self._made[name]
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         return self.for_stack(stack).plan(stack, directory, inputs)

@@ -17,7 +17,6 @@ import git
 from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
-from gateway.adapters.module_sources import local_module_directories
 from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
 from gateway.domain.repo_settings import RepoSettings
 from gateway.ports import CommitInfo
@@ -290,6 +289,8 @@ def _cached_changed_paths(path: str, base: str, head: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=4096)
 def _cached_module_directories(path: str, sha: str, stack_path: str) -> tuple[str, ...]:
+    from gateway.adapters.module_sources import local_module_directories  # the HCL parser, only when asked
+
     repo = GitDeclarationRepo(Path(path))
     return local_module_directories(stack_path, lambda directory: repo.read_files(sha, directory, ".tf"))
 

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -26,18 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hcl2
-import structlog
-
-from gateway.adapters.hcl_sensitivity import declared_variables
-from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
-from gateway.adapters.sandbox.config import repository_root
+# The HCL reader (python-hcl2, lark) is imported by the functions that parse, when they first run: reads that
+# import this module for its state serial or `declared_backend` never parse.
 from gateway.adapters.sealing import UNSEALED, Sealer
+from gateway.adapters.terraform_schemas import KEPT_DIR, KeptSchemas, sensitive_by_type
 from gateway.adapters.terraform_state import SealedLocalState
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
+from gateway.logs import get_logger
 from gateway.ports import ApplyOutcome, EnginePlan, StackInputs
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PLAN_FILE = "gateway.tfplan"
 INPUTS_FILE = "gateway-inputs.tfvars.json"
@@ -46,6 +45,7 @@ SENSITIVE_FILE = "gateway_sensitive_override.tf"
 BACKEND_JSON = "backend.tf.json"  # a stack's own backend, alone in a directory where its state is read
 SERIAL_TTL_SECONDS = 2.0  # reads of a declared backend's serial are reused this long (an apply reads afresh)
 CANCEL_GRACE_SECONDS = 30.0
+PROGRESS_SECONDS = 0.2  # how often an apply's new output lines are passed on
 STATE_WAIT_SECONDS = 60.0  # how long a run waits for another plan or apply of its stack (Terraform's -lock-timeout)
 MASK = "(sensitive)"
 UNKNOWN_SCHEMA = frozenset({"(schema unknown: every attribute may be sensitive)"})
@@ -77,8 +77,9 @@ class TerraformEngine:
         self.setup = setup
         self._sealer = sealer  # seals the gateway-owned local state at rest
         self._held: dict[Path, int] = {}  # run directory -> its stack's state lock, inherited by Terraform
-        self._schemas: dict[str, frozenset[str]] = {}
-        self._schema_key: str | None = None  # the provider lock file the schemas were read for
+        self._schemas: dict[str, frozenset[str]] = {}  # resource type -> its sensitive attributes
+        self._schema_keys: set[str] = set()  # the sets of providers those were learned from
+        self._kept_schemas = KeptSchemas(setup.state_dir / KEPT_DIR, setup.binary, setup.cli_config)
         self._serials: dict[str, tuple[float, dict[str, Any]]] = {}  # stack -> (when read, state) of declared backends
 
     # --- the Engine port -----------------------------------------------------------------------
@@ -190,6 +191,8 @@ class TerraformEngine:
 
     def _prepare(self, stack: str, directory: Path, inputs: StackInputs) -> None:
         """The stack's backend (its own, or the gateway's local one) and the values the gateway supplies."""
+        from gateway.adapters.hcl_sensitivity import declared_variables
+
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf"))
                  if not p.is_symlink() and p.name not in (BACKEND_FILE, SENSITIVE_FILE)}
         backend = declared_backend(files)
@@ -243,7 +246,8 @@ class TerraformEngine:
 
         Output goes to a file, not a pipe: if this worker dies, Terraform must still be able to write
         while it shuts down cleanly (a broken pipe would kill it holding its state lock). `on_line`
-        gets each line as it is written, secrets masked.
+        gets each line as it is written (read every PROGRESS_SECONDS), secrets masked. Its end is noticed
+        the moment it exits: a thread waits on it, and this one waits on that thread's signal.
         """
         log_file = directory / f".gateway-{args[0]}.log"
         deadline = time.monotonic() + self.setup.timeout_seconds
@@ -256,21 +260,20 @@ class TerraformEngine:
             except OSError as exc:
                 raise BackendError(f"the terraform binary {self.setup.binary} cannot run: {exc}; "
                                    "run `make terraform` or set GATEWAY_TERRAFORM_BIN") from None
+            ended = threading.Event()
+            threading.Thread(target=lambda: (process.wait(), ended.set()), daemon=True).start()
             pending = ""
             try:
                 while True:
-                    try:
-                        process.wait(timeout=0.2)
-                        finished = True
-                    except subprocess.TimeoutExpired:
-                        finished = False
-                    pending += tail.read()
-                    *lines, pending = pending.split("\n")
-                    for line in lines if on_line else ():
-                        _report(on_line, _scrub(_readable(line), inputs))
+                    finished = ended.wait(PROGRESS_SECONDS if on_line else max(0.0, deadline - time.monotonic()))
+                    if on_line:
+                        pending += tail.read()
+                        *lines, pending = pending.split("\n")
+                        for line in lines:
+                            _report(on_line, _scrub(_readable(line), inputs))
                     if finished:
                         break
-                    if time.monotonic() > deadline:
+                    if time.monotonic() >= deadline:
                         raise BackendError(f"terraform {args[0]} took longer than {self.setup.timeout_seconds:g} s "
                                            "and was stopped")
             finally:
@@ -282,23 +285,28 @@ class TerraformEngine:
         return out, process.returncode
 
     def _learn_schemas(self, directory: Path, inputs: StackInputs) -> None:
-        """Which attributes each resource type's provider marks sensitive (once per set of providers)."""
-        lock = directory / ".terraform.lock.hcl"
-        key = lock.read_text() if lock.exists() else ""
-        if key and key == self._schema_key:
+        """Which attributes each resource type's provider marks sensitive: asked of Terraform once per set of
+        providers, then read from where the workspace keeps it (see terraform_schemas)."""
+        key = self._kept_schemas.key(directory)
+        if key is not None and key in self._schema_keys:
             return
-        out, code = self._run_raw(directory, ["providers", "schema", "-json"], inputs)
-        if code != 0:
-            return
-        try:
-            schemas = json.loads(out).get("provider_schemas", {})
-        except json.JSONDecodeError:
-            return
-        for provider in schemas.values():
-            for rtype, schema in provider.get("resource_schemas", {}).items():
-                attributes = schema.get("block", {}).get("attributes", {})
-                self._schemas[rtype] = frozenset(n for n, a in attributes.items() if a.get("sensitive"))
-        self._schema_key = key
+        learned = self._kept_schemas.read(key) if key is not None else None
+        if learned is None:
+            out, code = self._run_raw(directory, ["providers", "schema", "-json"], inputs)
+            if code != 0:
+                return
+            try:
+                learned = sensitive_by_type(json.loads(out))
+            except (json.JSONDecodeError, AttributeError):
+                return
+            if key is not None:
+                try:
+                    self._kept_schemas.write(key, learned)
+                except OSError:
+                    log.warning("terraform.schema_not_kept", exc_info=True)  # still used by this process
+        self._schemas.update(learned)
+        if key is not None:
+            self._schema_keys.add(key)
 
 
 @contextmanager
@@ -306,6 +314,9 @@ def _scratch_copy(directory: Path) -> Iterator[Path]:
     """A private copy of the stack (and the local modules it calls, laid out as in the repo) to run Terraform in:
     what it writes (the supplied values, its plan file, .terraform/) never lands in the caller's directory,
     which may be the agent's working copy."""
+    from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
+    from gateway.adapters.sandbox.config import repository_root
+
     root = repository_root(directory)
     stack_path = directory.resolve().relative_to(root).as_posix()
     modules = local_module_directories(stack_path, read_directory_on_disk(root)) if stack_path != "." else ()
@@ -361,6 +372,8 @@ def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
     Backend settings are literals in Terraform (no variables), so they read as plain values. A `cloud` block
     is refused: Terraform Cloud runs plans itself, out of the gateway's reach.
     """
+    import hcl2
+
     found: list[dict[str, Any]] = []
     for name, text in files.items():
         if "backend" not in text and "cloud" not in text:

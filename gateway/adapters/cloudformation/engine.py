@@ -21,15 +21,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from gateway.adapters.cloudformation.plan import change_set_plan
 from gateway.adapters.cloudformation.template import Resolver, parse_template, read_stack_files
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
 from gateway.domain.repo_settings import CloudFormationSettings
+from gateway.logs import get_logger
 from gateway.ports import ApplyOutcome, EnginePlan, StackInputs
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 POLL_SECONDS = 0.5
 WAIT_SECONDS = 900.0

@@ -19,8 +19,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
-import structlog
-
 from gateway.adapters.sandbox.config import ResourceConfig, StackConfig
 from gateway.adapters.sandbox.evaluation import Index, Scope
 from gateway.adapters.sandbox.hcl_eval import Evaluator
@@ -30,9 +28,10 @@ from gateway.adapters.sandbox.state import SandboxStore, StackState, StateResour
 from gateway.adapters.sandbox.values import contains_unknown, unmark
 from gateway.domain.errors import ApplyError, ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, ResourceChange
+from gateway.logs import get_logger
 from gateway.ports import ApplyOutcome, StackInputs
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DELAY_PREFIX = "delay:"  # a fault that slows a step down instead of failing it
 

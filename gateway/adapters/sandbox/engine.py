@@ -9,7 +9,9 @@ it creates exists only in the gateway's store.
 
 This module is the engine port's face and nothing more; the work lives by purpose beside it:
 `state.py` (the state model and the store port), `planner.py` (the plan walk), `applier.py`
-(applying a saved plan), `instances.py` (what those two share), `store.py` (the SQL store).
+(applying a saved plan), `instances.py` (what those two share), `store.py` (the SQL store). Those
+and the HCL reader are imported when a stack is first planned or applied: a read, which only asks
+for a serial, loads none of them.
 """
 
 from __future__ import annotations
@@ -19,19 +21,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from gateway.adapters.hcl import collector_paused
-from gateway.adapters.sandbox.applier import Applier
-from gateway.adapters.sandbox.config import load_stack
-from gateway.adapters.sandbox.planner import Planner
 from gateway.adapters.sandbox.schema import schema_for
 from gateway.adapters.sandbox.state import SandboxStore, StackState, StateResource
 from gateway.domain.errors import ApplyError, ConfigError
 from gateway.domain.plan import load_plan
+from gateway.logs import get_logger
 from gateway.ports import ApplyOutcome, EnginePlan, StackInputs
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class SandboxEngine:
@@ -56,6 +53,10 @@ class SandboxEngine:
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         """Plan the stack in `directory` against its state; nothing changes in the store."""
+        from gateway.adapters.hcl import collector_paused
+        from gateway.adapters.sandbox.config import load_stack
+        from gateway.adapters.sandbox.planner import Planner
+
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
         with collector_paused():
             config = load_stack(directory)
@@ -69,6 +70,10 @@ class SandboxEngine:
               progress: Callable[[str], None] | None = None) -> ApplyOutcome:
         """Apply exactly `document`'s changes (the sandbox keeps no plan file of its own: `artifact` is unused;
         it applies in one go, so it reports no progress lines)."""
+        from gateway.adapters.hcl import collector_paused
+        from gateway.adapters.sandbox.applier import Applier
+        from gateway.adapters.sandbox.config import load_stack
+
         state = self.store.read_state(stack) or StackState(lineage=str(uuid.uuid4()))
         if state.serial != expected_serial:
             raise ApplyError(

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.adapters.sandbox.evaluation import Index, strip_keys
+if TYPE_CHECKING:  # the evaluator (lark, the function library) only once a stack is planned or applied
+    from gateway.adapters.sandbox.evaluation import Index
 
 
 @dataclass
@@ -66,6 +67,8 @@ class SandboxStore(Protocol):
 
 def resource_key(address: str) -> str:
     """The configuration address of a resource instance address (instance keys removed)."""
+    from gateway.adapters.sandbox.evaluation import strip_keys
+
     return strip_keys(address)
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 
-from gateway.adapters.sandbox.applier import DELAY_PREFIX
 from gateway.adapters.sandbox.state import StackState
 from gateway.adapters.sealing import UNSEALED, Sealer
 from gateway.adapters.sql_store import (
@@ -115,6 +114,8 @@ class SqlSandboxStore:
 
     def inject_delay(self, stack: str, address: str, seconds: float) -> None:
         """Make the next apply of `address` in `stack` take `seconds` longer, as a slow provider would."""
+        from gateway.adapters.sandbox.applier import DELAY_PREFIX  # the applier only where a fault is injected
+
         self.inject_fault(stack, address, f"{DELAY_PREFIX}{seconds}")
 
     def take_fault(self, stack: str, address: str) -> str | None:

@@ -16,18 +16,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from gateway.domain.agent_runs import ASK_AGAIN, AgentRun, AgentRunStatus
 from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.principals import GATEWAY, Principal
+from gateway.logs import get_logger
 from gateway.services.workspace import Workspace
 
 if TYPE_CHECKING:
     from gateway.services.agents.agent_requests import RequestOutcome
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

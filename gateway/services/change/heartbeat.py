@@ -11,9 +11,9 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
+from gateway.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Heartbeat:

@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping
 from datetime import UTC
 from typing import Any
 
-import structlog
-
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
 from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
@@ -23,6 +21,7 @@ from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Actor, Principal
 from gateway.domain.proposal import Decision, Proposal
+from gateway.logs import get_logger
 from gateway.services.agents.agent_runs import interrupt_abandoned_turns
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.heartbeat import Heartbeat
@@ -31,7 +30,7 @@ from gateway.services.change.recovery import interrupt_stale_jobs, recover_expir
 from gateway.services.change.runner import ApplyReport, apply_proposal
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Progress = Callable[[str], None]
 WEBHOOK_RETRY = RetryPolicy()  # 2 s, 4 s, 8 s … at most 5 min apart, for up to an hour or 20 attempts

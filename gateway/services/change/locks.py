@@ -12,14 +12,13 @@ import os
 import socket
 import time
 
-import structlog
-
 from gateway.domain.proposal import Proposal
+from gateway.logs import get_logger
 from gateway.ports import StackLocks
 from gateway.services.change.heartbeat import Heartbeat
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REPO_LOCK = "(repo)"  # held by proposals that change files outside their stacks: their merges may conflict
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import structlog
-
 from gateway.domain.applies import ApplyStatus, Settlement, StackReading, StackResult, settle_interrupted_apply
 from gateway.domain.errors import GatewayError
 from gateway.domain.jobs import JobKind, JobStatus
@@ -25,6 +23,7 @@ from gateway.domain.locks import StackLock, recovery_holder, unmerged_holder
 from gateway.domain.plan import load_plan
 from gateway.domain.principals import GATEWAY
 from gateway.domain.proposal import Proposal, ProposalStatus
+from gateway.logs import get_logger
 from gateway.ports import UnitOfWork
 from gateway.services.change.locks import HeldLocks, runner_name
 from gateway.services.change.proposals import get_proposal
@@ -32,7 +31,7 @@ from gateway.services.day_two.drift_records import settle_drift_after_apply
 from gateway.services.forge.code_host import forge_of
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def recover_expired_locks(ws: Workspace) -> list[str]:

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
-import structlog
-
 from gateway import fault_points
 from gateway.domain.applies import ApplyStatus
 from gateway.domain.apply_blockers import apply_blockers
@@ -30,6 +28,7 @@ from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Actor, Principal
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
+from gateway.logs import get_logger
 from gateway.ports import Forge
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.locks import HeldLocks, LockLost, lock_names, runner_name
@@ -41,7 +40,7 @@ from gateway.services.forge.code_host import forge_of
 from gateway.services.forge.github import refresh_from_github
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = ["ApplyReport", "StackOutcome", "apply_proposal", "merge_unmerged", "runner_name"]
 

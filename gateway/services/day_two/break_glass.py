@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import structlog
-
 from gateway.domain.audit import AuditEvent
 from gateway.domain.break_glass import (
     BreakGlassWindow,
@@ -23,11 +21,12 @@ from gateway.domain.errors import ConfigError, GatewayError, InputError, Refused
 from gateway.domain.principals import GATEWAY, Principal
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import BreakGlassSettings
+from gateway.logs import get_logger
 from gateway.services.admin import audit as audit_service
 from gateway.services.day_two.drift_records import CHECKED, check_drift
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ACTIVE_STATES = (WindowState.AWAITING_CONFIRMATION, WindowState.OPEN)
 

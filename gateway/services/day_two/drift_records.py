@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-import structlog
-
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, check_due
 from gateway.domain.errors import GatewayError
@@ -23,10 +21,11 @@ from gateway.domain.preview import SENSITIVE, DriftEntry
 from gateway.domain.principals import GATEWAY, SYSTEM_NAME, Actor, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.scrubbing import Scrubber
+from gateway.logs import get_logger
 from gateway.services.change.planning import ChangeOrigin, plan_stack
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CHECKED = "drift_checked:"  # marker name prefix: when a stack was last checked (ISO time)
 CLAIMED = "drift_claimed:"  # marker name prefix: when a worker last claimed a stack's scheduled check

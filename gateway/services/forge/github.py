@@ -12,8 +12,6 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import structlog
-
 from gateway.domain.apply_blockers import standing_blockers
 from gateway.domain.approvals import required_approvals
 from gateway.domain.audit import AuditEvent
@@ -25,6 +23,7 @@ from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
+from gateway.logs import get_logger
 from gateway.ports import Forge
 from gateway.services.agents.breaker import open_breaker_reason
 from gateway.services.change.apply_facts import gather_apply_facts
@@ -32,7 +31,7 @@ from gateway.services.change.proposals import claim_issues, get_proposal, pendin
 from gateway.services.forge.code_host import forge_of
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FAILURES_SHOWN = 3  # the newest distinct job failures the comment shows (each is in the trail)
 PUBLISH_RETRY_SECONDS = 30.0  # after a failed publish (GitHub down, rate-limited), wait this long

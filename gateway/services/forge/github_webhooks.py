@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, NoReturn
 
-import structlog
-
 from gateway.domain.errors import AuthError, GatewayError, InputError, MalformedDelivery, NotFound, Refused
 from gateway.domain.github import (
     MIN_FINGERPRINT,
@@ -39,6 +37,7 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.principals import GITHUB, Principal, SystemActor
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
+from gateway.logs import get_logger
 from gateway.ports import Forge
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
@@ -53,7 +52,7 @@ from gateway.services.forge.github_events import (
 )
 from gateway.services.workspace import Workspace
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
 

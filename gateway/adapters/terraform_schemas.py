@@ -1,0 +1,90 @@
+"""Which attributes the providers of a Terraform stack mark sensitive, kept in the workspace so that the same
+providers are asked once, not once per process.
+
+`terraform providers schema -json` starts every provider of the stack and can write tens of megabytes; what
+the gateway keeps of it is small (per resource type, its sensitive attributes) and is decided entirely by
+which provider builds run: the dependency lock file pins each one by its hashes, and `init` refuses a build
+that does not match them. So the kept answer is filed under the hash of the lock file, with the Terraform
+binary and its CLI configuration beside it: another provider build, binary or configuration is another file,
+never a stale answer. A CLI configuration with `dev_overrides` runs providers the lock file does not pin:
+those are asked every time. A kept file that cannot be read is asked again, never trusted in part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+LOCK_FILE = ".terraform.lock.hcl"
+KEPT_DIR = "provider-schemas"
+
+SensitiveByType = dict[str, frozenset[str]]
+
+
+def sensitive_by_type(schema_json: Mapping[str, Any]) -> SensitiveByType:
+    """From `providers schema -json`: each resource type's attributes marked sensitive."""
+    found: SensitiveByType = {}
+    for provider in (schema_json.get("provider_schemas") or {}).values():
+        for rtype, schema in (provider.get("resource_schemas") or {}).items():
+            attributes = (schema.get("block") or {}).get("attributes") or {}
+            found[rtype] = frozenset(name for name, a in attributes.items() if a.get("sensitive"))
+    return found
+
+
+class KeptSchemas:
+    """The sensitive attributes learned for each set of providers, as files under `directory`."""
+
+    def __init__(self, directory: Path, binary: Path, cli_config: Path | None):
+        self.directory = directory
+        self.binary = binary
+        self.cli_config = cli_config
+
+    def key(self, run_directory: Path) -> str | None:
+        """What decides the schemas of the stack initialised in `run_directory`, hashed (None: not keepable)."""
+        lock = run_directory / LOCK_FILE
+        binary = shutil.which(str(self.binary))
+        config = self.cli_config or Path.home() / ".terraformrc"  # Terraform's own default when none is set
+        try:
+            parts = [lock.read_bytes(), config.read_bytes() if config.is_file() else b""]
+            if binary is None:
+                return None
+            status = Path(binary).stat()
+        except OSError:
+            return None
+        if b"dev_overrides" in parts[1]:
+            return None
+        parts.append(f"{Path(binary).resolve()} {status.st_size} {status.st_mtime_ns}".encode())
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(len(part).to_bytes(8, "big") + part)
+        return digest.hexdigest()
+
+    def read(self, key: str) -> SensitiveByType | None:
+        """The schemas kept under `key`; None when there are none, or they cannot be read whole."""
+        try:
+            kept = json.loads((self.directory / f"{key}.json").read_text())["sensitive"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(kept, dict) or not all(isinstance(names, list) and all(isinstance(n, str) for n in names)
+                                                 for names in kept.values()):
+            return None
+        return {rtype: frozenset(names) for rtype, names in kept.items()}
+
+    def write(self, key: str, schemas: SensitiveByType) -> None:
+        """Keep `schemas` under `key`, whole or not at all (another process may be reading it)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        text = json.dumps({"sensitive": {rtype: sorted(names) for rtype, names in sorted(schemas.items())}})
+        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=".schema-")
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(text)
+            os.replace(temporary, self.directory / f"{key}.json")
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise

@@ -160,7 +160,6 @@ def test_an_apply_is_refused_when_the_stack_moved_since_the_plan(cfn_workspace: 
     body = body if isinstance(body, str) else json.dumps(body)
     parameters = [{"ParameterKey": p["ParameterKey"], "UsePreviousValue": True}
                   for p in cloudformation.describe_stacks(StackName=STACK)["Stacks"][0]["Parameters"]]
-    time.sleep(0.01)
     changed = cloudformation.create_change_set(StackName=STACK, ChangeSetName="by-hand", ChangeSetType="UPDATE",
                                                TemplateBody=body.replace("MessageRetentionPeriod: 1209600",
                                                                          "MessageRetentionPeriod: 86400"),

@@ -12,6 +12,7 @@ are sensitive by origin.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -179,8 +180,6 @@ def _reads_secret(node: Any, secret: Collection[str]) -> bool:
             return _reads_secret(argument, secret)
     if isinstance(node, list) and node and all(not isinstance(v, (Mapping, list)) for v in node):
         return any(_reads_secret(v, secret) for v in node)
-    if isinstance(node, list):
-        return False
     return False
 
 
@@ -207,8 +206,6 @@ def _intrinsic(node: Mapping[str, Any]) -> bool:
 
 def _drift_entry(drift: Mapping[str, Any]) -> dict[str, Any]:
     """A resource CloudFormation found changed outside it, as Terraform's `resource_drift`."""
-    import json
-
     logical, rtype = str(drift["LogicalResourceId"]), str(drift["ResourceType"])
     expected = json.loads(drift.get("ExpectedProperties") or "{}")
     actual = json.loads(drift.get("ActualProperties") or "{}") if drift["StackResourceDriftStatus"] != "DELETED" else None

@@ -3,7 +3,8 @@
 Authlib does the protocol: the authorization URL with state, nonce and a PKCE (S256) challenge, the code
 exchange with the verifier, and the ID token's verification (signature against the provider's JWKS, issuer,
 audience, expiry, nonce, at_hash). This module only checks that the callback's state is the one the person's
-own cookie kept, and turns Authlib's and joserfc's errors into a `SignInRefused` that names the failed check.
+own cookie kept, and turns Authlib's, joserfc's and httpx2's (Authlib's HTTP client) errors into a
+`SignInRefused` that names the failed check.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from authlib.integrations.base_client import BaseApp, FrameworkIntegration, OAuthError
 from authlib.integrations.base_client.sync_app import OAuth2Mixin
 from authlib.integrations.base_client.sync_openid import OpenIDMixin
@@ -31,7 +32,7 @@ TIMEOUT_SECONDS = 10.0
 
 
 class _AuthlibClient(OAuth2Mixin, OpenIDMixin, BaseApp):
-    """Authlib's framework-free OAuth 2 / OIDC client over httpx (the flow state is kept by the caller)."""
+    """Authlib's framework-free OAuth 2 / OIDC client over httpx2 (the flow state is kept by the caller)."""
 
     client_cls = OAuth2Client
 
@@ -67,7 +68,7 @@ def _checked_state(pending: Mapping[str, str] | None, callback: Mapping[str, str
 
 
 def _refusal(exc: Exception) -> SignInRefused:
-    """Authlib's, joserfc's and httpx's errors, as the check that failed."""
+    """Authlib's, joserfc's and httpx2's errors, as the check that failed."""
     if isinstance(exc, ExpiredTokenError):
         return SignInRefused("expired", "the ID token has expired; sign in again")
     if isinstance(exc, InvalidClaimError | MissingClaimError):
@@ -79,7 +80,7 @@ def _refusal(exc: Exception) -> SignInRefused:
         return SignInRefused("signature", f"the ID token could not be verified against the provider's keys ({exc})")
     if isinstance(exc, OAuthError | OAuth2Error):
         return SignInRefused("token", f"the identity provider did not redeem the code ({exc})")
-    if isinstance(exc, httpx.HTTPError):
+    if isinstance(exc, httpx2.HTTPError):
         return SignInRefused("provider_unreachable", f"the identity provider could not be reached ({exc})")
     return SignInRefused("provider_answer", f"the identity provider's answer is not usable ({exc})")
 
@@ -89,15 +90,15 @@ class OidcProvider:
 
     def __init__(self, issuer: str, client_id: str, client_secret: str, label: str = "OpenID Connect",
                  scopes: str = "openid email profile", groups_claim: str | None = None, verify: Path | bool = True):
-        self.name, self.label, self.issuer, self.groups_claim = "oidc", label, issuer.rstrip("/"), groups_claim
+        self.name, self.label, self.issuer, self.groups_claim = "oidc", label, issuer, groups_claim
         self._client_id = client_id
         self._client = _client("oidc", client_id, client_secret, verify, scopes,
-                               server_metadata_url=f"{self.issuer}/.well-known/openid-configuration")
+                               server_metadata_url=f"{issuer.rstrip('/')}/.well-known/openid-configuration")
 
     def start(self, redirect_uri: str) -> SignInStart:
         try:
             made = self._client.create_authorization_url(redirect_uri)
-        except (httpx.HTTPError, ValueError, RuntimeError) as exc:
+        except (httpx2.HTTPError, ValueError, RuntimeError) as exc:
             raise _refusal(exc) from exc
         return SignInStart(made["url"], {"state": made["state"], "nonce": made["nonce"],
                                          "code_verifier": made["code_verifier"], "redirect_uri": redirect_uri})

@@ -127,7 +127,7 @@ def decide_signed_in(ws: Workspace, who: SignedIn, proposal_id: int, decision: D
 def link_identity(ws: Workspace, actor: Principal, name: str, issuer: str, subject: str) -> Principal:
     """An admin links an OIDC identity (issuer and subject, never an e-mail) to a person."""
     require(actor, Action.LINK_ACCOUNTS)
-    issuer, subject = issuer.strip().rstrip("/"), subject.strip()
+    issuer, subject = issuer.strip(), subject.strip()  # the issuer exactly as its ID tokens name it
     if not issuer or not subject or len(issuer) > 500 or len(subject) > 255:
         raise InputError("an identity needs its issuer URL (at most 500 characters) and subject (at most 255)")
     if issuer == GITHUB_ISSUER:

@@ -311,3 +311,17 @@ def test_signing_in_with_github_maps_by_the_numeric_id(workspace: Workspace, git
         assert page.status_code == 403 and "not linked to a gateway user" in page.text
     assert events(workspace, "sign_in")[-1]["auth_method"] == "github"
     assert refused(workspace) == ["state", "unlinked"]
+
+
+def test_a_provider_that_says_no_or_a_callback_without_a_code_is_a_clear_page(
+        app_client: TestClient, idp: FakeOidcProvider, workspace: Workspace) -> None:
+    url = start(app_client)
+    state = re.search(r"state=([^&]+)", url).group(1)  # type: ignore[union-attr]
+    denied = app_client.get(f"/auth/oidc/callback?error=access_denied&error_description=the+user+said+no&state={state}")
+    assert denied.status_code == 401 and "the identity provider refused the sign-in: the user said no" in denied.text
+    start(app_client)
+    bare = app_client.get("/auth/oidc/callback")
+    assert bare.status_code == 401 and "carries no state" in bare.text
+    unknown = app_client.get("/auth/okta/callback?code=x&state=y")
+    assert unknown.status_code == 404
+    assert refused(workspace) == ["provider_error", "state"]  # the unknown provider is a 404, not a sign-in

@@ -56,7 +56,9 @@ def _checked_state(pending: Mapping[str, str] | None, callback: Mapping[str, str
         detail = callback.get("error_description") or callback["error"]
         raise SignInRefused("provider_error", f"the identity provider refused the sign-in: {detail[:200]}")
     state = callback.get("state") or ""
-    if not pending or not state:
+    if not state:
+        raise SignInRefused("state", "the answer sent back here carries no state; start again from the sign-in page")
+    if not pending:
         raise SignInRefused("state", "this sign-in was not started here, or was already used (no pending state); "
                                      "start again from the sign-in page")
     if not secrets.compare_digest(state, pending.get("state", "")):

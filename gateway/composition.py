@@ -221,11 +221,13 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
 
 
 def known_secret_values(settings: Settings) -> list[Any]:
-    """Every value in the workspace's secrets, of every stack: what the last line of defence scrubs."""
+    """Every value in the workspace's secrets, of every stack, and the sign-in client secrets: what the last line
+    of defence scrubs."""
+    clients = [s.get_secret_value() for s in (settings.oidc_client_secret, settings.github_oauth_client_secret) if s]
     if not settings.secrets_path.is_dir():
-        return []
-    return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))
-            for value in json.loads(path.read_text()).values()]
+        return clients
+    return clients + [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))
+                      for value in json.loads(path.read_text()).values()]
 
 
 def sample_repo_path(sample: str = "sandbox") -> Path:

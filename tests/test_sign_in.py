@@ -7,10 +7,12 @@ expired one, a key not in the provider's JWKS, a disabled person, an unlinked id
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from gateway.api.app import create_app
+from gateway.domain.sign_in import AdmissionRule, Identity, WebSession, counted_groups
 from gateway.services.admin.sign_in import link_identity
 from gateway.services.admin.users import disable_principal
 from gateway.services.workspace import Workspace
@@ -101,6 +104,9 @@ def test_a_linked_person_signs_in_with_oidc_and_signs_out(app_client: TestClient
     assert home.status_code == 200 and "bob (approver)" in home.text
     assert events(workspace, "sign_in")[-1]["auth_method"] == f"oidc:{idp.issuer}"
     assert "POST /token" in idp.requests and "GET /jwks" in idp.requests
+    with workspace.store.session(readonly=True) as session:
+        trail = [json.dumps(e.payload) for e in session.audit.events()]
+    assert trail and not any(CLIENT_SECRET in e or "code_verifier" in e for e in trail)
 
     kept = dict(app_client.cookies)
     app_client.post("/logout", data={"csrf": csrf_of(home.text)}, follow_redirects=False)
@@ -181,7 +187,8 @@ def test_a_disabled_persons_session_ends_and_they_cannot_sign_in_again(
     gone = app_client.get("/", follow_redirects=False)
     assert gone.status_code == 303 and gone.headers["location"] == "/login"
     assert "your account is disabled" in app_client.get("/login").text
-    assert events(workspace, "sign_in.session_ended")[0]["reason"].startswith("your account is disabled")
+    ended = events(workspace, "sign_in.sessions_ended")  # at once, by the admin's disable
+    assert ended == [{"actor": "admin", "name": "bob", "sessions": 1, "reason": "the principal was disabled"}]
     page, _ = sign_in(app_client)
     assert page.status_code == 403 and "bob is disabled" in page.text
     assert refused(workspace) == ["disabled"]
@@ -325,3 +332,42 @@ def test_a_provider_that_says_no_or_a_callback_without_a_code_is_a_clear_page(
     unknown = app_client.get("/auth/okta/callback?code=x&state=y")
     assert unknown.status_code == 404
     assert refused(workspace) == ["provider_error", "state"]  # the unknown provider is a 404, not a sign-in
+
+
+# --- the rules, as tables (no server, no database) ------------------------------------------------
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("identity", "admitted"), [
+    (Identity("oidc", "https://idp", "1", "nina", "nina@example.org", True), "verified e-mail domain example.org"),
+    (Identity("oidc", "https://idp", "1", "nina", "nina@EXAMPLE.org", True), "verified e-mail domain example.org"),
+    (Identity("oidc", "https://idp", "1", "nina", "nina@example.org", False), None),  # unverified
+    (Identity("oidc", "https://idp", "1", "nina", "nina@example.org.evil.com", True), None),
+    (Identity("oidc", "https://idp", "1", "nina", None, False, frozenset({"staff"})), "group staff"),
+    (Identity("oidc", "https://idp", "1", "nina", None, False, frozenset({"Staff"})), None),  # groups are exact
+])
+def test_who_an_admission_rule_lets_in(identity: Identity, admitted: str | None) -> None:
+    assert AdmissionRule(frozenset({"example.org"}), frozenset({"staff"})).admits(identity) == admitted
+
+
+@pytest.mark.parametrize(("mine", "claimed", "counted"), [
+    ({"platform", "data"}, None, {"platform", "data"}),  # the provider says nothing of groups
+    ({"platform", "data"}, {"platform", "everyone"}, {"platform"}),  # it can narrow ...
+    ({"platform"}, {"platform", "admins"}, {"platform"}),  # ... never widen
+    ({"platform"}, set(), set()),
+])
+def test_the_groups_a_session_counts(mine: set, claimed: set | None, counted: set) -> None:
+    assert counted_groups(mine, claimed) == counted
+
+
+@pytest.mark.parametrize(("ended", "disabled", "at", "reason"), [
+    (None, False, NOW, None),
+    (None, False, NOW + timedelta(hours=8), "your session expired; sign in again"),
+    (NOW, False, NOW, "your session has ended (signed out); sign in again"),
+    (NOW, True, NOW, "your account is disabled; your session has ended"),
+])
+def test_when_a_session_stops_signing_anyone_in(ended: datetime | None, disabled: bool, at: datetime,
+                                               reason: str | None) -> None:
+    session = WebSession("p1", "oidc:https://idp", None, NOW, NOW + timedelta(hours=8), ended)
+    assert session.refusal(at, disabled) == reason

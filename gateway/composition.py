@@ -131,8 +131,9 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     simulator = SandboxEngine(sandbox)
     engines: dict[str, Callable[[], Engine]] = {  # each made, and imported, when a stack first needs it
         "sandbox": lambda: simulator, "terraform": lambda: terraform_engine(settings, sealer),
-        "cloudformation": lambda: cloudformation_engine(settings)}
-    engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
+        "cloudformation": lambda: cloudformation_engine(repo.reopen())}
+    main_settings = repo.reopen()  # reads only, from any thread (a libgit2 handle per thread)
+    engine = EngineByStack(engines, lambda stack: _engine_name(main_settings, stack))
     return Workspace(
         settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
         simulator=SandboxCloud(simulator, sandbox), clock=SystemClock(), open_forge=forge_opener(settings),
@@ -148,12 +149,9 @@ def _open_checkpointer(database_url: str) -> AbstractContextManager[Any]:
     return open_checkpointer(database_url)
 
 
-def _engine_name(repo_path: Path, stack: str | None) -> str:
-    """The engine main's gateway.yaml names for `stack` (the repo's default for None or an unknown stack).
-
-    A git handle of its own: engines are shared across threads, GitPython handles are not.
-    """
-    settings = read_repo_settings(GitDeclarationRepo(repo_path))
+def _engine_name(repo: GitDeclarationRepo, stack: str | None) -> str:
+    """The engine main's gateway.yaml names for `stack` (the repo's default for None or an unknown stack)."""
+    settings = read_repo_settings(repo)
     return settings.stacks[stack].engine if stack in settings.stacks else settings.engine
 
 
@@ -164,16 +162,16 @@ def terraform_engine(settings: Settings, sealer: Sealer) -> TerraformEngine:
     return TerraformEngine(terraform_setup(settings), sealer)
 
 
-def cloudformation_engine(settings: Settings) -> CloudFormationEngine:
+def cloudformation_engine(repo: GitDeclarationRepo) -> CloudFormationEngine:
     """The cloudformation engine (imported only when a stack first needs it)."""
     from gateway.adapters.cloudformation.engine import CloudFormationEngine
 
-    return CloudFormationEngine(lambda stack: _cloudformation_settings(settings.repo_path, stack))
+    return CloudFormationEngine(lambda stack: _cloudformation_settings(repo, stack))
 
 
-def _cloudformation_settings(repo_path: Path, stack: str) -> CloudFormationSettings:
+def _cloudformation_settings(repo: GitDeclarationRepo, stack: str) -> CloudFormationSettings:
     """Where main's gateway.yaml says the stack lives in AWS (a branch cannot point the gateway elsewhere)."""
-    settings = read_repo_settings(GitDeclarationRepo(repo_path))
+    settings = read_repo_settings(repo)
     stack_settings = settings.stacks.get(stack)
     if stack_settings is None or stack_settings.cloudformation is None:
         raise ConfigError(f"stack {stack} has no cloudformation settings on main (stack_name, region)")

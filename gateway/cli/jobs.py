@@ -61,7 +61,7 @@ def worker(ctx: Context, loops: int, poll_seconds: float, metrics_port: int | No
         from gateway.composition import install_prometheus
 
         install_prometheus(ctx.ws).serve(metrics_port, metrics_host)
-    running = Worker(ctx.ws, loops, poll_seconds, ready_file=ready_file).start()
+    running = Worker(ctx.ws, loops, poll_seconds, ready_file=ready_file)
     stopping = threading.Event()
 
     def stop(*_: object) -> None:
@@ -70,7 +70,8 @@ def worker(ctx: Context, loops: int, poll_seconds: float, metrics_port: int | No
             click.echo(f"worker {running.name}: stopping, {len(running.in_hand())} job(s) in hand", err=True)
             threading.Thread(target=running.stop, args=(grace_seconds,), daemon=True).start()
 
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, stop)  # before the loops start: a stop never lands on the default handler
+    running.start()
     click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.store.dialect}"
                + (f", metrics on :{metrics_port}" if metrics_port else ""), err=True)
     try:

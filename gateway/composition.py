@@ -44,6 +44,7 @@ from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 if TYPE_CHECKING:
     from gateway.adapters.cloudformation.engine import CloudFormationEngine
     from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+    from gateway.adapters.metrics import PrometheusMetrics
     from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 
 SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform", "cloudformation": "sample_repo_cloudformation"}
@@ -141,6 +142,19 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         working_copies=GitWorkingCopies(settings.repo_path),
         open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers(),
         signer=FileSigner(settings.signing_key_path))
+
+
+def install_prometheus(ws: Workspace) -> PrometheusMetrics:
+    """Count this process's work in Prometheus' terms (the API, `gateway worker --metrics-port`); every other
+    command keeps the no-op default and never imports prometheus_client. Before the job loops copy `ws`."""
+    from gateway.adapters.metrics import PrometheusMetrics
+    from gateway.services.admin.operations import read_gauges
+
+    metrics = PrometheusMetrics(lambda: read_gauges(ws))
+    ws.metrics = metrics
+    if isinstance(ws.store, SqlStore):
+        ws.store.metrics = metrics  # the trail's appends are counted where they commit
+    return metrics
 
 
 def _open_checkpointer(database_url: str) -> AbstractContextManager[Any]:

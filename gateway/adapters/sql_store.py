@@ -634,6 +634,14 @@ class Database:
                     migration(conn)
                     conn.execute(schema_version.insert().values(version=version, applied_at=_now()))
 
+    def pending_migrations(self) -> list[int]:
+        """The migrations this code knows that the database has not run (all of them on an empty database)."""
+        with self.transaction(readonly=True) as conn:
+            if not self.engine.dialect.has_table(conn, "schema_version"):
+                return [version for version, _ in MIGRATIONS]
+            done = set(conn.scalars(select(schema_version.c.version)))
+        return [version for version, _ in MIGRATIONS if version not in done]
+
     @contextmanager
     def transaction(self, readonly: bool = False) -> Iterator[Connection]:
         """One transaction; a `readonly` one takes no write lock (SQLite: a deferred BEGIN), so readers

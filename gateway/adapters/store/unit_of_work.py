@@ -27,6 +27,7 @@ from gateway.adapters.store.main_branch import SqlMainRecords
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
 from gateway.domain.scrubbing import Scrubber
+from gateway.ports import NO_METRICS, Metrics
 
 
 class SqlUnitOfWork:
@@ -57,6 +58,10 @@ class SqlStore:
         self.locks = SqlStackLocks(db)
         self.queue = SqlJobQueue(db)
         self.dialect = db.engine.dialect.name
+        self.metrics: Metrics = NO_METRICS  # the composition root sets the process's metrics
+
+    def pending_migrations(self) -> list[int]:
+        return self.db.pending_migrations()
 
     def close(self) -> None:
         self.db.dispose()
@@ -68,3 +73,5 @@ class SqlStore:
             uow = SqlUnitOfWork(conn, self.scrubber, self.sealer)
             yield uow
             uow.audit.write_chain_head()  # once, before the commit, after however many events
+        if uow.audit.appended:  # committed: only now are they in the trail
+            self.metrics.audit_appended(uow.audit.appended)

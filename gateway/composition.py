@@ -38,7 +38,7 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
-from gateway.ports import Engine, Forge
+from gateway.ports import Engine, Forge, IdentityProvider
 from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
@@ -141,7 +141,33 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         declarations=HclDeclarations(), scanner=CheckovScanner(), rego=RegoInterpreter(),
         working_copies=GitWorkingCopies(settings.repo_path),
         open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers(),
-        signer=FileSigner(settings.signing_key_path))
+        signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings))
+
+
+def identity_providers(settings: Settings) -> dict[str, IdentityProvider]:
+    """The sign-in providers the settings configure (Authlib is imported only when one is)."""
+    found: dict[str, IdentityProvider] = {}
+    verify: Path | bool = settings.sign_in_ca_bundle or True
+    if settings.oidc_issuer:
+        if not settings.oidc_client_id or settings.oidc_client_secret is None:
+            raise ConfigError("GATEWAY_OIDC_ISSUER is set but GATEWAY_OIDC_CLIENT_ID or GATEWAY_OIDC_CLIENT_SECRET "
+                              "is not: set both (the secret from the environment, never the repo)")
+        if "openid" not in settings.oidc_scopes.split():
+            raise ConfigError(f"GATEWAY_OIDC_SCOPES {settings.oidc_scopes!r} lacks openid")
+        from gateway.adapters.identity_providers import OidcProvider
+
+        found["oidc"] = OidcProvider(settings.oidc_issuer, settings.oidc_client_id,
+                                     settings.oidc_client_secret.get_secret_value(), settings.oidc_label,
+                                     settings.oidc_scopes, settings.oidc_groups_claim, verify)
+    if settings.github_oauth_client_id:
+        if settings.github_oauth_client_secret is None:
+            raise ConfigError("GATEWAY_GITHUB_OAUTH_CLIENT_ID is set but GATEWAY_GITHUB_OAUTH_CLIENT_SECRET is not")
+        from gateway.adapters.identity_providers import GitHubOAuthProvider
+
+        found["github"] = GitHubOAuthProvider(settings.github_oauth_client_id,
+                                              settings.github_oauth_client_secret.get_secret_value(),
+                                              settings.github_oauth_url, settings.github_oauth_api_url, verify)
+    return found
 
 
 def install_prometheus(ws: Workspace) -> PrometheusMetrics:

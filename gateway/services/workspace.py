@@ -18,6 +18,7 @@ from gateway.ports import (
     DeclarationRepo,
     Engine,
     Forge,
+    NotificationSender,
     PolicyEvaluator,
     PolicyScanner,
     Signer,
@@ -47,6 +48,7 @@ class Workspace:
     open_checkpointer: Callable[[], AbstractContextManager[Any]]  # the agent graph's saved conversations
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
     signer: Signer | None = None  # the audit checkpoints' key (wired by the composition root)
+    notifier: NotificationSender | None = None  # Slack, e-mail, webhooks (wired by the composition root)
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

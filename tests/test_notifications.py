@@ -266,6 +266,18 @@ def ws(tmp_path: Path, receivers: Receivers, smtp: tuple[Mailbox, int, Path]) ->
 
 
 @pytest.fixture
+def any_ws(tmp_path: Path, receivers: Receivers, smtp: tuple[Mailbox, int, Path],
+           database_url: str) -> Iterator[Workspace]:
+    """The same, once on SQLite and once on PostgreSQL."""
+    _, port, ca = smtp
+    workspace = create_workspace(notifying_settings(tmp_path / "home", receivers, port, ca,
+                                                    database_url=database_url))
+    bootstrap_simulator(workspace)
+    yield workspace
+    workspace.close()
+
+
+@pytest.fixture
 def team(ws: Workspace, tmp_path: Path) -> tuple[People, Clone]:
     people = add_people(ws)
     clone = Clone(ws, tmp_path / "clone")
@@ -413,9 +425,10 @@ def test_each_event_reaches_each_channel_once(ws: Workspace, team: tuple[People,
     assert f"delivered approval_wanted     email:platform-mail proposal {rejected} attempts 1" in listing.stdout
 
 
-def test_a_failing_delivery_is_retried_with_backoff_then_reported(ws: Workspace, team: tuple[People, Clone],
-                                                                 receivers: Receivers) -> None:
-    people, clone = team
+def test_a_failing_delivery_is_retried_with_backoff_then_reported(any_ws: Workspace, receivers: Receivers,
+                                                                 tmp_path: Path) -> None:
+    ws, people = any_ws, add_people(any_ws)
+    clone = notify_from_main(Clone(ws, tmp_path / "clone"))
     receivers.failing["/slack/T000/B000/XXXX"] = 2  # down for a moment: the third attempt gets through
     receivers.failing["/hooks/audit"] = 100  # down for good
     proposal = propose(ws, people, clone, "bigger", '"t3.small"', '"t3.medium"')
@@ -437,9 +450,10 @@ def test_a_failing_delivery_is_retried_with_backoff_then_reported(ws: Workspace,
         [("audit-hook", 3, proposal)]
     assert sum(1 for e in trail if e.kind == "job.retrying") == 4  # two for Slack, two for the hook
 
-    job = run_cli(["job", str(hook.job_id)], ws.settings.home, people.tokens["dana"])
+    job = run_cli(["job", str(hook.job_id)], ws.settings.home, people.tokens["dana"], ws.settings.database_url)
     assert f"notify of notification {hook.id} [failed]" in job.stdout and "gave up after 3" in job.stderr
-    listing = run_cli(["notifications", "--status", "failed"], ws.settings.home, people.tokens["dana"])
+    listing = run_cli(["notifications", "--status", "failed"], ws.settings.home, people.tokens["dana"],
+                      ws.settings.database_url)
     assert listing.returncode == 0, listing.stderr
     assert "failed    approval_wanted     webhook:audit-hook" in listing.stdout and "HTTP 500" in listing.stdout
 

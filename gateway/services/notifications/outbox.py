@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from itertools import islice
 
-from gateway.domain.errors import GatewayError
 from gateway.domain.jobs import JobKind
 from gateway.domain.notifications import OUTBOX_MARKER, dedupe_key
 from gateway.domain.principals import GATEWAY
@@ -33,7 +32,8 @@ def queue_notifications(ws: Workspace) -> list[int]:
     newest = head[0] if head else 0
     if place is not None and int(place) >= newest:
         return []
-    notifications = ws.repo_settings().notifications  # main's: a gateway.yaml that does not parse stops here
+    settings = ws.repo_settings()  # main's: a gateway.yaml that does not parse stops here, the place kept
+    notifications = settings.notifications
     queued: list[int] = []
     with ws.store.session() as session:
         if place is None:  # a workspace made before the outbox: it tells from now on
@@ -44,12 +44,12 @@ def queue_notifications(ws: Workspace) -> list[int]:
             return []  # another worker took this batch
         if not notifications.routes:
             return []
-        context = NoticeContext(session, ws.repo_settings(), ws.settings.public_url, ws.scrubber.scrub)
+        context = NoticeContext(session, settings, ws.settings.public_url, ws.scrubber.scrub)
         for event in events:
             try:
                 told = notices_for(context, event)
-            except GatewayError as exc:  # one event that cannot be told never holds back the others
-                log.warning("notifications.event_skipped", seq=event.seq, kind=event.kind, error=str(exc))
+            except Exception:  # one event that cannot be told never holds back the others
+                log.exception("notifications.event_skipped", seq=event.seq, kind=event.kind)
                 continue
             for item in told:
                 for channel in notifications.channels_for(item.notice.event, item.groups):

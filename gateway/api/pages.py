@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -19,6 +19,7 @@ from gateway.domain.jobs import JobKind
 from gateway.domain.permissions import Action, may
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
+from gateway.domain.review_page import diff_page, review_page
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.sign_in import (
     decide_signed_in,
@@ -32,6 +33,7 @@ from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
 from gateway.services.agents.breaker import breaker_status
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.main_watch import unacknowledged
+from gateway.services.change.proposals import get_proposal
 from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
 from gateway.services.day_two.break_glass import overdue_windows
 
@@ -157,10 +159,26 @@ def request_status(request: Request, run_id: str, ws: WorkspaceDep, actor: PageA
     return render(request, "request_status.html", actor, run=get_agent_run(ws, actor, run_id))
 
 
+PageNumber = Annotated[int, Query(ge=1, le=2**31 - 1, description="which page, from 1")]
+
+
 @router.get("/proposals/{proposal_id}")
-def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep,
+                  page: PageNumber = 1) -> HTMLResponse:
+    """What blocks, destroys and drifts first, then page `page` of the changes, then the first page of the diff."""
     view = view_proposal(ws, actor, proposal_id)
-    return render(request, "proposal.html", actor, p=view.proposal, view=view)
+    review = review_page(view.preview_json, page)
+    return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,
+                  changes=review.changes, diff=diff_page(view.diff, 1))
+
+
+@router.get("/proposals/{proposal_id}/diff")
+def diff_lines_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep,
+                    page: PageNumber = 1) -> HTMLResponse:
+    """Page `page` of the proposal's diff."""
+    proposal = get_proposal(ws, proposal_id)
+    return render(request, "diff.html", actor, p=proposal, diff=diff_page(ws.repo.diff(proposal.base_sha,
+                                                                                         proposal.head_sha), page))
 
 
 @router.post("/proposals/{proposal_id}/decide")

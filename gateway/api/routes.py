@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from gateway.api.deps import ActorDep, JobId, ProposalId, WorkspaceDep
 from gateway.api.schemas import (
@@ -22,6 +22,7 @@ from gateway.api.schemas import (
     OverrideCreate,
     ProposalPublic,
     ProposalSummary,
+    Readiness,
     RejectionCreate,
     RequestCreate,
     RequestPublic,
@@ -30,9 +31,11 @@ from gateway.api.schemas import (
 from gateway.domain.audit import AuditEvent, Checkpoint
 from gateway.domain.errors import InputError
 from gateway.domain.jobs import JobKind
+from gateway.domain.operations import failed_checks
 from gateway.domain.preview import RENDERERS
 from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
+from gateway.services.admin.operations import check_readiness
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
 from gateway.services.change.jobs import approve_proposal, enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, override_finding, proposal_previews
@@ -49,9 +52,19 @@ ProposalQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1, description="onl
 
 @router.get("/health", response_model=Health, tags=["service"])
 def health(ws: WorkspaceDep) -> Health:
-    with ws.store.session(readonly=True) as session:
-        session.principals.count()
+    """Liveness: the process answers. It touches nothing else (a database outage is /ready's to report)."""
     return Health(status="ok", database=ws.store.dialect, engine=ws.engine.name)
+
+
+@router.get("/ready", response_model=Readiness, tags=["service"], responses={503: {"model": Readiness}})
+def ready(ws: WorkspaceDep) -> Response:
+    """Readiness: the database answers at this version's schema, the workspace and the keys read (else 503)."""
+    checks = check_readiness(ws)
+    failed = failed_checks(checks)
+    body = Readiness(status="not ready" if failed else "ready", checks={c.name: c.failure or "ok" for c in checks},
+                     failed=[c.name for c in failed],
+                     reason="; ".join(f"{c.name}: {c.failure}" for c in failed) or None)
+    return JSONResponse(body.model_dump(), status_code=503 if failed else 200)
 
 
 @router.post("/requests", response_model=RequestPublic, status_code=202, tags=["agent"])

@@ -23,6 +23,15 @@ class Health(BaseModel):
     engine: str
 
 
+class Readiness(BaseModel):
+    """Whether this process can do its work; `failed` names each check that did not pass, and why."""
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str]  # database, migrations, workspace, keys -> "ok" or what is wrong
+    failed: list[str]
+    reason: str | None = None
+
+
 class RequestCreate(BaseModel):
     text: str = Field(min_length=1, max_length=8000, description="what you want changed, in plain words")
     conversation_id: str | None = Field(default=None, max_length=36, description="continue this conversation")

@@ -171,6 +171,8 @@ def test_an_unlinked_identity_gets_no_access_until_an_admin_links_it(
     linked = run_cli(["users", "link-identity", "carol", "--issuer", idp.issuer, "--subject", "carol-sub"],
                      workspace.settings.home, people.tokens["admin"])
     assert linked.returncode == 0, linked.stderr
+    listed = run_cli(["users", "list"], workspace.settings.home, people.tokens["admin"]).stdout
+    assert f"signs in as carol-sub at {idp.issuer}" in listed
     denied = run_cli(["users", "link-identity", "alice", "--issuer", idp.issuer, "--subject", "x"],
                      workspace.settings.home, people.tokens["bob"])
     assert denied.returncode == 1 and "only admins link accounts" in denied.stderr

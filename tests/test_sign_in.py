@@ -26,7 +26,7 @@ from gateway.services.admin.sign_in import link_identity
 from gateway.services.admin.users import disable_principal
 from gateway.services.workspace import Workspace
 
-from .conftest import Clone, People, run_cli
+from .conftest import Clone, People, add_people, make_workspace, run_cli
 from .identity_providers import FakeGitHubOAuth, FakeOidcProvider, Person
 
 CLIENT_ID, CLIENT_SECRET = "gateway-pages", "pages-client-secret-7f3a"
@@ -373,3 +373,21 @@ def test_when_a_session_stops_signing_anyone_in(ended: datetime | None, disabled
                                                reason: str | None) -> None:
     session = WebSession("p1", "oidc:https://idp", None, NOW, NOW + timedelta(hours=8), ended)
     assert session.refusal(at, disabled) == reason
+
+
+def test_sign_in_sessions_on_postgresql(tmp_path: Path, postgres_url: str, idp: FakeOidcProvider) -> None:
+    ws = make_workspace(tmp_path / "pg-home", postgres_url)
+    try:
+        people = add_people(ws)
+        configure_oidc(ws, idp, oidc_groups_claim="groups")
+        link_identity(ws, people.admin, "bob", idp.issuer, "bob-sub")
+        idp.sign_in_as(Person("bob-sub", groups=["platform"]))
+        with TestClient(create_app(ws.settings, workers=0)) as client:
+            assert sign_in(client)[0].status_code == 303
+            home = client.get("/")
+            assert home.status_code == 200 and "bob (approver)" in home.text
+            client.post("/logout", data={"csrf": csrf_of(home.text)})
+            assert client.get("/", follow_redirects=False).status_code == 303
+        assert events(ws, "sign_in")[-1]["counted_groups"] == ["platform"]
+    finally:
+        ws.close()

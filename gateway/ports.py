@@ -2,7 +2,7 @@
 
     Store            units of work (`session()`), plus the stack locks and job queue that commit on their own
     UnitOfWork       one transaction, one repository per aggregate: principals, proposals, conversations,
-                     jobs, github, main, day_two, breaker, audit
+                     jobs, github, main, day_two, breaker, sign_in, audit
     Clock            the time
     DeclarationRepo  the declaration repo: trees read at exact commits, merges, branches the gateway writes
     SimulatedCloud   the sandbox engine's cloud, acted on behind the gateway's back (drift, faults, imports)
@@ -13,6 +13,7 @@
     Engine           plans and applies one stack (every engine emits Terraform's JSON plan)
     Forge            the code host (GitHub): pull requests, reviews, checks, teams, merges
     Metrics          what operators count (job outcomes, lock waits, deliveries...); `NO_METRICS` counts nothing
+    IdentityProvider an OpenID Connect provider or GitHub OAuth, for signing in to the pages
 
 Services name these Protocols, never an adapter: a test can hand them a fake that implements one.
 """
@@ -43,6 +44,7 @@ from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKind, ProposalStatus
 from gateway.domain.rego import RegoPolicies
 from gateway.domain.repo_settings import GitHubSettings, RepoSettings
+from gateway.domain.sign_in import Identity, WebSession
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,30 @@ class Principals(Protocol):
     def by_github_id(self, github_id: int) -> Principal | None: ...
 
     def github_login_of(self, principal_id: str) -> str | None: ...
+
+
+class SignInRecords(Protocol):
+    """Identities linked to principals (issuer and subject), and the page sessions, kept by the hash of their id."""
+
+    def link_identity(self, principal: Principal, issuer: str, subject: str, display: str) -> None:
+        """Link an identity to a principal (an identity maps to one principal; a relink moves it)."""
+        ...
+
+    def principal_of(self, issuer: str, subject: str) -> Principal | None: ...
+
+    def identities_of(self, principal_id: str) -> list[tuple[str, str]]:
+        """The (issuer, subject) pairs linked to a principal."""
+        ...
+
+    def open_session(self, id_hash: str, session: WebSession) -> None: ...
+
+    def get_session(self, id_hash: str) -> WebSession | None: ...
+
+    def end_session(self, id_hash: str, at: datetime) -> None: ...
+
+    def end_sessions_of(self, principal_id: str, at: datetime) -> int:
+        """End every open session of a principal; how many were open."""
+        ...
 
 
 class Proposals(Protocol):
@@ -614,6 +640,7 @@ class UnitOfWork(Protocol):
     main: MainRecords
     day_two: DayTwoRecords
     breaker: BreakerRecords
+    sign_in: SignInRecords
     audit: AuditLog
 
 
@@ -885,4 +912,28 @@ class Forge(Protocol):
 
     def is_team_member(self, team_slug: str, login: str) -> bool:
         """An active member of the team now (a pending invitation does not count)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SignInStart:
+    """Where to send the person, and what the callback must match (kept in the signed cookie until then)."""
+
+    url: str
+    pending: dict[str, str]  # state, nonce, code_verifier, redirect_uri
+
+
+class IdentityProvider(Protocol):
+    """An identity provider the pages offer (OpenID Connect, GitHub OAuth): authorization code flow with PKCE."""
+
+    name: str  # in URLs: /login/NAME
+    label: str  # on the sign-in page
+
+    def start(self, redirect_uri: str) -> SignInStart:
+        """The authorization URL with a fresh state (and nonce), and the PKCE verifier kept for the callback."""
+        ...
+
+    def finish(self, pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Identity:
+        """Check the callback against what `start` kept, redeem the code and verify the answer; `SignInRefused`
+        (naming the check that failed) otherwise."""
         ...

@@ -393,13 +393,34 @@ break_glass_windows = Table(
     Column("acknowledgement", Text, nullable=True),
 )
 
+# Signing in (migration 19): identities linked to principals by issuer and subject, and server-side page sessions.
+oidc_identities = Table(
+    "oidc_identities", metadata,
+    Column("issuer", String(500), primary_key=True),  # the OIDC `iss`; GitHub identities live in github_accounts
+    Column("subject", String(255), primary_key=True),  # the `sub`: stable, unlike an e-mail address
+    Column("principal_id", String(36), nullable=False, index=True),
+    Column("display", String(200), nullable=False),  # shown to admins; never what the identity maps by
+    Column("linked_at", DateTime(timezone=True), nullable=False),
+)
+
+web_sessions = Table(
+    "web_sessions", metadata,
+    Column("id_hash", String(64), primary_key=True),  # SHA-256 of the random session id the cookie carries
+    Column("principal_id", String(36), nullable=False, index=True),
+    Column("auth_method", String(600), nullable=False),  # token, github, oidc:<issuer>
+    Column("claimed_groups", JSON, nullable=True),  # the provider's groups claim at sign-in (null: none sent)
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+)
+
 markers = Table(  # small facts the gateway keeps: the last main commit it has looked at
     "markers", metadata,
     Column("name", String(60), primary_key=True),
     Column("value", String(200), nullable=False),
 )
 
-_LATER_TABLES = ("drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -590,6 +611,11 @@ def _backfill_canonical(conn: Connection, batch: int = 5000) -> None:
         after = rows[-1]["seq"]
 
 
+def _sign_in(conn: Connection) -> None:
+    """Signing in with OpenID Connect and GitHub: linked identities, and page sessions kept server-side."""
+    metadata.create_all(conn, tables=[oidc_identities, web_sessions])
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -609,6 +635,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (16, _job_retries),  # a webhook job's retries
     (17, _agent_turns_as_jobs),
     (18, _canonical_events),  # the trail stores each event's canonical bytes
+    (19, _sign_in),  # OIDC identities and server-side web sessions
 ]
 
 

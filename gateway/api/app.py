@@ -56,7 +56,8 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
                   description="Proposals, approvals bound to exact plans, exact-plan applies, and the audit trail.")
     app.state.workspace = workspace
     app.add_middleware(SessionMiddleware, secret_key=session_secret(settings), session_cookie="gateway_session",
-                       same_site="strict", https_only=settings.secure_cookies, max_age=8 * 3600)
+                       same_site="lax", https_only=settings.cookies_secure,
+                       max_age=None)  # ends with the browser; the server-side session's expiry is what counts
     app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
     app.include_router(routes.router)
     app.include_router(pages.router)

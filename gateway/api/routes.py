@@ -17,6 +17,7 @@ from gateway.api.schemas import (
     ErrorPublic,
     EventPublic,
     Health,
+    InboxEntry,
     JobPublic,
     OverrideCreate,
     ProposalPublic,
@@ -38,7 +39,7 @@ from gateway.services.admin.operations import check_readiness
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
 from gateway.services.change.jobs import approve_proposal, enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, override_finding, proposal_previews
-from gateway.services.change.views import list_proposal_rows, view_proposal
+from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
 from gateway.services.forge.github_webhooks import MAX_BODY, receive_delivery
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
@@ -85,6 +86,12 @@ def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None)
                             requester=r.requester, proposer=r.proposer, risk=r.risk, blocked_by=r.blocked_by,
                             created_at=r.created_at, waiting_for_you=r.waiting_for_you)
             for r in list_proposal_rows(ws, actor, status)]
+
+
+@router.get("/inbox", response_model=list[InboxEntry], tags=["proposals"])
+def read_inbox(ws: WorkspaceDep, actor: ActorDep) -> list[InboxEntry]:
+    """Waiting for you: what you can approve or reject now, and why each needs you (group, risk tier, quorum)."""
+    return [InboxEntry(**item.to_public()) for item in inbox(ws, actor)]
 
 
 def proposal_document(ws: WorkspaceDep, actor: ActorDep, proposal_id: int) -> Response:

@@ -99,6 +99,21 @@ class ProposalSummary(BaseModel):
     waiting_for_you: bool = Field(default=False, description="you may approve it now")
 
 
+class InboxEntry(BaseModel):
+    """A proposal you can decide now, and why it needs you."""
+
+    id: int
+    branch: str
+    reason: str
+    requester: str
+    stacks: list[str]
+    risk: str = Field(description="its risk tier")
+    groups: list[str] = Field(description="your groups that may decide it (approver groups of its stacks)")
+    required_approvals: int = Field(description="the quorum: approvals it needs")
+    current_approvals: int = Field(description="current approvals it has")
+    why: list[str] = Field(description="the same, in sentences")
+
+
 class ProposalPublic(ProposalSummary):
     head_sha: str
     base_sha: str

@@ -19,6 +19,7 @@ from gateway.ports import (
     DeclarationRepo,
     Engine,
     Forge,
+    IdentityProvider,
     Metrics,
     PolicyEvaluator,
     PolicyScanner,
@@ -50,6 +51,7 @@ class Workspace:
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
     signer: Signer | None = None  # the audit checkpoints' key (wired by the composition root)
     metrics: Metrics = NO_METRICS  # what operators count; the API and `gateway worker --metrics-port` wire Prometheus
+    identity_providers: Mapping[str, IdentityProvider] = field(default_factory=dict)  # sign-in: oidc, github
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

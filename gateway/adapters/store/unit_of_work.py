@@ -26,6 +26,7 @@ from gateway.adapters.store.locks import SqlStackLocks
 from gateway.adapters.store.main_branch import SqlMainRecords
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
+from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import NO_METRICS, Metrics
 
@@ -45,6 +46,7 @@ class SqlUnitOfWork:
         self.main = SqlMainRecords(self)
         self.day_two = SqlDayTwoRecords(self)
         self.breaker = SqlBreakerRecords(self)
+        self.sign_in = SqlSignInRecords(self)
         self.audit = SqlAuditLog(self)
 
 

@@ -23,6 +23,7 @@ from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.notifiers import ChannelSenders
 from gateway.adapters.policy_engines import CheckovScanner, RegoInterpreter
 from gateway.adapters.sandbox.cloud import SandboxCloud
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -110,9 +111,10 @@ def _handler_table() -> dict[JobKind, JobHandler]:
     from gateway.services.change.jobs import run_apply_job, run_plan_job
     from gateway.services.forge.github import run_publish_job
     from gateway.services.forge.github_webhooks import run_webhook_job
+    from gateway.services.notifications.delivery import run_notify_job
 
     return {JobKind.PLAN: run_plan_job, JobKind.APPLY: run_apply_job, JobKind.PUBLISH: run_publish_job,
-            JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job}
+            JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job, JobKind.NOTIFY: run_notify_job}
 
 
 def open_workspace(settings: Settings) -> Workspace:
@@ -141,7 +143,8 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         declarations=HclDeclarations(), scanner=CheckovScanner(), rego=RegoInterpreter(),
         working_copies=GitWorkingCopies(settings.repo_path),
         open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers(),
-        signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings))
+        signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
+        notifier=ChannelSenders(settings))
 
 
 def identity_providers(settings: Settings) -> dict[str, IdentityProvider]:
@@ -233,11 +236,15 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
 
 
 def known_secret_values(settings: Settings) -> list[Any]:
-    """Every value in the workspace's secrets, of every stack: what the last line of defence scrubs."""
+    """Every value in the workspace's secrets, of every stack, and the notification channels' secrets: what the last
+    line of defence scrubs."""
+    channels = [value for secret in settings.notification_channels.values() for value in secret.values()]
+    if settings.smtp_password is not None:
+        channels.append(settings.smtp_password.get_secret_value())
     if not settings.secrets_path.is_dir():
-        return []
+        return channels
     return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))
-            for value in json.loads(path.read_text()).values()]
+            for value in json.loads(path.read_text()).values()] + channels
 
 
 def sample_repo_path(sample: str = "sandbox") -> Path:

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ChannelSecret(BaseModel):
+    """What a notification channel needs that the declaration repo must never hold, by the channel's name."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: SecretStr | None = Field(default=None, description="a Slack incoming webhook's URL, or a webhook's receiver")
+    key: SecretStr | None = Field(default=None, description="a webhook's HMAC-SHA256 key (X-Gateway-Signature-256)")
+    token: SecretStr | None = Field(default=None, description="a Slack bot token, for chat.postMessage")
+
+    def values(self) -> list[str]:
+        return [s.get_secret_value() for s in (self.url, self.key, self.token) if s is not None]
 
 
 class Settings(BaseSettings):
@@ -74,6 +86,24 @@ class Settings(BaseSettings):
     model_timeout: float = Field(default=120, gt=0, description="seconds one model call may take (GATEWAY_MODEL_TIMEOUT)")
     model_retries: int = Field(default=3, ge=0, le=10, description="retries of a failed model call, with exponential "
                                                                    "backoff (GATEWAY_MODEL_RETRIES)")
+
+    notification_channels: dict[str, ChannelSecret] = Field(
+        default={}, description="each notification channel's secret by the name gateway.yaml gives it, as JSON: "
+        '{"ops-slack": {"url": "https://hooks.slack.com/..."}, "hook": {"url": "https://...", "key": "..."}}')
+    smtp_host: str | None = Field(default=None, description="the SMTP server e-mail notifications go through")
+    smtp_port: int = Field(default=587, ge=1, le=65535)
+    smtp_username: str | None = Field(default=None)
+    smtp_password: SecretStr | None = Field(default=None)
+    smtp_from: str = Field(default="change-gateway@localhost", description="the From: of e-mail notifications")
+    smtp_ca_file: Path | None = Field(default=None, description="CA certificates the SMTP server's certificate is "
+                                      "checked against (default: the system's)")
+    smtp_starttls: bool = Field(default=True, description="refuse an SMTP server that does not offer STARTTLS")
+    slack_api_url: str = Field(default="https://slack.com/api", description="where chat.postMessage is")
+    notify_timeout_seconds: float = Field(default=10.0, gt=0, description="longest one delivery attempt may take")
+    notify_retry_seconds: float = Field(default=5.0, gt=0, description="first wait after a failed delivery; doubles")
+    notify_retry_max_seconds: float = Field(default=300.0, gt=0, description="longest wait between two attempts")
+    notify_attempts: int = Field(default=10, ge=1, description="attempts before a delivery is reported failed")
+    notify_max_age_seconds: float = Field(default=86400.0, gt=0, description="a delivery is given up after this long")
 
     data_key_file: Path | None = Field(
         default=None, description="Fernet key sealing saved plans and the simulated cloud at rest (default: made in "

@@ -2,7 +2,7 @@
 
     Store            units of work (`session()`), plus the stack locks and job queue that commit on their own
     UnitOfWork       one transaction, one repository per aggregate: principals, proposals, conversations,
-                     jobs, github, main, day_two, breaker, sign_in, audit
+                     jobs, github, main, day_two, breaker, sign_in, notifications, audit
     Clock            the time
     DeclarationRepo  the declaration repo: trees read at exact commits, merges, branches the gateway writes
     SimulatedCloud   the sandbox engine's cloud, acted on behind the gateway's back (drift, faults, imports)
@@ -14,6 +14,7 @@
     Forge            the code host (GitHub): pull requests, reviews, checks, teams, merges
     Metrics          what operators count (job outcomes, lock waits, deliveries...); `NO_METRICS` counts nothing
     IdentityProvider an OpenID Connect provider or GitHub OAuth, for signing in to the pages
+    NotificationSender  delivers one notice to one channel (Slack, e-mail, a signed webhook)
 
 Services name these Protocols, never an adapter: a test can hand them a fake that implements one.
 """
@@ -37,6 +38,7 @@ from gateway.domain.github import Check, PullInfo
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import LockAttempt, StackLock
+from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
 from gateway.domain.operations import QueueDepth
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.preview import DriftEntry
@@ -524,6 +526,31 @@ class BreakerRecords(Protocol):
     def set(self, scope: str, is_open: bool, reason: str, by: str) -> None: ...
 
 
+class Notifications(Protocol):
+    """Notifications, each delivered once: queued, then delivered or reported failed."""
+
+    def add(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None) -> int | None:
+        """Queue a notification; None when one with this dedupe key exists (it is never sent twice)."""
+        ...
+
+    def set_job(self, notification_id: int, job_id: int) -> None: ...
+
+    def get(self, notification_id: int) -> Notification: ...
+
+    def record_attempt(self, notification_id: int, attempts: int, error: str | None) -> None:
+        """An attempt failed and another follows: it stays queued, saying why it waits."""
+        ...
+
+    def finish(self, notification_id: int, status: NotificationStatus, attempts: int, error: str | None = None,
+               receipt: str | None = None) -> bool:
+        """Delivered or failed, once: False when it had already ended."""
+        ...
+
+    def list(self, status: NotificationStatus | None = None, limit: int = 100) -> list[Notification]:
+        """Newest first."""
+        ...
+
+
 class AuditLog(Protocol):
     """The hash-chained audit trail: appends, queries, the chain's head and its signed checkpoints."""
 
@@ -641,6 +668,7 @@ class UnitOfWork(Protocol):
     day_two: DayTwoRecords
     breaker: BreakerRecords
     sign_in: SignInRecords
+    notifications: Notifications
     audit: AuditLog
 
 
@@ -936,4 +964,11 @@ class IdentityProvider(Protocol):
     def finish(self, pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Identity:
         """Check the callback against what `start` kept, redeem the code and verify the answer; `SignInRefused`
         (naming the check that failed) otherwise."""
+class NotificationSender(Protocol):
+    """Delivers one notice to one channel, with the channel's secret from the gateway's settings."""
+
+    def send(self, channel: Channel, notice: Notice, delivery_id: str) -> str:
+        """Deliver it; what the channel answered. `Unavailable` when a later attempt may succeed (no connection, a
+        5xx, a rate limit, an SMTP 4xx), `BackendError` when it never will (refused), `ConfigError` when the gateway
+        has no secret for the channel."""
         ...

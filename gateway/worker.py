@@ -5,7 +5,7 @@ any number of machines can share one PostgreSQL. A housekeeping thread beside th
 the work of workers that stopped heart-beating as interrupted, and queues a plan job for every open
 proposal whose branch, main or stack state moved (reads never re-plan), and a publish job for every
 pull request that shows less than its proposal's trail; it also signs a checkpoint of the audit chain when one
-is due.
+is due, and queues the notifications of what the trail recorded since its last pass.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gateway.services.change.main_watch import watch_main
 from gateway.services.day_two.break_glass import sweep_break_glass
 from gateway.services.day_two.drift_records import check_scheduled_drift
 from gateway.services.forge.github import queue_behind
+from gateway.services.notifications.outbox import queue_notifications
 from gateway.services.workspace import Workspace
 
 log = get_logger(__name__)
@@ -172,6 +173,7 @@ HOUSEKEEPING: tuple[tuple[str, Callable[[Workspace], object]], ...] = (
     ("checkpoint", checkpoint_if_due),
     ("drift_check", check_scheduled_drift),
     ("break_glass_sweep", sweep_break_glass),
+    ("notify", queue_notifications),  # last: what the steps above recorded is told in the same pass
 )
 
 

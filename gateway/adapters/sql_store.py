@@ -40,6 +40,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from gateway.domain.audit import GENESIS, event_addresses, event_bytes, event_outcome
 from gateway.domain.errors import BackendError, ConfigError
+from gateway.domain.notifications import OUTBOX_MARKER
 
 metadata = MetaData()
 
@@ -420,7 +421,28 @@ markers = Table(  # small facts the gateway keeps: the last main commit it has l
     Column("value", String(200), nullable=False),
 )
 
-_LATER_TABLES = ("oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+# Notifications (migration 20): one row per (event, subject, channel), delivered once by a notify job.
+notifications = Table(
+    "notifications", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dedupe_key", String(200), nullable=False, unique=True),  # event:subject:channel, never two
+    Column("event", String(40), nullable=False),
+    Column("channel", String(20), nullable=False),  # slack | email | webhook
+    Column("target", String(100), nullable=False),  # the channel's name in gateway.yaml
+    Column("spec", JSON, nullable=False),  # the channel as main named it when the notice was queued
+    Column("notice", JSON, nullable=False),  # the masked message
+    Column("proposal_id", Integer, nullable=True),
+    Column("audit_seq", BigInteger, nullable=True),  # the trail event it tells of
+    Column("status", String(20), nullable=False, index=True),  # queued | delivered | failed
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("error", Text, nullable=True),
+    Column("receipt", Text, nullable=True),  # what the channel answered
+    Column("job_id", Integer, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+)
+
+_LATER_TABLES = ("notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -614,6 +636,13 @@ def _backfill_canonical(conn: Connection, batch: int = 5000) -> None:
 def _sign_in(conn: Connection) -> None:
     """Signing in with OpenID Connect and GitHub: linked identities, and page sessions kept server-side."""
     metadata.create_all(conn, tables=[oidc_identities, web_sessions])
+def _notifications(conn: Connection) -> None:
+    """Notifications and the outbox's place in the trail: it starts at the trail's head as it is now, so an upgraded
+    gateway tells of what happens from now on, not of its whole history."""
+    metadata.create_all(conn, tables=[notifications])
+    head = conn.scalar(select(audit_head.c.seq).where(audit_head.c.id == 1)) or 0
+    if conn.scalar(select(markers.c.value).where(markers.c.name == OUTBOX_MARKER)) is None:
+        conn.execute(markers.insert().values(name=OUTBOX_MARKER, value=str(head)))
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
@@ -636,6 +665,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (17, _agent_turns_as_jobs),
     (18, _canonical_events),  # the trail stores each event's canonical bytes
     (19, _sign_in),  # OIDC identities and server-side web sessions
+    (20, _notifications),  # notifications, delivered once each, and the outbox's place in the trail
 ]
 
 

@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "(`--agent --for PERSON`)."),
     "merge": ("proposals", "Leave `unmerged`: merge an applied proposal into main again, or acknowledge a merge "
                            "made by hand."),
+    "notifications": ("notifications", "Notifications sent to Slack, e-mail and webhooks: delivered, waiting for a "
+                                       "retry, or failed (newest first)."),
     "override": ("proposals", "Override one deny finding as a policy owner (recorded, attributable, expiring)."),
     "plan": ("plans", "Plan one stack of the declaration repo with its engine and print the preview."),
     "policy": ("policy", "Rego policies under policies/ on main: run their tests, try them on a plan."),

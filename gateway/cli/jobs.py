@@ -28,6 +28,7 @@ def job(ctx: Context, job_id: int, wait: bool) -> None:
     ctx.actor()
     found = ctx.ws.store.queue.get(job_id)
     subject = (f"request {found.args.get('run')}" if found.kind == JobKind.AGENT_TURN
+               else f"notification {found.args.get('notification')}" if found.kind == JobKind.NOTIFY
                else f"proposal {found.proposal_id}")
     click.echo(f"job {found.id}: {found.kind.value} of {subject} [{found.status.value}]"
                + (f" on {found.runner}" if found.runner else ""))

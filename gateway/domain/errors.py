@@ -17,7 +17,9 @@ GatewayError                      anything the gateway reports to a person
 ├── NotConfigured                 an optional part (the model) has no settings
 └── BackendError                  git, the database, the model or an engine binary failed underneath
     └── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
-                                  connection); the same request later may well succeed
+        │                         connection); the same request later may well succeed
+        └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
+                                  decided this was not its last attempt)
 """
 
 from __future__ import annotations
@@ -108,3 +110,11 @@ class Unavailable(BackendError):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RetryLater(Unavailable):
+    """A job's handler asks the queue to run it again after `retry_after` seconds; it has decided this attempt was
+    not its last (its own retry policy), so the queue does not judge again."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message, retry_after)

@@ -21,6 +21,7 @@ from gateway.ports import (
     Forge,
     IdentityProvider,
     Metrics,
+    NotificationSender,
     PolicyEvaluator,
     PolicyScanner,
     Signer,
@@ -52,6 +53,7 @@ class Workspace:
     signer: Signer | None = None  # the audit checkpoints' key (wired by the composition root)
     metrics: Metrics = NO_METRICS  # what operators count; the API and `gateway worker --metrics-port` wire Prometheus
     identity_providers: Mapping[str, IdentityProvider] = field(default_factory=dict)  # sign-in: oidc, github
+    notifier: NotificationSender | None = None  # Slack, e-mail, webhooks (wired by the composition root)
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

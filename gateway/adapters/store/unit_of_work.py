@@ -24,6 +24,7 @@ from gateway.adapters.store.github import SqlGitHubRecords
 from gateway.adapters.store.jobs import SqlJobQueue, SqlJobs
 from gateway.adapters.store.locks import SqlStackLocks
 from gateway.adapters.store.main_branch import SqlMainRecords
+from gateway.adapters.store.notifications import SqlNotifications
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
 from gateway.adapters.store.sign_in import SqlSignInRecords
@@ -47,6 +48,7 @@ class SqlUnitOfWork:
         self.day_two = SqlDayTwoRecords(self)
         self.breaker = SqlBreakerRecords(self)
         self.sign_in = SqlSignInRecords(self)
+        self.notifications = SqlNotifications(self)
         self.audit = SqlAuditLog(self)
 
 

@@ -51,9 +51,9 @@ def interrupt_stale_jobs(ws: Workspace) -> list[str]:
     recovered: list[str] = []
     for job in ws.store.queue.stale(ws.settings.lock_ttl_seconds):
         with ws.store.session() as session:
-            if job.kind is JobKind.WEBHOOK and job.attempts < HANDLING_ATTEMPTS:
+            if job.kind in (JobKind.WEBHOOK, JobKind.NOTIFY) and job.attempts < HANDLING_ATTEMPTS:
                 # a delivery was answered 202, so GitHub never sends it again: a dead worker's delivery is handled
-                # again (read back from GitHub each time), never dropped
+                # again (read back from GitHub each time), never dropped; so is a notification a worker died sending
                 why = f"worker {job.runner} stopped heart-beating while handling it"
                 if session.jobs.retry(job.id, ws.clock.now(), why):
                     session.audit.append(GATEWAY, "job.retrying", {"job": job.id, "kind": job.kind.value,

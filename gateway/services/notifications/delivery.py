@@ -50,6 +50,7 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Any) -> Resul
             session.notifications.record_attempt(notification_id, attempt, str(exc))
         ws.metrics.notification_delivered(channel.kind.value, "retried")
         progress(f"  {exc}; again in {wait.total_seconds():g} s")
+        ws.metrics.notification_delivered(channel.kind.value, "retried")
         raise RetryLater(str(exc), wait.total_seconds()) from exc
     except GatewayError as exc:  # refused, or not configured: another attempt would not do better
         return _report(ws, notification, attempt, str(exc))
@@ -62,6 +63,7 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Any) -> Resul
                                  None, notification.notice.stacks)
     ws.metrics.notification_delivered(channel.kind.value, "delivered")
     progress(f"  delivered: {receipt}")
+    ws.metrics.notification_delivered(channel.kind.value, "delivered")
     return JobStatus.SUCCEEDED, {"notification": notification_id, "receipt": receipt}, None
 
 

@@ -48,7 +48,6 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Any) -> Resul
                                                       f"{int(age.total_seconds())} s: {exc}")
         with ws.store.session() as session:
             session.notifications.record_attempt(notification_id, attempt, str(exc))
-        ws.metrics.notification_delivered(channel.kind.value, "retried")
         progress(f"  {exc}; again in {wait.total_seconds():g} s")
         ws.metrics.notification_delivered(channel.kind.value, "retried")
         raise RetryLater(str(exc), wait.total_seconds()) from exc
@@ -61,7 +60,6 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Any) -> Resul
         if session.notifications.finish(notification_id, NotificationStatus.DELIVERED, attempt, receipt=receipt):
             session.audit.append(GATEWAY, "notification.delivered", _payload(notification, attempt, receipt=receipt),
                                  None, notification.notice.stacks)
-    ws.metrics.notification_delivered(channel.kind.value, "delivered")
     progress(f"  delivered: {receipt}")
     ws.metrics.notification_delivered(channel.kind.value, "delivered")
     return JobStatus.SUCCEEDED, {"notification": notification_id, "receipt": receipt}, None

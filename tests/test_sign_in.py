@@ -308,6 +308,7 @@ def test_signing_in_with_github_maps_by_the_numeric_id(workspace: Workspace, git
     s.github_oauth_url = s.github_oauth_api_url = github.url
     with workspace.store.session() as session:
         session.principals.link_github(people.bob, 4242, "bob-gh")
+        session.principals.link_github(people.agent, 777, "infra-bot")
     with TestClient(create_app(s, workers=0)) as client:
         assert "Sign in with GitHub" in client.get("/login").text
         github.sign_in_as(4242, "renamed-bob")  # a renamed login is still bob: the id maps
@@ -318,8 +319,11 @@ def test_signing_in_with_github_maps_by_the_numeric_id(workspace: Workspace, git
         github.sign_in_as(999, "bob-gh")  # another account that took bob's old login: no access
         page, _ = sign_in(TestClient(client.app), "github")
         assert page.status_code == 403 and "not linked to a gateway user" in page.text
+        github.sign_in_as(777, "infra-bot")  # an agent's account opens no session
+        page, _ = sign_in(TestClient(client.app), "github")
+        assert page.status_code == 403 and "agents cannot sign in to the review pages" in page.text
     assert events(workspace, "sign_in")[-1]["auth_method"] == "github"
-    assert refused(workspace) == ["state", "unlinked"]
+    assert refused(workspace) == ["state", "unlinked", "not_a_person"]
 
 
 def test_a_provider_that_says_no_or_a_callback_without_a_code_is_a_clear_page(

@@ -29,9 +29,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from fastapi.testclient import TestClient
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import committer_env
+from gateway.api.app import create_app
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Refused
@@ -108,6 +110,7 @@ class Receivers:
         self.received: dict[str, list[dict[str, Any]]] = {}
         self.refused: list[str] = []
         self.failing: Counter[str] = Counter()
+        self.attempts: dict[str, list[tuple[str | None, str | None]]] = {}  # path: (delivery id, timestamp) tried
         self.seen_deliveries: set[str] = set()
         self.lock = threading.Lock()
         outer = self
@@ -131,6 +134,8 @@ class Receivers:
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
         with self.lock:
+            self.attempts.setdefault(path, []).append((headers.get("X-Gateway-Delivery"),
+                                                       headers.get("X-Gateway-Timestamp")))
             if self.failing[path] > 0:
                 self.failing[path] -= 1
                 return 500, '{"error": "down for a moment"}'
@@ -444,6 +449,8 @@ def test_a_failing_delivery_is_retried_with_backoff_then_reported(any_ws: Worksp
     assert (hook.status, hook.attempts) == (NotificationStatus.FAILED, 3)
     assert hook.error is not None and "gave up after 3 attempt(s)" in hook.error and "HTTP 500" in hook.error
     assert "/hooks/audit" not in receivers.received
+    tried = receivers.attempts["/hooks/audit"]
+    assert len(tried) == 3 and len({delivery for delivery, _ in tried}) == 1  # a receiver can tell a retry
     assert took >= 0.05 + 0.1  # waited the backoff: 0.05 s, then 0.1 s
     failed = [e for e in trail if e.kind == "notification.failed"]
     assert [(e.payload["target"], e.payload["attempts"], e.payload["proposal"]) for e in failed] == \
@@ -456,6 +463,15 @@ def test_a_failing_delivery_is_retried_with_backoff_then_reported(any_ws: Worksp
                       ws.settings.database_url)
     assert listing.returncode == 0, listing.stderr
     assert "failed    approval_wanted     webhook:audit-hook" in listing.stdout and "HTTP 500" in listing.stdout
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        answer = client.get("/api/v1/notifications", params={"status": "failed"},
+                            headers={"Authorization": f"Bearer {people.tokens['dana']}"})
+        assert answer.status_code == 200, answer.text
+        [listed] = answer.json()
+        assert (listed["target"], listed["attempts"], listed["proposal_id"]) == ("audit-hook", 3, proposal)
+        assert listed["title"].startswith(f"Approval wanted: proposal {proposal}")
+        refused = client.get("/api/v1/notifications", headers={"Authorization": f"Bearer {people.tokens['alice']}"})
+        assert refused.status_code == 403, refused.text
 
 
 def test_a_receiver_that_is_down_and_a_refusal_are_reported(tmp_path: Path, receivers: Receivers,

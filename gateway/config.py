@@ -34,7 +34,29 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     session_secret: SecretStr | None = Field(default=None, description="key that signs session cookies")
-    secure_cookies: bool = Field(default=False, description="send the session cookie over HTTPS only")
+    secure_cookies: bool = Field(default=False, description="send the session cookie over HTTPS only (also when "
+                                 "public_url is https)")
+    web_session_hours: float = Field(default=8.0, gt=0, description="a page session ends this long after sign-in")
+    oidc_issuer: str | None = Field(default=None, description="OpenID Connect issuer URL (its discovery document "
+                                    "is at ISSUER/.well-known/openid-configuration); unset: no OIDC sign-in")
+    oidc_client_id: str | None = Field(default=None, description="the gateway's client id at the OIDC provider")
+    oidc_client_secret: SecretStr | None = Field(default=None, description="its client secret (from the "
+                                                 "environment or a secret store, never the repo)")
+    oidc_label: str = Field(default="OpenID Connect", description="the provider's name on the sign-in page")
+    oidc_scopes: str = Field(default="openid email profile", description="scopes asked for (openid is required)")
+    oidc_groups_claim: str | None = Field(default=None, description="ID token claim listing the person's groups: "
+                                          "then a decision counts only for the gateway groups it names too")
+    github_oauth_client_id: str | None = Field(default=None, description="GitHub OAuth app client id; unset: no "
+                                               "GitHub sign-in")
+    github_oauth_client_secret: SecretStr | None = Field(default=None, description="the OAuth app's client secret")
+    github_oauth_url: str = Field(default="https://github.com", description="GitHub's web address (OAuth pages)")
+    github_oauth_api_url: str = Field(default="https://api.github.com", description="GitHub's API (for /user)")
+    sign_in_ca_bundle: Path | None = Field(default=None, description="CA bundle for the identity providers' TLS "
+                                           "(default: the system's)")
+    admit_domains: str = Field(default="", description="comma-separated e-mail domains whose verified, unlinked "
+                               "identities are admitted as requesters")
+    admit_groups: str = Field(default="", description="comma-separated provider groups whose unlinked members are "
+                              "admitted as requesters")
     scrub_known_secrets: bool = Field(
         default=True, description="last line of defence: cut every known secret value out of all output; "
         "turn off only to prove that masking holds without it")
@@ -89,6 +111,11 @@ class Settings(BaseSettings):
     audit_signing_key_file: Path | None = Field(
         default=None, description="Ed25519 key that signs audit checkpoints (default: made in the workspace, 0600)")
     audit_checkpoint_minutes: float = Field(default=60.0, gt=0, description="how often workers sign a checkpoint")
+
+    @property
+    def cookies_secure(self) -> bool:
+        """Whether the session cookie carries the Secure flag: when configured, or when people reach us over TLS."""
+        return self.secure_cookies or self.public_url.lower().startswith("https://")
 
     @property
     def data_key_path(self) -> Path:

@@ -9,6 +9,7 @@ GatewayError                      anything the gateway reports to a person
 │   │   └── RefMoved              a branch moved between reading it and updating it (retry on the new one)
 │   └── MalformedDelivery         a webhook payload lacks a field the gateway reads, or has it mistyped
 ├── AuthError                     missing or unknown token
+│   └── SignInRefused             a sign-in with a provider failed a check (state, nonce, audience, expiry, link)
 ├── Refused                       a rule is not met; `reasons` says which, in words
 ├── PlanError                     the engine could not produce a plan (e.g. prevent_destroy)
 ├── ApplyError                    the engine failed part way through an apply
@@ -65,6 +66,14 @@ class MalformedDelivery(InputError):
 
 class AuthError(GatewayError):
     pass
+
+
+class SignInRefused(AuthError):
+    """A sign-in with an identity provider was refused: `check` names what failed (state, nonce, unlinked...)."""
+
+    def __init__(self, check: str, message: str):
+        super().__init__(message)
+        self.check = check
 
 
 class Refused(GatewayError):

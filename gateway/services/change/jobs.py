@@ -78,6 +78,7 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     beat = Heartbeat(f"job-{job.id}", max(0.05, min(10.0, ws.settings.lock_ttl_seconds / 3)),
                      lambda: ws.store.queue.heartbeat(job.id, runner))
     beat.start()
+    started = time.monotonic()
     status, result, error = JobStatus.FAILED, {}, None
     unavailable: Unavailable | None = None
     try:
@@ -99,14 +100,18 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     if unavailable is not None and (job.kind == JobKind.WEBHOOK or isinstance(unavailable, RetryLater)):
         given_up = _retry_later(ws, job, runner, unavailable, progress)
         if given_up is None:
+            ws.metrics.job_retried(job.kind.value)
             return ws.store.queue.get(job.id)
         error = given_up
     with ws.store.session() as session:
-        if session.jobs.finish(job.id, status, result, error) and _worth_recording(job, status, result):
+        finished = session.jobs.finish(job.id, status, result, error)
+        if finished and _worth_recording(job, status, result):
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
             session.audit.append(GATEWAY, f"job.{status.value}", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
                 job.proposal_id, proposal.stacks if proposal else ())
+    if finished:
+        ws.metrics.job_finished(job.kind.value, status.value, time.monotonic() - started)
     return ws.store.queue.get(job.id)
 
 

@@ -409,6 +409,7 @@ def test_each_event_reaches_each_channel_once(ws: Workspace, team: tuple[People,
     wanted = next(m for m, _, _ in mailbox.messages if "Approval wanted: proposal " + str(rejected) in m["Subject"])
     text = wanted.get_payload(decode=True).decode()
     assert "Stack app-staging: 0 to add, 1 to change, 0 to destroy; risk" in text
+    assert "Needs: needs 1 approval(s)" in text and "Approvers: groups app, platform" in text
     assert f"Review: https://gateway.example.com/proposals/{rejected}" in text
     hook = next(m for m in receivers.received["/hooks/audit"] if m["event"] == "apply_failed")
     assert hook["proposal_id"] == failing and "AccessDenied" in hook["text"]

@@ -42,10 +42,12 @@ from gateway.domain.notifications import (
     OUTBOX_MARKER,
     Channel,
     ChannelKind,
+    Notice,
     NotificationEvent,
     NotificationSettings,
     NotificationStatus,
     Route,
+    slack_body,
     summary_counts,
 )
 from gateway.domain.principals import Role
@@ -585,6 +587,25 @@ def test_routes_pick_each_channel_once(event: NotificationEvent, groups: set[str
         Route(("all",), frozenset({"data"})),
     ))
     assert [c.name for c in settings.channels_for(event, frozenset(groups))] == expected
+
+
+def test_a_title_cannot_mention_everyone_or_hide_a_link_in_slack() -> None:
+    notice = Notice(E.APPROVAL_WANTED, "Approval wanted: <!channel> <https://evil.example|click>",
+                    (("Proposal", "#1 a & b"),), "https://gateway.example.com/proposals/1")
+    body = json.dumps(slack_body(notice))
+    assert "<!channel>" not in body and "<https://evil" not in body and "&lt;!channel&gt;" in body
+    assert "<https://gateway.example.com/proposals/1|Review>" in body and "a &amp; b" in body
+
+
+def test_the_sample_repos_notifications_example_parses() -> None:
+    sample = (Path(__file__).parents[1] / "gateway" / "sample_repo" / "gateway.yaml").read_text()
+    example = "\n".join(line.removeprefix("# ").split("  #")[0] for line in sample.splitlines()
+                        if line.startswith(("# notifications:", "#   ", "#     ")) and "max_window" not in line
+                        and "codify_within" not in line and "groups: [oncall]" not in line)
+    settings = parse_repo_settings(sample + "\n" + example)
+    assert sorted(settings.notifications.channels) == ["ops-slack", "platform-mail"]
+    assert [c.name for c in settings.notifications.channels_for(E.DRIFT_FOUND, frozenset({"platform"}))] == \
+        ["ops-slack", "platform-mail"]
 
 
 def test_summary_counts_read_as_terraforms() -> None:

@@ -54,7 +54,7 @@ from gateway.domain.principals import Role
 from gateway.domain.proposal import Decision
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.admin.users import add_principal
-from gateway.services.change.jobs import run_job
+from gateway.services.change.jobs import recover_abandoned_work, run_job
 from gateway.services.change.proposals import decide, open_proposal
 from gateway.services.change.runner import apply_proposal
 from gateway.services.day_two.break_glass import close_break_glass, open_break_glass, sweep_break_glass
@@ -624,3 +624,22 @@ def test_summary_counts_read_as_terraforms() -> None:
 def test_a_bad_notifications_section_is_a_clear_error(yaml_text: str, error: str) -> None:
     with pytest.raises(ConfigError, match=error.replace(".", r"\.")):
         parse_repo_settings("stacks: {a: {path: stacks/a, approvers: [p]}}\n" + yaml_text)
+
+
+def test_a_notification_whose_worker_died_while_sending_it_is_sent_again(ws: Workspace, team: tuple[People, Clone],
+                                                                         receivers: Receivers) -> None:
+    people, clone = team
+    propose(ws, people, clone, "bigger", '"t3.small"', '"t3.medium"')
+    queue_notifications(ws)
+    with ws.store.session(readonly=True) as session:
+        hook = next(n for n in session.notifications.list() if n.channel.name == "audit-hook")
+    assert hook.job_id is not None
+    dead = ws.store.queue.claim("dead-host:1", job_id=hook.job_id)  # claimed, then its worker was killed
+    assert dead is not None
+    ws.settings = ws.settings.model_copy(update={"lock_ttl_seconds": 0.2})
+    time.sleep(0.3)  # its heartbeat lapses
+    assert f"job {hook.job_id} of worker dead-host:1, queued again" in recover_abandoned_work(ws)
+    deliver(ws)
+    assert [m["event"] for m in receivers.received["/hooks/audit"]] == ["approval_wanted"]
+    with ws.store.session(readonly=True) as session:
+        assert session.notifications.get(hook.id).status == NotificationStatus.DELIVERED

@@ -30,9 +30,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi.testclient import TestClient
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import committer_env
+from gateway.adapters.metrics import PrometheusMetrics
 from gateway.api.app import create_app
 from gateway.composition import create_workspace
 from gateway.config import Settings
@@ -440,6 +443,7 @@ def test_a_failing_delivery_is_retried_with_backoff_then_reported(any_ws: Worksp
     receivers.failing["/slack/T000/B000/XXXX"] = 2  # down for a moment: the third attempt gets through
     receivers.failing["/hooks/audit"] = 100  # down for good
     proposal = propose(ws, people, clone, "bigger", '"t3.small"', '"t3.medium"')
+    ws.metrics = metrics = PrometheusMetrics()  # what an operator alerts on: deliveries by channel and outcome
     started = time.monotonic()
     deliver(ws)
     took = time.monotonic() - started
@@ -459,6 +463,13 @@ def test_a_failing_delivery_is_retried_with_backoff_then_reported(any_ws: Worksp
     assert [(e.payload["target"], e.payload["attempts"], e.payload["proposal"]) for e in failed] == \
         [("audit-hook", 3, proposal)]
     assert sum(1 for e in trail if e.kind == "job.retrying") == 4  # two for Slack, two for the hook
+    counted = {(s.labels["channel"], s.labels["outcome"]): s.value
+               for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+               if family.name == "gateway_notifications" for s in family.samples if s.name.endswith("_total")}
+    delivered = Counter(n.channel.kind.value for n in by_target.values() if n.status == NotificationStatus.DELIVERED)
+    assert {k: v for k, v in counted.items() if k[1] == "delivered"} == {(k, "delivered"): v for k, v in delivered.items()}
+    assert counted[("slack", "retried")] == 2 and counted[("webhook", "retried")] == 2
+    assert counted[("webhook", "failed")] == 1
 
     job = run_cli(["job", str(hook.job_id)], ws.settings.home, people.tokens["dana"], ws.settings.database_url)
     assert f"notify of notification {hook.id} [failed]" in job.stdout and "gave up after 3" in job.stderr

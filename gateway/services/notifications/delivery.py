@@ -50,6 +50,7 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Callable[[str
         with ws.store.session() as session:
             session.notifications.record_attempt(notification_id, attempt, str(exc))
         progress(f"  {exc}; again in {wait.total_seconds():g} s")
+        ws.metrics.notification_delivered(channel.kind.value, "retried")
         raise RetryLater(str(exc), wait.total_seconds()) from exc
     except GatewayError as exc:  # refused, or not configured: another attempt would not do better
         return _report(ws, notification, attempt, str(exc))
@@ -61,6 +62,7 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Callable[[str
             session.audit.append(GATEWAY, "notification.delivered", _payload(notification, attempt, receipt=receipt),
                                  None, notification.notice.stacks)
     progress(f"  delivered: {receipt}")
+    ws.metrics.notification_delivered(channel.kind.value, "delivered")
     return JobStatus.SUCCEEDED, {"notification": notification_id, "receipt": receipt}, None
 
 
@@ -69,6 +71,7 @@ def _report(ws: Workspace, notification: Notification, attempt: int, error: str)
         if session.notifications.finish(notification.id, NotificationStatus.FAILED, attempt, error=error):
             session.audit.append(GATEWAY, "notification.failed", _payload(notification, attempt, error=error),
                                  None, notification.notice.stacks)
+    ws.metrics.notification_delivered(notification.channel.kind.value, "failed")
     return JobStatus.FAILED, {"notification": notification.id}, error
 
 

@@ -23,6 +23,8 @@ from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher
+from gateway.adapters.module_installer import ModuleInstaller
 from gateway.adapters.policy_engines import CheckovScanner, RegoInterpreter
 from gateway.adapters.sandbox.cloud import SandboxCloud
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -132,7 +134,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     engines: dict[str, Callable[[], Engine]] = {  # each made, and imported, when a stack first needs it
         "sandbox": lambda: simulator, "terraform": lambda: terraform_engine(settings, sealer),
         "cloudformation": lambda: cloudformation_engine(settings)}
-    engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack))
+    engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack), module_installer(settings))
     return Workspace(
         settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
         simulator=SandboxCloud(simulator, sandbox), clock=SystemClock(), open_forge=forge_opener(settings),
@@ -155,6 +157,14 @@ def _engine_name(repo_path: Path, stack: str | None) -> str:
     """
     settings = read_repo_settings(GitDeclarationRepo(repo_path))
     return settings.stacks[stack].engine if stack in settings.stacks else settings.engine
+
+
+def module_installer(settings: Settings) -> ModuleInstaller:
+    """Remote module sources, reached with the settings' credentials (never the declaration repo's)."""
+    tokens = settings.module_registry_tokens.get_secret_value() if settings.module_registry_tokens else None
+    access = ModuleAccess.from_settings(tokens, settings.module_registry_hosts, settings.module_ca_bundle,
+                                        settings.module_file_sources, settings.module_fetch_timeout_seconds)
+    return ModuleInstaller(settings.module_cache, ModuleFetcher(access))
 
 
 def terraform_engine(settings: Settings, sealer: Sealer) -> TerraformEngine:

@@ -324,8 +324,12 @@ def _scratch_copy(directory: Path) -> Iterator[Path]:
         top = Path(tmp) / "repo"
         work = top / stack_path if stack_path != "." else top / directory.name
         for source, target in [(directory, work), *((root / m, top / m) for m in modules)]:
-            if source.is_dir() and not target.exists():
-                shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(".terraform", ".git"))
+            if source.is_dir():  # a module may hold the stack (`../..`): copied over it
+                shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(".terraform", ".git"),
+                                dirs_exist_ok=True)
+        installed = directory / ".terraform" / "modules"  # remote modules the gateway laid out (module_installer.py)
+        if (installed / "modules.json").is_file() and not installed.is_symlink():
+            shutil.copytree(installed, work / ".terraform" / "modules", symlinks=True)
         yield work
 
 

@@ -327,9 +327,10 @@ def test_the_plan_records_the_pins_and_the_apply_refuses_a_changed_package(regis
     (folder / "main.tf").write_text((folder / "main.tf").read_text() + '\nresource "aws_s3_bucket" "extra" {}\n')
     registry._archives.clear()
     other = EngineByStack({"sandbox": lambda: simulator}, lambda _: "sandbox", installer(registry, tmp_path / "c2"))
-    with pytest.raises(ConfigError, match='module "key": source "acme/key/aws" at 1.0.0 is not the package that was '
-                                          "planned"):
-        other.apply("app", stack, planned.document, planned.state_serial, StackInputs())
+    refused = other.apply("app", stack, planned.document, planned.state_serial, StackInputs())
+    assert not refused.succeeded and refused.applied == ()
+    assert refused.error == ('nothing applied: stacks/app/main.tf:1: module "key": source "acme/key/aws" at 1.0.0 '
+                             "is not the package that was planned (its files changed); plan again")
     outcome = engine.apply("app", stack, planned.document, planned.state_serial, StackInputs())  # its cache: planned
     assert outcome.succeeded, outcome.error
     assert "module.key.aws_kms_key.this[0]" in outcome.applied
@@ -404,3 +405,33 @@ def test_each_corpus_call_gets_the_newest_version_its_constraint_allows(name: st
     (copy / "gateway.yaml").write_text("")
     with installer(registry, tmp_path.parent / "shared-cache").installed(copy / EXPECTED[name]["root"]) as (_, pins):
         assert {p.key: p.version for p in pins} == EXPECTED[name]["modules"]
+
+
+def terraform_binary() -> Path | None:
+    installed = Path(__file__).resolve().parent.parent / ".tools" / "terraform" / "bin" / "terraform"
+    try:
+        return installed if installed.is_file() else (Path(found) if (found := shutil.which("terraform")) else None)
+    except OSError:  # a broken link in .tools
+        return Path(found) if (found := shutil.which("terraform")) else None
+
+
+def test_the_terraform_engine_plans_with_the_laid_out_modules_without_reaching_a_registry(
+        registry: Registry, tmp_path: Path) -> None:
+    binary = terraform_binary()
+    if binary is None:
+        pytest.skip("no Terraform here: run `make terraform`")
+    from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+
+    folder = write(tmp_path / "marker", {"main.tf": 'variable "name" {\n  type = string\n}\n'
+                                         'output "greeting" {\n  value = "hello ${var.name}"\n}\n'})
+    registry.packages[("acme/marker/null", "1.4.0")] = folder
+    # a registry host that does not exist: Terraform must use what the gateway laid out
+    stack = stack_repo(tmp_path, {"main.tf": 'module "marker" {\n  source  = "gateway.invalid/acme/marker/null"\n'
+                                  '  version = "~> 1.0"\n  name    = "world"\n}\n'
+                                  'output "greeting" {\n  value = module.marker.greeting\n}\n'})
+    modules = installer(registry, tmp_path / "cache", hosts={"gateway.invalid": registry.url})
+    engine = EngineByStack({"terraform": lambda: TerraformEngine(TerraformSetup(binary, None, tmp_path / "state", 300))},
+                           lambda _: "terraform", modules)
+    planned = engine.plan("app", stack, StackInputs())
+    assert planned.document["planned_values"]["outputs"]["greeting"]["value"] == "hello world"
+    assert [p["version"] for p in planned.document[PINS_KEY]] == ["1.4.0"]

@@ -48,7 +48,7 @@ class EngineByStack:
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         engine = self.for_stack(stack)
-        if self._modules is None or not self._modules.calls_remote(directory):
+        if self._modules is None or not self._needs_modules(directory):
             return engine.plan(stack, directory, inputs)
         with self._modules.installed(directory) as (work, pins):
             result = engine.plan(stack, work, inputs)
@@ -60,10 +60,19 @@ class EngineByStack:
               progress: Callable[[str], None] | None = None) -> ApplyOutcome:
         engine = self.for_stack(stack)
         pins = pins_of(document)
-        if self._modules is None or (pins is None and not self._modules.calls_remote(directory)):
+        if self._modules is None or (pins is None and not self._needs_modules(directory)):
             return engine.apply(stack, directory, document, expected_serial, inputs, artifact, progress)
-        with self._modules.installed(directory, pins or {}) as (work, _):
-            return engine.apply(stack, work, document, expected_serial, inputs, artifact, progress)
+        try:
+            with self._modules.installed(directory, pins or {}) as (work, _):
+                return engine.apply(stack, work, document, expected_serial, inputs, artifact, progress)
+        except ConfigError as exc:  # a module is not what was planned, or cannot be reached: nothing ran
+            return ApplyOutcome(False, (), None, f"nothing applied: {exc}", engine.state_serial(stack))
+
+    def _needs_modules(self, directory: Path) -> bool:
+        """Remote calls to install, or a `.terraform/` the branch committed, which the installer's copy leaves out
+        (an engine reads only a module manifest the gateway wrote)."""
+        assert self._modules is not None
+        return (directory / ".terraform").exists() or self._modules.calls_remote(directory)
 
     def state_serial(self, stack: str) -> int:
         return self.for_stack(stack).state_serial(stack)

@@ -134,14 +134,15 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     engines: dict[str, Callable[[], Engine]] = {  # each made, and imported, when a stack first needs it
         "sandbox": lambda: simulator, "terraform": lambda: terraform_engine(settings, sealer),
         "cloudformation": lambda: cloudformation_engine(settings)}
-    engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack), module_installer(settings))
+    modules = module_installer(settings)
+    engine = EngineByStack(engines, lambda stack: _engine_name(settings.repo_path, stack), modules)
     return Workspace(
         settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
         simulator=SandboxCloud(simulator, sandbox), clock=SystemClock(), open_forge=forge_opener(settings),
         declarations=HclDeclarations(), scanner=CheckovScanner(), rego=RegoInterpreter(),
         working_copies=GitWorkingCopies(settings.repo_path),
         open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers(),
-        signer=FileSigner(settings.signing_key_path))
+        signer=FileSigner(settings.signing_key_path), modules=modules)
 
 
 def _open_checkpointer(database_url: str) -> AbstractContextManager[Any]:

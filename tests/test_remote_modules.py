@@ -435,3 +435,21 @@ def test_the_terraform_engine_plans_with_the_laid_out_modules_without_reaching_a
     planned = engine.plan("app", stack, StackInputs())
     assert planned.document["planned_values"]["outputs"]["greeting"]["value"] == "hello world"
     assert [p["version"] for p in planned.document[PINS_KEY]] == ["1.4.0"]
+
+
+def test_the_agent_reads_resolved_modules_and_cannot_write_them(registry: Registry, tmp_path: Path) -> None:
+    from agents.tools import PreviewReport, RepoTools
+
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL})
+    root = stack.parent.parent
+    tools = RepoTools(root, (), lambda _s, _p: PreviewReport(""), {"app": "stacks/app"},
+                      installer(registry, tmp_path / "cache").installed)
+    listing = tools.call("read_module", json.dumps({"stack": "app", "path": None}))
+    assert listing.splitlines()[0] == "modules: key: registry.terraform.io/terraform-aws-modules/kms/aws 2.2.1"
+    assert ".terraform/modules/key/variables.tf" in listing
+    text = tools.call("read_module", json.dumps({"stack": "app", "path": ".terraform/modules/key/variables.tf"}))
+    assert text.startswith("1| ") and 'variable "aliases"' in text
+    assert tools.call("read_module", json.dumps({"stack": "app", "path": "../secrets"})).startswith("refused:")
+    written = tools.call("write_file", json.dumps({"path": "stacks/app/.terraform/modules/key/main.tf", "content": ""}))
+    assert written.startswith("refused: stacks/app/.terraform/modules/key/main.tf: .terraform/ is what")
+    assert not (stack / ".terraform").exists()

@@ -20,6 +20,7 @@ from gateway.ports import (
     Forge,
     PolicyEvaluator,
     PolicyScanner,
+    RemoteModules,
     Signer,
     SimulatedCloud,
     StackInputs,
@@ -47,6 +48,7 @@ class Workspace:
     open_checkpointer: Callable[[], AbstractContextManager[Any]]  # the agent graph's saved conversations
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
     signer: Signer | None = None  # the audit checkpoints' key (wired by the composition root)
+    modules: RemoteModules | None = None  # remote module sources, resolved as `terraform init` resolves them
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

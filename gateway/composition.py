@@ -206,11 +206,14 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
 
 
 def known_secret_values(settings: Settings) -> list[Any]:
-    """Every value in the workspace's secrets, of every stack: what the last line of defence scrubs."""
+    """Every value in the workspace's secrets, of every stack, and the module registries' tokens: what the last
+    line of defence scrubs."""
+    tokens = settings.module_registry_tokens.get_secret_value() if settings.module_registry_tokens else ""
+    registry_tokens = [value for value in ModuleAccess.from_settings(tokens, None, None, False).tokens.values()]
     if not settings.secrets_path.is_dir():
-        return []
+        return registry_tokens
     return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))
-            for value in json.loads(path.read_text()).values()]
+            for value in json.loads(path.read_text()).values()] + registry_tokens
 
 
 def sample_repo_path(sample: str = "sandbox") -> Path:

@@ -453,3 +453,53 @@ def test_the_agent_reads_resolved_modules_and_cannot_write_them(registry: Regist
     written = tools.call("write_file", json.dumps({"path": "stacks/app/.terraform/modules/key/main.tf", "content": ""}))
     assert written.startswith("refused: stacks/app/.terraform/modules/key/main.tf: .terraform/ is what")
     assert not (stack / ".terraform").exists()
+
+
+def test_registry_tokens_are_scrubbed_like_the_workspaces_secrets(tmp_path: Path) -> None:
+    from gateway.composition import known_secret_values
+
+    settings = Settings(home=tmp_path, module_registry_tokens="registry.example.com=tok-1a2b3c, tfe.example.com=tok-9z")
+    assert {"tok-1a2b3c", "tok-9z"} <= set(known_secret_values(settings))
+
+
+def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as_planned(
+        registry: Registry, tmp_path: Path) -> None:
+    from gateway.domain.jobs import JobKind, JobStatus
+    from gateway.domain.plan import decode_plan_bytes
+    from gateway.domain.proposal import Decision, ProposalStatus
+    from gateway.services.admin.bootstrap import bootstrap_simulator
+    from gateway.services.change.jobs import enqueue_job, run_now_or_follow
+    from gateway.services.change.proposals import decide, get_proposal, open_proposal
+
+    from .conftest import Clone
+
+    ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5,
+                                   module_registry_hosts=f"registry.terraform.io={registry.url}",
+                                   module_ca_bundle=registry.ca_bundle))
+    try:
+        bootstrap_simulator(ws)
+        people = add_people(ws)
+        Clone(ws, tmp_path / "clone").branch("queue").write("stacks/app-staging/queue.tf", """
+module "jobs" {
+  source  = "terraform-aws-modules/sqs/aws"
+  version = "~> 5.0"
+
+  name = "staging-jobs"
+  tags = {
+    owner         = "app"
+    "cost-centre" = "cc-42"
+  }
+}
+""").push()
+        proposal = open_proposal(ws, people.alice, "queue", "a job queue for staging")
+        assert proposal.plans["app-staging"].counts == {"create": 1}
+        with ws.store.session(readonly=True) as session:
+            saved = decode_plan_bytes(session.proposals.plan_document(proposal.plans["app-staging"].plan_id).encode())
+        assert [(p["key"], p["version"]) for p in saved[PINS_KEY]] == [("jobs", "5.2.1")]
+        decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
+        done = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id), "test", lambda _: None)
+        assert done.status == JobStatus.SUCCEEDED, done.error
+        assert get_proposal(ws, proposal.id).status == ProposalStatus.APPLIED
+        assert any((tmp_path / "home" / "modules").iterdir())  # the workspace's cache
+    finally:
+        ws.close()

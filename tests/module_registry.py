@@ -4,7 +4,7 @@ It speaks the module registry protocol as registry.terraform.io does: service di
 `/.well-known/terraform.json` (`modules.v1`), `GET /v1/modules/<ns>/<name>/<provider>/versions`, and
 `GET …/<version>/download` answering 204 with a relative `X-Terraform-Get`, from which the package is
 served as a .tar.gz. Packages are the module files vendored in tests/fixtures/registry/<ns>/<name>/<provider>/
-<version>/ (see its SOURCES.md), packed when first asked for. Its certificate is signed by a CA made here,
+<version>/ (see its SOURCES.md) and those the sandbox corpus vendors (FROM_CORPUS), packed when first asked for. Its certificate is signed by a CA made here,
 which the gateway trusts through GATEWAY_MODULE_CA_BUNDLE.
 """
 
@@ -27,6 +27,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 FIXTURES = Path(__file__).parent / "fixtures" / "registry"
+# Packages already vendored for the sandbox corpus, as `terraform init` left them (tests/fixtures/corpus/SOURCES.md)
+_VENDORED = Path(__file__).parent / "fixtures" / "corpus"
+FROM_CORPUS = {
+    ("terraform-aws-modules/vpc/aws", "3.14.2"): _VENDORED / "learn-count/.terraform/modules/vpc",
+    ("terraform-aws-modules/security-group/aws", "4.9.0"): _VENDORED / "learn-count/.terraform/modules/app_security_group",
+    ("terraform-aws-modules/elb/aws", "3.0.1"): _VENDORED / "learn-count/.terraform/modules/elb_http",
+    ("terraform-aws-modules/vpc/aws", "5.1.2"): _VENDORED / "learn-modules-create/.terraform/modules/vpc",
+    ("terraform-aws-modules/ec2-instance/aws", "5.5.0"): _VENDORED / "learn-modules-create/.terraform/modules/ec2_instances",
+}
 
 
 def make_tls_files(directory: Path) -> tuple[Path, Path, Path]:
@@ -79,7 +88,7 @@ class Registry:
     requests: list[str] = field(default_factory=list)
     token: str | None = None  # when set, every request must carry it as a bearer token
     extra_versions: dict[str, list[str]] = field(default_factory=dict)  # "ns/name/provider" -> listed, not served
-    packages: dict[tuple[str, str], Path] = field(default_factory=dict)  # ("ns/name/provider", version) -> files
+    packages: dict[tuple[str, str], Path] = field(default_factory=lambda: dict(FROM_CORPUS))  # (module, version) -> files
     _archives: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
     def versions(self, module: str) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import posixpath
 import shutil
 import subprocess
 import zipfile
@@ -345,7 +346,7 @@ def corpus_repository(tmp_path: Path) -> Path:
     stacks = {}
     for name, spec in EXPECTED.items():
         shutil.copytree(CORPUS / name, content / "corpus" / name)
-        stacks[name] = {"path": f"corpus/{name}/{spec['root']}", "approvers": ["platform"]}
+        stacks[name] = {"path": posixpath.normpath(f"corpus/{name}/{spec['root']}"), "approvers": ["platform"]}
     stacks["unreachable"] = {"path": "stacks/unreachable", "approvers": ["platform"]}
     write(content, {"stacks/unreachable/main.tf": 'resource "aws_sqs_queue" "q" {}\n\nmodule "queue" {\n'
                     '  source  = "acme/queue/aws"\n  version = "~> 1.0"\n}\n'})
@@ -372,7 +373,13 @@ def test_the_corpus_is_big_enough_and_every_entry_is_sourced() -> None:
     assert [name for name in EXPECTED if any((CORPUS / name).rglob(".terraform"))] == []  # as upstream commits them
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+# Entries with a `cloud {}` block, which the gateway refuses for every engine today (issue 26: the sandbox is to plan
+# them); strict, so the mark must go once they plan.
+WAITS = {"learn-count"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason="waits for sandbox-speed")]
+                                               if n in WAITS else []) for n in sorted(EXPECTED)])
 def test_gateway_plan_plans_the_corpus_with_modules_from_the_registry(
         name: str, corpus_gateway: tuple[Path, dict[str, str]]) -> None:
     home, env = corpus_gateway  # the `gateway plan` command in this process: its parse caches stay warm

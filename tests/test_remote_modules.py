@@ -373,13 +373,7 @@ def test_the_corpus_is_big_enough_and_every_entry_is_sourced() -> None:
     assert [name for name in EXPECTED if any((CORPUS / name).rglob(".terraform"))] == []  # as upstream commits them
 
 
-# Entries with a `cloud {}` block, which the gateway refuses for every engine today (issue 26: the sandbox is to plan
-# them); strict, so the mark must go once they plan.
-WAITS = {"learn-count"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.xfail(strict=True, reason="waits for sandbox-speed")]
-                                               if n in WAITS else []) for n in sorted(EXPECTED)])
+@pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_gateway_plan_plans_the_corpus_with_modules_from_the_registry(
         name: str, corpus_gateway: tuple[Path, dict[str, str]]) -> None:
     home, env = corpus_gateway  # the `gateway plan` command in this process: its parse caches stay warm

@@ -247,11 +247,12 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
 
 
 def known_secret_values(settings: Settings) -> list[Any]:
-    """Every value in the workspace's secrets, of every stack, the notification channels' secrets and the module
-    registries' tokens: what the last line of defence scrubs."""
+    """Every value in the workspace's secrets, of every stack, the notification channels' secrets, the sign-in
+    client secrets and the module registries' tokens: what the last line of defence scrubs."""
     channels = [value for secret in settings.notification_channels.values() for value in secret.values()]
     if settings.smtp_password is not None:
         channels.append(settings.smtp_password.get_secret_value())
+    channels += [s.get_secret_value() for s in (settings.oidc_client_secret, settings.github_oauth_client_secret) if s]
     tokens = settings.module_registry_tokens.get_secret_value() if settings.module_registry_tokens else ""
     channels += ModuleAccess.from_settings(tokens, None, None, False).tokens.values()
     if not settings.secrets_path.is_dir():

@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import hcl2
 from lark import Tree
 from lark.exceptions import UnexpectedInput
 
-from gateway.adapters.hcl import collect_references, node_name, parse_hcl
+from gateway.adapters.hcl import collect_references, hcl_document, node_name, parse_hcl
 from gateway.domain.declarations import LiteralSecret, Unmasking
 from gateway.domain.errors import ConfigError
 
@@ -245,7 +244,7 @@ def find_literal_secrets(files: Mapping[str, str]) -> list[LiteralSecret]:
 
 def _read_for_secret_check(filename: str, text: str) -> dict[str, Any]:
     try:
-        return hcl2.loads(text)  # type: ignore[no-any-return]
+        return hcl_document(text)
     except UnexpectedInput as exc:
         where = f"{filename}:{exc.line}:{exc.column}"
         cause: Exception = exc

@@ -66,7 +66,7 @@ class PendingWrites:
         return self.store.get_object(rtype, rid)
 
     def put_object(self, rtype: str, rid: str, attributes: Mapping[str, Any]) -> None:
-        self.objects[(rtype, rid)] = copy.deepcopy(dict(attributes))
+        self.objects[(rtype, rid)] = dict(attributes)  # the apply never changes an object it has put: no copy
 
     def delete_object(self, rtype: str, rid: str) -> None:
         self.objects[(rtype, rid)] = None
@@ -251,7 +251,8 @@ class Applier(InstanceEvaluation):
         for name in sorted(self.referenced_attributes(scope.path, resource)):
             if attrs.get(name) is None:
                 attrs[name] = plausible_value(resource.type, name, rid, attrs)
-        if self.pending.get_object(resource.type, rid) is not None and rc.kind != ChangeKind.REPLACE_CREATE_FIRST:
+        named = bool(schema.id_from and attrs.get(schema.id_from))  # a random id cannot be taken: only a name can
+        if named and rc.kind != ChangeKind.REPLACE_CREATE_FIRST and self.pending.get_object(resource.type, rid):
             raise ApplyError(f"{address}: a {resource.type} with id {rid!r} already exists in the simulated cloud")
         self.pending.put_object(resource.type, rid, attrs)
         self.state.resources[address] = StateResource(

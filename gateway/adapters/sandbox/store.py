@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -94,7 +93,8 @@ class SqlSandboxStore:
             for at in range(0, len(addresses), 500):  # bound the statement's parameters
                 conn.execute(delete(state_resources).where(state_resources.c.stack == stack,
                                                            state_resources.c.address.in_(addresses[at:at + 500])))
-        rows = [{"stack": stack, "address": a, "body": self.sealer.seal_text(dumps(asdict(state.resources[a])))}
+        # vars(), not asdict(): a resource's fields are plain data already, and asdict copies all of it first
+        rows = [{"stack": stack, "address": a, "body": self.sealer.seal_text(dumps(vars(state.resources[a])))}
                 for a in addresses if a in state.resources]
         if rows:
             conn.execute(state_resources.insert(), rows)

@@ -1,7 +1,11 @@
-"""The declaration repo, a bare git repository read and merged with GitPython.
+"""The declaration repo, a bare git repository: read in-process with pygit2, written with GitPython.
 
 People clone it, push branches and propose them; the gateway never needs a work tree: it reads
 trees at exact commits, and merges with `git merge-tree --write-tree` and `commit-tree`.
+
+Reads spawn no process (every page and API read goes through them): refs are resolved fresh by libgit2
+reading the refs files and packed-refs, and what is at a commit (a tree, a file, a diff, gateway.yaml
+parsed) is kept by object id, since it never changes. Writes and the log walks go through the `git` CLI.
 """
 
 from __future__ import annotations
@@ -10,11 +14,16 @@ import functools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import git
-from git.exc import BadName, GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+import pygit2
+from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
+from pygit2.enums import DiffOption, FileMode, ObjectType, SortMode
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
@@ -23,12 +32,33 @@ from gateway.ports import CommitInfo
 
 
 class GitDeclarationRepo:
+    """Reads are safe from any thread (a libgit2 handle per thread); writes are not (GitPython's handle)."""
+
     def __init__(self, path: Path):
         try:
-            self.repo = git.Repo(path)
-        except (InvalidGitRepositoryError, NoSuchPathError):
+            pygit2.Repository(str(path))
+        except pygit2.GitError:
             raise NotFound(f"no declaration repo at {path}: run `gateway init` first") from None
         self.path = path
+        self._local = threading.local()
+        self._writer: git.Repo | None = None
+
+    @property
+    def repo(self) -> git.Repo:
+        """The GitPython handle, made on the first write (it starts `git cat-file` processes when it reads)."""
+        if self._writer is None:
+            try:
+                self._writer = git.Repo(self.path)
+            except (InvalidGitRepositoryError, NoSuchPathError):
+                raise NotFound(f"no declaration repo at {self.path}: run `gateway init` first") from None
+        return self._writer
+
+    @property
+    def _reader(self) -> pygit2.Repository:
+        reader: pygit2.Repository | None = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._local.reader = pygit2.Repository(str(self.path))
+        return reader
 
     @classmethod
     def create(cls, path: Path, content: Path, main_branch: str = "main") -> GitDeclarationRepo:
@@ -49,86 +79,92 @@ class GitDeclarationRepo:
 
     def main_branch(self) -> str:
         """The repo's default branch (HEAD of the bare repo), whose rules bind every proposal."""
-        return str(self.repo.head.reference.name) if not self.repo.head.is_detached else "main"
+        head = self._reader.references.get("HEAD")
+        target = head.target if head is not None else None
+        return target.removeprefix("refs/heads/") if isinstance(target, str) else "main"
 
     def resolve(self, ref: str) -> str:
-        """The commit SHA a branch, tag or SHA names."""
+        """The commit SHA a branch, tag or SHA names (read fresh from the refs on every call)."""
         try:
-            return self.repo.commit(ref).hexsha
-        except (BadName, ValueError, GitCommandError):
+            return str(self._reader.revparse_single(ref).peel(pygit2.Commit).id)
+        except (KeyError, ValueError, pygit2.GitError):
             raise NotFound(f"unknown git ref {ref!r} in the declaration repo") from None
 
     def branch_exists(self, branch: str) -> bool:
-        return branch in {h.name for h in self.repo.branches}
+        try:
+            return self._reader.references.get(f"refs/heads/{branch}") is not None
+        except (ValueError, pygit2.GitError):
+            return False
 
     def repo_settings(self, sha: str) -> RepoSettings:
-        """gateway.yaml at `sha` (parsed once per content)."""
-        return parse_repo_settings(self.read_file(sha, "gateway.yaml"))
+        """gateway.yaml at `sha` (parsed once per content: kept by the file's blob id)."""
+        blob = self._entry(self._commit(sha).tree, "gateway.yaml")
+        if blob is None or blob.type != ObjectType.BLOB:
+            raise NotFound(f"gateway.yaml does not exist at {sha[:12]}")
+        return _SETTINGS.get(self._reader, str(blob.id))  # type: ignore[no-any-return]
 
     def merge_base(self, a: str, b: str) -> str:
-        bases = self.repo.merge_base(a, b)
-        if not bases:
+        base = self._reader.merge_base(self._commit(a).id, self._commit(b).id)
+        if base is None:
             raise Conflict(f"{a} and {b} have no common history")
-        return bases[0].hexsha
+        return str(base)
 
     def changed_paths(self, base: str, head: str) -> list[str]:
         """Every path added, changed, removed or renamed between two commits (cached: commits never change)."""
-        return list(_cached_changed_paths(str(self.path), self.resolve(base), self.resolve(head)))
+        return list(_CHANGED_PATHS.get(self._reader, self.resolve(base), self.resolve(head)))
 
     def diff(self, base: str, head: str) -> str:
         """The text diff between two commits (cached: commits never change, and every page view shows it)."""
-        return _cached_diff(str(self.path), self.resolve(base), self.resolve(head))
+        return _DIFFS.get(self._reader, self.resolve(base), self.resolve(head))  # type: ignore[no-any-return]
 
     def commits(self, base: str, head: str) -> list[CommitInfo]:
         """The commits in `base..head`, oldest first."""
-        return [CommitInfo(c.hexsha, str(c.author.name or "unknown"), str(c.author.email or ""), str(c.message))
-                for c in reversed(list(self.repo.iter_commits(f"{base}..{head}")))]
+        walker = self._reader.walk(self._commit(head).id, SortMode.TOPOLOGICAL | SortMode.TIME | SortMode.REVERSE)
+        walker.hide(self._commit(base).id)
+        return [CommitInfo(str(c.id), c.author.name or "unknown", c.author.email or "", c.message) for c in walker]
 
     def read_file(self, sha: str, path: str) -> str:
-        try:
-            blob = self.repo.commit(sha).tree / path
-        except KeyError:
-            raise NotFound(f"{path} does not exist at {sha[:12]}") from None
-        return blob.data_stream.read().decode("utf-8")
+        blob = self._entry(self._commit(sha).tree, path)
+        if blob is None or blob.type != ObjectType.BLOB:
+            raise NotFound(f"{path} does not exist at {sha[:12]}")
+        return _text(blob)
 
     def read_files(self, sha: str, subdir: str, suffix: str) -> dict[str, str]:
         """The text of each file directly under `subdir` at `sha` whose name ends with `suffix` (symlinks skipped)."""
-        try:
-            tree = self.repo.commit(sha).tree / subdir
-        except KeyError:
+        tree = self._subtree(sha, subdir)
+        if tree is None:
             return {}
-        return {f"{subdir}/{blob.name}": blob.data_stream.read().decode("utf-8")
-                for blob in tree.blobs if blob.name.endswith(suffix) and blob.mode != blob.link_mode}
+        return {f"{subdir}/{entry.name}": _text(entry) for entry in tree
+                if entry.type == ObjectType.BLOB and entry.filemode != FileMode.LINK and entry.name.endswith(suffix)}
 
     def read_tree(self, sha: str, subdir: str) -> dict[str, str]:
         """The text of every file under `subdir` at `sha`, recursively (symlinks and non-UTF-8 files skipped)."""
-        try:
-            tree = self.repo.commit(sha).tree / subdir
-        except KeyError:
+        tree = self._subtree(sha, subdir)
+        if tree is None:
             return {}
         out = {}
-        for item in tree.traverse():
-            if item.type == "blob" and item.mode != item.link_mode:
+        for path, entry in _walk(tree, subdir.strip("/")):
+            if entry.type == ObjectType.BLOB and entry.filemode != FileMode.LINK:
                 try:
-                    out[item.path] = item.data_stream.read().decode("utf-8")
+                    out[path] = _text(entry)
                 except UnicodeDecodeError:
                     continue
         return out
 
     def export(self, sha: str, subdir: str, dest: Path) -> Path:
         """Write the files under `subdir` at commit `sha` into `dest` (not recursing into subfolders' git links)."""
-        try:
-            tree = self.repo.commit(sha).tree / subdir
-        except KeyError:
-            raise NotFound(f"{subdir} does not exist at {sha[:12]}") from None
+        tree = self._subtree(sha, subdir)
+        if tree is None:
+            raise NotFound(f"{subdir} does not exist at {sha[:12]}")
         dest.mkdir(parents=True, exist_ok=True)
-        for item in tree.traverse():
-            target = dest / Path(item.path).relative_to(subdir)
-            if item.type == "tree":
+        top = subdir.strip("/")
+        for path, entry in _walk(tree, top):
+            target = dest / Path(path).relative_to(top) if top else dest / path
+            if entry.type == ObjectType.TREE:
                 target.mkdir(parents=True, exist_ok=True)
-            elif item.type == "blob":
+            elif entry.type == ObjectType.BLOB:
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(item.data_stream.read())
+                target.write_bytes(entry.data)
         return dest
 
     def module_directories(self, sha: str, stack_path: str) -> tuple[str, ...]:
@@ -170,7 +206,8 @@ class GitDeclarationRepo:
         return commits
 
     def is_ancestor(self, older: str, newer: str) -> bool:
-        return bool(self.repo.is_ancestor(older, newer))
+        old, new = self._commit(older).id, self._commit(newer).id
+        return old == new or bool(self._reader.descendant_of(new, old))
 
     def merged_as(self, sha: str, ref: str) -> str | None:
         """The oldest commit on `ref`'s first-parent line that contains `sha` (its merge), or None if none does."""
@@ -191,10 +228,8 @@ class GitDeclarationRepo:
 
     def tree_of(self, sha: str, subdir: str) -> str | None:
         """The tree id of `subdir` at `sha` (None when it does not exist): equal ids, equal files."""
-        try:
-            return str((self.repo.commit(sha).tree / subdir).hexsha)
-        except KeyError:
-            return None
+        tree = self._subtree(sha, subdir)
+        return None if tree is None else str(tree.id)
 
     def merge(self, main_sha: str, head_sha: str, into: str, message: str,
               before_moving: Callable[[str], None] | None = None) -> str:
@@ -228,7 +263,7 @@ class GitDeclarationRepo:
         """A new branch at `onto_sha` plus a commit reverting merge `merge_sha` (its first parent is the mainline)."""
         def revert(work: Path) -> None:
             try:
-                mainline = ["-m", "1"] if len(self.repo.commit(merge_sha).parents) > 1 else []  # squash: one parent
+                mainline = ["-m", "1"] if len(self._commit(merge_sha).parents) > 1 else []  # squash: one parent
                 self._git("-C", str(work), "revert", "--no-edit", *mainline, merge_sha,
                           env=committer_env(author, f"{author}@gateway"))
             except BackendError as exc:
@@ -243,6 +278,27 @@ class GitDeclarationRepo:
 
     def delete_branch(self, branch: str) -> None:
         self._git("update-ref", "-d", f"refs/heads/{branch}")
+
+    def _commit(self, ref: str) -> pygit2.Commit:
+        try:
+            return self._reader.revparse_single(ref).peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError):
+            raise NotFound(f"unknown git ref {ref!r} in the declaration repo") from None
+
+    @staticmethod
+    def _entry(tree: pygit2.Tree, path: str) -> pygit2.Object | None:
+        """The object at `path` under `tree` ('' or '.' is the tree itself), or None."""
+        path = path.strip("/")
+        if path in ("", "."):
+            return tree
+        try:
+            return tree / path
+        except (KeyError, ValueError, pygit2.GitError):
+            return None
+
+    def _subtree(self, sha: str, subdir: str) -> pygit2.Tree | None:
+        found = self._entry(self._commit(sha).tree, subdir)
+        return found if isinstance(found, pygit2.Tree) else None
 
     def _in_worktree(self, base_sha: str, branch: str, work: Callable[[Path], None]) -> str:
         if self.branch_exists(branch):
@@ -278,13 +334,60 @@ class GitDeclarationRepo:
             raise BackendError(f"git {args[0]} failed: {exc.stderr.strip() or exc}") from exc
 
 
-@functools.lru_cache(maxsize=1024)
-def _cached_changed_paths(path: str, base: str, head: str) -> tuple[str, ...]:
-    try:
-        out = str(git.Repo(path).git.execute(["git", "diff", "--name-only", "--no-renames", base, head]))
-    except GitCommandError as exc:
-        raise BackendError(f"git diff failed: {exc.stderr.strip() or exc}") from exc
-    return tuple(sorted(p for p in out.splitlines() if p))
+def _walk(tree: pygit2.Tree, prefix: str) -> Iterator[tuple[str, pygit2.Object]]:
+    """Every entry under `tree`, depth first, with its path from the repo's root (trees before their entries)."""
+    for entry in tree:
+        path = f"{prefix}/{entry.name}" if prefix else str(entry.name)
+        yield path, entry
+        if isinstance(entry, pygit2.Tree):
+            yield from _walk(entry, path)
+
+
+def _text(blob: pygit2.Object) -> str:
+    return bytes(blob.data).decode("utf-8")
+
+
+class _ByObjectId:
+    """What is at a commit never changes: values derived from object ids, kept by (repo path, ids), least recently
+    used dropped first. A miss computes with the caller's handle; no handle is kept."""
+
+    def __init__(self, size: int, derive: Callable[..., Any]):
+        self._size, self._derive = size, derive
+        self._values: OrderedDict[tuple[str, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, reader: pygit2.Repository, *ids: str) -> Any:
+        key = (str(reader.path), *ids)
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._values[key]
+        value = self._derive(reader, *ids)
+        with self._lock:
+            self._values[key] = value
+            while len(self._values) > self._size:
+                self._values.popitem(last=False)
+        return value
+
+
+def _settings_of_blob(reader: pygit2.Repository, blob: str) -> RepoSettings:
+    return parse_repo_settings(_text(reader[blob]))
+
+
+def _changed_paths(reader: pygit2.Repository, base: str, head: str) -> tuple[str, ...]:
+    deltas = reader.diff(base, head).deltas  # no rename detection: a rename is its old and its new path
+    return tuple(sorted({path for d in deltas for path in (d.old_file.path, d.new_file.path)}))
+
+
+def _diff(reader: pygit2.Repository, base: str, head: str) -> str:
+    diff = reader.diff(base, head, flags=DiffOption.INDENT_HEURISTIC)  # hunks as `git diff` cuts them
+    diff.find_similar()  # and renames shown as renames
+    return str(diff.patch or "")
+
+
+_SETTINGS = _ByObjectId(256, _settings_of_blob)  # gateway.yaml, parsed once per blob
+_CHANGED_PATHS = _ByObjectId(1024, _changed_paths)
+_DIFFS = _ByObjectId(128, _diff)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -293,14 +396,6 @@ def _cached_module_directories(path: str, sha: str, stack_path: str) -> tuple[st
 
     repo = GitDeclarationRepo(Path(path))
     return local_module_directories(stack_path, lambda directory: repo.read_files(sha, directory, ".tf"))
-
-
-@functools.lru_cache(maxsize=128)
-def _cached_diff(path: str, base: str, head: str) -> str:
-    try:
-        return str(git.Repo(path).git.execute(["git", "diff", base, head]))
-    except GitCommandError as exc:
-        raise BackendError(f"git diff failed: {exc.stderr.strip() or exc}") from exc
 
 
 def committer_env(name: str = "change-gateway", email: str = "gateway@localhost") -> dict[str, str]:

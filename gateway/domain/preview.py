@@ -77,6 +77,11 @@ class ResourceEntry:
     previous_address: str | None = None
     importing_id: str | None = None
 
+    @property
+    def destroys(self) -> bool:
+        """Whether the change destroys an object (a delete or either replace)."""
+        return self.kind in DANGER_KINDS
+
 
 @dataclass(frozen=True)
 class DriftEntry:
@@ -475,12 +480,16 @@ def _public(preview: Preview) -> dict[str, Any]:
 
 def preview_from_json(text: str) -> Preview:
     """The inverse of `preview_to_json`."""
-    data = json.loads(text)
-    data.pop("has_changes", None)
-    data.pop("summary", None)
+    return preview_from_data(json.loads(text))
+
+
+def preview_from_data(data: Mapping[str, Any], changes: slice = slice(None), first: int | None = None) -> Preview:
+    """A preview from its decoded JSON: `changes` keeps only a slice of the changes (a page of them), `first` only
+    the first items of the destroys, the drift and the findings (a first screen); a big plan's preview is 80,000
+    attribute lines, and a page needs fifty resources of them."""
 
     def diffs(items: list[dict[str, Any]]) -> tuple[AttributeDiff, ...]:
-        return tuple(AttributeDiff(**a) for a in items)
+        return tuple(AttributeDiff(a["path"], a["before"], a["after"]) for a in items)
 
     def entries(items: list[dict[str, Any]]) -> tuple[ResourceEntry, ...]:
         return tuple(ResourceEntry(**{**e, "kind": ChangeKind(e["kind"]), "attributes": diffs(e["attributes"])})
@@ -491,11 +500,11 @@ def preview_from_json(text: str) -> Preview:
 
     risk = data.get("risk")
     return Preview(
-        engine=data["engine"], counts=data["counts"], danger=entries(data["danger"]),
-        drift=drift_entries(data["drift"]),
-        changes=entries(data["changes"]), outputs=diffs(data["outputs"]),
+        engine=data["engine"], counts=data["counts"], danger=entries(data["danger"][:first]),
+        drift=drift_entries(data["drift"][:first]),
+        changes=entries(data["changes"][changes]), outputs=diffs(data["outputs"]),
         risk=Risk(RiskLevel(risk["level"]), tuple(risk["reasons"])) if risk else None,
-        findings=tuple(Finding.from_json(f) for f in data.get("findings", [])),
+        findings=tuple(Finding.from_json(f) for f in data.get("findings", [])[:first]),
         open_drift=tuple(OpenDrift(o["record_id"], o["since"], o["expected"], drift_entries(o["reverts"]),
                                    drift_entries(o["keeps"]), drift_entries(o.get("unseen", [])))
                           for o in data.get("open_drift", [])),

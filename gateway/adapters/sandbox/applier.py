@@ -86,7 +86,7 @@ class PendingWrites:
 
 
 class Applier(InstanceEvaluation):
-    """Executes exactly the changes of one saved plan, writing state after every step."""
+    """Executes exactly the changes of one saved plan; what it did is written in one go (see the module)."""
 
     applying = True
 

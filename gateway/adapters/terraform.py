@@ -399,14 +399,14 @@ def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
     backend, so a branch that adds or drops one moves the state. Which engine can plan it is the engine's to say
     (this one refuses it, `refuse_cloud`; the sandbox plans it against its own state and says so).
     """
-    import hcl2
+    from gateway.adapters.hcl import hcl_document
 
     found: list[dict[str, Any]] = []
     for name, text in files.items():
         if "backend" not in text and "cloud" not in text:
             continue
         try:
-            document = hcl2.loads(text)
+            document = hcl_document(text)
         except Exception as exc:  # python-hcl2 raises lark's errors
             raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
         for block in document.get("terraform", []):

@@ -6,6 +6,7 @@ through `gateway plan` (tests/fixtures/corpus_remote, origins in its SOURCES.md)
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import posixpath
@@ -554,6 +555,9 @@ def test_registry_tokens_are_scrubbed_like_the_workspaces_secrets(tmp_path: Path
 
 def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as_planned(
         registry: Registry, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from gateway.api.app import create_app
     from gateway.domain.jobs import JobKind, JobStatus
     from gateway.domain.plan import decode_plan_bytes
     from gateway.domain.proposal import Decision, ProposalStatus
@@ -561,7 +565,7 @@ def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as
     from gateway.services.change.jobs import enqueue_job, run_now_or_follow
     from gateway.services.change.proposals import decide, get_proposal, open_proposal
 
-    from .conftest import Clone
+    from .conftest import Clone, sign_in_client
 
     ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5,
                                    module_registry_hosts=f"registry.terraform.io={registry.url}",
@@ -586,6 +590,16 @@ module "jobs" {
         with ws.store.session(readonly=True) as session:
             saved = decode_plan_bytes(session.proposals.plan_document(proposal.plans["app-staging"].plan_id).encode())
         assert [(p["key"], p["version"]) for p in saved[PINS_KEY]] == [("jobs", "5.2.1")]
+        # the approver sees which module versions the plan was made with: `gateway show` and the review page
+        pinned = "jobs registry.terraform.io/terraform-aws-modules/sqs/aws 5.2.1"
+        shown = CliRunner().invoke(cli, ["show", str(proposal.id)], env={
+            "GATEWAY_HOME": str(tmp_path / "home"), "GATEWAY_TOKEN": people.tokens["bob"]})
+        assert shown.exit_code == 0, shown.output
+        assert f"Modules: {pinned}" in shown.stdout.splitlines()
+        with TestClient(create_app(ws.settings, workers=0)) as client:
+            sign_in_client(client, people.tokens["bob"])
+            page = html.unescape(client.get(f"/proposals/{proposal.id}").text)
+        assert f"Modules: <code>{pinned}</code>" in page
         decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
         done = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id), "test", lambda _: None)
         assert done.status == JobStatus.SUCCEEDED, done.error

@@ -68,6 +68,7 @@ class SqlStore:
         return self.db.pending_migrations()
 
     def close(self) -> None:
+        self.queue.close()
         self.db.dispose()
 
     @contextmanager
@@ -79,3 +80,5 @@ class SqlStore:
             uow.audit.write_chain_head()  # once, before the commit, after however many events
         if uow.audit.appended:  # committed: only now are they in the trail
             self.metrics.audit_appended(uow.audit.appended)
+        if uow.jobs.moved:  # committed: a worker of this process claims the job now, not at its next poll
+            self.queue.wake()

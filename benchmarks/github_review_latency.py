@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import logging
-import pstats
 import hashlib
 import hmac
 import json
+import logging
 import os
+import pstats
 import re
 import resource
 import socket

@@ -85,6 +85,8 @@ class Attribution:
         self.api: dict[str, Counter[str]] = {}
         self.git: dict[str, Counter[str]] = {}
         self.jobs: Counter[str] = Counter()
+        self.run_seconds: dict[str, list[float]] = {}
+        self.waited_seconds: dict[str, list[float]] = {}
         self.kind = "outside a job"
         self.counting = False
         original_git = github_forge.GitHubForge._git
@@ -103,6 +105,11 @@ class Attribution:
                 profiled = self.profile is not None and self.counting and kind.value == "webhook"
                 if profiled:
                     self.profile.enable()
+                began = time.perf_counter()
+                if self.counting and job.created_at is not None:
+                    created = job.created_at if job.created_at.tzinfo else job.created_at.replace(tzinfo=UTC)
+                    self.waited_seconds.setdefault(kind.value, []).append(
+                        (datetime.now(UTC) - created).total_seconds())
                 try:
                     return handler(ws, job, runner, progress)
                 finally:
@@ -110,6 +117,7 @@ class Attribution:
                         self.profile.disable()
                     if self.counting:
                         self.jobs[kind.value] += 1
+                        self.run_seconds.setdefault(kind.value, []).append(time.perf_counter() - began)
                         for r in self.gh.request_log[before:]:
                             self.api.setdefault(kind.value, Counter())[endpoint(r.method, r.path)] += 1
                     self.kind = "outside a job"
@@ -220,11 +228,15 @@ def run(pulls: int, rate: float, root: Path, database_url: str | None, profile: 
         print(f"{kind} jobs: {jobs} ({jobs / len(sent):.2f} per review); per review: "
               f"{sum(api.values()) / len(sent):.2f} GitHub API calls, {sum(git_calls.values()) / len(sent):.2f} git "
               f"commands against GitHub")
+        if attribution.run_seconds.get(kind):
+            print(f"    run p50 {statistics.median(attribution.run_seconds[kind]) * 1000:.0f} ms, "
+                  f"queued before it ran p50 {statistics.median(attribution.waited_seconds[kind]) * 1000:.0f} ms, "
+                  f"max {max(attribution.waited_seconds[kind]) * 1000:.0f} ms")
         for name, count in sorted((api + git_calls).items(), key=lambda kv: -kv[1]):
             print(f"    {count / len(sent):5.2f}  {name}")
     if attribution.profile is not None:
         print("webhook jobs, cProfile (cumulative):")
-        pstats.Stats(attribution.profile).sort_stats("cumulative").print_stats(40)
+        pstats.Stats(attribution.profile).sort_stats("cumulative").print_stats(r"gateway/", 45)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ endpoint, split by the job that made them (a webhook job is what the approval wa
 sticky comment and checks after it), the git commands against GitHub per review, `os.getloadavg()`, and the floor
 measured in the same run: one webhook POST refused at the signature check (the HTTP round trip and the app).
 
-It is not a test. Usage: python benchmarks/github_review_latency.py [--pulls 20] [--rate 10] [--database-url URL]
+It is not a test. Usage: python benchmarks/github_review_latency.py [--pulls 20] [--rate 10] [--postgres URL]
 [--profile]
 """
 
@@ -33,6 +33,8 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +42,8 @@ from typing import Any
 
 import httpx
 import uvicorn
-from sqlalchemy import select
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -243,13 +246,33 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pulls", type=int, default=20)
     parser.add_argument("--rate", type=float, default=10.0, help="reviews per second")
-    parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: SQLite)")
+    parser.add_argument("--postgres", default=None, metavar="URL",
+                        help="a PostgreSQL server (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres) to make "
+                             "a scratch database on (default: SQLite)")
     parser.add_argument("--profile", action="store_true", help="cProfile the webhook jobs")
     args = parser.parse_args()
     configure_logging("error")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="gw-bench-review-") as tmp:
-        run(args.pulls, args.rate, Path(tmp), args.database_url, args.profile)
+    with tempfile.TemporaryDirectory(prefix="gw-bench-review-") as tmp, scratch_database(args.postgres) as url:
+        run(args.pulls, args.rate, Path(tmp), url, args.profile)
+
+
+@contextmanager
+def scratch_database(admin_url: str | None) -> Iterator[str | None]:
+    """A database of the run's own on that PostgreSQL server, dropped after (None: SQLite in the run's directory)."""
+    if admin_url is None:
+        yield None
+        return
+    name = f"gw_bench_review_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 if __name__ == "__main__":

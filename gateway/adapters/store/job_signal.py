@@ -10,6 +10,7 @@ dropped connection, SQLite across processes, or a retry whose time has come are 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from gateway.logs import get_logger
@@ -18,6 +19,7 @@ log = get_logger(__name__)
 
 CHANNEL = "gateway_jobs"
 LISTEN_POLL_SECONDS = 0.5  # how often the listener looks up from its connection to see whether it should stop
+IDLE_SECONDS = 10.0  # no one waited this long (workers stopped, or all busy): the listener ends; a wait restarts it
 
 
 class JobSignal:
@@ -27,6 +29,8 @@ class JobSignal:
         self._moved = threading.Condition()
         self._count = 0
         self._listeners: list[_Listener] = []
+        self.last_wait = time.monotonic()
+        self._waiting = 0
 
     def count(self) -> int:
         with self._moved:
@@ -40,7 +44,17 @@ class JobSignal:
     def wait(self, seen: int, timeout: float) -> bool:
         """Until the counter has moved past `seen` (at once if it already has) or `timeout`; whether it moved."""
         with self._moved:
-            return self._moved.wait_for(lambda: self._count != seen, timeout)
+            self._waiting += 1
+            try:
+                return self._moved.wait_for(lambda: self._count != seen, timeout)
+            finally:
+                self._waiting -= 1
+                self.last_wait = time.monotonic()
+
+    def idle(self) -> bool:
+        """No one waits now, nor has for IDLE_SECONDS."""
+        with self._moved:
+            return not self._waiting and time.monotonic() - self.last_wait > IDLE_SECONDS
 
     def listen(self, conninfo: str) -> None:
         """Also move on PostgreSQL's notifications (once per conninfo: other processes' queued jobs)."""
@@ -75,14 +89,14 @@ class _Listener(threading.Thread):
         import psycopg  # only where PostgreSQL is the store
 
         pause = 1.0
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.signal.idle():
             conn: Any = None
             try:
                 conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
                 conn.execute(f"LISTEN {CHANNEL}")
                 pause = 1.0
                 self.signal.notify()  # whatever was queued while no one listened is looked for now
-                while not self._stop.is_set():
+                while not self._stop.is_set() and not self.signal.idle():
                     for _ in conn.notifies(timeout=LISTEN_POLL_SECONDS):
                         self.signal.notify()
             except Exception as exc:  # the database restarting: polling carries on meanwhile

@@ -236,11 +236,12 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
 
 
 def known_secret_values(settings: Settings) -> list[Any]:
-    """Every value in the workspace's secrets, of every stack, and the notification channels' secrets: what the last
-    line of defence scrubs."""
+    """Every value in the workspace's secrets, of every stack, the notification channels' secrets and the sign-in
+    client secrets: what the last line of defence scrubs."""
     channels = [value for secret in settings.notification_channels.values() for value in secret.values()]
     if settings.smtp_password is not None:
         channels.append(settings.smtp_password.get_secret_value())
+    channels += [s.get_secret_value() for s in (settings.oidc_client_secret, settings.github_oauth_client_secret) if s]
     if not settings.secrets_path.is_dir():
         return channels
     return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))

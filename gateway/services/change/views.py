@@ -160,7 +160,8 @@ def _stacks_of(group: str, proposal: Proposal, settings: RepoSettings) -> list[s
 def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:
     """What the viewer can decide now, oldest first (the queue a person works through)."""
     settings, moment = ws.repo_settings(), ws.clock.now()
-    items = [waiting_for(viewer, proposal, settings, moment) for proposal, _ in _listed(ws, None)]
+    items = [waiting_for(viewer, proposal, settings, moment)
+             for status in DECIDABLE for proposal, _ in _listed(ws, status.value)]  # never the whole history
     return sorted((i for i in items if i is not None), key=lambda i: i.id)
 
 

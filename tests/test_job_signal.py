@@ -99,3 +99,32 @@ def test_a_job_queued_by_another_process_wakes_the_worker_on_postgres(tmp_path: 
     finally:
         worker.stop()
         ws.close()
+
+
+@pytest.mark.postgres
+def test_the_listener_ends_when_no_one_waits_and_a_wait_starts_it_again(postgres_url: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    from gateway.adapters.store import job_signal
+
+    monkeypatch.setattr(job_signal, "IDLE_SECONDS", 0.3)
+    conninfo = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    signal = job_signal.JobSignal()
+
+    def notified_from_elsewhere() -> bool:
+        seen = signal.count()
+        signal.listen(conninfo)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # NOTIFY until the listener, connecting meanwhile, hears one
+            with psycopg.connect(conninfo, autocommit=True) as other:
+                other.execute(f"NOTIFY {job_signal.CHANNEL}")
+            if signal.wait(seen, 0.5):
+                return True
+        return False
+
+    assert notified_from_elsewhere()
+    time.sleep(0.3 + 2 * job_signal.LISTEN_POLL_SECONDS)  # no one waits: it ends
+    assert not any(listener.is_alive() for listener in signal._listeners)
+    assert notified_from_elsewhere()  # the next wait listens again
+    signal.stop_listening(conninfo)

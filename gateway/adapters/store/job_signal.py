@@ -59,7 +59,9 @@ class JobSignal:
     def listen(self, conninfo: str) -> None:
         """Also move on PostgreSQL's notifications (once per conninfo: other processes' queued jobs)."""
         with self._moved:
-            if any(listener.conninfo == conninfo and listener.is_alive() for listener in self._listeners):
+            self.last_wait = time.monotonic()  # the caller is about to wait: not idle
+            self._listeners = [listener for listener in self._listeners if listener.is_alive()]
+            if any(listener.conninfo == conninfo for listener in self._listeners):
                 return
             listener = _Listener(conninfo, self)
             self._listeners.append(listener)
@@ -80,29 +82,29 @@ class _Listener(threading.Thread):
         super().__init__(name="job-signal", daemon=True)
         self.conninfo = conninfo
         self.signal = signal
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
     def run(self) -> None:
         import psycopg  # only where PostgreSQL is the store
 
         pause = 1.0
-        while not self._stop.is_set() and not self.signal.idle():
+        while not self._stopping.is_set() and not self.signal.idle():
             conn: Any = None
             try:
                 conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
                 conn.execute(f"LISTEN {CHANNEL}")
                 pause = 1.0
                 self.signal.notify()  # whatever was queued while no one listened is looked for now
-                while not self._stop.is_set() and not self.signal.idle():
+                while not self._stopping.is_set() and not self.signal.idle():
                     for _ in conn.notifies(timeout=LISTEN_POLL_SECONDS):
                         self.signal.notify()
             except Exception as exc:  # the database restarting: polling carries on meanwhile
-                if not self._stop.is_set():
+                if not self._stopping.is_set():
                     log.warning("job_signal.listen_failed", error=f"{type(exc).__name__}: {exc}", retry_in=pause)
-                    self._stop.wait(pause)
+                    self._stopping.wait(pause)
                     pause = min(30.0, pause * 2)
             finally:
                 if conn is not None:

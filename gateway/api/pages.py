@@ -19,7 +19,7 @@ from gateway.domain.jobs import JobKind
 from gateway.domain.permissions import Action, may
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
-from gateway.domain.review_page import diff_page, review_page
+from gateway.domain.review_page import FIRST_SCREEN_LINES, Bounded, diff_page, review_page
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.users import authenticate_person
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
@@ -119,7 +119,8 @@ def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, a
     view = view_proposal(ws, actor, proposal_id)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,
-                  changes=review.changes, diff=diff_page(view.diff, 1))
+                  changes=review.changes, diff=diff_page(view.diff, 1), blocked=Bounded.of(view.blocked_by, FIRST_SCREEN_LINES),
+                  refusals=Bounded.of(view.apply_blockers, FIRST_SCREEN_LINES))
 
 
 @router.get("/proposals/{proposal_id}/diff")

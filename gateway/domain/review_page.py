@@ -20,6 +20,7 @@ from gateway.domain.preview import DriftEntry, Preview, ResourceEntry, preview_f
 CHANGES_PER_PAGE = 50
 DIFF_LINES_PER_PAGE = 400
 FIRST_SCREEN_ITEMS = 100  # of each list in a stack's summary; the rest are on the pages of changes
+FIRST_SCREEN_LINES = 20  # of what blocks the proposal (each policy deny is one; the findings table lists them too)
 
 T = TypeVar("T")
 

@@ -547,7 +547,8 @@ class Store(Protocol):
         ...
 
     def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:
-        """One unit of work; `readonly` for reads, which then never wait for a writer."""
+        """One unit of work; `readonly` for reads, which then never wait for a writer. A read opened inside
+        another read joins it (one transaction, one snapshot); a write always has its own."""
         ...
 
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from gateway.api.deps import PageActorDep, ProposalId, WorkspaceDep, get_workspace
+from gateway.api.deps import PageActorDep, ProposalId, WorkspaceDep, request_workspace
 from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused
 from gateway.domain.jobs import JobKind
@@ -50,7 +50,7 @@ def check_csrf(request: Request, token: str) -> None:
 def render(request: Request, name: str, actor: Principal | None, status_code: int = 200, **context: Any) -> HTMLResponse:
     # Never the app-wide workspace here: its git handle is shared by every thread of the pool and hangs for good
     # when two pages read git at once; each request gets its own.
-    ws = getattr(request.state, "workspace", None) or get_workspace(request)
+    ws = getattr(request.state, "workspace", None) or request_workspace(request)
     pushes = unacknowledged(ws) if actor else []  # on every page: main moved outside
     overdue = overdue_windows(ws) if actor else []  # and break-glass drift not codified
     return templates.TemplateResponse(request, name, {

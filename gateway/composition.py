@@ -23,6 +23,7 @@ from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.notifiers import ChannelSenders
 from gateway.adapters.policy_engines import CheckovScanner, RegoInterpreter
 from gateway.adapters.sandbox.cloud import SandboxCloud
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -38,12 +39,13 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import install_log_scrubber
-from gateway.ports import Engine, Forge
+from gateway.ports import Engine, Forge, IdentityProvider
 from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
     from gateway.adapters.cloudformation.engine import CloudFormationEngine
     from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+    from gateway.adapters.metrics import PrometheusMetrics
     from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 
 SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform", "cloudformation": "sample_repo_cloudformation"}
@@ -109,9 +111,10 @@ def _handler_table() -> dict[JobKind, JobHandler]:
     from gateway.services.change.jobs import run_apply_job, run_plan_job
     from gateway.services.forge.github import run_publish_job
     from gateway.services.forge.github_webhooks import run_webhook_job
+    from gateway.services.notifications.delivery import run_notify_job
 
     return {JobKind.PLAN: run_plan_job, JobKind.APPLY: run_apply_job, JobKind.PUBLISH: run_publish_job,
-            JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job}
+            JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job, JobKind.NOTIFY: run_notify_job}
 
 
 def open_workspace(settings: Settings) -> Workspace:
@@ -140,7 +143,47 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         declarations=HclDeclarations(), scanner=CheckovScanner(), rego=RegoInterpreter(),
         working_copies=GitWorkingCopies(settings.repo_path),
         open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers(),
-        signer=FileSigner(settings.signing_key_path))
+        signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
+        notifier=ChannelSenders(settings))
+
+
+def identity_providers(settings: Settings) -> dict[str, IdentityProvider]:
+    """The sign-in providers the settings configure (Authlib is imported only when one is)."""
+    found: dict[str, IdentityProvider] = {}
+    verify: Path | bool = settings.sign_in_ca_bundle or True
+    if settings.oidc_issuer:
+        if not settings.oidc_client_id or settings.oidc_client_secret is None:
+            raise ConfigError("GATEWAY_OIDC_ISSUER is set but GATEWAY_OIDC_CLIENT_ID or GATEWAY_OIDC_CLIENT_SECRET "
+                              "is not: set both (the secret from the environment, never the repo)")
+        if "openid" not in settings.oidc_scopes.split():
+            raise ConfigError(f"GATEWAY_OIDC_SCOPES {settings.oidc_scopes!r} lacks openid")
+        from gateway.adapters.identity_providers import OidcProvider
+
+        found["oidc"] = OidcProvider(settings.oidc_issuer, settings.oidc_client_id,
+                                     settings.oidc_client_secret.get_secret_value(), settings.oidc_label,
+                                     settings.oidc_scopes, settings.oidc_groups_claim, verify)
+    if settings.github_oauth_client_id:
+        if settings.github_oauth_client_secret is None:
+            raise ConfigError("GATEWAY_GITHUB_OAUTH_CLIENT_ID is set but GATEWAY_GITHUB_OAUTH_CLIENT_SECRET is not")
+        from gateway.adapters.identity_providers import GitHubOAuthProvider
+
+        found["github"] = GitHubOAuthProvider(settings.github_oauth_client_id,
+                                              settings.github_oauth_client_secret.get_secret_value(),
+                                              settings.github_oauth_url, settings.github_oauth_api_url, verify)
+    return found
+
+
+def install_prometheus(ws: Workspace) -> PrometheusMetrics:
+    """Count this process's work in Prometheus' terms (the API, `gateway worker --metrics-port`); every other
+    command keeps the no-op default and never imports prometheus_client. Before the job loops copy `ws`."""
+    from gateway.adapters.metrics import PrometheusMetrics
+    from gateway.services.admin.operations import read_gauges
+
+    metrics = PrometheusMetrics(lambda: read_gauges(ws))
+    ws.metrics = metrics
+    if isinstance(ws.store, SqlStore):
+        ws.store.metrics = metrics  # the trail's appends are counted where they commit
+    return metrics
 
 
 def _open_checkpointer(database_url: str) -> AbstractContextManager[Any]:
@@ -193,11 +236,15 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
 
 
 def known_secret_values(settings: Settings) -> list[Any]:
-    """Every value in the workspace's secrets, of every stack: what the last line of defence scrubs."""
+    """Every value in the workspace's secrets, of every stack, and the notification channels' secrets: what the last
+    line of defence scrubs."""
+    channels = [value for secret in settings.notification_channels.values() for value in secret.values()]
+    if settings.smtp_password is not None:
+        channels.append(settings.smtp_password.get_secret_value())
     if not settings.secrets_path.is_dir():
-        return []
+        return channels
     return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))
-            for value in json.loads(path.read_text()).values()]
+            for value in json.loads(path.read_text()).values()] + channels
 
 
 def sample_repo_path(sample: str = "sandbox") -> Path:

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ChannelSecret(BaseModel):
+    """What a notification channel needs that the declaration repo must never hold, by the channel's name."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: SecretStr | None = Field(default=None, description="a Slack incoming webhook's URL, or a webhook's receiver")
+    key: SecretStr | None = Field(default=None, description="a webhook's HMAC-SHA256 key (X-Gateway-Signature-256)")
+    token: SecretStr | None = Field(default=None, description="a Slack bot token, for chat.postMessage")
+
+    def values(self) -> list[str]:
+        return [s.get_secret_value() for s in (self.url, self.key, self.token) if s is not None]
 
 
 class Settings(BaseSettings):
@@ -22,7 +34,29 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")
     session_secret: SecretStr | None = Field(default=None, description="key that signs session cookies")
-    secure_cookies: bool = Field(default=False, description="send the session cookie over HTTPS only")
+    secure_cookies: bool = Field(default=False, description="send the session cookie over HTTPS only (also when "
+                                 "public_url is https)")
+    web_session_hours: float = Field(default=8.0, gt=0, description="a page session ends this long after sign-in")
+    oidc_issuer: str | None = Field(default=None, description="OpenID Connect issuer URL (its discovery document "
+                                    "is at ISSUER/.well-known/openid-configuration); unset: no OIDC sign-in")
+    oidc_client_id: str | None = Field(default=None, description="the gateway's client id at the OIDC provider")
+    oidc_client_secret: SecretStr | None = Field(default=None, description="its client secret (from the "
+                                                 "environment or a secret store, never the repo)")
+    oidc_label: str = Field(default="OpenID Connect", description="the provider's name on the sign-in page")
+    oidc_scopes: str = Field(default="openid email profile", description="scopes asked for (openid is required)")
+    oidc_groups_claim: str | None = Field(default=None, description="ID token claim listing the person's groups: "
+                                          "then a decision counts only for the gateway groups it names too")
+    github_oauth_client_id: str | None = Field(default=None, description="GitHub OAuth app client id; unset: no "
+                                               "GitHub sign-in")
+    github_oauth_client_secret: SecretStr | None = Field(default=None, description="the OAuth app's client secret")
+    github_oauth_url: str = Field(default="https://github.com", description="GitHub's web address (OAuth pages)")
+    github_oauth_api_url: str = Field(default="https://api.github.com", description="GitHub's API (for /user)")
+    sign_in_ca_bundle: Path | None = Field(default=None, description="CA bundle for the identity providers' TLS "
+                                           "(default: the system's)")
+    admit_domains: str = Field(default="", description="comma-separated e-mail domains whose verified, unlinked "
+                               "identities are admitted as requesters")
+    admit_groups: str = Field(default="", description="comma-separated provider groups whose unlinked members are "
+                              "admitted as requesters")
     scrub_known_secrets: bool = Field(
         default=True, description="last line of defence: cut every known secret value out of all output; "
         "turn off only to prove that masking holds without it")
@@ -53,12 +87,35 @@ class Settings(BaseSettings):
     model_retries: int = Field(default=3, ge=0, le=10, description="retries of a failed model call, with exponential "
                                                                    "backoff (GATEWAY_MODEL_RETRIES)")
 
+    notification_channels: dict[str, ChannelSecret] = Field(
+        default={}, description="each notification channel's secret by the name gateway.yaml gives it, as JSON: "
+        '{"ops-slack": {"url": "https://hooks.slack.com/..."}, "hook": {"url": "https://...", "key": "..."}}')
+    smtp_host: str | None = Field(default=None, description="the SMTP server e-mail notifications go through")
+    smtp_port: int = Field(default=587, ge=1, le=65535)
+    smtp_username: str | None = Field(default=None)
+    smtp_password: SecretStr | None = Field(default=None)
+    smtp_from: str = Field(default="change-gateway@localhost", description="the From: of e-mail notifications")
+    smtp_ca_file: Path | None = Field(default=None, description="CA certificates the SMTP server's certificate is "
+                                      "checked against (default: the system's)")
+    smtp_starttls: bool = Field(default=True, description="refuse an SMTP server that does not offer STARTTLS")
+    slack_api_url: str = Field(default="https://slack.com/api", description="where chat.postMessage is")
+    notify_timeout_seconds: float = Field(default=10.0, gt=0, description="longest one delivery attempt may take")
+    notify_retry_seconds: float = Field(default=5.0, gt=0, description="first wait after a failed delivery; doubles")
+    notify_retry_max_seconds: float = Field(default=300.0, gt=0, description="longest wait between two attempts")
+    notify_attempts: int = Field(default=10, ge=1, description="attempts before a delivery is reported failed")
+    notify_max_age_seconds: float = Field(default=86400.0, gt=0, description="a delivery is given up after this long")
+
     data_key_file: Path | None = Field(
         default=None, description="Fernet key sealing saved plans and the simulated cloud at rest (default: made in "
         "the workspace, 0600)")
     audit_signing_key_file: Path | None = Field(
         default=None, description="Ed25519 key that signs audit checkpoints (default: made in the workspace, 0600)")
     audit_checkpoint_minutes: float = Field(default=60.0, gt=0, description="how often workers sign a checkpoint")
+
+    @property
+    def cookies_secure(self) -> bool:
+        """Whether the session cookie carries the Secure flag: when configured, or when people reach us over TLS."""
+        return self.secure_cookies or self.public_url.lower().startswith("https://")
 
     @property
     def data_key_path(self) -> Path:

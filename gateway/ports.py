@@ -2,7 +2,7 @@
 
     Store            units of work (`session()`), plus the stack locks and job queue that commit on their own
     UnitOfWork       one transaction, one repository per aggregate: principals, proposals, conversations,
-                     jobs, github, main, day_two, breaker, audit
+                     jobs, github, main, day_two, breaker, sign_in, notifications, audit
     Clock            the time
     DeclarationRepo  the declaration repo: trees read at exact commits, merges, branches the gateway writes
     SimulatedCloud   the sandbox engine's cloud, acted on behind the gateway's back (drift, faults, imports)
@@ -12,6 +12,9 @@
     WorkingCopies    clones of the declaration repo on disk, where agents edit files
     Engine           plans and applies one stack (every engine emits Terraform's JSON plan)
     Forge            the code host (GitHub): pull requests, reviews, checks, teams, merges
+    Metrics          what operators count (job outcomes, lock waits, deliveries...); `NO_METRICS` counts nothing
+    IdentityProvider an OpenID Connect provider or GitHub OAuth, for signing in to the pages
+    NotificationSender  delivers one notice to one channel (Slack, e-mail, a signed webhook)
 
 Services name these Protocols, never an adapter: a test can hand them a fake that implements one.
 """
@@ -35,12 +38,15 @@ from gateway.domain.github import Check, PullInfo
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import LockAttempt, StackLock
+from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
+from gateway.domain.operations import QueueDepth
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKind, ProposalStatus
 from gateway.domain.rego import RegoPolicies
 from gateway.domain.repo_settings import GitHubSettings, RepoSettings
+from gateway.domain.sign_in import Identity, WebSession
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,82 @@ class Signer(Protocol):
 
 # --- the records: one repository per aggregate, in one unit of work ---------------------------
 
+class Metrics(Protocol):
+    """What services count for the people who run the gateway. Every label is from a closed set (kinds, outcomes,
+    channels): never an id, a name or an address. The figures that must agree across processes (queue depth and age,
+    drift, breakers, checkpoints) are not counted here: they are read from the records when scraped."""
+
+    def job_finished(self, kind: str, outcome: str, seconds: float | None) -> None:
+        """A job ended: succeeded, refused, failed or interrupted, after `seconds` of running (None: unknown)."""
+        ...
+
+    def job_retried(self, kind: str) -> None:
+        """A job went back in the queue to be tried again (a transient failure, a worker that died or stopped)."""
+        ...
+
+    def lock_waited(self, seconds: float, taken: bool) -> None:
+        """An apply waited `seconds` for a stack lock, and got it (`taken`) or gave up."""
+        ...
+
+    def lock_broken(self, count: int) -> None:
+        """Locks of a runner that stopped heart-beating were taken over by recovery."""
+        ...
+
+    def webhook_received(self, event: str, outcome: str) -> None:
+        """A delivery reached the webhook: accepted, duplicate or refused."""
+        ...
+
+    def webhook_handled(self, event: str, lag_seconds: float) -> None:
+        """A delivery's outcome was recorded (a decision, a re-plan, a refusal), `lag_seconds` after it arrived."""
+        ...
+
+    def publish_finished(self, failed: bool, retry: bool) -> None:
+        """A pull request was brought up to date (or failed to be); `retry` when the last attempt had failed."""
+        ...
+
+    def notification_delivered(self, channel: str, outcome: str) -> None:
+        """A notification was sent on `channel` (e.g. email, slack, webhook): delivered, failed, retried..."""
+        ...
+
+    def audit_appended(self, count: int) -> None:
+        """`count` events were committed to the trail."""
+        ...
+
+
+class NoMetrics:
+    """The default: counts nothing, costs nothing (tests, the CLI's one-shot commands)."""
+
+    def job_finished(self, kind: str, outcome: str, seconds: float | None) -> None:
+        pass
+
+    def job_retried(self, kind: str) -> None:
+        pass
+
+    def lock_waited(self, seconds: float, taken: bool) -> None:
+        pass
+
+    def lock_broken(self, count: int) -> None:
+        pass
+
+    def webhook_received(self, event: str, outcome: str) -> None:
+        pass
+
+    def webhook_handled(self, event: str, lag_seconds: float) -> None:
+        pass
+
+    def publish_finished(self, failed: bool, retry: bool) -> None:
+        pass
+
+    def notification_delivered(self, channel: str, outcome: str) -> None:
+        pass
+
+    def audit_appended(self, count: int) -> None:
+        pass
+
+
+NO_METRICS: Metrics = NoMetrics()
+
+
 class Principals(Protocol):
     """People and agents, their credentials, and the GitHub accounts linked to them."""
 
@@ -169,6 +251,30 @@ class Principals(Protocol):
     def by_github_id(self, github_id: int) -> Principal | None: ...
 
     def github_login_of(self, principal_id: str) -> str | None: ...
+
+
+class SignInRecords(Protocol):
+    """Identities linked to principals (issuer and subject), and the page sessions, kept by the hash of their id."""
+
+    def link_identity(self, principal: Principal, issuer: str, subject: str, display: str) -> None:
+        """Link an identity to a principal (an identity maps to one principal; a relink moves it)."""
+        ...
+
+    def principal_of(self, issuer: str, subject: str) -> Principal | None: ...
+
+    def identities_of(self, principal_id: str) -> list[tuple[str, str]]:
+        """The (issuer, subject) pairs linked to a principal."""
+        ...
+
+    def open_session(self, id_hash: str, session: WebSession) -> None: ...
+
+    def get_session(self, id_hash: str) -> WebSession | None: ...
+
+    def end_session(self, id_hash: str, at: datetime) -> None: ...
+
+    def end_sessions_of(self, principal_id: str, at: datetime) -> int:
+        """End every open session of a principal; how many were open."""
+        ...
 
 
 class Proposals(Protocol):
@@ -420,6 +526,31 @@ class BreakerRecords(Protocol):
     def set(self, scope: str, is_open: bool, reason: str, by: str) -> None: ...
 
 
+class Notifications(Protocol):
+    """Notifications, each delivered once: queued, then delivered or reported failed."""
+
+    def add(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None) -> int | None:
+        """Queue a notification; None when one with this dedupe key exists (it is never sent twice)."""
+        ...
+
+    def set_job(self, notification_id: int, job_id: int) -> None: ...
+
+    def get(self, notification_id: int) -> Notification: ...
+
+    def record_attempt(self, notification_id: int, attempts: int, error: str | None) -> None:
+        """An attempt failed and another follows: it stays queued, saying why it waits."""
+        ...
+
+    def finish(self, notification_id: int, status: NotificationStatus, attempts: int, error: str | None = None,
+               receipt: str | None = None) -> bool:
+        """Delivered or failed, once: False when it had already ended."""
+        ...
+
+    def list(self, status: NotificationStatus | None = None, limit: int = 100) -> list[Notification]:
+        """Newest first."""
+        ...
+
+
 class AuditLog(Protocol):
     """The hash-chained audit trail: appends, queries, the chain's head and its signed checkpoints."""
 
@@ -520,6 +651,10 @@ class JobQueue(Protocol):
 
     def get(self, job_id: int) -> Job: ...
 
+    def depth(self) -> list[QueueDepth]:
+        """Queued and running jobs by kind, with the age of the oldest of each (one indexed query)."""
+        ...
+
 
 class UnitOfWork(Protocol):
     """One transaction: what a use case writes through these repositories commits together, or not at all."""
@@ -532,6 +667,8 @@ class UnitOfWork(Protocol):
     main: MainRecords
     day_two: DayTwoRecords
     breaker: BreakerRecords
+    sign_in: SignInRecords
+    notifications: Notifications
     audit: AuditLog
 
 
@@ -549,6 +686,10 @@ class Store(Protocol):
     def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:
         """One unit of work; `readonly` for reads, which then never wait for a writer. A read opened inside
         another read joins it (one transaction, one snapshot); a write always has its own."""
+        ...
+
+    def pending_migrations(self) -> list[int]:
+        """The schema's migrations this code knows and the database has not run (empty: at head)."""
         ...
 
 
@@ -800,4 +941,35 @@ class Forge(Protocol):
 
     def is_team_member(self, team_slug: str, login: str) -> bool:
         """An active member of the team now (a pending invitation does not count)."""
+        ...
+
+
+@dataclass(frozen=True)
+class SignInStart:
+    """Where to send the person, and what the callback must match (kept in the signed cookie until then)."""
+
+    url: str
+    pending: dict[str, str]  # state, nonce, code_verifier, redirect_uri
+
+
+class IdentityProvider(Protocol):
+    """An identity provider the pages offer (OpenID Connect, GitHub OAuth): authorization code flow with PKCE."""
+
+    name: str  # in URLs: /login/NAME
+    label: str  # on the sign-in page
+
+    def start(self, redirect_uri: str) -> SignInStart:
+        """The authorization URL with a fresh state (and nonce), and the PKCE verifier kept for the callback."""
+        ...
+
+    def finish(self, pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Identity:
+        """Check the callback against what `start` kept, redeem the code and verify the answer; `SignInRefused`
+        (naming the check that failed) otherwise."""
+class NotificationSender(Protocol):
+    """Delivers one notice to one channel, with the channel's secret from the gateway's settings."""
+
+    def send(self, channel: Channel, notice: Notice, delivery_id: str) -> str:
+        """Deliver it; what the channel answered. `Unavailable` when a later attempt may succeed (no connection, a
+        5xx, a rate limit, an SMTP 4xx), `BackendError` when it never will (refused), `ConfigError` when the gateway
+        has no secret for the channel."""
         ...

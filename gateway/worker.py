@@ -5,42 +5,63 @@ any number of machines can share one PostgreSQL. A housekeeping thread beside th
 the work of workers that stopped heart-beating as interrupted, and queues a plan job for every open
 proposal whose branch, main or stack state moved (reads never re-plan), and a publish job for every
 pull request that shows less than its proposal's trail; it also signs a checkpoint of the audit chain when one
-is due.
+is due, and queues the notifications of what the trail recorded since its last pass.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 
+from gateway.domain.jobs import Job, JobKind
+from gateway.domain.operations import failed_checks
+from gateway.domain.principals import GATEWAY
 from gateway.logs import get_logger
 from gateway.services.admin.audit import checkpoint_if_due
+from gateway.services.admin.operations import check_readiness
 from gateway.services.change.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
 from gateway.services.change.main_watch import watch_main
 from gateway.services.day_two.break_glass import sweep_break_glass
 from gateway.services.day_two.drift_records import check_scheduled_drift
 from gateway.services.forge.github import queue_behind
+from gateway.services.notifications.outbox import queue_notifications
 from gateway.services.workspace import Workspace
 
 log = get_logger(__name__)
 
 HOUSEKEEPING_SECONDS = 2.0
+READINESS_SECONDS = 2.0
+
+
+# Jobs a stopping worker may give back to the queue unfinished: running them again from the start is what they are
+# made for (a re-plan catches up with whatever it finds; a publish converges). An apply is never handed back: it
+# runs to a recorded end (applied, failed naming what was done, unmerged), so the grace must outlast it.
+HAND_BACK = frozenset({JobKind.PLAN, JobKind.PUBLISH})
 
 
 class Worker:
     """`loops` threads claiming jobs until stopped."""
 
-    def __init__(self, ws: Workspace, loops: int = 1, poll_seconds: float = 0.5, name: str | None = None):
+    def __init__(self, ws: Workspace, loops: int = 1, poll_seconds: float = 0.5, name: str | None = None,
+                 ready_file: Path | None = None):
         self.ws = ws
         self.loops = loops
         self.poll_seconds = poll_seconds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.ready_file = ready_file
         self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._in_hand: dict[int, Job] = {}  # loop index -> the job it runs
         self._threads = [threading.Thread(target=self._loop, args=(i,), name=f"worker-{i}", daemon=True)
                          for i in range(loops)]
         self._threads.append(threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True))
+        if ready_file is not None:
+            self._threads.append(threading.Thread(target=self._readiness_loop, name="readiness", daemon=True))
 
     def start(self) -> Worker:
         for thread in self._threads:
@@ -48,15 +69,46 @@ class Worker:
         log.info("worker.started", worker=self.name, loops=self.loops)
         return self
 
-    def stop(self) -> None:
-        """Finish the jobs in hand, claim no more."""
+    def in_hand(self) -> list[Job]:
+        return list(self._in_hand.values())
+
+    def stop(self, grace_seconds: float | None = None) -> list[int]:
+        """Claim no more; finish the jobs in hand. Past `grace_seconds` (None: no limit), hand back the jobs that
+        may run again from the start and stop waiting for them; an apply is always waited for. The ids handed back."""
         self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        self._set_ready(False)
+        deadline = None if grace_seconds is None else time.monotonic() + grace_seconds
+        handed: list[int] = []
+        past_grace = False
+        while any(thread.is_alive() for thread in self._threads):
+            if not past_grace and deadline is not None and time.monotonic() >= deadline:
+                past_grace, handed = True, self._hand_back()
+            if past_grace and all(job.kind in HAND_BACK for job in self.in_hand()):
+                break  # nothing left that must reach its end in this process
+            time.sleep(0.05)
+        self._stopped.set()
+        log.info("worker.stopped", worker=self.name, handed_back=handed)
+        return handed
 
     def wait(self) -> None:
-        for thread in self._threads:
-            thread.join()
+        """Until `stop` has finished (in small steps, so Ctrl-C reaches the main thread)."""
+        while not self._stopped.wait(0.5):
+            pass
+
+    def _hand_back(self) -> list[int]:
+        """Put the replayable jobs in hand back in the queue for another worker (this process is about to end, and
+        their threads with it: whatever a re-plan had not committed is simply done again)."""
+        handed = []
+        for job in self.in_hand():
+            if job.kind not in HAND_BACK:
+                continue
+            with self.ws.store.session() as session:
+                if session.jobs.retry(job.id, self.ws.clock.now(), f"handed back by worker {self.name}, stopping"):
+                    session.audit.append(GATEWAY, "job.handed_back", {"job": job.id, "kind": job.kind.value,
+                                                                      "runner": job.runner}, job.proposal_id)
+                    handed.append(job.id)
+            self.ws.metrics.job_retried(job.kind.value)
+        return handed
 
     def _loop(self, index: int) -> None:
         ws = self.ws.for_request()
@@ -68,7 +120,11 @@ class Worker:
                     self._stop.wait(self.poll_seconds)
                     continue
                 log.info("job.claimed", job=job.id, kind=job.kind.value, runner=runner)
-                run_job(ws, job, runner)
+                self._in_hand[index] = job
+                try:
+                    run_job(ws, job, runner)
+                finally:
+                    self._in_hand.pop(index, None)
             except Exception:  # a loop never dies of one bad turn; the database may be restarting
                 log.exception("worker.loop_error", runner=runner)
                 self._stop.wait(self.poll_seconds)
@@ -79,6 +135,29 @@ class Worker:
         while not self._stop.is_set():
             run_housekeeping(ws)
             self._stop.wait(HOUSEKEEPING_SECONDS)
+
+    def _readiness_loop(self) -> None:
+        """Keep the ready file true: there while the database answers at this schema and the workspace reads."""
+        ws = self.ws.for_request()
+        while not self._stop.is_set():
+            failed = failed_checks(check_readiness(ws))
+            if failed and self._ready:
+                log.warning("worker.not_ready", reason="; ".join(f"{c.name}: {c.failure}" for c in failed))
+            self._set_ready(not failed and not self._stop.is_set())
+            self._stop.wait(READINESS_SECONDS)
+
+    _ready = False
+
+    def _set_ready(self, ready: bool) -> None:
+        if self.ready_file is None or ready == self._ready:
+            return
+        self._ready = ready
+        if ready:  # written whole, then renamed: a probe never reads half a file
+            partial = self.ready_file.with_name(self.ready_file.name + ".partial")
+            partial.write_text(json.dumps({"worker": self.name, "loops": self.loops}) + "\n")
+            partial.replace(self.ready_file)
+        else:
+            self.ready_file.unlink(missing_ok=True)
 
 
 def _recover(ws: Workspace) -> None:
@@ -94,6 +173,7 @@ HOUSEKEEPING: tuple[tuple[str, Callable[[Workspace], object]], ...] = (
     ("checkpoint", checkpoint_if_due),
     ("drift_check", check_scheduled_drift),
     ("break_glass_sweep", sweep_break_glass),
+    ("notify", queue_notifications),  # last: what the steps above recorded is told in the same pass
 )
 
 

@@ -1,13 +1,17 @@
 """compose.yaml: valid by the Compose specification, and its services' exact commands work together.
 
 No container runtime runs here, so each service's `command` is started as a local process with its
-`environment` (the database host pointed at the local PostgreSQL), and a change is driven through
-the API to an applied, merged commit by two workers.
+`environment` (the database host pointed at the local PostgreSQL), and a change to an `engine: terraform`
+stack (the real Terraform `make terraform` installs, as the image does) is driven through the API to an
+applied, merged commit by two workers, healthy by their own health checks, scraped on their metrics ports,
+and stopped with SIGTERM within the stop grace period.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -20,8 +24,9 @@ import httpx
 import pytest
 import yaml
 from compose_pydantic import ComposeSpecification
+from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import run_cli
+from .conftest import TERRAFORM, run_cli
 
 ROOT = Path(__file__).parent.parent
 
@@ -44,6 +49,8 @@ def test_compose_file_is_valid_by_the_specification(compose: dict[str, Any]) -> 
             assert volume.split(":")[0] in compose["volumes"], f"{name} mounts an undeclared volume"
     assert "healthcheck" in services["api"] and "healthcheck" in services["postgres"]
     assert services["worker"]["command"][:2] == ["gateway", "worker"]
+    assert {"--metrics-port", "--ready-file"} <= set(services["worker"]["command"])
+    assert "/api/v1/ready" in " ".join(services["api"]["healthcheck"]["test"])
     assert "build" in services["api"] and (ROOT / "Dockerfile").exists()
 
 
@@ -53,11 +60,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _local(service: dict[str, Any], home: Path, database_url: str, port: int) -> tuple[list[str], dict[str, str]]:
-    """A service's exact command and environment, pointed at this machine instead of the compose network."""
-    command = [str(part).replace("8080", str(port)) for part in service["command"]]
+def _local(service: dict[str, Any], home: Path, database_url: str,
+           replace: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """A service's exact command and environment, pointed at this machine instead of the compose network (its
+    ports and files renamed by `replace`, so two workers can run side by side)."""
+    command = [_replaced(str(part), replace) for part in service["command"]]
     assert command[0] == "gateway"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PROMETHEUS_"))}
     for key, value in service.get("environment", {}).items():
         environment[key] = str(value)
     assert environment["GATEWAY_DATABASE_URL"].startswith("postgresql+psycopg://postgres:")
@@ -65,12 +74,31 @@ def _local(service: dict[str, Any], home: Path, database_url: str, port: int) ->
     return [sys.executable, "-m", "gateway.cli", *command[1:]], environment
 
 
+def _replaced(text: str, replace: dict[str, str]) -> str:
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    return text
+
+
+def _seconds(duration: str) -> float:
+    """A Compose duration such as `10m` or `1m30s`."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    return float(sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([hms])", duration)))
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body) for s in family.samples}
+
+
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for process in started:
-        process.terminate()
+        if process.poll() is None:
+            process.terminate()
     for process in started:
         try:
             process.wait(30)
@@ -78,15 +106,24 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
             process.kill()
 
 
-def test_the_services_commands_apply_a_change_with_two_workers(compose: dict[str, Any], tmp_path: Path,
-                                                               postgres_url: str,
-                                                               processes: list[subprocess.Popen[bytes]]) -> None:
+def test_the_services_commands_apply_a_terraform_change_with_two_workers(
+        compose: dict[str, Any], tmp_path: Path, postgres_url: str,
+        processes: list[subprocess.Popen[bytes]]) -> None:
+    if not (TERRAFORM / "bin" / "terraform").exists():
+        if os.environ.get("CI"):
+            pytest.fail("Terraform is not installed: .ci/run must run `make terraform` first")
+        pytest.skip("Terraform is not installed here: run `make terraform`")
     services, home, port = compose["services"], tmp_path / "workspace", _free_port()
+    metrics_ports = [_free_port(), _free_port()]
 
-    command, env = _local(services["init"], home, postgres_url, port)
-    assert subprocess.run(command, env=env, capture_output=True, timeout=120).returncode == 0
+    command, env = _local(services["init"], home, postgres_url, {"8080": str(port)})
+    created = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert created.returncode == 0, created.stderr
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "already" in again.stdout  # the init service may run on every `up`
+    main_yaml = subprocess.run(["git", "-C", str(home / "declarations.git"), "show", "main:gateway.yaml"],
+                               capture_output=True, text=True, check=True).stdout
+    assert "engine: terraform" in main_yaml  # the workers run `engine: terraform` stacks
 
     tokens = {}
     for name, role, group in (("admin", "admin", None), ("alice", "requester", "app"), ("bob", "approver", "platform")):
@@ -95,42 +132,67 @@ def test_the_services_commands_apply_a_change_with_two_workers(compose: dict[str
         assert added.returncode == 0, added.stderr
         tokens[name] = next(w for w in added.stdout.split() if w.startswith("gw_"))
 
-    for name in ("api", "worker", "worker"):  # `--scale worker=2`
-        command, env = _local(services[name], home, postgres_url, port)
-        processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    command, env = _local(services["api"], home, postgres_url, {"8080": str(port)})
+    processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    workers, ready_files = [], []
+    for index, metrics_port in enumerate(metrics_ports):  # `--scale worker=2`
+        ready = tmp_path / f"worker-{index}.ready"
+        renamed = {"9100": str(metrics_port), "/tmp/gateway-worker.ready": str(ready)}
+        command, env = _local(services["worker"], home, postgres_url, renamed)
+        log = (tmp_path / f"worker-{index}.log").open("w")
+        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
+        ready_files.append((ready, renamed))
+    processes.extend(workers)
     base = f"http://127.0.0.1:{port}"
-    health = [str(p).replace("8080", str(port)) for p in services["api"]["healthcheck"]["test"][1:]]
-    deadline = time.monotonic() + 60
-    while subprocess.run(health, capture_output=True).returncode != 0:  # the service's own health check
-        assert time.monotonic() < deadline, "the API did not become healthy"
+    api_check = [_replaced(str(p), {"8080": str(port)}) for p in services["api"]["healthcheck"]["test"][1:]]
+    worker_check = services["worker"]["healthcheck"]["test"]
+    assert worker_check[0] == "CMD-SHELL"
+    deadline = time.monotonic() + 90
+    while (subprocess.run(api_check, capture_output=True).returncode != 0  # the services' own health checks
+           or any(subprocess.run(["sh", "-c", _replaced(worker_check[1], renamed)]).returncode != 0
+                  for _, renamed in ready_files)):
+        assert time.monotonic() < deadline, "the services did not become healthy"
         assert all(p.poll() is None for p in processes), "a service exited"
         time.sleep(0.3)
 
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(home / "declarations.git"), str(clone)], check=True)
-    main_tf = clone / "stacks/app-staging/main.tf"
-    main_tf.write_text(main_tf.read_text().replace('"t3.small"', '"t3.medium"'))
+    main_tf = clone / "stacks/scratch/main.tf"
+    main_tf.write_text(main_tf.read_text().replace('release = "1"', 'release = "2"'))
     git = ["git", "-C", str(clone), "-c", "user.name=alice", "-c", "user.email=a@example.com"]
-    subprocess.run([*git, "checkout", "-qb", "bigger"], check=True)
-    subprocess.run([*git, "commit", "-qam", "more memory"], check=True)
-    subprocess.run([*git, "push", "-q", "origin", "bigger"], check=True)
-    proposed = run_cli(["propose", "--branch", "bigger", "-m", "more memory"], home, tokens["alice"],
-                       database_url=postgres_url)
+    subprocess.run([*git, "checkout", "-qb", "release-2"], check=True)
+    subprocess.run([*git, "commit", "-qam", "release 2"], check=True)
+    subprocess.run([*git, "push", "-q", "origin", "release-2"], check=True)
+    proposed = run_cli(["propose", "--branch", "release-2", "-m", "release 2"], home, tokens["alice"],
+                       database_url=postgres_url, timeout=300)
     assert proposed.returncode == 0, proposed.stderr
+    assert "null_resource.marker" in proposed.stdout  # planned by the real Terraform
 
     with httpx.Client(base_url=base, timeout=30) as client:
         bob, alice = ({"Authorization": f"Bearer {tokens[n]}"} for n in ("bob", "alice"))
         assert client.post("/api/v1/proposals/1/approve", json={"comment": "ok"}, headers=bob).status_code == 200
         queued = client.post("/api/v1/proposals/1/apply", headers=alice)
         assert queued.status_code == 202
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while not (job := client.get(f"/api/v1/jobs/{queued.json()['id']}", headers=alice).json())["finished"]:
             assert time.monotonic() < deadline, job
-            time.sleep(0.2)
+            time.sleep(0.3)
         assert job["status"] == "succeeded", job
         assert job["runner"] and "/" in job["runner"]  # run by a worker process's loop, not by the API
         shown = client.get("/api/v1/proposals/1", headers=bob).json()
+        api_metrics = client.get("/metrics").text
     assert shown["status"] == "applied" and shown["merge_sha"] == job["result"]["merge_sha"]
-    main_text = subprocess.run(["git", "-C", str(home / "declarations.git"), "show", "main:stacks/app-staging/main.tf"],
+    main_text = subprocess.run(["git", "-C", str(home / "declarations.git"), "show", "main:stacks/scratch/main.tf"],
                                capture_output=True, text=True, check=True).stdout
-    assert '"t3.medium"' in main_text
+    assert 'release = "2"' in main_text
+    assert "gateway_jobs" in api_metrics
+    applied = sum(_scrape(p).get(("gateway_jobs_finished_total", (("kind", "apply"), ("outcome", "succeeded"))), 0)
+                  for p in metrics_ports)
+    assert applied == 1  # one worker ran it, and says so on its metrics port
+
+    grace = _seconds(services["worker"]["stop_grace_period"])
+    for worker in workers:  # `docker compose stop`: SIGTERM, then the grace period
+        worker.send_signal(signal.SIGTERM)
+    for worker, (ready, _) in zip(workers, ready_files, strict=True):
+        assert worker.wait(grace) == 0
+        assert not ready.exists()

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gateway.domain.breaker import BreakerSettings
 from gateway.domain.drift import parse_interval
 from gateway.domain.errors import ConfigError
+from gateway.domain.notifications import Channel, ChannelKind, NotificationEvent, NotificationSettings, Route
 from gateway.domain.policy import PolicySettings
 from gateway.domain.repo_settings import (
     BreakGlassSettings,
@@ -93,6 +94,41 @@ class _RawBreakGlass(BaseModel):
     max_window: str = Field(default="24h", description="the longest window one may open")
 
 
+class _RawSlack(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    channel: str | None = Field(default=None, description="post with chat.postMessage to this Slack channel (the "
+                                "bot token is the gateway's setting); unset: the channel's incoming webhook")
+
+
+class _RawEmail(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: list[str] = Field(min_length=1, description="recipients; the SMTP server is the gateway's setting")
+
+
+class _RawWebhook(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # the URL and the HMAC key are the gateway's settings
+
+
+class _RawChannel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    slack: _RawSlack | None = None
+    email: _RawEmail | None = None
+    webhook: _RawWebhook | None = None
+
+
+class _RawRoute(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    groups: list[str] = Field(default=[], description="events concerning any of these groups; every event when unset")
+    events: list[NotificationEvent] = Field(default=[], description="these events; all when unset")
+    channels: list[str] = Field(min_length=1)
+
+
+class _RawNotifications(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    channels: dict[str, _RawChannel] = {}
+    routes: list[_RawRoute] = []
+
+
 class _RawSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     engine: EngineName = Field(default="sandbox", description="sandbox (the simulator), terraform (the CLI) or "
@@ -105,6 +141,7 @@ class _RawSettings(BaseModel):
     breaker: _RawBreaker = _RawBreaker()
     break_glass: _RawBreakGlass = _RawBreakGlass()
     github: _RawGitHub | None = None
+    notifications: _RawNotifications = _RawNotifications()
 
 
 @functools.lru_cache(maxsize=64)
@@ -170,4 +207,23 @@ def parse_repo_settings(text: str) -> RepoSettings:
         breaker=BreakerSettings(timedelta(minutes=raw.breaker.window_minutes), raw.breaker.max_growth_percent,
                                 raw.breaker.max_destroy_count, frozenset(raw.breaker.resetters)),
         break_glass=break_glass,
+        notifications=_notifications(raw.notifications),
     )
+
+
+def _notifications(raw: _RawNotifications) -> NotificationSettings:
+    """Named channels (exactly one kind each) and routes that name only channels defined here."""
+    channels = {}
+    for name, c in raw.channels.items():
+        kinds = [kind for kind in ChannelKind if getattr(c, kind.value) is not None]
+        if len(kinds) != 1:
+            raise ConfigError(f"gateway.yaml: notifications.channels.{name}: say one of slack, email or webhook")
+        channels[name] = Channel(name, kinds[0], tuple(c.email.to) if c.email else (),
+                                 c.slack.channel if c.slack else None)
+    for i, route in enumerate(raw.routes):
+        unknown = sorted(set(route.channels) - set(channels))
+        if unknown:
+            raise ConfigError(f"gateway.yaml: notifications.routes.{i}.channels: no channel {', '.join(unknown)} "
+                              f"(channels: {', '.join(sorted(channels)) or 'none'})")
+    routes = tuple(Route(tuple(r.channels), frozenset(r.groups), frozenset(r.events)) for r in raw.routes)
+    return NotificationSettings(channels, routes)

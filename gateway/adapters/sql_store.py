@@ -40,6 +40,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from gateway.domain.audit import GENESIS, event_addresses, event_bytes, event_outcome
 from gateway.domain.errors import BackendError, ConfigError
+from gateway.domain.notifications import OUTBOX_MARKER
 
 metadata = MetaData()
 
@@ -393,13 +394,55 @@ break_glass_windows = Table(
     Column("acknowledgement", Text, nullable=True),
 )
 
+# Signing in (migration 19): identities linked to principals by issuer and subject, and server-side page sessions.
+oidc_identities = Table(
+    "oidc_identities", metadata,
+    Column("issuer", String(500), primary_key=True),  # the OIDC `iss`; GitHub identities live in github_accounts
+    Column("subject", String(255), primary_key=True),  # the `sub`: stable, unlike an e-mail address
+    Column("principal_id", String(36), nullable=False, index=True),
+    Column("display", String(200), nullable=False),  # shown to admins; never what the identity maps by
+    Column("linked_at", DateTime(timezone=True), nullable=False),
+)
+
+web_sessions = Table(
+    "web_sessions", metadata,
+    Column("id_hash", String(64), primary_key=True),  # SHA-256 of the random session id the cookie carries
+    Column("principal_id", String(36), nullable=False, index=True),
+    Column("auth_method", String(600), nullable=False),  # token, github, oidc:<issuer>
+    Column("claimed_groups", JSON, nullable=True),  # the provider's groups claim at sign-in (null: none sent)
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+)
+
 markers = Table(  # small facts the gateway keeps: the last main commit it has looked at
     "markers", metadata,
     Column("name", String(60), primary_key=True),
     Column("value", String(200), nullable=False),
 )
 
-_LATER_TABLES = ("drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+# Notifications (migration 20): one row per (event, subject, channel), delivered once by a notify job.
+notifications = Table(
+    "notifications", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dedupe_key", String(200), nullable=False, unique=True),  # event:subject:channel, never two
+    Column("event", String(40), nullable=False),
+    Column("channel", String(20), nullable=False),  # slack | email | webhook
+    Column("target", String(100), nullable=False),  # the channel's name in gateway.yaml
+    Column("spec", JSON, nullable=False),  # the channel as main named it when the notice was queued
+    Column("notice", JSON, nullable=False),  # the masked message
+    Column("proposal_id", Integer, nullable=True),
+    Column("audit_seq", BigInteger, nullable=True),  # the trail event it tells of
+    Column("status", String(20), nullable=False, index=True),  # queued | delivered | failed
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("error", Text, nullable=True),
+    Column("receipt", Text, nullable=True),  # what the channel answered
+    Column("job_id", Integer, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+)
+
+_LATER_TABLES = ("notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -590,6 +633,18 @@ def _backfill_canonical(conn: Connection, batch: int = 5000) -> None:
         after = rows[-1]["seq"]
 
 
+def _sign_in(conn: Connection) -> None:
+    """Signing in with OpenID Connect and GitHub: linked identities, and page sessions kept server-side."""
+    metadata.create_all(conn, tables=[oidc_identities, web_sessions])
+def _notifications(conn: Connection) -> None:
+    """Notifications and the outbox's place in the trail: it starts at the trail's head as it is now, so an upgraded
+    gateway tells of what happens from now on, not of its whole history."""
+    metadata.create_all(conn, tables=[notifications])
+    head = conn.scalar(select(audit_head.c.seq).where(audit_head.c.id == 1)) or 0
+    if conn.scalar(select(markers.c.value).where(markers.c.name == OUTBOX_MARKER)) is None:
+        conn.execute(markers.insert().values(name=OUTBOX_MARKER, value=str(head)))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -609,6 +664,8 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (16, _job_retries),  # a webhook job's retries
     (17, _agent_turns_as_jobs),
     (18, _canonical_events),  # the trail stores each event's canonical bytes
+    (19, _sign_in),  # OIDC identities and server-side web sessions
+    (20, _notifications),  # notifications, delivered once each, and the outbox's place in the trail
 ]
 
 
@@ -633,6 +690,14 @@ class Database:
                 if version not in done:
                     migration(conn)
                     conn.execute(schema_version.insert().values(version=version, applied_at=_now()))
+
+    def pending_migrations(self) -> list[int]:
+        """The migrations this code knows that the database has not run (all of them on an empty database)."""
+        with self.transaction(readonly=True) as conn:
+            if not self.engine.dialect.has_table(conn, "schema_version"):
+                return [version for version, _ in MIGRATIONS]
+            done = set(conn.scalars(select(schema_version.c.version)))
+        return [version for version, _ in MIGRATIONS if version not in done]
 
     @contextmanager
     def transaction(self, readonly: bool = False) -> Iterator[Connection]:

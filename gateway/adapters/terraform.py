@@ -196,6 +196,7 @@ class TerraformEngine:
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.tf"))
                  if not p.is_symlink() and p.name not in (BACKEND_FILE, SENSITIVE_FILE)}
         backend = declared_backend(files)
+        refuse_cloud(stack, backend)
         if backend is not None:
             self._remember_backend(stack, backend)
         else:
@@ -366,11 +367,26 @@ def state_version(state: Mapping[str, Any]) -> int:
     return int(state.get("serial", 0)) + 1 if state.get("lineage") else 0
 
 
+CLOUD = "cloud"  # declared_backend's key for a `cloud` block (no backend type has that name)
+
+
+def refuse_cloud(stack: str, backend: Mapping[str, Any] | None) -> None:
+    """The terraform engine does not run a stack with a `cloud` block: Terraform would hand its plans and applies
+    to HCP Terraform (Terraform Cloud), out of the gateway's reach, and the approved plan could not be the one run."""
+    if backend is not None and CLOUD in backend:
+        raise ConfigError(f"stack {stack}: the terraform engine does not plan a stack with a `cloud` block: Terraform "
+                          "would run its plans and applies in HCP Terraform (Terraform Cloud), out of the gateway's "
+                          "reach; declare a `backend` instead (the sandbox engine plans such a stack against its "
+                          "own simulated state)")
+
+
 def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
     """The `terraform { backend "TYPE" { ... } }` these files declare, as `{TYPE: {setting: value}}` (None: none).
 
     Backend settings are literals in Terraform (no variables), so they read as plain values. A `cloud` block
-    is refused: Terraform Cloud runs plans itself, out of the gateway's reach.
+    (HCP Terraform, Terraform Cloud) reads as `{"cloud": {setting: value}}`: where the state lives, like a
+    backend, so a branch that adds or drops one moves the state. Which engine can plan it is the engine's to say
+    (this one refuses it, `refuse_cloud`; the sandbox plans it against its own state and says so).
     """
     import hcl2
 
@@ -383,9 +399,8 @@ def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
         except Exception as exc:  # python-hcl2 raises lark's errors
             raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
         for block in document.get("terraform", []):
-            if "cloud" in block:
-                raise ConfigError(f"{name}: a `cloud` block hands plans to Terraform Cloud; the gateway plans and "
-                                  "applies itself (declare a backend instead)")
+            for cloud in block.get("cloud", []):
+                found.append({CLOUD: _literal(cloud)})
             for backend in block.get("backend", []):
                 found.append({_literal(kind): _literal(settings) for kind, settings in backend.items()})
     if len(found) > 1:

@@ -17,7 +17,7 @@ from gateway.adapters.keyfiles import private_key_file
 from gateway.api import day_two, pages, routes
 from gateway.api.errors import error_body, invalid_request, status_for
 from gateway.api.scrubbing import ScrubResponses
-from gateway.composition import open_workspace
+from gateway.composition import install_prometheus, open_workspace
 from gateway.config import Settings
 from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.mcp_server import McpMount
@@ -38,6 +38,7 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     settings = settings or Settings()
     workspace = open_workspace(settings)
     require_webhook_secret(workspace)  # a forge without a webhook secret does not start
+    metrics = install_prometheus(workspace)  # before the job loops copy the workspace
 
     mcp = McpMount(workspace)
 
@@ -55,13 +56,20 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
                   description="Proposals, approvals bound to exact plans, exact-plan applies, and the audit trail.")
     app.state.workspace = workspace
     app.add_middleware(SessionMiddleware, secret_key=session_secret(settings), session_cookie="gateway_session",
-                       same_site="strict", https_only=settings.secure_cookies, max_age=8 * 3600)
+                       same_site="lax", https_only=settings.cookies_secure,
+                       max_age=None)  # ends with the browser; the server-side session's expiry is what counts
     app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
     app.include_router(routes.router)
     app.include_router(pages.router)
     app.include_router(day_two.api)
     app.include_router(day_two.pages)
     app.mount("/mcp", mcp)  # external agents: the MCP server over streamable HTTP, bearer token
+
+    @app.get("/metrics", include_in_schema=False)
+    def _metrics() -> Response:
+        """Prometheus' scrape: no secret, no unbounded label (see README, Operating the gateway)."""
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:

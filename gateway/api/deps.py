@@ -7,8 +7,9 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway.domain.errors import AuthError, NotFound
+from gateway.domain.errors import AuthError
 from gateway.domain.principals import Principal
+from gateway.services.admin.sign_in import SignedIn, signed_in
 from gateway.services.admin.users import authenticate
 from gateway.services.workspace import Workspace
 
@@ -38,21 +39,23 @@ def api_actor(ws: WorkspaceDep, credentials: Annotated[HTTPAuthorizationCredenti
 ActorDep = Annotated[Principal, Depends(api_actor)]
 
 
-def page_actor(request: Request, ws: WorkspaceDep) -> Principal:
-    """The signed-in person of a page, from the session cookie."""
-    principal_id = request.session.get("principal")
-    if not principal_id:
-        raise AuthError("sign in first")
-    # only "no such person" ends the session; a database error is the database's (503), not a sign-out
+def signed_in_person(request: Request, ws: WorkspaceDep) -> SignedIn:
+    """The signed-in person of a page, from their server-side session (the cookie holds only its id)."""
     try:
-        with ws.store.session(readonly=True) as session:
-            principal: Principal | None = session.principals.get(principal_id)
-    except NotFound:
-        principal = None
-    if principal is None or principal.disabled:  # a disabled person's sessions end at once
+        return signed_in(ws, request.session.get("sid"))
+    except AuthError as exc:  # ended, expired, disabled: the cookie goes, and the sign-in page says why
         request.session.clear()
-        raise AuthError("your session is no longer valid; sign in again")
-    return principal
+        if str(exc) != "sign in first":
+            request.session["flash"] = str(exc)
+        raise
+
+
+SignedInDep = Annotated[SignedIn, Depends(signed_in_person)]
+
+
+def page_actor(who: SignedInDep) -> Principal:
+    """The signed-in person's principal, with the groups their session counts."""
+    return who.principal
 
 
 PageActorDep = Annotated[Principal, Depends(page_actor)]

@@ -12,22 +12,29 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from gateway.api.deps import PageActorDep, ProposalId, WorkspaceDep, request_workspace
+from gateway.api.deps import PageActorDep, ProposalId, SignedInDep, WorkspaceDep, request_workspace
 from gateway.api.routes import export_response
-from gateway.domain.errors import AuthError, InputError, Refused
+from gateway.domain.errors import AuthError, InputError, Refused, SignInRefused
 from gateway.domain.jobs import JobKind
 from gateway.domain.permissions import Action, may
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
 from gateway.domain.review_page import FIRST_SCREEN_LINES, Bounded, diff_page, review_page
 from gateway.services.admin import audit as audit_service
-from gateway.services.admin.users import authenticate_person
+from gateway.services.admin.sign_in import (
+    decide_signed_in,
+    finish_sign_in,
+    provider_choices,
+    sign_in_with_token,
+    sign_out,
+    start_sign_in,
+)
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
 from gateway.services.agents.breaker import breaker_status
-from gateway.services.change.jobs import approve_proposal, enqueue_job
+from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.main_watch import unacknowledged
-from gateway.services.change.proposals import decide, get_proposal
-from gateway.services.change.views import list_proposal_rows, view_proposal
+from gateway.services.change.proposals import get_proposal
+from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
 from gateway.services.day_two.break_glass import overdue_windows
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
@@ -59,25 +66,68 @@ def render(request: Request, name: str, actor: Principal | None, status_code: in
 
 
 @router.get("/login")
-def login_page(request: Request) -> HTMLResponse:
-    return render(request, "login.html", None)
+def login_page(request: Request, ws: WorkspaceDep) -> HTMLResponse:
+    return render(request, "login.html", None, providers=provider_choices(ws), error=request.session.pop("flash", None))
 
 
 @router.post("/login")
 def login(request: Request, ws: WorkspaceDep, token: Annotated[str, Form()], csrf: CsrfField) -> Response:
     check_csrf(request, csrf)
     try:
-        principal = authenticate_person(ws, token)
+        session_id, _ = sign_in_with_token(ws, token)
     except (AuthError, Refused) as exc:
-        return render(request, "login.html", None, status_code=401 if isinstance(exc, AuthError) else 403, error=str(exc))
-    request.session.clear()
-    request.session["principal"] = principal.id
+        return render(request, "login.html", None, status_code=401 if isinstance(exc, AuthError) else 403,
+                      error=str(exc), providers=provider_choices(ws))
+    _start_session(request, session_id)
     return RedirectResponse("/", status_code=303)
 
 
-@router.post("/logout")
-def logout(request: Request, csrf: CsrfField) -> Response:
+@router.post("/login/{provider}")
+def login_with(request: Request, provider: str, ws: WorkspaceDep, csrf: CsrfField) -> Response:
+    """Off to the provider, with a fresh state, nonce and PKCE verifier kept in this browser's signed cookie."""
     check_csrf(request, csrf)
+    redirect_uri = f"{ws.settings.public_url.rstrip('/')}/auth/{provider}/callback"
+    try:
+        started = start_sign_in(ws, provider, redirect_uri)
+    except SignInRefused as exc:
+        return _refused_page(request, ws, exc)
+    request.session["sign_in"] = {"provider": provider, **started.pending}
+    return RedirectResponse(started.url, status_code=303)
+
+
+@router.get("/auth/{provider}/callback")
+def sign_in_callback(request: Request, provider: str, ws: WorkspaceDep) -> Response:
+    """The provider sends the person back here; the pending flow is used once, whatever the outcome."""
+    pending = request.session.pop("sign_in", None)
+    if not isinstance(pending, dict) or pending.get("provider") != provider:
+        pending = None
+    callback = {k: v for k, v in request.query_params.items() if k in CALLBACK_PARAMS}
+    try:
+        session_id, _ = finish_sign_in(ws, provider, pending, callback)
+    except SignInRefused as exc:
+        return _refused_page(request, ws, exc)
+    _start_session(request, session_id)
+    return RedirectResponse("/", status_code=303)
+
+
+CALLBACK_PARAMS = ("code", "state", "error", "error_description")
+NOT_LINKED = ("unlinked", "disabled", "not_a_person")  # the provider vouched for them; the gateway says no
+
+
+def _refused_page(request: Request, ws: WorkspaceDep, exc: SignInRefused) -> HTMLResponse:
+    return render(request, "login.html", None, status_code=403 if exc.check in NOT_LINKED else 401,
+                  error=f"Sign-in refused: {exc}", refused_check=exc.check, providers=provider_choices(ws))
+
+
+def _start_session(request: Request, session_id: str) -> None:
+    request.session.clear()  # a new session id and a new CSRF token: nothing carries over from before sign-in
+    request.session["sid"] = session_id
+
+
+@router.post("/logout")
+def logout(request: Request, ws: WorkspaceDep, csrf: CsrfField) -> Response:
+    check_csrf(request, csrf)
+    sign_out(ws, request.session.get("sid"))
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
 
@@ -86,7 +136,7 @@ def logout(request: Request, csrf: CsrfField) -> Response:
 def index(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
     proposals = list_proposal_rows(ws, actor)
     breakers = [b for b in breaker_status(ws) if b["open"]]
-    return render(request, "index.html", actor, proposals=proposals, breakers=breakers)
+    return render(request, "index.html", actor, proposals=proposals, breakers=breakers, inbox=inbox(ws, actor))
 
 
 @router.get("/requests/new")
@@ -119,7 +169,8 @@ def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, a
     view = view_proposal(ws, actor, proposal_id)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,
-                  changes=review.changes, diff=diff_page(view.diff, 1), blocked=Bounded.of(view.blocked_by, FIRST_SCREEN_LINES),
+                  changes=review.changes, diff=diff_page(view.diff, 1),
+                  blocked=Bounded.of(view.blocked_by, FIRST_SCREEN_LINES),
                   refusals=Bounded.of(view.apply_blockers, FIRST_SCREEN_LINES))
 
 
@@ -133,15 +184,11 @@ def diff_lines_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep,
 
 
 @router.post("/proposals/{proposal_id}/decide")
-def decide_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField,
+def decide_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, who: SignedInDep, csrf: CsrfField,
                 decision: Annotated[Decision, Form()], sha: Annotated[str, Form()],
                 comment: Annotated[str, Form()] = "", digests: Annotated[str, Form(max_length=20000)] = "") -> Response:
     check_csrf(request, csrf)
-    seen = _seen_digests(digests)
-    if decision == Decision.APPROVE:
-        approve_proposal(ws, actor, proposal_id, comment, seen_sha=sha, auth="web-session", seen_digests=seen)
-    else:
-        decide(ws, actor, proposal_id, decision, comment, seen_sha=sha, auth="web-session", seen_digests=seen)
+    decide_signed_in(ws, who, proposal_id, decision, comment, sha, _seen_digests(digests))
     return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
 
 

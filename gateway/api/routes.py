@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from gateway.api.deps import ActorDep, JobId, ProposalId, WorkspaceDep
 from gateway.api.schemas import (
@@ -17,10 +17,12 @@ from gateway.api.schemas import (
     ErrorPublic,
     EventPublic,
     Health,
+    InboxEntry,
     JobPublic,
     OverrideCreate,
     ProposalPublic,
     ProposalSummary,
+    Readiness,
     RejectionCreate,
     RequestCreate,
     RequestPublic,
@@ -29,13 +31,15 @@ from gateway.api.schemas import (
 from gateway.domain.audit import AuditEvent, Checkpoint
 from gateway.domain.errors import InputError
 from gateway.domain.jobs import JobKind
+from gateway.domain.operations import failed_checks
 from gateway.domain.preview import RENDERERS
 from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
+from gateway.services.admin.operations import check_readiness
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
 from gateway.services.change.jobs import approve_proposal, enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, override_finding, proposal_previews
-from gateway.services.change.views import list_proposal_rows, view_proposal
+from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
 from gateway.services.forge.github_webhooks import MAX_BODY, receive_delivery
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
@@ -48,9 +52,19 @@ ProposalQuery = Annotated[int | None, Query(ge=1, le=2**31 - 1, description="onl
 
 @router.get("/health", response_model=Health, tags=["service"])
 def health(ws: WorkspaceDep) -> Health:
-    with ws.store.session(readonly=True) as session:
-        session.principals.count()
+    """Liveness: the process answers. It touches nothing else (a database outage is /ready's to report)."""
     return Health(status="ok", database=ws.store.dialect, engine=ws.engine.name)
+
+
+@router.get("/ready", response_model=Readiness, tags=["service"], responses={503: {"model": Readiness}})
+def ready(ws: WorkspaceDep) -> Response:
+    """Readiness: the database answers at this version's schema, the workspace and the keys read (else 503)."""
+    checks = check_readiness(ws)
+    failed = failed_checks(checks)
+    body = Readiness(status="not ready" if failed else "ready", checks={c.name: c.failure or "ok" for c in checks},
+                     failed=[c.name for c in failed],
+                     reason="; ".join(f"{c.name}: {c.failure}" for c in failed) or None)
+    return JSONResponse(body.model_dump(), status_code=503 if failed else 200)
 
 
 @router.post("/requests", response_model=RequestPublic, status_code=202, tags=["agent"])
@@ -72,6 +86,12 @@ def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None)
                             requester=r.requester, proposer=r.proposer, risk=r.risk, blocked_by=r.blocked_by,
                             created_at=r.created_at, waiting_for_you=r.waiting_for_you)
             for r in list_proposal_rows(ws, actor, status)]
+
+
+@router.get("/inbox", response_model=list[InboxEntry], tags=["proposals"])
+def read_inbox(ws: WorkspaceDep, actor: ActorDep) -> list[InboxEntry]:
+    """Waiting for you: what you can approve or reject now, and why each needs you (group, risk tier, quorum)."""
+    return [InboxEntry(**item.to_public()) for item in inbox(ws, actor)]
 
 
 def proposal_document(ws: WorkspaceDep, actor: ActorDep, proposal_id: int) -> Response:

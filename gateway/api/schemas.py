@@ -23,6 +23,15 @@ class Health(BaseModel):
     engine: str
 
 
+class Readiness(BaseModel):
+    """Whether this process can do its work; `failed` names each check that did not pass, and why."""
+
+    status: Literal["ready", "not ready"]
+    checks: dict[str, str]  # database, migrations, workspace, keys -> "ok" or what is wrong
+    failed: list[str]
+    reason: str | None = None
+
+
 class RequestCreate(BaseModel):
     text: str = Field(min_length=1, max_length=8000, description="what you want changed, in plain words")
     conversation_id: str | None = Field(default=None, max_length=36, description="continue this conversation")
@@ -88,6 +97,21 @@ class ProposalSummary(BaseModel):
     blocked_by: list[str] = Field(default=[], description="what still stands before an apply")
     created_at: datetime | None = None
     waiting_for_you: bool = Field(default=False, description="you may approve it now")
+
+
+class InboxEntry(BaseModel):
+    """A proposal you can decide now, and why it needs you."""
+
+    id: int
+    branch: str
+    reason: str
+    requester: str
+    stacks: list[str]
+    risk: str = Field(description="its risk tier")
+    groups: list[str] = Field(description="your groups that may decide it (approver groups of its stacks)")
+    required_approvals: int = Field(description="the quorum: approvals it needs")
+    current_approvals: int = Field(description="current approvals it has")
+    why: list[str] = Field(description="the same, in sentences")
 
 
 class ProposalPublic(ProposalSummary):

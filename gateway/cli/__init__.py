@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "drift": ("day_two", "Drift: check and record it (check, list), and the ways out (revert, codify)."),
     "import": ("day_two", "Bring an existing object under management: an import block plus its configuration, "
                           "proven zero-diff (sandbox)."),
+    "inbox": ("proposals", "Waiting for you: what you can approve or reject now, and why each needs you."),
     "init": ("workspace", "Create the workspace in $GATEWAY_HOME with a sample declaration repo, main applied."),
     "job": ("jobs", "Show a job: kind, status, progress, and its result once finished."),
     "list": ("proposals", "List proposals: those waiting for your approval first (marked *), then newest first."),
@@ -38,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "(`--agent --for PERSON`)."),
     "merge": ("proposals", "Leave `unmerged`: merge an applied proposal into main again, or acknowledge a merge "
                            "made by hand."),
+    "notifications": ("notifications", "Notifications sent to Slack, e-mail and webhooks: delivered, waiting for a "
+                                       "retry, or failed (newest first)."),
     "override": ("proposals", "Override one deny finding as a policy owner (recorded, attributable, expiring)."),
     "plan": ("plans", "Plan one stack of the declaration repo with its engine and print the preview."),
     "policy": ("policy", "Rego policies under policies/ on main: run their tests, try them on a plan."),

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import threading
+from pathlib import Path
 
 import click
 
@@ -25,6 +28,7 @@ def job(ctx: Context, job_id: int, wait: bool) -> None:
     ctx.actor()
     found = ctx.ws.store.queue.get(job_id)
     subject = (f"request {found.args.get('run')}" if found.kind == JobKind.AGENT_TURN
+               else f"notification {found.args.get('notification')}" if found.kind == JobKind.NOTIFY
                else f"proposal {found.proposal_id}")
     click.echo(f"job {found.id}: {found.kind.value} of {subject} [{found.status.value}]"
                + (f" on {found.runner}" if found.runner else ""))
@@ -40,18 +44,43 @@ def job(ctx: Context, job_id: int, wait: bool) -> None:
 @group.command()
 @click.option("--loops", default=2, show_default=True, type=click.IntRange(1, 64), help="jobs run at once")
 @click.option("--poll", "poll_seconds", default=0.5, show_default=True, type=float, help="seconds between claims")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+              help="serve Prometheus metrics on this port (GET /metrics)")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True, help="address the metrics port listens on")
+@click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="a file kept while the worker is ready (database answering, schema current); gone when it stops")
+@click.option("--grace", "grace_seconds", default=540.0, show_default=True, type=click.FloatRange(0),
+              help="on SIGTERM, seconds to let jobs in hand finish before re-plans and publishes are handed back "
+                   "(an apply always runs to its recorded end)")
 @pass_ctx
-def worker(ctx: Context, loops: int, poll_seconds: float) -> None:
+def worker(ctx: Context, loops: int, poll_seconds: float, metrics_port: int | None, metrics_host: str,
+           ready_file: Path | None, grace_seconds: float) -> None:
     """Run plan and apply jobs from the database until stopped (SIGTERM or Ctrl-C finish the jobs in hand)."""
     from gateway.worker import Worker
 
-    running = Worker(ctx.ws, loops, poll_seconds).start()
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=running.stop, daemon=True).start())
-    click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.store.dialect}", err=True)
+    if metrics_port is not None:
+        from gateway.composition import install_prometheus
+
+        install_prometheus(ctx.ws).serve(metrics_port, metrics_host)
+    running = Worker(ctx.ws, loops, poll_seconds, ready_file=ready_file)
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            click.echo(f"worker {running.name}: stopping, {len(running.in_hand())} job(s) in hand", err=True)
+            threading.Thread(target=running.stop, args=(grace_seconds,), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)  # before the loops start: a stop never lands on the default handler
+    running.start()
+    click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.store.dialect}"
+               + (f", metrics on :{metrics_port}" if metrics_port else ""), err=True)
     try:
         running.wait()
     except KeyboardInterrupt:
-        running.stop()
+        stop()
+        running.wait()
+    click.echo(f"worker {running.name}: stopped", err=True)
 
 
 @group.command()
@@ -68,8 +97,16 @@ def serve(ctx: Context, host: str, port: int, workers: int, processes: int) -> N
 
     if processes > 1:  # uvicorn imports the app in each process: the settings come from the environment
         os.environ["GATEWAY_SERVE_WORKERS"] = str(workers)
-        uvicorn.run("gateway.api.app:app_from_environment", factory=True, host=host, port=port,
-                    workers=processes, log_level="warning")
+        made = None
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # each process's counters in files, summed by a scrape
+            made = tempfile.mkdtemp(prefix="gateway-metrics-")
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+        try:
+            uvicorn.run("gateway.api.app:app_from_environment", factory=True, host=host, port=port,
+                        workers=processes, log_level="warning")
+        finally:
+            if made:
+                shutil.rmtree(made, ignore_errors=True)
         return
     from gateway.api.app import create_app
 

@@ -46,6 +46,26 @@ def list_proposals(ctx: Context, status: str | None) -> None:
             click.echo(f"        blocked: {blocker}")
 
 
+@group.command("inbox")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@pass_ctx
+def show_inbox(ctx: Context, fmt: str) -> None:
+    """Waiting for you: what you can approve or reject now, and why each needs you."""
+    from gateway.services.change.views import inbox
+
+    items = inbox(ctx.ws, ctx.actor())
+    if fmt == "json":  # the same document the API serves
+        click.echo(json.dumps([i.to_public() for i in items], indent=2))
+        return
+    if not items:
+        click.echo("nothing waits for you")
+    for i in items:
+        click.echo(f"{i.id:>4}  {i.risk:8} {i.branch:30} {','.join(i.stacks)}  requested by {i.requester}: "
+                   f"{i.reason.splitlines()[0][:50] if i.reason else ''}")
+        for why in i.why:
+            click.echo(f"        {why}")
+
+
 def _age(delta: timedelta) -> str:
     minutes = int(delta.total_seconds() // 60)
     return f"{minutes}m" if minutes < 120 else (f"{minutes // 60}h" if minutes < 48 * 60 else f"{minutes // 1440}d")

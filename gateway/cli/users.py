@@ -122,3 +122,16 @@ def users_link(ctx: Context, name: str, login: str, github_id: int | None) -> No
 
     github_id, login = link_account(ctx.ws, ctx.actor(), name, login, github_id)
     click.echo(f"linked {name} to GitHub user {login} (id {github_id})")
+
+
+@users.command("link-identity")
+@click.argument("name")
+@click.option("--issuer", required=True, help="the OpenID Connect issuer URL (the ID token's iss)")
+@click.option("--subject", required=True, help="the identity's subject there (the ID token's sub; never an e-mail)")
+@pass_ctx
+def users_link_identity(ctx: Context, name: str, issuer: str, subject: str) -> None:
+    """Link a person to an OpenID Connect identity, so they can sign in to the pages with it."""
+    from gateway.services.admin.sign_in import link_identity
+
+    link_identity(ctx.ws, ctx.actor(), name, issuer, subject)
+    click.echo(f"linked {name} to {subject} at {issuer}")

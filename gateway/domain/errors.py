@@ -9,6 +9,7 @@ GatewayError                      anything the gateway reports to a person
 │   │   └── RefMoved              a branch moved between reading it and updating it (retry on the new one)
 │   └── MalformedDelivery         a webhook payload lacks a field the gateway reads, or has it mistyped
 ├── AuthError                     missing or unknown token
+│   └── SignInRefused             a sign-in with a provider failed a check (state, nonce, audience, expiry, link)
 ├── Refused                       a rule is not met; `reasons` says which, in words
 ├── PlanError                     the engine could not produce a plan (e.g. prevent_destroy)
 ├── ApplyError                    the engine failed part way through an apply
@@ -16,7 +17,9 @@ GatewayError                      anything the gateway reports to a person
 ├── NotConfigured                 an optional part (the model) has no settings
 └── BackendError                  git, the database, the model or an engine binary failed underneath
     └── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
-                                  connection); the same request later may well succeed
+        │                         connection); the same request later may well succeed
+        └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
+                                  decided this was not its last attempt)
 """
 
 from __future__ import annotations
@@ -65,6 +68,14 @@ class AuthError(GatewayError):
     pass
 
 
+class SignInRefused(AuthError):
+    """A sign-in with an identity provider was refused: `check` names what failed (state, nonce, unlinked...)."""
+
+    def __init__(self, check: str, message: str):
+        super().__init__(message)
+        self.check = check
+
+
 class Refused(GatewayError):
     """A rule is not met. Each reason is a sentence a person can act on."""
 
@@ -99,3 +110,11 @@ class Unavailable(BackendError):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RetryLater(Unavailable):
+    """A job's handler asks the queue to run it again after `retry_after` seconds; it has decided this attempt was
+    not its last (its own retry policy), so the queue does not judge again."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message, retry_after)

@@ -14,6 +14,7 @@ class JobKind(StrEnum):
     WEBHOOK = "webhook"  # handle one GitHub webhook delivery (args: delivery)
     PUBLISH = "publish"  # bring the proposal's pull request up to date: sticky comment, checks
     AGENT_TURN = "agent_turn"  # run one message of a person to the agent (args: run)
+    NOTIFY = "notify"  # deliver one notification to its channel (args: notification)
 
 
 class JobStatus(StrEnum):

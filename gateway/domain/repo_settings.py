@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from gateway.domain.breaker import BreakerSettings
 from gateway.domain.errors import NotFound
+from gateway.domain.notifications import NotificationSettings
 from gateway.domain.policy import PolicySettings
 
 
@@ -77,6 +78,7 @@ class RepoSettings:
     github: GitHubSettings | None = None  # `forge: github`: proposals are pull requests there
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     break_glass: BreakGlassSettings = field(default_factory=BreakGlassSettings)
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)  # who is told what
 
     def require_stack(self, name: str) -> StackSettings:
         """The stack called `name`; an unknown name is refused, listing the stacks there are."""

@@ -13,11 +13,15 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import GitHubSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
+    NO_METRICS,
     Clock,
     DeclarationReader,
     DeclarationRepo,
     Engine,
     Forge,
+    IdentityProvider,
+    Metrics,
+    NotificationSender,
     PolicyEvaluator,
     PolicyScanner,
     Signer,
@@ -47,6 +51,9 @@ class Workspace:
     open_checkpointer: Callable[[], AbstractContextManager[Any]]  # the agent graph's saved conversations
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
     signer: Signer | None = None  # the audit checkpoints' key (wired by the composition root)
+    metrics: Metrics = NO_METRICS  # what operators count; the API and `gateway worker --metrics-port` wire Prometheus
+    identity_providers: Mapping[str, IdentityProvider] = field(default_factory=dict)  # sign-in: oidc, github
+    notifier: NotificationSender | None = None  # Slack, e-mail, webhooks (wired by the composition root)
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

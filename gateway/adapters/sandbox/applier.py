@@ -23,7 +23,7 @@ from gateway.adapters.sandbox.config import ResourceConfig, StackConfig
 from gateway.adapters.sandbox.evaluation import Index, Scope
 from gateway.adapters.sandbox.hcl_eval import Evaluator
 from gateway.adapters.sandbox.instances import InstanceEvaluation, proposed_attributes, state_value
-from gateway.adapters.sandbox.schema import plausible_value, schema_for
+from gateway.adapters.sandbox.schema import in_region, plausible_value, schema_for
 from gateway.adapters.sandbox.state import SandboxStore, StackState, StateResource, relocated, resource_key
 from gateway.adapters.sandbox.values import contains_unknown, unmark
 from gateway.domain.errors import ApplyError, ConfigError, PlanError
@@ -63,10 +63,11 @@ class Applier(InstanceEvaluation):
                 self._step(address, lambda a=address: self._delete(a))
             address = None
             for scope, resource, index, ev, address in self.instances_in_order():
-                if resource.mode == "data":
-                    scope.values[resource.key][index] = self.read(scope, resource, ev, at_apply=True)[0]
-                else:
-                    self._apply_instance(scope, resource, index, ev, address)
+                with in_region(self.region_of(scope, resource)):
+                    if resource.mode == "data":
+                        scope.values[resource.key][index] = self.read(scope, resource, ev, at_apply=True)[0]
+                    else:
+                        self._apply_instance(scope, resource, index, ev, address)
             address = None
             self._save_outputs()
         except (ApplyError, ConfigError, PlanError) as exc:

@@ -27,7 +27,7 @@ from gateway.domain.errors import ConfigError
 
 META_ARGUMENTS = frozenset({"count", "for_each", "lifecycle", "depends_on", "provider"})
 KEPT_NOT_RUN = frozenset({"provisioner", "connection"})  # part of the configuration, never run by the sandbox
-IGNORED_BLOCKS = frozenset({"terraform", "check", "removed"})  # settings for Terraform itself, not for a plan
+IGNORED_BLOCKS = frozenset({"check", "removed"})  # settings for Terraform itself, not for a plan
 MODULE_META = frozenset({"source", "version", "count", "for_each", "depends_on", "providers"})
 MAX_MODULE_DEPTH = 16
 NO_DEFAULT = object()
@@ -122,6 +122,7 @@ class ModuleCall:
     for_each: Tree | None = None
     depends_on: tuple[str, ...] = ()
     module: StackConfig | None = None
+    providers: dict[str, str] = field(default_factory=dict)  # `providers = { aws = aws.east }`: name in the module -> the caller's
 
     @property
     def where(self) -> str:
@@ -145,6 +146,7 @@ class StackConfig:
     root: Path | None = None  # root module only: the stack's directory, where relative file paths start
     checkout: Path | None = None  # root module only: what file functions may read (the repository, or the stack)
     local_lines: dict[str, str] = field(default_factory=dict)  # local name -> "file:line"
+    cloud: str | None = None  # "file:line" of a `cloud` block in `terraform {}` (HCP Terraform's workspace)
 
     @functools.cached_property
     def resource_types(self) -> frozenset[str]:
@@ -198,6 +200,10 @@ class _Loader:
             if depth >= MAX_MODULE_DEPTH:
                 raise ConfigError(f"{call.where}: modules nest deeper than {MAX_MODULE_DEPTH} levels (a cycle?)")
             child_dir = self.resolve_source(call, directory, (*call_path, call.name))
+            if not any(child_dir.glob("*.tf")):  # e.g. a `../../` that lands on the repository's top
+                shown = self.display(child_dir)
+                raise ConfigError(f"no Terraform files in {shown if shown != '.' else './ (the repository top)'} "
+                                  f"(module {call.name}, {call.file}:{call.line}; source {call.source!r})")
             call.module = self.load_module(child_dir, (*call_path, call.name), depth + 1)
         return config
 
@@ -354,6 +360,10 @@ def _add_block(config: StackConfig, filename: str, block_type: str, labels: list
                              traversal_text(_required(block, "to", where), where)))
     elif block_type == "import":
         config.imports[traversal_text(_required(block, "to", where), where)] = _required(block, "id", where)
+    elif block_type == "terraform":
+        cloud = next((b for t, b in block.blocks if t == "cloud"), None)
+        if cloud is not None:
+            config.cloud = f"{filename}:{cloud.line}"
     elif block_type not in IGNORED_BLOCKS:
         raise ConfigError(f"{where}: unknown block type `{block_type}`")
 
@@ -395,7 +405,22 @@ def _add_module_call(config: StackConfig, filename: str, name: str, body: Body, 
         version=str(_constant(version, where)) if version else None,
         count=body.attributes.get("count"), for_each=body.attributes.get("for_each"),
         depends_on=tuple(traversal_text(t, where) for t in _tuple_items(depends_on)) if depends_on else (),
+        providers=_provider_map(body.attributes.get("providers"), where),
     )
+
+
+def _provider_map(expr: Tree | None, where: str) -> dict[str, str]:
+    """A module call's `providers = { aws = aws.east, "aws.west" = aws }` as {name in the module: the caller's}."""
+    term = first_term(expr) if expr is not None else None
+    if term is None or term.data != "object":
+        return {}
+    mapping: dict[str, str] = {}
+    for elem in (c for c in term.children if isinstance(c, Tree) and c.data == "object_elem"):
+        key, value = [c for c in elem.children if isinstance(c, Tree) and c.data != "new_line_or_comment"][:2]
+        key_expr = [c for c in key.children if isinstance(c, Tree)][0]
+        name = traversal_text(key_expr, where, strict=False) or str(_constant(key_expr, where))
+        mapping[name] = traversal_text(value, where)
+    return mapping
 
 
 def _add_resource(config: StackConfig, filename: str, rtype: str, name: str, body: Body, mode: str) -> None:

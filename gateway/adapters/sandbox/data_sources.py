@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gateway.adapters.sandbox.schema import ACCOUNT, REGION, plausible_value
+from gateway.adapters.sandbox.schema import ACCOUNT, plausible_value, region
 from gateway.adapters.sandbox.values import Secret
 
 Lookup = Callable[[str, str], "dict[str, Any] | None"]
@@ -29,12 +29,13 @@ def _digest(args: Mapping[str, Any], size: int = 17) -> str:
 
 
 def _availability_zones(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
+    here = region()
     excluded = set(args.get("exclude_names") or [])
-    names = [f"{REGION}{z}" for z in ZONES if f"{REGION}{z}" not in excluded]
-    prefix = "".join(part[0] for part in REGION.split("-")[:-1]) + REGION.split("-")[-1]  # eu-west-1 -> ew1
-    short = REGION.split("-")[0] + prefix[1:]  # euw1
-    return {**args, "id": REGION, "names": names, "zone_ids": [f"{short}-az{i + 1}" for i in range(len(names))],
-            "group_names": [REGION], "state": args.get("state")}
+    names = [f"{here}{z}" for z in ZONES if f"{here}{z}" not in excluded]
+    prefix = "".join(part[0] for part in here.split("-")[:-1]) + here.split("-")[-1]  # eu-west-1 -> ew1
+    short = here.split("-")[0] + prefix[1:]  # euw1
+    return {**args, "id": here, "names": names, "zone_ids": [f"{short}-az{i + 1}" for i in range(len(names))],
+            "group_names": [here], "state": args.get("state")}
 
 
 def _caller_identity(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def _caller_identity(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
 
 
 def _region(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
-    name = args.get("name") or REGION
+    name = args.get("name") or region()
     return {"id": name, "name": name, "region": name, "description": f"Simulated region {name}",
             "endpoint": f"ec2.{name}.amazonaws.com"}
 
@@ -56,7 +57,7 @@ def _ami(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     image = "ami-" + _digest(args)
     names = [v for f in args.get("filter") or [] if f.get("name") == "name" for v in f.get("values") or []]
     owners = [o for o in args.get("owners") or [] if str(o).isdigit()]
-    return {**args, "id": image, "image_id": image, "arn": f"arn:aws:ec2:{REGION}::image/{image}",
+    return {**args, "id": image, "image_id": image, "arn": f"arn:aws:ec2:{region()}::image/{image}",
             "name": (names[0] if names else "simulated-image-*").replace("*", "20260101"),
             "architecture": "x86_64", "owner_id": owners[0] if owners else ACCOUNT, "state": "available",
             "root_device_name": "/dev/xvda", "root_device_type": "ebs", "virtualization_type": "hvm",
@@ -68,7 +69,7 @@ def _vpc(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     if args.get("id") and (live := lookup("aws_vpc", str(args["id"]))) is not None:
         return {**live, **args}
     vpc = "vpc-" + _digest({k: v for k, v in args.items() if k != "tags"})
-    return {**args, "id": vpc, "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{vpc}", "cidr_block": "172.31.0.0/16",
+    return {**args, "id": vpc, "arn": f"arn:aws:ec2:{region()}:{ACCOUNT}:vpc/{vpc}", "cidr_block": "172.31.0.0/16",
             "default": bool(args.get("default", True)), "owner_id": ACCOUNT, "instance_tenancy": "default",
             "enable_dns_support": True, "enable_dns_hostnames": True, "state": "available",
             "main_route_table_id": vpc.replace("vpc-", "rtb-"), "dhcp_options_id": vpc.replace("vpc-", "dopt-"),
@@ -77,16 +78,16 @@ def _vpc(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
 
 def _subnets(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     seed = _digest(args)
-    return {**args, "id": REGION, "ids": [f"subnet-{_digest({'seed': seed, 'zone': z})}" for z in ZONES]}
+    return {**args, "id": region(), "ids": [f"subnet-{_digest({'seed': seed, 'zone': z})}" for z in ZONES]}
 
 
 def _subnet(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     if args.get("id") and (live := lookup("aws_subnet", str(args["id"]))) is not None:
         return {**live, **args}
     subnet = str(args.get("id") or "subnet-" + _digest(args))
-    return {**args, "id": subnet, "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/{subnet}",
+    return {**args, "id": subnet, "arn": f"arn:aws:ec2:{region()}:{ACCOUNT}:subnet/{subnet}",
             "vpc_id": args.get("vpc_id") or "vpc-" + _digest({}), "cidr_block": "172.31.0.0/20",
-            "availability_zone": args.get("availability_zone") or f"{REGION}a", "owner_id": ACCOUNT,
+            "availability_zone": args.get("availability_zone") or f"{region()}a", "owner_id": ACCOUNT,
             "map_public_ip_on_launch": True, "state": "available"}
 
 
@@ -165,7 +166,7 @@ def _security_group(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     if args.get("id") and (live := lookup("aws_security_group", str(args["id"]))) is not None:
         return {**live, **args}
     group = str(args.get("id") or "sg-" + _digest(args))
-    return {**args, "id": group, "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT}:security-group/{group}",
+    return {**args, "id": group, "arn": f"arn:aws:ec2:{region()}:{ACCOUNT}:security-group/{group}",
             "name": args.get("name") or "default", "description": "a security group of the simulated cloud",
             "vpc_id": args.get("vpc_id") or "vpc-" + _digest({}), "tags": args.get("tags") or {}}
 
@@ -215,14 +216,14 @@ def _kms_key(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     key = str(args.get("key_id") or "")
     if not key or key.startswith(("alias/", "arn:")):
         key = "-".join(_digest({"key": key}, 32)[i:j] for i, j in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)))
-    return {**args, "id": key, "arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{key}", "enabled": True,
+    return {**args, "id": key, "arn": f"arn:aws:kms:{region()}:{ACCOUNT}:key/{key}", "enabled": True,
             "key_state": "Enabled", "key_manager": "CUSTOMER", "key_usage": "ENCRYPT_DECRYPT"}
 
 
 def _kms_alias(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     key = _kms_key({"key_id": args.get("name")}, lookup)
     name = str(args.get("name") or "alias/aws/s3")
-    return {**args, "id": f"arn:aws:kms:{REGION}:{ACCOUNT}:{name}", "arn": f"arn:aws:kms:{REGION}:{ACCOUNT}:{name}",
+    return {**args, "id": f"arn:aws:kms:{region()}:{ACCOUNT}:{name}", "arn": f"arn:aws:kms:{region()}:{ACCOUNT}:{name}",
             "target_key_id": key["id"], "target_key_arn": key["arn"]}
 
 
@@ -230,14 +231,14 @@ def _s3_bucket(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     bucket = str(args.get("bucket") or "bucket")
     if (live := lookup("aws_s3_bucket", bucket)) is not None:
         return {**live, **args}
-    return {**args, "id": bucket, "bucket": bucket, "arn": f"arn:aws:s3:::{bucket}", "region": REGION,
+    return {**args, "id": bucket, "bucket": bucket, "arn": f"arn:aws:s3:::{bucket}", "region": region(),
             "bucket_domain_name": f"{bucket}.s3.amazonaws.com",
-            "bucket_regional_domain_name": f"{bucket}.s3.{REGION}.amazonaws.com", "hosted_zone_id": "Z1BKCTXD74EZPE"}
+            "bucket_regional_domain_name": f"{bucket}.s3.{region()}.amazonaws.com", "hosted_zone_id": "Z1BKCTXD74EZPE"}
 
 
 def _ssm_parameter(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     name = str(args.get("name") or "parameter")
-    return {**args, "id": name, "name": name, "arn": f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/{name.lstrip('/')}",
+    return {**args, "id": name, "name": name, "arn": f"arn:aws:ssm:{region()}:{ACCOUNT}:parameter/{name.lstrip('/')}",
             "type": "String", "version": 1, "value": Secret(f"simulated-{_digest(args, 12)}"),
             "insecure_value": None}
 
@@ -245,12 +246,12 @@ def _ssm_parameter(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
 def _credentials(args: Mapping[str, Any]) -> dict[str, Any]:
     """What a secret usually holds: database credentials (JSON, as the console's secret types write it)."""
     return {"username": "admin", "password": f"simulated-{_digest(args, 16)}", "engine": "mysql",
-            "host": f"db.{REGION}.rds.amazonaws.com", "port": 3306, "dbname": "app"}
+            "host": f"db.{region()}.rds.amazonaws.com", "port": 3306, "dbname": "app"}
 
 
 def _secret_version(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     secret = str(args.get("secret_id") or "secret")
-    arn = secret if secret.startswith("arn:") else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{secret}-AbCdEf"
+    arn = secret if secret.startswith("arn:") else f"arn:aws:secretsmanager:{region()}:{ACCOUNT}:secret:{secret}-AbCdEf"
     return {**args, "id": f"{arn}|AWSCURRENT", "arn": arn, "version_id": _digest(args, 32),
             "version_stages": ["AWSCURRENT"], "secret_string": Secret(json.dumps(_credentials(args))),
             "secret_binary": Secret("")}
@@ -258,16 +259,16 @@ def _secret_version(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
 
 def _eks_cluster(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
     name = str(args.get("name") or "cluster")
-    return {**args, "id": name, "name": name, "arn": f"arn:aws:eks:{REGION}:{ACCOUNT}:cluster/{name}",
-            "endpoint": f"https://{_digest(args, 32).upper()}.gr7.{REGION}.eks.amazonaws.com",
+    return {**args, "id": name, "name": name, "arn": f"arn:aws:eks:{region()}:{ACCOUNT}:cluster/{name}",
+            "endpoint": f"https://{_digest(args, 32).upper()}.gr7.{region()}.eks.amazonaws.com",
             "certificate_authority": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="}], "version": "1.31",
             "status": "ACTIVE", "platform_version": "eks.5"}
 
 
 def _token(args: Mapping[str, Any], lookup: Lookup) -> dict[str, Any]:
-    return {**args, "id": str(args.get("name") or REGION), "token": Secret("k8s-aws-v1." + _digest(args, 40)),
+    return {**args, "id": str(args.get("name") or region()), "token": Secret("k8s-aws-v1." + _digest(args, 40)),
             "authorization_token": Secret("QVdTOnNpbXVsYXRlZA=="), "user_name": "AWS", "password": Secret("simulated"),
-            "proxy_endpoint": f"https://{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"}
+            "proxy_endpoint": f"https://{ACCOUNT}.dkr.ecr.{region()}.amazonaws.com"}
 
 
 class _Outputs(dict[str, Any]):

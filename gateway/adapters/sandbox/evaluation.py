@@ -28,6 +28,7 @@ from gateway.adapters.sandbox.config import (
 )
 from gateway.adapters.sandbox.functions import CallContext, FileScope
 from gateway.adapters.sandbox.hcl_eval import Evaluator, Namespace
+from gateway.adapters.sandbox.schema import DEFAULT_REGION
 from gateway.adapters.sandbox.type_constraints import convert
 from gateway.adapters.sandbox.values import UNKNOWN, Secret, Sensitive, contains_unknown, unmark
 from gateway.domain.errors import ConfigError, PlanError
@@ -277,6 +278,7 @@ class Evaluation:
         self.referenced = self._check_references()
         self.root = Scope(self, config, (), "")
         self._scopes: dict[Path_, list[Scope]] = {(): [self.root]}
+        self._regions: dict[tuple[str, str], str] = {}  # (module instance, provider reference) -> its region
 
     def configs(self) -> Iterator[tuple[Path_, StackConfig]]:
         pending: list[tuple[Path_, StackConfig]] = [((), self.config)]
@@ -452,6 +454,39 @@ class Evaluation:
         refs += [(child, key) for key in module.resources]
         refs += [(child, f"module.{name}") for name in module.module_calls]
         return refs
+
+    # --- providers -------------------------------------------------------------------------
+
+    def region_of(self, scope: Scope, resource: ResourceConfig) -> str:
+        """The region of the AWS provider configuration an instance uses: its `provider` (or the default `aws`),
+        followed up through the module calls' `providers` maps, as Terraform passes provider configurations."""
+        if not resource.type.startswith("aws_"):
+            return DEFAULT_REGION
+        return self._provider_region(scope, resource.provider or "aws")
+
+    def _provider_region(self, scope: Scope, ref: str) -> str:
+        key = (scope.address, ref)
+        if key not in self._regions:
+            self._regions[key] = self._find_region(scope, ref)
+        return self._regions[key]
+
+    def _find_region(self, scope: Scope, ref: str) -> str:
+        name, _, alias = ref.partition(".")
+        for provider in scope.config.providers:
+            if provider.name == name and (provider.alias or "") == alias:
+                if "region" not in provider.body.attributes:
+                    return DEFAULT_REGION
+                tree = provider.body.attributes["region"]
+                value, _ = unmark(scope.evaluator(f"{provider.file}:{line_of(tree)}: provider {ref}",
+                                                  provider.file).eval(tree))
+                return value if isinstance(value, str) and value else DEFAULT_REGION
+        if scope.parent is None or scope.call is None:
+            return DEFAULT_REGION
+        if scope.call.providers:  # passed explicitly: the module has only those
+            passed = scope.call.providers.get(ref)
+            return self._provider_region(scope.parent, passed) if passed else DEFAULT_REGION
+        # without a `providers` map a module inherits its caller's default configurations, never an aliased one
+        return DEFAULT_REGION if alias else self._provider_region(scope.parent, ref)
 
     # --- repetition ------------------------------------------------------------------------
 

@@ -274,7 +274,12 @@ class Evaluator:
         op_node, right_node = _subtrees(term)[:2]
         op = str(op_node.children[0])
         # both sides are evaluated, as in Terraform: `false && null.x` is an error, not false
-        return _apply_marked(_BINARY[op], [self.eval(left_node), self.eval(right_node)], self, node)
+        left, right = self.eval(left_node), self.eval(right_node)
+        if op in ("==", "!=") and _null_comparison(left, right):
+            # as Terraform: against null only the top level counts, so a known map holding unknowns is not null
+            return _apply_marked(lambda a, b: (a is None and b is None) == (op == "=="),
+                                 [_top_level(left), _top_level(right)], self, node)
+        return _apply_marked(_BINARY[op], [left, right], self, node)
 
     def _unary_op(self, node: Tree) -> Any:
         op = str(node.children[0])
@@ -506,7 +511,7 @@ class Evaluator:
         """The collection's mark, and one scope per item (None while the collection is unknown, as the result then
         is); the items of a masked collection stay masked."""
         names = [str(c.children[0]) for c in intro.children if isinstance(c, Tree) and c.data == "identifier"]
-        collection_node = [c for c in intro.children if isinstance(c, Tree) and c.data != "identifier"][0]
+        collection_node = [c for c in _subtrees(intro) if c.data != "identifier"][0]  # `in` may end a line
         collection, mark = unmark(self.eval(collection_node))
         if collection is UNKNOWN:
             return mark, None
@@ -782,6 +787,18 @@ def _apply_marked(func: Callable[..., Any], args: list[Any], ev: Evaluator, node
         raise ev.fail("an operation on a sensitive value failed" if any(marks) else str(exc) or type(exc).__name__,
                       max(marks, default=Mark.NONE), node) from None
     return marked(result, max(marks, default=Mark.NONE))
+
+
+def _null_comparison(left: Any, right: Any) -> bool:
+    """Whether one side of `==` / `!=` is null and the other's top level is known."""
+    (a, _), (b, _) = unmark(left), unmark(right)
+    return (a is None and b is not UNKNOWN) or (b is None and a is not UNKNOWN)
+
+
+def _top_level(value: Any) -> Any:
+    """A stand-in for a value that keeps only whether it is null, and its mark (nested unknowns dropped)."""
+    plain, mark = unmark(value)
+    return marked(None if plain is None else True, mark)
 
 
 def _operand_number(value: Any, side: str) -> int | float:

@@ -16,7 +16,7 @@ from gateway.adapters.sandbox.config import Body, ResourceConfig, traversal_text
 from gateway.adapters.sandbox.data_sources import data_object_id, read_data, unsimulated_data
 from gateway.adapters.sandbox.evaluation import Evaluation, Path_, Scope
 from gateway.adapters.sandbox.hcl_eval import Evaluator, MaskedFailure
-from gateway.adapters.sandbox.schema import plausible_value, schema_for
+from gateway.adapters.sandbox.schema import plausible_value, region, schema_for
 from gateway.adapters.sandbox.state import SandboxStore, StateResource
 from gateway.adapters.sandbox.values import UNKNOWN, Secret, contains_unknown, marked, unmark
 from gateway.domain.errors import ConfigError
@@ -53,9 +53,10 @@ class InstanceEvaluation(Evaluation):
         rid, _ = unmark(value.get("id"))
         if rid is UNKNOWN:
             return ResourceObject(value, lambda name: UNKNOWN)
+        here = region()  # read later, from another instance's evaluation: its values stay in its own region
         missing = self.referenced_attributes(path, resource) - {k for k, v in value.items() if v is not None}
-        filled = {**value, **{k: plausible_value(resource.type, k, str(rid), value) for k in missing}}
-        return ResourceObject(filled, lambda name: plausible_value(resource.type, name, str(rid), filled))
+        filled = {**value, **{k: plausible_value(resource.type, k, str(rid), value, here) for k in missing}}
+        return ResourceObject(filled, lambda name: plausible_value(resource.type, name, str(rid), filled, here))
 
     def read(self, scope: Scope, resource: ResourceConfig, ev: Evaluator, at_apply: bool) -> tuple[Any, Any]:
         """(the data source's value, its arguments); the value is UNKNOWN until its arguments are known."""

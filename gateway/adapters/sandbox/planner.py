@@ -19,7 +19,7 @@ from gateway.adapters.sandbox.evaluation import Index, Scope, instance_address, 
 from gateway.adapters.sandbox.hcl_eval import Evaluator
 from gateway.adapters.sandbox.instances import InstanceEvaluation, mark_sensitive, proposed_attributes
 from gateway.adapters.sandbox.plan_json import configuration_json, values_json
-from gateway.adapters.sandbox.schema import schema_for
+from gateway.adapters.sandbox.schema import in_region, schema_for
 from gateway.adapters.sandbox.state import SandboxStore, StackState, StateResource, relocated
 from gateway.adapters.sandbox.values import UNKNOWN, Sensitive, contains_unknown, unmark
 from gateway.domain.errors import ConfigError, PlanError
@@ -81,13 +81,14 @@ class Planner(InstanceEvaluation):
         previous = self._apply_moves(refreshed)
         planned: set[str] = set()
         for scope, resource, index, ev, address in self.instances_in_order():
-            if resource.mode == "data":
-                scope.values[resource.key][index] = self._plan_read(scope, resource, index, ev, address)
-                continue
-            planned.add(address)
-            scope.values[resource.key][index] = self._plan_instance(
-                scope, resource, index, ev, refreshed.get(address), previous.get(address)
-            )
+            with in_region(self.region_of(scope, resource)):
+                if resource.mode == "data":
+                    scope.values[resource.key][index] = self._plan_read(scope, resource, index, ev, address)
+                    continue
+                planned.add(address)
+                scope.values[resource.key][index] = self._plan_instance(
+                    scope, resource, index, ev, refreshed.get(address), previous.get(address)
+                )
         self.expand_all()
         for address, prior in sorted(refreshed.items()):
             if address not in planned:
@@ -106,6 +107,10 @@ class Planner(InstanceEvaluation):
             "complete": True,
             "errored": False,
         }
+        if self.config.cloud:
+            document["gateway_notices"] = [
+                f"{self.config.cloud}: the stack declares a `cloud` block (HCP Terraform): the sandbox simulator "
+                "plans against its own simulated state, not the cloud workspace's state"]
         prior = [_state_json(address, res) for address, res in sorted(refreshed.items())] + self.data_read
         if prior:
             document["prior_state"] = {"format_version": "1.0", "values": {"root_module": values_json(prior)}}

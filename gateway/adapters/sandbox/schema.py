@@ -9,13 +9,31 @@ plausible value on apply (`plausible_value`): an ARN for `arn`, an id for `*_id`
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 ACCOUNT = "123456789012"
-REGION = "eu-west-1"
+DEFAULT_REGION = "eu-west-1"  # where a provider that names no region works
+_REGION: contextvars.ContextVar[str] = contextvars.ContextVar("sandbox_region", default=DEFAULT_REGION)
+
+
+def region() -> str:
+    """The region of the provider the instance being planned or applied uses (its ARNs, zones, endpoints)."""
+    return _REGION.get()
+
+
+@contextlib.contextmanager
+def in_region(name: str) -> Iterator[None]:
+    """Plan or apply one instance in `name`: the values the simulated cloud makes up name that region."""
+    token = _REGION.set(name)
+    try:
+        yield
+    finally:
+        _REGION.reset(token)
 
 Computer = Callable[[Mapping[str, Any], str], Any]
 
@@ -36,7 +54,7 @@ class ResourceSchema:
 
 
 def _arn(service: str, path: str) -> Computer:
-    return lambda attrs, rid: f"arn:aws:{service}:{REGION}:{ACCOUNT}:{path.format_map(_str(attrs, rid))}"
+    return lambda attrs, rid: f"arn:aws:{service}:{region()}:{ACCOUNT}:{path.format_map(_str(attrs, rid))}"
 
 
 def _global_arn(service: str, path: str) -> Computer:
@@ -102,9 +120,9 @@ SCHEMAS: dict[str, ResourceSchema] = {
         computed={
             "arn": lambda a, rid: f"arn:aws:s3:::{rid}",
             "bucket_domain_name": lambda a, rid: f"{rid}.s3.amazonaws.com",
-            "bucket_regional_domain_name": lambda a, rid: f"{rid}.s3.{REGION}.amazonaws.com",
+            "bucket_regional_domain_name": lambda a, rid: f"{rid}.s3.{region()}.amazonaws.com",
             "hosted_zone_id": _const("Z1BKCTXD74EZPE"),
-            "region": _const(REGION),
+            "region": lambda a, rid: region(),
         },
         defaults={"force_destroy": False},
     ),
@@ -121,8 +139,8 @@ SCHEMAS: dict[str, ResourceSchema] = {
         }),
         computed={
             "arn": _arn("rds", "db:{identifier}"),
-            "address": lambda a, rid: f"{a.get('identifier', rid)}.c9akciq32.{REGION}.rds.amazonaws.com",
-            "endpoint": lambda a, rid: f"{a.get('identifier', rid)}.c9akciq32.{REGION}.rds.amazonaws.com:5432",
+            "address": lambda a, rid: f"{a.get('identifier', rid)}.c9akciq32.{region()}.rds.amazonaws.com",
+            "endpoint": lambda a, rid: f"{a.get('identifier', rid)}.c9akciq32.{region()}.rds.amazonaws.com:5432",
             "resource_id": lambda a, rid: "db-" + hashlib.sha256(rid.encode()).hexdigest()[:26].upper(),
             "hosted_zone_id": _const("Z29XKXDKYMONMX"),
         },
@@ -157,7 +175,7 @@ SCHEMAS: dict[str, ResourceSchema] = {
         force_new=frozenset({"name", "role_arn"}),
         computed={
             "arn": _arn("eks", "cluster/{id}"),
-            "endpoint": lambda a, rid: f"https://{hashlib.sha256(rid.encode()).hexdigest()[:32].upper()}.gr7.{REGION}.eks.amazonaws.com",
+            "endpoint": lambda a, rid: f"https://{hashlib.sha256(rid.encode()).hexdigest()[:32].upper()}.gr7.{region()}.eks.amazonaws.com",
             "platform_version": _const("eks.5"),
             "status": _const("ACTIVE"),
         },
@@ -178,7 +196,7 @@ SCHEMAS: dict[str, ResourceSchema] = {
         force_new=frozenset({"name", "name_prefix", "internal", "load_balancer_type"}),
         computed={
             "arn": _arn("elasticloadbalancing", "loadbalancer/app/{name}/50dc6c495c0c9188"),
-            "dns_name": lambda a, rid: f"{a.get('name', 'lb')}-1234567890.{REGION}.elb.amazonaws.com",
+            "dns_name": lambda a, rid: f"{a.get('name', 'lb')}-1234567890.{region()}.elb.amazonaws.com",
             "zone_id": _const("Z32O12XQLNTSW2"),
         },
         defaults={"internal": False, "load_balancer_type": "application"},
@@ -187,8 +205,7 @@ SCHEMAS: dict[str, ResourceSchema] = {
 
 
 def _name_arn(service: str, kind: str, global_: bool = False) -> Computer:
-    where = "" if global_ else REGION
-    return lambda a, rid: f"arn:aws:{service}:{where}:{ACCOUNT}:{kind}/{a.get('name') or rid}"
+    return lambda a, rid: f"arn:aws:{service}:{'' if global_ else region()}:{ACCOUNT}:{kind}/{a.get('name') or rid}"
 
 
 def _random_text(length_attr: str, alphabet: str) -> Computer:
@@ -223,14 +240,14 @@ SCHEMAS.update({
                                                computed={"arn": _arn("logs", "log-group:{id}")},
                                                defaults={"retention_in_days": 0}),
     "aws_sqs_queue": ResourceSchema(None, force_new=frozenset({"name", "name_prefix", "fifo_queue"}), computed={
-        "arn": lambda a, rid: f"arn:aws:sqs:{REGION}:{ACCOUNT}:{a.get('name') or rid}",
-        "url": lambda a, rid: f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{a.get('name') or rid}"}),
+        "arn": lambda a, rid: f"arn:aws:sqs:{region()}:{ACCOUNT}:{a.get('name') or rid}",
+        "url": lambda a, rid: f"https://sqs.{region()}.amazonaws.com/{ACCOUNT}/{a.get('name') or rid}"}),
     "aws_sns_topic": ResourceSchema(None, force_new=frozenset({"name", "name_prefix", "fifo_topic"}), computed={
-        "arn": lambda a, rid: f"arn:aws:sns:{REGION}:{ACCOUNT}:{a.get('name') or rid}"}),
+        "arn": lambda a, rid: f"arn:aws:sns:{region()}:{ACCOUNT}:{a.get('name') or rid}"}),
     "aws_lambda_function": ResourceSchema(None, id_from="function_name", force_new=frozenset({"function_name"}),
                                           computed={"arn": _arn("lambda", "function:{id}"),
-                                                    "invoke_arn": lambda a, rid: f"arn:aws:apigateway:{REGION}:lambda:path/2015-03-31/functions/arn:aws:lambda:{REGION}:{ACCOUNT}:function:{rid}/invocations",
-                                                    "qualified_arn": lambda a, rid: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{rid}:$LATEST",
+                                                    "invoke_arn": lambda a, rid: f"arn:aws:apigateway:{region()}:lambda:path/2015-03-31/functions/arn:aws:lambda:{region()}:{ACCOUNT}:function:{rid}/invocations",
+                                                    "qualified_arn": lambda a, rid: f"arn:aws:lambda:{region()}:{ACCOUNT}:function:{rid}:$LATEST",
                                                     "version": _const("$LATEST"), "last_modified": _const("2026-01-01T00:00:00.000+0000")}),
     "aws_internet_gateway": ResourceSchema("igw", computed={"arn": _arn("ec2", "internet-gateway/{id}"),
                                                             "owner_id": _const(ACCOUNT)}),
@@ -245,7 +262,7 @@ SCHEMAS.update({
     "aws_route": ResourceSchema("r", force_new=frozenset({"route_table_id", "destination_cidr_block"})),
     "aws_ecr_repository": ResourceSchema(None, id_from="name", force_new=frozenset({"name"}), computed={
         "arn": _arn("ecr", "repository/{id}"), "registry_id": _const(ACCOUNT),
-        "repository_url": lambda a, rid: f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/{rid}"}),
+        "repository_url": lambda a, rid: f"{ACCOUNT}.dkr.ecr.{region()}.amazonaws.com/{rid}"}),
     "aws_dynamodb_table": ResourceSchema(None, id_from="name", force_new=frozenset({"name"}), computed={
         "arn": _arn("dynamodb", "table/{id}"), "stream_arn": _const(None)}),
     "aws_lb_target_group": ResourceSchema(None, force_new=frozenset({"name", "name_prefix", "port", "protocol", "vpc_id", "target_type"}),
@@ -308,15 +325,18 @@ _SERVICES = {"lb": "elasticloadbalancing", "alb": "elasticloadbalancing", "cloud
 _GLOBAL_SERVICES = frozenset({"iam", "s3", "cloudfront", "route53"})
 
 
-def plausible_value(resource_type: str, attribute: str, rid: str, attrs: Mapping[str, Any]) -> Any:
-    """A deterministic, realistic value for an attribute the schema table does not know."""
+def plausible_value(resource_type: str, attribute: str, rid: str, attrs: Mapping[str, Any],
+                    where: str | None = None) -> Any:
+    """A deterministic, realistic value for an attribute the schema table does not know (in region `where`, else
+    the current instance's)."""
+    where = where or region()
     digest = hashlib.sha256(f"{resource_type}/{rid}/{attribute}".encode()).hexdigest()
     words = resource_type.split("_")
     service = _SERVICES.get(words[1], words[1]) if len(words) > 1 and words[0] == "aws" else words[0]
     name = attrs.get("name") or rid
     if attribute == "arn" or attribute.endswith("_arn"):
-        region = "" if service in _GLOBAL_SERVICES else REGION
-        return f"arn:aws:{service}:{region}:{ACCOUNT}:{'_'.join(words[2:]) or words[-1]}/{name}"
+        at = "" if service in _GLOBAL_SERVICES else where
+        return f"arn:aws:{service}:{at}:{ACCOUNT}:{'_'.join(words[2:]) or words[-1]}/{name}"
     if "cidr" in attribute:
         if "ipv6" in attribute:
             return f"2a05:d018:{int(digest[:4], 16):x}:{int(digest[4:6], 16):x}00::/56"
@@ -330,7 +350,7 @@ def plausible_value(resource_type: str, attribute: str, rid: str, attrs: Mapping
     if attribute.endswith(("_ip", "_address")) or attribute in ("ip", "address"):
         return _private_ip(attrs, digest)
     if attribute.endswith(("dns_name", "endpoint", "fqdn", "_dns", "_domain", "hostname", "url")):
-        host = f"{str(name).replace('_', '-')}-{digest[:8]}.{REGION}.{service}.amazonaws.com"
+        host = f"{str(name).replace('_', '-')}-{digest[:8]}.{where}.{service}.amazonaws.com"
         return f"https://{host}" if attribute.endswith("url") else host
     return f"{attribute}-{digest[:12]}"
 

@@ -75,6 +75,7 @@ class SqlAuditLog(Records):
         super().__init__(uow)
         self._head: tuple[int, str] | None = None  # the chain's head, row-locked by this transaction's first event
         self._head_moved = False
+        self.appended = 0  # events this transaction added (counted once it commits)
         self.small, self.medium, self.chunk = SMALL, MEDIUM, CHUNK  # where the query's plan changes (tests lower them)
 
     @property
@@ -129,6 +130,7 @@ class SqlAuditLog(Records):
             prev_hash = event_hash
         self._write(rows, stack_rows, address_rows, sorted(named))
         self._head, self._head_moved = (seq, prev_hash), True
+        self.appended += len(events)
         return events
 
     def _write(self, rows: list[tuple[Any, ...]], stack_rows: list[tuple[int, str]],

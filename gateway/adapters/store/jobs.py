@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.sql_store import (
@@ -17,10 +17,12 @@ from gateway.adapters.store.rows import (
     MAX_ID,
     Records,
     as_job,
+    aware,
     now,
 )
 from gateway.domain.errors import NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.operations import QueueDepth
 from gateway.domain.principals import Actor, Principal
 
 
@@ -209,3 +211,24 @@ class SqlJobQueue:
         if row is None or not 0 < job_id <= MAX_ID:
             raise NotFound(f"no job {job_id}")
         return as_job(row)
+
+    def depth(self) -> list[QueueDepth]:
+        """Queued and running jobs by kind, with the age of the oldest of each: a queued job's since it was queued (or
+        since its retry became due), a running one's since it started."""
+        unfinished = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+        query = (
+            select(jobs.c.kind, jobs.c.status, func.count(), func.min(jobs.c.created_at), func.min(jobs.c.started_at),
+                   func.min(jobs.c.run_after))
+            .where(jobs.c.status.in_(unfinished))
+            .group_by(jobs.c.kind, jobs.c.status)
+        )
+        moment = now()
+        with self.db.transaction(readonly=True) as conn:
+            rows = conn.execute(query).all()
+        found = []
+        for kind, status, count, created, started, run_after in rows:
+            since = aware(started) if status == JobStatus.RUNNING.value and started else aware(created)
+            if status == JobStatus.QUEUED.value and run_after is not None and count == 1:
+                since = max(since, aware(run_after))  # one job waiting for its retry: it is due only from then
+            found.append(QueueDepth(kind, status, int(count), max(0.0, (moment - since).total_seconds())))
+        return found

@@ -25,9 +25,12 @@ from gateway.adapters.store.github import SqlGitHubRecords
 from gateway.adapters.store.jobs import SqlJobQueue, SqlJobs
 from gateway.adapters.store.locks import SqlStackLocks
 from gateway.adapters.store.main_branch import SqlMainRecords
+from gateway.adapters.store.notifications import SqlNotifications
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
+from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.domain.scrubbing import Scrubber
+from gateway.ports import NO_METRICS, Metrics
 
 
 class SqlUnitOfWork:
@@ -45,6 +48,8 @@ class SqlUnitOfWork:
         self.main = SqlMainRecords(self)
         self.day_two = SqlDayTwoRecords(self)
         self.breaker = SqlBreakerRecords(self)
+        self.sign_in = SqlSignInRecords(self)
+        self.notifications = SqlNotifications(self)
         self.audit = SqlAuditLog(self)
 
 
@@ -58,6 +63,10 @@ class SqlStore:
         self.locks = SqlStackLocks(db)
         self.queue = SqlJobQueue(db)
         self.dialect = db.engine.dialect.name
+        self.metrics: Metrics = NO_METRICS  # the composition root sets the process's metrics
+
+    def pending_migrations(self) -> list[int]:
+        return self.db.pending_migrations()
 
     def close(self) -> None:
         self.db.dispose()
@@ -82,6 +91,8 @@ class SqlStore:
                 if joined is not None:
                     _READING.reset(joined)
             uow.audit.write_chain_head()  # once, before the commit, after however many events
+        if uow.audit.appended:  # committed: only now are they in the trail
+            self.metrics.audit_appended(uow.audit.appended)
 
 
 # the read unit of work open in this context (thread or task), which nested reads of the same store join

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers
-from gateway.domain.errors import GatewayError, NotFound, Refused, Unavailable
+from gateway.domain.errors import GatewayError, NotFound, Refused, RetryLater, Unavailable
 from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.permissions import Action, require
@@ -78,6 +78,7 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
     beat = Heartbeat(f"job-{job.id}", max(0.05, min(10.0, ws.settings.lock_ttl_seconds / 3)),
                      lambda: ws.store.queue.heartbeat(job.id, runner))
     beat.start()
+    started = time.monotonic()
     status, result, error = JobStatus.FAILED, {}, None
     unavailable: Unavailable | None = None
     try:
@@ -96,27 +97,34 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
         status, error = JobStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}"
     finally:
         beat.stop()
-    if unavailable is not None and job.kind == JobKind.WEBHOOK:
+    if unavailable is not None and (job.kind == JobKind.WEBHOOK or isinstance(unavailable, RetryLater)):
         given_up = _retry_later(ws, job, runner, unavailable, progress)
         if given_up is None:
+            ws.metrics.job_retried(job.kind.value)
             return ws.store.queue.get(job.id)
         error = given_up
     with ws.store.session() as session:
-        if session.jobs.finish(job.id, status, result, error) and _worth_recording(job, status, result):
+        finished = session.jobs.finish(job.id, status, result, error)
+        if finished and _worth_recording(job, status, result):
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
             session.audit.append(GATEWAY, f"job.{status.value}", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
                 job.proposal_id, proposal.stacks if proposal else ())
+    if finished:
+        ws.metrics.job_finished(job.kind.value, status.value, time.monotonic() - started)
     return ws.store.queue.get(job.id)
 
 
 def _retry_later(ws: Workspace, job: Job, runner: str, exc: Unavailable, progress: Progress) -> str | None:
-    """Queue the job again after a backoff (None), or say why it is given up instead."""
+    """Queue the job again after a backoff (None), or say why it is given up instead. A handler that raised
+    `RetryLater` has judged its own retries: it runs again after the wait it asked for."""
     attempt = max(1, job.attempts)
     wait = WEBHOOK_RETRY.delay(attempt, exc.retry_after)
     created = job.created_at or ws.clock.now()
     age = ws.clock.now() - (created if created.tzinfo else created.replace(tzinfo=UTC))
-    if WEBHOOK_RETRY.gives_up(attempt, age, wait):
+    if isinstance(exc, RetryLater):
+        wait = timedelta(seconds=exc.retry_after or 0.0)
+    elif WEBHOOK_RETRY.gives_up(attempt, age, wait):
         return (f"gave up after {attempt} attempts over {int(age.total_seconds())} s, GitHub still failing: {exc}; "
                 f"what the delivery carried was not recorded: review or comment again")
     progress(f"attempt {attempt} failed: {exc}; trying again in {wait.total_seconds():g} s")
@@ -130,9 +138,9 @@ def _retry_later(ws: Workspace, job: Job, runner: str, exc: Unavailable, progres
 
 
 def _worth_recording(job: Job, status: JobStatus, result: Mapping[str, Any]) -> bool:
-    """Every job's end is in the trail, except the ones that only mirror it: publish jobs, and deliveries that
-    changed nothing (recording those would move the trail, and so the pull request, again)."""
-    if job.kind == JobKind.PUBLISH:
+    """Every job's end is in the trail, except the ones that only mirror it: publish and notify jobs, and deliveries
+    that changed nothing (recording those would move the trail, and so the pull request, again)."""
+    if job.kind in (JobKind.PUBLISH, JobKind.NOTIFY):  # a delivery's end is its notification.* event
         return False
     return not (job.kind == JobKind.WEBHOOK and status == JobStatus.SUCCEEDED and "ignored" in result)
 

@@ -13,6 +13,7 @@ releases the rest.
 from __future__ import annotations
 
 import tempfile
+from datetime import UTC
 from pathlib import Path
 
 from gateway.domain.applies import ApplyStatus, Settlement, StackReading, StackResult, settle_interrupted_apply
@@ -50,20 +51,25 @@ def interrupt_stale_jobs(ws: Workspace) -> list[str]:
     recovered: list[str] = []
     for job in ws.store.queue.stale(ws.settings.lock_ttl_seconds):
         with ws.store.session() as session:
-            if job.kind is JobKind.WEBHOOK and job.attempts < HANDLING_ATTEMPTS:
+            if job.kind in (JobKind.WEBHOOK, JobKind.NOTIFY) and job.attempts < HANDLING_ATTEMPTS:
                 # a delivery was answered 202, so GitHub never sends it again: a dead worker's delivery is handled
-                # again (read back from GitHub each time), never dropped
+                # again (read back from GitHub each time), never dropped; so is a notification a worker died sending
                 why = f"worker {job.runner} stopped heart-beating while handling it"
                 if session.jobs.retry(job.id, ws.clock.now(), why):
                     session.audit.append(GATEWAY, "job.retrying", {"job": job.id, "kind": job.kind.value,
                                                                      "runner": job.runner, "attempt": job.attempts,
                                                                      "error": why}, job.proposal_id)
                     recovered.append(f"job {job.id} of worker {job.runner}, queued again")
+                    ws.metrics.job_retried(job.kind.value)
                 continue
             if session.jobs.finish(job.id, JobStatus.INTERRUPTED, error=f"worker {job.runner} stopped heart-beating"):
                 session.audit.append(GATEWAY, "job.interrupted", {"job": job.id, "kind": job.kind.value,
                                                                     "runner": job.runner}, job.proposal_id)
                 recovered.append(f"job {job.id} of worker {job.runner}")
+                started = job.started_at
+                ran = None if started is None else (
+                    ws.clock.now() - (started if started.tzinfo else started.replace(tzinfo=UTC))).total_seconds()
+                ws.metrics.job_finished(job.kind.value, JobStatus.INTERRUPTED.value, ran)
     return recovered
 
 
@@ -73,6 +79,7 @@ def recover_holder(ws: Workspace, dead: str) -> list[str]:
     taken = ws.store.locks.take_over_expired(dead, me, ws.settings.lock_ttl_seconds)
     if not taken:
         return []  # renewed meanwhile, or another recoverer got them first
+    ws.metrics.lock_broken(len(taken))
     held = HeldLocks(ws.store.locks, me, ws.settings.lock_ttl_seconds, [lock.stack for lock in taken])
     held.start()
     try:

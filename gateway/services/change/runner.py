@@ -386,16 +386,20 @@ def _stack_locks(ws: Workspace, proposal: Proposal, runner: str) -> Iterator[Hel
 
 def _acquire(ws: Workspace, stack: str, runner: str, proposal: Proposal) -> None:
     """Take one lock, waiting for a live holder; a holder that stopped heart-beating is settled first."""
-    deadline = time.monotonic() + ws.settings.lock_wait_seconds
+    started = time.monotonic()
+    deadline = started + ws.settings.lock_wait_seconds
     while True:
         attempt = ws.store.locks.acquire(stack, runner, ws.settings.lock_ttl_seconds, proposal.id)
         if attempt.taken:
+            ws.metrics.lock_waited(time.monotonic() - started, taken=True)
             return
         holder = attempt.holder
         if holder is not None and holder.kept_for_unmerged:
+            ws.metrics.lock_waited(time.monotonic() - started, taken=False)
             raise LockTimeout(holder.describe())
         if holder is not None and holder.expired(ws.clock.now()) and recover_holder(ws, holder.holder):
             continue  # its apply is settled: the lock is free now, or kept by an unmerged change
         if time.monotonic() >= deadline:
+            ws.metrics.lock_waited(time.monotonic() - started, taken=False)
             raise LockTimeout(f"{holder.describe() if holder else f'stack {stack} is locked'}; try again later")
         time.sleep(0.2)

@@ -15,6 +15,7 @@ from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
+from gateway.domain.repo_settings import RepoSettings
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, stored_previews
 from gateway.services.workspace import Workspace
@@ -122,6 +123,61 @@ class ProposalRow:
     waiting_for_you: bool  # the viewer may approve it now
 
 
+@dataclass(frozen=True)
+class InboxItem:
+    """A proposal the viewer can decide now, and why it needs them: their groups, its risk tier, its quorum."""
+
+    id: int
+    branch: str
+    reason: str
+    requester: str
+    stacks: list[str]
+    risk: str
+    groups: list[str]  # the viewer's groups that may decide it (approver groups of its stacks)
+    required_approvals: int
+    current_approvals: int
+    why: list[str]  # the same, in sentences
+
+    def to_public(self) -> dict[str, Any]:
+        return {"id": self.id, "branch": self.branch, "reason": self.reason, "requester": self.requester,
+                "stacks": self.stacks, "risk": self.risk, "groups": self.groups,
+                "required_approvals": self.required_approvals, "current_approvals": self.current_approvals,
+                "why": self.why}
+
+
+def waiting_for(viewer: Principal, proposal: Proposal, settings: RepoSettings, moment: datetime) -> InboxItem | None:
+    """The proposal as an inbox item when the viewer may decide it now (None: not theirs to decide).
+
+    The one test of "waiting for you": the inbox (API, `gateway inbox`) and the proposals list use it.
+    """
+    if proposal.status not in DECIDABLE or decision_refusals(viewer, proposal, settings, moment):
+        return None
+    groups = sorted({g for s in proposal.stacks if s in settings.stacks
+                     for g in settings.stacks[s].approver_groups & viewer.groups})
+    needed, given = required_approvals(proposal, settings), len(proposal.current_approvals)
+    why = [f"you are in approver group {g} of {', '.join(_stacks_of(g, proposal, settings))}" for g in groups]
+    why.append(f"risk {proposal.risk.value}: {needed} approval(s) needed, {given} given so far")
+    return InboxItem(proposal.id, proposal.branch, proposal.reason, proposal.requester.name, list(proposal.stacks),
+                     proposal.risk.value, groups, needed, given, why)
+
+
+def _stacks_of(group: str, proposal: Proposal, settings: RepoSettings) -> list[str]:
+    return [s for s in proposal.stacks if s in settings.stacks and group in settings.stacks[s].approver_groups]
+
+
+def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:
+    """What the viewer can decide now, oldest first (the queue a person works through)."""
+    settings, moment = ws.repo_settings(), ws.clock.now()
+    with ws.store.session(readonly=True):  # one read unit of work for the whole queue
+        items = [waiting_for(viewer, proposal, settings, moment) for proposal, _ in _listed(ws, None)]
+    return sorted((i for i in items if i is not None), key=lambda i: i.id)
+
+
+def _listed(ws: Workspace, status: str | None) -> list[tuple[Proposal, datetime]]:
+    with ws.store.session(readonly=True) as session:
+        return [(session.proposals.get(row["id"]), row["created_at"]) for row in session.proposals.list(status)]
+
+
 def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = None) -> list[ProposalRow]:
     """Proposals, those waiting for the viewer's approval first, then newest first."""
     with ws.store.session(readonly=True):  # one read unit of work for the whole list
@@ -131,10 +187,8 @@ def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = No
 def _rows(ws: Workspace, viewer: Principal, status: str | None) -> list[ProposalRow]:
     settings = ws.repo_settings()
     moment = ws.clock.now()
-    with ws.store.session(readonly=True) as session:
-        listed = [(session.proposals.get(row["id"]), row["created_at"]) for row in session.proposals.list(status)]
     rows = []
-    for proposal, created_at in listed:
+    for proposal, created_at in _listed(ws, status):
         decidable = proposal.status in DECIDABLE
         rows.append(ProposalRow(
             id=proposal.id, branch=proposal.branch, status=proposal.status.value, stacks=list(proposal.stacks),
@@ -142,5 +196,5 @@ def _rows(ws: Workspace, viewer: Principal, status: str | None) -> list[Proposal
             risk=proposal.risk.value,
             blocked_by=standing_blockers(gather_apply_facts(ws, proposal)) if decidable else [],
             created_at=created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC),
-            waiting_for_you=decidable and not decision_refusals(viewer, proposal, settings, moment)))
+            waiting_for_you=waiting_for(viewer, proposal, settings, moment) is not None))
     return sorted(rows, key=lambda r: (not r.waiting_for_you, -r.id))

@@ -100,9 +100,11 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
     except GatewayError as exc:
         with ws.store.session() as session:  # a comment posted before the failure stays the one to edit next time
             session.github.mark_published(proposal_id, seq, comment_id, error=str(exc))
+        ws.metrics.publish_finished(failed=True, retry=bool(link.get("publish_error")))
         raise
     with ws.store.session() as session:
         session.github.mark_published(proposal_id, seq, comment_id, digest=digest)
+    ws.metrics.publish_finished(failed=False, retry=bool(link.get("publish_error")))
     return int(link["number"])
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from gateway.domain.errors import AuthError, GatewayError, InputError, MalformedDelivery, NotFound, Refused
@@ -35,6 +36,7 @@ from gateway.domain.github_rules import (
 )
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
+from gateway.domain.operations import webhook_event_label
 from gateway.domain.principals import GITHUB, Principal, SystemActor
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
@@ -63,6 +65,17 @@ def receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> 
     A missing or wrong signature is an AuthError before anything is parsed or written. A redelivery
     (the same X-GitHub-Delivery) changes nothing and says so.
     """
+    event = webhook_event_label(headers.get("x-github-event", "").strip())
+    try:
+        received = _receive_delivery(ws, headers, body)
+    except GatewayError:
+        ws.metrics.webhook_received(event, "refused")
+        raise
+    ws.metrics.webhook_received(event, "duplicate" if received["duplicate"] else "accepted")
+    return received
+
+
+def _receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
     secret = require_webhook_secret(ws)
     if secret is None:
         raise NotFound("no GitHub forge is configured in gateway.yaml")
@@ -132,6 +145,10 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
     if forge is None or event.repository.full_name != forge.settings.repository:
         return {"ignored": f"a delivery for {event.repository.full_name}, which is not this gateway's repository"}
     _, result = _dispatch(ws, forge, event)
+    received = delivery.get("received_at")
+    if isinstance(received, datetime):
+        lag = ws.clock.now() - (received if received.tzinfo else received.replace(tzinfo=UTC))
+        ws.metrics.webhook_handled(webhook_event_label(delivery["event"]), max(0.0, lag.total_seconds()))
     return result
 
 

@@ -1,0 +1,56 @@
+"""What an operator watches: the figures read from the records at scrape time, and the readiness verdict.
+
+Pure values. Every label a metric carries comes from a closed set (job kinds and outcomes, the GitHub events the
+gateway handles, the stacks of gateway.yaml), never from ids, names of people or addresses: a label that can grow
+without bound would make the metrics themselves an outage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# GitHub sends its event name in a header anyone can write: only these are labels, anything else is "other"
+WEBHOOK_EVENTS = frozenset({"pull_request", "pull_request_review", "issue_comment", "push", "ping"})
+
+
+def webhook_event_label(event: str) -> str:
+    """The bounded label of a delivery's X-GitHub-Event."""
+    return event if event in WEBHOOK_EVENTS else "other"
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """Jobs of one kind in one unfinished status, and how long the oldest of them has waited (queued) or run."""
+
+    kind: str
+    status: str  # queued | running
+    count: int
+    oldest_seconds: float
+
+
+@dataclass(frozen=True)
+class ServiceGauges:
+    """The figures that must be right across every process, so they are read from the database when scraped."""
+
+    queue: tuple[QueueDepth, ...] = ()
+    open_drift_by_stack: dict[str, int] = field(default_factory=dict)
+    breakers_open: dict[str, int] = field(default_factory=dict)  # scope kind (all_agents | agent) -> how many open
+    checkpoint_age_seconds: float | None = None  # the newest signed checkpoint of the trail (None: never signed)
+    audit_events: int = 0  # the chain's length: every process's appends
+    locks_expired: int = 0  # held by a runner that stopped heart-beating: recovery has not settled them yet
+
+
+@dataclass(frozen=True)
+class ReadinessCheck:
+    """One thing a ready process needs, and what is wrong with it (None: fine)."""
+
+    name: str  # database | migrations | workspace | keys
+    failure: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def failed_checks(checks: list[ReadinessCheck]) -> list[ReadinessCheck]:
+    return [c for c in checks if not c.ok]

@@ -1,0 +1,102 @@
+"""Running the gateway as a service: the figures read from the records when metrics are scraped, and readiness.
+
+Queue depth and age, open drift, breakers and the newest checkpoint are read here, from the database, at each
+scrape, so every process (any number of API processes and workers) reports the same truth. Counters of what one
+process did (job outcomes, lock waits, deliveries) go through the `Metrics` port instead.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from gateway.domain.breaker import ALL_AGENTS
+from gateway.domain.errors import GatewayError
+from gateway.domain.operations import ReadinessCheck, ServiceGauges
+from gateway.services.workspace import Workspace
+
+
+def read_gauges(ws: Workspace) -> ServiceGauges:
+    """Every scrape-time figure, in one read-only transaction plus the queue's own query."""
+    queue = tuple(ws.store.queue.depth())
+    expired = len(ws.store.locks.expired())
+    with ws.store.session(readonly=True) as session:
+        drift: dict[str, int] = {}
+        for record in session.day_two.drift_records(only_open=True):
+            drift[record.stack] = drift.get(record.stack, 0) + 1
+        breakers = {"all_agents": 0, "agent": 0}
+        for state in session.breaker.states():
+            if state["open"]:
+                breakers["all_agents" if state["scope"] == ALL_AGENTS else "agent"] += 1
+        checkpoints = session.audit.checkpoints()
+        head = session.audit.chain_head()
+    age = None
+    if checkpoints:
+        at = datetime.fromisoformat(checkpoints[-1].at)
+        age = max(0.0, (ws.clock.now() - at).total_seconds())
+    return ServiceGauges(queue=queue, open_drift_by_stack=drift, breakers_open=breakers, checkpoint_age_seconds=age,
+                         audit_events=head[0] if head else 0, locks_expired=expired)
+
+
+def check_readiness(ws: Workspace) -> list[ReadinessCheck]:
+    """Whether this process can do its work: the database answers, its schema is this code's, the workspace's
+    declaration repo reads, and the keys outside the database can be read. Each failure says what and why, never a
+    secret (no URL, no key material)."""
+    checks = [_database(ws)]
+    checks.append(_migrations(ws) if checks[0].ok else ReadinessCheck("migrations", "not checked: no database"))
+    checks.append(_declarations(ws))
+    checks.append(_keys(ws))
+    return checks
+
+
+def _database(ws: Workspace) -> ReadinessCheck:
+    try:
+        with ws.store.session(readonly=True) as session:
+            session.principals.count()
+    except GatewayError as exc:
+        return ReadinessCheck("database", f"{ws.store.dialect} does not answer: {exc}")
+    return ReadinessCheck("database")
+
+
+def _migrations(ws: Workspace) -> ReadinessCheck:
+    try:
+        pending = ws.store.pending_migrations()
+    except GatewayError as exc:
+        return ReadinessCheck("migrations", f"the schema version cannot be read: {exc}")
+    if pending:
+        return ReadinessCheck("migrations", f"the database is not at this version's schema: migration(s) "
+                                            f"{', '.join(map(str, pending))} not run (start one `gateway` command "
+                                            "against it, e.g. `gateway init --if-missing`, to run them)")
+    return ReadinessCheck("migrations")
+
+
+def _declarations(ws: Workspace) -> ReadinessCheck:
+    try:
+        ws.repo.resolve(ws.main_branch())
+    except (GatewayError, OSError) as exc:
+        return ReadinessCheck("workspace", f"the declaration repo at {ws.settings.repo_path} cannot be read: {exc}")
+    if not os.access(ws.settings.home, os.R_OK | os.W_OK | os.X_OK):
+        return ReadinessCheck("workspace", f"the workspace {ws.settings.home} is not readable and writable")
+    return ReadinessCheck("workspace")
+
+
+def _keys(ws: Workspace) -> ReadinessCheck:
+    problems = [p for p in (_readable(ws.settings.data_key_path, "data key", must_exist=True),
+                            _readable(ws.settings.signing_key_path, "audit signing key", must_exist=False)) if p]
+    return ReadinessCheck("keys", "; ".join(problems) if problems else None)
+
+
+def _readable(path: Path, what: str, must_exist: bool) -> str | None:
+    """Why the key file cannot be used (None: it can); what is in it is never read into a message."""
+    if not path.exists():
+        if must_exist:
+            return f"the {what} {path} is missing: sealed plans cannot be read without it"
+        return None if os.access(path.parent, os.W_OK) else f"the {what} {path} is missing and cannot be made there"
+    try:
+        with path.open("rb") as f:
+            if not f.read(1):
+                return f"the {what} {path} is empty"
+    except OSError as exc:
+        return f"the {what} {path} cannot be read: {exc.strerror}"
+    return None

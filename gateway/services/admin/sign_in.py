@@ -1,0 +1,229 @@
+"""Signing in to the pages: with an identity provider (OIDC, GitHub) or an API token, into a server-side session.
+
+Every refusal is recorded (`sign_in.refused`, naming the failed check) and every session's end too; a decision
+made in a session records how it was authenticated (`oidc:<issuer>`, `github`, `web-session`) and, when the
+provider names groups, which of the person's groups it counted for (`sign_in.group_check`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from gateway.domain.errors import AuthError, InputError, NotFound, SignInRefused
+from gateway.domain.permissions import Action, refusals, require
+from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role, hash_token, new_token
+from gateway.domain.proposal import Decision
+from gateway.domain.sign_in import GITHUB_ISSUER, TOKEN_AUTH, AdmissionRule, Identity, WebSession, counted_groups
+from gateway.domain.sign_in import suggested_name as _suggested_name
+from gateway.ports import IdentityProvider, SignInStart, UnitOfWork
+from gateway.services.admin.users import authenticate_person
+from gateway.services.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    """The person of a page request: their principal (groups as their session counts them) and how they signed in."""
+
+    principal: Principal
+    auth_method: str
+    claimed_groups: frozenset[str] | None  # what the provider named at sign-in (None: it names no groups)
+
+
+def provider_choices(ws: Workspace) -> list[tuple[str, str]]:
+    """(name, label) of each configured provider, for the sign-in page."""
+    return [(p.name, p.label) for p in ws.identity_providers.values()]
+
+
+def start_sign_in(ws: Workspace, provider: str, redirect_uri: str) -> SignInStart:
+    """Where to send the person to sign in with `provider`, and what its callback must match."""
+    try:
+        return _provider(ws, provider).start(redirect_uri)
+    except SignInRefused as exc:
+        _record_refusal(ws, provider, exc, None)
+        raise
+
+
+def finish_sign_in(ws: Workspace, provider: str, pending: Mapping[str, str] | None,
+                   callback: Mapping[str, str]) -> tuple[str, SignedIn]:
+    """Verify the provider's answer and open a session for the linked principal: (session id, who)."""
+    chosen = _provider(ws, provider)
+    identity = None
+    try:
+        identity = chosen.finish(pending, callback)
+        principal = _principal_for(ws, identity)
+    except SignInRefused as exc:
+        _record_refusal(ws, provider, exc, identity)
+        raise
+    return _open_session(ws, principal, identity.auth_method, identity.groups, {"subject": identity.subject})
+
+
+def sign_in_with_token(ws: Workspace, token: str) -> tuple[str, SignedIn]:
+    """A page session from an API token (people only)."""
+    return _open_session(ws, authenticate_person(ws, token), TOKEN_AUTH, None, {})
+
+
+def signed_in(ws: Workspace, session_id: str | None) -> SignedIn:
+    """Who a session cookie signs in; an ended, expired or disabled person's session is refused (and recorded)."""
+    if not session_id:
+        raise AuthError("sign in first")
+    id_hash = _hash(session_id)
+    with ws.store.session(readonly=True) as session:
+        record = session.sign_in.get_session(id_hash)
+        principal = _principal_or_none(session, record.principal_id) if record else None
+    if record is None or principal is None:
+        raise AuthError("your session is no longer valid; sign in again")
+    reason = record.refusal(ws.clock.now(), principal.disabled)
+    if reason is not None:
+        if record.ended_at is None:  # recorded once: the session ends here
+            with ws.store.session() as session:
+                session.sign_in.end_session(id_hash, ws.clock.now())
+                session.audit.append(principal, "sign_in.session_ended", {
+                    "auth_method": record.auth_method, "reason": reason})
+        raise AuthError(reason)
+    narrowed = replace(principal, groups=counted_groups(principal.groups, record.claimed_groups))
+    return SignedIn(narrowed, record.auth_method, record.claimed_groups)
+
+
+def sign_out(ws: Workspace, session_id: str | None) -> None:
+    """End the session at once (a copy of the cookie signs no one in afterwards)."""
+    if not session_id:
+        return
+    id_hash = _hash(session_id)
+    with ws.store.session() as session:
+        record = session.sign_in.get_session(id_hash)
+        if record is None or record.ended_at is not None:
+            return
+        session.sign_in.end_session(id_hash, ws.clock.now())
+        session.audit.append(session.principals.get(record.principal_id), "sign_out",
+                             {"auth_method": record.auth_method})
+
+
+def decide_signed_in(ws: Workspace, who: SignedIn, proposal_id: int, decision: Decision, comment: str,
+                     seen_sha: str, seen_digests: Mapping[str, str] | None) -> None:
+    """Approve or reject from a page, recording how the person signed in and which groups counted."""
+    from gateway.services.change.jobs import approve_proposal  # imported here: jobs imports the change services
+    from gateway.services.change.proposals import decide, get_proposal
+
+    if who.claimed_groups is not None:
+        proposal = get_proposal(ws, proposal_id)
+        with ws.store.session() as session:
+            full = session.principals.get(who.principal.id)
+            session.audit.append(full, "sign_in.group_check", {
+                "auth_method": who.auth_method, "claimed": sorted(who.claimed_groups),
+                "active": sorted(who.principal.groups), "not_member": sorted(full.groups - who.principal.groups),
+                "head_sha": proposal.head_sha}, proposal.id, proposal.stacks)
+    if decision == Decision.APPROVE:
+        approve_proposal(ws, who.principal, proposal_id, comment, seen_sha=seen_sha, auth=who.auth_method,
+                         seen_digests=seen_digests)
+    else:
+        decide(ws, who.principal, proposal_id, decision, comment, seen_sha=seen_sha, auth=who.auth_method,
+               seen_digests=seen_digests)
+
+
+def link_identity(ws: Workspace, actor: Principal, name: str, issuer: str, subject: str) -> Principal:
+    """An admin links an OIDC identity (issuer and subject, never an e-mail) to a person."""
+    require(actor, Action.LINK_ACCOUNTS)
+    issuer, subject = issuer.strip(), subject.strip()  # the issuer exactly as its ID tokens name it
+    if not issuer or not subject or len(issuer) > 500 or len(subject) > 255:
+        raise InputError("an identity needs its issuer URL (at most 500 characters) and subject (at most 255)")
+    if issuer == GITHUB_ISSUER:
+        raise InputError("GitHub accounts are linked with `gateway users link NAME LOGIN`")
+    with ws.store.session() as session:
+        person = session.principals.by_name(name)
+        if person is None or person.kind != PrincipalKind.PERSON:
+            raise NotFound(f"no person {name}")
+        session.sign_in.link_identity(person, issuer, subject, subject)
+        session.audit.append(actor, "identity.linked", {"name": name, "issuer": issuer, "subject": subject})
+    return person
+
+
+# -----------------------------------------------------------------------------------------------------
+
+
+def _provider(ws: Workspace, name: str) -> IdentityProvider:
+    provider = ws.identity_providers.get(name)
+    if provider is None:
+        raise NotFound(f"no sign-in provider {name!r} is configured "
+                       f"(configured: {', '.join(ws.identity_providers) or 'none'})")
+    return provider
+
+
+def _principal_for(ws: Workspace, identity: Identity) -> Principal:
+    """The principal an identity is linked to (or one an admission rule makes now); refused otherwise."""
+    with ws.store.session() as session:
+        if identity.issuer == GITHUB_ISSUER:
+            principal = session.principals.by_github_id(int(identity.subject))
+        else:
+            principal = session.sign_in.principal_of(identity.issuer, identity.subject)
+        if principal is None:
+            principal = _admit(ws, session, identity)
+    if principal is None:
+        how = ("`gateway users link NAME LOGIN --github-id ID`" if identity.issuer == GITHUB_ISSUER else
+               f"`gateway users link-identity NAME --issuer {identity.issuer} --subject {identity.subject}`")
+        raise SignInRefused("unlinked", f"{identity.display} (subject {identity.subject} at {identity.issuer}) is "
+                                        f"not linked to a gateway user: no access until an admin runs {how}")
+    if principal.disabled:
+        raise SignInRefused("disabled", f"{principal.name} is disabled; an admin can enable them")
+    if refusals(principal, Action.SIGN_IN):
+        raise SignInRefused("not_a_person", "; ".join(refusals(principal, Action.SIGN_IN)))
+    return principal
+
+
+def _admit(ws: Workspace, session: UnitOfWork, identity: Identity) -> Principal | None:
+    """A requester for an unlinked identity that a configured rule admits (None: no rule does)."""
+    rule = AdmissionRule(_listed(ws.settings.admit_domains.lower()), _listed(ws.settings.admit_groups))
+    why = rule.admits(identity)
+    if why is None or identity.issuer == GITHUB_ISSUER:
+        return None
+    base = _suggested_name(identity)
+    name = next(n for n in [base, *(f"{base}-{i}" for i in range(2, 1000))] if session.principals.by_name(n) is None)
+    principal = session.principals.add(name, PrincipalKind.PERSON, frozenset({Role.REQUESTER}), frozenset(),
+                                       hash_token(new_token()))  # a token nobody knows: the person signs in
+    session.sign_in.link_identity(principal, identity.issuer, identity.subject, identity.display)
+    session.audit.append(GATEWAY, "principal.admitted", {
+        "name": name, "roles": [Role.REQUESTER.value], "issuer": identity.issuer, "subject": identity.subject,
+        "because": why})
+    return principal
+
+
+def _open_session(ws: Workspace, principal: Principal, auth_method: str, claimed: frozenset[str] | None,
+                  details: dict[str, str]) -> tuple[str, SignedIn]:
+    session_id = secrets.token_urlsafe(32)
+    moment = ws.clock.now()
+    record = WebSession(principal.id, auth_method, claimed, moment,
+                        moment + timedelta(hours=ws.settings.web_session_hours))
+    counted = counted_groups(principal.groups, claimed)
+    with ws.store.session() as session:
+        session.sign_in.open_session(_hash(session_id), record)
+        session.audit.append(principal, "sign_in", {
+            "auth_method": auth_method, **details, "expires_at": record.expires_at.isoformat(),
+            **({"claimed_groups": sorted(claimed), "counted_groups": sorted(counted)} if claimed is not None else {})})
+    return session_id, SignedIn(replace(principal, groups=counted), auth_method, claimed)
+
+
+def _record_refusal(ws: Workspace, provider: str, exc: SignInRefused, identity: Identity | None) -> None:
+    payload = {"provider": provider, "check": exc.check, "reason": str(exc)}
+    if identity is not None:
+        payload |= {"issuer": identity.issuer, "subject": identity.subject}
+    with ws.store.session() as session:
+        session.audit.append(GATEWAY, "sign_in.refused", payload)
+
+
+def _principal_or_none(session: UnitOfWork, pid: str) -> Principal | None:
+    try:
+        return session.principals.get(pid)
+    except NotFound:
+        return None
+
+
+def _hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def _listed(text: str) -> frozenset[str]:
+    return frozenset(p.strip() for p in text.split(",") if p.strip())
+

@@ -1,0 +1,63 @@
+"""The notifications outbox: the trail is where every state change is written, in the same transaction as the
+change itself, so notices are read from it and nothing that happened is left untold (nor anything told that was
+rolled back).
+
+Each pass reads the events after the outbox's place (a marker moved by compare-and-set, so of two workers one
+reads a batch), makes each event's notices, routes them by main's gateway.yaml, and queues one notification and
+one `notify` job per channel, all in one transaction with the move of the place. A notification's dedupe key
+(event, subject, channel) is unique: one is never queued twice.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from gateway.domain.jobs import JobKind
+from gateway.domain.notifications import OUTBOX_MARKER, dedupe_key
+from gateway.domain.principals import GATEWAY
+from gateway.logs import get_logger
+from gateway.services.notifications.notices import NoticeContext, notices_for
+from gateway.services.workspace import Workspace
+
+log = get_logger(__name__)
+
+BATCH = 500  # trail events one pass reads
+
+
+def queue_notifications(ws: Workspace) -> list[int]:
+    """One pass of the outbox (workers run it in housekeeping); the notifications queued."""
+    with ws.store.session(readonly=True) as session:
+        place = session.main.marker(OUTBOX_MARKER)
+        head = session.audit.chain_head()
+    newest = head[0] if head else 0
+    if place is not None and int(place) >= newest:
+        return []
+    settings = ws.repo_settings()  # main's: a gateway.yaml that does not parse stops here, the place kept
+    notifications = settings.notifications
+    queued: list[int] = []
+    with ws.store.session() as session:
+        if place is None:  # a workspace made before the outbox: it tells from now on
+            session.main.swap_marker(OUTBOX_MARKER, None, str(newest))
+            return []
+        events = list(islice(session.audit.iter(batch=BATCH, after=int(place)), BATCH))
+        if not events or not session.main.swap_marker(OUTBOX_MARKER, place, str(events[-1].seq)):
+            return []  # another worker took this batch
+        if not notifications.routes:
+            return []
+        context = NoticeContext(session, settings, ws.settings.public_url, ws.scrubber.scrub)
+        for event in events:
+            try:
+                told = notices_for(context, event)
+            except Exception:  # one event that cannot be told never holds back the others
+                log.exception("notifications.event_skipped", seq=event.seq, kind=event.kind)
+                continue
+            for item in told:
+                for channel in notifications.channels_for(item.notice.event, item.groups):
+                    nid = session.notifications.add(dedupe_key(item.notice.event, item.subject, channel.name),
+                                                    channel, item.notice, event.seq)
+                    if nid is None:
+                        continue
+                    session.notifications.set_job(nid, session.jobs.add(JobKind.NOTIFY, None, GATEWAY,
+                                                                        {"notification": nid}))
+                    queued.append(nid)
+    return queued

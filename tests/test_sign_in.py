@@ -1,0 +1,313 @@
+"""Signing in to the pages with OpenID Connect and GitHub: a real provider on loopback, the real app, the trail.
+
+Each refusal a person can meet (a forged or replayed state, a wrong nonce, a token for another audience, an
+expired one, a key not in the provider's JWKS, a disabled person, an unlinked identity) is a clear page, never a
+500, and is recorded in the audit trail with the check that failed.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from gateway.api.app import create_app
+from gateway.services.admin.sign_in import link_identity
+from gateway.services.admin.users import disable_principal
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People, run_cli
+from .identity_providers import FakeGitHubOAuth, FakeOidcProvider, Person
+
+CLIENT_ID, CLIENT_SECRET = "gateway-pages", "pages-client-secret-7f3a"
+BASE = "http://testserver"
+
+
+@pytest.fixture
+def idp() -> Iterator[FakeOidcProvider]:
+    with FakeOidcProvider(CLIENT_ID, CLIENT_SECRET, f"{BASE}/auth/oidc/callback") as provider:
+        yield provider  # type: ignore[misc]
+
+
+def configure_oidc(ws: Workspace, idp: FakeOidcProvider, **more: object) -> None:
+    s = ws.settings
+    s.public_url, s.oidc_issuer, s.oidc_client_id = BASE, idp.issuer, CLIENT_ID
+    s.oidc_client_secret, s.oidc_label = SecretStr(CLIENT_SECRET), "Test IdP"
+    for name, value in more.items():
+        setattr(s, name, value)
+
+
+@pytest.fixture
+def app_client(workspace: Workspace, idp: FakeOidcProvider, people: People) -> Iterator[TestClient]:
+    configure_oidc(workspace, idp)
+    link_identity(workspace, people.admin, "bob", idp.issuer, "bob-sub")
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        yield client
+
+
+def csrf_of(html: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', html).group(1)  # type: ignore[union-attr]
+
+
+def start(client: TestClient, provider: str = "oidc") -> str:
+    """Press the provider's button on the sign-in page: the URL the browser is sent to."""
+    page = client.get("/login")
+    assert f'action="/login/{provider}"' in page.text
+    sent = client.post(f"/login/{provider}", data={"csrf": csrf_of(page.text)}, follow_redirects=False)
+    assert sent.status_code == 303, sent.text
+    return sent.headers["location"]
+
+
+def at_provider(url: str, verify: object = True) -> str:
+    """What the provider sends the browser back to (the callback's path and query)."""
+    answer = httpx.get(url, follow_redirects=False, verify=verify)  # type: ignore[arg-type]
+    assert answer.status_code == 302, answer.text
+    return answer.headers["location"].removeprefix(BASE)
+
+
+def sign_in(client: TestClient, provider: str = "oidc") -> tuple[httpx.Response, str]:
+    callback = at_provider(start(client, provider))
+    return client.get(callback, follow_redirects=False), callback
+
+
+def events(ws: Workspace, kind: str) -> list[dict]:
+    with ws.store.session(readonly=True) as session:
+        return [{"actor": e.actor, **e.payload} for e in session.audit.events(kind=kind)]
+
+
+def refused(ws: Workspace) -> list[str]:
+    return [e["check"] for e in events(ws, "sign_in.refused")]
+
+
+def test_a_linked_person_signs_in_with_oidc_and_signs_out(app_client: TestClient, idp: FakeOidcProvider,
+                                                          workspace: Workspace) -> None:
+    idp.sign_in_as(Person("bob-sub", "bob@example.com", username="bob"))
+    url = start(app_client)
+    assert url.startswith(f"{idp.issuer}/authorize?")
+    for part in ("code_challenge_method=S256", "code_challenge=", "state=", "nonce=", f"client_id={CLIENT_ID}"):
+        assert part in url
+    answer = app_client.get(at_provider(url), follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/"
+    cookie = answer.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=lax" in cookie and "secure" not in cookie  # plain http here
+    home = app_client.get("/")
+    assert home.status_code == 200 and "bob (approver)" in home.text
+    assert events(workspace, "sign_in")[-1]["auth_method"] == f"oidc:{idp.issuer}"
+    assert "POST /token" in idp.requests and "GET /jwks" in idp.requests
+
+    kept = dict(app_client.cookies)
+    app_client.post("/logout", data={"csrf": csrf_of(home.text)}, follow_redirects=False)
+    assert events(workspace, "sign_out")[-1]["actor"] == "bob"
+    # a copy of the cookie taken before signing out signs no one in: the session ended server-side
+    copy = TestClient(app_client.app)  # another browser (no second lifespan: the app runs already)
+    copy.cookies.update(kept)
+    assert copy.get("/", follow_redirects=False).headers["location"] == "/login"
+
+
+def test_a_forged_state_is_refused_and_recorded(app_client: TestClient, idp: FakeOidcProvider,
+                                                workspace: Workspace) -> None:
+    idp.sign_in_as(Person("bob-sub"))
+    callback = at_provider(start(app_client))
+    forged = re.sub(r"state=[^&]+", "state=forged-by-someone", callback)
+    page = app_client.get(forged, follow_redirects=False)
+    assert page.status_code == 401 and "state does not match" in page.text and 'data-check="state"' in page.text
+    assert refused(workspace) == ["state"]
+    assert app_client.get("/", follow_redirects=False).status_code == 303  # not signed in
+    assert "POST /token" not in idp.requests  # the code was never redeemed
+
+
+def test_a_replayed_callback_is_refused(app_client: TestClient, idp: FakeOidcProvider, workspace: Workspace) -> None:
+    idp.sign_in_as(Person("bob-sub"))
+    first, callback = sign_in(app_client)
+    assert first.status_code == 303
+    again = app_client.get(callback, follow_redirects=False)  # the same browser, the same callback
+    assert again.status_code == 401 and "already used" in again.text
+    # ... and in another browser, which never started a sign-in
+    stolen = TestClient(app_client.app).get(callback, follow_redirects=False)
+    assert stolen.status_code == 401 and "was not started here" in stolen.text
+    assert refused(workspace) == ["state", "state"]
+
+
+@pytest.mark.parametrize(("spoil", "check", "says"), [
+    ({"nonce": "someone-elses-nonce"}, "nonce", "nonce is not valid"),
+    ({"aud": "another-client"}, "audience", "audience is not valid"),
+    ({"exp_offset": -3600}, "expired", "has expired"),
+    ({"foreign_key": True}, "signature", "could not be verified"),
+])
+def test_an_id_token_that_fails_a_check_is_refused(app_client: TestClient, idp: FakeOidcProvider,
+                                                  workspace: Workspace, spoil: dict, check: str, says: str) -> None:
+    idp.sign_in_as(Person("bob-sub"))
+    idp.spoil(**spoil)
+    page, _ = sign_in(app_client)
+    assert page.status_code == 401 and says in page.text, page.text
+    assert "Traceback" not in page.text
+    assert refused(workspace) == [check]
+    assert app_client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_an_unlinked_identity_gets_no_access_until_an_admin_links_it(
+        app_client: TestClient, idp: FakeOidcProvider, workspace: Workspace, people: People) -> None:
+    # the e-mail is carol's, but identities map by issuer and subject, never by e-mail
+    idp.sign_in_as(Person("carol-sub", "carol@example.com", username="carol"))
+    page, _ = sign_in(app_client)
+    assert page.status_code == 403 and "not linked to a gateway user" in page.text
+    assert "gateway users link-identity NAME" in page.text and "carol-sub" in page.text
+    assert refused(workspace) == ["unlinked"]
+    assert events(workspace, "sign_in.refused")[0]["subject"] == "carol-sub"
+
+    linked = run_cli(["users", "link-identity", "carol", "--issuer", idp.issuer, "--subject", "carol-sub"],
+                     workspace.settings.home, people.tokens["admin"])
+    assert linked.returncode == 0, linked.stderr
+    denied = run_cli(["users", "link-identity", "alice", "--issuer", idp.issuer, "--subject", "x"],
+                     workspace.settings.home, people.tokens["bob"])
+    assert denied.returncode == 1 and "only admins link accounts" in denied.stderr
+    page, _ = sign_in(app_client)
+    assert page.status_code == 303 and "carol (approver)" in app_client.get("/").text
+
+
+def test_a_disabled_persons_session_ends_and_they_cannot_sign_in_again(
+        app_client: TestClient, idp: FakeOidcProvider, workspace: Workspace, people: People) -> None:
+    idp.sign_in_as(Person("bob-sub"))
+    assert sign_in(app_client)[0].status_code == 303
+    assert app_client.get("/").status_code == 200
+    disable_principal(workspace, people.admin, "bob", "left the company")
+    gone = app_client.get("/", follow_redirects=False)
+    assert gone.status_code == 303 and gone.headers["location"] == "/login"
+    assert "your account is disabled" in app_client.get("/login").text
+    assert events(workspace, "sign_in.session_ended")[0]["reason"].startswith("your account is disabled")
+    page, _ = sign_in(app_client)
+    assert page.status_code == 403 and "bob is disabled" in page.text
+    assert refused(workspace) == ["disabled"]
+
+
+def test_a_session_expires(workspace: Workspace, idp: FakeOidcProvider, people: People) -> None:
+    configure_oidc(workspace, idp, web_session_hours=1 / 3600)  # one second
+    link_identity(workspace, people.admin, "bob", idp.issuer, "bob-sub")
+    idp.sign_in_as(Person("bob-sub"))
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        assert sign_in(client)[0].status_code == 303
+        assert client.get("/").status_code == 200
+        time.sleep(1.2)
+        assert client.get("/", follow_redirects=False).status_code == 303
+        assert "your session expired" in client.get("/login").text
+
+
+def test_starting_a_sign_in_needs_the_forms_csrf_token(app_client: TestClient) -> None:
+    app_client.get("/login")
+    forged = app_client.post("/login/oidc", data={"csrf": "not-the-token"}, follow_redirects=False)
+    assert forged.status_code == 403 and "CSRF" in forged.text
+    unknown = app_client.post("/login/okta", data={"csrf": csrf_of(app_client.get("/login").text)})
+    assert unknown.status_code == 404 and "no sign-in provider &#39;okta&#39;" in unknown.text
+
+
+def test_an_admission_rule_lets_a_verified_domain_in_as_a_requester(
+        workspace: Workspace, idp: FakeOidcProvider, people: People, clone: Clone) -> None:
+    configure_oidc(workspace, idp, admit_domains="example.org")
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        idp.sign_in_as(Person("new-sub", "nina@example.org", email_verified=False))
+        page, _ = sign_in(client)
+        assert page.status_code == 403  # an unverified address admits no one
+        idp.sign_in_as(Person("new-sub", "nina@example.org", username="nina"))
+        assert sign_in(client)[0].status_code == 303
+        assert "nina (requester)" in client.get("/").text
+    admitted = events(workspace, "principal.admitted")
+    assert admitted[0]["because"] == "verified e-mail domain example.org" and admitted[0]["actor"] == "gateway"
+
+
+def test_groups_from_the_claim_narrow_what_a_decision_counts_for(
+        workspace: Workspace, idp: FakeOidcProvider, people: People, clone: Clone) -> None:
+    from gateway.services.change.proposals import open_proposal
+
+    configure_oidc(workspace, idp, oidc_groups_claim="groups")
+    link_identity(workspace, people.admin, "bob", idp.issuer, "bob-sub")
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        idp.sign_in_as(Person("bob-sub", groups=["engineering"]))  # the provider no longer puts bob in platform
+        assert sign_in(client)[0].status_code == 303
+        home = client.get("/").text
+        assert 'id="inbox"' not in home
+        form = client.get(f"/proposals/{proposal.id}").text
+        head = re.search(r'id="head-sha"[^>]*>([0-9a-f]+)<', form).group(1)  # type: ignore[union-attr]
+        denied = client.post(f"/proposals/{proposal.id}/decide", data={
+            "csrf": csrf_of(form), "decision": "approve", "sha": head})
+        assert denied.status_code == 403 and "not in an approver group of stack app-staging" in denied.text
+        check = events(workspace, "sign_in.group_check")[-1]
+        assert check["claimed"] == ["engineering"] and check["active"] == [] and check["not_member"] == ["platform"]
+
+        idp.sign_in_as(Person("bob-sub", groups=["platform"]))
+        assert sign_in(client)[0].status_code == 303
+        assert f'id="inbox-{proposal.id}"' in client.get("/").text
+        form = client.get(f"/proposals/{proposal.id}").text
+        approved = client.post(f"/proposals/{proposal.id}/decide", data={
+            "csrf": csrf_of(form), "decision": "approve", "sha": head}, follow_redirects=False)
+        assert approved.status_code == 303, approved.text
+    approval = events(workspace, "approval")[-1]
+    assert approval["actor"] == "bob" and approval["authenticated_by"] == f"oidc:{idp.issuer}"
+    assert events(workspace, "sign_in.group_check")[-1]["active"] == ["platform"]
+
+
+def test_oidc_over_tls_with_the_configured_ca_bundle(workspace: Workspace, people: People, tmp_path: Path) -> None:
+    with FakeOidcProvider(CLIENT_ID, CLIENT_SECRET, f"{BASE}/auth/oidc/callback", tls=True,
+                          tmp=tmp_path / "tls") as idp:
+        configure_oidc(workspace, idp)
+        link_identity(workspace, people.admin, "bob", idp.issuer, "bob-sub")
+        idp.sign_in_as(Person("bob-sub"))
+        with TestClient(create_app(workspace.settings, workers=0)) as client:
+            # without the CA bundle the provider's certificate is not trusted: a clear refusal, no 500
+            page = client.post("/login/oidc", data={"csrf": csrf_of(client.get("/login").text)})
+            assert page.status_code == 401 and "could not be reached" in page.text
+        workspace.settings.sign_in_ca_bundle = idp.ca_file
+        with TestClient(create_app(workspace.settings, workers=0)) as client:
+            callback = at_provider(start(client), verify=ssl.create_default_context(cafile=str(idp.ca_file)))
+            assert client.get(callback, follow_redirects=False).status_code == 303
+    assert refused(workspace) == ["provider_unreachable"]
+
+
+def test_a_secure_cookie_behind_tls(workspace: Workspace, people: People) -> None:
+    workspace.settings.public_url = "https://gateway.example.com"
+    with TestClient(create_app(workspace.settings, workers=0), base_url="https://gateway.example.com") as client:
+        form = client.get("/login").text
+        signed = client.post("/login", data={"token": people.tokens["bob"], "csrf": csrf_of(form)},
+                             follow_redirects=False)
+        assert signed.status_code == 303
+        cookie = signed.headers["set-cookie"].lower()
+        assert "secure" in cookie and "httponly" in cookie and "samesite=lax" in cookie
+
+
+# --- GitHub ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHubOAuth]:
+    with FakeGitHubOAuth("Iv1.gateway", "gh-oauth-secret", f"{BASE}/auth/github/callback") as fake:
+        yield fake  # type: ignore[misc]
+
+
+def test_signing_in_with_github_maps_by_the_numeric_id(workspace: Workspace, github: FakeGitHubOAuth,
+                                                       people: People) -> None:
+    s = workspace.settings
+    s.public_url, s.github_oauth_client_id = BASE, "Iv1.gateway"
+    s.github_oauth_client_secret = SecretStr("gh-oauth-secret")
+    s.github_oauth_url = s.github_oauth_api_url = github.url
+    with workspace.store.session() as session:
+        session.principals.link_github(people.bob, 4242, "bob-gh")
+    with TestClient(create_app(s, workers=0)) as client:
+        assert "Sign in with GitHub" in client.get("/login").text
+        github.sign_in_as(4242, "renamed-bob")  # a renamed login is still bob: the id maps
+        page, callback = sign_in(client, "github")
+        assert page.status_code == 303
+        assert "bob (approver)" in client.get("/").text
+        assert client.get(callback, follow_redirects=False).status_code == 401  # replayed
+        github.sign_in_as(999, "bob-gh")  # another account that took bob's old login: no access
+        page, _ = sign_in(TestClient(client.app), "github")
+        assert page.status_code == 403 and "not linked to a gateway user" in page.text
+    assert events(workspace, "sign_in")[-1]["auth_method"] == "github"
+    assert refused(workspace) == ["state", "unlinked"]

@@ -231,10 +231,10 @@ def test_verify_resumes_after_the_newest_checkpoint_and_still_sees_a_rewrite_bef
     count, broken, since = audit_service.verify_from_checkpoint(ws, people.dana)
     assert broken is None and since == checkpoint and count == 1  # only what follows it was read
     with TestClient(create_app(ws.settings, workers=0)) as client:  # the audit page does the same on every view
-        sign_in_client(client, people.tokens["dana"])
+        sign_in_client(client, people.tokens["dana"])  # signing in is one more event after the checkpoint
         page = client.get("/audit")
     assert page.status_code == 200, page.text
-    assert f"the 1 events since the checkpoint signed at {checkpoint.at} (event {checkpoint.seq}) are intact" in page.text
+    assert f"the 2 events since the checkpoint signed at {checkpoint.at} (event {checkpoint.seq}) are intact" in page.text
     with ws.store.session() as session:
         session.conn.execute(update(audit_events).where(audit_events.c.seq == checkpoint.seq)
                              .values(hash="sha256:" + "1" * 64))

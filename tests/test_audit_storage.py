@@ -128,7 +128,7 @@ def test_a_trail_written_before_canonical_bytes_migrates_and_still_verifies(db: 
                                                         for a in event_addresses(e["payload"])])
         conn.execute(text("UPDATE audit_events SET actor = 'mallory' WHERE seq = 17"))  # edited before the upgrade
         conn.execute(update(audit_head).values(seq=30, hash=prev))
-    assert MIGRATIONS[-1][0] == 18
+    assert 18 in dict(MIGRATIONS)  # the one undone above runs again; later ones (19: sign-in) are in place
     db.migrate()
 
     broken = verify(db)

@@ -23,11 +23,12 @@ from gateway.services.workspace import Workspace
 from tests.conftest import Clone, People
 
 # What opening a workspace pulls in; none of it is needed to print help.
-HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gateway.services", "gateway.adapters")
+HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gateway.services", "gateway.adapters",
+         "prometheus_client")
 # What a read of a proposal does not need: the HCL parser and the engines' machinery (the simulator's evaluator,
 # planner and applier, Terraform), the policy interpreters, the logger (a read logs nothing), the forge, the
 # agent, the web app and the job handlers.
-NOT_FOR_A_READ = ("lark", "hcl2", "gateway.adapters.hcl", "gateway.adapters.terraform", "regopy", "checkov",
+NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2", "gateway.adapters.hcl", "gateway.adapters.terraform", "regopy", "checkov",
                   "structlog", "github", "openai", "langgraph", "fastapi", "gateway.api",
                   "gateway.adapters.sandbox.planner", "gateway.adapters.sandbox.applier",
                   "gateway.adapters.sandbox.hcl_eval", "gateway.adapters.github_forge", "gateway.services.change.jobs",

@@ -211,3 +211,18 @@ def test_several_api_processes_report_one_set_of_counters(served: tuple[str, Pat
         samples = scrape(httpx.get(f"{base}/metrics", timeout=10).text)
         seen.append(value(samples, "gateway_webhook_deliveries_total", event="pull_request", outcome="refused"))
     assert set(seen) == {6.0}, f"the processes disagree: {seen}"
+
+
+def test_notifications_are_counted_by_a_bounded_channel() -> None:
+    from gateway.adapters.metrics import PrometheusMetrics
+
+    metrics = PrometheusMetrics()
+    metrics.notification_delivered("email", "delivered")
+    metrics.notification_delivered("email", "delivered")
+    metrics.notification_delivered("https://hooks.example.com/T000/B000/secret", "failed")  # never a label
+    body, content_type = metrics.exposition()
+    samples = scrape(body.decode())
+    assert content_type.startswith("text/plain")
+    assert value(samples, "gateway_notifications_total", channel="email", outcome="delivered") == 2
+    assert value(samples, "gateway_notifications_total", channel="other", outcome="failed") == 1
+    assert b"hooks.example.com" not in body

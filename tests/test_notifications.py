@@ -29,12 +29,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from fastapi.testclient import TestClient
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.metrics import PrometheusMetrics
+from gateway.api.app import create_app
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Refused
@@ -43,17 +45,19 @@ from gateway.domain.notifications import (
     OUTBOX_MARKER,
     Channel,
     ChannelKind,
+    Notice,
     NotificationEvent,
     NotificationSettings,
     NotificationStatus,
     Route,
+    slack_body,
     summary_counts,
 )
 from gateway.domain.principals import Role
 from gateway.domain.proposal import Decision
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.admin.users import add_principal
-from gateway.services.change.jobs import run_job
+from gateway.services.change.jobs import recover_abandoned_work, run_job
 from gateway.services.change.proposals import decide, open_proposal
 from gateway.services.change.runner import apply_proposal
 from gateway.services.day_two.break_glass import close_break_glass, open_break_glass, sweep_break_glass
@@ -111,6 +115,7 @@ class Receivers:
         self.received: dict[str, list[dict[str, Any]]] = {}
         self.refused: list[str] = []
         self.failing: Counter[str] = Counter()
+        self.attempts: dict[str, list[tuple[str | None, str | None]]] = {}  # path: (delivery id, timestamp) tried
         self.seen_deliveries: set[str] = set()
         self.lock = threading.Lock()
         outer = self
@@ -134,6 +139,8 @@ class Receivers:
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
         with self.lock:
+            self.attempts.setdefault(path, []).append((headers.get("X-Gateway-Delivery"),
+                                                       headers.get("X-Gateway-Timestamp")))
             if self.failing[path] > 0:
                 self.failing[path] -= 1
                 return 500, '{"error": "down for a moment"}'
@@ -407,6 +414,7 @@ def test_each_event_reaches_each_channel_once(ws: Workspace, team: tuple[People,
     wanted = next(m for m, _, _ in mailbox.messages if "Approval wanted: proposal " + str(rejected) in m["Subject"])
     text = wanted.get_payload(decode=True).decode()
     assert "Stack app-staging: 0 to add, 1 to change, 0 to destroy; risk" in text
+    assert "Needs: needs 1 approval(s)" in text and "Approvers: groups app, platform" in text
     assert f"Review: https://gateway.example.com/proposals/{rejected}" in text
     hook = next(m for m in receivers.received["/hooks/audit"] if m["event"] == "apply_failed")
     assert hook["proposal_id"] == failing and "AccessDenied" in hook["text"]
@@ -448,6 +456,8 @@ def test_a_failing_delivery_is_retried_with_backoff_then_reported(any_ws: Worksp
     assert (hook.status, hook.attempts) == (NotificationStatus.FAILED, 3)
     assert hook.error is not None and "gave up after 3 attempt(s)" in hook.error and "HTTP 500" in hook.error
     assert "/hooks/audit" not in receivers.received
+    tried = receivers.attempts["/hooks/audit"]
+    assert len(tried) == 3 and len({delivery for delivery, _ in tried}) == 1  # a receiver can tell a retry
     assert took >= 0.05 + 0.1  # waited the backoff: 0.05 s, then 0.1 s
     failed = [e for e in trail if e.kind == "notification.failed"]
     assert [(e.payload["target"], e.payload["attempts"], e.payload["proposal"]) for e in failed] == \
@@ -467,6 +477,15 @@ def test_a_failing_delivery_is_retried_with_backoff_then_reported(any_ws: Worksp
                       ws.settings.database_url)
     assert listing.returncode == 0, listing.stderr
     assert "failed    approval_wanted     webhook:audit-hook" in listing.stdout and "HTTP 500" in listing.stdout
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        answer = client.get("/api/v1/notifications", params={"status": "failed"},
+                            headers={"Authorization": f"Bearer {people.tokens['dana']}"})
+        assert answer.status_code == 200, answer.text
+        [listed] = answer.json()
+        assert (listed["target"], listed["attempts"], listed["proposal_id"]) == ("audit-hook", 3, proposal)
+        assert listed["title"].startswith(f"Approval wanted: proposal {proposal}")
+        refused = client.get("/api/v1/notifications", headers={"Authorization": f"Bearer {people.tokens['alice']}"})
+        assert refused.status_code == 403, refused.text
 
 
 def test_a_receiver_that_is_down_and_a_refusal_are_reported(tmp_path: Path, receivers: Receivers,
@@ -581,6 +600,25 @@ def test_routes_pick_each_channel_once(event: NotificationEvent, groups: set[str
     assert [c.name for c in settings.channels_for(event, frozenset(groups))] == expected
 
 
+def test_a_title_cannot_mention_everyone_or_hide_a_link_in_slack() -> None:
+    notice = Notice(E.APPROVAL_WANTED, "Approval wanted: <!channel> <https://evil.example|click>",
+                    (("Proposal", "#1 a & b"),), "https://gateway.example.com/proposals/1")
+    body = json.dumps(slack_body(notice))
+    assert "<!channel>" not in body and "<https://evil" not in body and "&lt;!channel&gt;" in body
+    assert "<https://gateway.example.com/proposals/1|Review>" in body and "a &amp; b" in body
+
+
+def test_the_sample_repos_notifications_example_parses() -> None:
+    sample = (Path(__file__).parents[1] / "gateway" / "sample_repo" / "gateway.yaml").read_text()
+    example = "\n".join(line.removeprefix("# ").split("  #")[0] for line in sample.splitlines()
+                        if line.startswith(("# notifications:", "#   ", "#     ")) and "max_window" not in line
+                        and "codify_within" not in line and "groups: [oncall]" not in line)
+    settings = parse_repo_settings(sample + "\n" + example)
+    assert sorted(settings.notifications.channels) == ["ops-slack", "platform-mail"]
+    assert [c.name for c in settings.notifications.channels_for(E.DRIFT_FOUND, frozenset({"platform"}))] == \
+        ["ops-slack", "platform-mail"]
+
+
 def test_summary_counts_read_as_terraforms() -> None:
     assert summary_counts({"create": 2, "update": 1, "replace": 1, "no-op": 5}) == "3 to add, 1 to change, 1 to destroy"
 
@@ -597,3 +635,22 @@ def test_summary_counts_read_as_terraforms() -> None:
 def test_a_bad_notifications_section_is_a_clear_error(yaml_text: str, error: str) -> None:
     with pytest.raises(ConfigError, match=error.replace(".", r"\.")):
         parse_repo_settings("stacks: {a: {path: stacks/a, approvers: [p]}}\n" + yaml_text)
+
+
+def test_a_notification_whose_worker_died_while_sending_it_is_sent_again(ws: Workspace, team: tuple[People, Clone],
+                                                                         receivers: Receivers) -> None:
+    people, clone = team
+    propose(ws, people, clone, "bigger", '"t3.small"', '"t3.medium"')
+    queue_notifications(ws)
+    with ws.store.session(readonly=True) as session:
+        hook = next(n for n in session.notifications.list() if n.channel.name == "audit-hook")
+    assert hook.job_id is not None
+    dead = ws.store.queue.claim("dead-host:1", job_id=hook.job_id)  # claimed, then its worker was killed
+    assert dead is not None
+    ws.settings = ws.settings.model_copy(update={"lock_ttl_seconds": 0.2})
+    time.sleep(0.3)  # its heartbeat lapses
+    assert f"job {hook.job_id} of worker dead-host:1, queued again" in recover_abandoned_work(ws)
+    deliver(ws)
+    assert [m["event"] for m in receivers.received["/hooks/audit"]] == ["approval_wanted"]
+    with ws.store.session(readonly=True) as session:
+        assert session.notifications.get(hook.id).status == NotificationStatus.DELIVERED

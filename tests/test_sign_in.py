@@ -7,10 +7,12 @@ expired one, a key not in the provider's JWKS, a disabled person, an unlinked id
 
 from __future__ import annotations
 
+import json
 import re
 import ssl
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -19,11 +21,12 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from gateway.api.app import create_app
+from gateway.domain.sign_in import AdmissionRule, Identity, WebSession, counted_groups
 from gateway.services.admin.sign_in import link_identity
 from gateway.services.admin.users import disable_principal
 from gateway.services.workspace import Workspace
 
-from .conftest import Clone, People, run_cli
+from .conftest import Clone, People, add_people, make_workspace, run_cli
 from .identity_providers import FakeGitHubOAuth, FakeOidcProvider, Person
 
 CLIENT_ID, CLIENT_SECRET = "gateway-pages", "pages-client-secret-7f3a"
@@ -101,6 +104,9 @@ def test_a_linked_person_signs_in_with_oidc_and_signs_out(app_client: TestClient
     assert home.status_code == 200 and "bob (approver)" in home.text
     assert events(workspace, "sign_in")[-1]["auth_method"] == f"oidc:{idp.issuer}"
     assert "POST /token" in idp.requests and "GET /jwks" in idp.requests
+    with workspace.store.session(readonly=True) as session:
+        trail = [json.dumps(e.payload) for e in session.audit.events()]
+    assert trail and not any(CLIENT_SECRET in e or "code_verifier" in e for e in trail)
 
     kept = dict(app_client.cookies)
     app_client.post("/logout", data={"csrf": csrf_of(home.text)}, follow_redirects=False)
@@ -165,6 +171,8 @@ def test_an_unlinked_identity_gets_no_access_until_an_admin_links_it(
     linked = run_cli(["users", "link-identity", "carol", "--issuer", idp.issuer, "--subject", "carol-sub"],
                      workspace.settings.home, people.tokens["admin"])
     assert linked.returncode == 0, linked.stderr
+    listed = run_cli(["users", "list"], workspace.settings.home, people.tokens["admin"]).stdout
+    assert f"signs in as carol-sub at {idp.issuer}" in listed
     denied = run_cli(["users", "link-identity", "alice", "--issuer", idp.issuer, "--subject", "x"],
                      workspace.settings.home, people.tokens["bob"])
     assert denied.returncode == 1 and "only admins link accounts" in denied.stderr
@@ -181,7 +189,8 @@ def test_a_disabled_persons_session_ends_and_they_cannot_sign_in_again(
     gone = app_client.get("/", follow_redirects=False)
     assert gone.status_code == 303 and gone.headers["location"] == "/login"
     assert "your account is disabled" in app_client.get("/login").text
-    assert events(workspace, "sign_in.session_ended")[0]["reason"].startswith("your account is disabled")
+    ended = events(workspace, "sign_in.sessions_ended")  # at once, by the admin's disable
+    assert ended == [{"actor": "admin", "name": "bob", "sessions": 1, "reason": "the principal was disabled"}]
     page, _ = sign_in(app_client)
     assert page.status_code == 403 and "bob is disabled" in page.text
     assert refused(workspace) == ["disabled"]
@@ -299,6 +308,7 @@ def test_signing_in_with_github_maps_by_the_numeric_id(workspace: Workspace, git
     s.github_oauth_url = s.github_oauth_api_url = github.url
     with workspace.store.session() as session:
         session.principals.link_github(people.bob, 4242, "bob-gh")
+        session.principals.link_github(people.agent, 777, "infra-bot")
     with TestClient(create_app(s, workers=0)) as client:
         assert "Sign in with GitHub" in client.get("/login").text
         github.sign_in_as(4242, "renamed-bob")  # a renamed login is still bob: the id maps
@@ -309,5 +319,79 @@ def test_signing_in_with_github_maps_by_the_numeric_id(workspace: Workspace, git
         github.sign_in_as(999, "bob-gh")  # another account that took bob's old login: no access
         page, _ = sign_in(TestClient(client.app), "github")
         assert page.status_code == 403 and "not linked to a gateway user" in page.text
+        github.sign_in_as(777, "infra-bot")  # an agent's account opens no session
+        page, _ = sign_in(TestClient(client.app), "github")
+        assert page.status_code == 403 and "agents cannot sign in to the review pages" in page.text
     assert events(workspace, "sign_in")[-1]["auth_method"] == "github"
-    assert refused(workspace) == ["state", "unlinked"]
+    assert refused(workspace) == ["state", "unlinked", "not_a_person"]
+
+
+def test_a_provider_that_says_no_or_a_callback_without_a_code_is_a_clear_page(
+        app_client: TestClient, idp: FakeOidcProvider, workspace: Workspace) -> None:
+    url = start(app_client)
+    state = re.search(r"state=([^&]+)", url).group(1)  # type: ignore[union-attr]
+    denied = app_client.get(f"/auth/oidc/callback?error=access_denied&error_description=the+user+said+no&state={state}")
+    assert denied.status_code == 401 and "the identity provider refused the sign-in: the user said no" in denied.text
+    start(app_client)
+    bare = app_client.get("/auth/oidc/callback")
+    assert bare.status_code == 401 and "carries no state" in bare.text
+    unknown = app_client.get("/auth/okta/callback?code=x&state=y")
+    assert unknown.status_code == 404
+    assert refused(workspace) == ["provider_error", "state"]  # the unknown provider is a 404, not a sign-in
+
+
+# --- the rules, as tables (no server, no database) ------------------------------------------------
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("identity", "admitted"), [
+    (Identity("oidc", "https://idp", "1", "nina", "nina@example.org", True), "verified e-mail domain example.org"),
+    (Identity("oidc", "https://idp", "1", "nina", "nina@EXAMPLE.org", True), "verified e-mail domain example.org"),
+    (Identity("oidc", "https://idp", "1", "nina", "nina@example.org", False), None),  # unverified
+    (Identity("oidc", "https://idp", "1", "nina", "nina@example.org.evil.com", True), None),
+    (Identity("oidc", "https://idp", "1", "nina", None, False, frozenset({"staff"})), "group staff"),
+    (Identity("oidc", "https://idp", "1", "nina", None, False, frozenset({"Staff"})), None),  # groups are exact
+])
+def test_who_an_admission_rule_lets_in(identity: Identity, admitted: str | None) -> None:
+    assert AdmissionRule(frozenset({"example.org"}), frozenset({"staff"})).admits(identity) == admitted
+
+
+@pytest.mark.parametrize(("mine", "claimed", "counted"), [
+    ({"platform", "data"}, None, {"platform", "data"}),  # the provider says nothing of groups
+    ({"platform", "data"}, {"platform", "everyone"}, {"platform"}),  # it can narrow ...
+    ({"platform"}, {"platform", "admins"}, {"platform"}),  # ... never widen
+    ({"platform"}, set(), set()),
+])
+def test_the_groups_a_session_counts(mine: set, claimed: set | None, counted: set) -> None:
+    assert counted_groups(mine, claimed) == counted
+
+
+@pytest.mark.parametrize(("ended", "disabled", "at", "reason"), [
+    (None, False, NOW, None),
+    (None, False, NOW + timedelta(hours=8), "your session expired; sign in again"),
+    (NOW, False, NOW, "your session has ended (signed out); sign in again"),
+    (NOW, True, NOW, "your account is disabled; your session has ended"),
+])
+def test_when_a_session_stops_signing_anyone_in(ended: datetime | None, disabled: bool, at: datetime,
+                                               reason: str | None) -> None:
+    session = WebSession("p1", "oidc:https://idp", None, NOW, NOW + timedelta(hours=8), ended)
+    assert session.refusal(at, disabled) == reason
+
+
+def test_sign_in_sessions_on_postgresql(tmp_path: Path, postgres_url: str, idp: FakeOidcProvider) -> None:
+    ws = make_workspace(tmp_path / "pg-home", postgres_url)
+    try:
+        people = add_people(ws)
+        configure_oidc(ws, idp, oidc_groups_claim="groups")
+        link_identity(ws, people.admin, "bob", idp.issuer, "bob-sub")
+        idp.sign_in_as(Person("bob-sub", groups=["platform"]))
+        with TestClient(create_app(ws.settings, workers=0)) as client:
+            assert sign_in(client)[0].status_code == 303
+            home = client.get("/")
+            assert home.status_code == 200 and "bob (approver)" in home.text
+            client.post("/logout", data={"csrf": csrf_of(home.text)})
+            assert client.get("/", follow_redirects=False).status_code == 303
+        assert events(ws, "sign_in")[-1]["counted_groups"] == ["platform"]
+    finally:
+        ws.close()

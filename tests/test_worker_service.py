@@ -12,16 +12,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
-from gateway.domain.jobs import JobKind, JobStatus
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
@@ -139,3 +141,43 @@ def test_the_ready_file_follows_the_database(tmp_path: Path, postgres_url: str,
     _until("the ready file to come back", ready.exists, timeout=30)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0 and not ready.exists()
+
+
+def test_past_its_grace_a_stopping_worker_hands_back_a_replan_but_never_an_apply(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    from dataclasses import replace
+
+    from gateway.worker import Worker
+
+    release = threading.Event()
+
+    def slow_plan(ws: Workspace, job: Job, runner: str, progress: Callable[[str], None]) -> Any:
+        progress("planning slowly")
+        release.wait(30)  # a plan that outlasts the grace
+        return JobStatus.SUCCEEDED, {}, None
+
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    slow = replace(workspace, job_handlers={**workspace.job_handlers, JobKind.PLAN: slow_plan})
+    worker = Worker(slow, loops=1, poll_seconds=0.05).start()
+    plan = enqueue_job(workspace, people.alice, JobKind.PLAN, proposal.id)
+    _until("the plan to run", lambda: workspace.store.queue.get(plan.id).status == JobStatus.RUNNING)
+    started = time.monotonic()
+    assert worker.stop(grace_seconds=0.5) == [plan.id]
+    assert time.monotonic() - started < 5  # it did not wait for the plan
+    handed = workspace.store.queue.get(plan.id)
+    assert handed.status == JobStatus.QUEUED and handed.runner is None  # another worker takes it from here
+    with workspace.store.session(readonly=True) as session:
+        assert any(e.kind == "job.handed_back" for e in session.audit.events(proposal_id=proposal.id))
+    release.set()
+
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    with workspace.store.session() as session:  # the handed-back plan is someone else's now; an apply comes first
+        session.jobs.finish(plan.id, JobStatus.SUCCEEDED, only_if_running=False)
+    inject_delay(workspace, people.admin, "app-staging", "aws_instance.web[0]", 2)
+    worker = Worker(workspace, loops=1, poll_seconds=0.05).start()
+    apply = enqueue_job(workspace, people.alice, JobKind.APPLY, proposal.id)
+    _until("the apply to run", lambda: workspace.store.queue.get(apply.id).status == JobStatus.RUNNING)
+    assert worker.stop(grace_seconds=0.1) == []  # past the grace, and still waited for
+    assert workspace.store.queue.get(apply.id).status == JobStatus.SUCCEEDED
+    assert get_proposal(workspace, proposal.id).status == ProposalStatus.APPLIED

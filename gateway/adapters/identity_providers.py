@@ -40,14 +40,17 @@ class _AuthlibClient(OAuth2Mixin, OpenIDMixin, BaseApp):
 def _client(name: str, client_id: str, client_secret: str, verify: Path | bool, scope: str,
             **endpoints: Any) -> _AuthlibClient:
     return _AuthlibClient(FrameworkIntegration(name), name=name, client_id=client_id, client_secret=client_secret,
-                          client_kwargs={"scope": scope, "code_challenge_method": "S256",
-                                         "verify": _tls(verify),
+                          client_kwargs={"scope": scope, "code_challenge_method": "S256", "verify": _tls(verify),
                                          "timeout": TIMEOUT_SECONDS},
                           **endpoints)
 
 
 def _tls(verify: Path | bool) -> ssl.SSLContext | bool:
-    return ssl.create_default_context(cafile=str(verify)) if isinstance(verify, Path) else verify
+    """One TLS context per provider, made once: each sign-in makes new HTTP clients, and loading the CA store
+    for each would cost more than the rest of the sign-in."""
+    if verify is False:
+        return False
+    return ssl.create_default_context(cafile=str(verify) if isinstance(verify, Path) else None)
 
 
 def _checked_state(pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Mapping[str, str]:
@@ -56,7 +59,9 @@ def _checked_state(pending: Mapping[str, str] | None, callback: Mapping[str, str
         detail = callback.get("error_description") or callback["error"]
         raise SignInRefused("provider_error", f"the identity provider refused the sign-in: {detail[:200]}")
     state = callback.get("state") or ""
-    if not pending or not state:
+    if not state:
+        raise SignInRefused("state", "the answer sent back here carries no state; start again from the sign-in page")
+    if not pending:
         raise SignInRefused("state", "this sign-in was not started here, or was already used (no pending state); "
                                      "start again from the sign-in page")
     if not secrets.compare_digest(state, pending.get("state", "")):

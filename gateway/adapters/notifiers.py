@@ -42,6 +42,12 @@ class ChannelSenders:
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        self._tls: ssl.SSLContext | None = None  # loading the CA bundle takes ~50 ms: once, shared by threads
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
 
     def send(self, channel: Channel, notice: Notice, delivery_id: str) -> str:
         if channel.kind == ChannelKind.EMAIL:
@@ -89,7 +95,8 @@ class ChannelSenders:
     def _post(self, channel: Channel, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
         """POST; a 2xx answer, or the error it means (the URL never in a message: it is the secret)."""
         try:
-            with httpx.Client(timeout=self.settings.notify_timeout_seconds, follow_redirects=False) as client:
+            with httpx.Client(timeout=self.settings.notify_timeout_seconds, follow_redirects=False,
+                              verify=self._tls_context()) as client:
                 response = client.post(url, content=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise Unavailable(f"channel {channel.name}: no answer in {self.settings.notify_timeout_seconds:g} s") from exc

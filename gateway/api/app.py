@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.sessions import SessionMiddleware
 
 from gateway.adapters.keyfiles import private_key_file
-from gateway.api import day_two, pages, routes
+from gateway.api import day_two, notifications, pages, routes
 from gateway.api.errors import error_body, invalid_request, status_for
 from gateway.api.scrubbing import ScrubResponses
 from gateway.composition import install_prometheus, open_workspace
@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     app.include_router(pages.router)
     app.include_router(day_two.api)
     app.include_router(day_two.pages)
+    app.include_router(notifications.api)
     app.mount("/mcp", mcp)  # external agents: the MCP server over streamable HTTP, bearer token
 
     @app.get("/metrics", include_in_schema=False)

@@ -38,7 +38,7 @@ def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str
 @users.command("list")
 @pass_ctx
 def users_list(ctx: Context) -> None:
-    """List principals: kind, roles, groups, state, token expiry and last use (never tokens)."""
+    """List principals: kind, roles, groups, state, token expiry and last use (never tokens), linked identities."""
     ctx.actor()
     with ctx.ws.store.session(readonly=True) as session:
         for p in session.principals.list():
@@ -47,6 +47,8 @@ def users_list(ctx: Context) -> None:
             expires = f"{record['token_expires_at']:%Y-%m-%d}" if record["token_expires_at"] else "-"
             click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups)):18} "
                        f"{'DISABLED' if p.disabled else 'enabled':9} token expires {expires:10} last used {used}")
+            for issuer, subject in session.sign_in.identities_of(p.id):
+                click.echo(f"{'':20} signs in as {subject} at {issuer}")
 
 
 @users.command("disable")

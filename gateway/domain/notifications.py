@@ -204,7 +204,7 @@ def webhook_body(notice: Notice, delivery_id: str, sent_at: str) -> dict[str, An
 
 def slack_body(notice: Notice, slack_channel: str | None = None) -> dict[str, Any]:
     """Slack's message: `text` for notifications, blocks for the message itself."""
-    body: dict[str, Any] = {"text": notice.title, "blocks": [
+    body: dict[str, Any] = {"text": _slack_escape(notice.title), "blocks": [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{_slack_escape(notice.title)}*"}},
         *([{"type": "section", "fields": [{"type": "mrkdwn", "text": f"*{_slack_escape(label)}*\n{_slack_escape(value)}"}
                                           for label, value in notice.facts[:10]]}] if notice.facts else []),

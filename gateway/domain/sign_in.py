@@ -74,10 +74,10 @@ class WebSession:
 
     def refusal(self, now: datetime, principal_disabled: bool) -> str | None:
         """Why this session no longer signs anyone in (None: it does)."""
-        if self.ended_at is not None:
-            return "you signed out; sign in again"
-        if principal_disabled:
+        if principal_disabled:  # first: a disabled person's sessions were ended too, and this is why
             return "your account is disabled; your session has ended"
+        if self.ended_at is not None:
+            return "your session has ended (signed out); sign in again"
         if now >= self.expires_at:
             return "your session expired; sign in again"
         return None

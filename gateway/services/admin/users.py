@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
 from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
-from gateway.ports import Principals
+from gateway.ports import UnitOfWork
 from gateway.services.workspace import Workspace
 
 LAST_USE_GRANULARITY = timedelta(minutes=1)  # a token's last use is written at most once a minute
@@ -71,28 +71,34 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
 
 
 def disable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
-    """Nobody signs in as them any more; their approvals stop counting (an apply checks again)."""
-    return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)},
-                   lambda records, pid: records.set_disabled(pid, ws.clock.now()))
+    """Nobody signs in as them any more, and their page sessions end; their approvals stop counting (an apply
+    checks again)."""
+    def disable(session: UnitOfWork, pid: str) -> None:
+        session.principals.set_disabled(pid, ws.clock.now())
+        if ended := session.sign_in.end_sessions_of(pid, ws.clock.now()):
+            session.audit.append(actor, "sign_in.sessions_ended", {"name": name, "sessions": ended,
+                                                                   "reason": "the principal was disabled"})
+
+    return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)}, disable)
 
 
 def enable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
     return _change(ws, actor, name, "principal.enabled", {"reason": _why(reason)},
-                   lambda records, pid: records.set_disabled(pid, None))
+                   lambda session, pid: session.principals.set_disabled(pid, None))
 
 
 def rotate_token(ws: Workspace, actor: Principal, name: str) -> str:
     """A new token (shown this once); the old one stops working at once."""
     token = new_token()
     _change(ws, actor, name, "principal.token_rotated", {},
-            lambda records, pid: records.set_token(pid, hash_token(token), _expiry(ws)))
+            lambda session, pid: session.principals.set_token(pid, hash_token(token), _expiry(ws)))
     return token
 
 
 def revoke_token(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
     """No token works for them until an admin rotates one."""
     return _change(ws, actor, name, "principal.token_revoked", {"reason": _why(reason)},
-                   lambda records, pid: records.set_token(pid, hash_token(new_token()), None))
+                   lambda session, pid: session.principals.set_token(pid, hash_token(new_token()), None))
 
 
 def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role] | None,
@@ -108,18 +114,18 @@ def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role
     return _change(ws, actor, name, "principal.access_changed", {
         "roles": sorted(new_roles), "groups": sorted(new_groups),
         "was": {"roles": sorted(target.roles), "groups": sorted(target.groups)}},
-        lambda records, pid: records.set_access(pid, new_roles, new_groups))
+        lambda session, pid: session.principals.set_access(pid, new_roles, new_groups))
 
 
 def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict,
-            write: Callable[[Principals, str], None]) -> Principal:
+            write: Callable[[UnitOfWork, str], None]) -> Principal:
     """One admin's change to a user, with its event; never the last enabled admin away."""
     require(actor, Action.CHANGE_USERS)
     with ws.store.session() as session:
         target = session.principals.by_name(name)
         if target is None:
             raise NotFound(f"no user {name}")
-        write(session.principals, target.id)
+        write(session, target.id)
         admins = session.principals.enabled_admins()
         if not admins:
             raise Refused([f"{name} is the last enabled admin: add another admin first"])

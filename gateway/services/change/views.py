@@ -169,7 +169,8 @@ def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:
     """What the viewer can decide now, oldest first (the queue a person works through)."""
     settings, moment = ws.repo_settings(), ws.clock.now()
     with ws.store.session(readonly=True):  # one read unit of work for the whole queue
-        items = [waiting_for(viewer, proposal, settings, moment) for proposal, _ in _listed(ws, None)]
+        items = [waiting_for(viewer, proposal, settings, moment)
+                 for status in DECIDABLE for proposal, _ in _listed(ws, status.value)]  # never the whole history
     return sorted((i for i in items if i is not None), key=lambda i: i.id)
 
 

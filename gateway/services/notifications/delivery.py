@@ -7,6 +7,7 @@ same on every attempt, so it can tell.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.domain.errors import GatewayError, NotConfigured, RetryLater, Unavailable
@@ -24,7 +25,7 @@ def retry_policy(ws: Workspace) -> RetryPolicy:
     return RetryPolicy(s.notify_retry_seconds, s.notify_retry_max_seconds, s.notify_attempts, s.notify_max_age_seconds)
 
 
-def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Any) -> Result:
+def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Callable[[str], None]) -> Result:
     """Deliver the job's notification, unless it was delivered or reported already."""
     notification_id = int(job.args["notification"])
     with ws.store.session(readonly=True) as session:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
-from gateway.domain.approvals import approval_shortfall
+from gateway.domain.approvals import approval_shortfall, policy_blocks
 from gateway.domain.audit import AuditEvent
 from gateway.domain.notifications import (
     TRAIL_KINDS,
@@ -43,6 +44,7 @@ class NoticeContext:
     settings: RepoSettings  # main's gateway.yaml
     public_url: str
     scrub: Callable[[str], str]
+    now: datetime
 
     def link(self, path: str) -> str:
         return f"{self.public_url.rstrip('/')}{path}"
@@ -72,7 +74,9 @@ def _approval_wanted(context: NoticeContext, proposal: Proposal) -> Told | None:
         return None  # approved already, or a revert of drift the gateway applies alone
     subject = plan_subject(proposal.id, proposal.head_sha, proposal.current_digests)
     title = f"Approval wanted: proposal {proposal.id}, {first_line(proposal.reason, 100)}"
-    facts = (*_proposal_facts(proposal), ("Needs", shortfall[0]))
+    approvers = ", ".join(sorted(_proposal_groups(context, proposal))) or "none configured"
+    facts = (*_proposal_facts(proposal), ("Needs", shortfall[0]), ("Approvers", f"groups {approvers}"),
+             *(("Policy", first_line(block, 300)) for block in policy_blocks(proposal, context.now)[:3]))
     return _told(context, subject, E.APPROVAL_WANTED, title, facts, proposal)
 
 

@@ -44,7 +44,7 @@ def queue_notifications(ws: Workspace) -> list[int]:
             return []  # another worker took this batch
         if not notifications.routes:
             return []
-        context = NoticeContext(session, settings, ws.settings.public_url, ws.scrubber.scrub)
+        context = NoticeContext(session, settings, ws.settings.public_url, ws.scrubber.scrub, ws.clock.now())
         for event in events:
             try:
                 told = notices_for(context, event)

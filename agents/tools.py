@@ -11,7 +11,8 @@ import difflib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -68,6 +69,11 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
           path=("string", "file path relative to the repository root, e.g. stacks/data/main.tf"),
           start_line=(["integer", "null"], "first line to read (1-based); null for the start of the file"),
           end_line=(["integer", "null"], "last line to read, inclusive; null for the end of the file")),
+    _tool("read_module", "Read a file of a registry, git or HTTP module a stack calls, as `terraform init` installs "
+                         "it (read-only: change the module call's version or source instead). Lines come numbered.",
+          stack=("string", "a stack name from gateway.yaml"),
+          path=(["string", "null"], "a file under .terraform/modules/, e.g. .terraform/modules/vpc/variables.tf; "
+                                    "null lists the stack's installed modules and their files")),
     _tool("search", "Search the repository's text files for a regular expression; answers path:line: text.",
           pattern=("string", "a Python regular expression, matched against each line")),
     _tool("write_file", "Create a new file, or replace a whole file; answers with the diff it made. "
@@ -105,12 +111,15 @@ class PreviewReport:
 
 
 PreviewFn = Callable[[str, Path], PreviewReport]
+# a stack's directory -> a private copy of it with its remote modules under .terraform/modules (gateway.ports.RemoteModules)
+InstallModules = Callable[[Path], AbstractContextManager[tuple[Path, Sequence[Any]]]]
 
 
 class RepoTools:
     def __init__(self, root: Path, protected_paths: tuple[str, ...], preview: PreviewFn,
-                 stacks: Mapping[str, str] | None = None):
+                 stacks: Mapping[str, str] | None = None, modules: InstallModules | None = None):
         self.root = root.resolve()
+        self._modules = modules
         self.protected_paths = protected_paths
         self._preview = preview
         self.stacks = {name: PurePosixPath(path).as_posix().strip("/") for name, path in (stacks or {}).items()}
@@ -153,6 +162,9 @@ class RepoTools:
             raise ToolRefused(f"{path}: '..' would leave the repository")
         if pure.parts and pure.parts[0] == ".git":
             raise ToolRefused(f"{path}: the git directory is not part of the declarations")
+        if for_write and ".terraform" in pure.parts:
+            raise ToolRefused(f"{path}: .terraform/ is what `terraform init` installs, never committed; remote modules "
+                              "are read with read_module and changed through the module call's version or source")
         target = self.root.joinpath(*pure.parts)
         current = self.root
         for part in pure.parts:  # no symlink anywhere on the way, even one pointing inside
@@ -205,6 +217,36 @@ class RepoTools:
                 break
             numbered.append(line)
         return "\n".join(numbered) or f"({path} is empty)"
+
+    def tool_read_module(self, stack: str, path: str | None = None) -> str:
+        """A remote module's file as the engines plan it; the copy is gone after the call, so nothing can edit it."""
+        if stack not in self.stacks:
+            raise ToolRefused(f"there is no stack {stack!r}; the stacks are {', '.join(sorted(self.stacks))}")
+        if self._modules is None:
+            raise ToolRefused("this gateway resolves no remote modules")
+        pure = PurePosixPath((path or ".terraform/modules").strip())
+        if pure.is_absolute() or ".." in pure.parts or pure.parts[:2] != (".terraform", "modules"):
+            raise ToolRefused(f"{path}: a module file's path starts with .terraform/modules/")
+        with self._modules(self.root / self.stacks[stack]) as (work, pins):
+            target = work.joinpath(*pure.parts)
+            if any(p.is_symlink() for p in (target, *target.parents) if p.is_relative_to(work)):
+                raise ToolRefused(f"{path}: symlinks are not followed")
+            if path is None or target.is_dir():
+                return self._module_listing(work, target, pins)
+            if not target.is_file():
+                raise ToolRefused(f"{path} is not a file of the modules {stack} calls")
+            lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+            numbered = [f"{n}| {line}" for n, line in enumerate(lines, 1)]
+            text = "\n".join(numbered)
+            return text if len(text) <= MAX_READ else text[:MAX_READ] + "\n… (truncated)"
+
+    @staticmethod
+    def _module_listing(work: Path, folder: Path, pins: Sequence[Any]) -> str:
+        calls = [f"{getattr(p, 'key', '?')}: {getattr(p, 'source', '?')} {getattr(p, 'version', '')}".rstrip()
+                 for p in pins]
+        files = sorted(p.relative_to(work).as_posix() for p in folder.rglob("*")
+                       if p.is_file() and not p.is_symlink() and p.name != "modules.json")
+        return "\n".join(["modules: " + ("; ".join(calls) or "(none)"), *files])
 
     def tool_search(self, pattern: str) -> str:
         try:

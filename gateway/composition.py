@@ -23,6 +23,8 @@ from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher
+from gateway.adapters.module_installer import ModuleInstaller
 from gateway.adapters.notifiers import ChannelSenders
 from gateway.adapters.policy_engines import CheckovScanner, RegoInterpreter
 from gateway.adapters.sandbox.cloud import SandboxCloud
@@ -136,7 +138,8 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         "sandbox": lambda: simulator, "terraform": lambda: terraform_engine(settings, sealer),
         "cloudformation": lambda: cloudformation_engine(repo.reopen())}
     main_settings = repo.reopen()  # reads only, from any thread (a libgit2 handle per thread)
-    engine = EngineByStack(engines, lambda stack: _engine_name(main_settings, stack))
+    modules = module_installer(settings)
+    engine = EngineByStack(engines, lambda stack: _engine_name(main_settings, stack), modules)
     return Workspace(
         settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
         simulator=SandboxCloud(simulator, sandbox), clock=SystemClock(), open_forge=forge_opener(settings),
@@ -144,7 +147,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         working_copies=GitWorkingCopies(settings.repo_path),
         open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers(),
         signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
-        notifier=ChannelSenders(settings))
+        notifier=ChannelSenders(settings), modules=modules)
 
 
 def identity_providers(settings: Settings) -> dict[str, IdentityProvider]:
@@ -198,6 +201,14 @@ def _engine_name(repo: GitDeclarationRepo, stack: str | None) -> str:
     return settings.stacks[stack].engine if stack in settings.stacks else settings.engine
 
 
+def module_installer(settings: Settings) -> ModuleInstaller:
+    """Remote module sources, reached with the settings' credentials (never the declaration repo's)."""
+    tokens = settings.module_registry_tokens.get_secret_value() if settings.module_registry_tokens else None
+    access = ModuleAccess.from_settings(tokens, settings.module_registry_hosts, settings.module_ca_bundle,
+                                        settings.module_file_sources, settings.module_fetch_timeout_seconds)
+    return ModuleInstaller(settings.module_cache, ModuleFetcher(access))
+
+
 def terraform_engine(settings: Settings, sealer: Sealer) -> TerraformEngine:
     """The terraform engine (imported only when a stack first needs it)."""
     from gateway.adapters.terraform import TerraformEngine
@@ -236,12 +247,14 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
 
 
 def known_secret_values(settings: Settings) -> list[Any]:
-    """Every value in the workspace's secrets, of every stack, the notification channels' secrets and the sign-in
-    client secrets: what the last line of defence scrubs."""
+    """Every value in the workspace's secrets, of every stack, the notification channels' secrets, the sign-in
+    client secrets and the module registries' tokens: what the last line of defence scrubs."""
     channels = [value for secret in settings.notification_channels.values() for value in secret.values()]
     if settings.smtp_password is not None:
         channels.append(settings.smtp_password.get_secret_value())
     channels += [s.get_secret_value() for s in (settings.oidc_client_secret, settings.github_oauth_client_secret) if s]
+    tokens = settings.module_registry_tokens.get_secret_value() if settings.module_registry_tokens else ""
+    channels += ModuleAccess.from_settings(tokens, None, None, False).tokens.values()
     if not settings.secrets_path.is_dir():
         return channels
     return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))

@@ -105,6 +105,20 @@ class Settings(BaseSettings):
     notify_attempts: int = Field(default=10, ge=1, description="attempts before a delivery is reported failed")
     notify_max_age_seconds: float = Field(default=86400.0, gt=0, description="a delivery is given up after this long")
 
+    module_registry_tokens: SecretStr | None = Field(
+        default=None, description="tokens for private module registries, `host=token,host2=token2` (sent as a bearer "
+        "token to that host only)")
+    module_registry_hosts: str | None = Field(
+        default=None, description="where a registry host's service discovery is served instead, "
+        "`registry.terraform.io=https://mirror.internal` (a mirror, or the tests' loopback registry)")
+    module_ca_bundle: Path | None = Field(
+        default=None, description="PEM bundle trusted for registries, HTTP archives and git over HTTPS "
+        "(default: the system's)")
+    module_file_sources: bool = Field(
+        default=False, description="allow `git::file://` module sources (off: a branch could read any repository "
+        "on the gateway's host)")
+    module_fetch_timeout_seconds: float = Field(default=120.0, gt=0, description="longest one module fetch may take")
+
     data_key_file: Path | None = Field(
         default=None, description="Fernet key sealing saved plans and the simulated cloud at rest (default: made in "
         "the workspace, 0600)")
@@ -133,6 +147,11 @@ class Settings(BaseSettings):
     def repo_path(self) -> Path:
         """The declaration repo (bare): people clone it, push branches and propose them."""
         return self.home / "declarations.git"
+
+    @property
+    def module_cache(self) -> Path:
+        """Remote module packages, one folder per (source, version), shared by every stack and engine."""
+        return self.home / "modules"
 
     @property
     def terraform_dir(self) -> Path:

@@ -88,6 +88,12 @@ def build_server(ws: Workspace, principal: Principal | None = None) -> MCPServer
         return await run("read_file", {"path": path, "proposal": proposal},
                          lambda w, c: agents.read_file(w, c, path, proposal))
 
+    @server.tool(description="Read a file of a registry, git or HTTP module a stack calls, as `terraform init` "
+                              "installs it (read-only); path under .terraform/modules/, or null to list them.")
+    async def read_module(stack: str, path: str | None = None, proposal: int | None = None) -> str:
+        return await run("read_module", {"stack": stack, "path": path, "proposal": proposal},
+                         lambda w, c: agents.read_module(w, c, stack, path, proposal))
+
     @server.tool(description="Search main's (or a proposal's) text files for a regular expression.")
     async def search(pattern: str, proposal: int | None = None) -> str:
         return await run("search", {"pattern": pattern, "proposal": proposal},

@@ -108,6 +108,15 @@ class Engine(Protocol):
         ...
 
 
+class RemoteModules(Protocol):
+    """The registry, git and HTTP modules a stack calls, laid out as `terraform init` lays them out."""
+
+    def installed(self, directory: Path) -> AbstractContextManager[tuple[Path, Sequence[Any]]]:
+        """A private copy of the stack in `directory` with its remote modules under `.terraform/modules` (and
+        the pins of what was installed); removed when the context ends, so callers can only read it."""
+        ...
+
+
 class Clock(Protocol):
     def now(self) -> datetime:
         """The current time, timezone-aware (UTC)."""
@@ -696,7 +705,8 @@ class Store(Protocol):
         ...
 
     def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:
-        """One unit of work; `readonly` for reads, which then never wait for a writer."""
+        """One unit of work; `readonly` for reads, which then never wait for a writer. A read opened inside
+        another read joins it (one transaction, one snapshot); a write always has its own."""
         ...
 
     def pending_migrations(self) -> list[int]:

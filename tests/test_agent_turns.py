@@ -532,9 +532,10 @@ def test_a_turn_whose_process_was_killed_ends_interrupted_and_the_person_asks_ag
     try:
         _until("the server", lambda: httpx.get(f"{base}/api/v1/health").status_code == 200)
         run = httpx.post(f"{base}/api/v1/requests", json={"text": "Add a refunds queue in staging"},
-                         headers=bearer).json()
+                         headers=bearer, timeout=60).json()  # a loaded machine: the server's first request is slow
         assert working.wait(60), run
-        assert httpx.get(f"{base}/api/v1/requests/{run['id']}", headers=bearer).json()["status"] == "running"
+        assert httpx.get(f"{base}/api/v1/requests/{run['id']}", headers=bearer, timeout=60).json()["status"] == \
+            "running"
         process.send_signal(signal.SIGKILL)  # the API process dies mid-turn
         process.wait(10)
     finally:

@@ -218,3 +218,28 @@ module "vpc" {
         plan(engine, repo / "stacks" / "net")
     assert str(err.value) == ("no Terraform files in ./ (the repository top) (module vpc, net/main.tf:2; "
                               "source '../../')")
+
+
+def test_an_attribute_the_provider_computes_inside_a_nested_block(engine: SandboxEngine, tmp_path: Path) -> None:
+    # the AWS provider computes vpc_config's cluster_security_group_id: known after apply, as Terraform shows it
+    stack = write(tmp_path / "stack", {"main.tf": '''
+resource "aws_eks_cluster" "this" {
+  name = "main"
+  vpc_config {
+    subnet_ids = ["subnet-1"]
+  }
+}
+resource "aws_ec2_tag" "primary" {
+  resource_id = aws_eks_cluster.this.vpc_config[0].cluster_security_group_id
+  key         = "team"
+  value       = "platform"
+}
+'''})
+    result, p = plan(engine, stack)
+    assert p.find("aws_ec2_tag.primary").change.after_unknown["resource_id"] is True
+    outcome = engine.apply("s", stack, result.document, result.state_serial, StackInputs())
+    assert outcome.succeeded, outcome.error
+    state = engine.store.read_state("s")
+    assert state is not None
+    assert state.resources["aws_ec2_tag.primary"].attributes["resource_id"].startswith("cluster_security_group-")
+    assert not plan(engine, stack)[1].has_changes

@@ -733,12 +733,12 @@ def test_the_parse_cache_is_capped_by_bytes() -> None:
     cache = _ParseCache(max_bytes=100)
     trees = {name: parse_hcl(f"{name}.tf", f'{name} = "{"x" * 30}"\n') for name in ("a", "b", "c", "d")}
     for name, tree in trees.items():
-        cache.put((name, "digest"), tree, 40)
+        cache.put(f"digest-{name}", tree, 40)
     assert cache.size == 80  # two of 40 bytes fit in 100: the oldest went first
-    assert cache.get(("a", "digest")) is None and cache.get(("b", "digest")) is None
-    assert cache.get(("d", "digest")) is trees["d"]
-    cache.put(("huge", "digest"), trees["a"], 101)
-    assert cache.get(("huge", "digest")) is None and cache.size == 80
+    assert cache.get("digest-a") is None and cache.get("digest-b") is None
+    assert cache.get("digest-d") is trees["d"]
+    cache.put("digest-huge", trees["a"], 101)
+    assert cache.get("digest-huge") is None and cache.size == 80
 
 
 def test_any_attribute_of_any_instance_can_be_read(engine: SandboxEngine, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import Any
 
 import hcl2.parser
 from lark import Lark, Token, Tree
@@ -32,15 +33,20 @@ def _parser() -> Lark:
 
 
 class _ParseCache:
-    """Trees by file name and content, least recently used dropped first, capped by the text's bytes."""
+    """Trees by content, least recently used dropped first, capped by the text's bytes.
+
+    Keyed by the text alone: a tree holds no file name (errors name the file from the caller), so the
+    same module installed twice (`terraform init` copies a registry module once per call) is parsed once.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.size = 0
-        self._trees: OrderedDict[tuple[str, str], tuple[Tree, int]] = OrderedDict()
+        self.parses = 0  # how many texts were parsed rather than found: what the speed test watches
+        self._trees: OrderedDict[str, tuple[Tree, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> Tree | None:
+    def get(self, key: str) -> Tree | None:
         with self._lock:
             hit = self._trees.get(key)
             if hit is None:
@@ -48,8 +54,9 @@ class _ParseCache:
             self._trees.move_to_end(key)
             return hit[0]
 
-    def put(self, key: tuple[str, str], tree: Tree, size: int) -> None:
+    def put(self, key: str, tree: Tree, size: int) -> None:
         with self._lock:
+            self.parses += 1
             if key in self._trees or size > self.max_bytes:
                 return
             self._trees[key] = (tree, size)
@@ -79,27 +86,41 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def parse_hcl(filename: str, text: str) -> Tree:
-    """Parse HCL text, turning the parser's errors into one readable line naming file and line.
+def parse_tree(text: str) -> Tree:
+    """Parse HCL text (lark's errors raised as they are); trees are cached by content.
 
-    Parsing dominates planning time, and plan, apply and re-plans of one commit read the same
-    files, so trees are cached by content (nothing mutates them).
+    Parsing dominates planning time, and one plan reads each file several times (the secret checks,
+    the backend, the engine), as do apply and re-plans of one commit: each text is parsed once, and
+    nothing mutates a tree.
     """
-    key = (filename, hashlib.sha256(text.encode()).hexdigest())
+    key = hashlib.sha256(text.encode()).hexdigest()
     tree = _CACHE.get(key)
     if tree is not None:
         return tree
+    with collector_paused():
+        tree = _parser().parse(text if text.endswith("\n") else text + "\n")
+    _CACHE.put(key, tree, len(text))
+    return tree
+
+
+def parse_hcl(filename: str, text: str) -> Tree:
+    """Parse HCL text, turning the parser's errors into one readable line naming file and line."""
     try:
-        with collector_paused():
-            tree = _parser().parse(text if text.endswith("\n") else text + "\n")
+        return parse_tree(text)
     except UnexpectedInput as exc:
         raise ConfigError(
             f"{filename}:{exc.line}:{exc.column}: malformed HCL near {_snippet(text, exc)!r}"
         ) from None
     except LarkError as exc:
         raise ConfigError(f"{filename}: malformed HCL: {str(exc).splitlines()[0]}") from None
-    _CACHE.put(key, tree, len(text))
-    return tree
+
+
+def hcl_document(text: str) -> dict[str, Any]:
+    """What `hcl2.loads` makes of the text (python-hcl2's dict form), built from the cached tree: the text is not
+    parsed again. Parser errors are raised as `hcl2.loads` raises them."""
+    from hcl2.api import serialize, transform
+
+    return serialize(transform(parse_tree(text)))
 
 
 def _snippet(text: str, exc: UnexpectedInput) -> str:

@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import hcl2
 from lark import Tree
 from lark.exceptions import UnexpectedInput
 
-from gateway.adapters.hcl import collect_references, node_name, parse_hcl
+from gateway.adapters.hcl import collect_references, hcl_document, node_name, parse_hcl
 from gateway.domain.declarations import LiteralSecret, Unmasking
 from gateway.domain.errors import ConfigError
 
@@ -47,7 +46,8 @@ def declared_sensitive_variables(files: Mapping[str, str]) -> frozenset[str]:
 def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], main_sensitive: frozenset[str],
                     sensitive_attributes: Callable[[str], frozenset[str]]) -> list[Unmasking]:
     """Every place these files try to show a secret in clear, by address."""
-    if not any(_NONSENSITIVE_CALL.search(text) for text in files.values() if "nonsensitive" in text):
+    calls = any(_NONSENSITIVE_CALL.search(text) for text in files.values() if "nonsensitive" in text)
+    if not calls:
         # no nonsensitive() anywhere: resources cannot unmask, so only variables, locals and outputs matter
         files = _mentioning(files, ("variable", "locals", "output"))
     blocks = list(top_level_blocks(files))
@@ -56,9 +56,10 @@ def find_unmaskings(files: Mapping[str, str], secret_variables: frozenset[str], 
         if block.kind == "variable" and block.labels and block.labels[0] in main_sensitive and not _is_sensitive(block):
             found.append(Unmasking(f"var.{block.labels[0]}", f"var.{block.labels[0]} is declared sensitive on main; "
                                    "a branch cannot remove that (it stays masked, and this change is denied)"))
-    tainted = _secret_carriers(blocks, secret_variables, sensitive_attributes)
+    # what carries a secret matters only to a nonsensitive() call: without one, no resource is looked up
+    tainted = _secret_carriers(blocks, secret_variables, sensitive_attributes) if calls else set()
     unmasked_locals: set[str] = set()
-    for block in blocks:
+    for block in blocks if calls else ():
         for address, expr in _expressions(block):
             if any(collect_references(_arguments(call)) & tainted for call in _nonsensitive_calls(expr)):
                 if address.startswith("local."):
@@ -245,7 +246,7 @@ def find_literal_secrets(files: Mapping[str, str]) -> list[LiteralSecret]:
 
 def _read_for_secret_check(filename: str, text: str) -> dict[str, Any]:
     try:
-        return hcl2.loads(text)  # type: ignore[no-any-return]
+        return hcl_document(text)
     except UnexpectedInput as exc:
         where = f"{filename}:{exc.line}:{exc.column}"
         cause: Exception = exc

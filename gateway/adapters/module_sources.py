@@ -69,13 +69,13 @@ def _local_sources(files: Mapping[str, str]) -> list[str]:
             continue
         for child in block.body.children:
             if isinstance(child, Tree) and child.data == "attribute" and node_name(child.children[0]) == "source":
-                text = _string_literal(child.children[-1])
+                text = string_literal(child.children[-1])
                 if text is not None and text.startswith(("./", "../")):
                     sources.append(text)
     return sources
 
 
-def _string_literal(expr: Tree) -> str | None:
+def string_literal(expr: Tree) -> str | None:
     """The text of a plain string literal expression (no interpolation), or None."""
     strings = [node for node in expr.iter_subtrees_topdown() if node.data == "string"]
     if len(strings) != 1 or any(node.data != "string_part" and node is not strings[0]

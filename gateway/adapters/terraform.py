@@ -102,7 +102,7 @@ class TerraformEngine:
         self._prepare(stack, directory, inputs)
         with self._state_in_use(stack, directory) as read_state:
             state = read_state(False)
-            self._run(directory, ["init", "-input=false", "-no-color"], PlanError, inputs)
+            self._run(directory, _init_args(directory), PlanError, inputs)
             self._run(directory, ["plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}",
                                   f"-var-file={INPUTS_FILE}"], PlanError, inputs)
             shown = self._run(directory, ["show", "-json", "-no-color", PLAN_FILE], PlanError, inputs)
@@ -132,7 +132,7 @@ class TerraformEngine:
             if serial != expected_serial:  # Terraform itself re-applies a plan made against an empty state
                 raise ApplyError(f"state of stack {stack} moved since the plan (serial {expected_serial} -> {serial})")
             (directory / PLAN_FILE).write_bytes(artifact)
-            self._run(directory, ["init", "-input=false", "-no-color"], ApplyError, inputs)
+            self._run(directory, _init_args(directory), ApplyError, inputs)
             out, code = self._run_raw(directory, ["apply", "-input=false", "-no-color", "-json", "-lock-timeout=60s",
                                                   PLAN_FILE], inputs, progress)
             reached = state_version(read_state(True))
@@ -310,6 +310,13 @@ class TerraformEngine:
             self._schema_keys.add(key)
 
 
+def _init_args(work: Path) -> list[str]:
+    """`terraform init`, told not to fetch modules when the gateway laid them out (its manifest is in the copy):
+    Terraform then reads exactly the packages the plan pinned, and needs no registry of its own."""
+    laid_out = (work / ".terraform" / "modules" / "modules.json").is_file()
+    return ["init", "-input=false", "-no-color", *(["-get=false"] if laid_out else [])]
+
+
 @contextmanager
 def _scratch_copy(directory: Path) -> Iterator[Path]:
     """A private copy of the stack (and the local modules it calls, laid out as in the repo) to run Terraform in:
@@ -325,8 +332,12 @@ def _scratch_copy(directory: Path) -> Iterator[Path]:
         top = Path(tmp) / "repo"
         work = top / stack_path if stack_path != "." else top / directory.name
         for source, target in [(directory, work), *((root / m, top / m) for m in modules)]:
-            if source.is_dir() and not target.exists():
-                shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(".terraform", ".git"))
+            if source.is_dir():  # a module may hold the stack (`../..`): copied over it
+                shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(".terraform", ".git"),
+                                dirs_exist_ok=True)
+        installed = directory / ".terraform" / "modules"  # remote modules the gateway laid out (module_installer.py)
+        if (installed / "modules.json").is_file() and not installed.is_symlink():
+            shutil.copytree(installed, work / ".terraform" / "modules", symlinks=True)
         yield work
 
 
@@ -388,14 +399,14 @@ def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
     backend, so a branch that adds or drops one moves the state. Which engine can plan it is the engine's to say
     (this one refuses it, `refuse_cloud`; the sandbox plans it against its own state and says so).
     """
-    import hcl2
+    from gateway.adapters.hcl import hcl_document
 
     found: list[dict[str, Any]] = []
     for name, text in files.items():
         if "backend" not in text and "cloud" not in text:
             continue
         try:
-            document = hcl2.loads(text)
+            document = hcl_document(text)
         except Exception as exc:  # python-hcl2 raises lark's errors
             raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
         for block in document.get("terraform", []):

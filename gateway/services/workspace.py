@@ -24,6 +24,7 @@ from gateway.ports import (
     NotificationSender,
     PolicyEvaluator,
     PolicyScanner,
+    RemoteModules,
     Signer,
     SimulatedCloud,
     StackInputs,
@@ -54,6 +55,7 @@ class Workspace:
     metrics: Metrics = NO_METRICS  # what operators count; the API and `gateway worker --metrics-port` wire Prometheus
     identity_providers: Mapping[str, IdentityProvider] = field(default_factory=dict)  # sign-in: oidc, github
     notifier: NotificationSender | None = None  # Slack, e-mail, webhooks (wired by the composition root)
+    modules: RemoteModules | None = None  # remote module sources, resolved as `terraform init` resolves them
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

@@ -1,11 +1,16 @@
-"""Applying one saved plan: exactly its changes, in dependency order, state written after every step.
+"""Applying one saved plan: exactly its changes, in dependency order, its serial raised by every step.
 
 The applier never re-decides what to do: each instance gets the change the approved plan recorded
 for it (or none), and a value that comes out other than the plan showed stops the apply. Moves go
 first, then planned pure deletes (dependents first), then every instance in the order the planner
 walked. Each step may meet a fault injected into the store (it fails there, leaving the apply half
-done, as a real provider error would) or a delay (`DELAY_PREFIX`: the step is slow, then goes on);
-after each step the state is written with its serial raised, so a failed apply keeps what it did.
+done, as a real provider error would) or a delay (`DELAY_PREFIX`: the step is slow, then goes on).
+
+What the steps do to the simulated cloud and to the state is written together, in one transaction,
+when the apply ends (done or failed) and before a slow step (so what came before it can be seen):
+a failed apply keeps what it did, and the cloud and the state never disagree, even when the process
+dies (its unwritten steps are then lost together). One transaction, not one per step, is what makes
+an apply of thousands of resources take seconds.
 """
 
 from __future__ import annotations
@@ -42,8 +47,46 @@ def _sensitive_names(value: Mapping[str, Any]) -> list[str]:
 
 
 
+class PendingWrites:
+    """The simulated cloud as the apply sees it: the store, under what the apply did and has not yet written."""
+
+    def __init__(self, store: SandboxStore, stack: str, state: StackState) -> None:
+        self.store = store
+        self.stack = stack
+        self.state = state
+        self.objects: dict[tuple[str, str], dict[str, Any] | None] = {}  # None: deleted
+        self.changed: set[str] = set()
+        self.written_serial = state.serial  # the serial the store holds: the next write's compare-and-swap
+        self.faults = store.fault_addresses(stack)
+
+    def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
+        if (rtype, rid) in self.objects:
+            found = self.objects[(rtype, rid)]
+            return copy.deepcopy(found) if found is not None else None
+        return self.store.get_object(rtype, rid)
+
+    def put_object(self, rtype: str, rid: str, attributes: Mapping[str, Any]) -> None:
+        self.objects[(rtype, rid)] = dict(attributes)  # the apply never changes an object it has put: no copy
+
+    def delete_object(self, rtype: str, rid: str) -> None:
+        self.objects[(rtype, rid)] = None
+
+    def take_fault(self, address: str) -> str | None:
+        return self.store.take_fault(self.stack, address) if address in self.faults else None
+
+    def state_changed(self, addresses: Collection[str]) -> None:
+        self.changed.update(addresses)
+
+    def flush(self) -> None:
+        """Write what is pending, objects and state, in one transaction."""
+        if not self.objects and not self.changed and self.state.serial == self.written_serial:
+            return
+        self.store.write_apply(self.stack, self.state, self.written_serial, sorted(self.changed), self.objects)
+        self.objects, self.changed, self.written_serial = {}, set(), self.state.serial
+
+
 class Applier(InstanceEvaluation):
-    """Executes exactly the changes of one saved plan, writing state after every step."""
+    """Executes exactly the changes of one saved plan; what it did is written in one go (see the module)."""
 
     applying = True
 
@@ -51,11 +94,18 @@ class Applier(InstanceEvaluation):
                  inputs: StackInputs, changes: tuple[ResourceChange, ...]) -> None:
         super().__init__(stack, config, inputs)
         self.state = state
-        self.store = store
+        self.pending = PendingWrites(store, stack, state)
+        self.store = self.pending  # data reads see the apply's own writes
         self.changes = {rc.address: rc for rc in changes}
         self.done: list[str] = []
 
     def run(self) -> ApplyOutcome:
+        try:
+            return self._run()
+        finally:
+            self.pending.flush()
+
+    def _run(self) -> ApplyOutcome:
         address: str | None = None
         try:
             self._moves()
@@ -77,13 +127,13 @@ class Applier(InstanceEvaluation):
         return ApplyOutcome(True, tuple(self.done), None, None, self.state.serial)
 
     def _persist(self, changed: Collection[str]) -> None:
-        expected = self.state.serial
         self.state.serial += 1
-        self.store.write_state(self.stack, self.state, expected, changed)
+        self.pending.state_changed(changed)
 
     def _step(self, address: str, operation: Callable[[], None]) -> None:
-        fault = self.store.take_fault(self.stack, address)
+        fault = self.pending.take_fault(address)
         if fault and fault.startswith(DELAY_PREFIX):  # a slow provider: the step takes that long, then goes on
+            self.pending.flush()
             time.sleep(float(fault[len(DELAY_PREFIX):]))
         elif fault:
             raise ApplyError(f"{address}: {fault}")
@@ -139,7 +189,7 @@ class Applier(InstanceEvaluation):
         elif kind == ChangeKind.REPLACE_CREATE_FIRST:
             old = self.state.resources[address]
             self._step(address, lambda: (self._create(*at, rc),
-                                         self.store.delete_object(old.type, old.id)))
+                                         self.pending.delete_object(old.type, old.id)))
         else:
             raise ApplyError(f"{address}: the sandbox cannot apply a `{kind}` change")
         scope.values[resource.key][index] = self.with_referenced(scope.path, resource,
@@ -148,7 +198,7 @@ class Applier(InstanceEvaluation):
     def _keep_refreshed(self, address: str, current: StateResource, rc: ResourceChange) -> None:
         """As Terraform's apply does, the state takes what the plan's refresh read: drift the plan keeps is no longer
         drift. An object changed again after the plan is left as it is in state, so the next check still finds it."""
-        live = self.store.get_object(current.type, current.id)
+        live = self.pending.get_object(current.type, current.id)
         if live is None or live == current.attributes:
             return
         planned = rc.change.before if isinstance(rc.change.before, Mapping) else {}
@@ -201,9 +251,10 @@ class Applier(InstanceEvaluation):
         for name in sorted(self.referenced_attributes(scope.path, resource)):
             if attrs.get(name) is None:
                 attrs[name] = plausible_value(resource.type, name, rid, attrs)
-        if self.store.get_object(resource.type, rid) is not None and rc.kind != ChangeKind.REPLACE_CREATE_FIRST:
+        named = bool(schema.id_from and attrs.get(schema.id_from))  # a random id cannot be taken: only a name can
+        if named and rc.kind != ChangeKind.REPLACE_CREATE_FIRST and self.pending.get_object(resource.type, rid):
             raise ApplyError(f"{address}: a {resource.type} with id {rid!r} already exists in the simulated cloud")
-        self.store.put_object(resource.type, rid, attrs)
+        self.pending.put_object(resource.type, rid, attrs)
         self.state.resources[address] = StateResource(
             resource.type, resource.name, index, rid, attrs, sensitive, self.dependencies(scope.path, resource),
             scope.address,
@@ -213,14 +264,14 @@ class Applier(InstanceEvaluation):
         current = self.state.resources[address]
         attrs, sensitive = self._evaluate(resource, ev, address, rc)
         merged = proposed_attributes(resource, current.attributes, attrs, self.referenced_attributes(scope.path, resource))
-        self.store.put_object(current.type, current.id, merged)
+        self.pending.put_object(current.type, current.id, merged)
         self.state.resources[address] = StateResource(
             current.type, current.name, current.index, current.id, merged, sensitive,
             self.dependencies(scope.path, resource), scope.address,
         )
 
     def _adopt(self, scope: Scope, resource: ResourceConfig, index: Index, address: str, rid: str) -> None:
-        live = self.store.get_object(resource.type, rid)
+        live = self.pending.get_object(resource.type, rid)
         if live is None:
             raise ApplyError(f"{address}: the object to import ({rid!r}) no longer exists")
         self.state.resources[address] = StateResource(
@@ -230,7 +281,7 @@ class Applier(InstanceEvaluation):
 
     def _delete(self, address: str) -> None:
         res = self.state.resources.pop(address)
-        self.store.delete_object(res.type, res.id)
+        self.pending.delete_object(res.type, res.id)
 
     def _save_outputs(self) -> None:
         outputs: dict[str, Any] = {}

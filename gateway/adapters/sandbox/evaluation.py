@@ -279,6 +279,7 @@ class Evaluation:
         self.root = Scope(self, config, (), "")
         self._scopes: dict[Path_, list[Scope]] = {(): [self.root]}
         self._regions: dict[tuple[str, str], str] = {}  # (module instance, provider reference) -> its region
+        self._dependencies: dict[Node, frozenset[Node]] = {}
 
     def configs(self) -> Iterator[tuple[Path_, StackConfig]]:
         pending: list[tuple[Path_, StackConfig]] = [((), self.config)]
@@ -399,11 +400,15 @@ class Evaluation:
                       if not k.startswith("data.") and (p, k) != (path, resource.key))
 
     def dependency_nodes(self, path: Path_, resource: ResourceConfig) -> set[Node]:
-        seeds: set[tuple[Path_, str]] = {(path, d) for d in resource.depends_on}
-        for tree in block_trees(resource):
-            seeds |= {(path, r) for r in self.traversals(tree)}
-        seeds |= self._call_refs(path)
-        return self._reach(seeds)
+        """The blocks this one waits for (the same for each of its instances: worked out once per block)."""
+        key = (path, resource.key)
+        if key not in self._dependencies:
+            seeds: set[tuple[Path_, str]] = {(path, d) for d in resource.depends_on}
+            for tree in block_trees(resource):
+                seeds |= {(path, r) for r in self.traversals(tree)}
+            seeds |= self._call_refs(path)
+            self._dependencies[key] = frozenset(self._reach(seeds))
+        return set(self._dependencies[key])
 
     def _call_refs(self, path: Path_) -> set[tuple[Path_, str]]:
         """What every block of the module at `path` waits for: its calls' count, for_each and depends_on."""

@@ -657,14 +657,16 @@ def _parse_template(text: str, first_line: int, where: str, file: str | None) ->
 
 @functools.lru_cache(maxsize=256)
 def _parse_template_text(text: str, first_line: int) -> tuple[Tree, LineMap]:
-    """Cached: a heredoc in a resource with for_each is parsed once, not once per instance."""
-    from hcl2 import parses_to_tree  # local: only templates need a re-parse
+    """Cached: a heredoc in a resource with for_each is parsed once, not once per instance. The files' parser
+    reads it (tokens keep their columns), so no second grammar is loaded."""
     from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedToken
+
+    from gateway.adapters.hcl import parse_tree  # local: only templates need a re-parse
 
     source, breaks = _template_source(text)
     lines = LineMap(first_line, tuple(b + len(_PREFIX) + 1 for b in breaks))
     try:
-        tree = parses_to_tree(f"{_PREFIX}{source}\n")
+        tree = parse_tree(f"{_PREFIX}{source}\n")
     except LarkError as exc:
         column = getattr(exc, "column", 0) or 0
         line = lines.line_at(column)

@@ -9,7 +9,7 @@ the same open-ended object. That shared half lives here, so the two cannot drift
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.adapters.hcl import line_of
 from gateway.adapters.sandbox.config import Body, ResourceConfig, traversal_text
@@ -17,15 +17,22 @@ from gateway.adapters.sandbox.data_sources import data_object_id, read_data, uns
 from gateway.adapters.sandbox.evaluation import Evaluation, Path_, Scope
 from gateway.adapters.sandbox.hcl_eval import Evaluator, MaskedFailure
 from gateway.adapters.sandbox.schema import plausible_value, region, schema_for
-from gateway.adapters.sandbox.state import SandboxStore, StateResource
+from gateway.adapters.sandbox.state import StateResource
 from gateway.adapters.sandbox.values import UNKNOWN, Secret, contains_unknown, marked, unmark
 from gateway.domain.errors import ConfigError
+
+
+class CloudObjects(Protocol):
+    """The simulated cloud's objects as plan and apply read them (the apply's own writes included)."""
+
+    def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None: ...
+    def put_object(self, rtype: str, rid: str, attributes: Mapping[str, Any]) -> None: ...
 
 
 class InstanceEvaluation(Evaluation):
     """What plan and apply add to the shared scopes: block bodies, data reads and outputs."""
 
-    store: SandboxStore
+    store: CloudObjects
 
     def evaluator(self, where: str, **extra: Any) -> Evaluator:
         return self.root.evaluator(where, **extra)
@@ -52,10 +59,11 @@ class InstanceEvaluation(Evaluation):
         then plausible (the schema table is not the provider's whole schema)."""
         rid, _ = unmark(value.get("id"))
         if rid is UNKNOWN:
-            return ResourceObject(value, lambda name: UNKNOWN)
+            return ResourceObject(_open_blocks(resource, value, None, ""), lambda name: UNKNOWN)
         here = region()  # read later, from another instance's evaluation: its values stay in its own region
         missing = self.referenced_attributes(path, resource) - {k for k, v in value.items() if v is not None}
         filled = {**value, **{k: plausible_value(resource.type, k, str(rid), value, here) for k in missing}}
+        filled = _open_blocks(resource, filled, str(rid), here)
         return ResourceObject(filled, lambda name: plausible_value(resource.type, name, str(rid), filled, here))
 
     def read(self, scope: Scope, resource: ResourceConfig, ev: Evaluator, at_apply: bool) -> tuple[Any, Any]:
@@ -96,6 +104,23 @@ class ResourceObject(dict[str, Any]):
 
     def __missing__(self, name: str) -> Any:
         return self.missing(name)
+
+
+def _open_blocks(resource: ResourceConfig, value: dict[str, Any], rid: str | None, where: str) -> dict[str, Any]:
+    """Nested blocks as references see them: an attribute the provider computes inside a block
+    (`vpc_config[0].cluster_security_group_id`) is unknown while the object's id is, then plausible."""
+    types = {t if t != "dynamic" else b.labels[0] for t, b in resource.body.blocks if t != "dynamic" or b.labels}
+    opened = dict(value)
+    for block_type in types & value.keys():
+        items = value[block_type]
+        if not isinstance(items, list):
+            continue
+        seed = f"{rid}/{block_type}"  # the same for every item: what it makes up does not tell items apart
+        opened[block_type] = [
+            ResourceObject(item, (lambda name: UNKNOWN) if rid is None else
+                           (lambda name, item=item, seed=seed: plausible_value(resource.type, name, seed, item, where)))
+            if type(item) is dict else item for item in items]
+    return opened
 
 
 def eval_body(body: Body, ev: Evaluator, where_at: Callable[[int], str] | None = None) -> dict[str, Any]:

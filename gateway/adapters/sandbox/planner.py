@@ -65,6 +65,8 @@ def _any_marked(mask: Any) -> bool:
 class Planner(InstanceEvaluation):
     """Plans one stack's configuration against its state and the simulated cloud, changing neither."""
 
+    store: SandboxStore
+
     def __init__(self, stack: str, config: StackConfig, state: StackState, store: SandboxStore,
                  inputs: StackInputs) -> None:
         super().__init__(stack, config, inputs)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
-from dataclasses import asdict
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -49,33 +48,61 @@ class SqlSandboxStore:
                     changed: Collection[str] | None = None) -> None:
         """Compare-and-swap on the serial: a write based on an older state is refused.
 
-        Only the `changed` addresses are rewritten, so persisting after every step of a large
-        apply stays cheap; None rewrites every resource.
+        Only the `changed` addresses are rewritten; None rewrites every resource.
         """
+        with self.db.transaction() as conn:
+            self._write_state(conn, stack, state, expected_serial, changed)
+
+    def write_apply(self, stack: str, state: StackState, expected_serial: int, changed: Collection[str],
+                    objects: Mapping[tuple[str, str], Mapping[str, Any] | None]) -> None:
+        """What a stretch of an apply did, in one transaction: the simulated cloud's objects (None: deleted) and the
+        state (compare-and-swap on the serial, as `write_state`), so the two never disagree."""
+        with self.db.transaction() as conn:
+            by_type: dict[str, list[str]] = {}
+            for rtype, rid in objects:
+                by_type.setdefault(rtype, []).append(rid)
+            for rtype, ids in by_type.items():
+                for start in range(0, len(ids), 500):
+                    conn.execute(delete(sandbox_objects).where(sandbox_objects.c.type == rtype,
+                                                               sandbox_objects.c.id.in_(ids[start:start + 500])))
+            rows = [{"type": rtype, "id": rid, "attributes": self.sealer.seal_text(dumps(attributes))}
+                    for (rtype, rid), attributes in objects.items() if attributes is not None]
+            if rows:
+                conn.execute(sandbox_objects.insert(), rows)
+            self._write_state(conn, stack, state, expected_serial, changed)
+
+    def _write_state(self, conn: Any, stack: str, state: StackState, expected_serial: int,
+                     changed: Collection[str] | None) -> None:
         header = self.sealer.seal_text(dumps({"lineage": state.lineage, "serial": state.serial,
                                               "outputs": state.outputs}))
-        with self.db.transaction() as conn:
-            exists = conn.scalar(select(stack_states.c.serial).where(stack_states.c.stack == stack)) is not None
-            if not exists and expected_serial == 0:
-                conn.execute(stack_states.insert().values(stack=stack, serial=state.serial, body=header))
-            else:
-                result = conn.execute(
-                    update(stack_states)
-                    .where(stack_states.c.stack == stack, stack_states.c.serial == expected_serial)
-                    .values(serial=state.serial, body=header))
-                if result.rowcount != 1:
-                    raise BackendError(f"state of stack {stack} changed underneath this write "
-                                       f"(expected serial {expected_serial})")
-            addresses = list(state.resources) if changed is None else list(changed)
-            if changed is None:
-                conn.execute(delete(state_resources).where(state_resources.c.stack == stack))
-            elif addresses:
+        exists = conn.scalar(select(stack_states.c.serial).where(stack_states.c.stack == stack)) is not None
+        if not exists and expected_serial == 0:
+            conn.execute(stack_states.insert().values(stack=stack, serial=state.serial, body=header))
+        else:
+            result = conn.execute(
+                update(stack_states)
+                .where(stack_states.c.stack == stack, stack_states.c.serial == expected_serial)
+                .values(serial=state.serial, body=header))
+            if result.rowcount != 1:
+                raise BackendError(f"state of stack {stack} changed underneath this write "
+                                   f"(expected serial {expected_serial})")
+        addresses = list(state.resources) if changed is None else list(changed)
+        if changed is None:
+            conn.execute(delete(state_resources).where(state_resources.c.stack == stack))
+        else:
+            for at in range(0, len(addresses), 500):  # bound the statement's parameters
                 conn.execute(delete(state_resources).where(state_resources.c.stack == stack,
-                                                           state_resources.c.address.in_(addresses)))
-            rows = [{"stack": stack, "address": a, "body": self.sealer.seal_text(dumps(asdict(state.resources[a])))}
-                    for a in addresses if a in state.resources]
-            if rows:
-                conn.execute(state_resources.insert(), rows)
+                                                           state_resources.c.address.in_(addresses[at:at + 500])))
+        # vars(), not asdict(): a resource's fields are plain data already, and asdict copies all of it first
+        rows = [{"stack": stack, "address": a, "body": self.sealer.seal_text(dumps(vars(state.resources[a])))}
+                for a in addresses if a in state.resources]
+        if rows:
+            conn.execute(state_resources.insert(), rows)
+
+    def fault_addresses(self, stack: str) -> frozenset[str]:
+        """The addresses of `stack` that have a fault or delay waiting (read once per apply)."""
+        with self.db.transaction(readonly=True) as conn:
+            return frozenset(conn.scalars(select(sandbox_faults.c.address).where(sandbox_faults.c.stack == stack)))
 
     def get_objects(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
         found: dict[tuple[str, str], dict[str, Any]] = {}

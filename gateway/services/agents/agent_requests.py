@@ -188,7 +188,8 @@ def _run_turn(ws: Workspace, person: Principal, agent: Principal, conversation: 
         restored = _restore_work(clone, conversation.id)
         settings = ws.repo_settings()
         tools = RepoTools(clone.root, settings.protected_paths, _preview_tool(ws, person),
-                          {name: stack.path for name, stack in settings.stacks.items()})
+                          {name: stack.path for name, stack in settings.stacks.items()},
+                          ws.modules.installed if ws.modules else None)
         tools.restore(restored)
         outcome = _converse(turn, tools, restored)
         lost = hold.stop_reason()

@@ -111,6 +111,12 @@ def read_file(ws: Workspace, caller: Caller, path: str, proposal: int | None = N
         return ws.scrubber.scrub(_tool(lambda: tools.read_text(path)))
 
 
+def read_module(ws: Workspace, caller: Caller, stack: str, path: str | None = None, proposal: int | None = None) -> str:
+    """A file of a remote module a stack calls, as the engines plan it (read-only)."""
+    with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
+        return ws.scrubber.scrub(_tool(lambda: tools.tool_read_module(stack, path)))
+
+
 def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = None) -> str:
     with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
         return ws.scrubber.scrub(_tool(lambda: tools.tool_search(pattern)))
@@ -213,7 +219,10 @@ def _clone(ws: Workspace, ref: str) -> Iterator[WorkingCopy]:
 
 
 def _tools(ws: Workspace, clone: WorkingCopy) -> RepoTools:
-    return RepoTools(clone.root, ws.repo_settings().protected_paths, lambda _s, _p: PreviewReport(""))
+    settings = ws.repo_settings()
+    return RepoTools(clone.root, settings.protected_paths, lambda _s, _p: PreviewReport(""),
+                     {name: stack.path for name, stack in settings.stacks.items()},
+                     ws.modules.installed if ws.modules else None)
 
 
 def _write(tools: RepoTools, changes: Mapping[str, str]) -> list[str]:

@@ -161,5 +161,11 @@ def stack_files(directory: Path) -> dict[str, str]:
 
 def stack_unmaskings(ws: Workspace, stack: str, directory: Path, inputs: StackInputs) -> list[Unmasking]:
     """Every place the stack's files try to show a secret in clear (by address, never value)."""
-    return ws.declarations.unmaskings(stack_files(directory), inputs.secret, inputs.sensitive_on_main,
-                           lambda rtype: ws.engine.sensitive_attributes(stack, rtype))
+    known: dict[str, frozenset[str]] = {}  # asked once per resource type: the engine's answer may cost a lookup
+
+    def sensitive(rtype: str) -> frozenset[str]:
+        if rtype not in known:
+            known[rtype] = ws.engine.sensitive_attributes(stack, rtype)
+        return known[rtype]
+
+    return ws.declarations.unmaskings(stack_files(directory), inputs.secret, inputs.sensitive_on_main, sensitive)

@@ -1,0 +1,374 @@
+"""Fetching remote module packages the way `terraform init` does: module registries, git, HTTP archives.
+
+Source addresses, as Terraform reads them:
+
+- `./x`, `../x`: a local path (not fetched here).
+- `[host/]namespace/name/provider[//subdir]`: a module registry (default host registry.terraform.io). The
+  host's `/.well-known/terraform.json` names its `modules.v1` base; `GET <base><ns>/<name>/<provider>/versions`
+  lists versions, `GET …/<version>/download` answers 204 with `X-Terraform-Get`: where the package is, itself
+  a git or HTTP source below (relative to the download URL).
+- `git::<url>[//subdir][?ref=<ref>]`, and the shorthands `github.com/org/repo` and `git@host:org/repo.git`.
+- `http(s)://…/x.zip|.tar.gz|.tgz[//subdir]` (or `?archive=zip|tar.gz`): an archive; any other HTTP URL must
+  answer with `X-Terraform-Get` naming one of the above.
+
+Credentials come from the gateway's settings (registry tokens by host, a CA bundle) and git's own
+configuration on the gateway's host, never from the declaration repo. `file://` git URLs are refused unless the
+settings allow them: a branch could otherwise read any repository on the gateway's host.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    import httpx
+
+DEFAULT_REGISTRY = "registry.terraform.io"
+MAX_ARCHIVE_BYTES = 100 * 1024 * 1024
+MAX_ARCHIVE_FILES = 20_000
+_PART = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
+_HOST = re.compile(r"^[0-9A-Za-z.-]+\.[0-9A-Za-z-]+(:\d+)?$|^localhost(:\d+)?$|^\d+\.\d+\.\d+\.\d+(:\d+)?$")
+_ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
+_UNSUPPORTED = ("s3::", "gcs::", "hg::", "oci::")
+
+
+class Unreachable(Exception):
+    """A module source that cannot be fetched; the message is one line, with no secret in it."""
+
+
+@dataclass(frozen=True)
+class RegistrySource:
+    host: str
+    namespace: str
+    name: str
+    provider: str
+    subdir: str = ""
+
+    @property
+    def package(self) -> str:
+        """The package address as Terraform writes it in modules.json (host included)."""
+        return f"{self.host}/{self.namespace}/{self.name}/{self.provider}"
+
+    def __str__(self) -> str:
+        return self.package + (f"//{self.subdir}" if self.subdir else "")
+
+
+@dataclass(frozen=True)
+class PackageSource:
+    """A git or HTTP package in go-getter's forced form (`git::https://…?ref=v1`, `https://…/x.tar.gz`)."""
+
+    url: str
+    subdir: str = ""
+
+    @property
+    def is_git(self) -> bool:
+        return self.url.startswith("git::")
+
+    def __str__(self) -> str:
+        if not self.subdir:
+            return self.url
+        base, _, query = self.url.partition("?")
+        return f"{base}//{self.subdir}" + (f"?{query}" if query else "")
+
+
+def is_local(source: str) -> bool:
+    return source.startswith(("./", "../"))
+
+
+def parse_source(source: str) -> RegistrySource | PackageSource:
+    """A remote source address as Terraform reads it; a `ValueError` says why one is not understood."""
+    if source.startswith(_UNSUPPORTED):
+        raise ValueError(f"{source.split('::')[0]}:: sources are not fetched by the gateway (use git, HTTP or a "
+                         "registry)")
+    if source.startswith("git::"):
+        return _package("git::", source[5:])
+    if source.startswith("git@"):  # scp-like: git@github.com:org/repo.git
+        host, _, path = source[4:].partition(":")
+        return _package("git::", f"ssh://git@{host}/{path}")
+    if re.match(r"^(github\.com|gitlab\.com|bitbucket\.org)/", source):
+        base, _, query = source.partition("?")
+        parts = base.split("//", 1)
+        repo = parts[0] if parts[0].endswith(".git") else parts[0] + ".git"
+        return _package("git::", f"https://{repo}" + (f"//{parts[1]}" if len(parts) > 1 else "")
+                        + (f"?{query}" if query else ""))
+    if source.startswith(("http://", "https://")):
+        return _package("", source)
+    if "::" in source or "://" in source or source.startswith("/"):
+        raise ValueError("not a source address the gateway understands (local path, registry, git:: or HTTP)")
+    address, _, subdir = source.partition("//")
+    parts = address.split("/")
+    if len(parts) == 4 and _HOST.match(parts[0]):
+        host, parts = parts[0].lower(), parts[1:]
+    elif len(parts) == 3:
+        host = DEFAULT_REGISTRY
+    else:
+        raise ValueError("not a registry address (`namespace/name/provider`, optionally after a host)")
+    if not all(_PART.match(p) for p in parts):
+        raise ValueError("not a registry address (`namespace/name/provider`, optionally after a host)")
+    return RegistrySource(host, parts[0], parts[1], parts[2], subdir.strip("/"))
+
+
+def _package(prefix: str, text: str) -> PackageSource:
+    """Split go-getter's `//subdir` (after the scheme's `://`) out of `url[//subdir][?query]`."""
+    base, _, query = text.partition("?")
+    scheme, sep, rest = base.partition("://")
+    if not sep:
+        raise ValueError("a git or HTTP source needs a URL with a scheme")
+    path, _, subdir = rest.partition("//")
+    url = f"{prefix}{scheme}://{path}" + (f"?{query}" if query else "")
+    return PackageSource(url, subdir.strip("/"))
+
+
+@dataclass(frozen=True)
+class ModuleAccess:
+    """What the gateway may use to reach module sources; built from the settings, never from a branch."""
+
+    tokens: dict[str, str] = field(default_factory=dict)  # registry host -> bearer token
+    hosts: dict[str, str] = field(default_factory=dict)  # registry host -> where its service discovery is served
+    ca_bundle: Path | None = None
+    allow_file_urls: bool = False
+    timeout: float = 60.0
+
+    @classmethod
+    def from_settings(cls, tokens: str | None, hosts: str | None, ca_bundle: Path | None, allow_file_urls: bool,
+                      timeout: float = 60.0) -> ModuleAccess:
+        return cls(_pairs(tokens), _pairs(hosts), ca_bundle, allow_file_urls, timeout)
+
+
+def _pairs(text: str | None) -> dict[str, str]:
+    """`host=value,host2=value2` (the form of GATEWAY_MODULE_REGISTRY_TOKENS) as a mapping."""
+    out = {}
+    for item in (text or "").split(","):
+        host, sep, value = item.strip().partition("=")
+        if sep and host.strip() and value.strip():
+            out[host.strip().lower()] = value.strip()
+    return out
+
+
+class ModuleFetcher:
+    """Reaches registries over HTTPS and packages over git or HTTP, with the settings' credentials."""
+
+    def __init__(self, access: ModuleAccess):
+        self.access = access
+        self._client: httpx.Client | None = None
+        self._discovered: dict[str, str] = {}
+
+    # --- registry ---------------------------------------------------------------------------
+
+    def versions(self, source: RegistrySource) -> list[str]:
+        """The versions the registry lists for a module."""
+        url = f"{self._modules_base(source.host)}{source.namespace}/{source.name}/{source.provider}/versions"
+        response = self._get(url)
+        if response.status_code == 404:
+            raise Unreachable(f"the registry {source.host} has no module {source.package}")
+        body = self._json(response, url)
+        try:
+            return [str(v["version"]) for m in body["modules"] for v in m["versions"]]
+        except (KeyError, TypeError) as exc:
+            raise Unreachable(f"{url}: not a module registry answer (no modules[].versions[].version)") from exc
+
+    def download_address(self, source: RegistrySource, version: str) -> str:
+        """Where the registry says the package of `version` is (its X-Terraform-Get, made absolute)."""
+        url = f"{self._modules_base(source.host)}{source.namespace}/{source.name}/{source.provider}/{version}/download"
+        response = self._get(url)
+        location = response.headers.get("X-Terraform-Get")
+        if response.status_code not in (200, 204) or not location:
+            raise Unreachable(f"{url} answered {response.status_code} without X-Terraform-Get")
+        return _absolute(location, str(response.url))
+
+    def _modules_base(self, host: str) -> str:
+        if host not in self._discovered:
+            root = self.access.hosts.get(host, f"https://{host}").rstrip("/") + "/"
+            url = urljoin(root, ".well-known/terraform.json")
+            services = self._json(self._get(url), url)
+            base = services.get("modules.v1") if isinstance(services, dict) else None
+            if not isinstance(base, str):
+                raise Unreachable(f"{host} offers no module registry (no modules.v1 in {url})")
+            self._discovered[host] = urljoin(url, base).rstrip("/") + "/"
+        return self._discovered[host]
+
+    # --- HTTP -------------------------------------------------------------------------------
+
+    def _http(self) -> httpx.Client:
+        if self._client is None:
+            import httpx  # only where a stack calls a remote module
+
+            context = ssl.create_default_context(cafile=str(self.access.ca_bundle) if self.access.ca_bundle else None)
+            self._client = httpx.Client(verify=context, timeout=self.access.timeout, follow_redirects=True)
+        return self._client
+
+    def _get(self, url: str) -> httpx.Response:
+        import httpx
+
+        headers = {"User-Agent": "change-gateway"}
+        token = self._token_for(url)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            response = self._http().get(url, headers=headers)
+        except httpx.HTTPError as exc:
+            raise Unreachable(f"{_without_secrets(url)}: {type(exc).__name__}: {_one_line(exc)}") from exc
+        if response.status_code in (401, 403):
+            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}: set a token for its host in "
+                              "GATEWAY_MODULE_REGISTRY_TOKENS")
+        if response.status_code >= 400 and response.status_code != 404:
+            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}")
+        return response
+
+    def _token_for(self, url: str) -> str | None:
+        """The token of the registry host this URL is on (a host served elsewhere counts as itself there)."""
+        host = (urlsplit(url).netloc or "").lower()
+        for registry, served in self.access.hosts.items():
+            if host == urlsplit(served).netloc.lower():
+                host = registry
+        return self.access.tokens.get(host)
+
+    def _json(self, response: httpx.Response, url: str) -> Any:
+        if response.status_code != 200:
+            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise Unreachable(f"{_without_secrets(url)}: not JSON") from exc
+
+    # --- packages ---------------------------------------------------------------------------
+
+    def fetch_package(self, package: PackageSource, dest: Path, depth: int = 0) -> str:
+        """Fetch the package (not its subdir) into the empty directory `dest`; returns the version fetched (a
+        git commit, else "")."""
+        if package.is_git:
+            return self._fetch_git(package.url[5:], dest)
+        base, _, query = package.url.partition("?")
+        params = dict(parse_qsl(query))
+        kind = params.pop("archive", None) or next((a.lstrip(".") for a in _ARCHIVES if base.endswith(a)), None)
+        if kind is None:  # go-getter's HTTP form: the URL answers where the package really is
+            if depth > 3:
+                raise Unreachable(f"{_without_secrets(package.url)}: X-Terraform-Get redirects too many times")
+            response = self._get(package.url)
+            location = response.headers.get("X-Terraform-Get")
+            if not location:
+                raise Unreachable(f"{_without_secrets(package.url)} is not an archive and answers no X-Terraform-Get")
+            inner = parse_source(_absolute(location, str(response.url)))
+            if not isinstance(inner, PackageSource):
+                raise Unreachable(f"{_without_secrets(package.url)}: X-Terraform-Get names a registry address")
+            return self.fetch_package(inner, dest, depth + 1)
+        url = urlunsplit(urlsplit(base)._replace(query=urlencode(params))) if params else base
+        response = self._get(url)
+        if response.status_code != 200:
+            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}")
+        if len(response.content) > MAX_ARCHIVE_BYTES:
+            raise Unreachable(f"{_without_secrets(url)}: archive larger than {MAX_ARCHIVE_BYTES // 2**20} MiB")
+        extract_archive(response.content, kind, dest)
+        return ""
+
+    def _fetch_git(self, url: str, dest: Path) -> str:
+        base, _, query = url.partition("?")
+        params = dict(parse_qsl(query))
+        ref = params.get("ref")
+        scheme = urlsplit(base).scheme
+        if scheme == "file" and not self.access.allow_file_urls:
+            raise Unreachable("file:// git sources are refused (GATEWAY_MODULE_FILE_SOURCES allows them)")
+        if scheme not in ("https", "http", "ssh", "file"):
+            raise Unreachable(f"git over {scheme or 'a local path'} is not fetched by the gateway")
+        allowed = ["https", "http", "ssh"] + (["file"] if self.access.allow_file_urls else [])
+        config = ["-c", "protocol.allow=never"]  # no ext:: or other transports a branch could name
+        for protocol in allowed:
+            config += ["-c", f"protocol.{protocol}.allow=always"]
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+        if self.access.ca_bundle:
+            env["GIT_SSL_CAINFO"] = str(self.access.ca_bundle)
+        with tempfile.TemporaryDirectory(prefix="gw-git-") as tmp:
+            clone = Path(tmp) / "clone"
+            self._git(["git", *config, "clone", "--quiet", "--no-checkout", "--", base, str(clone)], env, base)
+            self._git(["git", "-C", str(clone), "checkout", "--quiet", "--detach", ref or "HEAD", "--"], env, base,
+                      f"has no ref {ref!r}" if ref else None)
+            commit = self._git(["git", "-C", str(clone), "rev-parse", "HEAD"], env, base).strip()
+            shutil.rmtree(clone / ".git")
+            shutil.copytree(clone, dest, dirs_exist_ok=True, symlinks=True)
+        return commit
+
+    def _git(self, args: list[str], env: dict[str, str], url: str, what: str | None = None) -> str:
+        try:
+            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=self.access.timeout,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise Unreachable(f"git {_without_secrets(url)}: {type(exc).__name__}") from exc
+        if done.returncode != 0:
+            detail = what or next((line.removeprefix("fatal: ") for line in done.stderr.splitlines()
+                                   if line.startswith("fatal:")), done.stderr.strip().splitlines()[-1:] or "failed")
+            raise Unreachable(f"git {_without_secrets(url)}: {_one_line(detail)}")
+        return done.stdout
+
+
+def extract_archive(data: bytes, kind: str, dest: Path) -> None:
+    """Unpack a zip or tar(.gz) into `dest`: regular files and folders only, none outside `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                members = [m for m in archive.infolist() if not m.is_dir()]
+                _check_count(len(members))
+                for member in members:
+                    if (member.external_attr >> 16) & 0o170000 == 0o120000:
+                        continue  # a symlink
+                    _write_member(dest, member.filename, archive.read(member))
+        else:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+                members = [m for m in archive.getmembers() if m.isfile()]
+                _check_count(len(members))
+                for member in members:
+                    handle = archive.extractfile(member)
+                    if handle is not None:
+                        _write_member(dest, member.name, handle.read())
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        raise Unreachable(f"not a readable {kind} archive ({_one_line(exc)})") from exc
+
+
+def _check_count(n: int) -> None:
+    if n > MAX_ARCHIVE_FILES:
+        raise Unreachable(f"archive holds more than {MAX_ARCHIVE_FILES} files")
+
+
+def _write_member(dest: Path, name: str, content: bytes) -> None:
+    path = PurePosixPath(name.replace("\\", "/"))
+    if path.is_absolute() or ".." in path.parts:
+        raise Unreachable(f"archive member {name!r} would land outside the module")
+    target = dest.joinpath(*[p for p in path.parts if p not in ("", ".")])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(content)
+
+
+def _absolute(location: str, base: str) -> str:
+    """X-Terraform-Get relative to the URL that answered it; a forced or scheme-full address as it is."""
+    if "::" in location.split("/")[0] or "://" in location or re.match(r"^(github\.com|git@)", location):
+        return location
+    return urljoin(base, location)
+
+
+def _without_secrets(url: str) -> str:
+    """A URL as messages may show it: no user or password, no query (tokens travel in both)."""
+    forced, _, rest = url.rpartition("::")
+    parts = urlsplit(rest)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    shown = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return f"{forced}::{shown}" if forced else shown
+
+
+def _one_line(value: object) -> str:
+    text = " ".join(str(value).split())
+    return text[:200] or type(value).__name__
+

@@ -1,0 +1,506 @@
+"""Remote module sources resolved as `terraform init` resolves them, offline: a module registry served on
+loopback over HTTPS (tests/module_registry.py, its CA trusted through the settings), git sources from a local
+bare repository, HTTP archives; and a corpus of public root configurations that call registry modules, planned
+through `gateway plan` (tests/fixtures/corpus_remote, origins in its SOURCES.md).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import shutil
+import subprocess
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import git
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gateway.adapters.engine_router import EngineByStack
+from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher, PackageSource, RegistrySource, parse_source
+from gateway.adapters.module_installer import PINS_KEY, ModuleInstaller, pins_of
+from gateway.adapters.module_versions import Constraint
+from gateway.adapters.sandbox.engine import SandboxEngine
+from gateway.adapters.sandbox.store import SqlSandboxStore
+from gateway.adapters.sql_store import Database
+from gateway.cli import cli
+from gateway.composition import create_workspace
+from gateway.config import Settings
+from gateway.domain.errors import ConfigError
+from gateway.domain.plan import ChangeKind, load_plan
+from gateway.ports import StackInputs
+
+from .conftest import add_people, run_cli
+from .module_registry import Registry, serve_registry
+
+CORPUS = Path(__file__).parent / "fixtures" / "corpus_remote"
+EXPECTED = yaml.safe_load((CORPUS / "expectations.yaml").read_text())
+
+
+# --- version constraints, as Terraform documents them ------------------------------------------
+
+LISTED = ["1.0.0", "1.2.0", "1.2.9", "1.3.0", "2.0.0-beta1", "1.10.1", "2.0.0", "2.1.0", "3.0.0-rc.1"]
+
+
+@pytest.mark.parametrize(("constraint", "chosen"), [
+    (None, "2.1.0"),  # no constraint: the newest release, never a prerelease
+    ("1.2.0", "1.2.0"),  # a bare version is `=`
+    ("= 1.2.9", "1.2.9"),
+    ("~> 1.2", "1.10.1"),  # ~> 1.2: >= 1.2, < 2.0 (numeric, not string, order: 1.10 > 1.3)
+    ("~> 1.2.0", "1.2.9"),  # ~> 1.2.0: >= 1.2.0, < 1.3.0
+    ("~> 1", "1.10.1"),
+    (">= 1.2, < 2.0", "1.10.1"),
+    (">= 1.2, != 1.10.1, < 2.0.0", "1.3.0"),  # comma lists: every term holds
+    ("> 2.0.0", "2.1.0"),
+    ("<= 1.2.0", "1.2.0"),
+    ("= 2.0.0-beta1", "2.0.0-beta1"),  # a prerelease only when named exactly
+    (">= 2.0.0-beta1", "2.1.0"),
+    ("~> 3.0", None),  # only a prerelease matches: nothing is chosen
+])
+def test_version_constraints_pick_the_newest_matching_release(constraint: str | None, chosen: str | None) -> None:
+    assert Constraint.parse(constraint).newest(LISTED) == chosen
+
+
+@pytest.mark.parametrize("bad", ["~>", ">= 1.x", "1.0,,2.0", "=> 1.0"])
+def test_a_malformed_constraint_is_a_clear_error(bad: str) -> None:
+    with pytest.raises(ConfigError, match="version constraint"):
+        Constraint.parse(bad)
+
+
+@pytest.mark.parametrize(("source", "parsed"), [
+    ("terraform-aws-modules/vpc/aws", RegistrySource("registry.terraform.io", "terraform-aws-modules", "vpc", "aws")),
+    ("terraform-aws-modules/s3-bucket/aws//modules/object",
+     RegistrySource("registry.terraform.io", "terraform-aws-modules", "s3-bucket", "aws", "modules/object")),
+    ("app.terraform.io/acme/vpc/aws", RegistrySource("app.terraform.io", "acme", "vpc", "aws")),
+    ("git::https://example.com/net.git//modules/vpc?ref=v1.2.0",
+     PackageSource("git::https://example.com/net.git?ref=v1.2.0", "modules/vpc")),
+    ("github.com/acme/net?ref=v2", PackageSource("git::https://github.com/acme/net.git?ref=v2")),
+    ("git@github.com:acme/net.git", PackageSource("git::ssh://git@github.com/acme/net.git")),
+    ("https://example.com/vpc.zip//modules/a", PackageSource("https://example.com/vpc.zip", "modules/a")),
+])
+def test_source_addresses_are_read_as_terraform_reads_them(source: str, parsed: object) -> None:
+    assert parse_source(source) == parsed
+
+
+# --- a registry on loopback, and the installer -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    served, server = serve_registry(tmp_path_factory.mktemp("registry"))
+    yield served
+    server.shutdown()
+
+
+def access(registry: Registry, **overrides: object) -> ModuleAccess:
+    values: dict[str, object] = {"hosts": {"registry.terraform.io": registry.url}, "ca_bundle": registry.ca_bundle}
+    values.update(overrides)
+    return ModuleAccess(**values)  # type: ignore[arg-type]
+
+
+def installer(registry: Registry, cache: Path, **overrides: object) -> ModuleInstaller:
+    return ModuleInstaller(cache, ModuleFetcher(access(registry, **overrides)))
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def stack_repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A repository holding one stack at stacks/app (marked as a checkout, as the gateway exports it)."""
+    repo = write(tmp_path / "repo", {"gateway.yaml": "", **{f"stacks/app/{k}": v for k, v in files.items()}})
+    return repo / "stacks" / "app"
+
+
+KMS_CALL = '''
+module "key" {
+  source  = "terraform-aws-modules/kms/aws"
+  version = "~> 2.0"
+
+  aliases = ["app"]
+}
+'''
+
+
+def test_registry_modules_are_laid_out_as_terraform_init_lays_them_out(registry: Registry, tmp_path: Path) -> None:
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL + '''
+module "object" {
+  source  = "terraform-aws-modules/s3-bucket/aws//modules/object"
+  version = ">= 3.15, < 6.0"
+
+  bucket = "b"
+  key    = "k"
+}
+'''})
+    with installer(registry, tmp_path / "cache").installed(stack) as (work, pins):
+        manifest = json.loads((work / ".terraform" / "modules" / "modules.json").read_text())
+        assert manifest["Modules"] == [
+            {"Key": "", "Source": "", "Dir": "."},
+            {"Key": "key", "Source": "registry.terraform.io/terraform-aws-modules/kms/aws", "Version": "2.2.1",
+             "Dir": ".terraform/modules/key"},
+            {"Key": "object", "Source": "registry.terraform.io/terraform-aws-modules/s3-bucket/aws//modules/object",
+             "Version": "5.15.4", "Dir": ".terraform/modules/object/modules/object"},
+        ]
+        assert (work / ".terraform" / "modules" / "object" / "modules" / "object" / "main.tf").is_file()
+        assert (work / ".terraform" / "modules" / "key" / "main.tf").is_file()
+    assert [(p.key, p.version) for p in pins] == [("key", "2.2.1"), ("object", "5.15.4")]
+    assert all(p.digest.startswith("sha256:") for p in pins)
+    assert not (stack / ".terraform").exists()  # the caller's directory (maybe the agent's copy) is never written
+
+
+def test_packages_are_fetched_once_per_source_and_version_and_shared(registry: Registry, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = stack_repo(tmp_path / "one", {"main.tf": KMS_CALL})
+    second = stack_repo(tmp_path / "two", {"main.tf": KMS_CALL.replace('"key"', '"other"')})
+    before = len(registry.downloads())
+    for stack in (first, second, first):
+        with installer(registry, cache).installed(stack):
+            pass
+    assert len(registry.downloads()) == before + 1
+
+
+def test_a_branchs_own_dot_terraform_is_not_used(registry: Registry, tmp_path: Path) -> None:
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL, ".terraform/modules/modules.json": json.dumps(
+        {"Modules": [{"Key": "key", "Source": "x", "Dir": ".terraform/modules/key"}]}),
+        ".terraform/modules/key/main.tf": 'resource "aws_s3_bucket" "planted" {}\n'})
+    with installer(registry, tmp_path / "cache").installed(stack) as (work, _):
+        assert "planted" not in (work / ".terraform" / "modules" / "key" / "main.tf").read_text()
+
+
+def test_a_private_registry_takes_its_token_from_the_settings(registry: Registry, tmp_path: Path) -> None:
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL.replace("~> 2.0", "~> 3.0")})
+    registry.token = "s3cr3t-registry-token"
+    try:
+        with pytest.raises(ConfigError) as refused:
+            with installer(registry, tmp_path / "cache").installed(stack):
+                pass
+        assert "GATEWAY_MODULE_REGISTRY_TOKENS" in str(refused.value)
+        tokens = {"registry.terraform.io": "s3cr3t-registry-token"}
+        with installer(registry, tmp_path / "cache", tokens=tokens).installed(stack) as (_, pins):
+            assert pins[0].version == "3.1.1"
+    finally:
+        registry.token = None
+
+
+def test_a_registry_whose_certificate_is_not_trusted_is_refused(registry: Registry, tmp_path: Path) -> None:
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL})
+    with pytest.raises(ConfigError) as refused:
+        with installer(registry, tmp_path / "cache", ca_bundle=None).installed(stack):
+            pass
+    message = str(refused.value)
+    assert message.startswith('stacks/app/main.tf:2: module "key": source "terraform-aws-modules/kms/aws" cannot be '
+                              "reached: ") and "CERTIFICATE_VERIFY_FAILED" in message
+    assert "\n" not in message
+
+
+def test_no_matching_version_names_what_the_registry_lists(registry: Registry, tmp_path: Path) -> None:
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL.replace("~> 2.0", "~> 9.0")})
+    with pytest.raises(ConfigError, match=r"no version matching '~> 9.0' \(the registry lists 1.5.0, 2.2.1"):
+        with installer(registry, tmp_path / "cache").installed(stack):
+            pass
+
+
+# --- git and HTTP archives -------------------------------------------------------------------
+
+def bare_repository(tmp_path: Path, files: dict[str, str], tag: str) -> Path:
+    """A module's repository as a git host keeps it: a bare repository with a tagged commit."""
+    work = write(tmp_path / "module-work", files)
+    repo = git.Repo.init(work)
+    repo.git.add("-A")
+    repo.git.execute(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "v1"])
+    repo.create_tag(tag)
+    bare = tmp_path / "network.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    return bare
+
+
+NETWORK = {
+    "modules/vpc/main.tf": '''
+variable "cidr" {
+  type = string
+}
+resource "aws_vpc" "this" {
+  cidr_block = var.cidr
+}
+module "flow_logs" {
+  source = "../logs"
+  vpc_id = aws_vpc.this.id
+}
+module "key" {
+  source  = "terraform-aws-modules/kms/aws"
+  version = "~> 4.0"
+}
+output "id" {
+  value = aws_vpc.this.id
+}
+''',
+    "modules/logs/main.tf": '''
+variable "vpc_id" {
+  type = string
+}
+resource "aws_cloudwatch_log_group" "this" {
+  name = "flow-${var.vpc_id}"
+}
+''',
+}
+
+
+def test_git_sources_with_ref_and_subdir_nest_registry_and_local_modules(registry: Registry, tmp_path: Path) -> None:
+    bare = bare_repository(tmp_path, NETWORK, "v1.0.0")
+    source = f"git::file://{bare}//modules/vpc?ref=v1.0.0"
+    stack = stack_repo(tmp_path, {"main.tf": f'''
+module "network" {{
+  source = "{source}"
+  cidr   = "10.0.0.0/16"
+}}
+'''})
+    with pytest.raises(ConfigError, match="file:// git sources are refused"):
+        with installer(registry, tmp_path / "cache").installed(stack):
+            pass
+    modules = installer(registry, tmp_path / "cache", allow_file_urls=True)
+    with modules.installed(stack) as (work, pins):
+        manifest = {m["Key"]: m for m in json.loads((work / ".terraform/modules/modules.json").read_text())["Modules"]}
+        assert manifest["network"]["Dir"] == ".terraform/modules/network/modules/vpc"
+        assert manifest["network.flow_logs"] == {"Key": "network.flow_logs", "Source": "../logs",
+                                                 "Dir": ".terraform/modules/network/modules/logs"}
+        assert manifest["network.key"]["Version"] == "4.2.0"
+        assert manifest["network.key"]["Dir"] == ".terraform/modules/network.key"
+        plan = load_plan(sandbox(tmp_path).plan("app", work, StackInputs()).document)
+    commit = git.Repo(bare).commit("v1.0.0").hexsha
+    assert [(p.key, p.version) for p in pins] == [("network", commit), ("network.key", "4.2.0")]
+    created = {rc.address for rc in plan.resource_changes if rc.kind == ChangeKind.CREATE}
+    assert {"module.network.aws_vpc.this", "module.network.module.flow_logs.aws_cloudwatch_log_group.this",
+            "module.network.module.key.aws_kms_key.this[0]"} <= created
+
+
+def test_an_unknown_git_ref_names_the_module_and_the_ref(registry: Registry, tmp_path: Path) -> None:
+    bare = bare_repository(tmp_path, NETWORK, "v1.0.0")
+    stack = stack_repo(tmp_path, {"main.tf": f'module "network" {{\n  source = "git::file://{bare}?ref=v9"\n}}\n'})
+    with pytest.raises(ConfigError, match=r"^stacks/app/main.tf:1: module \"network\": source .* cannot be reached: "
+                                          r"git file://.*network.git: has no ref 'v9'$"):
+        with installer(registry, tmp_path / "cache", allow_file_urls=True).installed(stack):
+            pass
+
+
+def test_http_archives_with_a_subdir(registry: Registry, tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in NETWORK.items():
+            archive.writestr(name, text.replace('module "key" {', 'module "key" {\n  count = 0'))
+    folder = tmp_path / "zip-package"
+    zipfile.ZipFile(io.BytesIO(buffer.getvalue())).extractall(folder)
+    registry.packages[("acme/zipped/aws", "1.0.0")] = folder
+    url = f"{registry.url}/archives/acme/zipped/aws/1.0.0.tar.gz//modules/vpc"
+    stack = stack_repo(tmp_path, {"main.tf": f'module "network" {{\n  source = "{url}"\n  cidr = "10.1.0.0/16"\n}}\n'})
+    with installer(registry, tmp_path / "cache").installed(stack) as (work, pins):
+        assert (work / ".terraform/modules/network/modules/vpc/main.tf").is_file()
+        assert (work / ".terraform/modules/network/modules/logs/main.tf").is_file()
+    assert [p.key for p in pins] == ["network", "network.key"]
+
+
+# --- plan-bound: the apply installs what was planned ----------------------------------------
+
+def sandbox(tmp_path: Path) -> SandboxEngine:
+    db = Database(f"sqlite:///{tmp_path / 'sandbox.db'}")
+    db.migrate()
+    return SandboxEngine(SqlSandboxStore(db))
+
+
+def test_the_plan_records_the_pins_and_the_apply_refuses_a_changed_package(registry: Registry, tmp_path: Path) -> None:
+    folder = tmp_path / "pkg"
+    shutil.copytree(Path(__file__).parent / "fixtures/registry/terraform-aws-modules/kms/aws/1.5.0", folder)
+    registry.packages[("acme/key/aws", "1.0.0")] = folder
+    stack = stack_repo(tmp_path, {"main.tf": 'module "key" {\n  source  = "acme/key/aws"\n  version = "1.0.0"\n}\n'})
+    simulator = sandbox(tmp_path)
+    engine = EngineByStack({"sandbox": lambda: simulator}, lambda _: "sandbox", installer(registry, tmp_path / "c"))
+    planned = engine.plan("app", stack, StackInputs())
+    pins = pins_of(planned.document)
+    assert pins is not None and pins["key"].version == "1.0.0"
+    assert planned.document[PINS_KEY] == [pins["key"].to_json()]
+    # the registry now serves other files under the same version: a fresh gateway (empty cache) refuses them
+    (folder / "main.tf").write_text((folder / "main.tf").read_text() + '\nresource "aws_s3_bucket" "extra" {}\n')
+    registry._archives.clear()
+    other = EngineByStack({"sandbox": lambda: simulator}, lambda _: "sandbox", installer(registry, tmp_path / "c2"))
+    refused = other.apply("app", stack, planned.document, planned.state_serial, StackInputs())
+    assert not refused.succeeded and refused.applied == ()
+    assert refused.error == ('nothing applied: stacks/app/main.tf:1: module "key": source "acme/key/aws" at 1.0.0 '
+                             "is not the package that was planned (its files changed); plan again")
+    outcome = engine.apply("app", stack, planned.document, planned.state_serial, StackInputs())  # its cache: planned
+    assert outcome.succeeded, outcome.error
+    assert "module.key.aws_kms_key.this[0]" in outcome.applied
+
+
+# --- through the gateway: the corpus, and an unreachable source --------------------------------
+
+def corpus_repository(tmp_path: Path) -> Path:
+    """A declaration repo holding every corpus entry as a stack, each entry at corpus/<name>/ as upstream lays
+    it out."""
+    content = tmp_path / "content"
+    stacks = {}
+    for name, spec in EXPECTED.items():
+        shutil.copytree(CORPUS / name, content / "corpus" / name)
+        stacks[name] = {"path": posixpath.normpath(f"corpus/{name}/{spec['root']}"), "approvers": ["platform"]}
+    stacks["unreachable"] = {"path": "stacks/unreachable", "approvers": ["platform"]}
+    write(content, {"stacks/unreachable/main.tf": 'resource "aws_sqs_queue" "q" {}\n\nmodule "queue" {\n'
+                    '  source  = "acme/queue/aws"\n  version = "~> 1.0"\n}\n'})
+    (content / "gateway.yaml").write_text(yaml.safe_dump({
+        "engine": "sandbox", "approvals": {"required": 1, "config_approvers": ["platform"]}, "stacks": stacks}))
+    return content
+
+
+@pytest.fixture(scope="module")
+def corpus_gateway(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    tmp = tmp_path_factory.mktemp("corpus")
+    ws = create_workspace(Settings(home=tmp / "home"), content=corpus_repository(tmp))
+    token = add_people(ws).tokens["alice"]
+    ws.close()
+    env = {"GATEWAY_MODULE_REGISTRY_HOSTS": f"registry.terraform.io={registry.url}",
+           "GATEWAY_MODULE_CA_BUNDLE": str(registry.ca_bundle), "GATEWAY_TOKEN": token}
+    yield tmp / "home", env
+
+
+def test_the_corpus_is_big_enough_and_every_entry_is_sourced() -> None:
+    sources = (CORPUS / "SOURCES.md").read_text()
+    assert len(EXPECTED) >= 12
+    assert [name for name in EXPECTED if f"`{name}`" not in sources] == []
+    assert [name for name in EXPECTED if any((CORPUS / name).rglob(".terraform"))] == []  # as upstream commits them
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_gateway_plan_plans_the_corpus_with_modules_from_the_registry(
+        name: str, corpus_gateway: tuple[Path, dict[str, str]]) -> None:
+    home, env = corpus_gateway  # the `gateway plan` command in this process: its parse caches stay warm
+    done = CliRunner().invoke(cli, ["plan", "--stack", name, "--format", "json"], env={"GATEWAY_HOME": str(home), **env})
+    assert done.exit_code == 0, done.output
+    preview = json.loads(done.stdout)
+    expected = EXPECTED[name]
+    assert preview["counts"] == {"create": expected["creates"]}
+    created = {c["address"] for c in preview["changes"] if c["kind"] == "create"}
+    assert [a for a in expected["addresses"] if a not in created] == []
+
+
+def test_an_unreachable_module_source_is_one_line_naming_module_source_and_line(
+        corpus_gateway: tuple[Path, dict[str, str]]) -> None:
+    home, env = corpus_gateway
+    done = run_cli(["plan", "--stack", "unreachable"], home, **env)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert 'unreachable/main.tf:3: module "queue": source "acme/queue/aws" cannot be reached: the registry ' \
+           "registry.terraform.io has no module registry.terraform.io/acme/queue/aws" in lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_corpus_call_gets_the_newest_version_its_constraint_allows(name: str, registry: Registry,
+                                                                       tmp_path: Path) -> None:
+    copy = tmp_path / name
+    shutil.copytree(CORPUS / name, copy)
+    (copy / "gateway.yaml").write_text("")
+    with installer(registry, tmp_path.parent / "shared-cache").installed(copy / EXPECTED[name]["root"]) as (_, pins):
+        assert {p.key: p.version for p in pins} == EXPECTED[name]["modules"]
+
+
+def terraform_binary() -> Path | None:
+    installed = Path(__file__).resolve().parent.parent / ".tools" / "terraform" / "bin" / "terraform"
+    try:
+        return installed if installed.is_file() else (Path(found) if (found := shutil.which("terraform")) else None)
+    except OSError:  # a broken link in .tools
+        return Path(found) if (found := shutil.which("terraform")) else None
+
+
+def test_the_terraform_engine_plans_with_the_laid_out_modules_without_reaching_a_registry(
+        registry: Registry, tmp_path: Path) -> None:
+    binary = terraform_binary()
+    if binary is None:
+        pytest.skip("no Terraform here: run `make terraform`")
+    from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+
+    folder = write(tmp_path / "marker", {"main.tf": 'variable "name" {\n  type = string\n}\n'
+                                         'output "greeting" {\n  value = "hello ${var.name}"\n}\n'})
+    registry.packages[("acme/marker/null", "1.4.0")] = folder
+    # a registry host that does not exist: Terraform must use what the gateway laid out
+    stack = stack_repo(tmp_path, {"main.tf": 'module "marker" {\n  source  = "gateway.invalid/acme/marker/null"\n'
+                                  '  version = "~> 1.0"\n  name    = "world"\n}\n'
+                                  'output "greeting" {\n  value = module.marker.greeting\n}\n'})
+    modules = installer(registry, tmp_path / "cache", hosts={"gateway.invalid": registry.url})
+    engine = EngineByStack({"terraform": lambda: TerraformEngine(TerraformSetup(binary, None, tmp_path / "state", 300))},
+                           lambda _: "terraform", modules)
+    planned = engine.plan("app", stack, StackInputs())
+    assert planned.document["planned_values"]["outputs"]["greeting"]["value"] == "hello world"
+    assert [p["version"] for p in planned.document[PINS_KEY]] == ["1.4.0"]
+
+
+def test_the_agent_reads_resolved_modules_and_cannot_write_them(registry: Registry, tmp_path: Path) -> None:
+    from agents.tools import PreviewReport, RepoTools
+
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL})
+    root = stack.parent.parent
+    tools = RepoTools(root, (), lambda _s, _p: PreviewReport(""), {"app": "stacks/app"},
+                      installer(registry, tmp_path / "cache").installed)
+    listing = tools.call("read_module", json.dumps({"stack": "app", "path": None}))
+    assert listing.splitlines()[0] == "modules: key: registry.terraform.io/terraform-aws-modules/kms/aws 2.2.1"
+    assert ".terraform/modules/key/variables.tf" in listing
+    text = tools.call("read_module", json.dumps({"stack": "app", "path": ".terraform/modules/key/variables.tf"}))
+    assert text.startswith("1| ") and 'variable "aliases"' in text
+    assert tools.call("read_module", json.dumps({"stack": "app", "path": "../secrets"})).startswith("refused:")
+    written = tools.call("write_file", json.dumps({"path": "stacks/app/.terraform/modules/key/main.tf", "content": ""}))
+    assert written.startswith("refused: stacks/app/.terraform/modules/key/main.tf: .terraform/ is what")
+    assert not (stack / ".terraform").exists()
+
+
+def test_registry_tokens_are_scrubbed_like_the_workspaces_secrets(tmp_path: Path) -> None:
+    from gateway.composition import known_secret_values
+
+    settings = Settings(home=tmp_path, module_registry_tokens="registry.example.com=tok-1a2b3c, tfe.example.com=tok-9z")
+    assert {"tok-1a2b3c", "tok-9z"} <= set(known_secret_values(settings))
+
+
+def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as_planned(
+        registry: Registry, tmp_path: Path) -> None:
+    from gateway.domain.jobs import JobKind, JobStatus
+    from gateway.domain.plan import decode_plan_bytes
+    from gateway.domain.proposal import Decision, ProposalStatus
+    from gateway.services.admin.bootstrap import bootstrap_simulator
+    from gateway.services.change.jobs import enqueue_job, run_now_or_follow
+    from gateway.services.change.proposals import decide, get_proposal, open_proposal
+
+    from .conftest import Clone
+
+    ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5,
+                                   module_registry_hosts=f"registry.terraform.io={registry.url}",
+                                   module_ca_bundle=registry.ca_bundle))
+    try:
+        bootstrap_simulator(ws)
+        people = add_people(ws)
+        Clone(ws, tmp_path / "clone").branch("queue").write("stacks/app-staging/queue.tf", """
+module "jobs" {
+  source  = "terraform-aws-modules/sqs/aws"
+  version = "~> 5.0"
+
+  name = "staging-jobs"
+  tags = {
+    owner         = "app"
+    "cost-centre" = "cc-42"
+  }
+}
+""").push()
+        proposal = open_proposal(ws, people.alice, "queue", "a job queue for staging")
+        assert proposal.plans["app-staging"].counts == {"create": 1}
+        with ws.store.session(readonly=True) as session:
+            saved = decode_plan_bytes(session.proposals.plan_document(proposal.plans["app-staging"].plan_id).encode())
+        assert [(p["key"], p["version"]) for p in saved[PINS_KEY]] == [("jobs", "5.2.1")]
+        decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
+        done = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id), "test", lambda _: None)
+        assert done.status == JobStatus.SUCCEEDED, done.error
+        assert get_proposal(ws, proposal.id).status == ProposalStatus.APPLIED
+        assert any((tmp_path / "home" / "modules").iterdir())  # the workspace's cache
+    finally:
+        ws.close()

@@ -449,6 +449,7 @@ def test_the_corpus_is_big_enough_and_every_entry_is_sourced() -> None:
     assert len(EXPECTED) >= 12
     assert [name for name in EXPECTED if f"`{name}`" not in sources] == []
     assert [name for name in EXPECTED if any((CORPUS / name).rglob(".terraform"))] == []  # as upstream commits them
+    assert [name for name in EXPECTED if not EXPECTED[name].get("derived")] == []  # each count says how it follows
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

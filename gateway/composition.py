@@ -225,7 +225,8 @@ def module_installer(settings: Settings) -> ModuleInstaller:
     """Remote module sources, reached with the settings' credentials (never the declaration repo's)."""
     tokens = settings.module_registry_tokens.get_secret_value() if settings.module_registry_tokens else None
     access = ModuleAccess.from_settings(tokens, settings.module_registry_hosts, settings.module_ca_bundle,
-                                        settings.module_file_sources, settings.module_fetch_timeout_seconds)
+                                        settings.module_file_sources, settings.module_fetch_timeout_seconds,
+                                        settings.module_allowed_hosts)
     return ModuleInstaller(settings.module_cache, ModuleFetcher(access))
 
 

@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     module_file_sources: bool = Field(
         default=False, description="allow `git::file://` module sources (off: a branch could read any repository "
         "on the gateway's host)")
+    module_allowed_hosts: str | None = Field(
+        default=None, description="hosts module sources may reach, comma-separated names, addresses or networks "
+        "(default: registry.terraform.io, github.com; the configured registry hosts always); a loopback, link-local "
+        "or private address, or a name resolving to one, only when listed here (`10.1.2.0/24`, `git.internal`)")
     module_fetch_timeout_seconds: float = Field(default=120.0, gt=0, description="longest one module fetch may take")
 
     data_key_file: Path | None = Field(

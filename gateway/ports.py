@@ -648,6 +648,18 @@ class JobQueue(Protocol):
         """Take the oldest queued job (or `job_id`) whose proposal has no job running; None if there is none."""
         ...
 
+    def moves(self) -> int:
+        """A count that moves whenever a job may have become claimable; read it before `claim`, pass it to `wait`."""
+        ...
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Until a job is queued or finished after `moves()` was `seen` (any process), or `timeout`."""
+        ...
+
+    def wake(self) -> None:
+        """Wake the waiters of this process."""
+        ...
+
     def heartbeat(self, job_id: int, runner: str) -> bool: ...
 
     def add_progress(self, job_id: int, line: str) -> None: ...
@@ -693,7 +705,8 @@ class Store(Protocol):
         ...
 
     def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:
-        """One unit of work; `readonly` for reads, which then never wait for a writer."""
+        """One unit of work; `readonly` for reads, which then never wait for a writer. A read opened inside
+        another read joins it (one transaction, one snapshot); a write always has its own."""
         ...
 
     def pending_migrations(self) -> list[int]:

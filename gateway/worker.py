@@ -76,6 +76,7 @@ class Worker:
         """Claim no more; finish the jobs in hand. Past `grace_seconds` (None: no limit), hand back the jobs that
         may run again from the start and stop waiting for them; an apply is always waited for. The ids handed back."""
         self._stop.set()
+        self.ws.store.queue.wake()  # loops waiting for work look up and see the stop
         self._set_ready(False)
         deadline = None if grace_seconds is None else time.monotonic() + grace_seconds
         handed: list[int] = []
@@ -115,9 +116,10 @@ class Worker:
         runner = f"{self.name}/{index}"
         while not self._stop.is_set():
             try:
+                seen = ws.store.queue.moves()
                 job = ws.store.queue.claim(runner)
-                if job is None:
-                    self._stop.wait(self.poll_seconds)
+                if job is None:  # woken by a job queued (or finished) anywhere; the poll is the fallback
+                    ws.store.queue.wait(seen, self.poll_seconds)
                     continue
                 log.info("job.claimed", job=job.id, kind=job.kind.value, runner=runner)
                 self._in_hand[index] = job

@@ -89,6 +89,8 @@ class Registry:
     token: str | None = None  # when set, every request must carry it as a bearer token
     extra_versions: dict[str, list[str]] = field(default_factory=dict)  # "ns/name/provider" -> listed, not served
     packages: dict[tuple[str, str], Path] = field(default_factory=lambda: dict(FROM_CORPUS))  # (module, version) -> files
+    locations: dict[tuple[str, str], str] = field(default_factory=dict)  # (module, version) -> its X-Terraform-Get
+    redirects: dict[str, str] = field(default_factory=dict)  # path -> where a 302 sends the client
     _archives: dict[tuple[str, str], bytes] = field(default_factory=dict)
 
     def versions(self, module: str) -> list[str]:
@@ -133,6 +135,12 @@ class _Handler(BaseHTTPRequestHandler):
         if registry.token and self.headers.get("Authorization") != f"Bearer {registry.token}":
             return self._send(401, b'{"errors":["not authorized"]}')
         parts = self.path.strip("/").split("/")
+        if self.path in registry.redirects:
+            self.send_response(302)
+            self.send_header("Location", registry.redirects[self.path])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         if self.path == "/.well-known/terraform.json":
             return self._send(200, json.dumps({"modules.v1": "/v1/modules/"}).encode())
         if parts[:2] == ["v1", "modules"] and len(parts) == 6 and parts[5] == "versions":
@@ -144,7 +152,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(200, json.dumps(body).encode())
         if parts[:2] == ["v1", "modules"] and len(parts) == 7 and parts[6] == "download":
             self.send_response(204)
-            self.send_header("X-Terraform-Get", f"/archives/{'/'.join(parts[2:5])}/{parts[5]}.tar.gz")
+            where = registry.locations.get(("/".join(parts[2:5]), parts[5]))
+            self.send_header("X-Terraform-Get", where or f"/archives/{'/'.join(parts[2:5])}/{parts[5]}.tar.gz")
             self.send_header("Content-Length", "0")
             self.end_headers()
             return None

@@ -637,7 +637,8 @@ def test_the_not_counted_list_names_each_refused_decision_once_with_who_and_why(
     for login, _ in reviews:
         world.deliver("pull_request_review", gh.review_event(gh.add_review(number, login, "APPROVED")))
     wait_for("every refusal", lambda: len(world.events(pid, kind="approve.refused")) == len(reviews))
-    assert len(world.events(pid, kind="job.refused")) == len(reviews)
+    # each job's end is recorded just after its refusal, in a transaction of its own
+    wait_for("every job's end", lambda: len(world.events(pid, kind="job.refused")) == len(reviews))
 
     def listed() -> list[str] | None:
         lines = not_counted(world.sticky(number))

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.domain.errors import PlanFormatError
 from gateway.domain.plan import ChangeKind, decode_plan_bytes, iter_leaves, load_plan, mask_at
-from gateway.domain.preview import NO_CHANGES, RENDERERS, build_preview, render_markdown, render_text
+from gateway.domain.preview import NO_CHANGES, RENDERERS, build_preview, preview_from_json, render_markdown, render_text
 
 from .conftest import FIXTURES
 
@@ -178,3 +178,24 @@ def test_a_resource_that_only_moved_or_is_imported_is_listed_and_counted_in_ever
     data = json.loads(document)
     assert data["counts"] == {"moved": 1, "import": 1}
     assert [c["label"] for c in data["changes"]] == ["moved, nothing else changes", "imported, nothing else changes"]
+
+
+def test_the_module_versions_a_plan_was_made_with_are_shown_without_credentials() -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    document = {"format_version": "1.2", "terraform_version": "1.9.0", "resource_changes": [], "gateway_modules": [
+        {"key": "vpc", "source": "registry.terraform.io/terraform-aws-modules/vpc/aws", "version": "5.1.2",
+         "digest": "sha256:aa"},
+        {"key": "net", "source": "git::https://deploy:tok-s3cr3t@git.example.com/net.git?ref=v1&sshkey=tok-s3cr3t",
+         "version": commit, "digest": "sha256:bb"},
+        {"key": "zip", "source": "https://files.example.com/m.zip?token=tok-s3cr3t", "version": "",
+         "digest": "sha256:0123456789abcdef99"}]}
+    preview = build_preview(load_plan(document))
+    text, markdown, data = (RENDERERS[f](preview) for f in ("text", "markdown", "json"))
+    line = ("Modules: net git::https://git.example.com/net.git?ref=v1 @0123456789ab; "
+            "vpc registry.terraform.io/terraform-aws-modules/vpc/aws 5.1.2; zip https://files.example.com/m.zip "
+            "sha256:0123456789ab")
+    assert line in text.splitlines()
+    assert "`vpc registry.terraform.io/terraform-aws-modules/vpc/aws 5.1.2`" in markdown
+    assert "tok-s3cr3t" not in text + markdown + data
+    assert preview_from_json(data) == preview  # stored previews keep them
+    assert "Modules:" not in render_text(build_preview(load_plan({**document, "gateway_modules": []})))

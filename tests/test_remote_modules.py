@@ -6,6 +6,7 @@ through `gateway plan` (tests/fixtures/corpus_remote, origins in its SOURCES.md)
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import posixpath
@@ -21,7 +22,14 @@ import yaml
 from click.testing import CliRunner
 
 from gateway.adapters.engine_router import EngineByStack
-from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher, PackageSource, RegistrySource, parse_source
+from gateway.adapters.module_fetch import (
+    ModuleAccess,
+    ModuleFetcher,
+    PackageSource,
+    RegistrySource,
+    Unreachable,
+    parse_source,
+)
 from gateway.adapters.module_installer import PINS_KEY, ModuleInstaller, pins_of
 from gateway.adapters.module_versions import Constraint
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -96,7 +104,8 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 
 def access(registry: Registry, **overrides: object) -> ModuleAccess:
-    values: dict[str, object] = {"hosts": {"registry.terraform.io": registry.url}, "ca_bundle": registry.ca_bundle}
+    values: dict[str, object] = {"hosts": {"registry.terraform.io": registry.url}, "ca_bundle": registry.ca_bundle,
+                                 "allowed_hosts": ("127.0.0.1",)}  # loopback only when the settings list it
     values.update(overrides)
     return ModuleAccess(**values)  # type: ignore[arg-type]
 
@@ -205,6 +214,71 @@ def test_no_matching_version_names_what_the_registry_lists(registry: Registry, t
     with pytest.raises(ConfigError, match=r"no version matching '~> 9.0' \(the registry lists 1.5.0, 2.2.1"):
         with installer(registry, tmp_path / "cache").installed(stack):
             pass
+
+
+# --- which hosts a branch's sources may make the gateway reach ---------------------------------
+
+def refusal(modules: ModuleInstaller, stack: Path) -> str:
+    with pytest.raises(ConfigError) as refused:
+        with modules.installed(stack):
+            pass
+    message = str(refused.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_loopback_registry_is_reached_only_when_the_settings_list_it(registry: Registry, tmp_path: Path) -> None:
+    stack = stack_repo(tmp_path, {"main.tf": KMS_CALL})
+    asked = len(registry.requests)
+    message = refusal(installer(registry, tmp_path / "cache", allowed_hosts=None), stack)
+    assert message == ('stacks/app/main.tf:2: module "key": source "terraform-aws-modules/kms/aws" cannot be reached: '
+                       "127.0.0.1 is a loopback address, which module sources may not reach unless "
+                       "GATEWAY_MODULE_ALLOWED_HOSTS lists it")
+    # the name the registry is served at is checked on the address it resolves to
+    served = {"registry.terraform.io": registry.url.replace("127.0.0.1", "localhost")}
+    message = refusal(installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=None), stack)
+    assert "cannot be reached: localhost is at 127.0.0.1, a loopback address, which" in message
+    assert len(registry.requests) == asked  # refused before anything was sent
+    with installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=("127.0.0.0/8",)).installed(stack) as (
+            _, pins):
+        assert [p.version for p in pins] == ["2.2.1"]
+
+
+def test_a_download_or_redirect_to_an_unlisted_host_is_refused(registry: Registry, tmp_path: Path) -> None:
+    registry.extra_versions["acme/metadata/aws"] = ["1.0.0", "2.0.0"]
+    registry.locations[("acme/metadata/aws", "1.0.0")] = "http://169.254.169.254/latest/meta-data/iam.tar.gz"
+    registry.locations[("acme/metadata/aws", "2.0.0")] = "git::https://git.internal.example/secrets.git"
+    stack = stack_repo(tmp_path, {"main.tf": 'module "m" {\n  source  = "acme/metadata/aws"\n  version = "1.0.0"\n}\n'})
+    message = refusal(installer(registry, tmp_path / "cache"), stack)
+    assert message == ('stacks/app/main.tf:1: module "m": source "acme/metadata/aws" cannot be reached: '
+                       "169.254.169.254 is a link-local address, which module sources may not reach "
+                       "unless GATEWAY_MODULE_ALLOWED_HOSTS lists it")
+    (stack / "main.tf").write_text((stack / "main.tf").read_text().replace("1.0.0", "2.0.0"))
+    assert refusal(installer(registry, tmp_path / "cache"), stack).endswith(
+        "cannot be reached: git.internal.example is not a host module sources may reach "
+        "(GATEWAY_MODULE_ALLOWED_HOSTS admits it)")
+    # an HTTP archive whose server redirects elsewhere: the redirect's target is checked before it is followed
+    registry.redirects["/moved/net.tar.gz"] = "http://10.0.0.7/net.tar.gz"
+    stack = stack_repo(tmp_path / "r", {"main.tf": f'module "net" {{\n  source = "{registry.url}/moved/net.tar.gz"\n}}\n'})
+    assert refusal(installer(registry, tmp_path / "cache"), stack).endswith(
+        "cannot be reached: 10.0.0.7 is a private address, which module sources may not reach unless "
+        "GATEWAY_MODULE_ALLOWED_HOSTS lists it")
+    assert registry.requests[-1] == "/moved/net.tar.gz"
+
+
+def test_the_default_hosts_are_the_public_registry_github_and_the_configured_registries() -> None:
+    access = ModuleAccess.from_settings("tfe.example.com=t", "registry.terraform.io=https://mirror.example.com",
+                                        None, False)
+    for host in ("gitlab.com", "metadata.google.internal", "localhost", "8.8.8.8"):
+        with pytest.raises(Unreachable, match=f"^{host} is not a host module sources may reach"):
+            access.admit(host)
+    with pytest.raises(Unreachable, match="^169.254.169.254 is a link-local address"):
+        access.admit("169.254.169.254")
+    listed = ModuleAccess.from_settings(None, None, None, False, allowed_hosts="git.internal, 10.1.0.0/16")
+    listed.admit("10.1.2.3")
+    listed.admit("git.internal")  # listed by name: whatever it resolves to
+    with pytest.raises(Unreachable, match="^github.com is not a host"):  # the setting replaces the defaults
+        listed.admit("github.com")
 
 
 # --- git and HTTP archives -------------------------------------------------------------------
@@ -348,8 +422,11 @@ def corpus_repository(tmp_path: Path) -> Path:
         shutil.copytree(CORPUS / name, content / "corpus" / name)
         stacks[name] = {"path": posixpath.normpath(f"corpus/{name}/{spec['root']}"), "approvers": ["platform"]}
     stacks["unreachable"] = {"path": "stacks/unreachable", "approvers": ["platform"]}
+    stacks["metadata"] = {"path": "stacks/metadata", "approvers": ["platform"]}
     write(content, {"stacks/unreachable/main.tf": 'resource "aws_sqs_queue" "q" {}\n\nmodule "queue" {\n'
-                    '  source  = "acme/queue/aws"\n  version = "~> 1.0"\n}\n'})
+                    '  source  = "acme/queue/aws"\n  version = "~> 1.0"\n}\n',
+                    "stacks/metadata/main.tf": 'module "creds" {\n'
+                    '  source = "http://169.254.169.254/latest/meta-data/iam.zip"\n}\n'})
     (content / "gateway.yaml").write_text(yaml.safe_dump({
         "engine": "sandbox", "approvals": {"required": 1, "config_approvers": ["platform"]}, "stacks": stacks}))
     return content
@@ -362,6 +439,7 @@ def corpus_gateway(registry: Registry, tmp_path_factory: pytest.TempPathFactory)
     token = add_people(ws).tokens["alice"]
     ws.close()
     env = {"GATEWAY_MODULE_REGISTRY_HOSTS": f"registry.terraform.io={registry.url}",
+           "GATEWAY_MODULE_ALLOWED_HOSTS": "127.0.0.1",
            "GATEWAY_MODULE_CA_BUNDLE": str(registry.ca_bundle), "GATEWAY_TOKEN": token}
     yield tmp / "home", env
 
@@ -396,6 +474,18 @@ def test_an_unreachable_module_source_is_one_line_naming_module_source_and_line(
     assert len(lines) == 1, done.stderr
     assert 'unreachable/main.tf:3: module "queue": source "acme/queue/aws" cannot be reached: the registry ' \
            "registry.terraform.io has no module registry.terraform.io/acme/queue/aws" in lines[0]
+
+
+def test_a_source_on_a_host_the_settings_do_not_admit_is_one_line_naming_the_setting(
+        corpus_gateway: tuple[Path, dict[str, str]]) -> None:
+    home, env = corpus_gateway
+    done = run_cli(["plan", "--stack", "metadata"], home, **env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert ('metadata/main.tf:1: module "creds": source "http://169.254.169.254/latest/meta-data/iam.zip" cannot be '
+            "reached: 169.254.169.254 is a link-local address, which module sources may not reach unless "
+            "GATEWAY_MODULE_ALLOWED_HOSTS lists it") in lines[0]
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -465,6 +555,9 @@ def test_registry_tokens_are_scrubbed_like_the_workspaces_secrets(tmp_path: Path
 
 def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as_planned(
         registry: Registry, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from gateway.api.app import create_app
     from gateway.domain.jobs import JobKind, JobStatus
     from gateway.domain.plan import decode_plan_bytes
     from gateway.domain.proposal import Decision, ProposalStatus
@@ -472,11 +565,11 @@ def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as
     from gateway.services.change.jobs import enqueue_job, run_now_or_follow
     from gateway.services.change.proposals import decide, get_proposal, open_proposal
 
-    from .conftest import Clone
+    from .conftest import Clone, sign_in_client
 
     ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5,
                                    module_registry_hosts=f"registry.terraform.io={registry.url}",
-                                   module_ca_bundle=registry.ca_bundle))
+                                   module_ca_bundle=registry.ca_bundle, module_allowed_hosts="127.0.0.1"))
     try:
         bootstrap_simulator(ws)
         people = add_people(ws)
@@ -497,6 +590,16 @@ module "jobs" {
         with ws.store.session(readonly=True) as session:
             saved = decode_plan_bytes(session.proposals.plan_document(proposal.plans["app-staging"].plan_id).encode())
         assert [(p["key"], p["version"]) for p in saved[PINS_KEY]] == [("jobs", "5.2.1")]
+        # the approver sees which module versions the plan was made with: `gateway show` and the review page
+        pinned = "jobs registry.terraform.io/terraform-aws-modules/sqs/aws 5.2.1"
+        shown = CliRunner().invoke(cli, ["show", str(proposal.id)], env={
+            "GATEWAY_HOME": str(tmp_path / "home"), "GATEWAY_TOKEN": people.tokens["bob"]})
+        assert shown.exit_code == 0, shown.output
+        assert f"Modules: {pinned}" in shown.stdout.splitlines()
+        with TestClient(create_app(ws.settings, workers=0)) as client:
+            sign_in_client(client, people.tokens["bob"])
+            page = html.unescape(client.get(f"/proposals/{proposal.id}").text)
+        assert f"Modules: <code>{pinned}</code>" in page
         decide(ws, people.bob, proposal.id, Decision.APPROVE, "ok")
         done = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.APPLY, proposal.id), "test", lambda _: None)
         assert done.status == JobStatus.SUCCEEDED, done.error

@@ -104,6 +104,39 @@ resource "null_resource" "g" {
     assert p.find('null_resource.g["green"]').change.after["triggers"] == {"size": 3, "names": "A,B"}
 
 
+def test_a_for_over_a_set_keys_each_element_by_the_element(engine: SandboxEngine, tmp_path: Path) -> None:
+    # Terraform: a set has no positions; `for k, v in toset(xs)` gives the element as k and v, as for_each does
+    # (terraform-aws-modules/kms keys its aliases this way: `{ for k, v in toset(var.aliases) : k => {...} }`)
+    stack = write(tmp_path / "stack", {"main.tf": '''
+variable "aliases" {
+  type    = list(string)
+  default = ["sqs/jobs", "app"]
+}
+variable "zones" {
+  type    = set(string)
+  default = ["b", "a"]
+}
+locals {
+  aliases = { for k, v in toset(var.aliases) : k => { name = v } }
+  zones   = { for z in var.zones : z => upper(z) }
+  listed  = { for i, v in ["x", "y"] : i => v }
+}
+resource "aws_kms_alias" "this" {
+  for_each = local.aliases
+  name     = "alias/${each.value.name}"
+}
+resource "null_resource" "z" {
+  for_each = toset(keys(local.zones))
+  triggers = { zone = local.zones[each.key], listed = jsonencode(local.listed) }
+}
+'''})
+    _, p = plan(engine, stack)
+    assert kinds(p) == {'aws_kms_alias.this["app"]': ChangeKind.CREATE, 'aws_kms_alias.this["sqs/jobs"]': ChangeKind.CREATE,
+                        'null_resource.z["a"]': ChangeKind.CREATE, 'null_resource.z["b"]': ChangeKind.CREATE}
+    assert p.find('aws_kms_alias.this["sqs/jobs"]').change.after["name"] == "alias/sqs/jobs"
+    assert p.find('null_resource.z["b"]').change.after["triggers"] == {"zone": "B", "listed": '{"0":"x","1":"y"}'}
+
+
 def test_comparing_with_null_looks_at_the_top_level_only(engine: SandboxEngine, tmp_path: Path) -> None:
     # Terraform: a known map is not null even when values inside it are known only after apply
     module = '''

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pygit2.enums import DiffOption, FileMode, ObjectType, SortMode
+from pygit2.enums import DiffOption, FileMode, ObjectType, RepositoryOpenFlag, SortMode
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
@@ -37,7 +37,7 @@ class GitDeclarationRepo:
 
     def __init__(self, path: Path):
         try:
-            pygit2.Repository(str(path))
+            _open(path)
         except pygit2.GitError:
             raise NotFound(f"no declaration repo at {path}: run `gateway init` first") from None
         self.path = path
@@ -61,7 +61,7 @@ class GitDeclarationRepo:
     def _reader(self) -> pygit2.Repository:
         reader: pygit2.Repository | None = getattr(self._local, "reader", None)
         if reader is None:
-            reader = self._local.reader = pygit2.Repository(str(self.path))
+            reader = self._local.reader = _open(self.path)
         return reader
 
     @classmethod
@@ -342,6 +342,11 @@ class GitDeclarationRepo:
             return str(self.repo.git.execute(["git", *args], env=env))
         except GitCommandError as exc:
             raise BackendError(f"git {args[0]} failed: {exc.stderr.strip() or exc}") from exc
+
+
+def _open(path: Path) -> pygit2.Repository:
+    """The repo at exactly `path` (never one found in a parent directory, as GitPython's default is too)."""
+    return pygit2.Repository(str(path), RepositoryOpenFlag.NO_SEARCH)
 
 
 def _walk(tree: pygit2.Tree, prefix: str) -> Iterator[tuple[str, pygit2.Object]]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import quote
 
 import git
 from github import Auth, Github, GithubException, RateLimitExceededException, UnknownObjectException
@@ -182,8 +183,13 @@ class GitHubForge:
 
     def review(self, number: int, review_id: int) -> tuple[str, str | None, int]:
         """A review as GitHub has it now: state (upper-case), commit, author id. Deliveries can be late or replayed."""
-        review = _call(lambda: self._pr(number).get_review(review_id), f"review {review_id} of #{number}")
-        return str(review.state), review.commit_id, int(review.user.id)
+        what = f"review {review_id} of #{number}"
+        review = self._get(f"/repos/{self.settings.repository}/pulls/{number}/reviews/{review_id}", what)
+        user = review.get("user") if isinstance(review.get("user"), dict) else {}
+        try:
+            return str(review["state"]), review.get("commit_id"), int(user["id"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BackendError(f"GitHub: {what}: an answer without {exc}") from None
 
     def comment(self, number: int, comment_id: int) -> tuple[str, int]:
         """A comment as GitHub has it now: body and author id (an edited or deleted one is not a command)."""
@@ -249,17 +255,18 @@ class GitHubForge:
 
     def is_team_member(self, team_slug: str, login: str) -> bool:
         """An active member of the team now (a pending invitation does not count)."""
-        try:
-            team = self.gh.get_organization(self.settings.owner).get_team_by_slug(team_slug)
-            return str(team.get_team_membership(login).state) == "active"
-        except UnknownObjectException:
+        path = f"/orgs/{quote(self.settings.owner)}/teams/{quote(team_slug)}/memberships/{quote(login)}"
+        try:  # one call: GitHub answers 404 for a team that does not exist and for a person not in it
+            return str(self._get(path, f"team {team_slug} membership of {login}").get("state")) == "active"
+        except NotFound:
             return False
-        except GithubException as exc:
-            raise _error(exc, f"team {team_slug} membership of {login}") from exc
-        except OSError as exc:
-            raise Unavailable(f"GitHub is unavailable (team {team_slug} membership of {login}): {exc}") from exc
 
     # -------------------------------------------------------------------------------------------
+
+    def _get(self, path: str, what: str) -> dict:
+        """One GET of a REST path, its JSON object (no object built around it, nothing fetched to reach it)."""
+        _, data = _call(lambda: self.gh.requester.requestJsonAndCheck("GET", path), what)
+        return data if isinstance(data, dict) else {}
 
     def _pr(self, number: int) -> PullRequest:
         return _call(lambda: self.repo.get_pull(number), f"pull request #{number}")

@@ -14,14 +14,23 @@ Source addresses, as Terraform reads them:
 Credentials come from the gateway's settings (registry tokens by host, a CA bundle) and git's own
 configuration on the gateway's host, never from the declaration repo. `file://` git URLs are refused unless the
 settings allow them: a branch could otherwise read any repository on the gateway's host.
+
+Which hosts a source may reach is the settings' too (`ModuleAccess.admit`), or a branch could make the gateway
+fetch from its own network (a cloud's metadata service, an internal host): registry.terraform.io, github.com and
+the configured registry hosts by default, or GATEWAY_MODULE_ALLOWED_HOSTS. Every request is checked, the
+redirects httpx follows and each X-Terraform-Get target included, on its host name and on the addresses the name
+resolves to: a loopback, link-local, private or otherwise non-public address only when the setting lists it (or
+the name). git is told not to follow HTTP redirects, so the checked host is the one it reaches.
 """
 
 from __future__ import annotations
 
 import io
+import ipaddress
 import os
 import re
 import shutil
+import socket
 import ssl
 import subprocess
 import tarfile
@@ -36,6 +45,8 @@ if TYPE_CHECKING:
     import httpx
 
 DEFAULT_REGISTRY = "registry.terraform.io"
+DEFAULT_ALLOWED_HOSTS = (DEFAULT_REGISTRY, "github.com")
+ALLOWED_HOSTS_SETTING = "GATEWAY_MODULE_ALLOWED_HOSTS"
 MAX_ARCHIVE_BYTES = 100 * 1024 * 1024
 MAX_ARCHIVE_FILES = 20_000
 _PART = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
@@ -140,11 +151,70 @@ class ModuleAccess:
     ca_bundle: Path | None = None
     allow_file_urls: bool = False
     timeout: float = 60.0
+    allowed_hosts: tuple[str, ...] | None = None  # GATEWAY_MODULE_ALLOWED_HOSTS (None: DEFAULT_ALLOWED_HOSTS)
 
     @classmethod
     def from_settings(cls, tokens: str | None, hosts: str | None, ca_bundle: Path | None, allow_file_urls: bool,
-                      timeout: float = 60.0) -> ModuleAccess:
-        return cls(_pairs(tokens), _pairs(hosts), ca_bundle, allow_file_urls, timeout)
+                      timeout: float = 60.0, allowed_hosts: str | None = None) -> ModuleAccess:
+        listed = None if allowed_hosts is None else tuple(h.strip().lower() for h in allowed_hosts.split(",")
+                                                          if h.strip())
+        return cls(_pairs(tokens), _pairs(hosts), ca_bundle, allow_file_urls, timeout, listed)
+
+    def admit(self, host: str) -> None:
+        """Refuse (Unreachable, naming the setting) a host the settings do not let module sources reach."""
+        host = host.strip("[]").lower()
+        listed = self.allowed_hosts
+        explicit = set(listed or ())
+        networks = [n for n in map(_network, explicit) if n is not None]
+        literal = _address(host)
+        if host in explicit or (literal is not None and any(literal in n for n in networks)):
+            return  # listed in the setting: whatever address it is
+        named = set(DEFAULT_ALLOWED_HOSTS if listed is None else ()) | set(self.hosts) | set(self.tokens)
+        named |= {(urlsplit(url).hostname or "").lower() for url in self.hosts.values()}
+        if host not in named and (literal is None or literal.is_global):
+            raise Unreachable(f"{host} is not a host module sources may reach ({ALLOWED_HOSTS_SETTING} admits it)")
+        for address in [literal] if literal is not None else _resolve(host):
+            if not address.is_global and not any(address in n for n in networks):
+                at = "" if literal is not None else f"at {address}, "
+                raise Unreachable(f"{host} is {at}a {_kind(address)} address, which module sources may not reach "
+                                  f"unless {ALLOWED_HOSTS_SETTING} lists it")
+
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _address(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(text.strip("[]"), strict=False)
+    except ValueError:
+        return None
+
+
+def _resolve(host: str) -> list[IPAddress]:
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise Unreachable(f"{host}: the name does not resolve ({_one_line(exc)})") from exc
+    addresses = []
+    for *_, sockaddr in found:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        mapped = getattr(address, "ipv4_mapped", None)
+        addresses.append(mapped or address)
+    return addresses
+
+
+def _kind(address: IPAddress) -> str:
+    for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    return "non-public"
 
 
 def _pairs(text: str | None) -> dict[str, str]:
@@ -206,7 +276,9 @@ class ModuleFetcher:
             import httpx  # only where a stack calls a remote module
 
             context = ssl.create_default_context(cafile=str(self.access.ca_bundle) if self.access.ca_bundle else None)
-            self._client = httpx.Client(verify=context, timeout=self.access.timeout, follow_redirects=True)
+            # the hook sees every request, each redirect httpx follows included
+            self._client = httpx.Client(verify=context, timeout=self.access.timeout, follow_redirects=True,
+                                        event_hooks={"request": [lambda request: self.access.admit(request.url.host)]})
         return self._client
 
     def _get(self, url: str) -> httpx.Response:
@@ -282,8 +354,11 @@ class ModuleFetcher:
             raise Unreachable("file:// git sources are refused (GATEWAY_MODULE_FILE_SOURCES allows them)")
         if scheme not in ("https", "http", "ssh", "file"):
             raise Unreachable(f"git over {scheme or 'a local path'} is not fetched by the gateway")
+        if scheme != "file":
+            self.access.admit(urlsplit(base).hostname or "")
         allowed = ["https", "http", "ssh"] + (["file"] if self.access.allow_file_urls else [])
-        config = ["-c", "protocol.allow=never"]  # no ext:: or other transports a branch could name
+        # no ext:: or other transports a branch could name; no redirect to a host that was not checked
+        config = ["-c", "protocol.allow=never", "-c", "http.followRedirects=false"]
         for protocol in allowed:
             config += ["-c", f"protocol.{protocol}.allow=always"]
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}

@@ -16,11 +16,17 @@ from gateway.services.workspace import Workspace
 bearer = HTTPBearer(auto_error=False, description="the API token `gateway users add` printed")
 
 
-def get_workspace(request: Request) -> Workspace:
+def request_workspace(request: Request) -> Workspace:
     """This request's workspace, with its own git handle; kept on the request so its page chrome reuses it."""
     ws: Workspace = request.app.state.workspace.for_request()
     request.state.workspace = ws
     return ws
+
+
+async def get_workspace(request: Request) -> Workspace:
+    """The dependency: opening the handles touches no database and spawns nothing, so it need not take a thread
+    of the pool (each hop to the pool costs a read as much as a query)."""
+    return request_workspace(request)
 
 
 WorkspaceDep = Annotated[Workspace, Depends(get_workspace)]

@@ -12,14 +12,14 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from gateway.api.deps import PageActorDep, ProposalId, SignedInDep, WorkspaceDep, get_workspace
+from gateway.api.deps import PageActorDep, ProposalId, SignedInDep, WorkspaceDep, request_workspace
 from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused, SignInRefused
 from gateway.domain.jobs import JobKind
 from gateway.domain.permissions import Action, may
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
-from gateway.domain.review_page import diff_page, review_page
+from gateway.domain.review_page import FIRST_SCREEN_LINES, Bounded, diff_page, review_page
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.sign_in import (
     decide_signed_in,
@@ -57,7 +57,7 @@ def check_csrf(request: Request, token: str) -> None:
 def render(request: Request, name: str, actor: Principal | None, status_code: int = 200, **context: Any) -> HTMLResponse:
     # Never the app-wide workspace here: its git handle is shared by every thread of the pool and hangs for good
     # when two pages read git at once; each request gets its own.
-    ws = getattr(request.state, "workspace", None) or get_workspace(request)
+    ws = getattr(request.state, "workspace", None) or request_workspace(request)
     pushes = unacknowledged(ws) if actor else []  # on every page: main moved outside
     overdue = overdue_windows(ws) if actor else []  # and break-glass drift not codified
     return templates.TemplateResponse(request, name, {
@@ -169,7 +169,9 @@ def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, a
     view = view_proposal(ws, actor, proposal_id)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,
-                  changes=review.changes, diff=diff_page(view.diff, 1))
+                  changes=review.changes, diff=diff_page(view.diff, 1),
+                  blocked=Bounded.of(view.blocked_by, FIRST_SCREEN_LINES),
+                  refusals=Bounded.of(view.apply_blockers, FIRST_SCREEN_LINES))
 
 
 @router.get("/proposals/{proposal_id}/diff")

@@ -8,6 +8,7 @@ renderers only format it. Sensitive values print as `(sensitive)` and unknown on
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -104,6 +105,22 @@ class OpenDrift:
 
 
 @dataclass(frozen=True)
+class ModuleVersion:
+    """A remote module the plan was made with (its `gateway_modules` pin): what an approval also approves."""
+
+    key: str
+    source: str  # without a URL's user, password or query other than `ref` (a branch may write a token there)
+    version: str  # a registry version, a git commit, or "" for an HTTP archive (then `digest` tells it)
+    digest: str = ""
+
+    @property
+    def shown(self) -> str:
+        if re.fullmatch(r"[0-9a-f]{40}", self.version):
+            return f"{self.key} {self.source} @{self.version[:12]}"
+        return f"{self.key} {self.source} {self.version or self.digest[:19]}".rstrip()
+
+
+@dataclass(frozen=True)
 class Preview:
     engine: str
     counts: Mapping[str, int]
@@ -115,6 +132,7 @@ class Preview:
     findings: tuple[Finding, ...] = ()
     open_drift: tuple[OpenDrift, ...] = ()  # the stack's open drift record, shown first (added when read)
     notices: tuple[str, ...] = ()  # what a person must read first: a rollback's target and what it destroys, an import's proof
+    modules: tuple[ModuleVersion, ...] = ()  # the remote modules' resolved pins, by key
 
     @property
     def has_changes(self) -> bool:
@@ -141,7 +159,26 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
         risk=risk,
         findings=tuple(findings),
         notices=imports + _engine_notices(plan),
+        modules=module_versions(plan.raw),
     )
+
+
+def module_versions(document: Mapping[str, Any]) -> tuple[ModuleVersion, ...]:
+    """The pins a plan document carries under `gateway_modules` (adapters/module_installer.py writes them)."""
+    pins = document.get("gateway_modules")
+    if not isinstance(pins, list):
+        return ()
+    return tuple(sorted((ModuleVersion(str(p.get("key", "")), _shown_source(str(p.get("source", ""))),
+                                       str(p.get("version", "")), str(p.get("digest", "")))
+                         for p in pins if isinstance(p, Mapping)), key=lambda m: m.key))
+
+
+def _shown_source(source: str) -> str:
+    """A source address without credentials: no `user:password@`, no query parameter but `ref`."""
+    source = re.sub(r"(://)[^/@?#]*@", r"\1", source)
+    base, sep, query = source.partition("?")
+    kept = "&".join(q for q in query.split("&") if q.startswith("ref="))
+    return base + (f"?{kept}" if sep and kept else "")
 
 
 def _engine_notices(plan: Plan) -> tuple[str, ...]:
@@ -346,11 +383,16 @@ def _drift_summary(d: DriftEntry) -> str:
     return f"{d.address} ({attrs or d.summary})"
 
 
+def _modules_line(preview: Preview) -> list[str]:
+    return ["Modules: " + "; ".join(m.shown for m in preview.modules)] if preview.modules else []
+
+
 def render_text(preview: Preview) -> str:
     first = _open_drift_lines(preview)
     if not preview.has_changes and not preview.drift:
-        return "\n".join(first) + NO_CHANGES + "\n"
-    lines = first + [f"Plan ({preview.engine}): {_count_line(preview)}"]
+        head = [*first, *_modules_line(preview), ""] if preview.modules else first
+        return "\n".join(head) + NO_CHANGES + "\n"
+    lines = first + [f"Plan ({preview.engine}): {_count_line(preview)}", *_modules_line(preview)]
     if preview.risk:
         lines.append(f"Risk: {preview.risk.level.value}" + (f" ({'; '.join(preview.risk.reasons[:3])})" if preview.risk.reasons else ""))
     lines.append("")
@@ -419,8 +461,10 @@ def render_markdown(preview: Preview) -> str:
     for n in preview.notices:
         first += [f"> **Note:** {n}", ""]
     if not preview.has_changes and not preview.drift:
-        return "\n".join(first) + f"**{NO_CHANGES}**\n"
+        head = [*first, *_modules_markdown(preview), ""] if preview.modules else first
+        return "\n".join(head) + f"**{NO_CHANGES}**\n"
     lines = first + [f"### Plan ({preview.engine})", "", f"**{_count_line(preview)}**", ""]
+    lines += _modules_markdown(preview)
     if preview.risk:
         lines += [f"**Risk: {preview.risk.level.value}**" + (f": {'; '.join(preview.risk.reasons[:3])}" if preview.risk.reasons else ""), ""]
     if preview.danger:
@@ -449,6 +493,10 @@ def render_markdown(preview: Preview) -> str:
         lines += ["#### Outputs", ""]
         lines += [f"- `{_diff_text(a)}`" for a in preview.outputs]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _modules_markdown(preview: Preview) -> list[str]:
+    return ["Modules: " + "; ".join(f"`{m.shown}`" for m in preview.modules), ""] if preview.modules else []
 
 
 def _md(text: str | None) -> str:
@@ -509,6 +557,7 @@ def preview_from_data(data: Mapping[str, Any], changes: slice = slice(None), fir
                                    drift_entries(o["keeps"]), drift_entries(o.get("unseen", [])))
                           for o in data.get("open_drift", [])),
         notices=tuple(data.get("notices", [])),
+        modules=tuple(ModuleVersion(**m) for m in data.get("modules", [])),
     )
 
 

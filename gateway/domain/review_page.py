@@ -8,10 +8,11 @@ are; the changes and the diff follow in pages (`?page=N`), every one of them rea
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gateway.domain.errors import InputError
 from gateway.domain.policy import Finding, Severity
@@ -20,6 +21,7 @@ from gateway.domain.preview import DriftEntry, Preview, ResourceEntry, preview_f
 CHANGES_PER_PAGE = 50
 DIFF_LINES_PER_PAGE = 400
 FIRST_SCREEN_ITEMS = 100  # of each list in a stack's summary; the rest are on the pages of changes
+FIRST_SCREEN_LINES = 20  # of what blocks the proposal (each policy deny is one; the findings table lists them too)
 
 T = TypeVar("T")
 
@@ -79,7 +81,7 @@ def review_page(preview_json: Mapping[str, str], number: int, size: int = CHANGE
 
     Only what the page shows is built: a stack's bounded lists and the page's slice of its changes.
     """
-    decoded = {stack: json.loads(text) for stack, text in preview_json.items()}
+    decoded = {stack: _decoded(text) for stack, text in preview_json.items()}
     total = sum(len(data["changes"]) for data in decoded.values())
     count = _page_count(total, size)
     _check_page(number, count, "the proposal's changes")
@@ -102,6 +104,13 @@ def review_page(preview_json: Mapping[str, str], number: int, size: int = CHANGE
 def diff_page(diff: str, number: int, size: int = DIFF_LINES_PER_PAGE) -> Page[str]:
     """Page `number` of the diff's lines."""
     return paged(diff.splitlines(), number, size, "the proposal's diff")
+
+
+@functools.lru_cache(maxsize=4)
+def _decoded(text: str) -> dict[str, Any]:
+    """A stored preview decoded, remembered by its text (a big plan's is a megabyte: decoding it is most of a
+    page's cost, and each of its pages decodes the same text); never mutated."""
+    return dict(json.loads(text))
 
 
 def _bounded(shown: tuple[T, ...], every: Sized) -> Bounded[T]:

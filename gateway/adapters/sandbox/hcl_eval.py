@@ -39,6 +39,7 @@ from gateway.adapters.sandbox.values import (
     Mark,
     Secret,
     Sensitive,
+    SetValue,
     contains_unknown,
     decimal_arithmetic,
     marked,
@@ -519,7 +520,12 @@ class Evaluator:
             problem = "a null value" if collection is None else f"a value of type {type_name(collection)}"
             raise self.fail(f"Iteration over {'null' if collection is None else 'non-iterable'} value: {problem} "
                             "cannot be used as the collection in a 'for' expression.", mark, intro)
-        pairs = sorted(collection.items()) if isinstance(collection, dict) else enumerate(collection)  # keys in order
+        if isinstance(collection, dict):
+            pairs: Any = sorted(collection.items())  # keys in order
+        elif isinstance(collection, SetValue):
+            pairs = ((v, v) for v in collection)  # a set's key is its element
+        else:
+            pairs = enumerate(collection)
         if len(names) == 2:
             return mark, [self.child(**{names[0]: marked(k, mark), names[1]: marked(v, mark)}) for k, v in pairs]
         return mark, [self.child(**{names[0]: marked(v, mark)}) for _, v in pairs]

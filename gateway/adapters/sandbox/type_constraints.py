@@ -14,7 +14,7 @@ from typing import Any
 from lark import Token, Tree
 
 from gateway.adapters.sandbox.hcl_eval import Evaluator
-from gateway.adapters.sandbox.values import UNKNOWN, Sensitive, marked
+from gateway.adapters.sandbox.values import UNKNOWN, Sensitive, SetValue, marked
 from gateway.domain.errors import ConfigError
 
 PRIMITIVES = frozenset({"string", "number", "bool", "any"})
@@ -114,7 +114,7 @@ def convert(value: Any, spec: TypeSpec, where: str) -> Any:
         assert spec.element is not None
         items = [convert(v, spec.element, where) for v in value]
         if kind == "set" and all(isinstance(v, str) for v in items):
-            return sorted(set(items))
+            return SetValue(sorted(set(items)))
         return items
     elif kind == "map" and isinstance(value, dict):
         assert spec.element is not None

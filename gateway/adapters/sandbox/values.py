@@ -36,6 +36,11 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
+class SetValue(list):  # type: ignore[type-arg]
+    """A set as the sandbox keeps one: a list in Terraform's order that remembers it is a set, so that a `for`
+    over it keys each element by the element itself (as `for_each` does), not by its position."""
+
+
 class Mark(IntEnum):
     """How strongly a value is masked; a value derived from several takes the strongest."""
 
@@ -78,7 +83,8 @@ def unmark(value: Any) -> tuple[Any, Mark]:
         return {k: v for k, (v, _) in pairs.items()}, mark
     if isinstance(value, list):
         items = [unmark(v) for v in value]
-        return [v for v, _ in items], max((m for _, m in items), default=Mark.NONE)
+        plain = [v for v, _ in items]
+        return SetValue(plain) if isinstance(value, SetValue) else plain, max((m for _, m in items), default=Mark.NONE)
     return value, Mark.NONE
 
 

@@ -6,13 +6,14 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import case, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.sql_store import (
     Database,
     jobs,
 )
+from gateway.adapters.store.job_signal import CHANNEL, signal_for
 from gateway.adapters.store.rows import (
     MAX_ID,
     Records,
@@ -28,6 +29,13 @@ from gateway.domain.principals import Actor, Principal
 
 class SqlJobs(Records):
     """Jobs queued and finished inside a use case's transaction."""
+
+    moved = False  # a job was queued or finished here: idle workers are woken once this transaction commits
+
+    def _moved(self) -> None:
+        if not self.moved and self.conn.dialect.name == "postgresql":  # delivered at the commit, to every process
+            self.conn.execute(text(f"SELECT pg_notify('{CHANNEL}', '')"))
+        self.moved = True
 
     def add(
         self,
@@ -48,6 +56,7 @@ class SqlJobs(Records):
                 args=dict(args or {}),
             )
         )
+        self._moved()
         return int(result.inserted_primary_key[0])
 
     def queued(self, kind: JobKind, proposal_id: int, running_too: bool = True) -> int | None:
@@ -87,6 +96,8 @@ class SqlJobs(Records):
                 finished_at=now(),
             )
         )
+        if done.rowcount == 1:
+            self._moved()  # the proposal's next job may run now
         return done.rowcount == 1
 
     def retry(self, job_id: int, run_after: datetime, error: str) -> bool:
@@ -121,9 +132,33 @@ class SqlJobQueue:
 
     def __init__(self, db: Database):
         self.db = db
+        self.signal = signal_for(db.engine.url.render_as_string(hide_password=False))
+        self._listen = None
+        if db.engine.dialect.name == "postgresql" and db.engine.dialect.driver == "psycopg":
+            self._listen = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    def moves(self) -> int:
+        """A count that moves whenever a job may have become claimable; read it before `claim`, pass it to `wait`."""
+        return self.signal.count()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Until a job is queued or finished after `moves()` was `seen`, or `timeout`: in this process at once, in
+        another within PostgreSQL's NOTIFY; polling after `timeout` covers the rest. Whether it moved."""
+        if self._listen is not None:
+            self.signal.listen(self._listen)
+        return self.signal.wait(seen, timeout)
+
+    def wake(self) -> None:
+        """Wake this process's waiters (a worker stopping)."""
+        self.signal.notify()
+
+    def close(self) -> None:
+        if self._listen is not None:
+            self.signal.stop_listening(self._listen)
 
     def claim(self, runner: str, job_id: int | None = None) -> Job | None:
         """Take the oldest queued job (or `job_id`) whose proposal has no job running; None if there is none.
+        Publish jobs come after every other kind.
 
         A job waiting for a retry is not taken before its `run_after`, and a proposal's later deliveries wait
         behind it (a proposal's deliveries run in the order GitHub sent them). PostgreSQL skips rows other
@@ -152,7 +187,8 @@ class SqlJobQueue:
         )
         if job_id is not None:
             query = query.where(jobs.c.id == job_id)
-        query = query.order_by(jobs.c.id).limit(1)
+        # a publish only mirrors what is recorded: the work people wait for (a review's approval, a plan) goes first
+        query = query.order_by(case((jobs.c.kind == JobKind.PUBLISH.value, 1), else_=0), jobs.c.id).limit(1)
         with self.db.transaction() as conn:
             if not self.db.is_sqlite:
                 query = query.with_for_update(skip_locked=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from sqlalchemy import Connection
 
@@ -68,14 +69,34 @@ class SqlStore:
         return self.db.pending_migrations()
 
     def close(self) -> None:
+        self.queue.close()
         self.db.dispose()
 
     @contextmanager
     def session(self, readonly: bool = False) -> Iterator[SqlUnitOfWork]:
-        """One transaction over the records; `readonly` for reads, which then never wait for a writer."""
+        """One transaction over the records; `readonly` for reads, which then never wait for a writer.
+
+        A read opened inside another read of this store joins it: a view's dozen reads are one transaction and
+        one snapshot, not a dozen. A write always has a transaction of its own.
+        """
+        outer = _READING.get()
+        if readonly and outer is not None and outer[0] is self:
+            yield outer[1]
+            return
         with self.db.transaction(readonly) as conn:
             uow = SqlUnitOfWork(conn, self.scrubber, self.sealer)
-            yield uow
+            joined = _READING.set((self, uow)) if readonly else None
+            try:
+                yield uow
+            finally:
+                if joined is not None:
+                    _READING.reset(joined)
             uow.audit.write_chain_head()  # once, before the commit, after however many events
         if uow.audit.appended:  # committed: only now are they in the trail
             self.metrics.audit_appended(uow.audit.appended)
+        if uow.jobs.moved:  # committed: a worker of this process claims the job now, not at its next poll
+            self.queue.wake()
+
+
+# the read unit of work open in this context (thread or task), which nested reads of the same store join
+_READING: ContextVar[tuple[SqlStore, SqlUnitOfWork] | None] = ContextVar("gateway_reading", default=None)

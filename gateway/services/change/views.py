@@ -78,7 +78,15 @@ def _with_raw(obj: dict[str, Any], key: str, raw_json: str) -> str:
 
 
 def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
-    """Everything a person sees of a proposal; reads only, however stale the plans (`pending` says so)."""
+    """Everything a person sees of a proposal; reads only, however stale the plans (`pending` says so).
+
+    One read unit of work: every record it shows is of the same moment.
+    """
+    with ws.store.session(readonly=True):
+        return _view(ws, viewer, proposal_id)
+
+
+def _view(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
     proposal = get_proposal(ws, proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer)
     settings, moment = facts.settings, facts.now
@@ -160,8 +168,9 @@ def _stacks_of(group: str, proposal: Proposal, settings: RepoSettings) -> list[s
 def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:
     """What the viewer can decide now, oldest first (the queue a person works through)."""
     settings, moment = ws.repo_settings(), ws.clock.now()
-    items = [waiting_for(viewer, proposal, settings, moment)
-             for status in DECIDABLE for proposal, _ in _listed(ws, status.value)]  # never the whole history
+    with ws.store.session(readonly=True):  # one read unit of work for the whole queue
+        items = [waiting_for(viewer, proposal, settings, moment)
+                 for status in DECIDABLE for proposal, _ in _listed(ws, status.value)]  # never the whole history
     return sorted((i for i in items if i is not None), key=lambda i: i.id)
 
 
@@ -172,6 +181,11 @@ def _listed(ws: Workspace, status: str | None) -> list[tuple[Proposal, datetime]
 
 def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = None) -> list[ProposalRow]:
     """Proposals, those waiting for the viewer's approval first, then newest first."""
+    with ws.store.session(readonly=True):  # one read unit of work for the whole list
+        return _rows(ws, viewer, status)
+
+
+def _rows(ws: Workspace, viewer: Principal, status: str | None) -> list[ProposalRow]:
     settings = ws.repo_settings()
     moment = ws.clock.now()
     rows = []

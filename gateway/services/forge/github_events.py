@@ -74,8 +74,13 @@ class Review(_Model):
         return ReviewState(self.state.lower(), self.commit_id, self.user.id)
 
 
+class ReviewedHead(_Model):
+    sha: str
+
+
 class ReviewedPull(_Model):
     number: int
+    head: ReviewedHead | None = None  # GitHub's head when it sent the delivery (always sent; not relied on)
 
 
 class ReviewEvent(_Delivery):

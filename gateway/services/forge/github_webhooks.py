@@ -290,7 +290,13 @@ def _on_review(ws: Workspace, forge: Forge, event: ReviewEvent) -> Outcome:
         return proposal_id, {"ignored": f"review {event.action} {state}"}
     decision = Decision.APPROVE if state == "approved" else Decision.REJECT
     seen = get_proposal(ws, proposal_id)  # the plans shown while the reviewer reviewed
-    proposal = _catch_up(ws, forge, proposal_id)
+    # A review of the commit the gateway planned, which GitHub said was the head when it sent the delivery, binds to
+    # those plans without fetching: a later push reaches the gateway as a `synchronize` delivery, which runs before
+    # this one or makes this approval stale, and main moving re-plans (new digests, stale approvals); the apply
+    # fetches both again. Any other review fetches main and the branch first, and is judged against what they are.
+    head = event.pull_request.head.sha if event.pull_request.head else None
+    current = seen.status in DECIDABLE and seen.head_sha == review.commit_id == head
+    proposal = seen if current else _catch_up(ws, forge, proposal_id)
     reasons = _identity_refusals(account, person)
     if not reasons:
         now_state, now_commit, author = forge.review(number, review.id)

@@ -34,6 +34,7 @@ from typing import Any
 from gateway.adapters.sandbox.values import (
     UNKNOWN,
     Mark,
+    SetValue,
     contains_unknown,
     is_number,
     marked,
@@ -342,7 +343,7 @@ def whole(value: int | float, what: str = "number") -> int:
 def set_of(items: Iterable[Any]) -> list[Any]:
     """A set as the sandbox keeps one: distinct elements in Terraform's order (strings sorted, numbers ascending)."""
     unique = {json.dumps(item, sort_keys=True): item for item in items}
-    return sorted(unique.values(), key=_set_order)
+    return SetValue(sorted(unique.values(), key=_set_order))
 
 
 def _set_order(item: Any) -> tuple:

@@ -1,0 +1,99 @@
+"""Reads stay cheap: no git process per read, and a big proposal's review page shows what matters first, in pages."""
+
+from __future__ import annotations
+
+import html
+import re
+import subprocess
+from typing import Any
+
+import git
+import pytest
+from fastapi.testclient import TestClient
+
+from gateway.api.app import create_app
+from gateway.domain.errors import InputError
+from gateway.domain.review_page import CHANGES_PER_PAGE, paged
+from gateway.services.change.proposals import open_proposal
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People
+
+QUEUE = 'resource "aws_sqs_queue" "orders" {\n  name = "orders-staging"\n  tags = local.tags\n}\n'
+CHANGE = re.compile(r"<summary><code>([^<]+)</code>")
+
+
+def sign_in(client: TestClient, token: str) -> None:
+    csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)
+    assert csrf is not None
+    assert client.post("/login", data={"token": token, "csrf": csrf.group(1)}, follow_redirects=False).status_code == 303
+
+
+def test_reading_a_proposal_spawns_no_git_process(workspace: Workspace, people: People, clone: Clone,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
+    proposal = open_proposal(workspace, people.alice, "orders", "an orders queue")
+    spawned: list[Any] = []
+    popen_init = subprocess.Popen.__init__
+
+    def counting(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        spawned.append(args)
+        popen_init(self, args, *rest, **kwargs)
+
+    def refuse(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("a read ran the git command")
+
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        sign_in(client, people.tokens["bob"])
+        monkeypatch.setattr(subprocess.Popen, "__init__", counting)
+        monkeypatch.setattr(git.cmd.Git, "execute", refuse)
+        auth = {"Authorization": f"Bearer {people.tokens['bob']}"}
+        document = client.get(f"/api/v1/proposals/{proposal.id}", headers=auth)
+        diff = client.get(f"/api/v1/proposals/{proposal.id}/diff", headers=auth)
+        page = client.get(f"/proposals/{proposal.id}")
+        diff_page = client.get(f"/proposals/{proposal.id}/diff")
+        listing = client.get("/api/v1/proposals", headers=auth)
+
+    assert spawned == []
+    assert document.status_code == 200 and document.json()["pending"] == []
+    assert '+  name = "orders-staging"' in diff.text and "aws_sqs_queue.orders" in page.text
+    assert 'orders-staging' in html.unescape(diff_page.text) and listing.status_code == 200
+
+
+def test_a_big_proposal_shows_destroys_first_and_pages_every_change(workspace: Workspace, people: People,
+                                                                     clone: Clone) -> None:
+    buckets = "".join(f'resource "aws_s3_bucket" "bench{i}" {{\n  bucket = "bench-{i}"\n}}\n' for i in range(2000))
+    # a new description replaces the security group (and its rule); their addresses sort after every bucket's
+    (clone.branch("big").write("stacks/app-staging/buckets.tf", buckets)
+     .edit("stacks/app-staging/main.tf", '"HTTPS to the orders web tier"', '"HTTPS to the web tier"')
+     .push("2,000 buckets"))
+    proposal = open_proposal(workspace, people.alice, "big", "2,000 buckets")
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        document = client.get(f"/api/v1/proposals/{proposal.id}",
+                              headers={"Authorization": f"Bearer {people.tokens['bob']}"}).json()
+        every = [c["address"] for plan in document["plans"] for c in plan["preview"]["changes"]]
+        sign_in(client, people.tokens["bob"])
+        first = client.get(f"/proposals/{proposal.id}").text
+        pages = -(-len(every) // CHANGES_PER_PAGE)
+        listed = CHANGE.findall(first)
+        for number in range(2, pages + 1):
+            listed += CHANGE.findall(client.get(f"/proposals/{proposal.id}?page={number}").text)
+        past_the_end = client.get(f"/proposals/{proposal.id}?page={pages + 1}")
+        diff = client.get(f"/proposals/{proposal.id}/diff?page=2")
+
+    assert len(every) > 2000 and "aws_security_group.web" in every[-5:]
+    assert len(first) < 100_000  # the whole review was 832 KB
+    changes_at = first.index("<h3>Changes</h3>")
+    assert first.index("aws_security_group.web</code>: ") < changes_at  # the replace, before any change
+    assert f"page 1 of {pages}" in first and f'href="/proposals/{proposal.id}?page=2"' in first
+    assert listed == every  # each change once, in plan order, across the pages
+    assert past_the_end.status_code == 422 and f"there are {pages}" in html.unescape(past_the_end.text)
+    assert diff.status_code == 200 and "bench-" in diff.text and 'rel="prev"' in diff.text
+
+
+def test_pages_of_a_list() -> None:
+    assert [paged(range(5), n, 2, "x").items for n in (1, 2, 3)] == [(0, 1), (2, 3), (4,)]
+    empty = paged([], 1, 50, "the proposal's changes")
+    assert (empty.count, empty.total, empty.items) == (1, 0, ())
+    with pytest.raises(InputError, match="there is no page 4 of x: there are 3"):
+        paged(range(5), 4, 2, "x")

@@ -119,13 +119,33 @@ def _handler_table() -> dict[JobKind, JobHandler]:
             JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job, JobKind.NOTIFY: run_notify_job}
 
 
-def open_workspace(settings: Settings) -> Workspace:
-    """Connect to an initialised workspace; a missing one is a clear error, not a traceback."""
+def open_workspace(settings: Settings, migrate: bool = True) -> Workspace:
+    """Connect to an initialised workspace; a missing one is a clear error, not a traceback.
+
+    Without `migrate` (a command that only reads) no migration runs: one read-only query finds the schema's
+    version, and a database behind this gateway is refused with what to run, never upgraded by a read."""
     if not settings.repo_path.exists():
         raise NotFound(f"no gateway workspace at {settings.home}: run `gateway init` first")
     db = Database(settings.db_url)
-    db.migrate()
+    if migrate:
+        db.migrate()
+    elif pending := db.pending_migrations():
+        raise ConfigError(f"the database is behind this gateway: migration(s) {', '.join(map(str, pending))} not run, "
+                          "and a read changes nothing; run `gateway migrate` (or any command that changes something)")
     return _wire(settings, db, GitDeclarationRepo(settings.repo_path))
+
+
+def migrate_workspace(settings: Settings) -> list[int]:
+    """Run the migrations the workspace's database has not run; the versions it ran (none when it was current)."""
+    if not settings.repo_path.exists():
+        raise NotFound(f"no gateway workspace at {settings.home}: run `gateway init` first")
+    db = Database(settings.db_url)
+    try:
+        pending = db.pending_migrations()
+        db.migrate()
+    finally:
+        db.dispose()
+    return pending
 
 
 def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspace:

@@ -186,3 +186,51 @@ def test_one_list_for_the_command_and_the_api_waiting_for_you_first(workspace: W
         rows = client.get("/api/v1/proposals", headers={"Authorization": f"Bearer {people.tokens['erin']}"}).json()
     assert [(r["id"], r["waiting_for_you"]) for r in rows] == [(data.id, True), (staging.id, False)]
     assert rows[0]["risk"] and rows[0]["created_at"].endswith(("Z", "+00:00"))  # a time with its zone
+
+
+def schema_versions(ws: Workspace) -> set[int]:
+    from sqlalchemy import select
+
+    from gateway.adapters.sql_store import schema_version
+
+    with ws.store.session(readonly=True) as session:
+        return set(session.conn.scalars(select(schema_version.c.version)))
+
+
+def test_a_read_of_a_database_behind_the_gateway_says_so_and_migrates_nothing(workspace: Workspace,
+                                                                             people: People) -> None:
+    home, token = workspace.settings.home, people.tokens["dana"]
+    with workspace.store.session() as session:  # as if this gateway were newer than the database's schema
+        session.conn.exec_driver_sql("DELETE FROM schema_version WHERE version = 20")
+    for read in (["list"], ["show", "1"], ["audit", "verify"], ["notifications"]):
+        refused = run_cli(read, home, token=token)
+        assert refused.returncode == 1, read
+        assert refused.stderr.strip() == ("error: the database is behind this gateway: migration(s) 20 not run, and "
+                                          "a read changes nothing; run `gateway migrate` (or any command that "
+                                          "changes something)")
+    assert 20 not in schema_versions(workspace)  # no read ran it
+    migrated = run_cli(["migrate"], home)
+    assert migrated.returncode == 0 and migrated.stdout.strip() == "ran migration(s) 20"
+    assert 20 in schema_versions(workspace)
+    assert run_cli(["migrate"], home).stdout.strip() == "the database schema is current"
+    listed = run_cli(["list"], home, token=token)
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_a_read_does_not_wait_for_a_writer(workspace: Workspace, people: People, clone: Clone) -> None:
+    """On SQLite a read takes no write lock: `gateway show` answers while another process holds one."""
+    import sqlite3
+
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(workspace, people.alice, "bigger", "bigger staging instance")
+    home, token = workspace.settings.home, people.tokens["dana"]
+    assert run_cli(["list"], home, token=token).returncode == 0  # dana's first use is kept (a write, once a minute)
+    writer = sqlite3.connect(workspace.settings.home / "gateway.db", isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # the write lock, held as a long apply's transaction would hold it
+        shown = run_cli(["show", str(proposal.id)], home, token=token, timeout=30)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert shown.returncode == 0, shown.stderr
+    assert f"proposal {proposal.id} [open] bigger" in shown.stdout

@@ -27,9 +27,12 @@ HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gatew
          "prometheus_client")
 # What a read of a proposal does not need: the HCL parser and the engines' machinery (the simulator's evaluator,
 # planner and applier, Terraform), the policy interpreters, the logger (a read logs nothing), the forge, the
-# agent, the web app and the job handlers.
-NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2", "gateway.adapters.hcl", "gateway.adapters.terraform", "regopy", "checkov",
+# agent, the web app and the job handlers; GitPython (a read uses libgit2), HTTP clients (and the rich console
+# httpx brings), the cipher (previews are stored masked, not sealed) and, on SQLite, the PostgreSQL dialect.
+NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2", "gateway.adapters.hcl",
+                  "gateway.adapters.terraform", "regopy", "checkov",
                   "structlog", "github", "openai", "langgraph", "fastapi", "gateway.api",
+                  "git", "httpx", "rich", "cryptography", "sqlalchemy.dialects.postgresql",
                   "gateway.adapters.sandbox.planner", "gateway.adapters.sandbox.applier",
                   "gateway.adapters.sandbox.hcl_eval", "gateway.adapters.github_forge", "gateway.services.change.jobs",
                   "gateway.services.change.runner", "gateway.services.forge.github_webhooks",

@@ -18,17 +18,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import git
 import pygit2
-from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 from pygit2.enums import DiffOption, FileMode, ObjectType, RepositoryOpenFlag, SortMode
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
 from gateway.domain.repo_settings import RepoSettings
 from gateway.ports import CommitInfo
+
+if TYPE_CHECKING:
+    import git
 
 
 class GitDeclarationRepo:
@@ -47,6 +48,9 @@ class GitDeclarationRepo:
     def repo(self) -> git.Repo:
         """The GitPython handle, made on the first write (it starts `git cat-file` processes when it reads)."""
         if self._writer is None:
+            import git  # GitPython only where the gateway writes (a read needs libgit2 alone)
+            from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
             try:
                 self._writer = git.Repo(self.path)
             except (InvalidGitRepositoryError, NoSuchPathError):
@@ -63,6 +67,8 @@ class GitDeclarationRepo:
     @classmethod
     def create(cls, path: Path, content: Path, main_branch: str = "main") -> GitDeclarationRepo:
         """A new bare repo whose first commit on `main_branch` holds the files of `content`."""
+        import git
+
         git.Repo.init(path, bare=True, initial_branch=main_branch)
         with tempfile.TemporaryDirectory() as tmp:
             clone = git.Repo.clone_from(str(path), tmp)
@@ -321,6 +327,8 @@ class GitDeclarationRepo:
         try:
             return self._git("merge-tree", "--write-tree", main_sha, head_sha).splitlines()[0]
         except BackendError as exc:
+            from git.exc import GitCommandError
+
             conflicts = [line.split("\t", 1)[-1] for line in (exc.__cause__.stdout if isinstance(
                 exc.__cause__, GitCommandError) else "").splitlines() if "\t" in line]
             where = f" (conflicts in {', '.join(sorted(set(conflicts)))})" if conflicts else ""
@@ -328,6 +336,8 @@ class GitDeclarationRepo:
                            "rebase it on main and push again") from exc
 
     def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
+        from git.exc import GitCommandError
+
         try:
             return str(self.repo.git.execute(["git", *args], env=env))
         except GitCommandError as exc:

@@ -23,11 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lark import Tree
-
-from gateway.adapters.hcl import line_of, node_name, parse_hcl
 from gateway.adapters.module_fetch import (
     ModuleFetcher,
     PackageSource,
@@ -36,9 +33,14 @@ from gateway.adapters.module_fetch import (
     is_local,
     parse_source,
 )
-from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk, string_literal
 from gateway.adapters.module_versions import Constraint
 from gateway.domain.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lark import Tree
+
+# The HCL parser (lark, python-hcl2) is imported where a stack's files are first read, not with this module: the
+# composition root makes the installer for every command, and a read plans nothing.
 
 MAX_DEPTH = 10
 MAX_CALLS = 500
@@ -261,6 +263,10 @@ def package_digest(directory: Path) -> str:
 
 def _calls(folder: Path, top: Path) -> Sequence[_Call]:
     """The module calls of one folder's .tf files, with where each is written (relative to `top`)."""
+    from lark import Tree
+
+    from gateway.adapters.hcl import line_of, node_name, parse_hcl
+
     calls = []
     for path in sorted(folder.glob("*.tf")):
         if path.is_symlink() or not path.is_file():
@@ -289,6 +295,8 @@ def _calls(folder: Path, top: Path) -> Sequence[_Call]:
 
 
 def _literal(expr: Tree | None) -> str | None:
+    from gateway.adapters.module_sources import string_literal
+
     return string_literal(expr) if expr is not None else None
 
 
@@ -311,4 +319,6 @@ def _repository_of(directory: Path) -> tuple[Path, str]:
 
 
 def _local_modules(root: Path, stack_path: str) -> tuple[str, ...]:
+    from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
+
     return local_module_directories(stack_path, read_directory_on_disk(root)) if stack_path != "." else ()

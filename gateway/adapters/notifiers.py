@@ -15,8 +15,7 @@ import ssl
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import formatdate
-
-import httpx
+from typing import TYPE_CHECKING
 
 from gateway.config import ChannelSecret, Settings
 from gateway.domain.errors import BackendError, ConfigError, Unavailable
@@ -33,6 +32,9 @@ from gateway.domain.notifications import (
     webhook_body,
     webhook_signature,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRIED_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -94,6 +96,8 @@ class ChannelSenders:
 
     def _post(self, channel: Channel, url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
         """POST; a 2xx answer, or the error it means (the URL never in a message: it is the secret)."""
+        import httpx  # only when a notification is sent (a read sends none)
+
         try:
             with httpx.Client(timeout=self.settings.notify_timeout_seconds, follow_redirects=False,
                               verify=self._tls_context()) as client:

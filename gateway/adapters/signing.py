@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING
 
 from gateway.adapters.keyfiles import private_key_file
 from gateway.domain.errors import ConfigError
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+# `cryptography` is imported where a key is loaded or a signature checked, not with this module: every command
+# wires the signer, few sign or verify a checkpoint.
+
 
 class SigningKey:
     def __init__(self, key: Ed25519PrivateKey):
+        from cryptography.hazmat.primitives import serialization
+
         self._key = key
         raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         self.public_key = base64.b64encode(raw).decode()
@@ -22,6 +27,9 @@ class SigningKey:
     @classmethod
     def load_or_create(cls, path: Path) -> SigningKey:
         """The key in `path` (PEM), made there with mode 0600 the first time; a readable-by-others key is refused."""
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         pem = private_key_file(path, lambda: Ed25519PrivateKey.generate().private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
             "audit signing key")
@@ -38,6 +46,9 @@ class SigningKey:
 
 
 def signature_valid(public_key: str, message: bytes, signature: str) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         Ed25519PublicKey.from_public_bytes(base64.b64decode(public_key)).verify(base64.b64decode(signature), message)
     except (InvalidSignature, ValueError):

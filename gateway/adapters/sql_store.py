@@ -8,6 +8,7 @@ processes); on PostgreSQL the audit chain and stack locks take row locks.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -237,8 +238,6 @@ audit_event_addresses = Table(
     Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
     Column("address", String(300), primary_key=True),
     Index("audit_event_addresses_by_address", "address", "seq"),
-    # prefix searches (LIKE 'aws_s3_bucket.%') on PostgreSQL, whatever the database's collation
-    Index("audit_event_addresses_by_prefix", "address", postgresql_ops={"address": "text_pattern_ops"}),
 )
 
 # Which proposals' events name each address (migration 18): the address filter brings a proposal's whole story.
@@ -246,9 +245,17 @@ audit_proposal_addresses = Table(
     "audit_proposal_addresses", metadata,
     Column("proposal_id", Integer, primary_key=True, autoincrement=False),
     Column("address", String(300), primary_key=True),
-    Index("audit_proposal_addresses_by_address", "address", "proposal_id",
-          postgresql_ops={"address": "text_pattern_ops"}),
 )
+
+
+@functools.cache
+def _prefix_indexes() -> tuple[Index, Index]:
+    """The indexes that serve prefix searches (LIKE 'aws_s3_bucket.%') on PostgreSQL, whatever the database's
+    collation: made by the migrations that create their tables (see `_one_running_job`), not with the tables."""
+    return (Index("audit_event_addresses_by_prefix", audit_event_addresses.c.address,
+                  postgresql_ops={"address": "text_pattern_ops"}),
+            Index("audit_proposal_addresses_by_address", audit_proposal_addresses.c.address,
+                  audit_proposal_addresses.c.proposal_id, postgresql_ops={"address": "text_pattern_ops"}))
 
 # The chain's head, kept apart so that deleting the newest events is found too.
 audit_head = Table(
@@ -471,15 +478,19 @@ def _plan_artifacts(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE plans ADD COLUMN artifact {kind}"))
 
 
-ONE_RUNNING_JOB = Index("jobs_one_running_per_proposal", jobs.c.proposal_id, unique=True,
-                        sqlite_where=jobs.c.status == "running", postgresql_where=jobs.c.status == "running")
+# Indexes with a dialect's options are made by the migration that creates them, never at import: an option of
+# `postgresql_` loads SQLAlchemy's PostgreSQL dialect and all its drivers' modules, which a read on SQLite never needs.
+@functools.cache
+def _one_running_job() -> Index:
+    return Index("jobs_one_running_per_proposal", jobs.c.proposal_id, unique=True,
+                 sqlite_where=jobs.c.status == "running", postgresql_where=jobs.c.status == "running")
 
 
 def _applied_commits_and_one_running_job(conn: Connection) -> None:
     """Each proposal records the commit its apply ran; never two running jobs for one proposal."""
     if "applied_sha" not in {c["name"] for c in inspect(conn).get_columns("proposals")}:
         conn.execute(text("ALTER TABLE proposals ADD COLUMN applied_sha VARCHAR(40)"))
-    ONE_RUNNING_JOB.create(conn, checkfirst=True)
+    _one_running_job().create(conn, checkfirst=True)
 
 
 def _github(conn: Connection) -> None:
@@ -524,6 +535,7 @@ def _audit_search(conn: Connection) -> None:
     if "outcome" not in {c["name"] for c in inspect(conn).get_columns("audit_events")}:
         conn.execute(text("ALTER TABLE audit_events ADD COLUMN outcome VARCHAR(20)"))
     metadata.create_all(conn, tables=[audit_event_stacks, audit_event_addresses])
+    _prefix_indexes()[0].create(conn, checkfirst=True)
     for index in AUDIT_INDEXES:
         index.create(conn, checkfirst=True)
     if "payload" not in {c["name"] for c in inspect(conn).get_columns("audit_events")}:
@@ -547,15 +559,16 @@ def _main_pushes(conn: Connection) -> None:
     metadata.create_all(conn, tables=[main_pushes, markers])
 
 
-ONE_OPEN_DRIFT_RECORD = Index("drift_records_one_open_per_stack", drift_records.c.stack, unique=True,
-                              sqlite_where=drift_records.c.status == "open",
-                              postgresql_where=drift_records.c.status == "open")
+@functools.cache
+def _one_open_drift_record() -> Index:
+    return Index("drift_records_one_open_per_stack", drift_records.c.stack, unique=True,
+                 sqlite_where=drift_records.c.status == "open", postgresql_where=drift_records.c.status == "open")
 
 
 def _day_two(conn: Connection) -> None:
     """Drift records per stack (one open at a time, whatever workers race) and break-glass windows."""
     metadata.create_all(conn, tables=[drift_records, break_glass_windows])
-    ONE_OPEN_DRIFT_RECORD.create(conn, checkfirst=True)
+    _one_open_drift_record().create(conn, checkfirst=True)
 
 
 def _one_turn_per_conversation(conn: Connection) -> None:
@@ -607,6 +620,7 @@ def _canonical_events(conn: Connection) -> None:
         for column in ("payload", "stacks"):
             conn.execute(text(f"ALTER TABLE audit_events DROP COLUMN {column}"))
     metadata.create_all(conn, tables=[audit_proposal_addresses])
+    _prefix_indexes()[1].create(conn, checkfirst=True)
     conn.execute(text(
         "INSERT INTO audit_proposal_addresses (proposal_id, address) SELECT DISTINCT e.proposal_id, a.address "
         "FROM audit_event_addresses a JOIN audit_events e ON e.seq = a.seq WHERE e.proposal_id IS NOT NULL"))

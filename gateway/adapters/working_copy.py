@@ -6,10 +6,12 @@ Commits are made with the gateway as committer and the agent as author; only wha
 from __future__ import annotations
 
 from pathlib import Path
-
-import git
+from typing import TYPE_CHECKING
 
 from gateway.adapters.git_repo import committer_env
+
+if TYPE_CHECKING:
+    import git
 
 
 class GitWorkingCopy:
@@ -29,6 +31,8 @@ class GitWorkingCopy:
         self.clone.git.push("-q", *(["-f"] if force else []), "origin", f"HEAD:{ref}")
 
     def fetch(self, ref: str) -> tuple[str, str | None] | None:
+        import git
+
         try:
             self.clone.git.fetch("-q", "origin", f"+{ref}:{ref}")
         except git.GitCommandError:
@@ -53,6 +57,8 @@ class GitWorkingCopies:
         self.repo_path = repo_path
 
     def clone(self, dest: Path, branch: str | None = None, at: str | None = None) -> GitWorkingCopy:
+        import git  # GitPython only where an agent edits, never for a read
+
         source = str(self.repo_path.resolve())
         if at is not None:
             clone = git.Repo.clone_from(source, dest, no_checkout=True)

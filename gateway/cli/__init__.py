@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "(`--agent --for PERSON`)."),
     "merge": ("proposals", "Leave `unmerged`: merge an applied proposal into main again, or acknowledge a merge "
                            "made by hand."),
+    "migrate": ("workspace", "Bring the workspace's database up to this gateway's schema; a command that only reads "
+                             "never migrates."),
     "notifications": ("notifications", "Notifications sent to Slack, e-mail and webhooks: delivered, waiting for a "
                                        "retry, or failed (newest first)."),
     "override": ("proposals", "Override one deny finding as a policy owner (recorded, attributable, expiring)."),

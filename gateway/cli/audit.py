@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gateway.cli.context import Context, echo_story, event_line, pass_ctx
+from gateway.cli.context import Context, echo_story, event_line, pass_ctx, pass_reader
 from gateway.domain.audit import Checkpoint
 
 group = click.Group("audit")  # this module's commands; gateway.cli registers each by name
@@ -24,7 +24,7 @@ def audit() -> None:
 @click.option("--actor", "actor_name", default=None)
 @click.option("--stack", default=None)
 @click.option("--since", default=None, help="ISO 8601 time")
-@pass_ctx
+@pass_reader
 def audit_list(ctx: Context, proposal_id: int | None, actor_name: str | None, stack: str | None, since: str | None) -> None:
     """List events, oldest first."""
     from gateway.services.admin.audit import list_events
@@ -36,7 +36,7 @@ def audit_list(ctx: Context, proposal_id: int | None, actor_name: str | None, st
 @audit.command("show")
 @click.argument("proposal_id", type=int, required=False)
 @click.option("--break-glass", "window_id", type=int, default=None, help="a break-glass episode instead of a change")
-@pass_ctx
+@pass_reader
 def audit_show(ctx: Context, proposal_id: int | None, window_id: int | None) -> None:
     """The whole story of one change, from request to merge (or of one break-glass episode)."""
     if (proposal_id is None) == (window_id is None):
@@ -54,7 +54,7 @@ def audit_show(ctx: Context, proposal_id: int | None, window_id: int | None) -> 
 @audit.command("export")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
 @click.option("--proposal", "proposal_id", type=int, default=None)
-@pass_ctx
+@pass_reader
 def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
     """Export events with their hashes, for an auditor's own tools."""
     from gateway.services.admin.audit import export_events, list_events
@@ -69,7 +69,7 @@ def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
 @click.option("--against", "checkpoint_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="a checkpoint kept from `gateway audit checkpoint`: prove the trail up to it is unchanged")
 @click.option("--resume", is_flag=True, help="only what follows the newest checkpoint this gateway signed")
-@pass_ctx
+@pass_reader
 def audit_verify(ctx: Context, checkpoint_file: Path | None, resume: bool) -> None:
     """Check the hash chain (and, with --against, that it is the one a kept checkpoint signed); exit 1 if not."""
     from gateway.services.admin.audit import verify_checkpoint, verify_from_checkpoint, verify_trail

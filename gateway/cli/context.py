@@ -8,9 +8,11 @@ and the approval rules are imported when a command first needs them, so `gateway
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from gateway.services.workspace import Workspace
 
 FORMATS = click.Choice(sorted(RENDERERS))
+R = TypeVar("R")
 
 
 class Context:
@@ -38,6 +41,7 @@ class Context:
 
         configure_logging()
         self.settings: Settings = Settings()
+        self.reads_only = False  # set by `pass_reader`: the command changes nothing, not even the schema
         self._ws: Workspace | None = None
 
     @property
@@ -47,7 +51,7 @@ class Context:
             from gateway.composition import open_workspace
             from gateway.output import scrub_standard_streams
 
-            self._ws = open_workspace(self.settings)
+            self._ws = open_workspace(self.settings, migrate=not self.reads_only)
             scrub_standard_streams(self._ws.scrubber)
         return self._ws
 
@@ -60,6 +64,18 @@ class Context:
 
 
 pass_ctx = click.make_pass_decorator(Context, ensure=True)
+
+
+def pass_reader(command: Callable[..., R]) -> Callable[..., R]:
+    """`pass_ctx` for a command that only reads: its workspace is opened without running migrations (reads never
+    write, and a migration takes SQLite's write lock); a database behind this gateway is refused, saying what to run."""
+    @pass_ctx
+    @functools.wraps(command)
+    def reader(ctx: Context, /, *args: Any, **kwargs: Any) -> R:
+        ctx.reads_only = True
+        return command(ctx, *args, **kwargs)
+
+    return reader
 
 
 # --- proposals -------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gateway.cli.context import Context, pass_ctx
+from gateway.cli.context import Context, pass_reader
 
 group = click.Group("notifications")  # this module's commands; gateway.cli registers each by name
 
@@ -12,7 +12,7 @@ group = click.Group("notifications")  # this module's commands; gateway.cli regi
 @group.command()
 @click.option("--status", type=click.Choice(["queued", "delivered", "failed"]), help="only these")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
-@pass_ctx
+@pass_reader
 def notifications(ctx: Context, status: str | None, limit: int) -> None:
     """Notifications sent to Slack, e-mail and webhooks: delivered, waiting for a retry, or failed (newest first)."""
     from gateway.domain.notifications import NotificationStatus

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
-from gateway.cli.context import FORMATS, Context, echo_approval_state, echo_proposal, finish_job, pass_ctx
+from gateway.cli.context import FORMATS, Context, echo_approval_state, echo_proposal, finish_job, pass_ctx, pass_reader
 from gateway.domain.jobs import JobKind
 from gateway.domain.proposal import Decision
 
@@ -32,7 +32,7 @@ def propose(ctx: Context, branch: str, reason: str) -> None:
 
 @group.command("list")
 @click.option("--status", default=None)
-@pass_ctx
+@pass_reader
 def list_proposals(ctx: Context, status: str | None) -> None:
     """List proposals: those waiting for your approval first (marked *), then newest first."""
     from gateway.services.change.views import list_proposal_rows
@@ -48,7 +48,7 @@ def list_proposals(ctx: Context, status: str | None) -> None:
 
 @group.command("inbox")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@pass_ctx
+@pass_reader
 def show_inbox(ctx: Context, fmt: str) -> None:
     """Waiting for you: what you can approve or reject now, and why each needs you."""
     from gateway.services.change.views import inbox
@@ -75,7 +75,7 @@ def _age(delta: timedelta) -> str:
 @click.argument("proposal_id", type=int)
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--diff", "show_diff", is_flag=True, help="also print the text diff of the branch")
-@pass_ctx
+@pass_reader
 def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
     """Show a proposal: status, approvals (current or stale), and the preview of every stack."""
     actor = ctx.actor()

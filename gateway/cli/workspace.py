@@ -35,6 +35,16 @@ def init(ctx: Context, if_missing: bool, sample: str) -> None:
 
 
 @group.command()
+@pass_ctx
+def migrate(ctx: Context) -> None:
+    """Bring the workspace's database up to this gateway's schema; a command that only reads never migrates."""
+    from gateway.composition import migrate_workspace
+
+    ran = migrate_workspace(ctx.settings)
+    click.echo(f"ran migration(s) {', '.join(map(str, ran))}" if ran else "the database schema is current")
+
+
+@group.command()
 @click.option("--keep", is_flag=True, help="keep the temporary workspace and print where it is")
 @click.option("--day-two", "day_two", is_flag=True, help="drift -> codify, and break-glass -> codify, instead")
 def demo(keep: bool, day_two: bool) -> None:

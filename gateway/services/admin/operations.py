@@ -66,8 +66,7 @@ def _migrations(ws: Workspace) -> ReadinessCheck:
         return ReadinessCheck("migrations", f"the schema version cannot be read: {exc}")
     if pending:
         return ReadinessCheck("migrations", f"the database is not at this version's schema: migration(s) "
-                                            f"{', '.join(map(str, pending))} not run (start one `gateway` command "
-                                            "against it, e.g. `gateway init --if-missing`, to run them)")
+                                            f"{', '.join(map(str, pending))} not run (`gateway migrate` runs them)")
     return ReadinessCheck("migrations")
 
 

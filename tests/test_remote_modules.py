@@ -354,6 +354,36 @@ module "network" {{
             "module.network.module.key.aws_kms_key.this[0]"} <= created
 
 
+@pytest.mark.parametrize("source", ["git::https://github.com/acme/net//../../../../etc",
+                                    "terraform-aws-modules/vpc/aws//modules/../../..",
+                                    "https://example.com/vpc.zip//a/..\\..\\b"])
+def test_a_subdir_that_leaves_its_package_is_refused(source: str) -> None:
+    with pytest.raises(ValueError, match="leaves its package"):
+        parse_source(source)
+
+
+def test_a_link_in_a_git_module_never_brings_a_host_file_into_the_stack(registry: Registry, tmp_path: Path) -> None:
+    outside = tmp_path / "host-secret.env"
+    outside.write_text("AWS_SECRET_ACCESS_KEY=hunter2\n")
+    work = write(tmp_path / "module-work", {"main.tf": 'resource "aws_sqs_queue" "q" {\n  name = "q"\n}\n'})
+    (work / "stolen.txt").symlink_to(outside)
+    (tmp_path / "host-dir").mkdir()
+    (tmp_path / "host-dir" / "id_rsa").write_text("hunter2\n")
+    (work / "root").symlink_to(tmp_path / "host-dir")  # a folder outside the package (a regression copies it, no more)
+    repo = git.Repo.init(work)
+    repo.git.add("-A")
+    repo.git.execute(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "v1"])
+    bare = tmp_path / "linky.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    stack = stack_repo(tmp_path, {"main.tf": f'module "q" {{\n  source = "git::file://{bare}"\n}}\n'})
+    with installer(registry, tmp_path / "cache", allow_file_urls=True).installed(stack) as (installed, _pins):
+        module = installed / ".terraform" / "modules" / "q"
+        assert (module / "main.tf").is_file()
+        assert not (module / "stolen.txt").exists() and not (module / "stolen.txt").is_symlink()
+        assert not (module / "root").exists() and not (module / "root").is_symlink()
+        assert not any("hunter2" in p.read_text(errors="replace") for p in installed.rglob("*") if p.is_file())
+
+
 def test_an_unknown_git_ref_names_the_module_and_the_ref(registry: Registry, tmp_path: Path) -> None:
     bare = bare_repository(tmp_path, NETWORK, "v1.0.0")
     stack = stack_repo(tmp_path, {"main.tf": f'module "network" {{\n  source = "git::file://{bare}?ref=v9"\n}}\n'})

@@ -128,7 +128,15 @@ def parse_source(source: str) -> RegistrySource | PackageSource:
         raise ValueError("not a registry address (`namespace/name/provider`, optionally after a host)")
     if not all(_PART.match(p) for p in parts):
         raise ValueError("not a registry address (`namespace/name/provider`, optionally after a host)")
-    return RegistrySource(host, parts[0], parts[1], parts[2], subdir.strip("/"))
+    return RegistrySource(host, parts[0], parts[1], parts[2], _subdir(subdir))
+
+
+def _subdir(text: str) -> str:
+    """A `//subdir` inside a package: it may name a folder of the package, never one outside it."""
+    subdir = text.strip("/")
+    if any(part == ".." for part in re.split(r"[/\\]", subdir)):
+        raise ValueError(f"the subdirectory {subdir!r} leaves its package (`..` is not allowed after `//`)")
+    return subdir
 
 
 def _package(prefix: str, text: str) -> PackageSource:
@@ -139,7 +147,7 @@ def _package(prefix: str, text: str) -> PackageSource:
         raise ValueError("a git or HTTP source needs a URL with a scheme")
     path, _, subdir = rest.partition("//")
     url = f"{prefix}{scheme}://{path}" + (f"?{query}" if query else "")
-    return PackageSource(url, subdir.strip("/"))
+    return PackageSource(url, _subdir(subdir))
 
 
 @dataclass(frozen=True)
@@ -371,6 +379,7 @@ class ModuleFetcher:
                       f"has no ref {ref!r}" if ref else None)
             commit = self._git(["git", "-C", str(clone), "rev-parse", "HEAD"], env, base).strip()
             shutil.rmtree(clone / ".git")
+            drop_links(clone)  # a link could point anywhere on this host: packages hold files and folders only
             shutil.copytree(clone, dest, dirs_exist_ok=True, symlinks=True)
         return commit
 
@@ -447,3 +456,11 @@ def _one_line(value: object) -> str:
     text = " ".join(str(value).split())
     return text[:200] or type(value).__name__
 
+
+def drop_links(root: Path) -> None:
+    """Remove every symbolic link under `root` (as archives are unpacked: links are skipped), never following one."""
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder, name)
+            if path.is_symlink():
+                path.unlink()

@@ -30,6 +30,7 @@ from gateway.adapters.module_fetch import (
     PackageSource,
     RegistrySource,
     Unreachable,
+    drop_links,
     is_local,
     parse_source,
 )
@@ -175,8 +176,12 @@ class ModuleInstaller:
             raise ConfigError(f"{call.where}: source \"{call.source}\" at {pin.version or 'its address'} is not the "
                               "package that was planned (its files changed); plan again")
         installed = work / ".terraform" / "modules" / key
-        shutil.copytree(package.directory, installed, ignore=shutil.ignore_patterns(_META))
+        shutil.copytree(package.directory, installed, ignore=shutil.ignore_patterns(_META), symlinks=True)
+        drop_links(installed)  # never a link into the stack's copy (a package cached before links were dropped)
         module_dir = installed / source.subdir if source.subdir else installed
+        if not module_dir.resolve().is_relative_to(installed.resolve()):
+            raise ConfigError(f"{call.where}: source \"{call.source}\": the subdirectory {source.subdir!r} leaves its "
+                              "package")
         if not module_dir.is_dir():
             raise ConfigError(f"{call.where}: source \"{call.source}\": the package has no folder {source.subdir!r}")
         return (source, module_dir, installed), ModulePin(key, str(source), package.version, package.digest)

@@ -536,10 +536,14 @@ class BreakerRecords(Protocol):
 
 
 class Notifications(Protocol):
-    """Notifications, each delivered once: queued, then delivered or reported failed."""
+    """Notifications, each delivered once: queued, then delivered or reported failed; or skipped, never sent."""
 
     def add(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None) -> int | None:
         """Queue a notification; None when one with this dedupe key exists (it is never sent twice)."""
+        ...
+
+    def skip(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None, reason: str) -> int | None:
+        """Record a notification the outbox could not make, never sent; None when this dedupe key exists."""
         ...
 
     def set_job(self, notification_id: int, job_id: int) -> None: ...

@@ -53,7 +53,7 @@ from gateway.domain.notifications import (
     slack_body,
     summary_counts,
 )
-from gateway.domain.principals import Role
+from gateway.domain.principals import GATEWAY, Role
 from gateway.domain.proposal import Decision
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.admin.users import add_principal
@@ -654,3 +654,67 @@ def test_a_notification_whose_worker_died_while_sending_it_is_sent_again(ws: Wor
     assert [m["event"] for m in receivers.received["/hooks/audit"]] == ["approval_wanted"]
     with ws.store.session(readonly=True) as session:
         assert session.notifications.get(hook.id).status == NotificationStatus.DELIVERED
+
+
+def test_an_event_that_cannot_be_told_is_recorded_as_skipped_once_per_channel(
+        ws: Workspace, team: tuple[People, Clone], receivers: Receivers) -> None:
+    people, clone = team
+    with ws.store.session() as session:  # a trail event the notices cannot read: it names a proposal that is not
+        unreadable = session.audit.append(GATEWAY, "breaker.tripped", {"agent": "agent-x", "reason": "too many",
+                                                                       "proposal": 999})
+    proposal = propose(ws, people, clone, "bigger", '"t3.small"', '"t3.medium"')
+    deliver(ws)
+
+    def skipped_in_trail() -> list[Any]:
+        with ws.store.session(readonly=True) as session:
+            return [e for e in session.audit.events() if e.kind == "notification.skipped"]
+
+    skipped = skipped_in_trail()
+    # the channels a route sends breaker_tripped to (whom it concerns could not be read): each once
+    assert sorted(e.payload["target"] for e in skipped) == ["audit-hook", "ops-chat", "ops-slack", "platform-mail"]
+    assert all(e.payload["trail_event"] == unreadable.seq and e.payload["trail_kind"] == "breaker.tripped"
+               and e.payload["event"] == "breaker_tripped" and "no proposal 999" in e.payload["reason"]
+               for e in skipped)
+    trail_text = json.dumps([e.payload for e in skipped])
+    assert receivers.url not in trail_text and HOOK_KEY not in trail_text and SLACK_TOKEN not in trail_text
+    with ws.store.session(readonly=True) as session:
+        rows = session.notifications.list(NotificationStatus.SKIPPED)
+    assert sorted(n.channel.name for n in rows) == sorted(e.payload["target"] for e in skipped)
+    assert all(n.job_id is None and n.attempts == 0 for n in rows)
+    # the events after it are still told; nothing of the unreadable one was sent
+    assert [m["proposal_id"] for m in receivers.received["/hooks/audit"]] == [proposal]
+    assert not any(m.get("event") == "breaker_tripped" for m in receivers.received["/hooks/audit"])
+
+    # its own notification.skipped events tell nothing, and a pass over the whole trail again records no new skip
+    assert queue_notifications(ws) == []
+    with ws.store.session() as session:
+        session.main.set_marker(OUTBOX_MARKER, "0")
+    assert queue_notifications(ws) == []
+    assert len(skipped_in_trail()) == 4
+
+    listing = run_cli(["notifications", "--status", "skipped"], ws.settings.home, people.tokens["dana"])
+    assert listing.returncode == 0, listing.stderr
+    assert "skipped   breaker_tripped     webhook:audit-hook" in listing.stdout and "no proposal 999" in listing.stdout
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        answer = client.get("/api/v1/notifications", params={"status": "skipped"},
+                            headers={"Authorization": f"Bearer {people.tokens['dana']}"})
+        assert answer.status_code == 200, answer.text
+        assert sorted(n["target"] for n in answer.json()) == ["audit-hook", "ops-chat", "ops-slack", "platform-mail"]
+        assert all("no proposal 999" in (n["error"] or "") for n in answer.json())
+    verified = run_cli(["audit", "verify"], ws.settings.home, people.tokens["dana"])
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_skip_is_recorded_with_the_outbox_move_or_not_at_all(ws: Workspace, team: tuple[People, Clone]) -> None:
+    """Of two passes over one batch, one moves the place: the other records no skip (nothing rolled back is told)."""
+    with ws.store.session() as session:
+        session.audit.append(GATEWAY, "breaker.tripped", {"agent": "agent-x", "reason": "r", "proposal": 999})
+        place = session.main.marker(OUTBOX_MARKER)
+    with ws.store.session() as session:  # another worker took the batch a moment ago
+        head = session.audit.chain_head()
+        assert head is not None
+        assert session.main.swap_marker(OUTBOX_MARKER, place, str(head[0]))
+    assert queue_notifications(ws) == []
+    with ws.store.session(readonly=True) as session:
+        assert not [e for e in session.audit.events() if e.kind == "notification.skipped"]
+        assert session.notifications.list(NotificationStatus.SKIPPED) == []

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import html
 import io
+import ipaddress
 import json
 import posixpath
 import shutil
+import ssl
 import subprocess
+import threading
 import zipfile
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import git
@@ -43,7 +47,7 @@ from gateway.domain.plan import ChangeKind, load_plan
 from gateway.ports import StackInputs
 
 from .conftest import add_people, run_cli
-from .module_registry import Registry, serve_registry
+from .module_registry import Registry, make_tls_files, pack, serve_registry
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus_remote"
 EXPECTED = yaml.safe_load((CORPUS / "expectations.yaml").read_text())
@@ -638,3 +642,171 @@ module "jobs" {
         assert any((tmp_path / "home" / "modules").iterdir())  # the workspace's cache
     finally:
         ws.close()
+
+
+# --- the address checked is the address connected to (DNS rebinding) -------------------------
+
+class Hits(BaseHTTPRequestHandler):
+    """Serves a registry's three answers and a package; every request is recorded by the server it reached."""
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        return
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        server = self.server
+        server.hits.append(self.path)  # type: ignore[attr-defined]
+        if self.path == "/.well-known/terraform.json":
+            self._send(200, json.dumps({"modules.v1": "/v1/modules/"}).encode())
+        elif self.path.endswith("/versions"):
+            self._send(200, json.dumps({"modules": [{"versions": [{"version": "1.0.0"}]}]}).encode())
+        elif self.path.endswith("/download"):
+            self.send_response(204)
+            self.send_header("X-Terraform-Get", "/net.tar.gz")
+            self.end_headers()
+        elif self.path == "/net.tar.gz":
+            self._send(200, pack(write(Path(server.root) / "pkg", {"main.tf": "# the checked server's\n"})))  # type: ignore[attr-defined]
+        else:
+            self._send(404, b"{}")
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def serve_at(address: str, port: int, root: Path, tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((address, port), Hits)
+    server.hits, server.root = [], root  # type: ignore[attr-defined]
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+class Answers:
+    """A resolver the test controls: the answers in turn (the last one again and again), each name it was asked."""
+
+    def __init__(self, *answers: str):
+        self.answers = [[ipaddress.ip_address(a) for a in answer.split(",")] for answer in answers]
+        self.asked: list[str] = []
+
+    def __call__(self, host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        self.asked.append(host)
+        return self.answers[min(len(self.asked), len(self.answers)) - 1]
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path) -> Iterator[tuple[ThreadingHTTPServer, ThreadingHTTPServer, int]]:
+    """On one port: the server the guard admits (127.0.0.2, which the settings list) and the one a rebinding name
+    would lead to (127.0.0.1, loopback, which they do not; and what the system resolves `localhost` to)."""
+    checked = serve_at("127.0.0.2", 0, tmp_path)
+    port = checked.server_address[1]
+    other = serve_at("127.0.0.1", port, tmp_path)
+    yield checked, other, port
+    for server in (checked, other):
+        server.shutdown()
+        server.server_close()
+
+
+def rebinding_access(port: int, resolve: Answers, scheme: str = "http", **overrides: object) -> ModuleAccess:
+    values: dict[str, object] = {"hosts": {"registry.example": f"{scheme}://localhost:{port}"},
+                                 "allowed_hosts": ("127.0.0.2/32",), "resolve": resolve, "timeout": 10.0}
+    return ModuleAccess(**{**values, **overrides})  # type: ignore[arg-type]
+
+
+SOURCE = RegistrySource("registry.example", "acme", "net", "aws")
+
+
+def test_every_http_request_goes_to_the_address_the_guard_checked(two_servers: tuple[ThreadingHTTPServer, ...],
+                                                                  tmp_path: Path) -> None:
+    checked, other, port = two_servers
+    resolve = Answers("127.0.0.2")
+    fetcher = ModuleFetcher(rebinding_access(port, resolve))
+    assert fetcher.versions(SOURCE) == ["1.0.0"]  # discovery, versions
+    location = fetcher.download_address(SOURCE, "1.0.0")
+    assert location == f"http://localhost:{port}/net.tar.gz"
+    fetcher.fetch_package(PackageSource(location), tmp_path / "out")
+    assert (tmp_path / "out" / "main.tf").read_text() == "# the checked server's\n"
+    assert checked.hits == ["/.well-known/terraform.json", "/v1/modules/acme/net/aws/versions",  # type: ignore[attr-defined]
+                            "/v1/modules/acme/net/aws/1.0.0/download", "/net.tar.gz"]
+    assert other.hits == []  # type: ignore[attr-defined]
+    assert set(resolve.asked) == {"localhost"}
+
+
+@pytest.mark.parametrize(("step", "before"), [("discovery", 0), ("versions", 1), ("download", 1), ("archive", 2)])
+def test_a_name_that_answers_a_loopback_address_after_the_check_never_reaches_it(
+        two_servers: tuple[ThreadingHTTPServer, ...], tmp_path: Path, step: str, before: int) -> None:
+    checked, other, port = two_servers
+    # the name answers the checked address for `before` connections (one per request: the server closes each),
+    # then loopback: the step's own request is refused, and the loopback server hears nothing
+    resolve = Answers(*(["127.0.0.2"] * before), "127.0.0.1")
+    fetcher = ModuleFetcher(rebinding_access(port, resolve))
+    with pytest.raises(Unreachable, match="^localhost is at 127.0.0.1, a loopback address, which module sources may "
+                                          "not reach unless GATEWAY_MODULE_ALLOWED_HOSTS lists it$"):
+        if step in ("discovery", "versions"):
+            fetcher.versions(SOURCE)
+        elif step == "download":
+            fetcher.download_address(SOURCE, "1.0.0")
+        else:
+            fetcher.fetch_package(PackageSource(fetcher.download_address(SOURCE, "1.0.0")), tmp_path / "out")
+    assert len(checked.hits) == before  # type: ignore[attr-defined]
+    assert other.hits == []  # type: ignore[attr-defined]
+
+
+def test_a_pinned_https_connection_names_the_host_and_verifies_its_certificate(tmp_path: Path) -> None:
+    ca, cert, key = make_tls_files(tmp_path)  # a certificate for localhost (and 127.0.0.1)
+    names: list[str | None] = []
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    tls.sni_callback = lambda sock, name, context: names.append(name)  # type: ignore[assignment,misc,return-value]
+    server = serve_at("127.0.0.2", 0, tmp_path, tls)
+    port = server.server_address[1]
+    try:
+        fetcher = ModuleFetcher(rebinding_access(port, Answers("127.0.0.2"), "https", ca_bundle=ca))
+        assert fetcher.versions(SOURCE) == ["1.0.0"]
+        assert names == ["localhost", "localhost"]  # SNI: the host's name, not the address connected to
+        served_as = {"registry.example": f"https://127.0.0.2.nip.example:{port}"}  # a name the certificate lacks
+        wrong = ModuleFetcher(rebinding_access(port, Answers("127.0.0.2"), "https", ca_bundle=ca, hosts=served_as))
+        with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+            wrong.versions(SOURCE)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_git_over_http_clones_from_the_address_the_guard_checked(tmp_path: Path) -> None:
+    bare = bare_repository(tmp_path, {"main.tf": "# the checked server's\n"}, "v1")
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)  # git's dumb HTTP: static files
+
+    def files_of(directory: Path) -> type[SimpleHTTPRequestHandler]:
+        class Files(SimpleHTTPRequestHandler):
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                super().__init__(*args, directory=str(directory), **kwargs)  # type: ignore[arg-type]
+
+            def log_message(self, format: str, *args: object) -> None:
+                self.server.hits.append(self.path)  # type: ignore[attr-defined]
+        return Files
+
+    decoy = tmp_path / "decoy"
+    shutil.copytree(bare, decoy / "network.git")
+    servers = []
+    checked = ThreadingHTTPServer(("127.0.0.2", 0), files_of(tmp_path))
+    port = checked.server_address[1]
+    other = ThreadingHTTPServer(("127.0.0.1", port), files_of(decoy))
+    for server in (checked, other):
+        server.hits = []  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    try:
+        resolve = Answers("127.0.0.2")
+        fetcher = ModuleFetcher(rebinding_access(port, resolve))
+        commit = fetcher.fetch_package(PackageSource(f"git::http://localhost:{port}/network.git?ref=v1"),
+                                       tmp_path / "out")
+        assert commit == git.Repo(bare).commit("v1").hexsha
+        assert checked.hits and other.hits == []  # type: ignore[attr-defined]
+        assert resolve.asked == ["localhost"]
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()

@@ -20,7 +20,10 @@ fetch from its own network (a cloud's metadata service, an internal host): regis
 the configured registry hosts by default, or GATEWAY_MODULE_ALLOWED_HOSTS. Every request is checked, the
 redirects httpx follows and each X-Terraform-Get target included, on its host name and on the addresses the name
 resolves to: a loopback, link-local, private or otherwise non-public address only when the setting lists it (or
-the name). git is told not to follow HTTP redirects, so the checked host is the one it reaches.
+the name). The connection then goes to an address that was checked, never to the name resolved again (a name
+that answers the check with a public address and the connect with an internal one, DNS rebinding): HTTP through
+`module_http.py`'s client, git over HTTP(S) through curl's pinned resolution. git is told not to follow HTTP
+redirects, so the checked host is the one it reaches.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import subprocess
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -150,6 +154,23 @@ def _package(prefix: str, text: str) -> PackageSource:
     return PackageSource(url, _subdir(subdir))
 
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def resolve_host(host: str) -> list[IPAddress]:
+    """Every address `host` resolves to (IPv4-mapped IPv6 as IPv4), in the resolver's order."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise Unreachable(f"{host}: the name does not resolve ({_one_line(exc)})") from exc
+    addresses = []
+    for *_, sockaddr in found:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        mapped = getattr(address, "ipv4_mapped", None)
+        addresses.append(mapped or address)
+    return addresses
+
+
 @dataclass(frozen=True)
 class ModuleAccess:
     """What the gateway may use to reach module sources; built from the settings, never from a branch."""
@@ -160,6 +181,7 @@ class ModuleAccess:
     allow_file_urls: bool = False
     timeout: float = 60.0
     allowed_hosts: tuple[str, ...] | None = None  # GATEWAY_MODULE_ALLOWED_HOSTS (None: DEFAULT_ALLOWED_HOSTS)
+    resolve: Callable[[str], list[IPAddress]] = field(default=resolve_host, compare=False, repr=False)
 
     @classmethod
     def from_settings(cls, tokens: str | None, hosts: str | None, ca_bundle: Path | None, allow_file_urls: bool,
@@ -168,27 +190,37 @@ class ModuleAccess:
                                                           if h.strip())
         return cls(_pairs(tokens), _pairs(hosts), ca_bundle, allow_file_urls, timeout, listed)
 
-    def admit(self, host: str) -> None:
-        """Refuse (Unreachable, naming the setting) a host the settings do not let module sources reach."""
+    def admit(self, host: str) -> list[IPAddress] | None:
+        """Refuse (Unreachable, naming the setting) a host the settings do not let module sources reach; else the
+        addresses it was checked at (resolved once: connect to these, never to the name), or None when the
+        setting lists the host itself (whatever address it resolves to)."""
+        return self._check(host, resolve=True)
+
+    def admit_name(self, host: str) -> None:
+        """The part of `admit` that needs no resolution: the name, or an address written as the host."""
+        self._check(host, resolve=False)
+
+    def _check(self, host: str, resolve: bool) -> list[IPAddress] | None:
         host = host.strip("[]").lower()
         listed = self.allowed_hosts
         explicit = set(listed or ())
         networks = [n for n in map(_network, explicit) if n is not None]
         literal = _address(host)
         if host in explicit or (literal is not None and any(literal in n for n in networks)):
-            return  # listed in the setting: whatever address it is
+            return None  # listed in the setting: whatever address it is
         named = set(DEFAULT_ALLOWED_HOSTS if listed is None else ()) | set(self.hosts) | set(self.tokens)
         named |= {(urlsplit(url).hostname or "").lower() for url in self.hosts.values()}
         if host not in named and (literal is None or literal.is_global):
             raise Unreachable(f"{host} is not a host module sources may reach ({ALLOWED_HOSTS_SETTING} admits it)")
-        for address in [literal] if literal is not None else _resolve(host):
+        if literal is None and not resolve:
+            return None
+        addresses = [literal] if literal is not None else self.resolve(host)
+        for address in addresses:
             if not address.is_global and not any(address in n for n in networks):
                 at = "" if literal is not None else f"at {address}, "
                 raise Unreachable(f"{host} is {at}a {_kind(address)} address, which module sources may not reach "
                                   f"unless {ALLOWED_HOSTS_SETTING} lists it")
-
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+        return addresses
 
 
 def _address(text: str) -> IPAddress | None:
@@ -203,19 +235,6 @@ def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
         return ipaddress.ip_network(text.strip("[]"), strict=False)
     except ValueError:
         return None
-
-
-def _resolve(host: str) -> list[IPAddress]:
-    try:
-        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError) as exc:
-        raise Unreachable(f"{host}: the name does not resolve ({_one_line(exc)})") from exc
-    addresses = []
-    for *_, sockaddr in found:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
-        mapped = getattr(address, "ipv4_mapped", None)
-        addresses.append(mapped or address)
-    return addresses
 
 
 def _kind(address: IPAddress) -> str:
@@ -281,12 +300,10 @@ class ModuleFetcher:
 
     def _http(self) -> httpx.Client:
         if self._client is None:
-            import httpx  # only where a stack calls a remote module
+            from gateway.adapters.module_http import checked_client  # only where a stack calls a remote module
 
             context = ssl.create_default_context(cafile=str(self.access.ca_bundle) if self.access.ca_bundle else None)
-            # the hook sees every request, each redirect httpx follows included
-            self._client = httpx.Client(verify=context, timeout=self.access.timeout, follow_redirects=True,
-                                        event_hooks={"request": [lambda request: self.access.admit(request.url.host)]})
+            self._client = checked_client(self.access, context)
         return self._client
 
     def _get(self, url: str) -> httpx.Response:
@@ -362,11 +379,11 @@ class ModuleFetcher:
             raise Unreachable("file:// git sources are refused (GATEWAY_MODULE_FILE_SOURCES allows them)")
         if scheme not in ("https", "http", "ssh", "file"):
             raise Unreachable(f"git over {scheme or 'a local path'} is not fetched by the gateway")
-        if scheme != "file":
-            self.access.admit(urlsplit(base).hostname or "")
         allowed = ["https", "http", "ssh"] + (["file"] if self.access.allow_file_urls else [])
         # no ext:: or other transports a branch could name; no redirect to a host that was not checked
         config = ["-c", "protocol.allow=never", "-c", "http.followRedirects=false"]
+        if scheme != "file":
+            config += _pinned_resolution(base, self.access.admit(urlsplit(base).hostname or ""))
         for protocol in allowed:
             config += ["-c", f"protocol.{protocol}.allow=always"]
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
@@ -394,6 +411,19 @@ class ModuleFetcher:
                                    if line.startswith("fatal:")), done.stderr.strip().splitlines()[-1:] or "failed")
             raise Unreachable(f"git {_without_secrets(url)}: {_one_line(detail)}")
         return done.stdout
+
+
+def _pinned_resolution(url: str, checked: list[IPAddress] | None) -> list[str]:
+    """git's options that make curl connect to the addresses the guard checked, not to what the name resolves to
+    at the clone (`http.curloptResolve`, curl's CURLOPT_RESOLVE; git ≥ 2.37). Over ssh, ssh resolves the name
+    itself and verifies the host key against it: see docs/ARCHITECTURE.md, Remote modules."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if checked is None or parts.scheme not in ("https", "http") or _address(host) is not None:
+        return []
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    addresses = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in checked)
+    return ["-c", f"http.curloptResolve={host}:{port}:{addresses}"]
 
 
 def extract_archive(data: bytes, kind: str, dest: Path) -> None:

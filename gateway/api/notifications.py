@@ -1,4 +1,5 @@
-"""Notifications over HTTP: what was told to whom, delivered, waiting for a retry, or failed."""
+"""Notifications over HTTP: what was told to whom, delivered, waiting for a retry, failed, or skipped (the outbox
+could not make its notice)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class NotificationPublic(BaseModel):
     event: str  # approval_wanted | rejected | applied | apply_failed | unmerged | drift_found | ...
     channel: str  # slack | email | webhook
     target: str  # the channel's name in gateway.yaml
-    status: str  # queued | delivered | failed
+    status: str  # queued | delivered | failed | skipped
     attempts: int
     proposal_id: int | None
     title: str  # the masked message's first line
@@ -32,7 +33,7 @@ class NotificationPublic(BaseModel):
 
 @api.get("/notifications", response_model=list[NotificationPublic], tags=["audit"])
 def notifications(ws: WorkspaceDep, actor: ActorDep,
-                  status: Annotated[Literal["queued", "delivered", "failed"] | None, Query()] = None,
+                  status: Annotated[Literal["queued", "delivered", "failed", "skipped"] | None, Query()] = None,
                   limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[NotificationPublic]:
     """Notifications, newest first (auditors and admins)."""
     return [NotificationPublic(

@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("workspace", "Bring the workspace's database up to this gateway's schema; a command that only reads "
                              "never migrates."),
     "notifications": ("notifications", "Notifications sent to Slack, e-mail and webhooks: delivered, waiting for a "
-                                       "retry, or failed (newest first)."),
+                                       "retry, failed, or skipped (newest first)."),
     "override": ("proposals", "Override one deny finding as a policy owner (recorded, attributable, expiring)."),
     "plan": ("plans", "Plan one stack of the declaration repo with its engine and print the preview."),
     "policy": ("policy", "Rego policies under policies/ on main: run their tests, try them on a plan."),

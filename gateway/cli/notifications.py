@@ -10,11 +10,11 @@ group = click.Group("notifications")  # this module's commands; gateway.cli regi
 
 
 @group.command()
-@click.option("--status", type=click.Choice(["queued", "delivered", "failed"]), help="only these")
+@click.option("--status", type=click.Choice(["queued", "delivered", "failed", "skipped"]), help="only these")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 1000))
 @pass_reader
 def notifications(ctx: Context, status: str | None, limit: int) -> None:
-    """Notifications sent to Slack, e-mail and webhooks: delivered, waiting for a retry, or failed (newest first)."""
+    """Notifications sent to Slack, e-mail and webhooks: delivered, waiting for a retry, failed, or skipped (newest first)."""
     from gateway.domain.notifications import NotificationStatus
     from gateway.services.notifications.delivery import list_notifications
 

@@ -106,6 +106,14 @@ class NotificationSettings:
                 names.update(dict.fromkeys(route.channels))
         return [self.channels[name] for name in names]
 
+    def channels_for_anyone(self, event: NotificationEvent) -> list[Channel]:
+        """Each channel a route may send this event to, whomever it concerns (when that cannot be read)."""
+        names: dict[str, None] = {}
+        for route in self.routes:
+            if not route.events or event in route.events:
+                names.update(dict.fromkeys(route.channels))
+        return [self.channels[name] for name in names]
+
 
 @dataclass(frozen=True)
 class Notice:
@@ -138,6 +146,7 @@ class NotificationStatus(StrEnum):
     QUEUED = "queued"  # waiting for its delivery job (again, after a failed attempt)
     DELIVERED = "delivered"  # the channel took it: never sent again
     FAILED = "failed"  # refused by the channel, or retries exhausted: reported in the trail
+    SKIPPED = "skipped"  # the outbox could not make its notice: never sent, reported in the trail
 
 
 @dataclass(frozen=True)

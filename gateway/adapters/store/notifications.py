@@ -35,6 +35,14 @@ class SqlNotifications(Records):
 
     def add(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None) -> int | None:
         """Queue a notification; None when one with this dedupe key exists (it is never sent twice)."""
+        return self._insert(key, channel, notice, audit_seq, NotificationStatus.QUEUED, None)
+
+    def skip(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None, reason: str) -> int | None:
+        """Record a notification the outbox could not make, never sent; None when this dedupe key exists."""
+        return self._insert(key, channel, notice, audit_seq, NotificationStatus.SKIPPED, reason)
+
+    def _insert(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None,
+                status: NotificationStatus, error: str | None) -> int | None:
         if self.conn.scalar(select(notifications.c.id).where(notifications.c.dedupe_key == key)) is not None:
             return None
         try:
@@ -42,8 +50,8 @@ class SqlNotifications(Records):
                 result = self.conn.execute(insert(notifications).values(
                     dedupe_key=key, event=notice.event.value, channel=channel.kind.value, target=channel.name,
                     spec=channel.to_json(), notice=self.scrubber.scrub_data(notice.to_json()),
-                    proposal_id=notice.proposal_id, audit_seq=audit_seq, status=NotificationStatus.QUEUED.value,
-                    attempts=0, created_at=now()))
+                    proposal_id=notice.proposal_id, audit_seq=audit_seq, status=status.value, attempts=0,
+                    error=self.scrubber.scrub(error) if error else None, created_at=now()))
         except IntegrityError:
             return None
         return int(result.inserted_primary_key[0])

@@ -59,8 +59,8 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Callable[[str
         raise
     with ws.store.session() as session:
         if session.notifications.finish(notification_id, NotificationStatus.DELIVERED, attempt, receipt=receipt):
-            session.audit.append(GATEWAY, "notification.delivered", _payload(notification, attempt, receipt=receipt),
-                                 None, notification.notice.stacks)
+            session.audit.append(GATEWAY, "notification.delivered",
+                                 trail_payload(notification, attempt, receipt=receipt), None, notification.notice.stacks)
     progress(f"  delivered: {receipt}")
     ws.metrics.notification_delivered(channel.kind.value, "delivered")
     return JobStatus.SUCCEEDED, {"notification": notification_id, "receipt": receipt}, None
@@ -69,13 +69,13 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Callable[[str
 def _report(ws: Workspace, notification: Notification, attempt: int, error: str) -> Result:
     with ws.store.session() as session:
         if session.notifications.finish(notification.id, NotificationStatus.FAILED, attempt, error=error):
-            session.audit.append(GATEWAY, "notification.failed", _payload(notification, attempt, error=error),
+            session.audit.append(GATEWAY, "notification.failed", trail_payload(notification, attempt, error=error),
                                  None, notification.notice.stacks)
     ws.metrics.notification_delivered(notification.channel.kind.value, "failed")
     return JobStatus.FAILED, {"notification": notification.id}, error
 
 
-def _payload(notification: Notification, attempts: int, **extra: Any) -> dict[str, Any]:
+def trail_payload(notification: Notification, attempts: int, **extra: Any) -> dict[str, Any]:
     """What the trail keeps of a delivery: which notice, where, how many attempts (the proposal is named in the
     payload, not as the event's proposal: a delivery is not a step of the change)."""
     return {"notification": notification.id, "event": notification.event.value,

@@ -6,16 +6,32 @@ Each pass reads the events after the outbox's place (a marker moved by compare-a
 reads a batch), makes each event's notices, routes them by main's gateway.yaml, and queues one notification and
 one `notify` job per channel, all in one transaction with the move of the place. A notification's dedupe key
 (event, subject, channel) is unique: one is never queued twice.
+
+An event whose notice cannot be made (its records do not read as the notices expect) never holds back the others:
+for each channel a route may send its kind to, a `skipped` notification and a `notification.skipped` trail event
+are written, in the same transaction as the move of the place, once (the same dedupe key). `notification.*` events
+tell nothing, so the outbox never tells of its own reports.
 """
 
 from __future__ import annotations
 
 from itertools import islice
 
+from gateway.domain.audit import AuditEvent
+from gateway.domain.errors import GatewayError
 from gateway.domain.jobs import JobKind
-from gateway.domain.notifications import OUTBOX_MARKER, dedupe_key
+from gateway.domain.notifications import (
+    OUTBOX_MARKER,
+    TRAIL_KINDS,
+    Notice,
+    NotificationSettings,
+    dedupe_key,
+    first_line,
+)
 from gateway.domain.principals import GATEWAY
 from gateway.logs import get_logger
+from gateway.ports import UnitOfWork
+from gateway.services.notifications.delivery import trail_payload
 from gateway.services.notifications.notices import NoticeContext, notices_for
 from gateway.services.workspace import Workspace
 
@@ -48,8 +64,10 @@ def queue_notifications(ws: Workspace) -> list[int]:
         for event in events:
             try:
                 told = notices_for(context, event)
-            except Exception:  # one event that cannot be told never holds back the others
+            except Exception as exc:  # one event that cannot be told never holds back the others
                 log.exception("notifications.event_skipped", seq=event.seq, kind=event.kind)
+                why = str(exc) if isinstance(exc, GatewayError) else f"internal error: {type(exc).__name__}: {exc}"
+                _record_skipped(session, notifications, event, first_line(ws.scrubber.scrub(why), 300))
                 continue
             for item in told:
                 for channel in notifications.channels_for(item.notice.event, item.groups):
@@ -61,3 +79,21 @@ def queue_notifications(ws: Workspace) -> list[int]:
                                                                         {"notification": nid}))
                     queued.append(nid)
     return queued
+
+
+def _record_skipped(session: UnitOfWork, notifications: NotificationSettings, event: AuditEvent, reason: str) -> None:
+    """The event could not be told: a skipped notification and its trail event for each channel that may have
+    wanted it (whom it concerns is what could not be read), once each."""
+    kind = TRAIL_KINDS.get(event.kind)
+    if kind is None:  # notices_for tells nothing of other kinds (its own notification.* events among them)
+        return
+    title = f"Not told: trail event {event.seq} ({event.kind}) could not be read"
+    notice = Notice(kind, title, (("Why", reason),), None, event.proposal_id, tuple(event.stacks))
+    for channel in notifications.channels_for_anyone(kind):
+        nid = session.notifications.skip(dedupe_key(kind, f"trail-{event.seq}-skipped", channel.name), channel,
+                                         notice, event.seq, reason)
+        if nid is None:
+            continue  # recorded by an earlier pass over this event
+        payload = trail_payload(session.notifications.get(nid), 0, reason=reason, trail_event=event.seq,
+                                trail_kind=event.kind)
+        session.audit.append(GATEWAY, "notification.skipped", payload, None, notice.stacks)

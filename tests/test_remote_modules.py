@@ -754,6 +754,22 @@ def test_a_name_that_answers_a_loopback_address_after_the_check_never_reaches_it
     assert other.hits == []  # type: ignore[attr-defined]
 
 
+def test_an_egress_proxy_from_the_environment_is_used_and_the_host_still_checked(
+        two_servers: tuple[ThreadingHTTPServer, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    checked, proxy, port = two_servers  # 127.0.0.1 plays the operator's proxy: it hears absolute URLs
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    fetcher = ModuleFetcher(rebinding_access(port, Answers("127.0.0.2")))
+    with pytest.raises(Unreachable):  # the stand-in proxy answers 404 to everything
+        fetcher.versions(SOURCE)
+    assert proxy.hits == [f"http://localhost:{port}/.well-known/terraform.json"]  # type: ignore[attr-defined]
+    refused = ModuleFetcher(rebinding_access(port, Answers("127.0.0.1")))  # a host the guard refuses
+    with pytest.raises(Unreachable, match="a loopback address"):
+        refused.versions(SOURCE)
+    assert len(proxy.hits) == 1 and checked.hits == []  # type: ignore[attr-defined]
+
+
 def test_a_pinned_https_connection_names_the_host_and_verifies_its_certificate(tmp_path: Path) -> None:
     ca, cert, key = make_tls_files(tmp_path)  # a certificate for localhost (and 127.0.0.1)
     names: list[str | None] = []

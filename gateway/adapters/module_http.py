@@ -11,6 +11,7 @@ Imported only where a stack calls a remote module (httpx and httpcore are not lo
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -52,8 +53,8 @@ class CheckedAddressBackend(httpcore.NetworkBackend):
 
 
 class CheckedAddressTransport(httpx.HTTPTransport):
-    """httpx's transport over a connection pool whose connections go to checked addresses only. No proxy from the
-    environment: through a proxy, the proxy would resolve the name, and the address could not be held to."""
+    """httpx's transport over a connection pool whose connections go to checked addresses only (no proxy: see
+    `checked_client`)."""
 
     def __init__(self, access: ModuleAccess, tls: ssl.SSLContext):
         super().__init__(verify=tls, trust_env=False)
@@ -68,7 +69,14 @@ class CheckedAddressTransport(httpx.HTTPTransport):
 
 def checked_client(access: ModuleAccess, tls: ssl.SSLContext) -> httpx.Client:
     """A client for module sources: every request's host checked by name before it is sent (each redirect httpx
-    follows included), and every connection opened to an address checked for it."""
+    follows included), and every connection opened to an address checked for it.
+
+    Where the environment names an HTTP(S) proxy (an egress proxy the operator runs), requests go through it, as
+    they must to leave such a network: each host is still checked, name and every address it resolves to here,
+    but the proxy resolves the name again when it connects, so the address is the proxy's to hold."""
+    if any(urllib.request.getproxies().get(scheme) for scheme in ("https", "http", "all")):
+        return httpx.Client(verify=tls, timeout=access.timeout, follow_redirects=True, trust_env=True,
+                            event_hooks={"request": [lambda request: access.admit(request.url.host)]})
     return httpx.Client(transport=CheckedAddressTransport(access, tls), timeout=access.timeout,
                         follow_redirects=True, trust_env=False,
                         event_hooks={"request": [lambda request: access.admit_name(request.url.host)]})

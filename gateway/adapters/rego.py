@@ -103,7 +103,7 @@ class RegoEvaluator:
             while len(self._processes) < len(shares):
                 self._processes.append(_EvaluatorProcess(self.policies))
             line = json.dumps({"input": input_document})  # encoded once: each process's own queries are appended
-            answers: list[dict[str, Any] | _Crashed] = [_Crashed("no answer")] * len(shares)
+            answers: list[dict[str, Any] | _Crashed] = [_Crashed("the Rego interpreter gave no answer")] * len(shares)
 
             def ask(index: int) -> None:
                 request = f'{line[:-1]}, "queries": {json.dumps(shares[index])}}}'
@@ -115,9 +115,11 @@ class RegoEvaluator:
             helpers = [threading.Thread(target=ask, args=(i,)) for i in range(1, len(shares))]
             for helper in helpers:
                 helper.start()
-            ask(0)
-            for helper in helpers:
-                helper.join()
+            try:
+                ask(0)
+            finally:  # the lock is held until every process has answered (or been killed by its watchdog)
+                for helper in helpers:
+                    helper.join()
             results: dict[str, Any] = {}
             errors: dict[str, str] = {}
             for share, answer in zip(shares, answers, strict=True):

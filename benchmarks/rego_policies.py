@@ -69,7 +69,7 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(work, pids: list[int] = []) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]  # noqa: B006
+def timed(work, pids: tuple[int, ...] = ()) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
     """Wall and CPU seconds of `work()` (this process's CPU plus that of the processes `pids`), and its critical
     path: this process's CPU plus that of the busiest of `pids`, the wall time it would take on idle CPUs."""
     wall, cpu = time.perf_counter(), time.process_time()
@@ -99,7 +99,7 @@ def gateway(policies: RegoPolicies, document: dict, queries: list[str], runs: in
     first = evaluator.evaluate(masked_input(document, frozenset()), queries)
     cold = time.perf_counter() - started
     assert not first.errors and not first.module_errors, (first.errors, first.module_errors)
-    pids = evaluator.pids  # their CPU counts too
+    pids = tuple(evaluator.pids)  # their CPU counts too
     warm = [timed(lambda: evaluator.evaluate(masked_input(document, frozenset()), queries), pids)
             for _ in range(runs)]
     evaluator.close()

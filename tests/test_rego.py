@@ -257,3 +257,34 @@ def test_a_policy_sees_the_plan_exactly_as_decoded_every_json_type_included() ->
     expected["resource_changes"][0]["change"]["after"]["big"] = float(10**20)  # beyond 64 bits: a JSON number
     assert first.results["data.echo.seen"] == expected
     assert again.results["data.echo.seen"] == {"resource_changes": []}
+
+
+def test_queries_shared_out_among_processes_each_see_every_module_and_the_whole_input(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.domain.rego import RegoModule, RegoPolicies
+
+    monkeypatch.setattr(rego_adapter, "_cpus", lambda: 2)
+    monkeypatch.setattr(rego_adapter, "TIMEOUT_SECONDS", 3.0)
+    modules = (RegoModule("policies/lib.rego", "package lib\nimport rego.v1\n\n"
+                          "names contains rc.address if {\n  some rc in input.resource_changes\n}\n"),
+               RegoModule("policies/a.rego", "package a\nimport rego.v1\n\n"
+                          "deny contains m if {\n  some n in data.lib.names\n  m := sprintf(\"a saw %s\", [n])\n}\n"),
+               RegoModule("policies/b.rego", "package b\nimport rego.v1\n\n"
+                          "deny contains n if {\n  input.slow\n  n := count(numbers.range(1, 2000000000))\n}\n"),
+               RegoModule("policies/c.rego", "package c\nimport rego.v1\n\n"
+                          "warn contains m if {\n  m := sprintf(\"c saw %d\", [count(input.resource_changes)])\n}\n"))
+    policies = RegoPolicies("shared", modules, {})
+    queries = policies.queries(None)
+    evaluator = rego_adapter.RegoEvaluator(policies)
+    try:
+        two = {"resource_changes": [{"address": "x.one"}, {"address": "x.two"}]}
+        fast = evaluator.evaluate(two, queries)
+        assert len(evaluator.pids) == 2
+        slow = evaluator.evaluate({"slow": True, "resource_changes": [{"address": "x.three"}]}, queries)
+    finally:
+        evaluator.close()
+    assert fast.errors == {} and fast.results == {"data.a.deny": ["a saw x.one", "a saw x.two"],
+                                                  "data.b.deny": [], "data.c.warn": ["c saw 2"]}
+    assert set(slow.results) | set(slow.errors) == set(queries)  # every query answered or failed: none forgotten
+    assert "the Rego interpreter stopped (signal 9)" in slow.errors["data.b.deny"]
+    assert slow.results == {"data.a.deny": ["a saw x.three"], "data.c.warn": ["c saw 1"]}  # the other process's

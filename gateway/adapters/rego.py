@@ -1,13 +1,15 @@
-"""Rego policies from main's `policies/`, evaluated by regopy in a process of its own.
+"""Rego policies from main's `policies/`, evaluated by regopy in processes of their own.
 
-The policy set of one commit of `policies/` is loaded into one evaluator process once and reused for
-every plan until `policies/` changes on main. rego-cpp can crash on some policies (and does on some
-inputs): the process boundary turns that into a deny finding instead of a dead worker.
+The policy set of one commit of `policies/` is loaded into its evaluator processes (one per CPU, at most
+`PROCESSES`) once and reused for every plan until `policies/` changes on main; each plan's queries are
+shared out among them. rego-cpp can crash on some policies (and does on some inputs): the process
+boundary turns that into a deny finding for the queries of that process instead of a dead worker.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,6 +29,7 @@ POLICY_DIR = "policies"
 DATA_DIR = "policies/data"
 TIMEOUT_SECONDS = 120.0
 KEEP_EVALUATORS = 4
+PROCESSES = 4  # per policy set, at most one per CPU
 
 
 def load_policies(repo: GitDeclarationRepo, sha: str) -> RegoPolicies | None:
@@ -75,25 +78,59 @@ class Evaluation:
 
 
 class RegoEvaluator:
-    """One policy set, loaded once into a regopy process that answers one request at a time."""
+    """One policy set, loaded once into a few regopy processes that together answer one request at a time.
+
+    The queries of a request are shared out among the processes (as many as there are CPUs, at most
+    `PROCESSES`), each of which holds every module and is handed the whole input, so that each query is
+    evaluated exactly as by one interpreter: rego-cpp evaluates in one thread, and the rules are independent.
+    """
 
     def __init__(self, policies: RegoPolicies):
         self.policies = policies
         self._lock = threading.Lock()
-        self._process: subprocess.Popen[str] | None = None
-        self._stderr: IO[str] | None = None
+        self._processes: list[_EvaluatorProcess] = []
         self.module_errors: dict[str, str] = {}
         self.closed = False
 
     def evaluate(self, input_document: Any, queries: Sequence[str]) -> Evaluation:
-        """Evaluate the queries on the input; a crash of the process is reported for every query, never raised."""
+        """Evaluate the queries on the input; a crash of a process is reported for each of its queries, never raised."""
         with self._lock:
+            if self.closed:
+                crash = "the evaluator was closed (the policies changed meanwhile); plan again"
+                return Evaluation(errors=self._located({q: crash for q in queries}),
+                                  module_errors=dict(self.module_errors))
+            shares = _shares(list(queries), min(_cpus(), PROCESSES))
+            while len(self._processes) < len(shares):
+                self._processes.append(_EvaluatorProcess(self.policies))
+            line = json.dumps({"input": input_document})  # encoded once: each process's own queries are appended
+            answers: list[dict[str, Any] | _Crashed] = [_Crashed("the Rego interpreter gave no answer")] * len(shares)
+
+            def ask(index: int) -> None:
+                request = f'{line[:-1]}, "queries": {json.dumps(shares[index])}}}'
+                try:
+                    answers[index] = self._processes[index].ask(request)
+                except _Crashed as exc:
+                    answers[index] = exc
+
+            helpers = [threading.Thread(target=ask, args=(i,)) for i in range(1, len(shares))]
+            for helper in helpers:
+                helper.start()
             try:
-                answer = self._ask({"input": input_document, "queries": list(queries)})
-            except _Crashed as exc:
-                errors = {q: str(exc) for q in queries}
-                return Evaluation(errors=self._located(errors), module_errors=dict(self.module_errors))
-        return Evaluation(answer["results"], self._located(answer["errors"]), dict(self.module_errors))
+                ask(0)
+            finally:  # the lock is held until every process has answered (or been killed by its watchdog)
+                for helper in helpers:
+                    helper.join()
+            results: dict[str, Any] = {}
+            errors: dict[str, str] = {}
+            for share, answer in zip(shares, answers, strict=True):
+                if isinstance(answer, _Crashed):
+                    errors.update({q: str(answer) for q in share})
+                else:
+                    results.update(answer["results"])
+                    errors.update(answer["errors"])
+            self.module_errors = {path: error for p in self._processes[:len(shares)]
+                                  for path, error in p.module_errors.items()}
+            return Evaluation(results, self._located(errors), dict(self.module_errors))
 
     def _located(self, errors: dict[str, str]) -> dict[str, str]:
         return {query: self.policies.located(query, error) for query, error in errors.items()}
@@ -101,43 +138,71 @@ class RegoEvaluator:
     def close(self) -> None:
         with self._lock:
             self.closed = True
-            self._stop()
+            for process in self._processes:
+                process.stop()
 
-    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        if self.closed:
-            raise _Crashed("the evaluator was closed (the policies changed meanwhile); plan again")
+    @property
+    def pids(self) -> list[int]:
+        """The ids of the evaluator's running processes (what the benchmark counts the CPU of)."""
+        return [p.pid for p in self._processes if p.pid is not None]
+
+
+def _shares(queries: list[str], processes: int) -> list[list[str]]:
+    """The queries dealt out in turn to at most `processes` processes (one share when there is one query or none)."""
+    count = max(1, min(processes, len(queries)))
+    return [queries[i::count] for i in range(count)]
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class _EvaluatorProcess:
+    """One regopy process holding the whole policy set; started on first use and again after a crash."""
+
+    def __init__(self, policies: RegoPolicies):
+        self.policies = policies
+        self._process: subprocess.Popen[str] | None = None
+        self._stderr: IO[str] | None = None
+        self.module_errors: dict[str, str] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
+
+    def ask(self, request: str) -> dict[str, Any]:
         if self._process is None or self._process.poll() is not None:
             self._start()
         return self._exchange(request)
 
     def _start(self) -> None:
-        self._stop()
+        self.stop()
         self._stderr = tempfile.TemporaryFile("w+")
         self._process = subprocess.Popen([sys.executable, "-m", "gateway.adapters.rego_process"], text=True,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         setup = {"modules": {m.path: m.source for m in self.policies.modules}, "data": self.policies.data}
-        self.module_errors = self._exchange(setup)["module_errors"]
+        self.module_errors = self._exchange(json.dumps(setup))["module_errors"]
 
-    def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _exchange(self, line: str) -> dict[str, Any]:
         process = self._process
         assert process is not None and process.stdin is not None and process.stdout is not None
         watchdog = threading.Timer(TIMEOUT_SECONDS, process.kill)
         watchdog.start()
         try:
-            process.stdin.write(json.dumps(message) + "\n")
+            process.stdin.write(line + "\n")
             process.stdin.flush()
-            line = process.stdout.readline()
+            answer = process.stdout.readline()
         except (BrokenPipeError, OSError):
-            line = ""
+            answer = ""
         finally:
             watchdog.cancel()
-        if not line:
+        if not answer:
             raise _Crashed(self._why_it_stopped())
         try:
-            return dict(json.loads(line))
+            return dict(json.loads(answer))
         except ValueError:
-            self._stop()
-            raise _Crashed(f"the Rego interpreter answered something unreadable: {line[:200]!r}") from None
+            self.stop()
+            raise _Crashed(f"the Rego interpreter answered something unreadable: {answer[:200]!r}") from None
 
     def _why_it_stopped(self) -> str:
         process = self._process
@@ -146,11 +211,11 @@ class RegoEvaluator:
         if self._stderr is not None:
             self._stderr.seek(0)
             said = " ".join(self._stderr.read().split())[-300:]
-        self._stop()
+        self.stop()
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         return f"the Rego interpreter stopped ({how}){': ' + said if said else ''}"
 
-    def _stop(self) -> None:
+    def stop(self) -> None:
         if self._process is not None:
             if self._process.poll() is None:
                 self._process.kill()

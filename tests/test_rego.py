@@ -264,6 +264,7 @@ def test_queries_shared_out_among_processes_each_see_every_module_and_the_whole_
     from gateway.domain.rego import RegoModule, RegoPolicies
 
     monkeypatch.setattr(rego_adapter, "_cpus", lambda: 2)
+    monkeypatch.setattr(rego_adapter, "SHARE_FROM_BYTES", 0)
     monkeypatch.setattr(rego_adapter, "TIMEOUT_SECONDS", 3.0)
     modules = (RegoModule("policies/lib.rego", "package lib\nimport rego.v1\n\n"
                           "names contains rc.address if {\n  some rc in input.resource_changes\n}\n"),
@@ -288,3 +289,20 @@ def test_queries_shared_out_among_processes_each_see_every_module_and_the_whole_
     assert set(slow.results) | set(slow.errors) == set(queries)  # every query answered or failed: none forgotten
     assert "the Rego interpreter stopped (signal 9)" in slow.errors["data.b.deny"]
     assert slow.results == {"data.a.deny": ["a saw x.three"], "data.c.warn": ["c saw 1"]}  # the other process's
+
+
+def test_a_small_plan_is_answered_by_one_evaluator_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.domain.rego import RegoModule, RegoPolicies
+
+    monkeypatch.setattr(rego_adapter, "_cpus", lambda: 2)
+    modules = tuple(RegoModule(f"policies/{name}.rego", f"package {name}\nimport rego.v1\n\n"
+                               "deny contains rc.address if {\n  some rc in input.resource_changes\n}\n")
+                    for name in ("a", "b"))
+    policies = RegoPolicies("small", modules, {})
+    evaluator = rego_adapter.RegoEvaluator(policies)
+    try:
+        answer = evaluator.evaluate({"resource_changes": [{"address": "x.one"}]}, policies.queries(None))
+        assert len(evaluator.pids) == 1
+    finally:
+        evaluator.close()
+    assert answer.results == {"data.a.deny": ["x.one"], "data.b.deny": ["x.one"]}

@@ -30,6 +30,7 @@ DATA_DIR = "policies/data"
 TIMEOUT_SECONDS = 120.0
 KEEP_EVALUATORS = 4
 PROCESSES = 4  # per policy set, at most one per CPU
+SHARE_FROM_BYTES = 1_000_000  # an input this big (≈ 1,000 changes) is worth a second process
 
 
 def load_policies(repo: GitDeclarationRepo, sha: str) -> RegoPolicies | None:
@@ -99,10 +100,11 @@ class RegoEvaluator:
                 crash = "the evaluator was closed (the policies changed meanwhile); plan again"
                 return Evaluation(errors=self._located({q: crash for q in queries}),
                                   module_errors=dict(self.module_errors))
-            shares = _shares(list(queries), min(_cpus(), PROCESSES))
+            line = json.dumps({"input": input_document})  # encoded once: each process's own queries are appended
+            # a small plan is answered by one process: another would cost more to hand the input than it saves
+            shares = _shares(list(queries), min(_cpus(), PROCESSES) if len(line) >= SHARE_FROM_BYTES else 1)
             while len(self._processes) < len(shares):
                 self._processes.append(_EvaluatorProcess(self.policies))
-            line = json.dumps({"input": input_document})  # encoded once: each process's own queries are appended
             answers: list[dict[str, Any] | _Crashed] = [_Crashed("the Rego interpreter gave no answer")] * len(shares)
 
             def ask(index: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,16 @@ class _Filter:
     ordered: Callable[[int], Select[Any]] | None = None  # the same in seq order, from an index kept in that order
 
 
+def _event_ids(count: int) -> list[str]:
+    """`count` random (version 4) UUIDs, as `uuid.uuid4()` makes them, from one read of the system's randomness."""
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = bytes(b & 0x0F | 0x40 for b in raw[6::16])  # the version
+    raw[8::16] = bytes(b & 0x3F | 0x80 for b in raw[8::16])  # the variant
+    h = raw.hex()
+    return [f"{h[k:k + 8]}-{h[k + 8:k + 12]}-{h[k + 12:k + 16]}-{h[k + 16:k + 20]}-{h[k + 20:k + 32]}"
+            for k in range(0, 32 * count, 32)]
+
+
 class SqlAuditLog(Records):
     """The hash-chained audit trail: appends, queries, the chain's head and its signed checkpoints."""
 
@@ -103,32 +113,37 @@ class SqlAuditLog(Records):
     ) -> list[AuditEvent]:
         """Add events to the chain in order, written together. The head row lock (taken by the transaction's first
         event, held to its commit) keeps concurrent writers in line; the head row is written at the commit. Each
-        event is encoded once: its canonical bytes are hashed and stored as they are."""
+        event is encoded once: its canonical bytes are hashed and stored as they are. A batch is written whole or
+        not at all: one that fails leaves the chain (and the transaction) as they were."""
         if self._head is None:
             head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
             self._head = (head["seq"], head["hash"])
         seq, prev_hash = self._head
+        scrubber, sha256 = self.scrubber, hashlib.sha256
         events, rows, stack_rows, address_rows, named = [], [], [], [], set()
-        for actor, kind, payload, proposal_id, stacks in entries:
+        for (actor, kind, payload, proposal_id, stacks), event_id in zip(entries, _event_ids(len(entries)), strict=True):
             seq += 1
-            name, actor_kind = actor.name, actor.kind.value
-            clean = self.scrubber.scrub_data(json.loads(dumps(payload)))
-            event_id, at = str(uuid.uuid4()), now().isoformat(timespec="microseconds")
+            name, actor_kind, stacks = actor.name, actor.kind.value, list(stacks)
+            encoded = dumps(payload)
+            clean = json.loads(encoded)  # JSON's own types: what the stored bytes decode to
+            if scrubber.finds_in_json(encoded):  # most payloads hold no secret: walked only when one is there
+                clean = scrubber.scrub_data(clean)
+            at = now().isoformat(timespec="microseconds")
             canonical = event_bytes({"seq": seq, "id": event_id, "at": at, "actor": name, "actor_kind": actor_kind,
-                                     "kind": kind, "proposal_id": proposal_id, "stacks": list(stacks),
-                                     "payload": clean})
-            event_hash = "sha256:" + hashlib.sha256(prev_hash.encode() + canonical).hexdigest()
+                                     "kind": kind, "proposal_id": proposal_id, "stacks": stacks, "payload": clean})
+            event_hash = "sha256:" + sha256(prev_hash.encode() + canonical).hexdigest()
             rows.append((seq, canonical.decode(), event_id, at, name, actor_kind, kind, proposal_id, prev_hash,
                          event_hash, event_outcome(kind)))
             stack_rows += [(seq, s) for s in set(stacks)]
             addresses = event_addresses(clean)
             address_rows += [(seq, a) for a in addresses]
             if proposal_id is not None:
-                named |= {(proposal_id, a) for a in addresses}
+                named.update((proposal_id, a) for a in addresses)
             events.append(AuditEvent(seq, event_id, at, name, actor_kind, kind, proposal_id, tuple(stacks), clean,
                                      prev_hash, event_hash))
             prev_hash = event_hash
-        self._write(rows, stack_rows, address_rows, sorted(named))
+        with self.conn.begin_nested():  # a statement that fails takes the batch's other rows with it
+            self._write(rows, stack_rows, address_rows, sorted(named))
         self._head, self._head_moved = (seq, prev_hash), True
         self.appended += len(events)
         return events

@@ -2,10 +2,12 @@
 
 Each event is stored as its canonical bytes (what its hash covers); the columns beside them, and the stack, address
 and proposal-address tables, are the index the filters search (and `misindexed` checks against the bytes). A page of
-a filtered query is read the way EXPLAIN says is cheap: candidate seqs come in event order from the filters' indexes
-(all of the smallest filter's events when it has few; otherwise growing windows of the ordered indexes, intersected),
-and each chunk of candidates is checked against every filter by primary key. Nothing sorts every matching event
-before the LIMIT, and nothing reads the trail whole.
+a filtered query is read the way EXPLAIN says is cheap: one filter kept in event order (a stack, a person, an outcome,
+a proposal, a kind) is one statement, its index read in order up to the LIMIT; otherwise candidate seqs come in event
+order from the filters' indexes (all of the smallest filter's events when it has few, or of the unordered filters
+that have at most `medium`; otherwise growing windows of the ordered indexes, intersected), and each chunk of
+candidates is checked against every filter by primary key. Nothing sorts every matching event before the LIMIT, and
+nothing reads the trail whole.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class _Filter:
     condition: ColumnElement[bool]
     members: Callable[[int], Select[Any]]  # the seqs after `after` it matches, in any order
     ordered: Callable[[int], Select[Any]] | None = None  # the same in seq order, from an index kept in that order
+    alone: Callable[[int], Select[Any]] | None = None  # its events themselves after `after`, in that order
 
 
 def _event_ids(count: int) -> list[str]:
@@ -195,6 +198,12 @@ class SqlAuditLog(Records):
         if q.proposal_id is not None and not 0 < q.proposal_id <= MAX_ID:
             return []
         filters = self._filters(q)
+        if not filters or (len(filters) == 1 and filters[0].alone is not None):  # one index read in order: a page
+            e = audit_events.c
+            alone = filters[0].alone if filters else (
+                lambda after: select(*_READ).where(e.seq > after).order_by(e.seq))
+            assert alone is not None
+            return [as_event(r) for r in self.conn.execute(alone(after).limit(limit)).mappings()]
         found: list[AuditEvent] = []
         for chunk in self._candidates(filters, after, limit):
             need = None if limit is None else limit - len(found)
@@ -210,9 +219,9 @@ class SqlAuditLog(Records):
 
         The smallest filter's events, when it has fewer than `small`. Otherwise windows of the filters' ordered
         indexes (or of the trail itself), intersected: the first as long as a page, each next one four times longer
-        up to `medium`; and from the second on, the events of each unordered filter (an address, an action, a time
-        range) that has at most `medium`, intersected with them (so a rare combination of common filters does not
-        walk the trail a window at a time)."""
+        up to `medium`; and from the second on, when unordered filters (an address, an action, a time range) have at
+        most `medium` events, those events themselves, intersected (every candidate is among them, so a rare
+        combination of common filters does not walk the trail a window at a time)."""
         # counted over the whole trail, from the ordered index where there is one: a count from `after` can read every
         # entry before it first (a time range, a prefix), and one in index order stops at the cap without the table
         sizes = sorted((self._count((f.ordered or f.members)(0), self.small), i) for i, f in enumerate(filters))
@@ -228,7 +237,7 @@ class SqlAuditLog(Records):
             if whole is None and not first:  # the first window was not enough (or all are wanted): are any few?
                 whole = [set(self.conn.scalars(f.members(after))) for f in unordered
                          if self._count(f.members(0), self.medium + 1) <= self.medium]
-                if whole and not any(f.ordered for f in filters):  # complete sets: nothing to walk
+                if whole:  # complete sets: every candidate is in them, checked by primary key; nothing to walk
                     yield from self._chunks(sorted(set.intersection(*whole)))
                     return
             horizon, sets = None, [{s for s in found if s > after} for found in whole or []]
@@ -258,7 +267,9 @@ class SqlAuditLog(Records):
             s = audit_event_stacks.c
             out.append(_Filter(exists().where(s.seq == e.seq, s.stack == q.stack),
                                lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after),
-                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after).order_by(s.seq)))
+                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after).order_by(s.seq),
+                               lambda after: select(*_READ).join(audit_event_stacks, s.seq == e.seq)
+                               .where(s.stack == q.stack, s.seq > after).order_by(s.seq)))
         out += [self._column(e.kind, q.kind), self._column(e.outcome, q.outcome)]
         if q.action:
             matches = e.kind.in_([k for k in self._kinds() if k == q.action or k.startswith(q.action + ".")])
@@ -276,7 +287,8 @@ class SqlAuditLog(Records):
             return None
         e = audit_events.c
         return _Filter(column == value, lambda after: select(e.seq).where(column == value, e.seq > after),
-                       lambda after: select(e.seq).where(column == value, e.seq > after).order_by(e.seq))
+                       lambda after: select(e.seq).where(column == value, e.seq > after).order_by(e.seq),
+                       lambda after: select(*_READ).where(column == value, e.seq > after).order_by(e.seq))
 
     def _address(self, address: str) -> _Filter:
         """Events that name the address (exact, or a prefix ending in `*`), and every event of the proposals whose
@@ -361,17 +373,25 @@ class SqlAuditLog(Records):
         (beside verify's hashing, on a connection of its own)."""
         outcomes = ", ".join(f"'{o}'" for o in sorted(OUTCOMES))
         if self._postgres:
-            agrees = ("canonical::jsonb @> jsonb_build_object('actor', actor, 'actor_kind', actor_kind, 'at', at, "
-                      "'id', id, 'kind', kind, 'proposal_id', proposal_id, 'seq', seq) AND outcome IS NOT DISTINCT FROM "
-                      f"(CASE WHEN split_part(kind, '.', -1) IN ({outcomes}) THEN split_part(kind, '.', -1) END)")
+            # each event's bytes parsed once into the fields the columns index (json, not jsonb: nothing is built),
+            # each string checked to be one; an event of no proposal must say so (null, not a missing key)
+            strings = " AND ".join(f"json_typeof(c.{f}) = 'string' AND c.{f} #>> '{{}}' = e.{f}"
+                                   for f in ("actor", "actor_kind", "at", "id", "kind"))
+            source = ("audit_events e, json_to_record(e.canonical::json) AS c(actor json, actor_kind json, at json, "
+                      "id json, kind json, proposal_id json, seq json)")
+            agrees = (f"{strings} AND c.seq::text = e.seq::text AND CASE WHEN e.proposal_id IS NULL THEN "
+                      "e.canonical::jsonb -> 'proposal_id' = 'null'::jsonb ELSE c.proposal_id::text = "
+                      "e.proposal_id::text END AND e.outcome IS NOT DISTINCT FROM (CASE WHEN split_part(e.kind, '.', "
+                      f"-1) IN ({outcomes}) THEN split_part(e.kind, '.', -1) END)")
         else:
             last = "replace(kind, rtrim(kind, replace(kind, '.', '')), '')"
+            source = "audit_events e"
             agrees = ("json_extract(canonical, '$.actor', '$.actor_kind', '$.at', '$.id', "
                       "'$.kind', '$.proposal_id', '$.seq') IS json_array(actor, actor_kind, at, id, kind, proposal_id,"
                       f" seq) AND outcome IS (CASE WHEN {last} IN ({outcomes}) THEN {last} END)")
         try:
             with self.conn.begin_nested():
-                seq = self.conn.scalar(text(f"SELECT min(seq) FROM audit_events WHERE seq > :after AND seq <= :upto "
+                seq = self.conn.scalar(text(f"SELECT min(e.seq) FROM {source} WHERE e.seq > :after AND e.seq <= :upto "
                                             f"AND NOT coalesce({agrees}, false)"), {"after": after, "upto": upto})
         except SQLAlchemyError as exc:  # stored bytes that are not JSON (the chain check names the event)
             return ChainBreak(None, f"an event's stored bytes are not JSON: {str(exc).splitlines()[0]}")

@@ -18,6 +18,7 @@ from gateway.adapters.store.audit import SqlAuditLog
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, EventQuery, event_addresses, event_hash, verify_chain
 from gateway.domain.principals import SystemActor
+from gateway.domain.scrubbing import Scrubber
 
 
 @pytest.fixture
@@ -93,6 +94,21 @@ def test_an_event_of_a_large_batch_edited_is_found(db: Database, column: str, va
         conn.execute(update(audit_events).where(audit_events.c.seq == seq).values({column: value}))
     broken = verify(db)
     assert broken is not None and broken.seq == seq and "edited" in broken.reason, broken
+
+
+@pytest.mark.parametrize("secret", ['pa"ss\\wörd\n', "plain-secret-value", "🔑-émoji-key"])
+def test_a_known_secret_is_cut_from_an_event_wherever_it_is(db: Database, secret: str) -> None:
+    """A payload is scrubbed only when its encoding holds a secret's spelling: a secret with quotes, backslashes,
+    newlines or non-ASCII characters, in a key or a nested value, is still found and cut out of the stored bytes."""
+    payload = {"note": f"token {secret} leaked", "nested": [{f"key-{secret}": 1}, ("x", secret)], "n": {7: "int key"}}
+    with SqlStore(db, scrubber=Scrubber([secret])).session() as session:
+        [event] = session.audit.append_many([(SystemActor("erin"), "plan", payload, 1, ["app"])])
+    with db.transaction() as conn:
+        stored = conn.scalar(select(audit_events.c.canonical))
+    assert json.loads(stored)["payload"] == event.payload == {
+        "note": "token (redacted) leaked", "nested": [{"key-(redacted)": 1}, ["x", "(redacted)"]], "n": {"7": "int key"}}
+    assert secret not in stored and json.dumps(secret)[1:-1] not in stored
+    assert verify(db) is None
 
 
 def test_a_batch_that_fails_leaves_the_chain_and_the_transaction_as_they_were(db: Database) -> None:

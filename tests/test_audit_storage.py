@@ -18,6 +18,7 @@ from gateway.adapters.store.audit import SqlAuditLog
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, EventQuery, event_addresses, event_hash, verify_chain
 from gateway.domain.principals import SystemActor
+from gateway.domain.scrubbing import Scrubber
 
 
 @pytest.fixture
@@ -74,6 +75,61 @@ def test_a_filter_column_edited_to_hide_an_event_is_found(db: Database, column: 
         conn.execute(update(audit_events).where(audit_events.c.seq == 3).values({column: value}))
     broken = verify(db)
     assert broken is not None and broken.seq == 3 and "edited" in broken.reason
+
+
+@pytest.mark.parametrize("column, value, seq", [("canonical", None, 1250), ("proposal_id", None, 1300),
+                                                ("proposal_id", 7, 1501), ("actor", "alice", 1777),
+                                                ("id", "0" * 36, 1999)])
+def test_an_event_of_a_large_batch_edited_is_found(db: Database, column: str, value: Any, seq: int) -> None:
+    """A batch of 2,000 events is written in a few statements; any one of them edited afterwards is found (its
+    bytes, or a column the filters search: a proposal given or taken away, another actor)."""
+    with SqlStore(db).session() as session:
+        session.audit.append_many([(SystemActor(f"p{i % 7}"), "plan", {"applied": [f"aws_instance.web{i}"], "n": i},
+                                    None if i > 1500 else 1 + i // 10, ["app"]) for i in range(2000)])
+    assert verify(db) is None
+    with db.transaction() as conn:
+        if column == "canonical":
+            stored = json.loads(conn.scalar(select(audit_events.c.canonical).where(audit_events.c.seq == seq)))
+            value = json.dumps(stored | {"payload": {"n": -1}}, sort_keys=True, separators=(",", ":"))
+        conn.execute(update(audit_events).where(audit_events.c.seq == seq).values({column: value}))
+    broken = verify(db)
+    assert broken is not None and broken.seq == seq and "edited" in broken.reason, broken
+
+
+@pytest.mark.parametrize("secret", ['pa"ss\\wörd\n', "plain-secret-value", "🔑-émoji-key"])
+def test_a_known_secret_is_cut_from_an_event_wherever_it_is(db: Database, secret: str) -> None:
+    """A payload is scrubbed only when its encoding holds a secret's spelling: a secret with quotes, backslashes,
+    newlines or non-ASCII characters, in a key or a nested value, is still found and cut out of the stored bytes."""
+    payload = {"note": f"token {secret} leaked", "nested": [{f"key-{secret}": 1}, ("x", secret)], "n": {7: "int key"}}
+    with SqlStore(db, scrubber=Scrubber([secret])).session() as session:
+        [event] = session.audit.append_many([(SystemActor("erin"), "plan", payload, 1, ["app"])])
+    with db.transaction() as conn:
+        stored = conn.scalar(select(audit_events.c.canonical))
+    assert json.loads(stored)["payload"] == event.payload == {
+        "note": "token (redacted) leaked", "nested": [{"key-(redacted)": 1}, ["x", "(redacted)"]], "n": {"7": "int key"}}
+    assert secret not in stored and json.dumps(secret)[1:-1] not in stored
+    assert verify(db) is None
+
+
+def test_a_batch_that_fails_leaves_the_chain_and_the_transaction_as_they_were(db: Database) -> None:
+    """A statement of a batch that fails (here: an index row already there) takes the batch's other rows with it:
+    the events before it stay, the transaction goes on, and the chain verifies with none of the batch in it."""
+    some_events(db)
+    with SqlStore(db).session(readonly=True) as session:
+        head_seq, _ = session.audit.chain_head()
+    with db.transaction() as conn:  # a stray index row where the batch's third event will name its address
+        conn.execute(insert(audit_event_addresses).values(seq=head_seq + 3, address="aws_instance.clash"))
+    with SqlStore(db).session() as session:
+        with pytest.raises(Exception, match="(?i)unique|duplicate"):
+            session.audit.append_many([(SystemActor("erin"), "plan", {"applied": [f"aws_instance.{n}"]}, 1, ["app"])
+                                       for n in ("a", "b", "clash", "d")])
+        after = session.audit.append(SystemActor("erin"), "note", {"applied": ["aws_instance.e"]}, 1, ["app"])
+    assert after.seq == head_seq + 1
+    with db.transaction() as conn:
+        assert conn.scalar(text("SELECT count(*) FROM audit_events")) == head_seq + 1
+        assert conn.scalar(text("SELECT count(*) FROM audit_event_stacks")) == head_seq + 1
+        conn.execute(text(f"DELETE FROM audit_event_addresses WHERE seq = {head_seq + 3}"))
+    assert verify(db) is None
 
 
 def test_an_inserted_event_and_a_moved_head_are_found(db: Database) -> None:

@@ -659,6 +659,13 @@ def _notifications(conn: Connection) -> None:
         conn.execute(markers.insert().values(name=OUTBOX_MARKER, value=str(head)))
 
 
+def _audit_at_scale(conn: Connection) -> None:
+    """Fewer index rows per event appended: on PostgreSQL the prefix index of addresses (text_pattern_ops) serves an
+    exact address too, so the plain one beside it goes (SQLite keeps it: its prefix search is a range on it)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("DROP INDEX IF EXISTS audit_event_addresses_by_address"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -680,6 +687,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (18, _canonical_events),  # the trail stores each event's canonical bytes
     (19, _sign_in),  # OIDC identities and server-side web sessions
     (20, _notifications),  # notifications, delivered once each, and the outbox's place in the trail
+    (21, _audit_at_scale),  # the audit trail's indexes for appends and filters at a million events
 ]
 
 

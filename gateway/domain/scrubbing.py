@@ -31,6 +31,7 @@ class Scrubber:
                 spellings |= {spelling, html.escape(spelling),
                               html.escape(spelling, quote=False).replace('"', "&#34;").replace("'", "&#39;")}
         self._spellings = sorted(spellings, key=len, reverse=True)  # longest first: no partial leftovers
+        self._in_json = [json.dumps(s)[1:-1] for s in self._spellings]
 
     def __bool__(self) -> bool:
         return bool(self._spellings)
@@ -48,6 +49,11 @@ class Scrubber:
             return self.scrub(data.decode("utf-8")).encode("utf-8")
         except UnicodeDecodeError:
             return data
+
+    def finds_in_json(self, encoded: str) -> bool:
+        """Whether `scrub_data` would change the value `encoded` (`json.dumps` of it, ASCII-escaped) decodes to. JSON
+        escapes a string one character at a time, so a spelling inside any key or value shows here escaped."""
+        return any(spelling in encoded for spelling in self._in_json)
 
     def scrub_data(self, value: Any) -> Any:
         """The same value with every string (keys included) scrubbed."""

@@ -2,17 +2,19 @@
 
 Each event is stored as its canonical bytes (what its hash covers); the columns beside them, and the stack, address
 and proposal-address tables, are the index the filters search (and `misindexed` checks against the bytes). A page of
-a filtered query is read the way EXPLAIN says is cheap: candidate seqs come in event order from the filters' indexes
-(all of the smallest filter's events when it has few; otherwise growing windows of the ordered indexes, intersected),
-and each chunk of candidates is checked against every filter by primary key. Nothing sorts every matching event
-before the LIMIT, and nothing reads the trail whole.
+a filtered query is read the way EXPLAIN says is cheap: one filter kept in event order (a stack, a person, an outcome,
+a proposal, a kind) is one statement, its index read in order up to the LIMIT; otherwise candidate seqs come in event
+order from the filters' indexes (all of the smallest filter's events when it has few, or of the unordered filters
+that have at most `medium`; otherwise growing windows of the ordered indexes, intersected), and each chunk of
+candidates is checked against every filter by primary key. Nothing sorts every matching event before the LIMIT, and
+nothing reads the trail whole.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import uuid
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -66,6 +68,17 @@ class _Filter:
     condition: ColumnElement[bool]
     members: Callable[[int], Select[Any]]  # the seqs after `after` it matches, in any order
     ordered: Callable[[int], Select[Any]] | None = None  # the same in seq order, from an index kept in that order
+    alone: Callable[[int], Select[Any]] | None = None  # its events themselves after `after`, in that order
+
+
+def _event_ids(count: int) -> list[str]:
+    """`count` random (version 4) UUIDs, as `uuid.uuid4()` makes them, from one read of the system's randomness."""
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = bytes(b & 0x0F | 0x40 for b in raw[6::16])  # the version
+    raw[8::16] = bytes(b & 0x3F | 0x80 for b in raw[8::16])  # the variant
+    h = raw.hex()
+    return [f"{h[k:k + 8]}-{h[k + 8:k + 12]}-{h[k + 12:k + 16]}-{h[k + 16:k + 20]}-{h[k + 20:k + 32]}"
+            for k in range(0, 32 * count, 32)]
 
 
 class SqlAuditLog(Records):
@@ -103,32 +116,37 @@ class SqlAuditLog(Records):
     ) -> list[AuditEvent]:
         """Add events to the chain in order, written together. The head row lock (taken by the transaction's first
         event, held to its commit) keeps concurrent writers in line; the head row is written at the commit. Each
-        event is encoded once: its canonical bytes are hashed and stored as they are."""
+        event is encoded once: its canonical bytes are hashed and stored as they are. A batch is written whole or
+        not at all: one that fails leaves the chain (and the transaction) as they were."""
         if self._head is None:
             head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
             self._head = (head["seq"], head["hash"])
         seq, prev_hash = self._head
+        scrubber, sha256 = self.scrubber, hashlib.sha256
         events, rows, stack_rows, address_rows, named = [], [], [], [], set()
-        for actor, kind, payload, proposal_id, stacks in entries:
+        for (actor, kind, payload, proposal_id, stacks), event_id in zip(entries, _event_ids(len(entries)), strict=True):
             seq += 1
-            name, actor_kind = actor.name, actor.kind.value
-            clean = self.scrubber.scrub_data(json.loads(dumps(payload)))
-            event_id, at = str(uuid.uuid4()), now().isoformat(timespec="microseconds")
+            name, actor_kind, stacks = actor.name, actor.kind.value, list(stacks)
+            encoded = dumps(payload)
+            clean = json.loads(encoded)  # JSON's own types: what the stored bytes decode to
+            if scrubber.finds_in_json(encoded):  # most payloads hold no secret: walked only when one is there
+                clean = scrubber.scrub_data(clean)
+            at = now().isoformat(timespec="microseconds")
             canonical = event_bytes({"seq": seq, "id": event_id, "at": at, "actor": name, "actor_kind": actor_kind,
-                                     "kind": kind, "proposal_id": proposal_id, "stacks": list(stacks),
-                                     "payload": clean})
-            event_hash = "sha256:" + hashlib.sha256(prev_hash.encode() + canonical).hexdigest()
+                                     "kind": kind, "proposal_id": proposal_id, "stacks": stacks, "payload": clean})
+            event_hash = "sha256:" + sha256(prev_hash.encode() + canonical).hexdigest()
             rows.append((seq, canonical.decode(), event_id, at, name, actor_kind, kind, proposal_id, prev_hash,
                          event_hash, event_outcome(kind)))
             stack_rows += [(seq, s) for s in set(stacks)]
             addresses = event_addresses(clean)
             address_rows += [(seq, a) for a in addresses]
             if proposal_id is not None:
-                named |= {(proposal_id, a) for a in addresses}
+                named.update((proposal_id, a) for a in addresses)
             events.append(AuditEvent(seq, event_id, at, name, actor_kind, kind, proposal_id, tuple(stacks), clean,
                                      prev_hash, event_hash))
             prev_hash = event_hash
-        self._write(rows, stack_rows, address_rows, sorted(named))
+        with self.conn.begin_nested():  # a statement that fails takes the batch's other rows with it
+            self._write(rows, stack_rows, address_rows, sorted(named))
         self._head, self._head_moved = (seq, prev_hash), True
         self.appended += len(events)
         return events
@@ -180,6 +198,12 @@ class SqlAuditLog(Records):
         if q.proposal_id is not None and not 0 < q.proposal_id <= MAX_ID:
             return []
         filters = self._filters(q)
+        if not filters or (len(filters) == 1 and filters[0].alone is not None):  # one index read in order: a page
+            e = audit_events.c
+            alone = filters[0].alone if filters else (
+                lambda after: select(*_READ).where(e.seq > after).order_by(e.seq))
+            assert alone is not None
+            return [as_event(r) for r in self.conn.execute(alone(after).limit(limit)).mappings()]
         found: list[AuditEvent] = []
         for chunk in self._candidates(filters, after, limit):
             need = None if limit is None else limit - len(found)
@@ -195,9 +219,9 @@ class SqlAuditLog(Records):
 
         The smallest filter's events, when it has fewer than `small`. Otherwise windows of the filters' ordered
         indexes (or of the trail itself), intersected: the first as long as a page, each next one four times longer
-        up to `medium`; and from the second on, the events of each unordered filter (an address, an action, a time
-        range) that has at most `medium`, intersected with them (so a rare combination of common filters does not
-        walk the trail a window at a time)."""
+        up to `medium`; and from the second on, when unordered filters (an address, an action, a time range) have at
+        most `medium` events, those events themselves, intersected (every candidate is among them, so a rare
+        combination of common filters does not walk the trail a window at a time)."""
         # counted over the whole trail, from the ordered index where there is one: a count from `after` can read every
         # entry before it first (a time range, a prefix), and one in index order stops at the cap without the table
         sizes = sorted((self._count((f.ordered or f.members)(0), self.small), i) for i, f in enumerate(filters))
@@ -213,7 +237,7 @@ class SqlAuditLog(Records):
             if whole is None and not first:  # the first window was not enough (or all are wanted): are any few?
                 whole = [set(self.conn.scalars(f.members(after))) for f in unordered
                          if self._count(f.members(0), self.medium + 1) <= self.medium]
-                if whole and not any(f.ordered for f in filters):  # complete sets: nothing to walk
+                if whole:  # complete sets: every candidate is in them, checked by primary key; nothing to walk
                     yield from self._chunks(sorted(set.intersection(*whole)))
                     return
             horizon, sets = None, [{s for s in found if s > after} for found in whole or []]
@@ -243,7 +267,9 @@ class SqlAuditLog(Records):
             s = audit_event_stacks.c
             out.append(_Filter(exists().where(s.seq == e.seq, s.stack == q.stack),
                                lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after),
-                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after).order_by(s.seq)))
+                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after).order_by(s.seq),
+                               lambda after: select(*_READ).join(audit_event_stacks, s.seq == e.seq)
+                               .where(s.stack == q.stack, s.seq > after).order_by(s.seq)))
         out += [self._column(e.kind, q.kind), self._column(e.outcome, q.outcome)]
         if q.action:
             matches = e.kind.in_([k for k in self._kinds() if k == q.action or k.startswith(q.action + ".")])
@@ -261,7 +287,8 @@ class SqlAuditLog(Records):
             return None
         e = audit_events.c
         return _Filter(column == value, lambda after: select(e.seq).where(column == value, e.seq > after),
-                       lambda after: select(e.seq).where(column == value, e.seq > after).order_by(e.seq))
+                       lambda after: select(e.seq).where(column == value, e.seq > after).order_by(e.seq),
+                       lambda after: select(*_READ).where(column == value, e.seq > after).order_by(e.seq))
 
     def _address(self, address: str) -> _Filter:
         """Events that name the address (exact, or a prefix ending in `*`), and every event of the proposals whose
@@ -346,17 +373,25 @@ class SqlAuditLog(Records):
         (beside verify's hashing, on a connection of its own)."""
         outcomes = ", ".join(f"'{o}'" for o in sorted(OUTCOMES))
         if self._postgres:
-            agrees = ("canonical::jsonb @> jsonb_build_object('actor', actor, 'actor_kind', actor_kind, 'at', at, "
-                      "'id', id, 'kind', kind, 'proposal_id', proposal_id, 'seq', seq) AND outcome IS NOT DISTINCT FROM "
-                      f"(CASE WHEN split_part(kind, '.', -1) IN ({outcomes}) THEN split_part(kind, '.', -1) END)")
+            # each event's bytes parsed once into the fields the columns index (json, not jsonb: nothing is built),
+            # each string checked to be one; an event of no proposal must say so (null, not a missing key)
+            strings = " AND ".join(f"json_typeof(c.{f}) = 'string' AND c.{f} #>> '{{}}' = e.{f}"
+                                   for f in ("actor", "actor_kind", "at", "id", "kind"))
+            source = ("audit_events e, json_to_record(e.canonical::json) AS c(actor json, actor_kind json, at json, "
+                      "id json, kind json, proposal_id json, seq json)")
+            agrees = (f"{strings} AND c.seq::text = e.seq::text AND CASE WHEN e.proposal_id IS NULL THEN "
+                      "e.canonical::jsonb -> 'proposal_id' = 'null'::jsonb ELSE c.proposal_id::text = "
+                      "e.proposal_id::text END AND e.outcome IS NOT DISTINCT FROM (CASE WHEN split_part(e.kind, '.', "
+                      f"-1) IN ({outcomes}) THEN split_part(e.kind, '.', -1) END)")
         else:
             last = "replace(kind, rtrim(kind, replace(kind, '.', '')), '')"
+            source = "audit_events e"
             agrees = ("json_extract(canonical, '$.actor', '$.actor_kind', '$.at', '$.id', "
                       "'$.kind', '$.proposal_id', '$.seq') IS json_array(actor, actor_kind, at, id, kind, proposal_id,"
                       f" seq) AND outcome IS (CASE WHEN {last} IN ({outcomes}) THEN {last} END)")
         try:
             with self.conn.begin_nested():
-                seq = self.conn.scalar(text(f"SELECT min(seq) FROM audit_events WHERE seq > :after AND seq <= :upto "
+                seq = self.conn.scalar(text(f"SELECT min(e.seq) FROM {source} WHERE e.seq > :after AND e.seq <= :upto "
                                             f"AND NOT coalesce({agrees}, false)"), {"after": after, "upto": upto})
         except SQLAlchemyError as exc:  # stored bytes that are not JSON (the chain check names the event)
             return ChainBreak(None, f"an event's stored bytes are not JSON: {str(exc).splitlines()[0]}")

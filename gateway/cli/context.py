@@ -35,7 +35,7 @@ class Context:
     """The settings of this run, and the workspace they name, opened on first use; made when a command runs."""
 
     def __init__(self) -> None:
-        # Both only once a command runs (pydantic-settings and structlog), never for --help.
+        # Both only once a command runs (pydantic, and structlog when it first logs), never for --help.
         from gateway.config import Settings
         from gateway.logs import configure_logging
 

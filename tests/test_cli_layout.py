@@ -122,10 +122,18 @@ def test_a_logger_loads_structlog_when_it_first_logs_and_logs_as_configured() ->
         "print('structlog' in sys.modules)\n"
         "log.debug('hidden')\n"
         "log.info('shown', stack='app')\n"
-        "print('structlog' in sys.modules)\n"
+        "print('structlog' in sys.modules, 'rich' in sys.modules)\n"
+        "import rich.console\n"  # what structlog was kept from is still there for whoever needs it
+        "print(rich.console.Console is not None)\n"
+        "try:\n"
+        "    raise ValueError('boom')\n"
+        "except ValueError:\n"
+        "    log.exception('failed')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == ["False", "True", "False", "True"]  # structlog, without rich (its console renderer's)
     lines = [json.loads(line) for line in done.stderr.splitlines()]
-    assert [(line["event"], line["level"], line.get("stack")) for line in lines] == [("shown", "info", "app")]
+    assert [(line["event"], line["level"], line.get("stack")) for line in lines] == [
+        ("shown", "info", "app"), ("failed", "error", None)]
+    assert "ValueError: boom" in lines[1]["exception"] and "Traceback" in lines[1]["exception"]

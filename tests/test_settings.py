@@ -93,6 +93,9 @@ def test_keywords_win_over_the_environment_which_fills_in_the_rest(monkeypatch: 
     assert (settings.home, settings.smtp_port, settings.openai_base_url) == (tmp_path, 2525, "http://given/v1")
     assert sorted(settings.notification_channels) == ["env-hook", "given"]  # channel tables are merged, key by key
     assert Settings().home == Path("/elsewhere")
+    monkeypatch.setenv("GATEWAY_TOKEN", "gw_from_env")
+    assert Settings(token=None).token is None  # as the demo and the evals make theirs: None given is None
+    assert Settings.model_validate({}).token is not None  # validating reads the environment too, as it did
 
 
 def test_defaults_unknown_variables_and_empty_values(monkeypatch: pytest.MonkeyPatch) -> None:

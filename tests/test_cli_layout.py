@@ -137,3 +137,26 @@ def test_a_logger_loads_structlog_when_it_first_logs_and_logs_as_configured() ->
     assert [(line["event"], line["level"], line.get("stack")) for line in lines] == [
         ("shown", "info", "app"), ("failed", "error", None)]
     assert "ValueError: boom" in lines[1]["exception"] and "Traceback" in lines[1]["exception"]
+
+
+def test_a_finished_read_exits_at_once_with_its_output_and_atexit_handlers_but_no_teardown(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(workspace, people.alice, "bigger", "bigger staging instance")
+    script = (  # as the `gateway` script runs it; the interpreter's teardown would delete `marker` and print
+        "import atexit, sys\n"
+        "class Marker:\n"
+        "    def __del__(self): print('torn down', file=sys.stderr)\n"
+        "marker = Marker()\n"
+        "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+        f"sys.argv = ['gateway', 'show', '{proposal.id}']\n"
+        "from gateway.cli import main\n"
+        "main()\n"
+        "print('not reached', file=sys.stderr)\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | {
+        "GATEWAY_HOME": str(workspace.settings.home), "GATEWAY_TOKEN": people.tokens["dana"]}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=environment)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"proposal {proposal.id} [open] bigger") and "blocked: needs 1 approval(s)" in done.stdout
+    assert done.stderr.split("\n") == ["atexit ran", ""]  # neither the teardown (a tenth of a second) nor the rest

@@ -29,7 +29,7 @@ HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gatew
 # planner and applier, Terraform), the policy interpreters, the logger (a read logs nothing), the forge, the
 # agent, the web app and the job handlers; GitPython (a read uses libgit2), HTTP clients (and the rich console
 # httpx brings), the cipher (previews are stored masked, not sealed), on SQLite, the PostgreSQL dialect, and
-# pydantic-settings (the settings read the environment themselves: its import costs a read a tenth of a second).
+# pydantic-settings (the settings read the environment themselves).
 NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2", "gateway.adapters.hcl",
                   "pydantic_settings", "dotenv",
                   "gateway.adapters.terraform", "regopy", "checkov",

@@ -1,7 +1,9 @@
 """Structured logs (structlog) to stderr; the level comes from GATEWAY_LOG_LEVEL (default warning).
 
 Modules take their logger from `get_logger`: structlog (a tenth of a second of imports) is imported, and
-configured, when a logger is first used, so a command that logs nothing, such as a read, never loads it.
+configured, when a logger is first used, so a command that logs nothing, such as a read, never loads it; and
+without rich, which structlog's console renderer would import (another tenth of a second) to draw tracebacks
+these JSON lines never show.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gateway.domain.scrubbing import Scrubber
@@ -33,11 +36,24 @@ def _scrub_secrets(logger: Any, method: str, event: MutableMapping[str, Any]) ->
     return _scrubber.scrub_data(event) if _scrubber else event
 
 
+def _structlog() -> ModuleType:
+    """structlog, imported the first time without rich unless something else loaded rich already: structlog
+    takes rich only if it is there (`import rich` raises ImportError while sys.modules holds None for it)."""
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        import structlog
+    else:
+        sys.modules["rich"] = None  # type: ignore[assignment]
+        try:
+            import structlog
+        finally:
+            if sys.modules.get("rich", ...) is None:
+                del sys.modules["rich"]  # whoever imports rich from now on gets it
+    return structlog
+
+
 def _stderr_logger(*_: Any) -> structlog.PrintLogger:
     """Whatever sys.stderr is at the time of logging (the CLI wraps it in a scrubber after start-up)."""
-    import structlog
-
-    return structlog.PrintLogger(file=sys.stderr)
+    return _structlog().PrintLogger(file=sys.stderr)
 
 
 def configure_logging(level: str | None = None) -> None:
@@ -52,8 +68,7 @@ def configure_logging(level: str | None = None) -> None:
 
 def _apply() -> None:
     global _applied
-    import structlog
-
+    structlog = _structlog()
     name = _level or os.environ.get("GATEWAY_LOG_LEVEL", "warning").upper()
     structlog.configure(
         processors=[
@@ -81,9 +96,7 @@ class _Logger:
         if not _applied:
             _apply()
         if self._logger is None:
-            import structlog
-
-            self._logger = structlog.get_logger(self._name)
+            self._logger = _structlog().get_logger(self._name)
         return getattr(self._logger, method)
 
 

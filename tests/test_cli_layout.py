@@ -28,8 +28,10 @@ HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gatew
 # What a read of a proposal does not need: the HCL parser and the engines' machinery (the simulator's evaluator,
 # planner and applier, Terraform), the policy interpreters, the logger (a read logs nothing), the forge, the
 # agent, the web app and the job handlers; GitPython (a read uses libgit2), HTTP clients (and the rich console
-# httpx brings), the cipher (previews are stored masked, not sealed) and, on SQLite, the PostgreSQL dialect.
+# httpx brings), the cipher (previews are stored masked, not sealed), on SQLite, the PostgreSQL dialect, and
+# pydantic-settings (the settings read the environment themselves).
 NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2", "gateway.adapters.hcl",
+                  "pydantic_settings", "dotenv",
                   "gateway.adapters.terraform", "regopy", "checkov",
                   "structlog", "github", "openai", "langgraph", "fastapi", "gateway.api",
                   "git", "httpx", "rich", "cryptography", "sqlalchemy.dialects.postgresql",
@@ -120,10 +122,41 @@ def test_a_logger_loads_structlog_when_it_first_logs_and_logs_as_configured() ->
         "print('structlog' in sys.modules)\n"
         "log.debug('hidden')\n"
         "log.info('shown', stack='app')\n"
-        "print('structlog' in sys.modules)\n"
+        "print('structlog' in sys.modules, 'rich' in sys.modules)\n"
+        "import rich.console\n"  # what structlog was kept from is still there for whoever needs it
+        "print(rich.console.Console is not None)\n"
+        "try:\n"
+        "    raise ValueError('boom')\n"
+        "except ValueError:\n"
+        "    log.exception('failed')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == ["False", "True", "False", "True"]  # structlog, without rich (its console renderer's)
     lines = [json.loads(line) for line in done.stderr.splitlines()]
-    assert [(line["event"], line["level"], line.get("stack")) for line in lines] == [("shown", "info", "app")]
+    assert [(line["event"], line["level"], line.get("stack")) for line in lines] == [
+        ("shown", "info", "app"), ("failed", "error", None)]
+    assert "ValueError: boom" in lines[1]["exception"] and "Traceback" in lines[1]["exception"]
+
+
+def test_a_finished_read_exits_at_once_with_its_output_and_atexit_handlers_but_no_teardown(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(workspace, people.alice, "bigger", "bigger staging instance")
+    script = (  # as the `gateway` script runs it; the interpreter's teardown would delete `marker` and print
+        "import atexit, sys\n"
+        "class Marker:\n"
+        "    def __del__(self): print('torn down', file=sys.stderr)\n"
+        "marker = Marker()\n"
+        "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+        f"sys.argv = ['gateway', 'show', '{proposal.id}']\n"
+        "from gateway.cli import main\n"
+        "main()\n"
+        "print('not reached', file=sys.stderr)\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")} | {
+        "GATEWAY_HOME": str(workspace.settings.home), "GATEWAY_TOKEN": people.tokens["dana"]}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=environment)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"proposal {proposal.id} [open] bigger") and "blocked: needs 1 approval(s)" in done.stdout
+    assert done.stderr.split("\n") == ["atexit ran", ""]  # neither the teardown (a tenth of a second) nor the rest

@@ -101,6 +101,9 @@ def main(args: Sequence[str] | None = None) -> None:
     """Entry point: a GatewayError is one clear line on stderr and a non-zero exit."""
     try:
         cli.main(args, standalone_mode=False)
+        context = sys.modules.get("gateway.cli.context")  # loaded only if a command ran
+        if args is None and context is not None and context.finished_read is not None:
+            context.exit_after_read(context.finished_read)  # the process is this command: a read ends here
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

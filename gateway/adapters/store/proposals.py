@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Text, bindparam, insert, select, type_coerce, update
 
 from gateway.adapters.sql_store import (
     applies,
@@ -35,6 +37,20 @@ from gateway.domain.proposal import (
     ProposalStatus,
     StackPlan,
 )
+
+# A read of a proposal runs these on every request: built once, so each execution skips building the statement and
+# its cache key (a statement built afresh costs five times as much to execute as the query itself takes).
+_PROPOSAL = select(proposals).where(proposals.c.id == bindparam("id"))
+_PROPOSAL_LOCKED = _PROPOSAL.with_for_update()
+_PLAN_COLUMNS = [c for c in plans.c if c.name not in ("document", "preview", "artifact", "summary")]
+_CURRENT_PLANS = (
+    select(*_PLAN_COLUMNS, type_coerce(plans.c.summary, Text).label("summary"))  # its text: parsed once per content
+    .where(plans.c.proposal_id == bindparam("proposal_id"), plans.c.head_sha == bindparam("head_sha"))
+    .order_by(plans.c.id)
+)
+_DECISIONS = select(decisions).where(decisions.c.proposal_id == bindparam("proposal_id")).order_by(decisions.c.id)
+_OVERRIDES = select(overrides).where(overrides.c.proposal_id == bindparam("proposal_id")).order_by(overrides.c.id)
+_PLAN_PREVIEW = select(plans.c.preview).where(plans.c.id == bindparam("id"))
 
 
 class SqlProposals(Records):
@@ -110,17 +126,21 @@ class SqlProposals(Records):
     def get(self, proposal_id: int, lock: bool = False) -> Proposal:
         if not 0 < proposal_id <= MAX_ID:
             raise NotFound(f"no proposal {proposal_id}")
-        query = select(proposals).where(proposals.c.id == proposal_id)
-        row = self.conn.execute(query.with_for_update() if lock else query).mappings().first()
+        row = self.conn.execute(_PROPOSAL_LOCKED if lock else _PROPOSAL, {"id": proposal_id}).mappings().first()
         if row is None:
             raise NotFound(f"no proposal {proposal_id}")
+        decision_rows = self.conn.execute(_DECISIONS, {"proposal_id": proposal_id}).mappings().all()
+        override_rows = self.conn.execute(_OVERRIDES, {"proposal_id": proposal_id}).mappings().all()
+        people = self.uow.principals.many(
+            {row["requester_id"], row["proposer_id"], *(r["principal_id"] for r in (*decision_rows, *override_rows))}
+        )  # everyone the proposal names, in one query
         proposal = Proposal(
             id=row["id"],
             branch=row["branch"],
             base_sha=row["base_sha"],
             head_sha=row["head_sha"],
-            requester=self.uow.principals.get(row["requester_id"]),
-            proposer=self.uow.principals.get(row["proposer_id"]),
+            requester=_named(people, row["requester_id"]),
+            proposer=_named(people, row["proposer_id"]),
             reason=row["reason"],
             stacks=tuple(row["stacks"]),
             status=ProposalStatus(row["status"]),
@@ -131,8 +151,11 @@ class SqlProposals(Records):
             kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
         )
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
-        proposal.decisions = self._decisions(proposal_id)
-        proposal.overrides = self._overrides(proposal_id)
+        proposal.decisions = [_decision(r, _named(people, r["principal_id"])) for r in decision_rows]
+        proposal.overrides = [
+            Override(r["finding_key"], _named(people, r["principal_id"]).name, r["reason"], aware(r["expires_at"]))
+            for r in override_rows
+        ]
         return proposal
 
     def list(self, status: str | None = None) -> list[dict[str, Any]]:
@@ -228,7 +251,7 @@ class SqlProposals(Records):
 
     def plan_preview(self, plan_id: int) -> str | None:
         """The stored masked preview of a plan (None for plans saved before previews were stored)."""
-        return self.conn.scalar(select(plans.c.preview).where(plans.c.id == plan_id))
+        return self.conn.scalar(_PLAN_PREVIEW, {"id": plan_id})
 
     def plan_artifact(self, plan_id: int) -> bytes | None:
         """The engine's own saved plan (Terraform's plan file), if the engine keeps one."""
@@ -242,17 +265,10 @@ class SqlProposals(Records):
         return self.sealer.open_text(str(document))
 
     def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
-        columns = [
-            c for c in plans.c if c.name not in ("document", "preview", "artifact")
-        ]  # the big ones are read on demand
-        rows = self.conn.execute(
-            select(*columns)
-            .where(plans.c.proposal_id == proposal_id, plans.c.head_sha == head_sha)
-            .order_by(plans.c.id)
-        ).mappings()
+        rows = self.conn.execute(_CURRENT_PLANS, {"proposal_id": proposal_id, "head_sha": head_sha}).mappings()
         current: dict[str, StackPlan] = {}
         for r in rows:  # the newest plan of each stack wins
-            summary = PlanSummary.from_json(r["summary"])
+            summary = _summary(r["summary"])
             current[r["stack"]] = StackPlan(
                 plan_id=r["id"],
                 stack=r["stack"],
@@ -295,24 +311,6 @@ class SqlProposals(Records):
         )
         return int(result.inserted_primary_key[0])
 
-    def _decisions(self, proposal_id: int) -> list[DecisionRecord]:
-        rows = self.conn.execute(
-            select(decisions).where(decisions.c.proposal_id == proposal_id).order_by(decisions.c.id)
-        ).mappings()
-        return [
-            DecisionRecord(
-                id=r["id"],
-                principal=self.uow.principals.get(r["principal_id"]),
-                decision=Decision(r["decision"]),
-                head_sha=r["head_sha"],
-                digests=r["digests"],
-                comment=r["comment"],
-                auth=r["auth"],
-                at=aware(r["created_at"]),
-            )
-            for r in rows
-        ]
-
     def add_override(
         self, proposal_id: int, finding_key: str, principal: Principal, reason: str, expires_at: datetime
     ) -> int:
@@ -327,17 +325,6 @@ class SqlProposals(Records):
             )
         )
         return int(result.inserted_primary_key[0])
-
-    def _overrides(self, proposal_id: int) -> list[Override]:
-        rows = self.conn.execute(
-            select(overrides).where(overrides.c.proposal_id == proposal_id).order_by(overrides.c.id)
-        ).mappings()
-        return [
-            Override(
-                r["finding_key"], self.uow.principals.get(r["principal_id"]).name, r["reason"], aware(r["expires_at"])
-            )
-            for r in rows
-        ]
 
     def merged_as(self, sha: str) -> int | None:
         """The proposal whose merge made commit `sha` (None: the gateway did not make it)."""
@@ -380,6 +367,37 @@ class SqlProposals(Records):
             .order_by(applies.c.id.desc())
             .limit(1)
         )
+
+
+def _named(people: Mapping[str, Principal], pid: str) -> Principal:
+    if pid not in people:
+        raise NotFound(f"unknown principal {pid}")
+    return people[pid]
+
+
+def _decision(row: Mapping[str, Any], principal: Principal) -> DecisionRecord:
+    return DecisionRecord(
+        id=row["id"],
+        principal=principal,
+        decision=Decision(row["decision"]),
+        head_sha=row["head_sha"],
+        digests=row["digests"],
+        comment=row["comment"],
+        auth=row["auth"],
+        at=aware(row["created_at"]),
+    )
+
+
+def _summary(value: str | Mapping[str, Any]) -> PlanSummary:
+    """A saved plan's brief (its JSON text; a driver that decodes JSON itself hands over the data)."""
+    return _parsed_summary(value) if isinstance(value, str) else PlanSummary.from_json(value)
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed_summary(text: str) -> PlanSummary:
+    """Parsed once per content, the text being the key: a 2,000-resource plan's brief is 60 KB of JSON that every read
+    of its proposal would parse again. The PlanSummary is frozen and never mutated, so reads may share it."""
+    return PlanSummary.from_json(json.loads(text))
 
 
 def _apply_record(row: Any) -> ApplyRecord:

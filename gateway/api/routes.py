@@ -28,6 +28,7 @@ from gateway.api.schemas import (
     RequestPublic,
     VerifyPublic,
 )
+from gateway.api.scrubbing import ScrubbedResponse
 from gateway.domain.audit import AuditEvent, Checkpoint
 from gateway.domain.errors import InputError
 from gateway.domain.jobs import JobKind
@@ -95,8 +96,9 @@ def read_inbox(ws: WorkspaceDep, actor: ActorDep) -> list[InboxEntry]:
 
 
 def proposal_document(ws: WorkspaceDep, actor: ActorDep, proposal_id: int) -> Response:
-    """The ProposalPublic document, served as the view writes it (its stored previews are never re-encoded)."""
-    return Response(view_proposal(ws, actor, proposal_id).public_json(), media_type="application/json")
+    """The ProposalPublic document, served as the view writes it (its stored previews are never re-encoded), already
+    scrubbed: the middleware would scrub a big one's megabyte again on every read."""
+    return ScrubbedResponse(view_proposal(ws, actor, proposal_id).public_body(ws.scrubber), ws.scrubber)
 
 
 @router.get("/proposals/{proposal_id}", response_model=ProposalPublic, tags=["proposals"])

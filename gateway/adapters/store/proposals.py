@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -42,12 +43,17 @@ from gateway.domain.proposal import (
 # its cache key (a statement built afresh costs five times as much to execute as the query itself takes).
 _PROPOSAL = select(proposals).where(proposals.c.id == bindparam("id"))
 _PROPOSAL_LOCKED = _PROPOSAL.with_for_update()
-_PLAN_COLUMNS = [c for c in plans.c if c.name not in ("document", "preview", "artifact", "summary")]
-_CURRENT_PLANS = (
-    select(*_PLAN_COLUMNS, type_coerce(plans.c.summary, Text).label("summary"))  # its text: parsed once per content
+# Which plans are current: only columns stored before `document`. SQLite reaches a column stored after a big one by
+# walking that one's overflow pages (a 2,000-resource plan's document is megabytes): reading `summary` or `main_sha`
+# of every current plan on every read cost most of a big proposal's read.
+_PLAN_HEADS = (
+    select(plans.c.id, plans.c.stack, plans.c.head_sha, plans.c.digest)
     .where(plans.c.proposal_id == bindparam("proposal_id"), plans.c.head_sha == bindparam("head_sha"))
     .order_by(plans.c.id)
 )
+_PLAN_BODIES = select(
+    plans.c.id, plans.c.state_serial, plans.c.main_sha, plans.c.created_at, type_coerce(plans.c.summary, Text)
+).where(plans.c.id.in_(bindparam("ids", expanding=True)))
 _DECISIONS = select(decisions).where(decisions.c.proposal_id == bindparam("proposal_id")).order_by(decisions.c.id)
 _OVERRIDES = select(overrides).where(overrides.c.proposal_id == bindparam("proposal_id")).order_by(overrides.c.id)
 _PLAN_PREVIEW = select(plans.c.preview).where(plans.c.id == bindparam("id"))
@@ -265,27 +271,17 @@ class SqlProposals(Records):
         return self.sealer.open_text(str(document))
 
     def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
-        rows = self.conn.execute(_CURRENT_PLANS, {"proposal_id": proposal_id, "head_sha": head_sha}).mappings()
-        current: dict[str, StackPlan] = {}
-        for r in rows:  # the newest plan of each stack wins
-            summary = _summary(r["summary"])
-            current[r["stack"]] = StackPlan(
-                plan_id=r["id"],
-                stack=r["stack"],
-                head_sha=r["head_sha"],
-                digest=r["digest"],
-                state_serial=r["state_serial"],
-                counts=summary.counts,
-                destructive=summary.destructive,
-                risk=summary.risk.level,
-                risk_reasons=summary.risk.reasons,
-                findings=summary.findings,
-                main_sha=r["main_sha"],
-                changed=summary.changed,
-                drift=summary.drift,
-                planned_at=aware(r["created_at"]),
-            )
-        return current
+        heads = self.conn.execute(_PLAN_HEADS, {"proposal_id": proposal_id, "head_sha": head_sha}).all()
+        newest = {stack: (plan_id, stack, head, digest) for plan_id, stack, head, digest in heads}  # the last wins
+        database = self.conn.engine
+        current = {stack: _SAVED_PLANS.find((database, *key)) for stack, key in newest.items()}
+        missing = {newest[stack][0]: newest[stack] for stack, plan in current.items() if plan is None}
+        if missing:
+            for plan_id, serial, main_sha, created_at, summary in self.conn.execute(_PLAN_BODIES, {"ids": list(missing)}):
+                _, stack, head, digest = key = missing[plan_id]
+                current[stack] = _stack_plan(plan_id, stack, head, digest, serial, main_sha, created_at, summary)
+                _SAVED_PLANS.put((database, *key), current[stack])
+        return {stack: plan for stack, plan in current.items() if plan is not None}
 
     def add_decision(
         self,
@@ -388,16 +384,53 @@ def _decision(row: Mapping[str, Any], principal: Principal) -> DecisionRecord:
     )
 
 
-def _summary(value: str | Mapping[str, Any]) -> PlanSummary:
-    """A saved plan's brief (its JSON text; a driver that decodes JSON itself hands over the data)."""
-    return _parsed_summary(value) if isinstance(value, str) else PlanSummary.from_json(value)
+class _SavedPlans:
+    """Saved plans as a read shows them, kept by the row's identity and content: the plans table is only ever
+    inserted into, never updated, so (database, id, stack, commit SHA, plan digest) names one plan for good. A plan
+    a row does not hold yet cannot be asked for: which plans are current is read from the store on every read."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._plans: OrderedDict[tuple[Any, ...], StackPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find(self, key: tuple[Any, ...]) -> StackPlan | None:
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+            return plan
+
+    def put(self, key: tuple[Any, ...], plan: StackPlan) -> None:
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > self.size:
+                self._plans.popitem(last=False)
 
 
-@functools.lru_cache(maxsize=512)
-def _parsed_summary(text: str) -> PlanSummary:
-    """Parsed once per content, the text being the key: a 2,000-resource plan's brief is 60 KB of JSON that every read
-    of its proposal would parse again. The PlanSummary is frozen and never mutated, so reads may share it."""
-    return PlanSummary.from_json(json.loads(text))
+_SAVED_PLANS = _SavedPlans(256)  # a 2,000-resource plan's brief is some 200 KB in memory
+
+
+def _stack_plan(plan_id: int, stack: str, head_sha: str, digest: str, state_serial: int, main_sha: str | None,
+                created_at: datetime, summary_json: str | Mapping[str, Any]) -> StackPlan:
+    # a driver that decodes JSON itself (psycopg) hands over the data, not the text
+    summary = PlanSummary.from_json(json.loads(summary_json) if isinstance(summary_json, str) else summary_json)
+    return StackPlan(
+        plan_id=plan_id,
+        stack=stack,
+        head_sha=head_sha,
+        digest=digest,
+        state_serial=state_serial,
+        counts=summary.counts,
+        destructive=summary.destructive,
+        risk=summary.risk.level,
+        risk_reasons=summary.risk.reasons,
+        findings=summary.findings,
+        main_sha=main_sha,
+        changed=summary.changed,
+        drift=summary.drift,
+        planned_at=aware(created_at),
+    )
 
 
 def _apply_record(row: Any) -> ApplyRecord:

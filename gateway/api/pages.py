@@ -9,10 +9,19 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from gateway.api.deps import PageActorDep, ProposalId, SignedInDep, WorkspaceDep, request_workspace
+from gateway.api.deps import (
+    PageActorDep,
+    ProposalId,
+    SignedInDep,
+    WorkspaceDep,
+    page_actor,
+    request_workspace,
+    signed_in_person,
+)
 from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused, SignInRefused
 from gateway.domain.jobs import JobKind
@@ -36,6 +45,7 @@ from gateway.services.change.main_watch import unacknowledged
 from gateway.services.change.proposals import get_proposal
 from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
 from gateway.services.day_two.break_glass import overdue_windows
+from gateway.services.workspace import Workspace
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 router = APIRouter(include_in_schema=False)
@@ -163,9 +173,15 @@ PageNumber = Annotated[int, Query(ge=1, le=2**31 - 1, description="which page, f
 
 
 @router.get("/proposals/{proposal_id}")
-def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep,
-                  page: PageNumber = 1) -> HTMLResponse:
+async def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep,
+                        page: PageNumber = 1) -> HTMLResponse:
     """What blocks, destroys and drifts first, then page `page` of the changes, then the first page of the diff."""
+    # the session's check and the page in one hop to the thread pool (each hop costs as much as a query)
+    return await run_in_threadpool(_proposal_page, request, proposal_id, ws, page)
+
+
+def _proposal_page(request: Request, proposal_id: int, ws: Workspace, page: int) -> HTMLResponse:
+    actor = page_actor(signed_in_person(request, ws))
     view = view_proposal(ws, actor, proposal_id)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, insert, select, text, update
+from sqlalchemy import bindparam, case, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.sql_store import (
@@ -127,6 +127,9 @@ class SqlJobs(Records):
         )
 
 
+_JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
+
+
 class SqlJobQueue:
     """Jobs claimed, heart-beaten and followed in transactions of their own."""
 
@@ -238,8 +241,7 @@ class SqlJobQueue:
 
     def of_proposal(self, proposal_id: int) -> list[Job]:
         with self.db.transaction(readonly=True) as conn:
-            rows = conn.execute(select(jobs).where(jobs.c.proposal_id == proposal_id).order_by(jobs.c.id)).mappings()
-            return [as_job(r) for r in rows]
+            return [as_job(r) for r in conn.execute(_JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
 
     def get(self, job_id: int) -> Job:
         with self.db.transaction(readonly=True) as conn:

@@ -23,7 +23,6 @@ from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.principals import Principal, PrincipalKind, Role
 
 _BY_ID = select(principals).where(principals.c.id == bindparam("id"))
-_BY_IDS = select(principals).where(principals.c.id.in_(bindparam("ids", expanding=True)))
 _BY_TOKEN_HASH = select(principals).where(principals.c.token_hash == bindparam("token_hash"))
 _CREDENTIALS = select(principals.c.disabled_at, principals.c.token_expires_at, principals.c.last_used_at).where(
     principals.c.id == bindparam("id")
@@ -77,9 +76,10 @@ class SqlPrincipals(Records):
         return as_principal(row)
 
     def many(self, pids: Collection[str]) -> dict[str, Principal]:
-        """The principals of `pids` that exist, by id, in one query."""
-        rows = self.conn.execute(_BY_IDS, {"ids": sorted(pids)}).mappings() if pids else ()
-        return {r["id"]: as_principal(r) for r in rows}
+        """The principals of `pids` that exist, by id, each asked once. One prebuilt query per id: an expanding
+        `IN (...)` is compiled anew on every execution, which costs more than a handful of lookups."""
+        rows = (self.conn.execute(_BY_ID, {"id": pid}).mappings().first() for pid in sorted(pids))
+        return {r["id"]: as_principal(r) for r in rows if r is not None}
 
     def credentials(self, pid: str) -> dict[str, Any]:
         """A principal's credential record: when disabled, when its token expires, when it was last used."""

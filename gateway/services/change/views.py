@@ -17,6 +17,7 @@ from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.scrubbing import Scrubber
+from gateway.ports import UnitOfWork
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, stored_previews
 from gateway.services.change.read_model import scrubbed_bytes
@@ -101,11 +102,11 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
 
     One read unit of work: every record it shows is of the same moment.
     """
-    with ws.store.session(readonly=True):
-        return _view(ws, viewer, proposal_id)
+    with ws.store.session(readonly=True) as session:
+        return _view(ws, session, viewer, proposal_id)
 
 
-def _view(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
+def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: int) -> ProposalView:
     proposal = get_proposal(ws, proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer)
     settings, moment = facts.settings, facts.now
@@ -120,7 +121,7 @@ def _view(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
         apply_blockers=apply_blockers(facts),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
-        jobs=ws.store.queue.of_proposal(proposal_id),
+        jobs=session.jobs.of_proposal(proposal_id),
         at=moment,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -14,7 +15,7 @@ from gateway.services.change.proposals import open_proposal, sync_proposal
 from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .conftest import Clone, People, sign_in_client
+from .conftest import Clone, People, add_people, sign_in_client
 
 QUEUE = 'resource "aws_sqs_queue" "orders" {\n  name = "orders-staging"\n  tags = local.tags\n}\n'
 
@@ -27,7 +28,8 @@ def _preview_text(document: dict[str, Any]) -> str:
     return str([plan["preview"] for plan in document["plans"]])
 
 
-def test_the_next_read_shows_an_approval_and_a_new_plan(workspace: Workspace, people: People, clone: Clone) -> None:
+def test_the_next_read_shows_an_approval_and_a_new_plan(any_workspace: Workspace, tmp_path: Path) -> None:
+    workspace, people, clone = any_workspace, add_people(any_workspace), Clone(any_workspace, tmp_path / "clone")
     clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
     proposal = open_proposal(workspace, people.alice, "orders", "an orders queue")
     url = f"/api/v1/proposals/{proposal.id}"

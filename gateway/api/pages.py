@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from pathlib import Path
@@ -12,6 +13,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
 from gateway.api.deps import (
     PageActorDep,
@@ -186,8 +188,17 @@ def _proposal_page(request: Request, proposal_id: int, ws: Workspace, page: int)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,
                   changes=review.changes, diff=diff_page(view.diff, 1),
+                  changes_html=_changes_html(tuple(view.preview_json.items()), page, proposal_id),
                   blocked=Bounded.of(view.blocked_by, FIRST_SCREEN_LINES),
                   refusals=Bounded.of(view.apply_blockers, FIRST_SCREEN_LINES))
+
+
+@functools.lru_cache(maxsize=32)
+def _changes_html(previews: tuple[tuple[str, str], ...], page: int, proposal_id: int) -> Markup:
+    """A page of the changes as HTML: a pure function of the stored previews' text (kept by it) and the page, rendered
+    once per them (fifty changes and their attributes were most of a big proposal's page)."""
+    changes = review_page(dict(previews), page).changes
+    return Markup(templates.get_template("proposal_changes.html").render(changes=changes, proposal_id=proposal_id))
 
 
 @router.get("/proposals/{proposal_id}/diff")

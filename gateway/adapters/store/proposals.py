@@ -273,7 +273,7 @@ class SqlProposals(Records):
     def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
         heads = self.conn.execute(_PLAN_HEADS, {"proposal_id": proposal_id, "head_sha": head_sha}).all()
         newest = {stack: (plan_id, stack, head, digest) for plan_id, stack, head, digest in heads}  # the last wins
-        database = self.conn.engine
+        database = self.conn.engine.url  # a value, not the engine: the cache keeps no engine (nor its pool) alive
         current = {stack: _SAVED_PLANS.find((database, *key)) for stack, key in newest.items()}
         missing = {newest[stack][0]: newest[stack] for stack, plan in current.items() if plan is None}
         if missing:

@@ -423,6 +423,10 @@ class Jobs(Protocol):
 
     def proposals_with_unfinished(self, kind: JobKind) -> set[int]: ...
 
+    def of_proposal(self, proposal_id: int) -> list[Job]:
+        """The proposal's jobs, oldest first, as this transaction sees them (a view's one snapshot)."""
+        ...
+
     def finish(self, job_id: int, status: JobStatus, result: Mapping[str, Any] | None = None,
                    error: str | None = None, only_if_running: bool = True) -> bool: ...
 

@@ -32,7 +32,10 @@ async def get_workspace(request: Request) -> Workspace:
 WorkspaceDep = Annotated[Workspace, Depends(get_workspace)]
 
 
-def api_actor(ws: WorkspaceDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def api_actor(ws: WorkspaceDep, credentials: BearerDep) -> Principal:
     return authenticate(ws, credentials.credentials if credentials else None)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from pathlib import Path
@@ -9,10 +10,20 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
-from gateway.api.deps import PageActorDep, ProposalId, SignedInDep, WorkspaceDep, request_workspace
+from gateway.api.deps import (
+    PageActorDep,
+    ProposalId,
+    SignedInDep,
+    WorkspaceDep,
+    page_actor,
+    request_workspace,
+    signed_in_person,
+)
 from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused, SignInRefused
 from gateway.domain.jobs import JobKind
@@ -36,6 +47,7 @@ from gateway.services.change.main_watch import unacknowledged
 from gateway.services.change.proposals import get_proposal
 from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
 from gateway.services.day_two.break_glass import overdue_windows
+from gateway.services.workspace import Workspace
 
 templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 router = APIRouter(include_in_schema=False)
@@ -163,15 +175,30 @@ PageNumber = Annotated[int, Query(ge=1, le=2**31 - 1, description="which page, f
 
 
 @router.get("/proposals/{proposal_id}")
-def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep,
-                  page: PageNumber = 1) -> HTMLResponse:
+async def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep,
+                        page: PageNumber = 1) -> HTMLResponse:
     """What blocks, destroys and drifts first, then page `page` of the changes, then the first page of the diff."""
+    # the session's check and the page in one hop to the thread pool (each hop costs as much as a query)
+    return await run_in_threadpool(_proposal_page, request, proposal_id, ws, page)
+
+
+def _proposal_page(request: Request, proposal_id: int, ws: Workspace, page: int) -> HTMLResponse:
+    actor = page_actor(signed_in_person(request, ws))
     view = view_proposal(ws, actor, proposal_id)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,
                   changes=review.changes, diff=diff_page(view.diff, 1),
+                  changes_html=_changes_html(tuple(view.preview_json.items()), page, proposal_id),
                   blocked=Bounded.of(view.blocked_by, FIRST_SCREEN_LINES),
                   refusals=Bounded.of(view.apply_blockers, FIRST_SCREEN_LINES))
+
+
+@functools.lru_cache(maxsize=32)
+def _changes_html(previews: tuple[tuple[str, str], ...], page: int, proposal_id: int) -> Markup:
+    """A page of the changes as HTML: a pure function of the stored previews' text (kept by it) and the page, rendered
+    once per them (fifty changes and their attributes were most of a big proposal's page)."""
+    changes = review_page(dict(previews), page).changes
+    return Markup(templates.get_template("proposal_changes.html").render(changes=changes, proposal_id=proposal_id))
 
 
 @router.get("/proposals/{proposal_id}/diff")

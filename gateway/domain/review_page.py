@@ -79,9 +79,15 @@ def paged(items: Sequence[T], number: int, size: int, what: str) -> Page[T]:
 def review_page(preview_json: Mapping[str, str], number: int, size: int = CHANGES_PER_PAGE) -> ReviewPage:
     """The first screen of each stack's stored preview (public JSON) and page `number` of all their changes.
 
-    Only what the page shows is built: a stack's bounded lists and the page's slice of its changes.
+    Only what the page shows is built: a stack's bounded lists and the page's slice of its changes. A pure function
+    of the previews' text: built once per text and page (every read of an unchanged proposal asks the same).
     """
-    decoded = {stack: _decoded(text) for stack, text in preview_json.items()}
+    return _review_page(tuple(preview_json.items()), number, size)
+
+
+@functools.lru_cache(maxsize=32)
+def _review_page(previews: tuple[tuple[str, str], ...], number: int, size: int) -> ReviewPage:
+    decoded = {stack: _decoded(text) for stack, text in previews}
     total = sum(len(data["changes"]) for data in decoded.values())
     count = _page_count(total, size)
     _check_page(number, count, "the proposal's changes")
@@ -103,7 +109,13 @@ def review_page(preview_json: Mapping[str, str], number: int, size: int = CHANGE
 
 def diff_page(diff: str, number: int, size: int = DIFF_LINES_PER_PAGE) -> Page[str]:
     """Page `number` of the diff's lines."""
-    return paged(diff.splitlines(), number, size, "the proposal's diff")
+    return paged(_lines(diff), number, size, "the proposal's diff")
+
+
+@functools.lru_cache(maxsize=8)
+def _lines(diff: str) -> tuple[str, ...]:
+    """A diff's lines, split once per text (a big proposal's diff is some 10,000 lines; its page shows 400)."""
+    return tuple(diff.splitlines())
 
 
 @functools.lru_cache(maxsize=4)

@@ -6,7 +6,7 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 
 from gateway.adapters.sandbox.state import StackState
 from gateway.adapters.sealing import UNSEALED, Sealer
@@ -20,6 +20,8 @@ from gateway.adapters.sql_store import (
 )
 from gateway.domain.errors import BackendError
 
+_SERIAL = select(stack_states.c.serial).where(stack_states.c.stack == bindparam("stack"))  # every read asks it
+
 
 class SqlSandboxStore:
     """Implements SandboxStore on the shared Database."""
@@ -31,7 +33,7 @@ class SqlSandboxStore:
     def read_serial(self, stack: str) -> int:
         """The state's serial alone (0 before the first apply): what staleness checks need."""
         with self.db.transaction(readonly=True) as conn:
-            return int(conn.scalar(select(stack_states.c.serial).where(stack_states.c.stack == stack)) or 0)
+            return int(conn.scalar(_SERIAL, {"stack": stack}) or 0)
 
     def read_state(self, stack: str) -> StackState | None:
         with self.db.transaction() as conn:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from gateway.adapters.sql_store import (
     break_glass_windows,
@@ -22,20 +22,26 @@ from gateway.domain.drift import DriftRecord, DriftStatus, entries_to_json
 from gateway.domain.errors import NotFound
 from gateway.domain.preview import DriftEntry
 
+# asked by every read of a proposal: built once (a statement built afresh costs more to execute than the query)
+_OPEN_DRIFT = (
+    select(drift_records)
+    .where(drift_records.c.stack == bindparam("stack"), drift_records.c.status == DriftStatus.OPEN.value)
+    .order_by(drift_records.c.id.desc())
+)
+_WINDOWS = select(break_glass_windows).order_by(break_glass_windows.c.id.desc()).limit(500)
+_WINDOWS_OF_STACK = (
+    select(break_glass_windows)
+    .where(break_glass_windows.c.stack == bindparam("stack"))
+    .order_by(break_glass_windows.c.id.desc())
+    .limit(500)
+)
+
 
 class SqlDayTwoRecords(Records):
     """Drift records per stack and break-glass windows."""
 
     def open_drift_record(self, stack: str) -> DriftRecord | None:
-        row = (
-            self.conn.execute(
-                select(drift_records)
-                .where(drift_records.c.stack == stack, drift_records.c.status == DriftStatus.OPEN.value)
-                .order_by(drift_records.c.id.desc())
-            )
-            .mappings()
-            .first()
-        )
+        row = self.conn.execute(_OPEN_DRIFT, {"stack": stack}).mappings().first()
         return as_drift_record(row) if row else None
 
     def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]:
@@ -112,10 +118,8 @@ class SqlDayTwoRecords(Records):
         return aware_row(row)
 
     def break_glass_windows(self, stack: str | None = None) -> list[dict[str, Any]]:
-        query = select(break_glass_windows).order_by(break_glass_windows.c.id.desc())
-        if stack is not None:
-            query = query.where(break_glass_windows.c.stack == stack)
-        return [aware_row(r) for r in self.conn.execute(query.limit(500)).mappings()]
+        rows = self.conn.execute(_WINDOWS) if stack is None else self.conn.execute(_WINDOWS_OF_STACK, {"stack": stack})
+        return [aware_row(r) for r in rows.mappings()]
 
     def confirm_break_glass(self, window_id: int, by: str, opened_at: datetime, ends_at: datetime) -> None:
         """A second person confirmed the window: it opens now and ends at `ends_at`."""

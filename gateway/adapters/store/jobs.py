@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, insert, select, text, update
+from sqlalchemy import bindparam, case, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.sql_store import (
@@ -26,11 +26,16 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.operations import QueueDepth
 from gateway.domain.principals import Actor, Principal
 
+_JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
+
 
 class SqlJobs(Records):
     """Jobs queued and finished inside a use case's transaction."""
 
     moved = False  # a job was queued or finished here: idle workers are woken once this transaction commits
+
+    def of_proposal(self, proposal_id: int) -> list[Job]:
+        return [as_job(r) for r in self.conn.execute(_JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
 
     def _moved(self) -> None:
         if not self.moved and self.conn.dialect.name == "postgresql":  # delivered at the commit, to every process
@@ -238,8 +243,7 @@ class SqlJobQueue:
 
     def of_proposal(self, proposal_id: int) -> list[Job]:
         with self.db.transaction(readonly=True) as conn:
-            rows = conn.execute(select(jobs).where(jobs.c.proposal_id == proposal_id).order_by(jobs.c.id)).mappings()
-            return [as_job(r) for r in rows]
+            return [as_job(r) for r in conn.execute(_JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
 
     def get(self, job_id: int) -> Job:
         with self.db.transaction(readonly=True) as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 
 from gateway.adapters.sql_store import (
     main_pushes,
@@ -16,12 +16,18 @@ from gateway.adapters.store.rows import (
     now,
 )
 
+# asked by every read of a proposal and every page: built once
+_MARKER = select(markers.c.value).where(markers.c.name == bindparam("name"))
+_UNACKNOWLEDGED = (
+    select(main_pushes).where(main_pushes.c.acknowledged_at.is_(None)).order_by(main_pushes.c.detected_at)
+)
+
 
 class SqlMainRecords(Records):
     """What the gateway last saw of main, and the pushes made to it outside the gateway."""
 
     def marker(self, name: str) -> str | None:
-        return self.conn.scalar(select(markers.c.value).where(markers.c.name == name))
+        return self.conn.scalar(_MARKER, {"name": name})
 
     def set_marker(self, name: str, value: str) -> None:
         self.conn.execute(delete(markers).where(markers.c.name == name))
@@ -67,10 +73,7 @@ class SqlMainRecords(Records):
         return True
 
     def unacknowledged_pushes(self) -> list[dict[str, Any]]:
-        rows = self.conn.execute(
-            select(main_pushes).where(main_pushes.c.acknowledged_at.is_(None)).order_by(main_pushes.c.detected_at)
-        ).mappings()
-        return [dict(r) for r in rows]
+        return [dict(r) for r in self.conn.execute(_UNACKNOWLEDGED).mappings()]
 
     def acknowledge_push(self, sha: str, by: str, reason: str) -> dict[str, Any] | None:
         row = (

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Text, bindparam, insert, select, type_coerce, update
 
 from gateway.adapters.sql_store import (
     applies,
@@ -35,6 +38,25 @@ from gateway.domain.proposal import (
     ProposalStatus,
     StackPlan,
 )
+
+# A read of a proposal runs these on every request: built once, so each execution skips building the statement and
+# its cache key (a statement built afresh costs five times as much to execute as the query itself takes).
+_PROPOSAL = select(proposals).where(proposals.c.id == bindparam("id"))
+_PROPOSAL_LOCKED = _PROPOSAL.with_for_update()
+# Which plans are current: only columns stored before `document`. SQLite reaches a column stored after a big one by
+# walking that one's overflow pages (a 2,000-resource plan's document is megabytes): reading `summary` or `main_sha`
+# of every current plan on every read cost most of a big proposal's read.
+_PLAN_HEADS = (
+    select(plans.c.id, plans.c.stack, plans.c.head_sha, plans.c.digest)
+    .where(plans.c.proposal_id == bindparam("proposal_id"), plans.c.head_sha == bindparam("head_sha"))
+    .order_by(plans.c.id)
+)
+_PLAN_BODIES = select(
+    plans.c.id, plans.c.state_serial, plans.c.main_sha, plans.c.created_at, type_coerce(plans.c.summary, Text)
+).where(plans.c.id.in_(bindparam("ids", expanding=True)))
+_DECISIONS = select(decisions).where(decisions.c.proposal_id == bindparam("proposal_id")).order_by(decisions.c.id)
+_OVERRIDES = select(overrides).where(overrides.c.proposal_id == bindparam("proposal_id")).order_by(overrides.c.id)
+_PLAN_PREVIEW = select(plans.c.preview).where(plans.c.id == bindparam("id"))
 
 
 class SqlProposals(Records):
@@ -110,17 +132,21 @@ class SqlProposals(Records):
     def get(self, proposal_id: int, lock: bool = False) -> Proposal:
         if not 0 < proposal_id <= MAX_ID:
             raise NotFound(f"no proposal {proposal_id}")
-        query = select(proposals).where(proposals.c.id == proposal_id)
-        row = self.conn.execute(query.with_for_update() if lock else query).mappings().first()
+        row = self.conn.execute(_PROPOSAL_LOCKED if lock else _PROPOSAL, {"id": proposal_id}).mappings().first()
         if row is None:
             raise NotFound(f"no proposal {proposal_id}")
+        decision_rows = self.conn.execute(_DECISIONS, {"proposal_id": proposal_id}).mappings().all()
+        override_rows = self.conn.execute(_OVERRIDES, {"proposal_id": proposal_id}).mappings().all()
+        people = self.uow.principals.many(
+            {row["requester_id"], row["proposer_id"], *(r["principal_id"] for r in (*decision_rows, *override_rows))}
+        )  # everyone the proposal names, in one query
         proposal = Proposal(
             id=row["id"],
             branch=row["branch"],
             base_sha=row["base_sha"],
             head_sha=row["head_sha"],
-            requester=self.uow.principals.get(row["requester_id"]),
-            proposer=self.uow.principals.get(row["proposer_id"]),
+            requester=_named(people, row["requester_id"]),
+            proposer=_named(people, row["proposer_id"]),
             reason=row["reason"],
             stacks=tuple(row["stacks"]),
             status=ProposalStatus(row["status"]),
@@ -131,8 +157,11 @@ class SqlProposals(Records):
             kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
         )
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
-        proposal.decisions = self._decisions(proposal_id)
-        proposal.overrides = self._overrides(proposal_id)
+        proposal.decisions = [_decision(r, _named(people, r["principal_id"])) for r in decision_rows]
+        proposal.overrides = [
+            Override(r["finding_key"], _named(people, r["principal_id"]).name, r["reason"], aware(r["expires_at"]))
+            for r in override_rows
+        ]
         return proposal
 
     def list(self, status: str | None = None) -> list[dict[str, Any]]:
@@ -228,7 +257,7 @@ class SqlProposals(Records):
 
     def plan_preview(self, plan_id: int) -> str | None:
         """The stored masked preview of a plan (None for plans saved before previews were stored)."""
-        return self.conn.scalar(select(plans.c.preview).where(plans.c.id == plan_id))
+        return self.conn.scalar(_PLAN_PREVIEW, {"id": plan_id})
 
     def plan_artifact(self, plan_id: int) -> bytes | None:
         """The engine's own saved plan (Terraform's plan file), if the engine keeps one."""
@@ -242,34 +271,17 @@ class SqlProposals(Records):
         return self.sealer.open_text(str(document))
 
     def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
-        columns = [
-            c for c in plans.c if c.name not in ("document", "preview", "artifact")
-        ]  # the big ones are read on demand
-        rows = self.conn.execute(
-            select(*columns)
-            .where(plans.c.proposal_id == proposal_id, plans.c.head_sha == head_sha)
-            .order_by(plans.c.id)
-        ).mappings()
-        current: dict[str, StackPlan] = {}
-        for r in rows:  # the newest plan of each stack wins
-            summary = PlanSummary.from_json(r["summary"])
-            current[r["stack"]] = StackPlan(
-                plan_id=r["id"],
-                stack=r["stack"],
-                head_sha=r["head_sha"],
-                digest=r["digest"],
-                state_serial=r["state_serial"],
-                counts=summary.counts,
-                destructive=summary.destructive,
-                risk=summary.risk.level,
-                risk_reasons=summary.risk.reasons,
-                findings=summary.findings,
-                main_sha=r["main_sha"],
-                changed=summary.changed,
-                drift=summary.drift,
-                planned_at=aware(r["created_at"]),
-            )
-        return current
+        heads = self.conn.execute(_PLAN_HEADS, {"proposal_id": proposal_id, "head_sha": head_sha}).all()
+        newest = {stack: (plan_id, stack, head, digest) for plan_id, stack, head, digest in heads}  # the last wins
+        database = self.conn.engine.url  # a value, not the engine: the cache keeps no engine (nor its pool) alive
+        current = {stack: _SAVED_PLANS.find((database, *key)) for stack, key in newest.items()}
+        missing = {newest[stack][0]: newest[stack] for stack, plan in current.items() if plan is None}
+        if missing:
+            for plan_id, serial, main_sha, created_at, summary in self.conn.execute(_PLAN_BODIES, {"ids": list(missing)}):
+                _, stack, head, digest = key = missing[plan_id]
+                current[stack] = _stack_plan(plan_id, stack, head, digest, serial, main_sha, created_at, summary)
+                _SAVED_PLANS.put((database, *key), current[stack])
+        return {stack: plan for stack, plan in current.items() if plan is not None}
 
     def add_decision(
         self,
@@ -295,24 +307,6 @@ class SqlProposals(Records):
         )
         return int(result.inserted_primary_key[0])
 
-    def _decisions(self, proposal_id: int) -> list[DecisionRecord]:
-        rows = self.conn.execute(
-            select(decisions).where(decisions.c.proposal_id == proposal_id).order_by(decisions.c.id)
-        ).mappings()
-        return [
-            DecisionRecord(
-                id=r["id"],
-                principal=self.uow.principals.get(r["principal_id"]),
-                decision=Decision(r["decision"]),
-                head_sha=r["head_sha"],
-                digests=r["digests"],
-                comment=r["comment"],
-                auth=r["auth"],
-                at=aware(r["created_at"]),
-            )
-            for r in rows
-        ]
-
     def add_override(
         self, proposal_id: int, finding_key: str, principal: Principal, reason: str, expires_at: datetime
     ) -> int:
@@ -327,17 +321,6 @@ class SqlProposals(Records):
             )
         )
         return int(result.inserted_primary_key[0])
-
-    def _overrides(self, proposal_id: int) -> list[Override]:
-        rows = self.conn.execute(
-            select(overrides).where(overrides.c.proposal_id == proposal_id).order_by(overrides.c.id)
-        ).mappings()
-        return [
-            Override(
-                r["finding_key"], self.uow.principals.get(r["principal_id"]).name, r["reason"], aware(r["expires_at"])
-            )
-            for r in rows
-        ]
 
     def merged_as(self, sha: str) -> int | None:
         """The proposal whose merge made commit `sha` (None: the gateway did not make it)."""
@@ -380,6 +363,74 @@ class SqlProposals(Records):
             .order_by(applies.c.id.desc())
             .limit(1)
         )
+
+
+def _named(people: Mapping[str, Principal], pid: str) -> Principal:
+    if pid not in people:
+        raise NotFound(f"unknown principal {pid}")
+    return people[pid]
+
+
+def _decision(row: Mapping[str, Any], principal: Principal) -> DecisionRecord:
+    return DecisionRecord(
+        id=row["id"],
+        principal=principal,
+        decision=Decision(row["decision"]),
+        head_sha=row["head_sha"],
+        digests=row["digests"],
+        comment=row["comment"],
+        auth=row["auth"],
+        at=aware(row["created_at"]),
+    )
+
+
+class _SavedPlans:
+    """Saved plans as a read shows them, kept by the row's identity and content: the plans table is only ever
+    inserted into, never updated, so (database, id, stack, commit SHA, plan digest) names one plan for good. A plan
+    a row does not hold yet cannot be asked for: which plans are current is read from the store on every read."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._plans: OrderedDict[tuple[Any, ...], StackPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find(self, key: tuple[Any, ...]) -> StackPlan | None:
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+            return plan
+
+    def put(self, key: tuple[Any, ...], plan: StackPlan) -> None:
+        with self._lock:
+            self._plans[key] = plan
+            while len(self._plans) > self.size:
+                self._plans.popitem(last=False)
+
+
+_SAVED_PLANS = _SavedPlans(256)  # a 2,000-resource plan's brief is some 200 KB in memory
+
+
+def _stack_plan(plan_id: int, stack: str, head_sha: str, digest: str, state_serial: int, main_sha: str | None,
+                created_at: datetime, summary_json: str | Mapping[str, Any]) -> StackPlan:
+    # a driver that decodes JSON itself (psycopg) hands over the data, not the text
+    summary = PlanSummary.from_json(json.loads(summary_json) if isinstance(summary_json, str) else summary_json)
+    return StackPlan(
+        plan_id=plan_id,
+        stack=stack,
+        head_sha=head_sha,
+        digest=digest,
+        state_serial=state_serial,
+        counts=summary.counts,
+        destructive=summary.destructive,
+        risk=summary.risk.level,
+        risk_reasons=summary.risk.reasons,
+        findings=summary.findings,
+        main_sha=main_sha,
+        changed=summary.changed,
+        drift=summary.drift,
+        planned_at=aware(created_at),
+    )
 
 
 def _apply_record(row: Any) -> ApplyRecord:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from gateway.services.agents.breaker import guard_agent_change
 from gateway.services.change.annotations import annotate_previews
 from gateway.services.change.main_watch import watch_main
 from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
+from gateway.services.change.read_model import saved_preview
 from gateway.services.workspace import Workspace
 
 MAX_REASON = 4000
@@ -315,7 +317,9 @@ def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:
     previews = {}
     with ws.store.session(readonly=True) as session:
         for stack, plan in proposal.plans.items():
-            previews[stack] = session.proposals.plan_preview(plan.plan_id) or preview_to_json(build_preview(
+            previews[stack] = saved_preview(ws.settings.db_url, plan.plan_id, plan.digest, plan.planned_at,
+                                            functools.partial(session.proposals.plan_preview, plan.plan_id)) or \
+                preview_to_json(build_preview(
                 load_plan(json.loads(session.proposals.plan_document(plan.plan_id))), findings=plan.findings,
                 risk=Risk(plan.risk, plan.risk_reasons)))
     return annotate_previews(ws, proposal, previews)

@@ -16,8 +16,11 @@ from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
 from gateway.domain.repo_settings import RepoSettings
+from gateway.domain.scrubbing import Scrubber
+from gateway.ports import UnitOfWork
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, stored_previews
+from gateway.services.change.read_model import scrubbed_bytes
 from gateway.services.workspace import Workspace
 
 
@@ -46,6 +49,20 @@ class ProposalView:
 
     def public_json(self) -> str:
         """The proposal document the API serves; each stored preview is spliced in as is, never re-encoded."""
+        return "".join(self.public_parts())
+
+    def public_body(self, scrubber: Scrubber) -> bytes:
+        """The document scrubbed and encoded, as `scrubber.scrub(public_json())` would give it: the pieces read now
+        are scrubbed now, each stored preview's scrubbed bytes are kept by its content (a big one is a megabyte)."""
+        parts = self.public_parts()
+        previews = parts[1::2]
+        if not (scrubber.splices_safely and all(p.startswith("{") and p.endswith("}") for p in previews)):
+            return scrubber.scrub("".join(parts)).encode("utf-8")
+        return b"".join(scrubbed_bytes(scrubber, part) if i % 2 else scrubber.scrub(part).encode("utf-8")
+                        for i, part in enumerate(parts))
+
+    def public_parts(self) -> list[str]:
+        """The document's text in pieces: every second one (from the second) is a stored preview, as stored."""
         p = self.proposal
         active = {o.finding_key for o in p.overrides if o.active(self.at)}
         document = {
@@ -62,19 +79,22 @@ class ProposalView:
                            "digests": dict(d.digests), "comment": d.comment, "authenticated_by": d.auth,
                            "at": d.at.isoformat(), "current": p.is_current(d)} for d in p.decisions],
         }
-        plans = [_with_raw({"stack": s, "digest": sp.digest, "state_serial": sp.state_serial, "risk": sp.risk.value,
-                            "counts": dict(sp.counts), "destructive": list(sp.destructive)},
-                           "preview", self.preview_json[s]) for s, sp in p.plans.items()]
-        return _with_raw(document, "plans", "[" + ",".join(plans) + "]")
+        parts, seam = [], _open_member(document, "plans") + "["
+        for i, (s, sp) in enumerate(p.plans.items()):
+            plan = {"stack": s, "digest": sp.digest, "state_serial": sp.state_serial, "risk": sp.risk.value,
+                    "counts": dict(sp.counts), "destructive": list(sp.destructive)}
+            parts += [seam + ("," if i else "") + _open_member(plan, "preview"), self.preview_json[s]]
+            seam = "}"
+        parts.append(seam + "]}")
+        return parts
 
     def to_public(self) -> dict[str, Any]:
         return dict(json.loads(self.public_json()))
 
 
-def _with_raw(obj: dict[str, Any], key: str, raw_json: str) -> str:
-    """`obj` as JSON with one more member whose value is already JSON text."""
-    head = json.dumps(obj, ensure_ascii=False)
-    return f"{head[:-1]}, {json.dumps(key)}: {raw_json}}}" if obj else f"{{{json.dumps(key)}: {raw_json}}}"
+def _open_member(obj: dict[str, Any], key: str) -> str:
+    """`obj` (not empty) as JSON, left open for one more member `key` whose value follows."""
+    return f"{json.dumps(obj, ensure_ascii=False)[:-1]}, {json.dumps(key)}: "
 
 
 def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
@@ -82,11 +102,11 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
 
     One read unit of work: every record it shows is of the same moment.
     """
-    with ws.store.session(readonly=True):
-        return _view(ws, viewer, proposal_id)
+    with ws.store.session(readonly=True) as session:
+        return _view(ws, session, viewer, proposal_id)
 
 
-def _view(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
+def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: int) -> ProposalView:
     proposal = get_proposal(ws, proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer)
     settings, moment = facts.settings, facts.now
@@ -101,7 +121,7 @@ def _view(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
         apply_blockers=apply_blockers(facts),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
-        jobs=ws.store.queue.of_proposal(proposal_id),
+        jobs=session.jobs.of_proposal(proposal_id),
         at=moment,
     )
 

@@ -20,6 +20,7 @@ import hcl2.parser
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
+from gateway.adapters.parsed_trees import load_tree, save_tree
 from gateway.domain.errors import ConfigError
 
 PARSE_CACHE_BYTES = 64 * 1024 * 1024  # of source text; trees take a small multiple of it
@@ -91,14 +92,18 @@ def parse_tree(text: str) -> Tree:
 
     Parsing dominates planning time, and one plan reads each file several times (the secret checks,
     the backend, the engine), as do apply and re-plans of one commit: each text is parsed once, and
-    nothing mutates a tree.
+    nothing mutates a tree. Across processes, trees are kept on disk by content (`parsed_trees.py`):
+    a text another process parsed is read back, not parsed.
     """
     key = hashlib.sha256(text.encode()).hexdigest()
     tree = _CACHE.get(key)
     if tree is not None:
         return tree
     with collector_paused():
-        tree = _parser().parse(text if text.endswith("\n") else text + "\n")
+        tree = load_tree(key)
+        if tree is None:
+            tree = _parser().parse(text if text.endswith("\n") else text + "\n")
+            save_tree(key, tree)
     _CACHE.put(key, tree, len(text))
     return tree
 

@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 
 from gateway.adapters.parsed_trees import FORMAT
+from gateway.services.change.planning import plan_stack
+from gateway.services.workspace import Workspace, stack_secrets
+
+from .conftest import Clone
 
 TREES = Path(__file__).parent / "fixtures" / "module_trees"
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,3 +118,15 @@ def test_a_damaged_entry_is_ignored_and_rewritten(stack: Path, fresh: dict[str, 
     assert damaged["parsed"] == len(entries)  # nothing damaged was trusted
     assert damaged["trees"] == fresh["trees"]
     assert read(tmp_path / "trees", stack)["parsed"] == 0  # and each entry was written again, whole
+
+
+def test_a_template_made_while_planning_is_never_kept_on_disk(workspace: Workspace, clone: Clone) -> None:
+    secret = str(stack_secrets(workspace.settings, "data")["db_password"])
+    clone.branch("template").write("stacks/data/template.tf", (  # the template's text holds the secret itself
+        'locals {\n  template = "pw=${var.db_password} %{ if true }on%{ endif }"\n}\n'
+        'output "rendered" {\n  value     = templatestring(local.template, {})\n  sensitive = true\n}\n')).push()
+    result = plan_stack(workspace, "data", "template")
+    assert result.plan.raw["output_changes"]["rendered"]["after_sensitive"] is True
+    kept = [p for p in (workspace.settings.home / "parsed-hcl").rglob("*") if p.is_file()]
+    assert kept  # the stack's files were kept
+    assert [p.name for p in kept if secret.encode() in p.read_bytes()] == []

@@ -87,23 +87,25 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def parse_tree(text: str) -> Tree:
+def parse_tree(text: str, keep: bool = True) -> Tree:
     """Parse HCL text (lark's errors raised as they are); trees are cached by content.
 
     Parsing dominates planning time, and one plan reads each file several times (the secret checks,
     the backend, the engine), as do apply and re-plans of one commit: each text is parsed once, and
-    nothing mutates a tree. Across processes, trees are kept on disk by content (`parsed_trees.py`):
-    a text another process parsed is read back, not parsed.
+    nothing mutates a tree. Across processes, trees of files are kept on disk by content (`parsed_trees.py`):
+    a text another process parsed is read back, not parsed. Without `keep`, the text is not written there: a
+    text made while planning (a template given as a value) may hold a secret, and the disk holds none.
     """
     key = hashlib.sha256(text.encode()).hexdigest()
     tree = _CACHE.get(key)
     if tree is not None:
         return tree
     with collector_paused():
-        tree = load_tree(key)
+        tree = load_tree(key) if keep else None
         if tree is None:
             tree = _parser().parse(text if text.endswith("\n") else text + "\n")
-            save_tree(key, tree)
+            if keep:
+                save_tree(key, tree)
     _CACHE.put(key, tree, len(text))
     return tree
 

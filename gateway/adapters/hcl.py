@@ -7,6 +7,7 @@ read the same trees. It knows HCL's syntax only, nothing of Terraform's meaning 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import gc
@@ -67,7 +68,21 @@ class _ParseCache:
                 self.size -= dropped
 
 
+    def clear(self) -> None:
+        with self._lock:
+            self._trees.clear()
+            self.size = 0
+
+
 _CACHE = _ParseCache(PARSE_CACHE_BYTES)
+
+
+@atexit.register
+def _drop_trees_at_exit() -> None:
+    """Free the cached trees before the interpreter's teardown, which runs the cycle collector over every live
+    object several times: with a module tree's half a million nodes still cached, that was half a second of
+    every `gateway plan`. The trees hold no cycles, so dropping them frees them at once."""
+    _CACHE.clear()
 
 
 @contextlib.contextmanager

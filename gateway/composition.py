@@ -26,6 +26,7 @@ from gateway.adapters.git_repo import GitDeclarationRepo
 from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher
 from gateway.adapters.module_installer import ModuleInstaller
 from gateway.adapters.notifiers import ChannelSenders
+from gateway.adapters.parsed_trees import keep_parsed_trees_in
 from gateway.adapters.policy_engines import CheckovScanner, RegoInterpreter
 from gateway.adapters.sandbox.cloud import SandboxCloud
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -149,6 +150,7 @@ def migrate_workspace(settings: Settings) -> list[int]:
 
 
 def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspace:
+    keep_parsed_trees_in(settings.home / "parsed-hcl")  # content-addressed: shared by every process of this home
     sealer = Sealer.from_key_file(settings.data_key_path)
     sandbox = SqlSandboxStore(db, sealer)
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())

@@ -672,7 +672,7 @@ def _parse_template_text(text: str, first_line: int) -> tuple[Tree, LineMap]:
     source, breaks = _template_source(text)
     lines = LineMap(first_line, tuple(b + len(_PREFIX) + 1 for b in breaks))
     try:
-        tree = parse_tree(f"{_PREFIX}{source}\n")
+        tree = parse_tree(f"{_PREFIX}{source}\n", keep=False)  # templatestring's text may hold a secret
     except LarkError as exc:
         column = getattr(exc, "column", 0) or 0
         line = lines.line_at(column)

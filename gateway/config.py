@@ -10,10 +10,11 @@ import json
 import os
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from gateway.domain.errors import ConfigError
 
@@ -39,8 +40,13 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="ignore", validate_default=True, populate_by_name=True)
 
     def __init__(self, **values: Any) -> None:
-        """The settings the environment holds, under the ones given here (tables merged key by key)."""
-        super().__init__(**merged(environment_values(type(self)), values))
+        """The settings the environment holds, under the ones given here (tables merged key by key). A value that
+        does not validate is one ConfigError naming each setting and what is wrong, never the value (it may be a
+        secret: a channel's URL under a misspelt key, a token in the wrong field)."""
+        try:
+            super().__init__(**merged(environment_values(type(self)), values))
+        except ValidationError as exc:
+            raise ConfigError("invalid settings: " + "; ".join(_refusal(type(self), e) for e in exc.errors())) from None
 
     home: Path = Field(default=Path(".gateway"), description="workspace: database, repo, secrets")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite in home when unset")
@@ -204,6 +210,16 @@ def environment_values(model: type[BaseModel]) -> dict[str, Any]:
         except ValueError as exc:  # the message says where, never what: the value may hold secrets
             raise ConfigError(f"{variable.upper()} (the setting {name}) is not JSON: {exc}") from None
     return found
+
+
+def _refusal(model: type[BaseModel], error: Mapping[str, Any]) -> str:
+    """One validation error as `GATEWAY_X (the setting x) at key.sub: what is wrong`, without the input."""
+    name, *inside = [str(part) for part in error["loc"]] or ["?"]
+    field = model.model_fields.get(name)
+    alias = field.validation_alias if field is not None else None
+    variable = (alias if isinstance(alias, str) else ENV_PREFIX + name).upper()
+    where = f" at {'.'.join(inside)}" if inside else ""
+    return f"{variable} (the setting {name}){where}: {error['msg']}"
 
 
 def _is_structured(annotation: Any) -> bool:

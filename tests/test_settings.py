@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr
 
 from gateway.config import ChannelSecret, Settings
+from gateway.domain.errors import ConfigError
 from tests.conftest import run_cli
 
 
@@ -112,12 +113,21 @@ def test_defaults_unknown_variables_and_empty_values(monkeypatch: pytest.MonkeyP
 def test_a_bad_value_is_refused_naming_each_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_SMTP_PORT", "0")
     monkeypatch.setenv("GATEWAY_NOTIFY_ATTEMPTS", "several")
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(ConfigError) as refused:
         Settings()
-    assert {(error["loc"], error["type"]) for error in refused.value.errors()} == {
-        (("smtp_port",), "greater_than_equal"), (("notify_attempts",), "int_parsing")}
-    with pytest.raises(ValidationError, match="web_session_hours"):
+    assert str(refused.value) == ("invalid settings: GATEWAY_SMTP_PORT (the setting smtp_port): Input should be "
+                                  "greater than or equal to 1; GATEWAY_NOTIFY_ATTEMPTS (the setting notify_attempts): "
+                                  "Input should be a valid integer, unable to parse string as an integer")
+    with pytest.raises(ConfigError, match="web_session_hours"):
         Settings(web_session_hours=0)
+
+
+def test_a_misspelt_channel_key_is_named_and_its_value_never_shown(tmp_path: Path) -> None:
+    done = run_cli(["show", "1"], tmp_path / "home",
+                   GATEWAY_NOTIFICATION_CHANNELS='{"ops": {"ulr": "https://hooks.slack.com/s3cret-url"}}')
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "GATEWAY_NOTIFICATION_CHANNELS (the setting notification_channels) at ops.ulr" in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout
 
 
 def test_secrets_are_not_shown_when_printed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.domain.plan import Change, ChangeKind, Plan, ResourceChange, format_path
@@ -523,10 +523,44 @@ def preview_to_json(preview: Preview) -> str:
 
 
 def _public(preview: Preview) -> dict[str, Any]:
-    data = asdict(preview)
-    data["has_changes"] = preview.has_changes
-    data["summary"] = _count_line(preview) if preview.has_changes else NO_CHANGES
-    return data
+    """The preview as plain JSON values, each dataclass as a dict of its fields in order (what `asdict` gives, tuples
+    left as tuples: JSON writes them as lists). Written out by hand: `asdict` deep-copies every leaf, and a big
+    plan's preview has tens of thousands of them (tests/test_preview_json.py holds the two equal)."""
+    risk = preview.risk
+    return {
+        "engine": preview.engine,
+        "counts": dict(preview.counts),
+        "danger": [_public_entry(e) for e in preview.danger],
+        "drift": [_public_drift(d) for d in preview.drift],
+        "changes": [_public_entry(e) for e in preview.changes],
+        "outputs": _public_diffs(preview.outputs),
+        "risk": None if risk is None else {"level": risk.level, "reasons": risk.reasons},
+        "findings": [{"rule": f.rule, "severity": f.severity, "address": f.address, "message": f.message,
+                      "stack": f.stack} for f in preview.findings],
+        "open_drift": [{"record_id": o.record_id, "since": o.since, "expected": o.expected,
+                        "reverts": [_public_drift(d) for d in o.reverts], "keeps": [_public_drift(d) for d in o.keeps],
+                        "unseen": [_public_drift(d) for d in o.unseen]} for o in preview.open_drift],
+        "notices": preview.notices,
+        "modules": [{"key": m.key, "source": m.source, "version": m.version, "digest": m.digest}
+                    for m in preview.modules],
+        "has_changes": preview.has_changes,
+        "summary": _count_line(preview) if preview.has_changes else NO_CHANGES,
+    }
+
+
+def _public_diffs(diffs: tuple[AttributeDiff, ...]) -> list[dict[str, Any]]:
+    return [{"path": a.path, "before": a.before, "after": a.after} for a in diffs]
+
+
+def _public_entry(e: ResourceEntry) -> dict[str, Any]:
+    return {"address": e.address, "kind": e.kind, "label": e.label, "reason": e.reason,
+            "attributes": _public_diffs(e.attributes), "previous_address": e.previous_address,
+            "importing_id": e.importing_id}
+
+
+def _public_drift(d: DriftEntry) -> dict[str, Any]:
+    return {"address": d.address, "summary": d.summary, "reverted_by_apply": d.reverted_by_apply,
+            "attributes": _public_diffs(d.attributes)}
 
 
 def preview_from_json(text: str) -> Preview:

@@ -142,7 +142,12 @@ def canonical_json(data: Any) -> bytes:
 
 def plan_digest(data: Mapping[str, Any], artifact: bytes | None = None) -> str:
     """What an approval binds to: the JSON plan, and the engine's own plan file when it keeps one."""
-    digest = hashlib.sha256(canonical_json(data))
+    return canonical_plan_digest(canonical_json(data), artifact)
+
+
+def canonical_plan_digest(canonical: bytes, artifact: bytes | None = None) -> str:
+    """`plan_digest` of a plan already in its canonical byte form (`canonical_json`): a big plan is written once."""
+    digest = hashlib.sha256(canonical)
     if artifact is not None:
         digest.update(b"\0artifact:" + hashlib.sha256(artifact).digest())
     return "sha256:" + digest.hexdigest()

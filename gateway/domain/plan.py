@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from gateway.domain.errors import PlanFormatError
@@ -99,7 +100,7 @@ class Plan:
     errored: bool = False
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
+    @cached_property  # a plan never changes, and summary, preview, risk and policy each read this
     def changes(self) -> tuple[ResourceChange, ...]:
         """Resource changes that do something: no-ops and reads left out, except a no-op that moves a resource
         to a new address or imports it (a rename through `moved` never looks like nothing happened)."""

@@ -211,38 +211,44 @@ def _engine_label(plan: Plan) -> str:
 def masked_leaves(value: Any, sensitive: Any, unknown: Any = False) -> dict[str, tuple[str, Any]]:
     """Flatten a value to {path: (display text, raw value for comparison)}, masks applied."""
     out: dict[str, tuple[str, Any]] = {}
-    _walk(value, sensitive, unknown, (), out)
+    _walk(value, sensitive, unknown, "", out)
     return out
 
 
-def _walk(value: Any, sens: Any, unk: Any, path: tuple[str | int, ...], out: dict) -> None:
-    key = format_path(path)
+def _walk(value: Any, sens: Any, unk: Any, key: str, out: dict) -> None:
+    """Add the leaves under `key` (its path, as `format_path` writes it) to `out`."""
     if sens is True:
         out[key] = (SENSITIVE, value)
         return
     if unk is True:
         out[key] = (UNKNOWN, _UNKNOWN_RAW)
         return
-    if isinstance(value, Mapping) or isinstance(unk, Mapping) and value is None:
+    if _is_mapping(value) or value is None and _is_mapping(unk):
         value = value or {}
-        names = list(value) + [k for k in (unk if isinstance(unk, Mapping) else {}) if k not in value]
+        names = list(value) + [k for k in (unk if _is_mapping(unk) else {}) if k not in value]
         if not names:
             out[key] = ("{}", {})
         for name in names:
-            _walk(value.get(name), _sub(sens, name), _sub(unk, name), path + (name,), out)
+            _walk(value.get(name), _sub(sens, name), _sub(unk, name), f"{key}.{name}" if key else name, out)
     elif isinstance(value, list):
         length = max(len(value), len(unk) if isinstance(unk, list) else 0)
         if not length:
             out[key] = ("[]", [])
         for i in range(length):
             item = value[i] if i < len(value) else None
-            _walk(item, _sub(sens, i), _sub(unk, i), path + (i,), out)
+            _walk(item, _sub(sens, i), _sub(unk, i), f"{key}[{i}]", out)
     elif value is not None:
         out[key] = (_leaf_text(value), value)
 
 
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # a plan's JSON is dicts: no ABC check for them
+
+
 def _sub(mask: Any, step: str | int) -> Any:
-    if isinstance(mask, Mapping) and isinstance(step, str):
+    if mask is False:
+        return False
+    if _is_mapping(mask) and isinstance(step, str):
         return mask.get(step, False)
     if isinstance(mask, list) and isinstance(step, int) and step < len(mask):
         return mask[step]

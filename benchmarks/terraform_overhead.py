@@ -14,12 +14,14 @@
 
 Goal (issue 25): the gateway's plan and apply <= 1.05 x bare Terraform's.
 Needs `make terraform`. It is not a test. `--profile` also prints where the gateway's own CPU of the propose
-goes (cProfile, by cumulative time). Usage: python benchmarks/terraform_overhead.py [N] [--runs R] [--profile]
+goes (cProfile, by cumulative time); `--processes` the CPU of each process run (Terraform by command, git), bare
+and gateway. Usage: python benchmarks/terraform_overhead.py [N] [--runs R] [--profile] [--processes]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import os
 import pstats
@@ -85,6 +87,46 @@ def timed(work: Callable[[], object]) -> Timing:
     return Timing(wall, own, (after.ru_utime - children.ru_utime) + (after.ru_stime - children.ru_stime))
 
 
+class ProcessLedger:
+    """The CPU of every child process, by phase and command: subprocess reaps them with wait4 here, which says."""
+
+    def __init__(self) -> None:
+        self.phase = "setup"
+        self.cpu: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0])
+        self._commands: dict[int, str] = {}
+        started, ledger = subprocess.Popen.__init__, self
+
+        def start(popen: subprocess.Popen, *args: object, **kwargs: object) -> None:
+            started(popen, *args, **kwargs)
+            ledger._commands[popen.pid] = ledger._command(popen.args)
+
+        def reap(pid: int, flags: int) -> tuple[int, int]:
+            reaped, status, usage = os.wait4(pid, flags)
+            if reaped:
+                entry = ledger.cpu[(ledger.phase, ledger._commands.pop(reaped, "?"))]
+                entry[0] += 1
+                entry[1] += usage.ru_utime + usage.ru_stime
+            return reaped, status
+
+        subprocess.Popen.__init__ = start  # type: ignore[method-assign]
+        os.waitpid = reap  # Popen.wait's
+        poll = subprocess.Popen._internal_poll  # type: ignore[attr-defined]
+        poll.__defaults__ = (poll.__defaults__[0], reap, *poll.__defaults__[2:])
+
+    @staticmethod
+    def _command(args: object) -> str:
+        words = [str(a) for a in (args if isinstance(args, list | tuple) else [args])]
+        words = words[words.index("--") + 1:] if "--" in words else words  # setpriv --pdeathsig INT -- terraform
+        return " ".join([Path(words[0]).name, *[w for w in words[1:] if not w.startswith("-")][:1]])
+
+    def print(self, runs: int) -> None:
+        print(f"CPU of the processes run, per plan (of {runs}) or apply:")
+        for (phase, command), (count, cpu) in sorted(self.cpu.items()):
+            if phase != "setup":
+                print(f"  {phase:14} {command:28} x{count:<3} {cpu:7.3f} s" + (f"  {cpu / runs:6.3f} s each plan"
+                                                                              if "plan" in phase else ""))
+
+
 def median(timings: list[Timing]) -> Timing:
     return Timing(*(statistics.median(getattr(t, f) for t in timings) for f in ("wall", "own_cpu", "child_cpu")))
 
@@ -101,7 +143,13 @@ def main() -> None:
     parser.add_argument("count", type=int, nargs="?", default=500, help="null_resources in the stack")
     parser.add_argument("--runs", type=int, default=3, help="plans of each, bare and gateway in turn")
     parser.add_argument("--profile", action="store_true", help="where the gateway's own CPU of a propose goes")
+    parser.add_argument("--processes", action="store_true", help="the CPU of each process run, bare and gateway")
     options = parser.parse_args()
+    ledger = ProcessLedger() if options.processes else None
+
+    def phase(name: str) -> None:
+        if ledger:
+            ledger.phase = name
     count, runs = options.count, options.runs
     profiler = cProfile.Profile() if options.profile else None
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
@@ -144,7 +192,9 @@ def main() -> None:
 
         floor_plans, gateway_plans, proposals, fresh = [], [], [], None
         for release in releases:
+            phase("bare plan")
             floor_plans.append(timed(lambda: bare_plan(release)))  # noqa: B023 (called at once)
+            phase("gateway plan")
             fresh = open_workspace(ws.settings)  # a new process's engine
             if profiler:
                 profiler.enable()
@@ -154,10 +204,13 @@ def main() -> None:
                 profiler.disable()
         assert fresh is not None
         last = proposals[-1]
+        phase("decide")
         decide(fresh, bob, last.id, Decision.APPROVE, "ok")
+        phase("bare apply")
         floor_apply = timed(lambda: terraform(root / f"bare-{releases[-1]}", "apply", "-input=false", "-no-color",
                                               "-json", "p.tfplan"))
         report: list = []
+        phase("gateway apply")
         gateway_apply = timed(lambda: report.append(apply_proposal(fresh, bob, last.id)))
         assert report[0].succeeded, report[0]
         print(f"{count} null_resource replacements ({last.plans['many'].counts}), same state for both; plans: median "
@@ -168,6 +221,9 @@ def main() -> None:
         print(row("bare terraform apply PLANFILE", floor_apply))
         print(row("gateway apply (and merge)", gateway_apply, floor_apply))
         fresh.close()
+        phase("setup")
+        if ledger:
+            ledger.print(runs)
         if profiler:
             stats = pstats.Stats(profiler)
             stats.sort_stats("cumulative").print_stats(r"gateway", 25)

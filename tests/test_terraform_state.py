@@ -253,6 +253,19 @@ def test_a_run_that_left_no_state_seals_nothing(tmp_path: Path) -> None:
     assert not local.live.exists() and not local.sealed.exists() and local.read() == {}
 
 
+def test_a_run_that_wrote_no_state_keeps_the_sealed_file_and_one_that_did_seals_the_new_state(tmp_path: Path) -> None:
+    local = SealedLocalState(tmp_path / "s", Sealer.from_key_file(tmp_path / "data.key"), "s")
+    with local.in_use(0):
+        local.live.write_text('{"version": 4, "serial": 1, "lineage": "x"}')
+    sealed = local.sealed.read_bytes()
+    with local.in_use(0):  # a plan: Terraform reads the state and writes none
+        assert local.read_live()["serial"] == 1
+    assert local.sealed.read_bytes() == sealed and not local.live.exists()
+    with local.in_use(0):  # an apply: the state it wrote is sealed, whatever it was before
+        local.live.write_text('{"version": 4, "serial": 2, "lineage": "x"}')
+    assert local.sealed.read_bytes() != sealed and not local.live.exists() and local.read()["serial"] == 2
+
+
 def test_a_run_waits_for_the_stack_and_says_so_when_it_is_held_too_long(tmp_path: Path) -> None:
     local = SealedLocalState(tmp_path / "s", Sealer.from_key_file(tmp_path / "data.key"), "s")
     with local.in_use(0):

@@ -52,12 +52,13 @@ class SealedLocalState:
                 raise BackendError(f"the state of stack {self._stack} is busy: another plan or apply has held it "
                                    f"for more than {wait_seconds:g} s ({self.directory / LOCK_FILE}); try again")
             self._seal_live()
-            if self.sealed.exists():
-                _write_private(self.live, self._open_sealed(), exclusive=True)
+            opened = self._open_sealed() if self.sealed.exists() else None
+            if opened is not None:
+                _write_private(self.live, opened, exclusive=True)
             try:
                 yield fd
             finally:
-                self._seal_live()
+                self._seal_live(unchanged=opened)
 
     def read_live(self) -> dict[str, Any]:
         """The state as the running Terraform has it (only while `in_use`; empty until Terraform writes one)."""
@@ -96,11 +97,14 @@ class SealedLocalState:
         finally:
             os.close(fd)  # releases the lock unless a Terraform still running holds the descriptor too
 
-    def _seal_live(self) -> None:
-        """Seal the live file (when it holds a state) and remove it and Terraform's backup: under the lock only."""
+    def _seal_live(self, unchanged: bytes | None = None) -> None:
+        """Seal the live file (when it holds a state) and remove it and Terraform's backup: under the lock only.
+
+        A live file still holding `unchanged` (what was opened from the sealed file: a plan writes no state) is
+        already sealed as it is, and is only removed."""
         if self.live.exists():
             content = self.live.read_bytes()
-            if content.strip():  # Terraform makes an empty file when it locks a stack that has no state yet
+            if content.strip() and content != unchanged:  # Terraform makes an empty file when it locks a new stack
                 self._parse(content, self.live)  # a state cut short is kept for a person, never sealed over
                 _write_private(self.sealed, self._sealer.seal_bytes(content))
             self.live.unlink()

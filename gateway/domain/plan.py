@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from gateway.domain.errors import PlanFormatError
@@ -99,7 +100,7 @@ class Plan:
     errored: bool = False
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    @property
+    @cached_property  # a plan never changes, and summary, preview, risk and policy each read this
     def changes(self) -> tuple[ResourceChange, ...]:
         """Resource changes that do something: no-ops and reads left out, except a no-op that moves a resource
         to a new address or imports it (a rename through `moved` never looks like nothing happened)."""
@@ -142,7 +143,12 @@ def canonical_json(data: Any) -> bytes:
 
 def plan_digest(data: Mapping[str, Any], artifact: bytes | None = None) -> str:
     """What an approval binds to: the JSON plan, and the engine's own plan file when it keeps one."""
-    digest = hashlib.sha256(canonical_json(data))
+    return canonical_plan_digest(canonical_json(data), artifact)
+
+
+def canonical_plan_digest(canonical: bytes, artifact: bytes | None = None) -> str:
+    """`plan_digest` of a plan already in its canonical byte form (`canonical_json`): a big plan is written once."""
+    digest = hashlib.sha256(canonical)
     if artifact is not None:
         digest.update(b"\0artifact:" + hashlib.sha256(artifact).digest())
     return "sha256:" + digest.hexdigest()

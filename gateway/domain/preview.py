@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.domain.plan import Change, ChangeKind, Plan, ResourceChange, format_path
@@ -211,38 +211,44 @@ def _engine_label(plan: Plan) -> str:
 def masked_leaves(value: Any, sensitive: Any, unknown: Any = False) -> dict[str, tuple[str, Any]]:
     """Flatten a value to {path: (display text, raw value for comparison)}, masks applied."""
     out: dict[str, tuple[str, Any]] = {}
-    _walk(value, sensitive, unknown, (), out)
+    _walk(value, sensitive, unknown, "", out)
     return out
 
 
-def _walk(value: Any, sens: Any, unk: Any, path: tuple[str | int, ...], out: dict) -> None:
-    key = format_path(path)
+def _walk(value: Any, sens: Any, unk: Any, key: str, out: dict) -> None:
+    """Add the leaves under `key` (its path, as `format_path` writes it) to `out`."""
     if sens is True:
         out[key] = (SENSITIVE, value)
         return
     if unk is True:
         out[key] = (UNKNOWN, _UNKNOWN_RAW)
         return
-    if isinstance(value, Mapping) or isinstance(unk, Mapping) and value is None:
+    if _is_mapping(value) or value is None and _is_mapping(unk):
         value = value or {}
-        names = list(value) + [k for k in (unk if isinstance(unk, Mapping) else {}) if k not in value]
+        names = list(value) + [k for k in (unk if _is_mapping(unk) else {}) if k not in value]
         if not names:
             out[key] = ("{}", {})
         for name in names:
-            _walk(value.get(name), _sub(sens, name), _sub(unk, name), path + (name,), out)
+            _walk(value.get(name), _sub(sens, name), _sub(unk, name), f"{key}.{name}" if key else name, out)
     elif isinstance(value, list):
         length = max(len(value), len(unk) if isinstance(unk, list) else 0)
         if not length:
             out[key] = ("[]", [])
         for i in range(length):
             item = value[i] if i < len(value) else None
-            _walk(item, _sub(sens, i), _sub(unk, i), path + (i,), out)
+            _walk(item, _sub(sens, i), _sub(unk, i), f"{key}[{i}]", out)
     elif value is not None:
         out[key] = (_leaf_text(value), value)
 
 
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)  # a plan's JSON is dicts: no ABC check for them
+
+
 def _sub(mask: Any, step: str | int) -> Any:
-    if isinstance(mask, Mapping) and isinstance(step, str):
+    if mask is False:
+        return False
+    if _is_mapping(mask) and isinstance(step, str):
         return mask.get(step, False)
     if isinstance(mask, list) and isinstance(step, int) and step < len(mask):
         return mask[step]
@@ -523,10 +529,44 @@ def preview_to_json(preview: Preview) -> str:
 
 
 def _public(preview: Preview) -> dict[str, Any]:
-    data = asdict(preview)
-    data["has_changes"] = preview.has_changes
-    data["summary"] = _count_line(preview) if preview.has_changes else NO_CHANGES
-    return data
+    """The preview as plain JSON values, each dataclass as a dict of its fields in order (what `asdict` gives, tuples
+    left as tuples: JSON writes them as lists). Written out by hand: `asdict` deep-copies every leaf, and a big
+    plan's preview has tens of thousands of them (tests/test_preview_json.py holds the two equal)."""
+    risk = preview.risk
+    return {
+        "engine": preview.engine,
+        "counts": dict(preview.counts),
+        "danger": [_public_entry(e) for e in preview.danger],
+        "drift": [_public_drift(d) for d in preview.drift],
+        "changes": [_public_entry(e) for e in preview.changes],
+        "outputs": _public_diffs(preview.outputs),
+        "risk": None if risk is None else {"level": risk.level, "reasons": risk.reasons},
+        "findings": [{"rule": f.rule, "severity": f.severity, "address": f.address, "message": f.message,
+                      "stack": f.stack} for f in preview.findings],
+        "open_drift": [{"record_id": o.record_id, "since": o.since, "expected": o.expected,
+                        "reverts": [_public_drift(d) for d in o.reverts], "keeps": [_public_drift(d) for d in o.keeps],
+                        "unseen": [_public_drift(d) for d in o.unseen]} for o in preview.open_drift],
+        "notices": preview.notices,
+        "modules": [{"key": m.key, "source": m.source, "version": m.version, "digest": m.digest}
+                    for m in preview.modules],
+        "has_changes": preview.has_changes,
+        "summary": _count_line(preview) if preview.has_changes else NO_CHANGES,
+    }
+
+
+def _public_diffs(diffs: tuple[AttributeDiff, ...]) -> list[dict[str, Any]]:
+    return [{"path": a.path, "before": a.before, "after": a.after} for a in diffs]
+
+
+def _public_entry(e: ResourceEntry) -> dict[str, Any]:
+    return {"address": e.address, "kind": e.kind, "label": e.label, "reason": e.reason,
+            "attributes": _public_diffs(e.attributes), "previous_address": e.previous_address,
+            "importing_id": e.importing_id}
+
+
+def _public_drift(d: DriftEntry) -> dict[str, Any]:
+    return {"address": d.address, "summary": d.summary, "reverted_by_apply": d.reverted_by_apply,
+            "attributes": _public_diffs(d.attributes)}
 
 
 def preview_from_json(text: str) -> Preview:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gateway.domain.declarations import Unmasking
 from gateway.domain.errors import ConfigError
-from gateway.domain.plan import Plan, canonical_json, load_plan, plan_digest
+from gateway.domain.plan import Plan, canonical_json, canonical_plan_digest, load_plan
 from gateway.domain.policy import Finding, PolicyContext, Severity, evaluate_plan
 from gateway.domain.preview import Preview, build_preview
 from gateway.domain.proposal import PlanSummary
@@ -28,12 +28,9 @@ class StackPlanResult:
     engine_plan: EnginePlan
     plan: Plan
     digest: str
+    document_text: str  # the plan in its canonical JSON, as stored (the digest is of these bytes)
     findings: tuple[Finding, ...] = ()
     risk: Risk = Risk(RiskLevel.LOW, ())
-
-    @property
-    def document_text(self) -> str:
-        return canonical_json(self.engine_plan.document).decode()
 
     def summary(self) -> PlanSummary:
         return PlanSummary(
@@ -96,8 +93,9 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
     findings = (literal + [Finding("secret-unmasked", Severity.DENY, u.address, u.message, stack) for u in unmaskings]
                 + evaluate_plan(plan, context) + ws.scanner.scan(engine_plan.document, context)
                 + rego_findings(ws, settings, engine_plan.document, context, inputs, risk))
-    return StackPlanResult(stack, sha, engine_plan, plan, plan_digest(engine_plan.document, engine_plan.artifact),
-                           tuple(findings), risk)
+    canonical = canonical_json(engine_plan.document)
+    return StackPlanResult(stack, sha, engine_plan, plan, canonical_plan_digest(canonical, engine_plan.artifact),
+                           canonical.decode(), tuple(findings), risk)
 
 
 UNCHECKABLE = ("*.tf.json", "override.tf", "*_override.tf", "override.tf.json", "*_override.tf.json")

@@ -58,6 +58,7 @@ from gateway.services.admin.bootstrap import bootstrap_simulator  # noqa: E402
 from gateway.services.forge.github import link_account  # noqa: E402
 from tests.conftest import add_people  # noqa: E402
 from tests.github_fake import FakeGitHub  # noqa: E402
+from tests.round_trips import RoundTrips  # noqa: E402
 from tests.test_github import make_github_the_forge  # noqa: E402
 
 SECRET = "benchmark-secret"
@@ -146,12 +147,14 @@ def run(pulls: int, rate: float, root: Path, database_url: str | None, profile: 
         worker = worker_module.Worker(worker_ws, loops=1).start()  # `gateway worker`'s defaults: one loop, 0.5 s poll
 
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings, workers=0), host="127.0.0.1", port=port,
-                                               log_level="warning"))
+        app = create_app(settings, workers=0)
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         while not server.started:
             time.sleep(0.05)
+        # the app's and the worker's round trips to PostgreSQL (the benchmark's own polling is not counted)
+        trips = [RoundTrips(w.store.db.engine) for w in (app.state.workspace, worker_ws)] if database_url else []
         url = f"http://127.0.0.1:{port}/api/v1/github/webhook"
         client = httpx.Client(timeout=30)
 
@@ -187,6 +190,8 @@ def run(pulls: int, rate: float, root: Path, database_url: str | None, profile: 
                    for pid, number in pids.items()}
         sent: dict[int, float] = {}
         attribution.counting = True
+        for counter in trips:
+            counter.messages()
         cpu0, children0, load0 = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()
         started = time.perf_counter()
         for i, (pid, (body, headers)) in enumerate(reviews.items()):
@@ -209,6 +214,7 @@ def run(pulls: int, rate: float, root: Path, database_url: str | None, profile: 
         child_cpu = (children1.ru_utime + children1.ru_stime) - (children0.ru_utime + children0.ru_stime)
         time.sleep(3 * worker_module.HOUSEKEEPING_SECONDS)  # the publish jobs that follow the approvals
         attribution.counting = False
+        sent_trips = [m for counter in trips for m in counter.messages()]
         server.should_exit = True
         thread.join()
         worker.stop()
@@ -223,6 +229,10 @@ def run(pulls: int, rate: float, root: Path, database_url: str | None, profile: 
     print(f"delivery -> approval recorded for {n}/{len(sent)}: p50 {statistics.median(values) * 1000:.0f} ms, "
           f"p95 {p95 * 1000:.0f} ms, max {values[-1] * 1000:.0f} ms")
     print(f"floor: a webhook POST refused at the signature check: p50 {statistics.median(refused) * 1000:.1f} ms")
+    if sent_trips:
+        begins = sum(m.startswith('Query  "BEGIN') for m in sent_trips)
+        print(f"PostgreSQL per review (app and worker, the publish jobs and idle polls included): "
+              f"{len(sent_trips) / len(sent):.1f} round trips, {begins / len(sent):.1f} transactions")
     print(f"CPU per review: {cpu / len(sent) * 1000:.0f} ms in this process (app, worker, fake GitHub), "
           f"{child_cpu / len(sent) * 1000:.0f} ms in git children")
     for kind in sorted(set(attribution.api) | set(attribution.git) | set(attribution.jobs)):

@@ -36,8 +36,8 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.engine import Connection, Engine, RootTransaction
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
 from gateway.domain.audit import GENESIS, event_addresses, event_bytes, event_outcome
 from gateway.domain.errors import BackendError, ConfigError
@@ -702,6 +702,8 @@ class Database:
         self.is_sqlite = self.engine.dialect.name == "sqlite"
         if self.is_sqlite:
             _serialize_sqlite(self.engine)
+        elif self.engine.dialect.name == "postgresql":
+            _begin_postgres_ourselves(self.engine)
 
     def migrate(self) -> None:
         with self.transaction() as conn:
@@ -726,17 +728,29 @@ class Database:
         """One transaction; a `readonly` one takes no write lock (SQLite: a deferred BEGIN), so readers
         never queue behind a writer."""
         try:
-            with self.engine.connect() as conn:
-                if readonly:
-                    conn = conn.execution_options(gateway_readonly=True)
-                with conn.begin():
-                    if not self.is_sqlite and conn.dialect.name == "postgresql":
-                        conn.execute(text("SET LOCAL lock_timeout = '30s'"))
-                    yield conn
+            conn, began = self._begun(readonly)
+            with conn, began:
+                yield conn
         except OperationalError as exc:
             raise BackendError(f"database unavailable or busy: {str(exc.orig).strip()}") from exc
         except SQLAlchemyError as exc:
             raise BackendError(f"database error: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
+
+    def _begun(self, readonly: bool) -> tuple[Connection, RootTransaction]:
+        """A pooled connection with its transaction begun. No ping on checkout: the BEGIN is the first thing sent,
+        so a connection the server dropped (a restart) fails there, before any of the work ran, and the work gets
+        a fresh connection once (SQLAlchemy has by then invalidated every connection of the pool that predates it)."""
+        for retry in (False, True):
+            conn = self.engine.connect()
+            if readonly:
+                conn = conn.execution_options(gateway_readonly=True)
+            try:
+                return conn, conn.begin()
+            except DBAPIError as exc:
+                conn.close()
+                if retry or not exc.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -745,7 +759,7 @@ class Database:
 def _engine_options(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 60, "check_same_thread": False}}
-    return {"pool_pre_ping": True}
+    return {}
 
 
 def _serialize_sqlite(engine: Engine) -> None:
@@ -760,6 +774,24 @@ def _serialize_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("gateway_readonly") else "BEGIN IMMEDIATE")
+
+
+# A statement waiting on a lock fails after this instead of waiting forever; set per transaction (SET LOCAL), so it
+# holds behind a pooler that hands each transaction a different server session.
+_BEGIN_POSTGRES = "BEGIN; SET LOCAL lock_timeout = '30s'"
+
+
+def _begin_postgres_ourselves(engine: Engine) -> None:
+    """The same recipe on PostgreSQL: the driver in autocommit, and our BEGIN carries the lock timeout in the
+    same round trip (psycopg would send its own BEGIN, then the SET, each a round trip)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.autocommit = True
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(_BEGIN_POSTGRES)
 
 
 def _now() -> datetime:

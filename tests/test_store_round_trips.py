@@ -1,0 +1,101 @@
+"""Round trips to PostgreSQL: what a read costs on the wire, the lock timeout every transaction has, and a pool
+that survives the server dropping its connections (a restart) without pinging on every checkout."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+
+from gateway.api.app import create_app
+from gateway.services.change.proposals import open_proposal
+from gateway.services.workspace import Workspace
+
+from .conftest import Clone, People, add_people, make_workspace
+from .round_trips import RoundTrips
+
+# what a read of a proposal over the API costs: the token lookup and the read, each one transaction of
+# BEGIN (with the lock timeout) .. COMMIT; raise it only with a reason
+PROPOSAL_READ_ROUND_TRIPS = 23
+
+
+@pytest.fixture
+def pg_workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
+    ws = make_workspace(tmp_path / "home", postgres_url)
+    yield ws
+    ws.close()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _proposal(ws: Workspace, tmp_path: Path) -> tuple[People, int]:
+    people = add_people(ws)
+    Clone(ws, tmp_path / "clone").branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    return people, open_proposal(ws, people.alice, "bigger", "more memory").id
+
+
+def test_a_read_of_a_proposal_costs_at_most_its_round_trips(pg_workspace: Workspace, tmp_path: Path) -> None:
+    people, pid = _proposal(pg_workspace, tmp_path)
+    with TestClient(create_app(pg_workspace.settings, workers=0)) as client:
+        trips = RoundTrips(client.app.state.workspace.store.db.engine)  # type: ignore[attr-defined]
+        assert client.get(f"/api/v1/proposals/{pid}", headers=bearer(people.tokens["bob"])).status_code == 200
+        trips.messages()  # the first read also marks the token used and warms the caches
+        assert client.get(f"/api/v1/proposals/{pid}", headers=bearer(people.tokens["bob"])).status_code == 200
+        sent = trips.messages()
+    print(f"\n{len(sent)} round trips:", *RoundTrips.summary(sent).most_common(), sep="\n  ")
+    assert not [m for m in sent if m.startswith('Query  "SELECT 1')], "no ping on checkout"
+    assert len(sent) <= PROPOSAL_READ_ROUND_TRIPS, RoundTrips.summary(sent)
+
+
+def test_every_transaction_waits_on_a_lock_at_most_30_seconds(pg_workspace: Workspace) -> None:
+    db = pg_workspace.store.db
+    for readonly in (True, False, True, False):  # the same pooled connections again: it holds on each
+        with db.transaction(readonly) as conn:
+            assert conn.execute(text("SHOW lock_timeout")).scalar() == "30s"
+
+
+def test_a_statement_waiting_on_a_lock_fails_instead_of_waiting_forever(pg_workspace: Workspace) -> None:
+    db = pg_workspace.store.db
+    with db.transaction() as holder:
+        holder.execute(text("LOCK TABLE schema_version IN ACCESS EXCLUSIVE MODE"))
+        with db.transaction(readonly=True) as waiter:
+            # the timeout is what BEGIN set; a shorter one here, in the same transaction, keeps the test quick
+            assert waiter.execute(text("SHOW lock_timeout")).scalar() == "30s"
+            waiter.execute(text("SET LOCAL lock_timeout = '200ms'"))
+            with pytest.raises(Exception, match="lock timeout"):
+                waiter.execute(text("SELECT count(*) FROM schema_version"))
+
+
+def _drop_connections(url: str) -> int:
+    """What a server restart does to a pool: every session of the database ends."""
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    name = url.rsplit("/", 1)[1]
+    with admin.connect() as conn:
+        ended = conn.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE datname = :name AND pid <> pg_backend_pid()"), {"name": name}).scalar()
+    admin.dispose()
+    return int(ended or 0)
+
+
+def test_the_pool_survives_the_server_dropping_its_connections(tmp_path: Path, postgres_url: str) -> None:
+    ws = make_workspace(tmp_path / "home", postgres_url)
+    people, pid = _proposal(ws, tmp_path)
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        read = client.get(f"/api/v1/proposals/{pid}", headers=bearer(people.tokens["bob"]))
+        assert read.status_code == 200
+        assert _drop_connections(postgres_url) >= 1
+        again = client.get(f"/api/v1/proposals/{pid}", headers=bearer(people.tokens["bob"]))
+        assert again.status_code == 200, again.text
+        assert again.json() == read.json()
+        assert _drop_connections(postgres_url) >= 1
+        approved = client.post(f"/api/v1/proposals/{pid}/approve", json={}, headers=bearer(people.tokens["bob"]))
+        assert approved.status_code == 200, approved.text
+    assert _drop_connections(postgres_url) >= 1
+    with ws.store.session() as session:  # the worker's side too: a write unit of work
+        assert session.proposals.get(pid) is not None
+    ws.close()

@@ -2,8 +2,8 @@
 
 A plan runs `init`, `plan -out` and `show -json` in a scratch copy of the stack at the commit (when a
 committed lock file decides what `init` makes, what an earlier `init` made is laid out instead: see
-`terraform_data_dir`), and keeps Terraform's binary plan file with the JSON: the approval binds to both, and the apply runs
-exactly that file, never a fresh plan. A stack's state lives where its files declare (`terraform {
+`terraform_data_dir`), and keeps Terraform's binary plan file with the JSON: the approval binds to both, and the
+apply runs exactly that file, never a fresh plan. A stack's state lives where its files declare (`terraform {
 backend ... }`, as main has it: planning refuses a branch that changes it; that storage is the user's, and the
 gateway neither seals nor moves it), else in a local backend under the workspace, sealed at rest and in clear only
 while a plan or apply runs (layout and locking in `terraform_state`); the state serial is read from that backend

@@ -1,6 +1,7 @@
 """The gateway's overhead around Terraform, and `gateway preview` against `terraform show`.
 
-1. A stack of N null_resource (default 500), applied once; then a change to every one (500 replacements).
+1. A stack of N null_resource (default 500) with its dependency lock file committed, as Terraform asks
+   (`--no-lock`: without one), applied once; then a change to every one (500 replacements).
    In the same run, on the same state: bare Terraform (`init` + `plan -out` + `show -json`, then `apply` of
    that plan file) is the floor; beside it the gateway's propose of the same change (merge preview, secret
    checks, engine plan, policy, risk, preview rendered and stored) and its apply (approval re-checked, locks,
@@ -14,8 +15,9 @@
 
 Goal (issue 25): the gateway's plan and apply <= 1.05 x bare Terraform's.
 Needs `make terraform`. It is not a test. `--profile` also prints where the gateway's own CPU of the propose
-goes (cProfile, by cumulative time); `--processes` the CPU of each process run (Terraform by command, git), bare
-and gateway. Usage: python benchmarks/terraform_overhead.py [N] [--runs R] [--profile] [--processes]
+goes (cProfile, by cumulative time); `--processes` the CPU and wall time of each process run (Terraform by command,
+git), bare and gateway.
+Usage: python benchmarks/terraform_overhead.py [N] [--runs R] [--no-lock] [--profile] [--processes]
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from gateway.services.change.runner import apply_proposal
 
 HEADER = 'terraform {\n  required_providers {\n    null = {\n      source  = "hashicorp/null"\n      version = "2.1.2"\n    }\n  }\n}\n'
 GOAL = 1.05
+LOCK_FILE = ".terraform.lock.hcl"
 
 
 def nulls(count: int, release: str) -> str:
@@ -58,9 +61,11 @@ def nulls(count: int, release: str) -> str:
                             for i in range(count))
 
 
-def repo_content(directory: Path, count: int) -> Path:
+def repo_content(directory: Path, count: int, lock: str | None) -> Path:
     (directory / "stacks" / "many").mkdir(parents=True)
     (directory / "stacks" / "many" / "main.tf").write_text(nulls(count, "1"))
+    if lock is not None:
+        (directory / "stacks" / "many" / LOCK_FILE).write_text(lock)
     (directory / "gateway.yaml").write_text("engine: terraform\nstacks:\n  many:\n    path: stacks/many\n"
                                             "    approvers: [platform]\npolicy:\n  required_tags: []\n  checkov: \"off\"\n"
                                             "  max_deletes: 100000\n")
@@ -88,24 +93,28 @@ def timed(work: Callable[[], object]) -> Timing:
 
 
 class ProcessLedger:
-    """The CPU of every child process, by phase and command: subprocess reaps them with wait4 here, which says."""
+    """The CPU and wall time of every child process, by phase and command: subprocess reaps them with wait4 here,
+    which says the CPU; the wall time runs from its start to its reaping."""
 
     def __init__(self) -> None:
         self.phase = "setup"
-        self.cpu: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0])
-        self._commands: dict[int, str] = {}
+        self.cpu: dict[tuple[str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
+        self._commands: dict[int, tuple[str, float]] = {}
         started, ledger = subprocess.Popen.__init__, self
 
         def start(popen: subprocess.Popen, *args: object, **kwargs: object) -> None:
+            began = time.perf_counter()
             started(popen, *args, **kwargs)
-            ledger._commands[popen.pid] = ledger._command(popen.args)
+            ledger._commands[popen.pid] = (ledger._command(popen.args), began)
 
         def reap(pid: int, flags: int) -> tuple[int, int]:
             reaped, status, usage = os.wait4(pid, flags)
             if reaped:
-                entry = ledger.cpu[(ledger.phase, ledger._commands.pop(reaped, "?"))]
+                command, began = ledger._commands.pop(reaped, ("?", time.perf_counter()))
+                entry = ledger.cpu[(ledger.phase, command)]
                 entry[0] += 1
                 entry[1] += usage.ru_utime + usage.ru_stime
+                entry[2] += time.perf_counter() - began
             return reaped, status
 
         subprocess.Popen.__init__ = start  # type: ignore[method-assign]
@@ -120,11 +129,11 @@ class ProcessLedger:
         return " ".join([Path(words[0]).name, *[w for w in words[1:] if not w.startswith("-")][:1]])
 
     def print(self, runs: int) -> None:
-        print(f"CPU of the processes run, per plan (of {runs}) or apply:")
-        for (phase, command), (count, cpu) in sorted(self.cpu.items()):
+        print(f"CPU and wall time of the processes run, per plan (of {runs}) or apply:")
+        for (phase, command), (count, cpu, wall) in sorted(self.cpu.items()):
             if phase != "setup":
-                print(f"  {phase:14} {command:28} x{count:<3} {cpu:7.3f} s" + (f"  {cpu / runs:6.3f} s each plan"
-                                                                              if "plan" in phase else ""))
+                print(f"  {phase:14} {command:28} x{count:<3} CPU {cpu:7.3f} s wall {wall:7.3f} s" + (
+                    f"  each plan: CPU {cpu / runs:6.3f} s wall {wall / runs:6.3f} s" if "plan" in phase else ""))
 
 
 def median(timings: list[Timing]) -> Timing:
@@ -142,6 +151,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("count", type=int, nargs="?", default=500, help="null_resources in the stack")
     parser.add_argument("--runs", type=int, default=3, help="plans of each, bare and gateway in turn")
+    parser.add_argument("--no-lock", action="store_true", help="no dependency lock file committed in the stack")
     parser.add_argument("--profile", action="store_true", help="where the gateway's own CPU of a propose goes")
     parser.add_argument("--processes", action="store_true", help="the CPU of each process run, bare and gateway")
     options = parser.parse_args()
@@ -155,7 +165,23 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        ws = create_workspace(Settings(home=root / "home"), repo_content(root / "content", count))
+        settings = Settings(home=root / "home")
+        setup = terraform_setup(settings)
+        env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+        if setup.cli_config:
+            env["TF_CLI_CONFIG_FILE"] = str(setup.cli_config)
+
+        def terraform(directory: Path, *args: str) -> None:
+            subprocess.run([str(setup.binary), *args], cwd=directory, env=env, check=True, capture_output=True)
+
+        lock = None
+        if not options.no_lock:  # the lock file `init` writes for these providers, committed with the stack
+            (root / "locked").mkdir()
+            (root / "locked" / "main.tf").write_text(HEADER)
+            terraform(root / "locked", "init", "-input=false", "-no-color")
+            lock = (root / "locked" / LOCK_FILE).read_text()
+        print(f"dependency lock file committed: {'no' if lock is None else 'yes'}")
+        ws = create_workspace(settings, repo_content(root / "content", count, lock))
         bootstrap_simulator(ws)  # main applied by Terraform
         admin, _ = add_principal(ws, None, "admin", frozenset({Role.ADMIN}), frozenset(), PrincipalKind.PERSON)
         alice, _ = add_principal(ws, admin, "alice", frozenset({Role.REQUESTER}), frozenset(), PrincipalKind.PERSON)
@@ -170,21 +196,16 @@ def main() -> None:
             clone.git.execute(["git", "commit", "-qm", f"release {release}"], env=committer_env())
             clone.git.push("-q", "origin", f"release-{release}")
 
-        setup = terraform_setup(ws.settings)
-        env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
-        if setup.cli_config:
-            env["TF_CLI_CONFIG_FILE"] = str(setup.cli_config)
         with SealedLocalState(ws.settings.terraform_dir / "many", ws.store.sealer, "many").in_use(60) as _:
             state = (ws.settings.terraform_dir / "many" / "terraform.tfstate").read_bytes()
-
-        def terraform(directory: Path, *args: str) -> None:
-            subprocess.run([str(setup.binary), *args], cwd=directory, env=env, check=True, capture_output=True)
 
         def bare_plan(release: str) -> Path:
             bare = root / f"bare-{release}"  # a fresh directory, as the gateway's scratch copy is
             bare.mkdir()
             (bare / "main.tf").write_text(nulls(count, release))
             (bare / "terraform.tfstate").write_bytes(state)
+            if lock is not None:
+                (bare / LOCK_FILE).write_text(lock)
             terraform(bare, "init", "-input=false", "-no-color")
             terraform(bare, "plan", "-input=false", "-no-color", "-out=p.tfplan")
             terraform(bare, "show", "-json", "p.tfplan")

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,8 @@ from sqlalchemy import create_engine, text
 
 from gateway.adapters.store.rows import now
 from gateway.adapters.terraform import UNKNOWN_SCHEMA, TerraformEngine, TerraformSetup
-from gateway.adapters.terraform_schemas import KEPT_DIR, KeptSchemas
+from gateway.adapters.terraform_data_dir import KEPT_DATA_DIRS, MANIFEST, KeptDataDirs
+from gateway.adapters.terraform_schemas import KEPT_DIR, LOCK_FILE, KeptSchemas
 from gateway.composition import create_workspace, open_workspace, terraform_setup
 from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers
@@ -78,12 +82,15 @@ class Stack:
 
     def __init__(self, engine: TerraformEngine, root: Path, inputs: StackInputs | None = None):
         self.engine, self.root, self.inputs, self.runs = engine, root, inputs or StackInputs(), 0
+        self.lock: str | None = None  # the dependency lock file committed with the stack
 
-    def plan(self, hcl: str):  # type: ignore[no-untyped-def]
+    def plan(self, hcl: str, header: str = SIM):  # type: ignore[no-untyped-def]
         self.runs += 1
         directory = self.root / f"run{self.runs}"
         directory.mkdir(parents=True)
-        (directory / "main.tf").write_text(SIM + hcl)
+        (directory / "main.tf").write_text(header + hcl)
+        if self.lock is not None:
+            (directory / LOCK_FILE).write_text(self.lock)
         return self.engine.plan("s", directory, self.inputs), directory
 
     def apply(self, planned, directory: Path):  # type: ignore[no-untyped-def]
@@ -222,6 +229,159 @@ def test_other_providers_or_another_terraform_never_get_a_kept_schema(tmp_path: 
     overrides.write_text('provider_installation {\n  dev_overrides {\n    "example.local/gateway/sim" = "/src"\n  }\n'
                          '  direct {}\n}\n')
     assert KeptSchemas(tmp_path / "kept", INSTALLED / "bin" / "terraform", overrides).key(one) is None
+
+
+# --- what `init` made, kept by the committed lock file ---------------------------------------------
+
+
+def _packed_mirror(tmp_path: Path) -> Path:
+    """A CLI configuration whose mirror holds the test provider as a zip archive, and no plugin cache: init
+    unpacks a copy of the package into `.terraform` (from the installed mirror's directory it only links)."""
+    source = INSTALLED / "mirror" / "example.local" / "gateway" / "sim" / "0.1.0" / "linux_amd64"
+    archive = tmp_path / "mirror" / "example.local" / "gateway" / "sim" / "terraform-provider-sim_0.1.0_linux_amd64.zip"
+    archive.parent.mkdir(parents=True)
+    with zipfile.ZipFile(archive, "w") as packed:
+        for path in source.iterdir():
+            entry = zipfile.ZipInfo(path.name)
+            entry.external_attr = 0o755 << 16
+            packed.writestr(entry, path.read_bytes())
+    config = tmp_path / "packed.terraformrc"
+    config.write_text(f'provider_installation {{\n  filesystem_mirror {{\n    path    = "{tmp_path / "mirror"}"\n'
+                      '    include = ["example.local/*/*"]\n  }\n  direct {\n    exclude = ["example.local/*/*"]\n'
+                      '  }\n}\ndisable_checkpoint = true\n')
+    return config
+
+
+def _noting(tmp_path: Path, objects: Path, config: Path = INSTALLED / "terraformrc") -> tuple[TerraformEngine, Path]:
+    """An engine whose Terraform (the real one, behind a script that execs it) notes each command it is given."""
+    noted, wrapper = tmp_path / "commands.log", tmp_path / "bin" / "terraform"
+    wrapper.parent.mkdir(exist_ok=True)
+    wrapper.write_text(f'#!/bin/sh\necho "$1" >> "{noted}"\nexec "{INSTALLED / "bin" / "terraform"}" "$@"\n')
+    wrapper.chmod(0o755)
+    return TerraformEngine(TerraformSetup(wrapper, config, tmp_path / "state", 300,
+                                          {"SIM_PROVIDER_DIR": str(objects)})), noted
+
+
+def _commands(noted: Path) -> list[str]:
+    """The commands run since the last look."""
+    commands = noted.read_text().split() if noted.exists() else []
+    noted.unlink(missing_ok=True)
+    return commands
+
+
+@pytest.fixture(scope="module")
+def sim_lock(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The lock file `terraform init` writes for the test provider, as a stack would commit it."""
+    directory = tmp_path_factory.mktemp("locked")
+    (directory / "main.tf").write_text(SIM)
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": str(INSTALLED / "terraformrc"), "CHECKPOINT_DISABLE": "1"}
+    subprocess.run([str(INSTALLED / "bin" / "terraform"), "init", "-input=false", "-no-color"], cwd=directory,
+                   env=env, check=True, capture_output=True)
+    return (directory / LOCK_FILE).read_text()
+
+
+def test_with_a_committed_lock_file_a_plan_does_not_run_init_again_and_plans_the_same(
+        tmp_path: Path, objects: Path, sim_lock: str) -> None:
+    engine, noted = _noting(tmp_path, objects)
+    stack = Stack(engine, tmp_path / "s")
+    stack.lock = sim_lock
+    first, _ = stack.plan(OBJECT)
+    assert _commands(noted) == ["init", "plan", "show", "providers"]
+    second, directory = stack.plan(OBJECT)
+    assert _commands(noted) == ["plan", "show"]  # the providers laid out as init left them: no init
+    assert second.document == first.document and second.state_serial == first.state_serial
+    assert render_text(build_preview(load_plan(second.document))) == render_text(build_preview(load_plan(first.document)))
+    outcome = stack.apply(second, directory)  # the saved plan file, in a copy init prepares as before
+    assert outcome.succeeded, outcome.error
+    assert _commands(noted) == ["init", "apply"] and outcome.applied == ("sim_object.a",)
+    assert not (directory / ".terraform").exists()  # the caller's directory is never written to
+
+    later = TerraformEngine(engine.setup)  # another process: what init made is kept in the workspace
+    again = Stack(later, tmp_path / "t")
+    again.lock = sim_lock
+    updated, _ = again.plan(OBJECT.replace('"one"', '"two"'))
+    assert _commands(noted) == ["plan", "show"]  # and so is the providers' schema
+    assert _kinds(updated.document) == {"sim_object.a": ChangeKind.UPDATE}
+
+    # another lock file (one more hash pinned) is another key: init runs, once
+    again.lock = sim_lock.replace('    "h1:', '    "h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",\n    "h1:', 1)
+    again.plan(OBJECT)
+    assert _commands(noted)[:1] == ["init"]
+    again.plan(OBJECT)
+    assert _commands(noted) == ["plan", "show"]
+    assert len(list((tmp_path / "state" / KEPT_DATA_DIRS).iterdir())) == 2
+
+    # no lock file committed: init runs for every plan, as before
+    again.lock = None
+    for _ in range(2):
+        again.plan(OBJECT)
+        assert _commands(noted)[:1] == ["init"]
+
+
+def test_a_branch_that_asks_for_a_provider_its_lock_file_does_not_pin_is_planned_after_init(
+        tmp_path: Path, objects: Path, sim_lock: str) -> None:
+    engine, noted = _noting(tmp_path, objects)
+    stack = Stack(engine, tmp_path / "s")
+    stack.lock = sim_lock
+    stack.plan(OBJECT)
+    _commands(noted)
+    both = SIM.replace("  required_providers {\n", '  required_providers {\n    null = {\n      source  = '
+                       '"hashicorp/null"\n      version = "2.1.2"\n    }\n', 1)
+    planned, _ = stack.plan(OBJECT + 'resource "null_resource" "n" {}\n', header=both)
+    assert _commands(noted) == ["plan", "init", "plan", "show", "providers"]  # init adds null to the lock file
+    assert _kinds(planned.document) == {"sim_object.a": ChangeKind.CREATE, "null_resource.n": ChangeKind.CREATE}
+    stack.plan(OBJECT)  # what was kept was dropped, and is made again
+    assert _commands(noted) == ["init", "plan", "show"]
+    stack.plan(OBJECT)
+    assert _commands(noted) == ["plan", "show"]
+
+
+def test_a_kept_provider_that_was_changed_is_never_used(tmp_path: Path, objects: Path, sim_lock: str) -> None:
+    engine, noted = _noting(tmp_path, objects, _packed_mirror(tmp_path))  # a package of its own: editable
+    stack = Stack(engine, tmp_path / "s")
+    stack.lock = sim_lock
+    first, _ = stack.plan(OBJECT)
+    [kept] = (tmp_path / "state" / KEPT_DATA_DIRS).iterdir()
+    [package] = [p for p in (kept / "providers").rglob("terraform-provider-sim*") if p.is_file()]
+    content = package.read_bytes()
+    package.write_bytes(content[:-1] + (b" " if content[-1:] != b" " else b"\n"))  # same size: Terraform tells
+    _commands(noted)
+    planned, _ = stack.plan(OBJECT)
+    assert _commands(noted) == ["plan", "init", "plan", "show"]  # Terraform refused the package: init ran
+    assert planned.document == first.document
+    assert package.read_bytes() == content  # kept again, from what init installed
+    (kept / MANIFEST).write_text("{}")  # a kept directory not as it was written is not laid out either
+    stack.plan(OBJECT)
+    assert _commands(noted) == ["init", "plan", "show"]
+
+
+def test_two_runs_keeping_the_same_init_at_once_keep_one_whole(tmp_path: Path, sim_lock: str) -> None:
+    config = _packed_mirror(tmp_path)
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": str(config), "CHECKPOINT_DISABLE": "1"}
+    backend = 'terraform {\n  backend "local" {\n    path = "%s"\n  }\n}\n' % (tmp_path / "live.tfstate")
+    works = []
+    for name in ("one", "two"):
+        work = tmp_path / name
+        work.mkdir()
+        (work / "main.tf").write_text(SIM)
+        (work / "backend_override.tf").write_text(backend)
+        (work / LOCK_FILE).write_text(sim_lock)
+        subprocess.run([str(INSTALLED / "bin" / "terraform"), "init", "-input=false", "-no-color"], cwd=work,
+                       env=env, check=True, capture_output=True)
+        works.append(work)
+    kept = KeptDataDirs(tmp_path / "kept", INSTALLED / "bin" / "terraform", config)
+    key = kept.key(works[0], works[0] / "backend_override.tf", {})
+    assert key is not None and key == kept.key(works[1], works[1] / "backend_override.tf", {})
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda work: kept.keep(key, work, sim_lock.encode()), works))
+    assert sorted(done) == [False, True]
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == [key]  # no half-made directory left beside it
+    fresh = tmp_path / "fresh"  # a third copy of the stack, where init never ran
+    shutil.copytree(works[0], fresh, ignore=shutil.ignore_patterns(".terraform"))
+    assert kept.lay_out(key, fresh)
+    planned = subprocess.run([str(INSTALLED / "bin" / "terraform"), "plan", "-input=false", "-no-color"], cwd=fresh,
+                             env=env, capture_output=True, text=True)
+    assert planned.returncode == 0 and "No changes" in planned.stdout, planned.stdout + planned.stderr
 
 
 def test_a_terraform_run_past_its_time_is_stopped_with_a_clear_error(tmp_path: Path, objects: Path) -> None:

@@ -1,8 +1,9 @@
 """The terraform engine: the Terraform (or OpenTofu: the same CLI) binary behind the Engine port.
 
-A plan runs `init`, `plan -out` and `show -json` in a scratch copy of the stack at the commit, and
-keeps Terraform's binary plan file with the JSON: the approval binds to both, and the apply runs
-exactly that file, never a fresh plan. A stack's state lives where its files declare (`terraform {
+A plan runs `init`, `plan -out` and `show -json` in a scratch copy of the stack at the commit (when a
+committed lock file decides what `init` makes, what an earlier `init` made is laid out instead: see
+`terraform_data_dir`), and keeps Terraform's binary plan file with the JSON: the approval binds to both, and the
+apply runs exactly that file, never a fresh plan. A stack's state lives where its files declare (`terraform {
 backend ... }`, as main has it: planning refuses a branch that changes it; that storage is the user's, and the
 gateway neither seals nor moves it), else in a local backend under the workspace, sealed at rest and in clear only
 while a plan or apply runs (layout and locking in `terraform_state`); the state serial is read from that backend
@@ -30,7 +31,8 @@ from typing import Any
 # The HCL reader (python-hcl2, lark) is imported by the functions that parse, when they first run: reads that
 # import this module for its state serial or `declared_backend` never parse.
 from gateway.adapters.sealing import UNSEALED, Sealer
-from gateway.adapters.terraform_schemas import KEPT_DIR, KeptSchemas, sensitive_by_type
+from gateway.adapters.terraform_data_dir import KEPT_DATA_DIRS, KeptDataDirs, clear_laid_out
+from gateway.adapters.terraform_schemas import KEPT_DIR, LOCK_FILE, KeptSchemas, sensitive_by_type
 from gateway.adapters.terraform_state import SealedLocalState
 from gateway.domain.errors import ApplyError, BackendError, ConfigError, PlanError
 from gateway.logs import get_logger
@@ -80,6 +82,7 @@ class TerraformEngine:
         self._schemas: dict[str, frozenset[str]] = {}  # resource type -> its sensitive attributes
         self._schema_keys: set[str] = set()  # the sets of providers those were learned from
         self._kept_schemas = KeptSchemas(setup.state_dir / KEPT_DIR, setup.binary, setup.cli_config)
+        self._data_dirs = KeptDataDirs(setup.state_dir / KEPT_DATA_DIRS, setup.binary, setup.cli_config)
         self._serials: dict[str, tuple[float, dict[str, Any]]] = {}  # stack -> (when read, state) of declared backends
 
     # --- the Engine port -----------------------------------------------------------------------
@@ -100,11 +103,20 @@ class TerraformEngine:
 
     def _plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         self._prepare(stack, directory, inputs)
+        plan = ["plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}", f"-var-file={INPUTS_FILE}"]
         with self._state_in_use(stack, directory) as read_state:
             state = read_state(False)
-            self._run(directory, _init_args(directory), PlanError, inputs)
-            self._run(directory, ["plan", "-input=false", "-no-color", "-lock-timeout=60s", f"-out={PLAN_FILE}",
-                                  f"-var-file={INPUTS_FILE}"], PlanError, inputs)
+            reused = self._initialise(directory, inputs)
+            out, code = self._run_raw(directory, plan, inputs)
+            if code != 0 and reused is not None and "terraform init" in out:
+                # what an earlier init made does not do for this configuration (a provider its lock file does not
+                # pin, a package that no longer matches): forgotten, and the plan made as without it
+                self._data_dirs.drop(reused)
+                clear_laid_out(directory)
+                self._initialise(directory, inputs, reuse=False)
+                out, code = self._run_raw(directory, plan, inputs)
+            if code != 0:
+                raise PlanError(f"terraform plan failed: {_scrub(out.strip(), inputs)[-2000:]}")
             shown = self._run(directory, ["show", "-json", "-no-color", PLAN_FILE], PlanError, inputs)
             self._learn_schemas(directory, inputs)
         try:
@@ -144,6 +156,20 @@ class TerraformEngine:
         return ApplyOutcome(code == 0, tuple(applied), failed, error, reached)
 
     # --- working directory, state and runs -----------------------------------------------------
+
+    def _initialise(self, directory: Path, inputs: StackInputs, reuse: bool = True) -> str | None:
+        """`terraform init` in the stack's copy, kept when a committed lock file decides it; or, when an earlier
+        init was kept under the same key, that laid out instead (its key is returned). See terraform_data_dir."""
+        key = None
+        if (directory / BACKEND_FILE).exists():  # the gateway's local backend (a declared one is the user's)
+            key = self._data_dirs.key(directory, directory / BACKEND_FILE, self._environment())
+        if key is not None and reuse and self._data_dirs.lay_out(key, directory):
+            return key
+        committed = (directory / LOCK_FILE).read_bytes() if key is not None else b""
+        self._run(directory, _init_args(directory), PlanError, inputs)
+        if key is not None and self._data_dirs.keep(key, directory, committed):
+            log.info("terraform.data_dir_kept", key=key[:12])
+        return None
 
     def _local_state(self, stack: str) -> SealedLocalState:
         return SealedLocalState(self.setup.state_dir / stack, self._sealer, stack)

@@ -37,6 +37,24 @@ def sensitive_by_type(schema_json: Mapping[str, Any]) -> SensitiveByType:
     return found
 
 
+def provider_identity(lock: Path, binary: Path, cli_config: Path | None) -> list[bytes] | None:
+    """What decides which provider builds run: the lock file, the CLI configuration and the binary (which one,
+    by path, size and time); None when the lock file cannot be read, or `dev_overrides` runs unpinned builds."""
+    found = shutil.which(str(binary))
+    config = cli_config or Path.home() / ".terraformrc"  # Terraform's own default when none is set
+    try:
+        parts = [lock.read_bytes(), config.read_bytes() if config.is_file() else b""]
+        if found is None:
+            return None
+        status = Path(found).stat()
+    except OSError:
+        return None
+    if b"dev_overrides" in parts[1]:
+        return None
+    parts.append(f"{Path(found).resolve()} {status.st_size} {status.st_mtime_ns}".encode())
+    return parts
+
+
 class KeptSchemas:
     """The sensitive attributes learned for each set of providers, as files under `directory`."""
 
@@ -47,19 +65,9 @@ class KeptSchemas:
 
     def key(self, run_directory: Path) -> str | None:
         """What decides the schemas of the stack initialised in `run_directory`, hashed (None: not keepable)."""
-        lock = run_directory / LOCK_FILE
-        binary = shutil.which(str(self.binary))
-        config = self.cli_config or Path.home() / ".terraformrc"  # Terraform's own default when none is set
-        try:
-            parts = [lock.read_bytes(), config.read_bytes() if config.is_file() else b""]
-            if binary is None:
-                return None
-            status = Path(binary).stat()
-        except OSError:
+        parts = provider_identity(run_directory / LOCK_FILE, self.binary, self.cli_config)
+        if parts is None:
             return None
-        if b"dev_overrides" in parts[1]:
-            return None
-        parts.append(f"{Path(binary).resolve()} {status.st_size} {status.st_mtime_ns}".encode())
         digest = hashlib.sha256()
         for part in parts:
             digest.update(len(part).to_bytes(8, "big") + part)

@@ -12,6 +12,7 @@ import functools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -726,11 +727,24 @@ class Database:
     @contextmanager
     def transaction(self, readonly: bool = False) -> Iterator[Connection]:
         """One transaction; a `readonly` one takes no write lock (SQLite: a deferred BEGIN), so readers
-        never queue behind a writer."""
+        never queue behind a writer.
+
+        A read opened inside another read of this database (same thread or task) joins it: an adapter's read
+        inside a view's read unit of work (the sandbox's state serial) is the same snapshot, not one more
+        BEGIN .. COMMIT on another connection. A write always has a transaction of its own."""
+        outer = _OPEN_READ.get()
+        if readonly and outer is not None and outer[0] is self:
+            yield outer[1]
+            return
         try:
             conn, began = self._begun(readonly)
             with conn, began:
-                yield conn
+                joined = _OPEN_READ.set((self, conn)) if readonly else None
+                try:
+                    yield conn
+                finally:
+                    if joined is not None:
+                        _OPEN_READ.reset(joined)
         except OperationalError as exc:
             raise BackendError(f"database unavailable or busy: {str(exc.orig).strip()}") from exc
         except SQLAlchemyError as exc:
@@ -754,6 +768,10 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+# the read transaction open in this context (thread or task), which nested reads of the same database join
+_OPEN_READ: ContextVar[tuple[Database, Connection] | None] = ContextVar("gateway_open_read", default=None)
 
 
 def _engine_options(url: str) -> dict[str, Any]:

@@ -73,7 +73,8 @@ def authenticated_read(ws: Workspace, token: str | None) -> Iterator[Principal]:
                 session.principals.touch(*used)
 
 
-def _checked(ws: Workspace, found: tuple[Principal, Mapping[str, Any]] | None) -> tuple[Principal, tuple[str, datetime] | None]:
+def _checked(ws: Workspace, found: tuple[Principal, Mapping[str, Any]] | None
+             ) -> tuple[Principal, tuple[str, datetime] | None]:
     """The token's holder if it may act, and (id, now) when its last use is to be recorded."""
     if found is None:
         raise AuthError("the token is not valid")

@@ -6,6 +6,7 @@ costs every command ~0.02 s of CPU: the same rules, in `environment_values`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import types
@@ -168,7 +169,7 @@ class Settings(BaseModel):
 
     @property
     def db_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.home.resolve() / 'gateway.db'}"
+        return self.database_url or _sqlite_url(self.home.absolute())
 
     @property
     def repo_path(self) -> Path:
@@ -238,3 +239,10 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         below = result.get(key)
         result[key] = merged(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
     return result
+
+
+@functools.lru_cache(maxsize=64)
+def _sqlite_url(home: Path) -> str:
+    """The default database's URL, symlinks resolved once per home (every read of a proposal keys its caches by the
+    URL, and resolving costs a system call per part of the path)."""
+    return f"sqlite:///{home.resolve() / 'gateway.db'}"

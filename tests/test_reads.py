@@ -5,11 +5,13 @@ from __future__ import annotations
 import html
 import re
 import subprocess
+from datetime import timedelta
 from typing import Any
 
 import git
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 
 from gateway.api.app import create_app
 from gateway.domain.errors import InputError
@@ -58,6 +60,57 @@ def test_reading_a_proposal_spawns_no_git_process(workspace: Workspace, people: 
     assert document.status_code == 200 and document.json()["pending"] == []
     assert '+  name = "orders-staging"' in diff.text and "aws_sqs_queue.orders" in page.text
     assert 'orders-staging' in html.unescape(diff_page.text) and listing.status_code == 200
+
+
+def test_an_api_read_of_a_proposal_is_one_read_transaction_and_still_checks_the_token(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    """The token's check, the proposal's records and the sandbox's state serial: one BEGIN .. COMMIT, one snapshot
+    (they were three). The token's last use is still recorded, after the read and at most once a minute."""
+    clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
+    proposal = open_proposal(workspace, people.alice, "orders", "an orders queue")
+    begun: list[bool] = []  # one per transaction: True for a read (SQLite: BEGIN; a write's is BEGIN IMMEDIATE)
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        event.listen(client.app.state.workspace.store.db.engine, "before_cursor_execute",  # type: ignore[attr-defined]
+                     lambda _c, _cur, sql, *_: sql.startswith("BEGIN") and begun.append(sql == "BEGIN"))
+
+        def read(token: str, pid: int = proposal.id) -> tuple[int, list[bool]]:
+            begun.clear()
+            status = client.get(f"/api/v1/proposals/{pid}", headers={"Authorization": f"Bearer {token}"}).status_code
+            return status, list(begun)
+
+        first, again = read(people.tokens["bob"]), read(people.tokens["bob"])
+        missing, forged = read(people.tokens["bob"], proposal.id + 1), read("not-a-token")
+        with workspace.store.session() as session:
+            session.principals.touch(people.bob.id, workspace.clock.now() - timedelta(minutes=2))
+        a_minute_on = read(people.tokens["bob"])
+
+    assert first == (200, [True, False])  # the read, then the token's first use written
+    assert again == (200, [True])
+    assert missing == (404, [True]) and forged == (401, [True])
+    assert a_minute_on == (200, [True, False])
+    with workspace.store.session(readonly=True) as session:
+        used = session.principals.credentials(people.bob.id)["last_used_at"]
+    assert workspace.clock.now() - used < timedelta(minutes=1)
+
+
+def test_the_database_engine_has_no_statement_listeners(workspace: Workspace) -> None:
+    """A listener on the engine's connection events (begin, before_execute, ...) makes every statement run
+    SQLAlchemy's event dispatch, a fifth of a small query's cost: `Database` sends its BEGIN itself."""
+    assert not workspace.store.db.engine._has_events  # type: ignore[attr-defined]
+
+
+def test_a_pinned_read_sees_one_moment_of_the_refs_and_the_next_read_sees_the_push(workspace: Workspace,
+                                                                                  clone: Clone) -> None:
+    pinned = workspace.repo.pinned()
+    main, tip = pinned.main_branch(), pinned.resolve("main")
+    assert not pinned.branch_exists("orders")
+    clone.branch("main").write("README.md", "moved").push("main moves")
+    clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
+
+    assert (pinned.main_branch(), pinned.resolve(main), pinned.branch_exists("orders")) == ("main", tip, False)
+    again = workspace.for_read().repo
+    assert again.resolve(main) != tip and again.branch_exists("orders")
+    assert workspace.repo.resolve(main) == again.resolve(main)  # an unpinned handle reads fresh every time
 
 
 def test_a_big_proposal_shows_destroys_first_and_pages_every_change(workspace: Workspace, people: People,

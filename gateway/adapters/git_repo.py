@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pygit2
 from pygit2.enums import DiffOption, FileMode, ObjectType, RepositoryOpenFlag, SortMode
@@ -30,6 +30,8 @@ from gateway.ports import CommitInfo
 
 if TYPE_CHECKING:
     import git
+
+_T = TypeVar("_T")
 
 
 class GitDeclarationRepo:
@@ -43,6 +45,7 @@ class GitDeclarationRepo:
         self.path = path
         self._local = threading.local()
         self._writer: git.Repo | None = None
+        self._pins: dict[tuple[str, ...], Any] | None = None  # a pinned read's refs, as first read
 
     @property
     def repo(self) -> git.Repo:
@@ -83,27 +86,51 @@ class GitDeclarationRepo:
         """A handle of its own for writes (GitPython's are not thread-safe); its reads share this one's libgit2
         handles, one per thread, so a request opens no repository (opening one costs a small read a tenth)."""
         twin = object.__new__(GitDeclarationRepo)
-        twin.path, twin._local, twin._writer = self.path, self._local, None
+        twin.path, twin._local, twin._writer, twin._pins = self.path, self._local, None, None
+        return twin
+
+    def pinned(self) -> GitDeclarationRepo:
+        """A handle for one read: each ref is read from the refs once, then answered the same for the rest of the
+        read, which so sees one moment of the refs (as its one transaction sees one moment of the database).
+        A view asks for main half a dozen times; each lookup reads the refs files again."""
+        twin = self.reopen()
+        twin._pins = {}
         return twin
 
     def main_branch(self) -> str:
         """The repo's default branch (HEAD of the bare repo), whose rules bind every proposal."""
+        return self._pinned(("main",), self._main_branch)
+
+    def _main_branch(self) -> str:
         head = self._reader.references.get("HEAD")
         target = head.target if head is not None else None
         return target.removeprefix("refs/heads/") if isinstance(target, str) else "main"
 
     def resolve(self, ref: str) -> str:
-        """The commit SHA a branch, tag or SHA names (read fresh from the refs on every call)."""
+        """The commit SHA a branch, tag or SHA names (read fresh from the refs on every call, but in a pinned read)."""
+        return self._pinned(("resolve", ref), lambda: self._resolve(ref))
+
+    def _resolve(self, ref: str) -> str:
         try:
             return str(self._reader.revparse_single(ref).peel(pygit2.Commit).id)
         except (KeyError, ValueError, pygit2.GitError):
             raise NotFound(f"unknown git ref {ref!r} in the declaration repo") from None
 
     def branch_exists(self, branch: str) -> bool:
+        return self._pinned(("branch", branch), lambda: self._branch_exists(branch))
+
+    def _branch_exists(self, branch: str) -> bool:
         try:
             return self._reader.references.get(f"refs/heads/{branch}") is not None
         except (ValueError, pygit2.GitError):
             return False
+
+    def _pinned(self, key: tuple[str, ...], read: Callable[[], _T]) -> _T:
+        if self._pins is None:
+            return read()
+        if key not in self._pins:
+            self._pins[key] = read()
+        return self._pins[key]  # type: ignore[no-any-return]
 
     def repo_settings(self, sha: str) -> RepoSettings:
         """gateway.yaml at `sha` (parsed once per content: kept by the file's blob id)."""

@@ -12,6 +12,7 @@ import functools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -700,10 +701,15 @@ class Database:
         except (ArgumentError, ImportError) as exc:
             raise ConfigError(f"database URL {url!r} is not usable: {exc}") from None
         self.is_sqlite = self.engine.dialect.name == "sqlite"
+        # our own BEGIN, sent by `_begun` (read, write): a listener on the engine's "begin" would do it too, but any
+        # listener there makes every statement run SQLAlchemy's event dispatch (a fifth of a small query's cost)
+        self._begin: tuple[str, str] | None = None
         if self.is_sqlite:
             _serialize_sqlite(self.engine)
+            self._begin = ("BEGIN IMMEDIATE", "BEGIN")
         elif self.engine.dialect.name == "postgresql":
             _begin_postgres_ourselves(self.engine)
+            self._begin = (_BEGIN_POSTGRES, _BEGIN_POSTGRES)
 
     def migrate(self) -> None:
         with self.transaction() as conn:
@@ -726,11 +732,24 @@ class Database:
     @contextmanager
     def transaction(self, readonly: bool = False) -> Iterator[Connection]:
         """One transaction; a `readonly` one takes no write lock (SQLite: a deferred BEGIN), so readers
-        never queue behind a writer."""
+        never queue behind a writer.
+
+        A read opened inside another read of this database (same thread or task) joins it: an adapter's read
+        inside a view's read unit of work (the sandbox's state serial) is the same snapshot, not one more
+        BEGIN .. COMMIT on another connection. A write always has a transaction of its own."""
+        outer = _OPEN_READ.get()
+        if readonly and outer is not None and outer[0] is self:
+            yield outer[1]
+            return
         try:
             conn, began = self._begun(readonly)
             with conn, began:
-                yield conn
+                joined = _OPEN_READ.set((self, conn)) if readonly else None
+                try:
+                    yield conn
+                finally:
+                    if joined is not None:
+                        _OPEN_READ.reset(joined)
         except OperationalError as exc:
             raise BackendError(f"database unavailable or busy: {str(exc.orig).strip()}") from exc
         except SQLAlchemyError as exc:
@@ -742,10 +761,11 @@ class Database:
         a fresh connection once (SQLAlchemy has by then invalidated every connection of the pool that predates it)."""
         for retry in (False, True):
             conn = self.engine.connect()
-            if readonly:
-                conn = conn.execution_options(gateway_readonly=True)
             try:
-                return conn, conn.begin()
+                began = conn.begin()  # the driver sends nothing (autocommit; SQLite: no implicit BEGIN) ...
+                if self._begin is not None:
+                    conn.exec_driver_sql(self._begin[readonly])  # ... so this is the first thing sent
+                return conn, began
             except DBAPIError as exc:
                 conn.close()
                 if retry or not exc.connection_invalidated:
@@ -756,6 +776,10 @@ class Database:
         self.engine.dispose()
 
 
+# the read transaction open in this context (thread or task), which nested reads of the same database join
+_OPEN_READ: ContextVar[tuple[Database, Connection] | None] = ContextVar("gateway_open_read", default=None)
+
+
 def _engine_options(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 60, "check_same_thread": False}}
@@ -763,17 +787,13 @@ def _engine_options(url: str) -> dict[str, Any]:
 
 
 def _serialize_sqlite(engine: Engine) -> None:
-    """SQLAlchemy's documented recipe: let us issue BEGIN ourselves, and make it IMMEDIATE."""
+    """SQLAlchemy's documented recipe: let us issue BEGIN ourselves (`Database._begun`), IMMEDIATE for a write."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         dbapi_connection.execute("PRAGMA journal_mode=WAL")
         dbapi_connection.execute("PRAGMA busy_timeout=60000")
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("gateway_readonly") else "BEGIN IMMEDIATE")
 
 
 # A statement waiting on a lock fails after this instead of waiting forever; set per transaction (SET LOCAL), so it
@@ -782,16 +802,12 @@ _BEGIN_POSTGRES = "BEGIN; SET LOCAL lock_timeout = '30s'"
 
 
 def _begin_postgres_ourselves(engine: Engine) -> None:
-    """The same recipe on PostgreSQL: the driver in autocommit, and our BEGIN carries the lock timeout in the
-    same round trip (psycopg would send its own BEGIN, then the SET, each a round trip)."""
+    """The same recipe on PostgreSQL: the driver in autocommit, and our BEGIN (`Database._begun`) carries the lock
+    timeout in the same round trip (psycopg would send its own BEGIN, then the SET, each a round trip)."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.autocommit = True
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(_BEGIN_POSTGRES)
 
 
 def _now() -> datetime:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -10,8 +11,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from gateway.domain.errors import AuthError
 from gateway.domain.principals import Principal
 from gateway.services.admin.sign_in import SignedIn, signed_in
-from gateway.services.admin.users import authenticate
+from gateway.services.admin.users import authenticate, authenticated_read
 from gateway.services.workspace import Workspace
+
+T = TypeVar("T")
 
 bearer = HTTPBearer(auto_error=False, description="the API token `gateway users add` printed")
 
@@ -37,6 +40,13 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 def api_actor(ws: WorkspaceDep, credentials: BearerDep) -> Principal:
     return authenticate(ws, credentials.credentials if credentials else None)
+
+
+def read_as_api_actor(ws: Workspace, credentials: HTTPAuthorizationCredentials | None,
+                      read: Callable[[Principal], T]) -> T:
+    """`read` as the bearer token's principal, the token's check and the read in one read unit of work."""
+    with authenticated_read(ws, credentials.credentials if credentials else None) as actor:
+        return read(actor)
 
 
 ActorDep = Annotated[Principal, Depends(api_actor)]

@@ -76,6 +76,10 @@ class Workspace:
         """The secrets the gateway supplies to `stack`; they and main's sensitive variables stay masked."""
         return StackInputs(stack_secrets(self.settings, stack), self.main_sensitive_variables(stack))
 
+    def for_read(self) -> Workspace:
+        """The same, for one read: git refs resolved once each, so the read shows one moment of them."""
+        return replace(self, repo=self.repo.pinned())
+
     def for_request(self) -> Workspace:
         """The same database and engine with its own git handle (GitPython's are not thread-safe)."""
         return replace(self, repo=self.repo.reopen())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -61,9 +61,10 @@ class SqlPrincipals(Records):
     def count(self) -> int:
         return int(self.conn.scalar(select(func.count()).select_from(principals)) or 0)
 
-    def by_token_hash(self, token_hash: str) -> Principal | None:
+    def token_holder(self, token_hash: str) -> tuple[Principal, dict[str, Any]] | None:
+        """The principal whose token has this hash, with its credential record (as `credentials`), from one row."""
         row = self.conn.execute(_BY_TOKEN_HASH, {"token_hash": token_hash}).mappings().first()
-        return as_principal(row) if row else None
+        return (as_principal(row), _credentials(row)) if row else None
 
     def by_name(self, name: str) -> Principal | None:
         row = self.conn.execute(select(principals).where(principals.c.name == name)).mappings().first()
@@ -86,7 +87,7 @@ class SqlPrincipals(Records):
         row = self.conn.execute(_CREDENTIALS, {"id": pid}).mappings().first()
         if row is None:
             raise NotFound(f"unknown principal {pid}")
-        return {k: (aware(v) if v else None) for k, v in row.items()}
+        return _credentials(row)
 
     def set_token(self, pid: str, token_hash: str, expires_at: datetime | None) -> None:
         """A new token (only its hash is kept); the old one stops working at once."""
@@ -134,3 +135,7 @@ class SqlPrincipals(Records):
 
     def github_login_of(self, principal_id: str) -> str | None:
         return self.conn.scalar(select(github_accounts.c.login).where(github_accounts.c.principal_id == principal_id))
+
+
+def _credentials(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (aware(row[k]) if row[k] else None) for k in ("disabled_at", "token_expires_at", "last_used_at")}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any
 
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
 from gateway.domain.permissions import Action, refusals, require
@@ -47,14 +49,36 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
 
 def authenticate(ws: Workspace, token: str | None) -> Principal:
     """The principal a token belongs to: not disabled, the token not expired; its last use is kept (to the minute)."""
+    with authenticated_read(ws, token) as principal:
+        return principal
+
+
+@contextmanager
+def authenticated_read(ws: Workspace, token: str | None) -> Iterator[Principal]:
+    """The token's principal, as `authenticate` checks it, inside one read unit of work that the caller's reads join:
+    the check and the read are one transaction. The token's last use is recorded (at most once a minute) after that
+    read has ended, whatever it raised: a write never waits on a read its own thread holds open."""
     if not token:
         raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
                         "`gateway users add` printed")
-    with ws.store.session(readonly=True) as session:
-        principal = session.principals.by_token_hash(hash_token(token.strip()))
-        record = session.principals.credentials(principal.id) if principal else {}
-    if principal is None:
+    used: tuple[str, datetime] | None = None
+    try:
+        with ws.store.session(readonly=True) as session:
+            found = session.principals.token_holder(hash_token(token.strip()))
+            principal, used = _checked(ws, found)
+            yield principal
+    finally:
+        if used is not None:
+            with ws.store.session() as session:
+                session.principals.touch(*used)
+
+
+def _checked(ws: Workspace, found: tuple[Principal, Mapping[str, Any]] | None
+             ) -> tuple[Principal, tuple[str, datetime] | None]:
+    """The token's holder if it may act, and (id, now) when its last use is to be recorded."""
+    if found is None:
         raise AuthError("the token is not valid")
+    principal, record = found
     if principal.disabled:
         raise AuthError(f"{principal.name} is disabled")
     moment = ws.clock.now()
@@ -62,9 +86,8 @@ def authenticate(ws: Workspace, token: str | None) -> Principal:
         raise AuthError(f"the token of {principal.name} expired at {record['token_expires_at']:%Y-%m-%d %H:%M} UTC; "
                         f"an admin runs `gateway users rotate-token {principal.name}`")
     if record["last_used_at"] is None or moment - record["last_used_at"] > LAST_USE_GRANULARITY:
-        with ws.store.session() as session:
-            session.principals.touch(principal.id, moment)
-    return principal
+        return principal, (principal.id, moment)
+    return principal, None
 
 
 # --- credentials with a lifecycle: every change by an admin, in the trail -------------------------

@@ -100,10 +100,10 @@ def _open_member(obj: dict[str, Any], key: str) -> str:
 def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> ProposalView:
     """Everything a person sees of a proposal; reads only, however stale the plans (`pending` says so).
 
-    One read unit of work: every record it shows is of the same moment.
+    One read unit of work and one reading of the git refs: every record it shows is of the same moment.
     """
     with ws.store.session(readonly=True) as session:
-        return _view(ws, session, viewer, proposal_id)
+        return _view(ws.for_read(), session, viewer, proposal_id)
 
 
 def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: int) -> ProposalView:

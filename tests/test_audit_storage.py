@@ -293,6 +293,19 @@ def test_every_filter_pages_through_exactly_its_events_from_an_index(busy_trail:
                 assert_indexed(session.conn, statement, params, name)
 
 
+def test_an_action_and_an_outcome_no_kind_has_match_nothing(busy_trail: Database) -> None:
+    """`apply` and `refused` name no kind together: nothing matches (the brute-force filter agrees), counted as 0."""
+    statements = _statements(busy_trail)
+    with SqlStore(busy_trail).session(readonly=True) as session:
+        everything = session.audit.query(EventQuery())
+        q = {"action": "apply", "outcome": "refused", "stack": "s1"}
+        statements.clear()
+        assert expected(everything, q) == [] and session.audit.query(EventQuery(**q), limit=10) == []
+        assert session.audit.count(EventQuery(**q)) == 0
+        assert not [s for s, _ in statements if "min(kind)" not in s]  # the kinds were read; no event was
+        assert expected(everything, {"action": "approve", "outcome": "refused"})  # one that does name a kind
+
+
 def assert_indexed(conn: Any, statement: str, params: Any, name: str) -> None:
     """The statement's plan reads no audit table whole and sorts none of them: an index range or primary key. Only
     the statement that checks a chunk of candidates (at most `chunk` seqs, listed) may sort what it found."""

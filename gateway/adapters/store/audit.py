@@ -228,11 +228,12 @@ class SqlAuditLog(Records):
             if found is not None:
                 return found
         trail = max(int(self.conn.scalar(select(func.max(audit_events.c.seq))) or 0), 1)
-        driver, density = (filters[min(ordered)[1]], max(min(ordered)[0], 1) / trail) if ordered else (None, 1.0)
+        driver, density = (filters[min(ordered)[1]], min(1.0, max(min(ordered)[0], 1) / trail)) if ordered else (
+            None, 1.0)
         share = 1.0  # of the driver's events, how many match every filter (were the filters independent)
         for size in sizes:
             share *= min(1.0, size / trail)
-        share /= min(1.0, density)
+        share /= density
         rows = self.window if limit is None else min(self.window, max(limit, limit / max(share, 1e-9) * 1.25))
         return self._from_windows(filters, driver, after, trail, max(1, int(rows / density)), int(self.window / density),
                                   limit)

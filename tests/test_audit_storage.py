@@ -309,7 +309,8 @@ def test_an_action_and_an_outcome_no_kind_has_match_nothing(busy_trail: Database
 def assert_indexed(conn: Any, statement: str, params: Any, name: str) -> None:
     """The statement's plan reads no audit table whole and sorts none of them: an index range or primary key. Only
     the statement that checks a chunk of candidates (at most `chunk` seqs, listed) may sort what it found."""
-    bounded = "audit_events.seq IN (" in statement and "SELECT" not in statement.split("audit_events.seq IN (")[1][:10]
+    listed = next((m for m in ("audit_events.seq IN (", "audit_events.seq = ANY (") if m in statement), None)
+    bounded = listed is not None and "SELECT" not in statement.split(listed)[1][:10]
     if conn.dialect.name == "sqlite":
         plan = [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)]
         scans = [p for p in plan if re.match(r"SCAN audit_\w+", p)]

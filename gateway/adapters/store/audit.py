@@ -21,7 +21,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, exists, func, literal, or_, select, text, union_all, update
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    and_,
+    any_,
+    bindparam,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -254,7 +268,10 @@ class SqlAuditLog(Records):
         found: list[AuditEvent] = []
         for chunk in self._chunks(seqs):
             need = None if limit is None else limit - len(found)
-            page = (select(*_READ).where(audit_events.c.seq.in_(chunk), *(f.condition for f in filters))
+            # on PostgreSQL one array parameter (a thousand bound values cost more to compile than to look up)
+            among = (audit_events.c.seq == any_(bindparam("seqs", chunk, ARRAY(BigInteger))) if self._postgres
+                     else audit_events.c.seq.in_(chunk))
+            page = (select(*_READ).where(among, *(f.condition for f in filters))
                     .order_by(audit_events.c.seq).limit(need))
             found += [as_event(r) for r in self.conn.execute(page).mappings()]
             if limit is not None and len(found) >= limit:

@@ -213,7 +213,8 @@ def print_plans(ws: Any, params: dict[str, Any]) -> None:
     seen: list[tuple[str, Any]] = []
 
     def capture(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-        if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "audit_" in statement:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")) and ("audit_" in statement
+                                                                         or "set_config(" in statement):
             seen.append((statement, parameters))
 
     event.listen(ws.store.db.engine, "before_cursor_execute", capture)
@@ -226,8 +227,11 @@ def print_plans(ws: Any, params: dict[str, Any]) -> None:
     finally:
         event.remove(ws.store.db.engine, "before_cursor_execute", capture)
     explain = "EXPLAIN QUERY PLAN " if ws.store.db.is_sqlite else "EXPLAIN "
-    with ws.store.db.engine.connect() as conn:
+    with ws.store.db.engine.connect() as conn:  # one transaction: the planner settings the query set hold here too
         for statement, parameters in seen:
+            if "set_config(" in statement:
+                conn.exec_driver_sql(statement, parameters)
+                continue
             if "min(kind)" in statement:
                 continue
             rows = conn.exec_driver_sql(explain + statement, parameters).fetchall()

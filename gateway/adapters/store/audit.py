@@ -2,12 +2,13 @@
 
 Each event is stored as its canonical bytes (what its hash covers); the columns beside them, and the stack, address
 and proposal-address tables, are the index the filters search (and `misindexed` checks against the bytes). A page of
-a filtered query is read the way EXPLAIN says is cheap: one filter kept in event order (a stack, a person, an outcome,
-a proposal, a kind) is one statement, its index read in order up to the LIMIT; otherwise candidate seqs come in event
-order from the filters' indexes (all of the smallest filter's events when it has few, or of the unordered filters
-that have at most `medium`; otherwise growing windows of the ordered indexes, intersected), and each chunk of
-candidates is checked against every filter by primary key. Nothing sorts every matching event before the LIMIT, and
-nothing reads the trail whole.
+a filtered query is read the way EXPLAIN says is cheap. One filter kept in event order (a stack, a person, an outcome,
+a proposal, a kind) is one statement, its index read in order up to the LIMIT. Otherwise each filter's events are
+estimated (the planner's row estimate on PostgreSQL, a bounded count on SQLite) and the sparsest drives: an unordered
+one (an address, a time range) with few events gives its events whole, checked a chunk at a time by primary key; else
+the sparsest ordered index (an action is its kinds' indexes merged) is read in growing windows of seq, each window one
+statement that checks every other filter event by event, in order, up to the LIMIT. Nothing sorts every matching
+event before the LIMIT, and nothing reads the trail whole.
 """
 
 from __future__ import annotations
@@ -16,10 +17,25 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, exists, func, literal, or_, select, text, update
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    and_,
+    any_,
+    bindparam,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    union_all,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql import ColumnElement, Select
 
@@ -52,12 +68,15 @@ if TYPE_CHECKING:
 
     from gateway.adapters.store.unit_of_work import SqlUnitOfWork
 
-SMALL = 2000  # a filter with fewer events than this drives the query: its events are read whole, then checked
-MEDIUM = 20_000  # otherwise the filters' indexes are read this far and intersected
+MEDIUM = 20_000  # an unordered filter (an address, a time range) with at most this many events drives: read whole
+WINDOW = 50_000  # at most this many of the driving index's events are checked in one statement
 CHUNK = 1000  # candidates checked against every filter by primary key, this many a statement
 
 EVENT_COLUMNS = ("seq", "canonical", "id", "at", "actor", "actor_kind", "kind", "proposal_id", "prev_hash", "hash",
                  "outcome")
+# the planner settings a filtered query runs under on PostgreSQL (see SqlAuditLog._probing)
+_IN_ORDER = {"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
+             "max_parallel_workers_per_gather": "0"}
 _READ = (audit_events.c.seq, audit_events.c.canonical, audit_events.c.prev_hash, audit_events.c.hash)
 
 
@@ -67,8 +86,16 @@ class _Filter:
 
     condition: ColumnElement[bool]
     members: Callable[[int], Select[Any]]  # the seqs after `after` it matches, in any order
-    ordered: Callable[[int], Select[Any]] | None = None  # the same in seq order, from an index kept in that order
+    ordered: Callable[[int, int | None], Select[Any]] | None = None  # its seqs in (after, upto], in order, from an index
     alone: Callable[[int], Select[Any]] | None = None  # its events themselves after `after`, in that order
+    # its events in (after, upto] that meet these conditions too, in order, from its index: one window of a query
+    page: Callable[[int, int | None, list[ColumnElement[bool]], int | None], Select[Any]] | None = None
+    rough: int = 1  # how far the planner's estimate of its events may be too high (a prefix's can be 100 times)
+
+
+def _within(seq: Any, after: int, upto: int | None) -> list[ColumnElement[bool]]:
+    """after < seq <= upto (no upper bound when `upto` is None)."""
+    return [seq > after] if upto is None else [seq > after, seq <= upto]
 
 
 def _event_ids(count: int) -> list[str]:
@@ -89,7 +116,7 @@ class SqlAuditLog(Records):
         self._head: tuple[int, str] | None = None  # the chain's head, row-locked by this transaction's first event
         self._head_moved = False
         self.appended = 0  # events this transaction added (counted once it commits)
-        self.small, self.medium, self.chunk = SMALL, MEDIUM, CHUNK  # where the query's plan changes (tests lower them)
+        self.medium, self.window, self.chunk = MEDIUM, WINDOW, CHUNK  # where the query's plan changes (tests lower them)
 
     @property
     def _postgres(self) -> bool:
@@ -198,58 +225,115 @@ class SqlAuditLog(Records):
         if q.proposal_id is not None and not 0 < q.proposal_id <= MAX_ID:
             return []
         filters = self._filters(q)
+        if filters is None:  # no kind is both the action and the outcome asked for
+            return []
         if not filters or (len(filters) == 1 and filters[0].alone is not None):  # one index read in order: a page
             e = audit_events.c
             alone = filters[0].alone if filters else (
                 lambda after: select(*_READ).where(e.seq > after).order_by(e.seq))
             assert alone is not None
             return [as_event(r) for r in self.conn.execute(alone(after).limit(limit)).mappings()]
+        sizes = [self._estimate(f) for f in filters]
+        ordered = [(size, i) for i, (size, f) in enumerate(zip(sizes, filters, strict=True)) if f.ordered is not None]
+        few = [(size // f.rough, i) for i, (size, f) in enumerate(zip(sizes, filters, strict=True))
+               if f.ordered is None and size <= self.medium * f.rough]
+        if few and (not ordered or min(few)[0] <= min(ordered)[0]):
+            found = self._from_members(filters, filters[min(few)[1]], after, limit)
+            if found is not None:
+                return found
+        trail = max(int(self.conn.scalar(select(func.max(audit_events.c.seq))) or 0), 1)
+        driver, density = (filters[min(ordered)[1]], min(1.0, max(min(ordered)[0], 1) / trail)) if ordered else (
+            None, 1.0)
+        share = 1.0  # of the driver's events, how many match every filter (were the filters independent)
+        for size in sizes:
+            share *= min(1.0, size / trail)
+        share /= density
+        rows = self.window if limit is None else min(self.window, max(limit, limit / max(share, 1e-9) * 1.25))
+        return self._from_windows(filters, driver, after, trail, max(1, int(rows / density)), int(self.window / density),
+                                  limit)
+
+    def _from_members(self, filters: list[_Filter], few: _Filter, after: int,
+                      limit: int | None) -> list[AuditEvent] | None:
+        """A filter with few events drives: its events after `after` (at most `medium`, else None: the estimate was
+        wrong), in event order, a chunk at a time checked against every filter by primary key."""
+        with self._probing():
+            seqs = set(self.conn.scalars(few.members(after).limit(self.medium + 1)))
+            if len(seqs) > self.medium:
+                return None
+            return self._checked(filters, sorted(seqs), limit)
+
+    def _checked(self, filters: list[_Filter], seqs: list[int], limit: int | None) -> list[AuditEvent]:
+        """The events of these seqs (ascending) that every filter matches, the first `limit`, checked a chunk at a
+        time by primary key."""
         found: list[AuditEvent] = []
-        for chunk in self._candidates(filters, after, limit):
+        for chunk in self._chunks(seqs):
             need = None if limit is None else limit - len(found)
-            page = (select(*_READ).where(audit_events.c.seq.in_(chunk), *(f.condition for f in filters))
+            # on PostgreSQL one array parameter (a thousand bound values cost more to compile than to look up)
+            among = (audit_events.c.seq == any_(bindparam("seqs", chunk, ARRAY(BigInteger))) if self._postgres
+                     else audit_events.c.seq.in_(chunk))
+            page = (select(*_READ).where(among, *(f.condition for f in filters))
                     .order_by(audit_events.c.seq).limit(need))
             found += [as_event(r) for r in self.conn.execute(page).mappings()]
             if limit is not None and len(found) >= limit:
                 break
         return found
 
-    def _candidates(self, filters: list[_Filter], after: int, limit: int | None) -> Iterator[list[int]]:
-        """Seqs after `after`, ascending, a chunk at a time, among which are all the events every filter matches.
+    def _from_windows(self, filters: list[_Filter], driver: _Filter | None, after: int, trail: int, span: int,
+                      widest: int, limit: int | None) -> list[AuditEvent]:
+        """Growing windows of seq, each (after, after + span] holding about as many of the driver's events (the
+        sparsest ordered filter's, or the trail's) as a page needs, each next one four times wider, up to `widest`
+        (`window` of the driver's events); the last one open-ended. On PostgreSQL a window is one statement: every
+        filter's condition and the range, in seq order, up to the LIMIT, the driver's index read in that order. On
+        SQLite (in-process, a statement costs little) the driver's seqs in the window, then checked a chunk at a
+        time."""
+        e = audit_events.c
+        conditions = [f.condition for f in filters if f is not driver]  # the driver's page meets its own
+        found: list[AuditEvent] = []
+        with self._probing():
+            while True:
+                need = None if limit is None else limit - len(found)
+                upto = after + span if after + span < trail else None
+                if self._postgres:
+                    page = driver.page(after, upto, conditions, need) if driver is not None and driver.page else (
+                        select(*_READ).where(*_within(e.seq, after, upto), *conditions).order_by(e.seq))
+                    found += [as_event(r) for r in self.conn.execute(page.limit(need)).mappings()]
+                else:
+                    seqs = (driver.ordered(after, upto) if driver is not None and driver.ordered else
+                            select(e.seq).where(*_within(e.seq, after, upto)).order_by(e.seq))
+                    found += self._checked(filters, list(self.conn.scalars(seqs)), need)
+                if (limit is not None and len(found) >= limit) or upto is None:
+                    return found
+                after, span = upto, min(widest, span * 4)
 
-        The smallest filter's events, when it has fewer than `small`. Otherwise windows of the filters' ordered
-        indexes (or of the trail itself), intersected: the first as long as a page, each next one four times longer
-        up to `medium`; and from the second on, when unordered filters (an address, an action, a time range) have at
-        most `medium` events, those events themselves, intersected (every candidate is among them, so a rare
-        combination of common filters does not walk the trail a window at a time)."""
-        # counted over the whole trail, from the ordered index where there is one: a count from `after` can read every
-        # entry before it first (a time range, a prefix), and one in index order stops at the cap without the table
-        sizes = sorted((self._count((f.ordered or f.members)(0), self.small), i) for i, f in enumerate(filters))
-        if sizes and sizes[0][0] < self.small:
-            yield from self._chunks(sorted(set(self.conn.scalars(filters[sizes[0][1]].members(after)))))
+    @contextmanager
+    def _probing(self) -> Iterator[None]:
+        """On PostgreSQL, for the query's statements only: the driving index read in order as the statement asks,
+        each event checked as it comes (nested loops: another filter's index probed once per event), not gathered
+        whole into a bitmap, a hash or a sort first (nor by parallel workers), and no table read whole. A window that fills its LIMIT early
+        stops there, and a planner's estimate that is far off (a prefix's often is) cannot turn a few index probes
+        into a scan of the trail. PostgreSQL takes no hints; these settings, for this transaction and put back
+        after, are the nearest thing."""
+        if not self._postgres:
+            yield
             return
-        ordered = [f.ordered for f in filters if f.ordered is not None] or [
-            lambda after: select(audit_events.c.seq).where(audit_events.c.seq > after).order_by(audit_events.c.seq)]
-        unordered = [f for f in filters if f.ordered is None]
-        whole: list[set[int]] | None = None
-        size, first = min(self.medium, max(64, 2 * (limit or self.medium))), limit is not None
-        while True:
-            if whole is None and not first:  # the first window was not enough (or all are wanted): are any few?
-                whole = [set(self.conn.scalars(f.members(after))) for f in unordered
-                         if self._count(f.members(0), self.medium + 1) <= self.medium]
-                if whole:  # complete sets: every candidate is in them, checked by primary key; nothing to walk
-                    yield from self._chunks(sorted(set.intersection(*whole)))
-                    return
-            horizon, sets = None, [{s for s in found if s > after} for found in whole or []]
-            for read in ordered:
-                window = list(self.conn.scalars(read(after).limit(size)))
-                if len(window) == size:
-                    horizon = window[-1] if horizon is None else min(horizon, window[-1])
-                sets.append(set(window))
-            yield from self._chunks(sorted(set.intersection(*sets)))
-            if horizon is None:
-                return
-            after, size, first = horizon, min(self.medium, size * 4), False
+        names = ", ".join(f"current_setting('{name}')" for name in _IN_ORDER)
+        before = self.conn.execute(text(f"SELECT {names}, " + ", ".join(
+            f"set_config('{name}', '{value}', true)" for name, value in _IN_ORDER.items()))).one()
+        try:
+            yield
+        finally:
+            self.conn.execute(text("SELECT " + ", ".join(f"set_config('{name}', :v{i}, true)"
+                                                         for i, name in enumerate(_IN_ORDER))),
+                              {f"v{i}": value for i, value in enumerate(before[:len(_IN_ORDER)])})
+
+    def _estimate(self, f: _Filter) -> int:
+        """How many events a filter matches: the planner's estimate on PostgreSQL (no rows read), a count up to
+        `medium` on SQLite."""
+        if not self._postgres:
+            return self._count(f.members(0), self.medium + 1)
+        compiled = f.members(0).compile(self.conn, compile_kwargs={"render_postcompile": True})
+        plan = self.conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + str(compiled), compiled.params).scalar()
+        return int((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
 
     def _count(self, members: Select[Any], cap: int) -> int:
         """How many events a filter matches, counted up to `cap` (an index range that stops there)."""
@@ -259,21 +343,20 @@ class SqlAuditLog(Records):
         for start in range(0, len(seqs), self.chunk):
             yield seqs[start:start + self.chunk]
 
-    def _filters(self, q: EventQuery) -> list[_Filter]:
-        """Each filter of the query, with the index its events come from."""
+    def _filters(self, q: EventQuery) -> list[_Filter] | None:
+        """Each filter of the query, with the index its events come from (None: no event can match)."""
         e = audit_events.c
         out = [self._column(e.proposal_id, q.proposal_id), self._column(e.actor, q.actor)]
         if q.stack:
-            s = audit_event_stacks.c
-            out.append(_Filter(exists().where(s.seq == e.seq, s.stack == q.stack),
-                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after),
-                               lambda after: select(s.seq).where(s.stack == q.stack, s.seq > after).order_by(s.seq),
-                               lambda after: select(*_READ).join(audit_event_stacks, s.seq == e.seq)
-                               .where(s.stack == q.stack, s.seq > after).order_by(s.seq)))
-        out += [self._column(e.kind, q.kind), self._column(e.outcome, q.outcome)]
-        if q.action:
-            matches = e.kind.in_([k for k in self._kinds() if k == q.action or k.startswith(q.action + ".")])
-            out.append(_Filter(matches, lambda after: select(e.seq).where(matches, e.seq > after)))
+            out.append(self._stack(q.stack))
+        if q.action:  # with the kind and the outcome, a few kinds, each read from the kind index in order
+            kinds = [k for k in self._kinds() if (k == q.action or k.startswith(q.action + "."))
+                     and (not q.kind or k == q.kind) and (not q.outcome or event_outcome(k) == q.outcome)]
+            if not kinds:
+                return None
+            out.append(self._kinds_filter(kinds, [c == v for c, v in ((e.kind, q.kind), (e.outcome, q.outcome)) if v]))
+        else:
+            out += [self._column(e.kind, q.kind), self._column(e.outcome, q.outcome)]
         if q.since or q.until:
             window = and_(e.at >= q.since if q.since else literal(True), e.at <= q.until if q.until else literal(True))
             out.append(_Filter(window, lambda after: select(e.seq).where(window, e.seq > after)))
@@ -281,14 +364,50 @@ class SqlAuditLog(Records):
             out.append(self._address(q.address))
         return [f for f in out if f is not None]
 
+    def _stack(self, stack: str) -> _Filter:
+        """Events of a stack: from the stack index, in order, each looked up by primary key."""
+        s, e = audit_event_stacks.c, audit_events.c
+        return _Filter(exists().where(s.seq == e.seq, s.stack == stack),
+                       lambda after: select(s.seq).where(s.stack == stack, s.seq > after),
+                       lambda after, upto: select(s.seq).where(s.stack == stack, *_within(s.seq, after, upto))
+                       .order_by(s.seq),
+                       lambda after: select(*_READ).join(audit_event_stacks, s.seq == e.seq)
+                       .where(s.stack == stack, s.seq > after).order_by(s.seq),
+                       lambda after, upto, conditions, _: select(*_READ).join(audit_event_stacks, s.seq == e.seq)
+                       .where(s.stack == stack, *_within(s.seq, after, upto), *conditions).order_by(s.seq))
+
     def _column(self, column: Column[Any], value: Any) -> _Filter | None:
         """An equality on a column indexed with seq: its events come in order from the index."""
         if value is None or value == "":
             return None
         e = audit_events.c
         return _Filter(column == value, lambda after: select(e.seq).where(column == value, e.seq > after),
-                       lambda after: select(e.seq).where(column == value, e.seq > after).order_by(e.seq),
-                       lambda after: select(*_READ).where(column == value, e.seq > after).order_by(e.seq))
+                       lambda after, upto: select(e.seq).where(column == value, *_within(e.seq, after, upto))
+                       .order_by(e.seq),
+                       lambda after: select(*_READ).where(column == value, e.seq > after).order_by(e.seq),
+                       lambda after, upto, conditions, _: select(*_READ)
+                       .where(column == value, *_within(e.seq, after, upto), *conditions).order_by(e.seq))
+
+    def _kinds_filter(self, kinds: list[str], also: list[ColumnElement[bool]]) -> _Filter:
+        """Events of any of these kinds: each kind's events in order from the kind index, merged."""
+        e = audit_events.c
+        condition = and_(e.kind.in_(kinds), *also)
+
+        def merged(columns: Sequence[Any], after: int, upto: int | None, conditions: Sequence[ColumnElement[bool]],
+                   limit: int | None) -> Select[Any]:
+            # the kind named in each arm, not the list (an IN on the index's first column gives no order in PG 15)
+            arms = [select(*columns).where(e.kind == k, *also, *_within(e.seq, after, upto), *conditions)
+                    for k in kinds]
+            if len(arms) == 1:
+                return arms[0].order_by(e.seq)
+            if self._postgres:  # each arm in order up to the LIMIT, so that they are merged (SQLite merges plain arms)
+                arms = [select(arm) for arm in (a.order_by(e.seq).limit(limit).subquery() for a in arms)]
+            union = union_all(*arms).subquery()
+            return select(*union.c).order_by(union.c.seq)
+
+        return _Filter(condition, lambda after: select(e.seq).where(condition, e.seq > after),
+                       lambda after, upto: merged((e.seq,), after, upto, (), None), None,
+                       lambda after, upto, conditions, limit: merged(_READ, after, upto, conditions, limit))
 
     def _address(self, address: str) -> _Filter:
         """Events that name the address (exact, or a prefix ending in `*`), and every event of the proposals whose
@@ -304,7 +423,7 @@ class SqlAuditLog(Records):
             both = naming.union_all(their_events).subquery()
             return select(both.c.seq)
 
-        return _Filter(condition, members)
+        return _Filter(condition, members, rough=20)
 
     def _match(self, column: Column[Any], address: str) -> ColumnElement[bool]:
         """An exact address, or a prefix as a range the index reads (LIKE on PostgreSQL's pattern index; a byte range
@@ -328,8 +447,11 @@ class SqlAuditLog(Records):
 
     def count(self, q: EventQuery) -> int:
         """How many events match (for rate limits over a recent window: the conditions alone, in one statement)."""
+        filters = self._filters(q)
+        if filters is None:
+            return 0
         return int(self.conn.scalar(select(func.count()).select_from(audit_events)
-                                    .where(*(f.condition for f in self._filters(q)))) or 0)
+                                    .where(*(f.condition for f in filters))) or 0)
 
     def iter(self, batch: int = 5000, upto: int | None = None, after: int = 0) -> Iterator[AuditEvent]:
         """Every event (after `after`) in order, read a batch at a time (constant memory however long the trail)."""

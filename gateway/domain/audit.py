@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from gateway.domain.plan import canonical_json
 
 GENESIS = "sha256:" + "0" * 64
@@ -57,18 +59,44 @@ OUTCOMES = frozenset({"refused", "failed", "succeeded", "interrupted", "withdraw
 
 def event_addresses(payload: Any) -> set[str]:
     """Every resource address an event's payload names (what the trail is searched by)."""
+    return scan_payload(payload)[0]
+
+
+def scan_payload(payload: Any) -> tuple[set[str], bool]:
+    """The resource addresses a payload names (`event_addresses`), and whether it holds a float (then its canonical
+    bytes are `json`'s spelling of it: see `event_bytes`). One walk, a loop, not recursion: it runs for every event
+    appended; JSON's own types are told by `type`, anything else by `isinstance`."""
     found: set[str] = set()
+    floats = False
     pending = [payload]
-    while pending:  # a loop, not recursion: it runs for every event appended
-        value = pending.pop()
-        if isinstance(value, str):
-            if len(value) <= 300 and "." in value and _ADDRESS.match(value):
-                found.add(value)
+    pop, extend, add, match = pending.pop, pending.extend, found.add, _ADDRESS.match
+    while pending:
+        value = pop()
+        kind = type(value)
+        if kind is str:
+            if len(value) <= 300 and "." in value and match(value):
+                add(value)
+        elif kind is dict:
+            extend(value.values())
+        elif kind is list:
+            extend(value)
+        elif kind is float:
+            floats = True
+        elif kind in _SCALARS:
+            continue
+        elif isinstance(value, str):
+            if len(value) <= 300 and "." in value and match(value):
+                add(value)
         elif isinstance(value, Mapping):
-            pending.extend(value.values())
+            extend(value.values())
         elif isinstance(value, (list, tuple)):
-            pending.extend(value)
-    return found
+            extend(value)
+        elif isinstance(value, float):
+            floats = True
+    return found, floats
+
+
+_SCALARS = frozenset({int, bool, type(None)})
 
 
 def event_outcome(kind: str) -> str | None:
@@ -77,9 +105,38 @@ def event_outcome(kind: str) -> str | None:
     return last if last in OUTCOMES else None
 
 
-def event_bytes(content: Mapping[str, Any]) -> bytes:
-    """The one byte form of an event: what is stored, and what its hash covers."""
+def event_bytes(content: Mapping[str, Any], floats: bool = True) -> bytes:
+    """The one byte form of an event: what is stored, and what its hash covers (`canonical_json`).
+
+    orjson writes those same bytes, ten times faster, for every JSON value but a float (it spells some exponents its
+    own way: 1e-07 as 1e-7): an event its caller knows holds no float (`floats=False`, from `scan_payload`) is
+    written by it. Anything orjson will not write as `json` would (a subclass, a date, an integer past 64 bits)
+    falls back to `json`, which writes it, or refuses it, as it always has."""
+    if not floats:
+        try:
+            return orjson.dumps(content, option=_ORJSON_CANONICAL)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
     return canonical_json(content)
+
+
+_ORJSON_CANONICAL = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                     | orjson.OPT_PASSTHROUGH_DATACLASS)
+
+
+def decode_payload(encoded: str) -> tuple[Any, set[str], bool]:
+    """`json.loads(encoded)` of a payload `json.dumps` wrote, with its `scan_payload` (addresses, whether it holds a
+    float). orjson reads it, four times faster, unless a float is there: orjson reads an integer past 64 bits as one,
+    so then `json` reads it again."""
+    try:
+        value = orjson.loads(encoded)
+    except orjson.JSONDecodeError:  # NaN, a lone surrogate, nesting past orjson's depth: json's own reading
+        value = json.loads(encoded)
+        return (value, *scan_payload(value))
+    addresses, floats = scan_payload(value)
+    if floats:
+        value = json.loads(encoded)
+    return value, addresses, floats
 
 
 def chain_hash(prev_hash: str, canonical: str) -> str:

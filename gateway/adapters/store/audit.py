@@ -13,7 +13,6 @@ nothing reads the trail whole.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from gateway.domain.audit import (
     ChainLink,
     Checkpoint,
     EventQuery,
+    decode_payload,
     event_addresses,
     event_bytes,
     event_outcome,
@@ -55,10 +55,13 @@ if TYPE_CHECKING:
 SMALL = 2000  # a filter with fewer events than this drives the query: its events are read whole, then checked
 MEDIUM = 20_000  # otherwise the filters' indexes are read this far and intersected
 CHUNK = 1000  # candidates checked against every filter by primary key, this many a statement
+NEW_PROPOSALS_PROBED = 200  # a batch naming this many (proposal, address) pairs first asks which proposals are new
 
 EVENT_COLUMNS = ("seq", "canonical", "id", "at", "actor", "actor_kind", "kind", "proposal_id", "prev_hash", "hash",
                  "outcome")
 _READ = (audit_events.c.seq, audit_events.c.canonical, audit_events.c.prev_hash, audit_events.c.hash)
+# An event's row in audit_events (EVENT_COLUMNS), its stacks and the addresses its payload names
+_Encoded = tuple[tuple[Any, ...], list[str], set[str]]
 
 
 @dataclass(frozen=True)
@@ -117,64 +120,104 @@ class SqlAuditLog(Records):
         """Add events to the chain in order, written together. The head row lock (taken by the transaction's first
         event, held to its commit) keeps concurrent writers in line; the head row is written at the commit. Each
         event is encoded once: its canonical bytes are hashed and stored as they are. A batch is written whole or
-        not at all: one that fails leaves the chain (and the transaction) as they were."""
+        not at all: one that fails (in encoding or in writing) leaves the chain (and the transaction) as they were."""
         if self._head is None:
             head = self.conn.execute(select(audit_head).where(audit_head.c.id == 1).with_for_update()).mappings().one()
             self._head = (head["seq"], head["hash"])
+        if not entries:
+            return []
+        events: list[AuditEvent] = []
+        with self.conn.begin_nested():  # a statement that fails takes the batch's other rows with it
+            self._write(self._encode(entries, events))
+        self._head, self._head_moved = (events[-1].seq, events[-1].hash), True
+        self.appended += len(events)
+        return events
+
+    def _encode(self, entries: Sequence[tuple[Actor, str, Mapping[str, Any], int | None, Sequence[str]]],
+                events: list[AuditEvent]) -> Iterator[_Encoded]:
+        """Each event's rows, chained after the head, as it is encoded (so PostgreSQL stores one while the next is
+        encoded); `events` gets each event once its rows are out."""
+        assert self._head is not None
         seq, prev_hash = self._head
         scrubber, sha256 = self.scrubber, hashlib.sha256
-        events, rows, stack_rows, address_rows, named = [], [], [], [], set()
         for (actor, kind, payload, proposal_id, stacks), event_id in zip(entries, _event_ids(len(entries)), strict=True):
             seq += 1
             name, actor_kind, stacks = actor.name, actor.kind.value, list(stacks)
             encoded = dumps(payload)
-            clean = json.loads(encoded)  # JSON's own types: what the stored bytes decode to
+            clean, addresses, floats = decode_payload(encoded)  # JSON's own types: what the stored bytes decode to
             if scrubber.finds_in_json(encoded):  # most payloads hold no secret: walked only when one is there
                 clean = scrubber.scrub_data(clean)
+                addresses = event_addresses(clean)
             at = now().isoformat(timespec="microseconds")
             canonical = event_bytes({"seq": seq, "id": event_id, "at": at, "actor": name, "actor_kind": actor_kind,
-                                     "kind": kind, "proposal_id": proposal_id, "stacks": stacks, "payload": clean})
+                                     "kind": kind, "proposal_id": proposal_id, "stacks": stacks, "payload": clean},
+                                    floats)
             event_hash = "sha256:" + sha256(prev_hash.encode() + canonical).hexdigest()
-            rows.append((seq, canonical.decode(), event_id, at, name, actor_kind, kind, proposal_id, prev_hash,
-                         event_hash, event_outcome(kind)))
-            stack_rows += [(seq, s) for s in set(stacks)]
-            addresses = event_addresses(clean)
-            address_rows += [(seq, a) for a in addresses]
-            if proposal_id is not None:
-                named.update((proposal_id, a) for a in addresses)
+            yield ((seq, canonical.decode(), event_id, at, name, actor_kind, kind, proposal_id, prev_hash, event_hash,
+                    event_outcome(kind)), stacks, addresses)
             events.append(AuditEvent(seq, event_id, at, name, actor_kind, kind, proposal_id, tuple(stacks), clean,
                                      prev_hash, event_hash))
             prev_hash = event_hash
-        with self.conn.begin_nested():  # a statement that fails takes the batch's other rows with it
-            self._write(rows, stack_rows, address_rows, sorted(named))
-        self._head, self._head_moved = (seq, prev_hash), True
-        self.appended += len(events)
-        return events
 
-    def _write(self, rows: list[tuple[Any, ...]], stack_rows: list[tuple[int, str]],
-               address_rows: list[tuple[int, str]], named: list[tuple[int, str]]) -> None:
-        """Every row of a batch in a few statements: COPY on PostgreSQL, one executemany per table on SQLite."""
-        tables = (("audit_events", EVENT_COLUMNS, rows), ("audit_event_stacks", ("seq", "stack"), stack_rows),
-                  ("audit_event_addresses", ("seq", "address"), address_rows))
-        if self._postgres:
-            with self.conn.connection.driver_connection.cursor() as cursor:
-                for table, columns, values in tables:
-                    if values:
-                        with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                            for value in values:
-                                copy.write_row(value)
-                if named:  # a proposal names most addresses again and again: kept once
-                    cursor.execute("INSERT INTO audit_proposal_addresses (proposal_id, address) "
-                                   "SELECT * FROM unnest(%s::integer[], %s::text[]) ON CONFLICT DO NOTHING",
-                                   ([p for p, _ in named], [a for _, a in named]))
+    def _write(self, encoded: Iterator[_Encoded]) -> None:
+        """Every row of a batch in a few statements: COPY on PostgreSQL (the events streamed as they are encoded),
+        one executemany per table on SQLite."""
+        rows, stack_rows, address_rows, named = [], [], [], set()
+
+        def index(row: tuple[Any, ...], stacks: list[str], addresses: set[str]) -> None:
+            stack_rows.extend([(row[0], s) for s in set(stacks)])
+            address_rows.extend([(row[0], a) for a in addresses])
+            if row[7] is not None:
+                named.update([(row[7], a) for a in addresses])
+
+        if not self._postgres:
+            for row, stacks, addresses in encoded:
+                rows.append(row)
+                index(row, stacks, addresses)
+            for table, columns, values in (("audit_events", EVENT_COLUMNS, rows),
+                                           ("audit_event_stacks", ("seq", "stack"), stack_rows),
+                                           ("audit_event_addresses", ("seq", "address"), address_rows)):
+                if values:
+                    self.conn.exec_driver_sql(f"INSERT INTO {table} ({', '.join(columns)}) "
+                                              f"VALUES ({', '.join('?' for _ in columns)})", values)
+            if named:
+                self.conn.exec_driver_sql("INSERT OR IGNORE INTO audit_proposal_addresses (proposal_id, address) "
+                                          "VALUES (?, ?)", sorted(named))
             return
-        for table, columns, values in tables:
-            if values:
-                self.conn.exec_driver_sql(f"INSERT INTO {table} ({', '.join(columns)}) "
-                                          f"VALUES ({', '.join('?' for _ in columns)})", values)
+        with self.conn.connection.driver_connection.cursor() as cursor:
+            with cursor.copy(f"COPY audit_events ({', '.join(EVENT_COLUMNS)}) FROM STDIN") as copy:
+                for row, stacks, addresses in encoded:
+                    copy.write_row(row)
+                    index(row, stacks, addresses)
+            for table, columns, values in (("audit_event_stacks", ("seq", "stack"), stack_rows),
+                                           ("audit_event_addresses", ("seq", "address"), address_rows)):
+                if values:
+                    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                        for value in values:
+                            copy.write_row(value)
+            if named:
+                self._name_addresses(cursor, sorted(named))
+
+    def _name_addresses(self, cursor: Any, named: list[tuple[int, str]]) -> None:
+        """Which proposals name which addresses, each pair kept once (a proposal names most addresses again and
+        again). A big batch's pairs of proposals with none kept yet are new: copied, with no conflict to look for
+        (the head row lock keeps every other appender out until this transaction ends); the rest skip the pairs
+        already kept."""
+        if len(named) >= NEW_PROPOSALS_PROBED:
+            proposals = sorted({p for p, _ in named})
+            cursor.execute("SELECT p FROM unnest(%s::integer[]) AS p WHERE NOT EXISTS "
+                           "(SELECT FROM audit_proposal_addresses a WHERE a.proposal_id = p)", (proposals,))
+            new = {p for p, in cursor.fetchall()}
+            if new:
+                with cursor.copy("COPY audit_proposal_addresses (proposal_id, address) FROM STDIN") as copy:
+                    for pair in named:
+                        if pair[0] in new:
+                            copy.write_row(pair)
+                named = [pair for pair in named if pair[0] not in new]
         if named:
-            self.conn.exec_driver_sql("INSERT OR IGNORE INTO audit_proposal_addresses (proposal_id, address) "
-                                      "VALUES (?, ?)", named)
+            cursor.execute("INSERT INTO audit_proposal_addresses (proposal_id, address) "
+                           "SELECT * FROM unnest(%s::integer[], %s::text[]) ON CONFLICT DO NOTHING",
+                           ([p for p, _ in named], [a for _, a in named]))
 
     def write_chain_head(self) -> None:
         if self._head_moved and self._head is not None:

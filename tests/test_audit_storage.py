@@ -17,6 +17,7 @@ from gateway.adapters.sql_store import MIGRATIONS, Database, audit_event_address
 from gateway.adapters.store.audit import SqlAuditLog
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, EventQuery, event_addresses, event_hash, verify_chain
+from gateway.domain.plan import canonical_json
 from gateway.domain.principals import SystemActor
 from gateway.domain.scrubbing import Scrubber
 
@@ -108,6 +109,63 @@ def test_a_known_secret_is_cut_from_an_event_wherever_it_is(db: Database, secret
     assert json.loads(stored)["payload"] == event.payload == {
         "note": "token (redacted) leaked", "nested": [{"key-(redacted)": 1}, ["x", "(redacted)"]], "n": {"7": "int key"}}
     assert secret not in stored and json.dumps(secret)[1:-1] not in stored
+    assert verify(db) is None
+
+
+class Label(str):
+    """A str subclass, as a caller's stack name may be."""
+
+
+def nested(depth: int) -> Any:
+    value: Any = "aws_instance.deep"
+    for _ in range(depth):
+        value = {"d": value}
+    return value
+
+
+@pytest.mark.parametrize("payload", [
+    {"small": 1e-07, "tiny": 5e-324, "big": 1e22, "plain": 0.1, "n": 3},
+    {"huge": 2**70, "negative": -2**64, "edge": 2**64 - 1, "keys": {7: "int", 10: "int"}, "pair": ("a", 1)},
+    {"text": "é ünïcode 🔑 \u2028\x01\x1f\x7f \"quoted\" back\\slash\n", "": [], "empty": {}, "t": True, "f": None},
+    {"deep": nested(300)},  # deeper than orjson writes
+])
+def test_the_stored_bytes_are_json_s_canonical_form_whatever_the_payload(db: Database, payload: dict[str, Any]) -> None:
+    """Whichever encoder writes an event (orjson where it spells JSON as `json` does, `json` for floats, integers past
+    64 bits, subclasses, deep nesting), the stored bytes are `canonical_json` of what they decode to: the one byte
+    form an auditor re-derives; the event returned is what a read shows; and the chain verifies."""
+    with SqlStore(db).session() as session:
+        [event] = session.audit.append_many([(SystemActor("erin"), "plan", payload, 1, [Label("app")])])
+    with db.transaction() as conn:
+        stored = conn.scalar(select(audit_events.c.canonical))
+    assert stored.encode() == canonical_json(json.loads(stored)) == canonical_json(event.content())
+    with SqlStore(db).session(readonly=True) as session:
+        assert canonical_json(session.audit.query(EventQuery())[0].content()) == stored.encode()
+    assert verify(db) is None
+    if "deep" in payload:
+        assert event_addresses(event.payload) == {"aws_instance.deep"}
+
+
+def test_a_proposal_names_each_address_once_whatever_the_batches(db: Database) -> None:
+    """A big batch copies the address pairs of proposals it is the first to name; pairs of proposals already named
+    (by an earlier batch, big or of one event) are kept once: the address filter finds each proposal's events."""
+    def batch(proposals: range, address: str) -> list[Any]:
+        return [(SystemActor("erin"), "plan", {"applied": [f"aws_instance.{address}{p % 3}", f"aws_s3_bucket.b{p}"]},
+                 p, ["app"]) for p in proposals for _ in range(2)]
+
+    with SqlStore(db).session() as session:
+        session.audit.append_many(batch(range(1, 151), "a"))  # 300 pairs of new proposals: copied
+        session.audit.append(SystemActor("erin"), "plan", {"applied": ["aws_instance.a1"]}, 151, ["app"])
+    with SqlStore(db).session() as session:  # the same pairs again, new ones of the same proposals, and new proposals
+        session.audit.append_many(batch(range(100, 301), "a") + batch(range(140, 160), "z"))
+    with db.transaction() as conn:
+        pairs = conn.execute(text("SELECT proposal_id, address FROM audit_proposal_addresses")).fetchall()
+    expected = ({(p, f"aws_instance.a{p % 3}") for p in range(1, 301)} | {(p, f"aws_s3_bucket.b{p}") for p in range(1, 301)}
+                | {(p, f"aws_instance.z{p % 3}") for p in range(140, 160)} | {(151, "aws_instance.a1")})
+    assert len(pairs) == len(set(pairs)) and set(pairs) == expected
+    with SqlStore(db).session(readonly=True) as session:
+        found = session.audit.query(EventQuery(address="aws_instance.z2"))
+        assert {e.proposal_id for e in found} == {p for p in range(140, 160) if p % 3 == 2}
+        assert len(found) == 4 * 6 + 3 * 4  # 140, 143, 146, 149: two events in each batch; 152, 155, 158: in two
     assert verify(db) is None
 
 

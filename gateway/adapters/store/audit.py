@@ -1,7 +1,7 @@
 """The audit trail in SQL.
 
 Each event is stored as its canonical bytes (what its hash covers); the columns beside them, and the stack, address
-and proposal-address tables, are the index the filters search (and `misindexed` checks against the bytes). A page of
+and proposal-address tables, are the index the filters search (and verify checks against the bytes). A page of
 a filtered query is read the way EXPLAIN says is cheap: one filter kept in event order (a stack, a person, an outcome,
 a proposal, a kind) is one statement, its index read in order up to the LIMIT; otherwise candidate seqs come in event
 order from the filters' indexes (all of the smallest filter's events when it has few, or of the unordered filters
@@ -13,13 +13,15 @@ nothing reads the trail whole.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from sqlalchemy import and_, exists, func, literal, or_, select, text, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
 
 from gateway.adapters.sql_store import (
@@ -33,17 +35,14 @@ from gateway.adapters.sql_store import (
 )
 from gateway.adapters.store.rows import MAX_ID, Records, as_event, now
 from gateway.domain.audit import (
-    OUTCOMES,
     AuditEvent,
-    ChainBreak,
     ChainLink,
     Checkpoint,
     EventQuery,
-    decode_payload,
     event_addresses,
     event_bytes,
     event_outcome,
-    misindexed,
+    scan_payload,
 )
 from gateway.domain.principals import Actor
 
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
 SMALL = 2000  # a filter with fewer events than this drives the query: its events are read whole, then checked
 MEDIUM = 20_000  # otherwise the filters' indexes are read this far and intersected
 CHUNK = 1000  # candidates checked against every filter by primary key, this many a statement
+LINKS_CHUNK = 1000  # rows of the trail verify is sent at a time
 NEW_PROPOSALS_PROBED = 200  # a batch naming this many (proposal, address) pairs first asks which proposals are new
 
 EVENT_COLUMNS = ("seq", "canonical", "id", "at", "actor", "actor_kind", "kind", "proposal_id", "prev_hash", "hash",
@@ -62,6 +62,38 @@ EVENT_COLUMNS = ("seq", "canonical", "id", "at", "actor", "actor_kind", "kind", 
 _READ = (audit_events.c.seq, audit_events.c.canonical, audit_events.c.prev_hash, audit_events.c.hash)
 # An event's row in audit_events (EVENT_COLUMNS), its stacks and the addresses its payload names
 _Encoded = tuple[tuple[Any, ...], list[str], set[str]]
+
+
+def canonical_bytes(content: Mapping[str, Any], floats: bool = True) -> bytes:
+    """`event_bytes(content)`, ten times faster where it can be: orjson writes the same bytes as `json` for every JSON
+    value but a float (it spells some exponents its own way: 1e-07 as 1e-7), so an event known to hold none
+    (`floats=False`, from `scan_payload`) is written by it. Anything orjson will not write as `json` would (a
+    subclass, a date, an integer past 64 bits, deep nesting) goes to `json`, which writes it, or refuses it, as ever."""
+    if not floats:
+        try:
+            return orjson.dumps(content, option=_ORJSON_CANONICAL)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+    return event_bytes(content)
+
+
+_ORJSON_CANONICAL = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                     | orjson.OPT_PASSTHROUGH_DATACLASS)
+
+
+def decode_payload(encoded: str) -> tuple[Any, set[str], bool]:
+    """`json.loads(encoded)` of a payload `json.dumps` wrote, with its `scan_payload` (addresses, whether it holds a
+    float). orjson reads it, four times faster, unless a float is there: orjson reads an integer past 64 bits as one,
+    so then `json` reads it again."""
+    try:
+        value = orjson.loads(encoded)
+    except orjson.JSONDecodeError:  # NaN, a lone surrogate, nesting past orjson's depth: json's own reading
+        value = json.loads(encoded)
+        return (value, *scan_payload(value))
+    addresses, floats = scan_payload(value)
+    if floats:
+        value = json.loads(encoded)
+    return value, addresses, floats
 
 
 @dataclass(frozen=True)
@@ -149,7 +181,7 @@ class SqlAuditLog(Records):
                 clean = scrubber.scrub_data(clean)
                 addresses = event_addresses(clean)
             at = now().isoformat(timespec="microseconds")
-            canonical = event_bytes({"seq": seq, "id": event_id, "at": at, "actor": name, "actor_kind": actor_kind,
+            canonical = canonical_bytes({"seq": seq, "id": event_id, "at": at, "actor": name, "actor_kind": actor_kind,
                                      "kind": kind, "proposal_id": proposal_id, "stacks": stacks, "payload": clean},
                                     floats)
             event_hash = "sha256:" + sha256(prev_hash.encode() + canonical).hexdigest()
@@ -387,58 +419,32 @@ class SqlAuditLog(Records):
                 yield as_event(row)
             after = rows[-1]["seq"]
 
+    # an event's stored bytes read as `json.loads` reads them (or refused), four times faster: what verify checks
+    decode = staticmethod(orjson.loads)
+
     def links(self, after: int = 0, upto: int | None = None) -> Iterator[ChainLink]:
-        """(seq, prev_hash, hash, canonical) of every event after `after`, in order, streamed from one cursor (a
-        server-side one on PostgreSQL): what verify hashes, read without decoding anything."""
-        sql = "SELECT seq, prev_hash, hash, canonical FROM audit_events WHERE seq > %(after)s"
-        if upto is not None:
-            sql += " AND seq <= %(upto)s"
-        sql += " ORDER BY seq"
+        """Every event after `after` (up to `upto`), in order, as verify reads it: its seq, hashes and stored bytes
+        (as bytes, not decoded), and the columns the filters search. Streamed in constant memory: on PostgreSQL in
+        binary, in chunks the server sends while verify hashes the last (no round trip per batch), a cursor read in
+        batches on SQLite."""
+        where = "seq > %(after)s" + ("" if upto is None else " AND seq <= %(upto)s")
+        columns = "seq, prev_hash, hash, {canonical}, actor, actor_kind, at, id, kind, proposal_id, outcome"
         params = {"after": after, "upto": upto}
         raw = self.conn.connection.driver_connection
         if self._postgres:
-            with raw.cursor(name="audit_links") as cursor:
-                cursor.itersize = 20_000
-                cursor.execute(sql, params)
-                yield from cursor
+            with raw.cursor(binary=True) as cursor:
+                yield from cursor.stream(f"SELECT {columns.format(canonical='textsend(canonical)')} FROM audit_events "
+                                         f"WHERE {where} ORDER BY seq", params, size=LINKS_CHUNK)
             return
         cursor = raw.cursor()
         try:
-            cursor.execute(sql.replace("%(after)s", ":after").replace("%(upto)s", ":upto"), params)
+            cursor.execute(f"SELECT {columns.format(canonical='CAST(canonical AS BLOB)')} FROM audit_events "
+                           f"WHERE {where.replace('%(after)s', ':after').replace('%(upto)s', ':upto')} ORDER BY seq",
+                           params)
             while rows := cursor.fetchmany(20_000):
                 yield from rows
         finally:
             cursor.close()
-
-    def misindexed(self, upto: int, after: int = 0) -> ChainBreak | None:
-        """The first event (after `after`, up to `upto`) whose index columns disagree with its bytes: an actor, kind, time, proposal
-        or outcome edited to hide the event from a filter or to misfile it. Checked by the database, in one pass
-        (beside verify's hashing, on a connection of its own)."""
-        outcomes = ", ".join(f"'{o}'" for o in sorted(OUTCOMES))
-        if self._postgres:
-            # each event's bytes parsed once into the fields the columns index (json, not jsonb: nothing is built),
-            # each string checked to be one; an event of no proposal must say so (null, not a missing key)
-            strings = " AND ".join(f"json_typeof(c.{f}) = 'string' AND c.{f} #>> '{{}}' = e.{f}"
-                                   for f in ("actor", "actor_kind", "at", "id", "kind"))
-            source = ("audit_events e, json_to_record(e.canonical::json) AS c(actor json, actor_kind json, at json, "
-                      "id json, kind json, proposal_id json, seq json)")
-            agrees = (f"{strings} AND c.seq::text = e.seq::text AND CASE WHEN e.proposal_id IS NULL THEN "
-                      "e.canonical::jsonb -> 'proposal_id' = 'null'::jsonb ELSE c.proposal_id::text = "
-                      "e.proposal_id::text END AND e.outcome IS NOT DISTINCT FROM (CASE WHEN split_part(e.kind, '.', "
-                      f"-1) IN ({outcomes}) THEN split_part(e.kind, '.', -1) END)")
-        else:
-            last = "replace(kind, rtrim(kind, replace(kind, '.', '')), '')"
-            source = "audit_events e"
-            agrees = ("json_extract(canonical, '$.actor', '$.actor_kind', '$.at', '$.id', "
-                      "'$.kind', '$.proposal_id', '$.seq') IS json_array(actor, actor_kind, at, id, kind, proposal_id,"
-                      f" seq) AND outcome IS (CASE WHEN {last} IN ({outcomes}) THEN {last} END)")
-        try:
-            with self.conn.begin_nested():
-                seq = self.conn.scalar(text(f"SELECT min(e.seq) FROM {source} WHERE e.seq > :after AND e.seq <= :upto "
-                                            f"AND NOT coalesce({agrees}, false)"), {"after": after, "upto": upto})
-        except SQLAlchemyError as exc:  # stored bytes that are not JSON (the chain check names the event)
-            return ChainBreak(None, f"an event's stored bytes are not JSON: {str(exc).splitlines()[0]}")
-        return None if seq is None else misindexed(int(seq))
 
     def add_checkpoint(self, checkpoint: Checkpoint) -> bool:
         """Keep a signed checkpoint, once per event: a second one of the same head (another worker signing it at the

@@ -459,8 +459,9 @@ class SqlAuditLog(Records):
             cursor.execute(f"SELECT {columns.format(canonical='CAST(canonical AS BLOB)')} FROM audit_events "
                            f"WHERE {where.replace('%(after)s', ':after').replace('%(upto)s', ':upto')} ORDER BY seq",
                            params)
-            while rows := cursor.fetchmany(20_000):
-                yield from rows
+            with _collector_paused():
+                while rows := cursor.fetchmany(20_000):
+                    yield from rows
         finally:
             cursor.close()
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from gateway.domain.agent_runs import AgentRun, AgentRunStatus
 from gateway.domain.applies import ApplyRecord, ApplyStatus
-from gateway.domain.audit import AuditEvent, ChainBreak, ChainLink, Checkpoint, EventQuery
+from gateway.domain.audit import AuditEvent, ChainLink, Checkpoint, EventQuery
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.declarations import LiteralSecret, Unmasking
 from gateway.domain.drift import DriftRecord
@@ -600,12 +600,13 @@ class AuditLog(Protocol):
         """Every event (after `after`) in order, read a batch at a time (constant memory however long the trail)."""
         ...
 
-    def links(self, after: int = 0, upto: int | None = None) -> Iterator[ChainLink]:
-        """(seq, prev_hash, hash, stored bytes) of every event after `after`, in order, streamed: what verify hashes."""
+    def decode(self, canonical: bytes) -> Any:
+        """An event's stored bytes as a read decodes them (`json.loads`), or ValueError: what verify checks."""
         ...
 
-    def misindexed(self, upto: int, after: int = 0) -> ChainBreak | None:
-        """The first event after `after`, up to `upto`, whose searched columns (actor, kind, time, proposal) disagree with its bytes."""
+    def links(self, after: int = 0, upto: int | None = None) -> Iterator[ChainLink]:
+        """Every event after `after` (up to `upto`), in order, streamed: its hashes, stored bytes and searched columns
+        (what verify hashes and checks against the bytes)."""
         ...
 
     def add_checkpoint(self, checkpoint: Checkpoint) -> bool:

@@ -6,10 +6,12 @@ an event or encodes it again.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import operator
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +49,9 @@ class AuditEvent:
                    tuple(c["stacks"]), c["payload"], prev_hash, hash)
 
 
-# What verify reads of each stored event: (seq, prev_hash, hash, canonical bytes as text)
-ChainLink = tuple[int, str, str, str | None]
+# What verify reads of each stored event: its seq, prev_hash and hash, its stored (canonical) bytes, and the columns
+# beside them that the filters search: actor, actor_kind, at, id, kind, proposal_id, outcome (all as stored)
+ChainLink = tuple[int, str, str, bytes | None, str, str, str, str, str, int | None, str | None]
 
 
 _ADDRESS = re.compile(r"^(?:module\.[\w-]+(?:\[[^\]]+\])?\.)*(?:data\.)?[a-z][a-z0-9_]*\.[A-Za-z_][\w-]*(?:\[[^\]]+\])?$")
@@ -57,18 +60,44 @@ OUTCOMES = frozenset({"refused", "failed", "succeeded", "interrupted", "withdraw
 
 def event_addresses(payload: Any) -> set[str]:
     """Every resource address an event's payload names (what the trail is searched by)."""
+    return scan_payload(payload)[0]
+
+
+def scan_payload(payload: Any) -> tuple[set[str], bool]:
+    """The resource addresses a payload names (`event_addresses`), and whether it holds a float (a faster encoder
+    than `json` may spell one otherwise). One walk, a loop, not recursion: it runs for every event
+    appended; JSON's own types are told by `type`, anything else by `isinstance`."""
     found: set[str] = set()
+    floats = False
     pending = [payload]
-    while pending:  # a loop, not recursion: it runs for every event appended
-        value = pending.pop()
-        if isinstance(value, str):
-            if len(value) <= 300 and "." in value and _ADDRESS.match(value):
-                found.add(value)
+    pop, extend, add, match = pending.pop, pending.extend, found.add, _ADDRESS.match
+    while pending:
+        value = pop()
+        kind = type(value)
+        if kind is str:
+            if len(value) <= 300 and "." in value and match(value):
+                add(value)
+        elif kind is dict:
+            extend(value.values())
+        elif kind is list:
+            extend(value)
+        elif kind is float:
+            floats = True
+        elif kind in _SCALARS:
+            continue
+        elif isinstance(value, str):
+            if len(value) <= 300 and "." in value and match(value):
+                add(value)
         elif isinstance(value, Mapping):
-            pending.extend(value.values())
+            extend(value.values())
         elif isinstance(value, (list, tuple)):
-            pending.extend(value)
-    return found
+            extend(value)
+        elif isinstance(value, float):
+            floats = True
+    return found, floats
+
+
+_SCALARS = frozenset({int, bool, type(None)})
 
 
 def event_outcome(kind: str) -> str | None:
@@ -96,22 +125,34 @@ class ChainBreak:
     reason: str
 
 
-def verify_chain(links: Iterable[ChainLink], head: tuple[int, str] | None,
-                 require_head: bool = True, start: tuple[int, str] = (0, GENESIS)) -> ChainBreak | None:
-    """The first place the chain is broken (edited, removed, inserted or reordered event), or None; streams its events
-    and hashes each one's stored bytes as they are (the hot loop of `gateway audit verify`).
+def verify_chain(links: Iterable[ChainLink], head: tuple[int, str] | None, require_head: bool = True,
+                 start: tuple[int, str] = (0, GENESIS), decode: Callable[[bytes], Any] = json.loads) -> ChainBreak | None:
+    """The first place the chain is broken (edited, removed, inserted or reordered event), or an event whose searched
+    columns disagree with its bytes (edited to hide it from a filter or misfile it), or None; streams its events, hashes
+    each one's stored bytes as they are and reads them once (the hot loop of `gateway audit verify`).
 
-    `start` resumes after an event already proven (a checkpoint's seq and hash): the events given follow it.
+    `start` resumes after an event already proven (a checkpoint's seq and hash): the events given follow it. `decode`
+    reads the bytes for that check: `json.loads`, or a faster reader that reads them the same or fails (an event it
+    finds disagreeing is read again by `json.loads` before it is called edited).
     """
     prev_seq, prev_hash = start
-    sha256 = hashlib.sha256
-    for seq, link_prev, link_hash, canonical in links:
+    sha256, indexed, outcome_of = hashlib.sha256, _INDEXED, _outcome_of
+    for seq, link_prev, link_hash, canonical, actor, actor_kind, at, event_id, kind, proposal_id, outcome in links:
         if seq != prev_seq + 1:
             return ChainBreak(seq, f"event {prev_seq + 1} is missing (next present is {seq})")
         if link_prev != prev_hash:
             return ChainBreak(seq, f"event {seq} does not follow event {prev_seq} (removed, inserted or reordered)")
-        if canonical is None or "sha256:" + sha256((prev_hash + canonical).encode()).hexdigest() != link_hash:
+        if canonical is None or "sha256:" + sha256(prev_hash.encode() + canonical).hexdigest() != link_hash:
             return ChainBreak(seq, f"event {seq}{_kind_of(canonical)} was edited after it was written")
+        columns = (seq, actor, actor_kind, at, event_id, kind, proposal_id)
+        try:  # what a read shows is what json decodes the bytes to
+            said = indexed(decode(canonical))
+        except (ValueError, KeyError, TypeError):  # not JSON (to this reader), not an object, a field missing
+            said = None
+        if said != columns or type(said[0]) is not int or type(said[6]) not in _PROPOSAL or outcome != outcome_of(kind):
+            broken = _misread(seq, canonical, columns, outcome)
+            if broken is not None:
+                return broken
         prev_seq, prev_hash = seq, link_hash
     if head is not None:
         if (prev_seq, prev_hash) != tuple(head):
@@ -121,10 +162,28 @@ def verify_chain(links: Iterable[ChainLink], head: tuple[int, str] | None,
     return None
 
 
-def _kind_of(canonical: str | None) -> str:
+_INDEXED = operator.itemgetter("seq", "actor", "actor_kind", "at", "id", "kind", "proposal_id")
+_PROPOSAL = (int, type(None))  # a JSON integer, or null: not true, not 7.0, not "7"
+_outcome_of = functools.lru_cache(maxsize=1024)(event_outcome)  # a trail has a few dozen kinds
+
+
+def _misread(seq: int, canonical: bytes, columns: tuple[Any, ...], outcome: str | None) -> ChainBreak | None:
+    """The event's columns against its bytes as `json` reads them (what every read shows), once the faster reading
+    disagreed (one that reads an integer past 64 bits as a float, say): a break, or None when they agree after all."""
+    try:
+        said = _INDEXED(json.loads(canonical))
+    except (ValueError, KeyError, TypeError):
+        return ChainBreak(seq, f"event {seq} was edited after it was written: its stored bytes are not the JSON "
+                               "object of an event")
+    if said == columns and type(said[0]) is int and type(said[6]) in _PROPOSAL and outcome == event_outcome(columns[5]):
+        return None
+    return misindexed(seq)
+
+
+def _kind_of(canonical: bytes | None) -> str:
     """` (approval)`: the kind of a broken event, when its bytes still say one (only read once the chain is broken)."""
     try:
-        return f" ({json.loads(canonical or '')['kind']})"
+        return f" ({json.loads(canonical or b'')['kind']})"
     except (ValueError, TypeError, KeyError):
         return ""
 
@@ -162,7 +221,8 @@ class Checkpoint:
                    str(data["signature"]))
 
 
-def verify_against(links: Iterable[ChainLink], checkpoint: Checkpoint) -> ChainBreak | None:
+def verify_against(links: Iterable[ChainLink], checkpoint: Checkpoint,
+                   decode: Callable[[bytes], Any] = json.loads) -> ChainBreak | None:
     """Whether the trail, up to the checkpoint's event, is the one the checkpoint signed (the signature is
     checked by the caller): every event chained, and the chain ending in the checkpoint's hash."""
     seen: list[ChainLink] = []  # only the newest event is kept: the events stream through
@@ -174,7 +234,7 @@ def verify_against(links: Iterable[ChainLink], checkpoint: Checkpoint) -> ChainB
             seen[:] = [link]
             yield link
 
-    broken = verify_chain(upto(), None, require_head=False)
+    broken = verify_chain(upto(), None, require_head=False, decode=decode)
     if broken is not None:
         return broken
     last = seen[0] if seen else None

@@ -6,7 +6,6 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -60,29 +59,17 @@ def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | Non
     """The whole chain, streamed: memory stays flat however long the trail. Returns the events proven."""
     require_auditor(actor)
     with ws.store.session(readonly=True) as session:
-        return _verify(ws, session.audit, session.audit.chain_head(), (0, GENESIS))
+        return _verify(session.audit, session.audit.chain_head(), (0, GENESIS))
 
 
-def _verify(ws: Workspace, audit: AuditLog, head: tuple[int, str] | None,
-            start: tuple[int, str]) -> tuple[int, ChainBreak | None]:
-    """Hash each event's stored bytes in order, while the database checks on a connection of its own that the
-    columns the filters search agree with those bytes (so no edit can hide an event from a filter)."""
+def _verify(audit: AuditLog, head: tuple[int, str] | None, start: tuple[int, str]) -> tuple[int, ChainBreak | None]:
+    """Hash each event's stored bytes in order, and check that the columns the filters search agree with those bytes
+    (so no edit can hide an event from a filter): one pass over one stream."""
     upto = head[0] if head else start[0]
-    with ThreadPoolExecutor(1) as pool:
-        index = pool.submit(_misindexed, ws, upto, start[0]) if upto > start[0] else None
-        broken = verify_chain(audit.links(after=start[0]), head, start=start)
-        misfiled = index.result() if index is not None else None
-    if misfiled is not None and (broken is None or (misfiled.seq is not None and (broken.seq is None
-                                                                                or misfiled.seq < broken.seq))):
-        broken = misfiled  # the earlier of the two breaks (an event whose bytes are not JSON: the chain's, named)
+    broken = verify_chain(audit.links(after=start[0]), head, start=start, decode=audit.decode)
     if broken is None:
         return upto - start[0], None
     return max(0, (broken.seq or upto + 1) - start[0] - 1), broken
-
-
-def _misindexed(ws: Workspace, upto: int, after: int) -> ChainBreak | None:
-    with ws.store.session(readonly=True) as session:
-        return session.audit.misindexed(upto, after)
 
 
 def _signer(ws: Workspace) -> Signer:
@@ -121,7 +108,7 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
                 return 0, ChainBreak(checkpoint.seq, f"event {checkpoint.seq} no longer ends in the hash its "
                                                      "checkpoint signed: the trail was rewritten"), checkpoint
             start = (checkpoint.seq, checkpoint.hash)
-        count, broken = _verify(ws, session.audit, session.audit.chain_head(), start)
+        count, broken = _verify(session.audit, session.audit.chain_head(), start)
     return count, broken, checkpoint
 
 
@@ -131,7 +118,7 @@ def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -
     if not _signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
         return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
     with ws.store.session(readonly=True) as session:
-        return checkpoint.seq, verify_against(session.audit.links(upto=checkpoint.seq), checkpoint)
+        return checkpoint.seq, verify_against(session.audit.links(upto=checkpoint.seq), checkpoint, session.audit.decode)
 
 
 def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import html
 import re
 import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
+from gateway.api import routes
 from gateway.api.app import create_app
 from gateway.domain.errors import InputError
 from gateway.domain.review_page import CHANGES_PER_PAGE, paged
@@ -150,3 +154,34 @@ def test_pages_of_a_list() -> None:
     assert (empty.count, empty.total, empty.items) == (1, 0, ())
     with pytest.raises(InputError, match="there is no page 4 of x: there are 3"):
         paged(range(5), 4, 2, "x")
+
+
+def test_reads_of_a_proposal_run_a_few_at_a_time_on_the_read_lane_and_every_one_is_answered(
+        workspace: Workspace, people: People, clone: Clone, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight clients at once: the reads that serve a proposal run at most `read_lane_threads` at a time (1 on SQLite,
+    4 on PostgreSQL), not one per pool thread passing the GIL between them; none is refused or lost."""
+    clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
+    proposal = open_proposal(workspace, people.alice, "orders", "an orders queue")
+    lock, running, most = threading.Lock(), [0], [0]
+    document = routes.proposal_document
+
+    def counted(*args: Any) -> Any:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.02)
+            return document(*args)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(routes, "proposal_document", counted)
+    auth = {"Authorization": f"Bearer {people.tokens['bob']}"}
+    with TestClient(create_app(workspace.settings, workers=0)) as client, ThreadPoolExecutor(8) as clients:
+        answers = list(clients.map(lambda _: client.get(f"/api/v1/proposals/{proposal.id}", headers=auth), range(24)))
+
+    assert [a.status_code for a in answers] == [200] * 24
+    assert {a.json()["id"] for a in answers} == {proposal.id}
+    assert most[0] == workspace.settings.read_lane_threads == (1 if workspace.settings.db_url.startswith("sqlite")
+                                                               else 4)

@@ -15,6 +15,7 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from gateway.adapters.keyfiles import private_key_file
 from gateway.api import day_two, notifications, pages, routes
+from gateway.api.deps import read_lane
 from gateway.api.errors import error_body, invalid_request, status_for
 from gateway.api.scrubbing import ScrubResponses
 from gateway.composition import install_prometheus, open_workspace
@@ -55,6 +56,7 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     app = FastAPI(title="Change gateway", version="1.0.0", lifespan=lifespan,
                   description="Proposals, approvals bound to exact plans, exact-plan applies, and the audit trail.")
     app.state.workspace = workspace
+    app.state.read_lanes = read_lane()
     app.add_middleware(SessionMiddleware, secret_key=session_secret(settings), session_cookie="gateway_session",
                        same_site="lax", https_only=settings.cookies_secure,
                        max_age=None)  # ends with the browser; the server-side session's expiry is what counts

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
+import anyio.to_thread
+from anyio import CapacityLimiter
+from anyio.lowlevel import RunVar
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -50,6 +53,25 @@ def read_as_api_actor(ws: Workspace, credentials: HTTPAuthorizationCredentials |
 
 
 ActorDep = Annotated[Principal, Depends(api_actor)]
+
+
+async def in_read_lane(request: Request, read: Callable[..., T], *args: Any) -> T:
+    """`read(*args)` on the app's read lane: a few threads for the reads of a proposal, not the pool's forty. A read
+    is CPU in Python; eight of them at once on forty threads pass the GIL between them and each costs twice its CPU
+    (benchmarks/reads.py: p95 at 8 clients 32 -> 18 ms on one lane), while a queue of reads on one thread costs
+    each only its own. A limiter belongs to its event loop: the lane is one per loop (a `RunVar`, see `read_lane`)."""
+    lanes: RunVar[CapacityLimiter] = request.app.state.read_lanes
+    try:
+        lane = lanes.get()
+    except LookupError:
+        lane = CapacityLimiter(request.app.state.workspace.settings.read_lane_threads)
+        lanes.set(lane)
+    return await anyio.to_thread.run_sync(read, *args, limiter=lane)
+
+
+def read_lane() -> RunVar[CapacityLimiter]:
+    """An app's read lanes (`app.state.read_lanes`): one limiter in each event loop that serves the app."""
+    return RunVar("read_lane")
 
 
 def signed_in_person(request: Request, ws: WorkspaceDep) -> SignedIn:

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
@@ -20,6 +19,7 @@ from gateway.api.deps import (
     ProposalId,
     SignedInDep,
     WorkspaceDep,
+    in_read_lane,
     page_actor,
     request_workspace,
     signed_in_person,
@@ -178,8 +178,8 @@ PageNumber = Annotated[int, Query(ge=1, le=2**31 - 1, description="which page, f
 async def proposal_page(request: Request, proposal_id: ProposalId, ws: WorkspaceDep,
                         page: PageNumber = 1) -> HTMLResponse:
     """What blocks, destroys and drifts first, then page `page` of the changes, then the first page of the diff."""
-    # the session's check and the page in one hop to the thread pool (each hop costs as much as a query)
-    return await run_in_threadpool(_proposal_page, request, proposal_id, ws, page)
+    # the session's check and the page in one hop to the read lane (each hop costs as much as a query)
+    return await in_read_lane(request, _proposal_page, request, proposal_id, ws, page)
 
 
 def _proposal_page(request: Request, proposal_id: int, ws: Workspace, page: int) -> HTMLResponse:

@@ -103,7 +103,7 @@ class Settings(BaseModel):
     mcp_calls_per_minute: int = Field(default=60, ge=1, description="calls one external agent may make a minute")
     read_threads: int | None = Field(
         default=None, ge=1, description="proposal reads one API process serves at once (unset: 1 on SQLite, "
-        "4 on PostgreSQL, whose round trips wait); more threads than that only pass the GIL between them")
+        "2 on PostgreSQL, whose round trips wait); more threads than that only pass the GIL between them")
     agent_max_steps: int = Field(default=20, ge=1)
     agent_max_tokens: int = Field(default=200_000, ge=1000)
     agent_prompt_budget: int = Field(default=60_000, ge=2000, description="tokens one model request may carry; older "
@@ -177,7 +177,7 @@ class Settings(BaseModel):
     @property
     def read_lane_threads(self) -> int:
         """How many proposal reads one API process runs at once (see `read_threads`)."""
-        return self.read_threads or (1 if self.db_url.startswith("sqlite") else 4)
+        return self.read_threads or (1 if self.db_url.startswith("sqlite") else 2)
 
     @property
     def repo_path(self) -> Path:

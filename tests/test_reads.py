@@ -159,7 +159,7 @@ def test_pages_of_a_list() -> None:
 def test_reads_of_a_proposal_run_a_few_at_a_time_on_the_read_lane_and_every_one_is_answered(
         workspace: Workspace, people: People, clone: Clone, monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight clients at once: the reads that serve a proposal run at most `read_lane_threads` at a time (1 on SQLite,
-    4 on PostgreSQL), not one per pool thread passing the GIL between them; none is refused or lost."""
+    2 on PostgreSQL), not one per pool thread passing the GIL between them; none is refused or lost."""
     clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
     proposal = open_proposal(workspace, people.alice, "orders", "an orders queue")
     lock, running, most = threading.Lock(), [0], [0]
@@ -184,4 +184,4 @@ def test_reads_of_a_proposal_run_a_few_at_a_time_on_the_read_lane_and_every_one_
     assert [a.status_code for a in answers] == [200] * 24
     assert {a.json()["id"] for a in answers} == {proposal.id}
     assert most[0] == workspace.settings.read_lane_threads == (1 if workspace.settings.db_url.startswith("sqlite")
-                                                               else 4)
+                                                               else 2)

@@ -8,19 +8,17 @@ read the same trees. It knows HCL's syntax only, nothing of Terraform's meaning 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import functools
-import gc
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
 from typing import Any
 
 import hcl2.parser
 from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedInput
 
+from gateway.adapters.collector import collector_paused
 from gateway.adapters.parsed_trees import load_tree, save_tree
 from gateway.domain.errors import ConfigError
 
@@ -83,23 +81,6 @@ def _drop_trees_at_exit() -> None:
     object several times: with a module tree's half a million nodes still cached, that was half a second of
     every `gateway plan`. The trees hold no cycles, so dropping them frees them at once."""
     _CACHE.clear()
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cycle collector while building and walking big trees.
-
-    Parsing and planning allocate millions of small objects that live until the plan ends, and
-    Python's collector would walk all of them again and again: pausing it halves parse time.
-    Nothing here makes reference cycles, so memory is still freed as it goes.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def parse_tree(text: str, keep: bool = True) -> Tree:

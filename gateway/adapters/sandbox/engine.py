@@ -53,7 +53,7 @@ class SandboxEngine:
 
     def plan(self, stack: str, directory: Path, inputs: StackInputs) -> EnginePlan:
         """Plan the stack in `directory` against its state; nothing changes in the store."""
-        from gateway.adapters.hcl import collector_paused
+        from gateway.adapters.collector import collector_paused
         from gateway.adapters.sandbox.config import load_stack
         from gateway.adapters.sandbox.planner import Planner
 
@@ -70,7 +70,7 @@ class SandboxEngine:
               progress: Callable[[str], None] | None = None) -> ApplyOutcome:
         """Apply exactly `document`'s changes (the sandbox keeps no plan file of its own: `artifact` is unused;
         it applies in one go, so it reports no progress lines)."""
-        from gateway.adapters.hcl import collector_paused
+        from gateway.adapters.collector import collector_paused
         from gateway.adapters.sandbox.applier import Applier
         from gateway.adapters.sandbox.config import load_stack
 

@@ -13,8 +13,6 @@ event before the LIMIT, and nothing reads the trail whole.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import hashlib
 import json
 import os
@@ -42,6 +40,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
 
+from gateway.adapters.collector import collector_paused
 from gateway.adapters.sql_store import (
     audit_checkpoints,
     audit_event_addresses,
@@ -83,22 +82,6 @@ _IN_ORDER = {"enable_seqscan": "off", "enable_bitmapscan": "off", "enable_hashjo
 _READ = (audit_events.c.seq, audit_events.c.canonical, audit_events.c.prev_hash, audit_events.c.hash)
 # An event's row in audit_events (EVENT_COLUMNS), its stacks and the addresses its payload names
 _Encoded = tuple[tuple[Any, ...], list[str], set[str]]
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cycle collector while a batch is encoded and written, or the trail streamed to verify (as
-    `hcl.collector_paused` does for parsing). A batch's events, payloads and rows all live until it is written, and
-    the collector would walk them (and every other object of the process, once they outlive two young collections)
-    again and again: a third of an append's CPU, a tenth of verify's. Nothing here makes a reference cycle, so memory
-    is still freed as it goes."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def canonical_bytes(content: Mapping[str, Any], floats: bool = True) -> bytes:
@@ -204,7 +187,7 @@ class SqlAuditLog(Records):
         if not entries:
             return []
         events: list[AuditEvent] = []
-        with _collector_paused(), self.conn.begin_nested():  # a statement that fails takes the batch's other rows
+        with collector_paused(), self.conn.begin_nested():  # a statement that fails takes the batch's other rows
             self._write(self._encode(entries, events))
         self._head, self._head_moved = (events[-1].seq, events[-1].hash), True
         self.appended += len(events)
@@ -572,7 +555,7 @@ class SqlAuditLog(Records):
         params = {"after": after, "upto": upto}
         raw = self.conn.connection.driver_connection
         if self._postgres:
-            with _collector_paused(), raw.cursor(binary=True) as cursor:  # each row dies as verify moves on
+            with collector_paused(), raw.cursor(binary=True) as cursor:  # each row dies as verify moves on
                 yield from cursor.stream(f"SELECT {columns.format(canonical='textsend(canonical)')} FROM audit_events "
                                          f"WHERE {where} ORDER BY seq", params, size=LINKS_CHUNK)
             return
@@ -581,7 +564,7 @@ class SqlAuditLog(Records):
             cursor.execute(f"SELECT {columns.format(canonical='CAST(canonical AS BLOB)')} FROM audit_events "
                            f"WHERE {where.replace('%(after)s', ':after').replace('%(upto)s', ':upto')} ORDER BY seq",
                            params)
-            with _collector_paused():
+            with collector_paused():
                 while rows := cursor.fetchmany(20_000):
                     yield from rows
         finally:

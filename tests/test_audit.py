@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import io
 import json
 from dataclasses import replace
@@ -105,6 +106,23 @@ def test_edited_event_is_found(audited: tuple[Workspace, People, int]) -> None:
                              .values(actor="alice"))
     _, broken = audit_service.verify_trail(ws, people.dana)
     assert broken is not None and broken.seq == seq and "edited" in broken.reason
+
+
+def test_an_event_edited_into_json_nested_too_deep_to_read_is_named_and_leaves_the_collector_on(
+        audited: tuple[Workspace, People, int]) -> None:
+    """Bytes no JSON reader takes (nested past its depth) are an edit verify names, on the API as in the service, and
+    the cycle collector it pauses while streaming is on again afterwards (a long-running server keeps collecting)."""
+    ws, people, _ = audited
+    with ws.store.session() as session:
+        seq = session.conn.scalar(select(audit_events.c.seq).where(audit_events.c.kind == "approval"))
+        session.conn.execute(update(audit_events).where(audit_events.c.seq == seq)
+                             .values(canonical="[" * 200_000 + "]" * 200_000))
+    _, broken = audit_service.verify_trail(ws, people.dana)
+    assert broken is not None and broken.seq == seq and "edited" in broken.reason
+    with TestClient(create_app(ws.settings, workers=0)) as client:
+        answer = client.get("/api/v1/audit/verify", headers={"Authorization": f"Bearer {people.tokens['dana']}"})
+    assert answer.status_code == 200 and answer.json()["intact"] is False
+    assert gc.isenabled()
 
 
 def test_deleted_event_is_found(audited: tuple[Workspace, People, int]) -> None:

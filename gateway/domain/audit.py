@@ -147,7 +147,7 @@ def verify_chain(links: Iterable[ChainLink], head: tuple[int, str] | None, requi
         columns = (seq, actor, actor_kind, at, event_id, kind, proposal_id)
         try:  # what a read shows is what json decodes the bytes to
             said = indexed(decode(canonical))
-        except (ValueError, KeyError, TypeError):  # not JSON (to this reader), not an object, a field missing
+        except (ValueError, KeyError, TypeError, RecursionError):  # not JSON (to this reader), not an object, a field missing
             said = None
         if said != columns or type(said[0]) is not int or type(said[6]) not in _PROPOSAL or outcome != outcome_of(kind):
             broken = _misread(seq, canonical, columns, outcome)
@@ -172,7 +172,7 @@ def _misread(seq: int, canonical: bytes, columns: tuple[Any, ...], outcome: str 
     disagreed (one that reads an integer past 64 bits as a float, say): a break, or None when they agree after all."""
     try:
         said = _INDEXED(json.loads(canonical))
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested deeper than json reads
         return ChainBreak(seq, f"event {seq} was edited after it was written: its stored bytes are not the JSON "
                                "object of an event")
     if said == columns and type(said[0]) is int and type(said[6]) in _PROPOSAL and outcome == event_outcome(columns[5]):
@@ -184,7 +184,7 @@ def _kind_of(canonical: bytes | None) -> str:
     """` (approval)`: the kind of a broken event, when its bytes still say one (only read once the chain is broken)."""
     try:
         return f" ({json.loads(canonical or b'')['kind']})"
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return ""
 
 

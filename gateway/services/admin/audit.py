@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from contextlib import closing
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -66,7 +67,8 @@ def _verify(audit: AuditLog, head: tuple[int, str] | None, start: tuple[int, str
     """Hash each event's stored bytes in order, and check that the columns the filters search agree with those bytes
     (so no edit can hide an event from a filter): one pass over one stream."""
     upto = head[0] if head else start[0]
-    broken = verify_chain(audit.links(after=start[0]), head, start=start, decode=audit.decode)
+    with closing(audit.links(after=start[0])) as links:  # closed even when verify raises: the stream lets go at once
+        broken = verify_chain(links, head, start=start, decode=audit.decode)
     if broken is None:
         return upto - start[0], None
     return max(0, (broken.seq or upto + 1) - start[0] - 1), broken
@@ -118,7 +120,8 @@ def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -
     if not _signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
         return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
     with ws.store.session(readonly=True) as session:
-        return checkpoint.seq, verify_against(session.audit.links(upto=checkpoint.seq), checkpoint, session.audit.decode)
+        with closing(session.audit.links(upto=checkpoint.seq)) as links:
+            return checkpoint.seq, verify_against(links, checkpoint, session.audit.decode)
 
 
 def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:

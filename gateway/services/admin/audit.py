@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from contextlib import closing
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import replace
 from datetime import datetime, timedelta
 

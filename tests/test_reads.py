@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+import sqlite3
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from gateway.api import routes
+from gateway.api import deps, routes
 from gateway.api.app import create_app
 from gateway.domain.errors import InputError
 from gateway.domain.review_page import CHANGES_PER_PAGE, paged
@@ -177,6 +178,7 @@ def test_reads_of_a_proposal_run_a_few_at_a_time_on_the_read_lane_and_every_one_
                 running[0] -= 1
 
     monkeypatch.setattr(routes, "proposal_document", counted)
+    monkeypatch.setattr(deps, "LANE_WAIT_SECONDS", 60.0)  # a queue this long is served by the lane alone
     auth = {"Authorization": f"Bearer {people.tokens['bob']}"}
     with TestClient(create_app(workspace.settings, workers=0)) as client, ThreadPoolExecutor(8) as clients:
         answers = list(clients.map(lambda _: client.get(f"/api/v1/proposals/{proposal.id}", headers=auth), range(24)))
@@ -185,3 +187,60 @@ def test_reads_of_a_proposal_run_a_few_at_a_time_on_the_read_lane_and_every_one_
     assert {a.json()["id"] for a in answers} == {proposal.id}
     assert most[0] == workspace.settings.read_lane_threads == (1 if workspace.settings.db_url.startswith("sqlite")
                                                                else 2)
+
+
+def test_a_read_whose_token_use_waits_for_the_write_lock_holds_up_no_other_read(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    """Bob's read is due to record his token's use, and another process holds the database's write lock: his answer
+    waits for it, Carol's read of the same proposal does not (the lane is let go before the token's use is written)."""
+    clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
+    proposal = open_proposal(workspace, people.alice, "orders", "an orders queue")
+    url = f"/api/v1/proposals/{proposal.id}"
+    bob, carol = ({"Authorization": f"Bearer {people.tokens[name]}"} for name in ("bob", "carol"))
+    with TestClient(create_app(workspace.settings, workers=0)) as client, ThreadPoolExecutor(1) as other:
+        assert client.get(url, headers=carol).status_code == client.get(url, headers=bob).status_code == 200
+        with workspace.store.session() as session:
+            session.principals.touch(people.bob.id, workspace.clock.now() - timedelta(minutes=2))
+        writer = sqlite3.connect(workspace.settings.db_url.removeprefix("sqlite:///"), isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            bobs = other.submit(client.get, url, headers=bob)
+            time.sleep(0.3)  # bob's read is done; his token's use waits for the write lock
+            started = time.monotonic()
+            carols = client.get(url, headers=carol)
+            took = time.monotonic() - started
+            bob_waited = not bobs.done()
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        assert carols.status_code == 200 and took < 1.0, took
+        assert bob_waited and bobs.result().status_code == 200
+
+
+def test_a_read_that_holds_the_lane_long_does_not_hold_up_the_next(workspace: Workspace, people: People,
+                                                                   clone: Clone, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that waits (a declared backend's state pull, say) keeps the lane: the next read runs on the pool once it
+    has waited `LANE_WAIT_SECONDS`, and is answered while the slow one still runs."""
+    clone.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push("an orders queue")
+    proposal = open_proposal(workspace, people.alice, "orders", "an orders queue")
+    document, slow = routes.proposal_document, threading.Event()
+
+    def first_is_slow(*args: Any) -> Any:
+        if not slow.is_set():
+            slow.set()
+            time.sleep(3)
+        return document(*args)
+
+    monkeypatch.setattr(routes, "proposal_document", first_is_slow)
+    auth = {"Authorization": f"Bearer {people.tokens['bob']}"}
+    url = f"/api/v1/proposals/{proposal.id}"
+    with TestClient(create_app(workspace.settings, workers=0)) as client, ThreadPoolExecutor(1) as other:
+        client.get(url, headers=auth)  # the token's first use recorded
+        slow.clear()
+        held = other.submit(client.get, url, headers=auth)
+        assert slow.wait(5)
+        started = time.monotonic()
+        quick = client.get(url, headers=auth)
+        took, still_held = time.monotonic() - started, not held.done()
+    assert quick.status_code == 200 and took < 2.0 and still_held
+    assert held.result().status_code == 200

@@ -14,7 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from gateway.domain.errors import AuthError
 from gateway.domain.principals import Principal
 from gateway.services.admin.sign_in import SignedIn, signed_in
-from gateway.services.admin.users import authenticate, authenticated_read
+from gateway.services.admin.users import LastUse, authenticate, record_use, token_read
 from gateway.services.workspace import Workspace
 
 T = TypeVar("T")
@@ -45,28 +45,52 @@ def api_actor(ws: WorkspaceDep, credentials: BearerDep) -> Principal:
     return authenticate(ws, credentials.credentials if credentials else None)
 
 
-def read_as_api_actor(ws: Workspace, credentials: HTTPAuthorizationCredentials | None,
-                      read: Callable[[Principal], T]) -> T:
-    """`read` as the bearer token's principal, the token's check and the read in one read unit of work."""
-    with authenticated_read(ws, credentials.credentials if credentials else None) as actor:
-        return read(actor)
+async def read_as_api_actor(request: Request, ws: Workspace, credentials: HTTPAuthorizationCredentials | None,
+                            read: Callable[[Principal], T]) -> T:
+    """`read` as the bearer token's principal: the token's check and the read in one read unit of work, on the read
+    lane; the token's last use (a write, which may wait for the write lock) kept after, off the lane, whatever the
+    read raised."""
+    used: list[LastUse] = []
+
+    def checked_read() -> T:
+        with token_read(ws, credentials.credentials if credentials else None) as (actor, last_use):
+            used.extend([last_use] if last_use else [])
+            return read(actor)
+
+    try:
+        return await in_read_lane(request, checked_read)
+    finally:
+        if used:
+            await anyio.to_thread.run_sync(record_use, ws, used[0])
 
 
 ActorDep = Annotated[Principal, Depends(api_actor)]
+
+
+LANE_WAIT_SECONDS = 0.1  # longest a read waits for the lane before it runs on the pool anyway
 
 
 async def in_read_lane(request: Request, read: Callable[..., T], *args: Any) -> T:
     """`read(*args)` on the app's read lane: a few threads for the reads of a proposal, not the pool's forty. A read
     is CPU in Python; eight of them at once on forty threads pass the GIL between them and each costs twice its CPU
     (benchmarks/reads.py: p95 at 8 clients 32 -> 18 ms on one lane), while a queue of reads on one thread costs
-    each only its own. A limiter belongs to its event loop: the lane is one per loop (a `RunVar`, see `read_lane`)."""
+    each only its own. A read that waits (a declared backend's state pull, a session's end written) would hold the
+    lane: one that finds it busy for `LANE_WAIT_SECONDS` runs on the pool, as every read did before. A limiter
+    belongs to its event loop: the lane is one per loop (a `RunVar`, see `read_lane`)."""
     lanes: RunVar[CapacityLimiter] = request.app.state.read_lanes
     try:
         lane = lanes.get()
     except LookupError:
         lane = CapacityLimiter(request.app.state.workspace.settings.read_lane_threads)
         lanes.set(lane)
-    return await anyio.to_thread.run_sync(read, *args, limiter=lane)
+    with anyio.move_on_after(LANE_WAIT_SECONDS) as waited:
+        await lane.acquire()
+    if waited.cancelled_caught:
+        return await anyio.to_thread.run_sync(read, *args)
+    try:
+        return await anyio.to_thread.run_sync(read, *args)
+    finally:
+        lane.release()
 
 
 def read_lane() -> RunVar[CapacityLimiter]:

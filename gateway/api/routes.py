@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from gateway.api.deps import ActorDep, BearerDep, JobId, ProposalId, WorkspaceDep, in_read_lane, read_as_api_actor
+from gateway.api.deps import ActorDep, BearerDep, JobId, ProposalId, WorkspaceDep, read_as_api_actor
 from gateway.api.schemas import (
     DecisionCreate,
     DeliveryPublic,
@@ -106,8 +106,7 @@ async def read_proposal(request: Request, proposal_id: ProposalId, ws: Workspace
                         credentials: BearerDep) -> Response:
     # the token's check and the read in one hop to the read lane (each hop costs a small read as much as its
     # queries) and one read unit of work: one transaction, one snapshot
-    return await in_read_lane(request, read_as_api_actor, ws, credentials,
-                              lambda actor: proposal_document(ws, actor, proposal_id))
+    return await read_as_api_actor(request, ws, credentials, lambda actor: proposal_document(ws, actor, proposal_id))
 
 
 @router.get("/proposals/{proposal_id}/preview", response_model=None, responses=TEXT, tags=["proposals"])

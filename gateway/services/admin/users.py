@@ -58,23 +58,37 @@ def authenticated_read(ws: Workspace, token: str | None) -> Iterator[Principal]:
     """The token's principal, as `authenticate` checks it, inside one read unit of work that the caller's reads join:
     the check and the read are one transaction. The token's last use is recorded (at most once a minute) after that
     read has ended, whatever it raised: a write never waits on a read its own thread holds open."""
-    if not token:
-        raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
-                        "`gateway users add` printed")
-    used: tuple[str, datetime] | None = None
+    used: LastUse | None = None
     try:
-        with ws.store.session(readonly=True) as session:
-            found = session.principals.token_holder(hash_token(token.strip()))
-            principal, used = _checked(ws, found)
+        with token_read(ws, token) as (principal, used):
             yield principal
     finally:
         if used is not None:
-            with ws.store.session() as session:
-                session.principals.touch(*used)
+            record_use(ws, used)
+
+
+LastUse = tuple[str, datetime]  # a principal's id, and the moment its token was used
+
+
+@contextmanager
+def token_read(ws: Workspace, token: str | None) -> Iterator[tuple[Principal, LastUse | None]]:
+    """`authenticated_read` without the write: the token's principal inside one read unit of work, and its last use
+    when that is to be recorded (`record_use`, once the read has ended; None: recorded within the minute)."""
+    if not token:
+        raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
+                        "`gateway users add` printed")
+    with ws.store.session(readonly=True) as session:
+        yield _checked(ws, session.principals.token_holder(hash_token(token.strip())))
+
+
+def record_use(ws: Workspace, used: LastUse) -> None:
+    """Keep a token's last use (a write: it may wait for the database's write lock)."""
+    with ws.store.session() as session:
+        session.principals.touch(*used)
 
 
 def _checked(ws: Workspace, found: tuple[Principal, Mapping[str, Any]] | None
-             ) -> tuple[Principal, tuple[str, datetime] | None]:
+             ) -> tuple[Principal, LastUse | None]:
     """The token's holder if it may act, and (id, now) when its last use is to be recorded."""
     if found is None:
         raise AuthError("the token is not valid")

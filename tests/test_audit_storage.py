@@ -4,15 +4,17 @@ the events), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import random
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, inspect, select, text, update
+from sqlalchemy import event, func, insert, inspect, select, text, update
 
 from gateway.adapters.sql_store import MIGRATIONS, Database, audit_event_addresses, audit_events, audit_head
 from gateway.adapters.store.audit import SqlAuditLog
@@ -144,6 +146,21 @@ def test_the_stored_bytes_are_json_s_canonical_form_whatever_the_payload(db: Dat
     assert verify(db) is None
     if "deep" in payload:
         assert event_addresses(event.payload) == {"aws_instance.deep"}
+
+
+class Colour(enum.Enum):
+    RED = 1
+
+
+@pytest.mark.parametrize("value", [uuid.uuid4(), Colour.RED])
+def test_a_payload_value_json_refuses_is_refused_whichever_encoder_would_write_it(db: Database, value: Any) -> None:
+    """orjson writes a UUID or an enum that `json` refuses: the trail refuses them as it always did, with or without a
+    float beside them, and nothing of the batch is written."""
+    for payload in ({"id": value}, {"id": value, "ratio": 0.5}):
+        with pytest.raises(TypeError), SqlStore(db).session() as session:
+            session.audit.append_many([(SystemActor("erin"), "plan", payload, 1, ["app"])])
+    with db.transaction() as conn:
+        assert conn.scalar(select(func.count()).select_from(audit_events)) == 0
 
 
 def test_a_proposal_names_each_address_once_whatever_the_batches(db: Database) -> None:

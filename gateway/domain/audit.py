@@ -64,8 +64,8 @@ def event_addresses(payload: Any) -> set[str]:
 
 
 def scan_payload(payload: Any) -> tuple[set[str], bool]:
-    """The resource addresses a payload names (`event_addresses`), and whether it holds a float (a faster encoder
-    than `json` may spell one otherwise). One walk, a loop, not recursion: it runs for every event
+    """The resource addresses a payload names (`event_addresses`), and whether it holds a float or a value of none of
+    JSON's types (a faster encoder than `json` may spell a float otherwise, and writes a UUID `json` refuses). One walk, a loop, not recursion: it runs for every event
     appended; JSON's own types are told by `type`, anything else by `isinstance`."""
     found: set[str] = set()
     floats = False
@@ -93,6 +93,8 @@ def scan_payload(payload: Any) -> tuple[set[str], bool]:
         elif isinstance(value, (list, tuple)):
             extend(value)
         elif isinstance(value, float):
+            floats = True
+        else:  # not one of JSON's types (a UUID, an enum, a date): `json` writes it, or refuses it, as ever
             floats = True
     return found, floats
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -124,3 +125,28 @@ def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(
     assert record.status == "interrupted" and "dead-host:1" in record.error
     assert interrupted and interrupted[0].payload["runner"] == "dead-host:1"
     assert get_proposal(workspace, first).status == ProposalStatus.FAILED
+
+
+def test_two_workers_setting_one_marker_at_once_both_succeed(any_workspace: Workspace) -> None:
+    """Two workers that both saw main move set its marker in the same moment: neither fails on the other's row (a
+    delete then an insert did, on PostgreSQL), and the marker holds one of their values."""
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def worker(name: str) -> None:
+        for i in range(40):
+            barrier.wait(10)
+            try:
+                with any_workspace.store.session() as session:
+                    session.main.set_marker("main_seen", f"{name}-{i}")
+            except BaseException as exc:  # noqa: BLE001 - the test reports any failure
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    with any_workspace.store.session(readonly=True) as session:
+        assert session.main.marker("main_seen") in {"a-39", "b-39"}

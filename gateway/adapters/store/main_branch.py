@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from gateway.adapters.sql_store import (
     main_pushes,
@@ -30,8 +30,14 @@ class SqlMainRecords(Records):
         return self.conn.scalar(_MARKER, {"name": name})
 
     def set_marker(self, name: str, value: str) -> None:
-        self.conn.execute(delete(markers).where(markers.c.name == name))
-        self.conn.execute(insert(markers).values(name=name, value=value))
+        """One upsert: two workers setting the same marker at once (both saw main move) both succeed, the later
+        value kept (a delete then an insert let the second fail on the first's row, under READ COMMITTED)."""
+        if self.conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as upsert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
+        statement = upsert(markers).values(name=name, value=value)
+        self.conn.execute(statement.on_conflict_do_update(index_elements=["name"], set_={"value": value}))
 
     def swap_marker(self, name: str, expected: str | None, value: str) -> bool:
         """Set the marker to `value` only if it still holds `expected` (None: absent); False when another

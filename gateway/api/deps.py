@@ -54,7 +54,8 @@ async def read_as_api_actor(request: Request, ws: Workspace, credentials: HTTPAu
 
     def checked_read() -> T:
         with token_read(ws, credentials.credentials if credentials else None) as (actor, last_use):
-            used.extend([last_use] if last_use else [])
+            if last_use:
+                used.append(last_use)
             return read(actor)
 
     try:
@@ -85,12 +86,11 @@ async def in_read_lane(request: Request, read: Callable[..., T], *args: Any) -> 
         lanes.set(lane)
     with anyio.move_on_after(LANE_WAIT_SECONDS) as waited:
         await lane.acquire()
-    if waited.cancelled_caught:
-        return await anyio.to_thread.run_sync(read, *args)
     try:
         return await anyio.to_thread.run_sync(read, *args)
     finally:
-        lane.release()
+        if not waited.cancelled_caught:  # it was given the lane
+            lane.release()
 
 
 def read_lane() -> RunVar[CapacityLimiter]:

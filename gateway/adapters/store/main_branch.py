@@ -32,11 +32,7 @@ class SqlMainRecords(Records):
     def set_marker(self, name: str, value: str) -> None:
         """One upsert: two workers setting the same marker at once (both saw main move) both succeed, the later
         value kept (a delete then an insert let the second fail on the first's row, under READ COMMITTED)."""
-        if self.conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as upsert
-        else:
-            from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
-        statement = upsert(markers).values(name=name, value=value)
+        statement = self._insert_marker(name, value)
         self.conn.execute(statement.on_conflict_do_update(index_elements=["name"], set_={"value": value}))
 
     def swap_marker(self, name: str, expected: str | None, value: str) -> bool:
@@ -47,26 +43,18 @@ class SqlMainRecords(Records):
                 update(markers).where(markers.c.name == name, markers.c.value == expected).values(value=value)
             )
             return done.rowcount == 1
-        dialect = self.conn.dialect.name
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-            # psycopg reports no rowcount for ON CONFLICT DO NOTHING: the returned row says whether it was inserted
-            return (
-                self.conn.execute(
-                    pg_insert(markers)
-                    .values(name=name, value=value)
-                    .on_conflict_do_nothing(index_elements=["name"])
-                    .returning(markers.c.name)
-                ).first()
-                is not None
-            )
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
         created = self.conn.execute(
-            sqlite_insert(markers).values(name=name, value=value).on_conflict_do_nothing(index_elements=["name"])
-        )
-        return created.rowcount == 1
+            self._insert_marker(name, value).on_conflict_do_nothing(index_elements=["name"]).returning(markers.c.name)
+        )  # psycopg reports no rowcount for ON CONFLICT DO NOTHING: the returned row says whether it was inserted
+        return created.first() is not None
+
+    def _insert_marker(self, name: str, value: str) -> Any:
+        """The dialect's INSERT of a marker, which can say what to do on a conflict (imported when used)."""
+        if self.conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+        return insert(markers).values(name=name, value=value)
 
     def add_push(self, sha: str, stacks: Sequence[str], paths: Sequence[str], author: str) -> bool:
         if self.conn.scalar(select(main_pushes.c.sha).where(main_pushes.c.sha == sha)) is not None:

@@ -48,23 +48,13 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
 
 
 def authenticate(ws: Workspace, token: str | None) -> Principal:
-    """The principal a token belongs to: not disabled, the token not expired; its last use is kept (to the minute)."""
-    with authenticated_read(ws, token) as principal:
-        return principal
-
-
-@contextmanager
-def authenticated_read(ws: Workspace, token: str | None) -> Iterator[Principal]:
-    """The token's principal, as `authenticate` checks it, inside one read unit of work that the caller's reads join:
-    the check and the read are one transaction. The token's last use is recorded (at most once a minute) after that
-    read has ended, whatever it raised: a write never waits on a read its own thread holds open."""
-    used: LastUse | None = None
-    try:
-        with token_read(ws, token) as (principal, used):
-            yield principal
-    finally:
-        if used is not None:
-            record_use(ws, used)
+    """The principal a token belongs to: not disabled, the token not expired; its last use is kept (to the minute),
+    after the read has ended: a write never waits on a read its own thread holds open."""
+    with token_read(ws, token) as (principal, used):
+        pass
+    if used is not None:
+        record_use(ws, used)
+    return principal
 
 
 LastUse = tuple[str, datetime]  # a principal's id, and the moment its token was used
@@ -72,8 +62,9 @@ LastUse = tuple[str, datetime]  # a principal's id, and the moment its token was
 
 @contextmanager
 def token_read(ws: Workspace, token: str | None) -> Iterator[tuple[Principal, LastUse | None]]:
-    """`authenticated_read` without the write: the token's principal inside one read unit of work, and its last use
-    when that is to be recorded (`record_use`, once the read has ended; None: recorded within the minute)."""
+    """`authenticate` without the write: the token's principal inside one read unit of work (which the caller's reads
+    join), and its last use when that is to be recorded (`record_use`, once the read has ended; None: recorded
+    within the minute)."""
     if not token:
         raise AuthError("no token: set GATEWAY_TOKEN (or send `Authorization: Bearer TOKEN`) to the token "
                         "`gateway users add` printed")

@@ -104,6 +104,22 @@ def test_the_database_engine_has_no_statement_listeners(workspace: Workspace) ->
     assert not workspace.store.db.engine._has_events  # type: ignore[attr-defined]
 
 
+def test_the_api_is_served_by_the_c_http_parser_on_uvloop() -> None:
+    """`gateway serve` leaves uvicorn to choose: with httptools and uvloop installed it takes them, and a small read's
+    HTTP costs a third of what h11 and asyncio's loop cost (benchmarks/reads.py). Uninstalled, it would fall back
+    silently and every read would be slower."""
+    import uvicorn
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    async def app(scope: Any, receive: Any, send: Any) -> None: ...
+
+    config = uvicorn.Config(app)  # what `gateway serve` gives uvicorn, but for the app
+    config.load()
+    assert config.http_protocol_class is HttpToolsProtocol
+    loop = config.get_loop_factory()
+    assert loop is not None and loop.__module__.startswith("uvloop")
+
+
 def test_a_pinned_read_sees_one_moment_of_the_refs_and_the_next_read_sees_the_push(workspace: Workspace,
                                                                                   clone: Clone) -> None:
     pinned = workspace.repo.pinned()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -75,12 +75,6 @@ class SqlPrincipals(Records):
         if row is None:
             raise NotFound(f"unknown principal {pid}")
         return as_principal(row)
-
-    def many(self, pids: Collection[str]) -> dict[str, Principal]:
-        """The principals of `pids` that exist, by id, each asked once. One prebuilt query per id: an expanding
-        `IN (...)` is compiled anew on every execution, which costs more than a handful of lookups."""
-        rows = (self.conn.execute(_BY_ID, {"id": pid}).mappings().first() for pid in sorted(pids))
-        return {r["id"]: as_principal(r) for r in rows if r is not None}
 
     def credentials(self, pid: str) -> dict[str, Any]:
         """A principal's credential record: when disabled, when its token expires, when it was last used."""

@@ -9,18 +9,20 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, bindparam, insert, select, type_coerce, update
+from sqlalchemy import Select, Text, bindparam, insert, select, type_coerce, update
 
 from gateway.adapters.sql_store import (
     applies,
     decisions,
     overrides,
     plans,
+    principals,
     proposals,
 )
 from gateway.adapters.store.rows import (
     MAX_ID,
     Records,
+    as_principal,
     aware,
     now,
 )
@@ -39,10 +41,30 @@ from gateway.domain.proposal import (
     StackPlan,
 )
 
+# Everyone a proposal names comes with the row that names them (a join, not a lookup per person: on PostgreSQL
+# each statement is a round trip, and a proposal with an agent, its requester and two approvers named four).
+_PERSON = ("id", "name", "kind", "roles", "groups", "acting_for", "disabled_at")  # what `as_principal` reads
+
+
+def _with_person(query: Select[Any], by: Any, prefix: str) -> Select[Any]:
+    """`query` with the principal whose id is `by` beside each row, its columns as `prefix` + name (an outer join:
+    a row naming a principal that is gone still comes, and says so)."""
+    person = principals.alias(prefix.rstrip("_"))
+    return query.add_columns(*(person.c[c].label(prefix + c) for c in _PERSON)).outerjoin(person, person.c.id == by)
+
+
+def _person(row: Mapping[str, Any], prefix: str, named: str) -> Principal:
+    """The principal `_with_person` put beside the row; `named` is the row's column that names them."""
+    if row[prefix + "id"] is None:
+        raise NotFound(f"unknown principal {row[named]}")
+    return as_principal({c: row[prefix + c] for c in _PERSON})
+
+
 # A read of a proposal runs these on every request: built once, so each execution skips building the statement and
 # its cache key (a statement built afresh costs five times as much to execute as the query itself takes).
-_PROPOSAL = select(proposals).where(proposals.c.id == bindparam("id"))
-_PROPOSAL_LOCKED = _PROPOSAL.with_for_update()
+_PROPOSAL = _with_person(_with_person(select(proposals), proposals.c.requester_id, "requester__"),
+                         proposals.c.proposer_id, "proposer__").where(proposals.c.id == bindparam("id"))
+_PROPOSAL_LOCKED = _PROPOSAL.with_for_update(of=proposals)  # the proposal's row only, never its people's
 # Which plans are current: only columns stored before `document`. SQLite reaches a column stored after a big one by
 # walking that one's overflow pages (a 2,000-resource plan's document is megabytes): reading `summary` or `main_sha`
 # of every current plan on every read cost most of a big proposal's read.
@@ -54,8 +76,10 @@ _PLAN_HEADS = (
 _PLAN_BODIES = select(
     plans.c.id, plans.c.state_serial, plans.c.main_sha, plans.c.created_at, type_coerce(plans.c.summary, Text)
 ).where(plans.c.id.in_(bindparam("ids", expanding=True)))
-_DECISIONS = select(decisions).where(decisions.c.proposal_id == bindparam("proposal_id")).order_by(decisions.c.id)
-_OVERRIDES = select(overrides).where(overrides.c.proposal_id == bindparam("proposal_id")).order_by(overrides.c.id)
+_DECISIONS = _with_person(select(decisions), decisions.c.principal_id, "by__").where(
+    decisions.c.proposal_id == bindparam("proposal_id")).order_by(decisions.c.id)
+_OVERRIDES = _with_person(select(overrides), overrides.c.principal_id, "by__").where(
+    overrides.c.proposal_id == bindparam("proposal_id")).order_by(overrides.c.id)
 _PLAN_PREVIEW = select(plans.c.preview).where(plans.c.id == bindparam("id"))
 
 
@@ -137,16 +161,13 @@ class SqlProposals(Records):
             raise NotFound(f"no proposal {proposal_id}")
         decision_rows = self.conn.execute(_DECISIONS, {"proposal_id": proposal_id}).mappings().all()
         override_rows = self.conn.execute(_OVERRIDES, {"proposal_id": proposal_id}).mappings().all()
-        people = self.uow.principals.many(
-            {row["requester_id"], row["proposer_id"], *(r["principal_id"] for r in (*decision_rows, *override_rows))}
-        )  # everyone the proposal names, in one query
         proposal = Proposal(
             id=row["id"],
             branch=row["branch"],
             base_sha=row["base_sha"],
             head_sha=row["head_sha"],
-            requester=_named(people, row["requester_id"]),
-            proposer=_named(people, row["proposer_id"]),
+            requester=_person(row, "requester__", "requester_id"),
+            proposer=_person(row, "proposer__", "proposer_id"),
             reason=row["reason"],
             stacks=tuple(row["stacks"]),
             status=ProposalStatus(row["status"]),
@@ -157,10 +178,9 @@ class SqlProposals(Records):
             kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
         )
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
-        proposal.decisions = [_decision(r, _named(people, r["principal_id"])) for r in decision_rows]
+        proposal.decisions = [_decision(r, _person(r, "by__", "principal_id")) for r in decision_rows]
         proposal.overrides = [
-            Override(r["finding_key"], _named(people, r["principal_id"]).name, r["reason"], aware(r["expires_at"]))
-            for r in override_rows
+            Override(r["finding_key"], _person(r, "by__", "principal_id").name, r["reason"], aware(r["expires_at"])) for r in override_rows
         ]
         return proposal
 
@@ -363,12 +383,6 @@ class SqlProposals(Records):
             .order_by(applies.c.id.desc())
             .limit(1)
         )
-
-
-def _named(people: Mapping[str, Principal], pid: str) -> Principal:
-    if pid not in people:
-        raise NotFound(f"unknown principal {pid}")
-    return people[pid]
 
 
 def _decision(row: Mapping[str, Any], principal: Principal) -> DecisionRecord:

@@ -11,6 +11,7 @@ import random
 import re
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -56,6 +57,20 @@ def test_verify_hashes_the_bytes_stored_not_a_re_encoding_of_them(db: Database) 
             canonical=json.dumps(json.loads(stored), indent=1)))
     broken = verify(db)
     assert broken is not None and broken.seq == 3 and "edited" in broken.reason
+
+
+def test_events_appended_while_verify_streams_are_not_taken_for_a_break(db: Database) -> None:
+    """Verify reads the chain's head, then streams up to it: events appended and committed in between are after the
+    head of its snapshot, not "events beyond the head" (PostgreSQL under READ COMMITTED would have streamed them)."""
+    some_events(db)
+    with SqlStore(db).session(readonly=True) as session:
+        head = session.audit.chain_head()
+        some_events(db, 4)  # another transaction, committed while the read is open
+        with closing(session.audit.links()) as links:
+            assert verify_chain(links, head) is None
+        with closing(session.audit.links()) as links:
+            assert [link[0] for link in links][-1] == 6  # (seq, prev_hash, hash, ...)
+    assert verify(db) is None
 
 
 def test_a_read_shows_the_stored_bytes_and_verify_sees_them_edited(db: Database) -> None:

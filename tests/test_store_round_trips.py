@@ -1,5 +1,6 @@
-"""Round trips to PostgreSQL: what a read costs on the wire, the lock timeout every transaction has, and a pool
-that survives the server dropping its connections (a restart) without pinging on every checkout."""
+"""Round trips to PostgreSQL: what a read costs on the wire, the lock timeout every transaction has, the one snapshot
+every read is, and a pool that survives the server dropping its connections (a restart) without pinging on every
+checkout."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
 from gateway.api.app import create_app
+from gateway.domain.errors import BackendError
 from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
@@ -73,6 +75,24 @@ def test_a_statement_waiting_on_a_lock_fails_instead_of_waiting_forever(pg_works
             waiter.execute(text("SET LOCAL lock_timeout = '200ms'"))
             with pytest.raises(Exception, match="lock timeout"):
                 waiter.execute(text("SELECT count(*) FROM schema_version"))
+
+
+def test_a_read_is_one_snapshot_and_refuses_to_write(pg_workspace: Workspace) -> None:
+    """A read transaction sees one moment, as on SQLite: a commit made while it is open shows in the next read, not
+    in this one; and a read that writes is refused ("reads never write"), not committed."""
+    db = pg_workspace.store.db
+    count = text("SELECT count(*) FROM schema_version")
+    with db.transaction(readonly=True) as read:
+        before = read.execute(count).scalar()
+        with db.transaction() as write:
+            write.execute(text("INSERT INTO schema_version (version, applied_at) VALUES (9999, now())"))
+        assert read.execute(count).scalar() == before
+    with db.transaction(readonly=True) as read:
+        assert read.execute(count).scalar() == before + 1
+    with pytest.raises(BackendError, match="read-only transaction"), db.transaction(readonly=True) as read:
+        read.execute(text("DELETE FROM schema_version WHERE version = 9999"))
+    with db.transaction(readonly=True) as read:
+        assert read.execute(count).scalar() == before + 1
 
 
 def _drop_connections(url: str) -> int:

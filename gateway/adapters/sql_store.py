@@ -709,7 +709,7 @@ class Database:
             self._begin = ("BEGIN IMMEDIATE", "BEGIN")
         elif self.engine.dialect.name == "postgresql":
             _begin_postgres_ourselves(self.engine)
-            self._begin = (_BEGIN_POSTGRES, _BEGIN_POSTGRES)
+            self._begin = (_BEGIN_POSTGRES.format(""), _BEGIN_POSTGRES.format(_READ_ONLY_SNAPSHOT))
 
     def migrate(self) -> None:
         with self.transaction() as conn:
@@ -798,7 +798,12 @@ def _serialize_sqlite(engine: Engine) -> None:
 
 # A statement waiting on a lock fails after this instead of waiting forever; set per transaction (SET LOCAL), so it
 # holds behind a pooler that hands each transaction a different server session.
-_BEGIN_POSTGRES = "BEGIN; SET LOCAL lock_timeout = '30s'"
+_BEGIN_POSTGRES = "BEGIN{}; SET LOCAL lock_timeout = '30s'"
+# A read is one snapshot, as on SQLite (WAL): under READ COMMITTED each statement would see its own moment, so a view
+# could show a decision beside the plans it was not given on, and `audit verify` could read the chain's head, then
+# miss events appended while it streamed. READ ONLY: a read that writes is refused, never committed ("reads never
+# write"). A REPEATABLE READ transaction that only reads never fails to serialize.
+_READ_ONLY_SNAPSHOT = " ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 def _begin_postgres_ourselves(engine: Engine) -> None:

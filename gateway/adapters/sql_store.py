@@ -763,6 +763,8 @@ class Database:
             conn = self.engine.connect()
             try:
                 began = conn.begin()  # the driver sends nothing (autocommit; SQLite: no implicit BEGIN) ...
+                if self.is_sqlite:
+                    _sqlite_query_only(conn, readonly)
                 if self._begin is not None:
                     conn.exec_driver_sql(self._begin[readonly])  # ... so this is the first thing sent
                 return conn, began
@@ -796,12 +798,21 @@ def _serialize_sqlite(engine: Engine) -> None:
         dbapi_connection.execute("PRAGMA busy_timeout=60000")
 
 
+def _sqlite_query_only(conn: Connection, readonly: bool) -> None:
+    """SQLite's READ ONLY (see `_READ_ONLY_SNAPSHOT`): a read that writes is refused. Set on the connection, so only
+    when a pooled connection goes from writes to reads or back."""
+    kept = conn.connection.info  # the DBAPI connection's own, across checkouts
+    if kept.get("query_only") != readonly:
+        conn.exec_driver_sql(f"PRAGMA query_only = {int(readonly)}")
+        kept["query_only"] = readonly
+
+
 # A statement waiting on a lock fails after this instead of waiting forever; set per transaction (SET LOCAL), so it
 # holds behind a pooler that hands each transaction a different server session.
 _BEGIN_POSTGRES = "BEGIN{}; SET LOCAL lock_timeout = '30s'"
 # A read is one snapshot, as on SQLite (WAL): under READ COMMITTED each statement would see its own moment, so a view
 # could show a decision beside the plans it was not given on, and `audit verify` could read the chain's head, then
-# miss events appended while it streamed. READ ONLY: a read that writes is refused, never committed ("reads never
+# stream events appended after it and call the chain broken. READ ONLY: a read that writes is refused, never committed ("reads never
 # write"). A REPEATABLE READ transaction that only reads never fails to serialize.
 _READ_ONLY_SNAPSHOT = " ISOLATION LEVEL REPEATABLE READ READ ONLY"
 

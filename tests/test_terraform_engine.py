@@ -384,6 +384,25 @@ def test_two_runs_keeping_the_same_init_at_once_keep_one_whole(tmp_path: Path, s
     assert planned.returncode == 0 and "No changes" in planned.stdout, planned.stdout + planned.stderr
 
 
+def test_a_stack_whose_opentofu_files_call_a_module_is_never_laid_out_from_a_kept_init(tmp_path: Path,
+                                                                                      sim_lock: str) -> None:
+    """init installs the modules a stack calls, and OpenTofu reads `.tofu` files as `.tf` ones: a call there means
+    init must run, as a call in a `.tf` file does."""
+    config = _packed_mirror(tmp_path)
+    work = tmp_path / "stack"
+    work.mkdir()
+    (work / "main.tf").write_text(SIM)
+    (work / LOCK_FILE).write_text(sim_lock)
+    (work / "backend_override.tf").write_text('terraform {\n  backend "local" {}\n}\n')
+    kept = KeptDataDirs(tmp_path / "kept", INSTALLED / "bin" / "terraform", config)
+    assert kept.key(work, work / "backend_override.tf", {}) is not None
+    for name, text in (("calls.tofu", 'module "m" {\n  source = "./m"\n}\n'),
+                       ("calls.tofu.json", '{"module": {"m": {"source": "./m"}}}')):
+        (work / name).write_text(text)
+        assert kept.key(work, work / "backend_override.tf", {}) is None, name
+        (work / name).unlink()
+
+
 def test_a_terraform_run_past_its_time_is_stopped_with_a_clear_error(tmp_path: Path, objects: Path) -> None:
     hurried = TerraformEngine(TerraformSetup(INSTALLED / "bin" / "terraform", INSTALLED / "terraformrc",
                                              tmp_path / "state", 0.01, {"SIM_PROVIDER_DIR": str(objects)}))

@@ -170,11 +170,12 @@ def _modules_laid_out(work: Path) -> bool:
 
 
 def _calls_modules(work: Path) -> bool:
-    """Whether the stack's own files may call a module (a JSON file is not read here: it counts as calling)."""
+    """Whether the stack's own files may call a module (a JSON file is not read here: it counts as calling). OpenTofu
+    reads `.tofu` files as Terraform reads `.tf` ones."""
     for path in work.iterdir():
-        if path.name.endswith(".tf.json"):
+        if path.name.endswith((".tf.json", ".tofu.json")):
             return True
-        if path.name.endswith(".tf"):
+        if path.name.endswith((".tf", ".tofu")):
             try:
                 if _MODULE_CALL.search(path.read_text(encoding="utf-8", errors="replace")):
                     return True

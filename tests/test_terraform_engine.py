@@ -396,9 +396,9 @@ def test_a_stack_whose_opentofu_files_call_a_module_is_never_laid_out_from_a_kep
     (work / "backend_override.tf").write_text('terraform {\n  backend "local" {}\n}\n')
     kept = KeptDataDirs(tmp_path / "kept", INSTALLED / "bin" / "terraform", config)
     assert kept.key(work, work / "backend_override.tf", {}) is not None
-    for name, text in (("calls.tofu", 'module "m" {\n  source = "./m"\n}\n'),
+    for name, calls in (("calls.tofu", 'module "m" {\n  source = "./m"\n}\n'),
                        ("calls.tofu.json", '{"module": {"m": {"source": "./m"}}}')):
-        (work / name).write_text(text)
+        (work / name).write_text(calls)
         assert kept.key(work, work / "backend_override.tf", {}) is None, name
         (work / name).unlink()
 

@@ -372,16 +372,40 @@ def test_two_runs_keeping_the_same_init_at_once_keep_one_whole(tmp_path: Path, s
     kept = KeptDataDirs(tmp_path / "kept", INSTALLED / "bin" / "terraform", config)
     key = kept.key(works[0], works[0] / "backend_override.tf", {})
     assert key is not None and key == kept.key(works[1], works[1] / "backend_override.tf", {})
+    stale = tmp_path / "kept" / "an-init-of-a-lock-file-long-gone"
+    stale.mkdir(parents=True)
+    (stale / MANIFEST).write_text("{}")
+    os.utime(stale / MANIFEST, (time.time() - 30 * 86400,) * 2)
     with ThreadPoolExecutor(2) as pool:
         done = list(pool.map(lambda work: kept.keep(key, work, sim_lock.encode()), works))
     assert sorted(done) == [False, True]
-    assert [p.name for p in (tmp_path / "kept").iterdir()] == [key]  # no half-made directory left beside it
+    # no half-made directory left beside it, and keeping a new one dropped the one no run had used for a month
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == [key]
     fresh = tmp_path / "fresh"  # a third copy of the stack, where init never ran
     shutil.copytree(works[0], fresh, ignore=shutil.ignore_patterns(".terraform"))
+    month_ago = time.time() - 30 * 86400
+    os.utime(tmp_path / "kept" / key / MANIFEST, (month_ago, month_ago))
     assert kept.lay_out(key, fresh)
+    kept.prune(time.time())  # laid out just now: used, so kept
     planned = subprocess.run([str(INSTALLED / "bin" / "terraform"), "plan", "-input=false", "-no-color"], cwd=fresh,
                              env=env, capture_output=True, text=True)
     assert planned.returncode == 0 and "No changes" in planned.stdout, planned.stdout + planned.stderr
+
+
+def test_kept_inits_no_run_used_for_two_weeks_are_dropped_with_what_crashed_runs_left(tmp_path: Path) -> None:
+    kept = KeptDataDirs(tmp_path / "kept", INSTALLED / "bin" / "terraform", None)
+    now = time.time()
+    ages = {"used-yesterday": 1, "used-13-days-ago": 13, "unused-15-days": 15, "unused-a-year": 365}
+    for name, days in ages.items():
+        (tmp_path / "kept" / name / "providers").mkdir(parents=True)
+        (tmp_path / "kept" / name / MANIFEST).write_text("{}")
+        os.utime(tmp_path / "kept" / name / MANIFEST, (now - days * 86400, now - days * 86400))
+    for name, hours in ((".partial-crashed", 30), (".dropped-crashed", 30), (".partial-running", 1)):
+        (tmp_path / "kept" / name).mkdir()
+        os.utime(tmp_path / "kept" / name, (now - hours * 3600, now - hours * 3600))
+    kept.prune(now)
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == [".partial-running", "used-13-days-ago",
+                                                                     "used-yesterday"]
 
 
 def test_a_stack_whose_opentofu_files_call_a_module_is_never_laid_out_from_a_kept_init(tmp_path: Path,

@@ -29,6 +29,11 @@ Layout, under the workspace's Terraform directory (0700):
 
 A kept directory is made beside its place and renamed into it, so a reader finds it whole or not at all, and two
 runs that keep the same one at once keep one of the two; one is dropped by renaming it away before removing it.
+
+Each one laid out is marked used (its manifest's time). When a new one is kept (a lock file changed, most often),
+those no run has used for `UNUSED_DAYS` are dropped, with what a run that crashed left half made: a package copied
+in (no plugin cache) is a provider's whole size, and every lock file bump would otherwise keep another for good. A
+run laying one out as it is dropped finds it gone, or its plan asks for init: either way init runs, as without it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +58,8 @@ PROVIDERS = "providers"
 MODULES = "modules"
 MANIFEST = "kept.json"
 _PACKAGE_DEPTH = 5  # providers/HOST/NAMESPACE/TYPE/VERSION/PLATFORM
+UNUSED_DAYS = 14
+_LEFT_BEHIND = 24 * 3600  # seconds: a `.partial-` or `.dropped-` directory this old belongs to no running init
 _MODULE_CALL = re.compile(r'^\s*module\s+["\w]', re.MULTILINE)  # a label may be quoted or not
 
 
@@ -94,6 +102,10 @@ class KeptDataDirs:
         if entries is None:  # not as it was written: never used, and made again by the next init
             self.drop(key)
             return False
+        try:
+            os.utime(kept / MANIFEST)  # used now: `prune` leaves it
+        except OSError:
+            pass
         data = work / DATA_DIR
         try:
             (data / PROVIDERS).mkdir(parents=True, exist_ok=True)
@@ -143,7 +155,24 @@ class KeptDataDirs:
         except OSError:
             shutil.rmtree(partial, ignore_errors=True)  # another run kept it first, or the disk refused
             return False
+        self.prune(time.time())
         return True
+
+    def prune(self, now: float) -> None:
+        """Drop the kept directories no run has laid out for `UNUSED_DAYS`, and what crashed runs left half made."""
+        try:
+            found = list(self.directory.iterdir())
+        except OSError:
+            return
+        for path in found:
+            try:
+                if path.name.startswith("."):
+                    if now - path.stat().st_mtime > _LEFT_BEHIND:
+                        shutil.rmtree(path, ignore_errors=True)
+                elif now - (path / MANIFEST).stat().st_mtime > UNUSED_DAYS * 86400:
+                    self.drop(path.name)
+            except OSError:
+                continue  # dropped meanwhile by another run
 
     def drop(self, key: str) -> None:
         """Forget the kept directory `key` (renamed away first: no reader finds half of it)."""

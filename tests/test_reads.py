@@ -105,9 +105,9 @@ def test_the_database_engine_has_no_statement_listeners(workspace: Workspace) ->
 
 
 def test_the_api_is_served_by_the_c_http_parser_on_uvloop() -> None:
-    """`gateway serve` leaves uvicorn to choose: with httptools and uvloop installed it takes them, and a small read's
-    HTTP costs a third of what h11 and asyncio's loop cost (benchmarks/reads.py). Uninstalled, it would fall back
-    silently and every read would be slower."""
+    """`gateway serve` leaves uvicorn to choose: with httptools and uvloop installed it takes them, and a request's
+    floor (a 404) costs 15-20 % less CPU than on h11 and asyncio's loop. Uninstalled, it would fall back silently
+    and every request would cost more."""
     import uvicorn
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 

@@ -101,9 +101,8 @@ def run(home: Path, url: str | None, events: int, plans: bool, filtered: bool = 
     print(f"{events:,} events on {ws.store.db.engine.dialect.name}; {load()}")
     _, token = add_principal(ws, None, "dana", frozenset({Role.AUDITOR}), frozenset(), PrincipalKind.PERSON)
     append(ws, events)
-    with ws.store.db.engine.connect() as conn:
+    with ws.store.db.transaction() as conn:  # a write: a pooled SQLite connection that served reads is query_only
         conn.execute(text("ANALYZE"))
-        conn.commit()
     if filtered:
         with TestClient(create_app(ws.settings, workers=0)) as client:
             logging.disable(logging.INFO)  # not a line per request

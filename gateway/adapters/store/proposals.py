@@ -49,7 +49,7 @@ _PERSON = ("id", "name", "kind", "roles", "groups", "acting_for", "disabled_at")
 def _with_person(query: Select[Any], by: Any, prefix: str) -> Select[Any]:
     """`query` with the principal whose id is `by` beside each row, its columns as `prefix` + name (an outer join:
     a row naming a principal that is gone still comes, and says so)."""
-    person = principals.alias(prefix.rstrip("_"))
+    person = principals.alias(prefix + "person")
     return query.add_columns(*(person.c[c].label(prefix + c) for c in _PERSON)).outerjoin(person, person.c.id == by)
 
 

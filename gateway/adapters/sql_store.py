@@ -812,8 +812,8 @@ def _sqlite_query_only(conn: Connection, readonly: bool) -> None:
 _BEGIN_POSTGRES = "BEGIN{}; SET LOCAL lock_timeout = '30s'"
 # A read is one snapshot, as on SQLite (WAL): under READ COMMITTED each statement would see its own moment, so a view
 # could show a decision beside the plans it was not given on, and `audit verify` could read the chain's head, then
-# stream events appended after it and call the chain broken. READ ONLY: a read that writes is refused, never committed ("reads never
-# write"). A REPEATABLE READ transaction that only reads never fails to serialize.
+# stream events appended after it and call the chain broken. READ ONLY: a read that writes is refused, never
+# committed ("reads never write"). A REPEATABLE READ transaction that only reads never fails to serialize.
 _READ_ONLY_SNAPSHOT = " ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 

@@ -180,7 +180,8 @@ class SqlProposals(Records):
         proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
         proposal.decisions = [_decision(r, _person(r, "by__", "principal_id")) for r in decision_rows]
         proposal.overrides = [
-            Override(r["finding_key"], _person(r, "by__", "principal_id").name, r["reason"], aware(r["expires_at"])) for r in override_rows
+            Override(r["finding_key"], _person(r, "by__", "principal_id").name, r["reason"], aware(r["expires_at"]))
+            for r in override_rows
         ]
         return proposal
 

@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import event, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scratch_db import scratch_database  # noqa: E402  (a sibling: this script's directory is on the path)
 
 from gateway.adapters.store.audit import canonical_bytes  # noqa: E402
 from gateway.api.app import create_app  # noqa: E402
@@ -70,30 +72,8 @@ def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     events = int(args[0]) if args else 1_000_000
     target = args[1] if len(args) > 1 else "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-    with tempfile.TemporaryDirectory() as tmp:
-        if target == "sqlite":
-            url, drop = None, None
-        else:
-            url, drop = fresh_postgres(target)
-        try:
-            run(Path(tmp) / "home", url, events, "--plans" in sys.argv, "--no-filters" not in sys.argv)
-        finally:
-            if drop:
-                drop()
-
-
-def fresh_postgres(admin_url: str) -> tuple[str, Callable[[], None]]:
-    name = f"gw_bench_audit_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return admin_url.rsplit("/", 1)[0] + f"/{name}", drop
+    with tempfile.TemporaryDirectory() as tmp, scratch_database(None if target == "sqlite" else target, "audit") as url:
+        run(Path(tmp) / "home", url, events, "--plans" in sys.argv, "--no-filters" not in sys.argv)
 
 
 def run(home: Path, url: str | None, events: int, plans: bool, filtered: bool = True) -> None:

@@ -33,8 +33,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,10 +40,11 @@ from typing import Any
 
 import httpx
 import uvicorn
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scratch_db import scratch_database  # noqa: E402  (a sibling: this script's directory is on the path)
 
 from gateway import worker as worker_module  # noqa: E402
 from gateway.adapters import github_forge  # noqa: E402
@@ -263,26 +262,8 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("error")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    with tempfile.TemporaryDirectory(prefix="gw-bench-review-") as tmp, scratch_database(args.postgres) as url:
+    with tempfile.TemporaryDirectory(prefix="gw-bench-review-") as tmp, scratch_database(args.postgres, "review") as url:
         run(args.pulls, args.rate, Path(tmp), url, args.profile)
-
-
-@contextmanager
-def scratch_database(admin_url: str | None) -> Iterator[str | None]:
-    """A database of the run's own on that PostgreSQL server, dropped after (None: SQLite in the run's directory)."""
-    if admin_url is None:
-        yield None
-        return
-    name = f"gw_bench_review_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -18,15 +18,15 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import git
 import psycopg
+from reads import queues  # siblings: this script's directory is on the path
+from scratch_db import scratch_database
 from sqlalchemy import bindparam, create_engine, event, select, text
 
-from benchmarks.reads import queues
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.sql_store import principals
 from gateway.api.routes import proposal_document
@@ -131,20 +131,11 @@ def main() -> None:
     configure_logging("warning")
     admin_url = sys.argv[1] if len(sys.argv) > 1 else "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
     print(f"a read's statements and what each costs; {load()}")
-    name = f"bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = admin_url.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            read_cost(Path(tmp) / "sqlite-home", None, Path(tmp) / "clone-sqlite")
-            read_cost(Path(tmp) / "pg-home", url, Path(tmp) / "clone-pg")
+    with scratch_database(admin_url, "reads") as url, tempfile.TemporaryDirectory() as tmp:
+        read_cost(Path(tmp) / "sqlite-home", None, Path(tmp) / "clone-sqlite")
+        read_cost(Path(tmp) / "pg-home", url, Path(tmp) / "clone-pg")
+        assert url is not None
         statement_cost(url)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
     print(f"done; {load()}")
 
 

@@ -16,11 +16,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import git
-from sqlalchemy import create_engine, select, text
+from scratch_db import scratch_database  # a sibling: this script's directory is on the path
+from sqlalchemy import select
 
 from gateway.adapters.git_repo import committer_env
 from gateway.adapters.sql_store import applies, jobs
@@ -79,54 +79,45 @@ def prepare(home: Path, url: str) -> tuple[Workspace, list[int]]:
 
 
 def run(workers: int, admin_url: str) -> None:
-    name = f"gw_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = admin_url.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            ws, ids = prepare(Path(tmp) / "home", url)
-            env = {**{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
-                   "GATEWAY_HOME": str(ws.settings.home), "GATEWAY_DATABASE_URL": url, "GATEWAY_LOCK_WAIT_SECONDS": "600"}
-            started = time.monotonic()
-            procs = [subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker", "--loops", "1", "--poll", "0.05"],
-                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                     for _ in range(workers)]
-            try:
-                while True:
-                    with ws.store.db.transaction() as conn:
-                        rows = conn.execute(select(jobs.c.status, jobs.c.created_at, jobs.c.started_at)
-                                            .where(jobs.c.kind == "apply")).all()
-                    if all(r.status not in ("queued", "running") for r in rows):
-                        break
-                    time.sleep(0.2)
-                elapsed = time.monotonic() - started
-            finally:
-                for p in procs:
-                    p.terminate()
-                for p in procs:
-                    p.wait(60)
-            waits = sorted((r.started_at - r.created_at).total_seconds() for r in rows)
-            statuses = [r.status for r in rows]
-            with ws.store.db.transaction() as conn:
-                spans = conn.execute(select(applies.c.stack, applies.c.started_at, applies.c.finished_at)).all()
-            overlaps = 0
-            by_stack: dict[str, list] = {}
-            for stack, start, end in spans:
-                by_stack.setdefault(stack, []).append((start, end))
-            for intervals in by_stack.values():
-                intervals.sort()
-                overlaps += sum(1 for a, b in zip(intervals, intervals[1:], strict=False) if b[0] < a[1])
-            print(f"{workers} worker(s): {len(rows)} apply jobs in {elapsed:6.1f} s = {len(rows) / elapsed:5.1f} jobs/s; "
-                  f"p95 queue wait {statistics.quantiles(waits, n=20)[-1]:6.1f} s; "
-                  f"succeeded {statuses.count('succeeded')}, refused {statuses.count('refused')}, "
-                  f"failed {statuses.count('failed')}; stacks with two writers at once: {overlaps}")
-            ws.close()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_database(admin_url, "workers") as url, tempfile.TemporaryDirectory() as tmp:
+        assert url is not None
+        ws, ids = prepare(Path(tmp) / "home", url)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")},
+               "GATEWAY_HOME": str(ws.settings.home), "GATEWAY_DATABASE_URL": url, "GATEWAY_LOCK_WAIT_SECONDS": "600"}
+        started = time.monotonic()
+        procs = [subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker", "--loops", "1", "--poll", "0.05"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for _ in range(workers)]
+        try:
+            while True:
+                with ws.store.db.transaction() as conn:
+                    rows = conn.execute(select(jobs.c.status, jobs.c.created_at, jobs.c.started_at)
+                                        .where(jobs.c.kind == "apply")).all()
+                if all(r.status not in ("queued", "running") for r in rows):
+                    break
+                time.sleep(0.2)
+            elapsed = time.monotonic() - started
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(60)
+        waits = sorted((r.started_at - r.created_at).total_seconds() for r in rows)
+        statuses = [r.status for r in rows]
+        with ws.store.db.transaction() as conn:
+            spans = conn.execute(select(applies.c.stack, applies.c.started_at, applies.c.finished_at)).all()
+        overlaps = 0
+        by_stack: dict[str, list] = {}
+        for stack, start, end in spans:
+            by_stack.setdefault(stack, []).append((start, end))
+        for intervals in by_stack.values():
+            intervals.sort()
+            overlaps += sum(1 for a, b in zip(intervals, intervals[1:], strict=False) if b[0] < a[1])
+        print(f"{workers} worker(s): {len(rows)} apply jobs in {elapsed:6.1f} s = {len(rows) / elapsed:5.1f} jobs/s; "
+              f"p95 queue wait {statistics.quantiles(waits, n=20)[-1]:6.1f} s; "
+              f"succeeded {statuses.count('succeeded')}, refused {statuses.count('refused')}, "
+              f"failed {statuses.count('failed')}; stacks with two writers at once: {overlaps}")
+        ws.close()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ Usage: python benchmarks/read_statements.py [POSTGRES_ADMIN_URL]
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import git
 import psycopg
-from reads import queues  # siblings: this script's directory is on the path
+from reads import load, queues  # siblings: this script's directory is on the path
 from scratch_db import scratch_database
 from sqlalchemy import bindparam, create_engine, event, select, text
 
@@ -39,10 +38,6 @@ from gateway.services.admin.users import add_principal, token_read
 from gateway.services.change.proposals import open_proposal
 
 ROUNDS, PER_ROUND = 7, 300
-
-
-def load() -> str:
-    return "load %.2f %.2f %.2f" % os.getloadavg()
 
 
 def cpu_per_call(call: Callable[[], object], rounds: int = ROUNDS, per_round: int = PER_ROUND) -> tuple[float, float]:
@@ -93,8 +88,7 @@ def read_cost(home: Path, url: str | None, clone_dir: Path) -> None:
         median, least = cpu_per_call(read)
         name = "PostgreSQL" if url else "SQLite"
         print(f"{name:10} read of a small proposal: {len(statements)} statements (BEGIN among them) and a COMMIT, "
-              f"CPU per read "
-              f"median {median * 1e3:.3f} ms, least {least * 1e3:.3f} ms ({load()})")
+              f"CPU per read median {median * 1e3:.3f} ms, least {least * 1e3:.3f} ms ({load()})")
     finally:
         ws.close()
 

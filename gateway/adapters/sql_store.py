@@ -709,7 +709,7 @@ class Database:
             self._begin = ("BEGIN IMMEDIATE", "BEGIN")
         elif self.engine.dialect.name == "postgresql":
             _begin_postgres_ourselves(self.engine)
-            self._begin = (_BEGIN_POSTGRES.format(""), _BEGIN_POSTGRES.format(_READ_ONLY_SNAPSHOT))
+            self._begin = (_BEGIN_POSTGRES_WRITE, _BEGIN_POSTGRES_READ)
 
     def migrate(self) -> None:
         with self.transaction() as conn:
@@ -799,7 +799,7 @@ def _serialize_sqlite(engine: Engine) -> None:
 
 
 def _sqlite_query_only(conn: Connection, readonly: bool) -> None:
-    """SQLite's READ ONLY (see `_READ_ONLY_SNAPSHOT`): a read that writes is refused. Set on the connection, so only
+    """SQLite's READ ONLY (see `_BEGIN_POSTGRES_READ`): a read that writes is refused. Set on the connection, so only
     when a pooled connection goes from writes to reads or back."""
     kept = conn.connection.info  # the DBAPI connection's own, across checkouts
     if kept.get("query_only") != readonly:
@@ -809,12 +809,12 @@ def _sqlite_query_only(conn: Connection, readonly: bool) -> None:
 
 # A statement waiting on a lock fails after this instead of waiting forever; set per transaction (SET LOCAL), so it
 # holds behind a pooler that hands each transaction a different server session.
-_BEGIN_POSTGRES = "BEGIN{}; SET LOCAL lock_timeout = '30s'"
+_BEGIN_POSTGRES_WRITE = "BEGIN; SET LOCAL lock_timeout = '30s'"
 # A read is one snapshot, as on SQLite (WAL): under READ COMMITTED each statement would see its own moment, so a view
 # could show a decision beside the plans it was not given on, and `audit verify` could read the chain's head, then
 # stream events appended after it and call the chain broken. READ ONLY: a read that writes is refused, never
 # committed ("reads never write"). A REPEATABLE READ transaction that only reads never fails to serialize.
-_READ_ONLY_SNAPSHOT = " ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_BEGIN_POSTGRES_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL lock_timeout = '30s'"
 
 
 def _begin_postgres_ourselves(engine: Engine) -> None:

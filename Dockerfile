@@ -20,7 +20,6 @@ RUN sh tools/install_engine.sh "$ENGINE" /opt/engine \
  && mkdir -p /usr/share/doc/gateway-engine && cp /opt/engine/NOTICE /usr/share/doc/gateway-engine/NOTICE
 COPY gateway gateway
 COPY agents agents
-COPY prompts prompts
 COPY evals evals
 RUN pip install --no-cache-dir --no-deps .
 

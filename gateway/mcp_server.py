@@ -29,7 +29,7 @@ from gateway.services.admin.users import authenticate
 from gateway.services.agents import external_agents as agents
 from gateway.services.workspace import Workspace
 
-INSTRUCTIONS = "mcp_instructions"  # prompts/mcp_instructions.md: what the external agent is told
+INSTRUCTIONS = "mcp_instructions"  # agents/prompts/mcp_instructions.md: what the external agent is told
 
 
 class GatewayTokens:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import json
 import secrets
-from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from gateway.api.deps import (
@@ -49,7 +49,8 @@ from gateway.services.change.views import inbox, list_proposal_rows, view_propos
 from gateway.services.day_two.break_glass import overdue_windows
 from gateway.services.workspace import Workspace
 
-templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+# package data, found by the package loader: an installed wheel carries them (a path beside the source would not)
+templates = Jinja2Templates(env=Environment(loader=PackageLoader("gateway.api", "templates"), autoescape=True))
 router = APIRouter(include_in_schema=False)
 CsrfField = Annotated[str, Form()]
 

@@ -1,15 +1,19 @@
-"""Prompts are files in `prompts/`, loaded by name; the version in their front matter is recorded."""
+"""Prompts are the `.md` files beside this module, loaded by name; the version in their front matter is recorded.
+
+They are package data (read through `importlib.resources`), so an installed wheel carries them.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from string import Template
 
 from gateway.domain.repo_settings import RepoSettings
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+PROMPTS_DIR = resources.files(__name__)
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,7 @@ class Prompt:
     text: str
 
 
-def load_prompt(name: str, directory: Path = PROMPTS_DIR) -> Prompt:
+def load_prompt(name: str, directory: Traversable = PROMPTS_DIR) -> Prompt:
     raw = (directory / f"{name}.md").read_text(encoding="utf-8")
     version = "sha-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
     text = raw

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import secrets
 import shutil
 import threading
@@ -22,6 +23,7 @@ from gateway.adapters.clock import SystemClock
 from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
+from gateway.adapters.keyfiles import private_key_file
 from gateway.adapters.git_repo import GitDeclarationRepo
 from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher
 from gateway.adapters.module_installer import ModuleInstaller
@@ -125,8 +127,7 @@ def open_workspace(settings: Settings, migrate: bool = True) -> Workspace:
 
     Without `migrate` (a command that only reads) no migration runs: one read-only query finds the schema's
     version, and a database behind this gateway is refused with what to run, never upgraded by a read."""
-    if not settings.repo_path.exists():
-        raise NotFound(f"no gateway workspace at {settings.home}: run `gateway init` first")
+    require_workspace(settings)
     db = Database(settings.db_url)
     if migrate:
         db.migrate()
@@ -136,10 +137,42 @@ def open_workspace(settings: Settings, migrate: bool = True) -> Workspace:
     return _wire(settings, db, GitDeclarationRepo(settings.repo_path))
 
 
-def migrate_workspace(settings: Settings) -> list[int]:
-    """Run the migrations the workspace's database has not run; the versions it ran (none when it was current)."""
+def open_service_workspace(settings: Settings) -> Workspace:
+    """The workspace of a long-running process (the API, `gateway worker`), opened without reaching the database:
+    it starts whatever the database is doing, and brings it up (`services.admin.startup`) when it answers."""
+    require_workspace(settings)
+    return _wire(settings, Database(settings.db_url), GitDeclarationRepo(settings.repo_path))
+
+
+def require_workspace(settings: Settings) -> None:
+    """An initialised workspace this process may write; a clear error naming the path and the user otherwise."""
+    if settings.home.is_dir():
+        _require_writable(settings.home)
     if not settings.repo_path.exists():
         raise NotFound(f"no gateway workspace at {settings.home}: run `gateway init` first")
+
+
+def _writable(folder: Path) -> bool:
+    return os.access(folder, os.R_OK | os.W_OK | os.X_OK)
+
+
+def _require_writable(folder: Path) -> None:
+    """The workspace holds the declaration repo, the engines' state and caches (and SQLite's files): a process that
+    cannot write it fails later with an unrelated-looking error, so it is refused here, saying what to change."""
+    if _writable(folder):
+        return
+    where, uid, owner = folder.resolve(), os.getuid(), folder.stat().st_uid
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        raise ConfigError(f"the workspace {where} is not writable by this process (uid {uid}): it is on a read-only "
+                          "filesystem; mount it read-write")
+    raise ConfigError(f"the workspace {where} is not writable by this process (uid {uid}; the folder belongs to uid "
+                      f"{owner}, mode {folder.stat().st_mode & 0o777:o}): give it to uid {uid} (chown -R {uid} "
+                      f"{where}) or run the gateway as uid {owner}")
+
+
+def migrate_workspace(settings: Settings) -> list[int]:
+    """Run the migrations the workspace's database has not run; the versions it ran (none when it was current)."""
+    require_workspace(settings)
     db = Database(settings.db_url)
     try:
         pending = db.pending_migrations()
@@ -284,17 +317,36 @@ def known_secret_values(settings: Settings) -> list[Any]:
             for value in json.loads(path.read_text()).values()] + channels
 
 
+def session_secret(settings: Settings) -> str:
+    """The key that signs the pages' cookies: from the environment, or made once and kept with the other keys."""
+    if settings.session_secret:
+        return settings.session_secret.get_secret_value()
+    return private_key_file(settings.session_key_path, lambda: secrets.token_urlsafe(48).encode(),
+                            "session key").decode()
+
+
+def make_keys(settings: Settings) -> None:
+    """Every key kept in a file, made with the workspace, so processes that only read them (the API and workers of
+    an image, with the keys' volume mounted read-only) find them there."""
+    Sealer.from_key_file(settings.data_key_path)
+    FileSigner(settings.signing_key_path).public_key()
+    session_secret(settings)
+
+
 def sample_repo_path(sample: str = "sandbox") -> Path:
     return Path(str(resources.files("gateway") / SAMPLES[sample]))
 
 
 def create_workspace(settings: Settings, content: Path | None = None, sample: str = "sandbox") -> Workspace:
     """Create the workspace with a declaration repo (the sample one by default) and its secrets."""
+    if settings.home.is_dir():
+        _require_writable(settings.home)
     if settings.repo_path.exists():
         raise Conflict(f"a gateway workspace already exists at {settings.home}")
     source = content or sample_repo_path(sample)
     parse_repo_settings((source / "gateway.yaml").read_text())  # a bad gateway.yaml creates nothing
     settings.home.mkdir(parents=True, exist_ok=True)
+    make_keys(settings)
     db = Database(settings.db_url)
     db.migrate()
     try:

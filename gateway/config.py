@@ -156,19 +156,30 @@ class Settings(BaseModel):
     audit_signing_key_file: Path | None = Field(
         default=None, description="Ed25519 key that signs audit checkpoints (default: made in the workspace, 0600)")
     audit_checkpoint_minutes: float = Field(default=60.0, gt=0, description="how often workers sign a checkpoint")
+    keys_dir: Path | None = Field(
+        default=None, description="where the keys are kept (data.key, audit-signing.key, session.key) unless a "
+        "setting names a file: apart from the workspace and the database they protect (default: the workspace)")
+    tls_cert_file: Path | None = Field(default=None, description="`gateway serve` answers HTTPS with this "
+                                       "certificate (PEM, chain included) and GATEWAY_TLS_KEY_FILE")
+    tls_key_file: Path | None = Field(default=None, description="the private key of GATEWAY_TLS_CERT_FILE (PEM)")
 
     @property
     def cookies_secure(self) -> bool:
         """Whether the session cookie carries the Secure flag: when configured, or when people reach us over TLS."""
-        return self.secure_cookies or self.public_url.lower().startswith("https://")
+        return (self.secure_cookies or self.public_url.lower().startswith("https://")
+                or self.tls_cert_file is not None)
 
     @property
     def data_key_path(self) -> Path:
-        return self.data_key_file or self.home / "data.key"
+        return self.data_key_file or (self.keys_dir or self.home) / "data.key"
 
     @property
     def signing_key_path(self) -> Path:
-        return self.audit_signing_key_file or self.home / "audit-signing.key"
+        return self.audit_signing_key_file or (self.keys_dir or self.home) / "audit-signing.key"
+
+    @property
+    def session_key_path(self) -> Path:
+        return (self.keys_dir or self.home) / "session.key"
 
     @property
     def db_url(self) -> str:

@@ -66,18 +66,52 @@ def configure_logging(level: str | None = None) -> None:
         _apply()
 
 
+def configure_service_logging(default_level: str = "info") -> None:
+    """A long-running process (the API, a worker): our lines at GATEWAY_LOG_LEVEL (else `default_level`), and every
+    library's lines through the standard library's logging (uvicorn, the MCP session manager, SQLAlchemy...) as the
+    same JSON, scrubbed the same way, on stderr. Installed before any library configures logging of its own: the
+    root logger then has its handler, and a library's `basicConfig` (MCP's would draw with rich) changes nothing."""
+    configure_logging(os.environ.get("GATEWAY_LOG_LEVEL", default_level))
+    _apply()
+    structlog = _structlog()
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *_stamps(structlog)],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *_rendering(structlog)])
+    handler = logging.StreamHandler(_StderrNow())
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, _level or "INFO", logging.INFO))
+    logging.getLogger("uvicorn.access").disabled = True  # the gateway writes its own line per request
+
+
+class _StderrNow:
+    """Whatever sys.stderr is at the time of writing (the CLI wraps it in a scrubber after start-up)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _stamps(structlog: ModuleType) -> list[Any]:
+    return [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info]
+
+
+def _rendering(structlog: ModuleType) -> list[Any]:
+    return [_scrub_secrets, structlog.processors.JSONRenderer(sort_keys=True)]
+
+
 def _apply() -> None:
     global _applied
     structlog = _structlog()
     name = _level or os.environ.get("GATEWAY_LOG_LEVEL", "warning").upper()
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            _scrub_secrets,
-            structlog.processors.JSONRenderer(sort_keys=True),
-        ],
+        processors=[*_stamps(structlog), *_rendering(structlog)],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, name, logging.WARNING)),
         logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,

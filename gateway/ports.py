@@ -710,6 +710,7 @@ class Store(Protocol):
     locks: StackLocks
     queue: JobQueue
     dialect: str  # sqlite, postgresql
+    schema_version: int  # the schema this code reads and writes (its newest migration)
 
     def close(self) -> None:
         """Let go of every connection."""
@@ -722,6 +723,11 @@ class Store(Protocol):
 
     def pending_migrations(self) -> list[int]:
         """The schema's migrations this code knows and the database has not run (empty: at head)."""
+        ...
+
+    def migrate(self) -> list[int]:
+        """Run the schema's migrations the database has not run (the versions run; none when it was current). A
+        `BackendError` while the database does not answer."""
         ...
 
 

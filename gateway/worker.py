@@ -18,12 +18,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gateway.domain.backoff import Backoff
+from gateway.domain.errors import DatabaseUnavailable
 from gateway.domain.jobs import Job, JobKind
 from gateway.domain.operations import failed_checks
 from gateway.domain.principals import GATEWAY
 from gateway.logs import get_logger
 from gateway.services.admin.audit import checkpoint_if_due
 from gateway.services.admin.operations import check_readiness
+from gateway.services.admin.startup import Outage, bring_database_up
 from gateway.services.change.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
 from gateway.services.change.main_watch import watch_main
 from gateway.services.day_two.break_glass import sweep_break_glass
@@ -57,17 +60,25 @@ class Worker:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._in_hand: dict[int, Job] = {}  # loop index -> the job it runs
-        self._threads = [threading.Thread(target=self._loop, args=(i,), name=f"worker-{i}", daemon=True)
-                         for i in range(loops)]
-        self._threads.append(threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True))
+        self._work = [threading.Thread(target=self._loop, args=(i,), name=f"worker-{i}", daemon=True)
+                      for i in range(loops)]
+        self._work.append(threading.Thread(target=self._housekeeping_loop, name="housekeeping", daemon=True))
+        self._threads = [threading.Thread(target=self._start_work, name="database", daemon=True)]
         if ready_file is not None:
             self._threads.append(threading.Thread(target=self._readiness_loop, name="readiness", daemon=True))
 
     def start(self) -> Worker:
+        """Start at once, whatever the database is doing: the loops begin when it answers at this code's schema
+        (brought up, and migrated, by the first thread); until then the ready file is absent."""
         for thread in self._threads:
             thread.start()
         log.info("worker.started", worker=self.name, loops=self.loops)
         return self
+
+    def _start_work(self) -> None:
+        if bring_database_up(self.ws, f"worker {self.name}", self._stop):
+            for thread in self._work:
+                thread.start()
 
     def in_hand(self) -> list[Job]:
         return list(self._in_hand.values())
@@ -81,7 +92,7 @@ class Worker:
         deadline = None if grace_seconds is None else time.monotonic() + grace_seconds
         handed: list[int] = []
         past_grace = False
-        while any(thread.is_alive() for thread in self._threads):
+        while any(thread.is_alive() for thread in self._threads + self._work):
             if not past_grace and deadline is not None and time.monotonic() >= deadline:
                 past_grace, handed = True, self._hand_back()
             if past_grace and all(job.kind in HAND_BACK for job in self.in_hand()):
@@ -114,10 +125,12 @@ class Worker:
     def _loop(self, index: int) -> None:
         ws = self.ws.for_request()
         runner = f"{self.name}/{index}"
+        outage = Outage(runner, Backoff(first=self.poll_seconds))
         while not self._stop.is_set():
             try:
                 seen = ws.store.queue.moves()
                 job = ws.store.queue.claim(runner)
+                outage.succeeded()
                 if job is None:  # woken by a job queued (or finished) anywhere; the poll is the fallback
                     ws.store.queue.wait(seen, self.poll_seconds)
                     continue
@@ -127,15 +140,20 @@ class Worker:
                     run_job(ws, job, runner)
                 finally:
                     self._in_hand.pop(index, None)
-            except Exception:  # a loop never dies of one bad turn; the database may be restarting
-                log.exception("worker.loop_error", runner=runner)
-                self._stop.wait(self.poll_seconds)
+            except Exception as exc:  # a loop never dies of one bad turn; the database may be restarting
+                self._stop.wait(outage.failed(exc))
 
     def _housekeeping_loop(self) -> None:
         """Apart from the job loops, so a long scan never delays a claim."""
         ws = self.ws.for_request()
+        outage = Outage(f"{self.name}/housekeeping", Backoff(first=HOUSEKEEPING_SECONDS))
         while not self._stop.is_set():
-            run_housekeeping(ws)
+            try:
+                run_housekeeping(ws)
+            except DatabaseUnavailable as exc:
+                self._stop.wait(outage.failed(exc))
+                continue
+            outage.succeeded()
             self._stop.wait(HOUSEKEEPING_SECONDS)
 
     def _readiness_loop(self) -> None:
@@ -186,6 +204,8 @@ def run_housekeeping(ws: Workspace) -> list[str]:
     for name, step in HOUSEKEEPING:
         try:
             step(ws)
+        except DatabaseUnavailable:
+            raise  # no step runs without it: the loop waits it out, saying so once per backoff step
         except Exception:
             log.exception("worker.housekeeping_error", step=name)
             failed.append(name)

@@ -7,6 +7,7 @@ ready file is there while the database answers, gone while it does not, and gone
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -94,7 +95,8 @@ def test_sigterm_during_an_apply_lets_it_finish_recorded_then_exits(
     worker.wait(60)
     err = (workspace.settings.home / "worker.log").read_text()
     assert worker.returncode == 0, err
-    assert "stopping, 1 job(s) in hand" in err and "stopped" in err
+    stopping = [json.loads(line) for line in err.splitlines() if "worker.stopping" in line]
+    assert len(stopping) == 1 and len(stopping[0]["in_hand"]) == 1 and "worker.stopped" in err
     finished = workspace.store.queue.get(job.id)
     assert finished.status == JobStatus.SUCCEEDED, finished
     after = get_proposal(workspace, proposal.id)

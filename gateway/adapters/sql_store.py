@@ -41,7 +41,7 @@ from sqlalchemy.engine import Connection, Engine, RootTransaction
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlchemyError
 
 from gateway.domain.audit import GENESIS, event_addresses, event_bytes, event_outcome
-from gateway.domain.errors import BackendError, ConfigError
+from gateway.domain.errors import BackendError, ConfigError, DatabaseUnavailable
 from gateway.domain.notifications import OUTBOX_MARKER
 
 metadata = MetaData()
@@ -692,6 +692,10 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
 ]
 
 
+SCHEMA_VERSION = MIGRATIONS[-1][0]  # the schema this code reads and writes
+_MIGRATION_LOCK = 0x6761746577617901  # PostgreSQL advisory lock key: one migrating process at a time
+
+
 class Database:
     """One SQLAlchemy engine and the transaction discipline every adapter shares."""
 
@@ -711,8 +715,14 @@ class Database:
             _begin_postgres_ourselves(self.engine)
             self._begin = (_BEGIN_POSTGRES_WRITE, _BEGIN_POSTGRES_READ)
 
-    def migrate(self) -> None:
+    def migrate(self) -> list[int]:
+        """Run the migrations the database has not run, in one transaction; the versions it ran. Processes that
+        start together (an API and its workers, the database back after an outage) take turns: on PostgreSQL an
+        advisory lock held to the commit, on SQLite the write lock itself."""
+        ran = []
         with self.transaction() as conn:
+            if not self.is_sqlite:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
             if not self.engine.dialect.has_table(conn, "schema_version"):
                 schema_version.create(conn)
             done = set(conn.scalars(select(schema_version.c.version)))
@@ -720,6 +730,8 @@ class Database:
                 if version not in done:
                     migration(conn)
                     conn.execute(schema_version.insert().values(version=version, applied_at=_now()))
+                    ran.append(version)
+        return ran
 
     def pending_migrations(self) -> list[int]:
         """The migrations this code knows that the database has not run (all of them on an empty database)."""
@@ -751,7 +763,7 @@ class Database:
                     if joined is not None:
                         _OPEN_READ.reset(joined)
         except OperationalError as exc:
-            raise BackendError(f"database unavailable or busy: {str(exc.orig).strip()}") from exc
+            raise DatabaseUnavailable(f"database unavailable or busy: {str(exc.orig).strip()}") from exc
         except SQLAlchemyError as exc:
             raise BackendError(f"database error: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
 

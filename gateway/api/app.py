@@ -3,53 +3,62 @@
 from __future__ import annotations
 
 import os
-import secrets
+import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.sessions import SessionMiddleware
+from uvicorn.config import STARTUP_FAILURE
 
-from gateway.adapters.keyfiles import private_key_file
 from gateway.api import day_two, notifications, pages, routes
+from gateway.api.access_log import AccessLog
 from gateway.api.deps import read_lane
 from gateway.api.errors import error_body, invalid_request, status_for
 from gateway.api.scrubbing import ScrubResponses
-from gateway.composition import install_prometheus, open_workspace
+from gateway.composition import install_prometheus, open_service_workspace, session_secret
 from gateway.config import Settings
+from gateway.domain.backoff import Backoff
 from gateway.domain.errors import AuthError, GatewayError, Refused
+from gateway.logs import configure_service_logging, get_logger
 from gateway.mcp_server import McpMount
+from gateway.services.admin.startup import bring_database_up, log_start
 from gateway.services.forge.code_host import require_webhook_secret
 from gateway.worker import Worker
 
-
-def session_secret(settings: Settings) -> str:
-    """The cookie-signing key: from the environment, or made once and kept in the workspace."""
-    if settings.session_secret:
-        return settings.session_secret.get_secret_value()
-    path = Path(settings.home) / "session.key"
-    return private_key_file(path, lambda: secrets.token_urlsafe(48).encode(), "session key").decode()
+log = get_logger(__name__)
 
 
 def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
-    """The app over one workspace; `workers` job loops run in this process (0: separate `gateway worker`s do)."""
+    """The app over one workspace; `workers` job loops run in this process (0: separate `gateway worker`s do).
+
+    It starts whatever the database is doing: one attempt to reach it (and bring its schema up) now, and while it
+    does not answer, the app serves anyway (`/api/v1/ready` answers 503 naming the database) and keeps trying, one
+    log line per backoff step."""
     settings = settings or Settings()
-    workspace = open_workspace(settings)
+    workspace = open_service_workspace(settings)
     require_webhook_secret(workspace)  # a forge without a webhook secret does not start
     metrics = install_prometheus(workspace)  # before the job loops copy the workspace
+    log_start(workspace, "api", workers=workers)
+    stop, backoff = threading.Event(), Backoff()
+    database_up = bring_database_up(workspace, "api", stop, backoff, attempts=1)
 
     mcp = McpMount(workspace)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = Worker(workspace, workers, poll_seconds=0.2).start() if workers else None
+        if not database_up:
+            threading.Thread(target=bring_database_up, args=(workspace, "api", stop, backoff), name="database",
+                             daemon=True).start()
         try:
             async with mcp.running():
                 yield
         finally:
+            stop.set()
             if worker:
                 worker.stop()
 
@@ -61,6 +70,7 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
                        same_site="lax", https_only=settings.cookies_secure,
                        max_age=None)  # ends with the browser; the server-side session's expiry is what counts
     app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
+    app.add_middleware(AccessLog)  # outermost: its line has the status the client got, after every other layer
     app.include_router(routes.router)
     app.include_router(pages.router)
     app.include_router(day_two.api)
@@ -94,5 +104,14 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
 
 
 def app_from_environment() -> FastAPI:
-    """For `gateway serve --processes N`: each API process builds its app from the environment."""
-    return create_app(Settings(), int(os.environ.get("GATEWAY_SERVE_WORKERS", "1")))
+    """For `gateway serve --processes N`: each API process builds its app from the environment. One that cannot
+    (a setting wrong, the workspace unwritable) says why and exits with uvicorn's start-up failure, which stops the
+    others and `serve` with it; any other exit would have uvicorn start it again, forever."""
+    configure_service_logging()
+    try:
+        return create_app(Settings(), int(os.environ.get("GATEWAY_SERVE_WORKERS", "1")))
+    except GatewayError as exc:
+        log.error("api.cannot_start", reason=str(exc))
+    except Exception:
+        log.exception("api.cannot_start")
+    sys.exit(STARTUP_FAILURE)

@@ -11,6 +11,7 @@ from anyio.lowlevel import RunVar
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from gateway.api.access_log import note_principal
 from gateway.domain.errors import AuthError
 from gateway.domain.principals import Principal
 from gateway.services.admin.sign_in import SignedIn, signed_in
@@ -41,8 +42,10 @@ WorkspaceDep = Annotated[Workspace, Depends(get_workspace)]
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def api_actor(ws: WorkspaceDep, credentials: BearerDep) -> Principal:
-    return authenticate(ws, credentials.credentials if credentials else None)
+def api_actor(request: Request, ws: WorkspaceDep, credentials: BearerDep) -> Principal:
+    actor = authenticate(ws, credentials.credentials if credentials else None)
+    note_principal(request.state, actor.id)
+    return actor
 
 
 async def read_as_api_actor(request: Request, ws: Workspace, credentials: HTTPAuthorizationCredentials | None,
@@ -54,6 +57,7 @@ async def read_as_api_actor(request: Request, ws: Workspace, credentials: HTTPAu
 
     def checked_read() -> T:
         with token_read(ws, credentials.credentials if credentials else None) as (actor, last_use):
+            note_principal(request.state, actor.id)
             if last_use:
                 used.append(last_use)
             return read(actor)
@@ -112,8 +116,9 @@ def signed_in_person(request: Request, ws: WorkspaceDep) -> SignedIn:
 SignedInDep = Annotated[SignedIn, Depends(signed_in_person)]
 
 
-def page_actor(who: SignedInDep) -> Principal:
+def page_actor(request: Request, who: SignedInDep) -> Principal:
     """The signed-in person's principal, with the groups their session counts."""
+    note_principal(request.state, who.principal.id)
     return who.principal
 
 

@@ -55,6 +55,15 @@ class Context:
             scrub_standard_streams(self._ws.scrubber)
         return self._ws
 
+    def open_service(self) -> Workspace:
+        """The workspace of a long-running process, opened without reaching the database (it may be down)."""
+        from gateway.composition import open_service_workspace
+        from gateway.output import scrub_standard_streams
+
+        self._ws = open_service_workspace(self.settings)
+        scrub_standard_streams(self._ws.scrubber)
+        return self._ws
+
     def actor(self) -> Principal:
         """The principal whose GATEWAY_TOKEN this is (the first user of a new workspace needs none)."""
         from gateway.services.admin.users import authenticate

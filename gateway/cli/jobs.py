@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -13,6 +14,7 @@ import click
 
 from gateway.cli.context import Context, echo_job_result, pass_ctx
 from gateway.domain.jobs import JobKind
+from gateway.logs import get_logger
 
 group = click.Group("jobs")  # this module's commands; gateway.cli registers each by name
 
@@ -55,32 +57,39 @@ def job(ctx: Context, job_id: int, wait: bool) -> None:
 @pass_ctx
 def worker(ctx: Context, loops: int, poll_seconds: float, metrics_port: int | None, metrics_host: str,
            ready_file: Path | None, grace_seconds: float) -> None:
-    """Run plan and apply jobs from the database until stopped (SIGTERM or Ctrl-C finish the jobs in hand)."""
+    """Run plan and apply jobs from the database until stopped (SIGTERM or Ctrl-C finish the jobs in hand).
+
+    It starts whatever the database is doing: the loops begin when it answers (brought to this gateway's schema),
+    and the ready file is there only while it does."""
+    from gateway.logs import configure_service_logging
+    from gateway.services.admin.startup import log_start
     from gateway.worker import Worker
 
+    configure_service_logging()
+    ws = ctx.open_service()
     if metrics_port is not None:
         from gateway.composition import install_prometheus
 
-        install_prometheus(ctx.ws).serve(metrics_port, metrics_host)
-    running = Worker(ctx.ws, loops, poll_seconds, ready_file=ready_file)
+        install_prometheus(ws).serve(metrics_port, metrics_host)
+    running = Worker(ws, loops, poll_seconds, ready_file=ready_file)
     stopping = threading.Event()
+    log = get_logger(__name__)
 
     def stop(*_: object) -> None:
         if not stopping.is_set():
             stopping.set()
-            click.echo(f"worker {running.name}: stopping, {len(running.in_hand())} job(s) in hand", err=True)
+            log.info("worker.stopping", worker=running.name, in_hand=[job.id for job in running.in_hand()],
+                     grace_seconds=grace_seconds)
             threading.Thread(target=running.stop, args=(grace_seconds,), daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)  # before the loops start: a stop never lands on the default handler
+    log_start(ws, "worker", worker=running.name, loops=loops, metrics_port=metrics_port, grace_seconds=grace_seconds)
     running.start()
-    click.echo(f"worker {running.name}: {loops} loop(s) on {ctx.ws.store.dialect}"
-               + (f", metrics on :{metrics_port}" if metrics_port else ""), err=True)
     try:
         running.wait()
     except KeyboardInterrupt:
         stop()
         running.wait()
-    click.echo(f"worker {running.name}: stopped", err=True)
 
 
 @group.command()
@@ -92,22 +101,40 @@ def worker(ctx: Context, loops: int, poll_seconds: float, metrics_port: int | No
               help="API processes (uvicorn workers); each is stateless")
 @pass_ctx
 def serve(ctx: Context, host: str, port: int, workers: int, processes: int) -> None:
-    """Run the HTTP API and the review pages."""
+    """Run the HTTP API and the review pages.
+
+    HTTPS when GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE are set. It starts whatever the database is doing and says so on /api/v1/ready; it exits non-zero when any API process
+    cannot start (a bad setting, a port taken), so an orchestrator restarts it or shows why."""
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
 
-    if processes > 1:  # uvicorn imports the app in each process: the settings come from the environment
-        os.environ["GATEWAY_SERVE_WORKERS"] = str(workers)
-        made = None
-        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # each process's counters in files, summed by a scrape
-            made = tempfile.mkdtemp(prefix="gateway-metrics-")
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
-        try:
-            uvicorn.run("gateway.api.app:app_from_environment", factory=True, host=host, port=port,
-                        workers=processes, log_level="warning")
-        finally:
-            if made:
-                shutil.rmtree(made, ignore_errors=True)
+    from gateway.logs import configure_service_logging
+
+    configure_service_logging()
+    settings = ctx.settings
+    tls = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
+    options = {"host": host, "port": port, "log_config": None, "access_log": False, "log_level": None, **tls}
+    if processes == 1:
+        from gateway.api.app import create_app
+
+        uvicorn.run(create_app(settings, workers), **options)  # exits with STARTUP_FAILURE if it cannot start
         return
-    from gateway.api.app import create_app
-
-    uvicorn.run(create_app(ctx.settings, workers), host=host, port=port, log_level="warning")
+    # uvicorn imports the app in each process: the settings come from the environment
+    os.environ["GATEWAY_SERVE_WORKERS"] = str(workers)
+    made = None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # each process's counters in files, summed by a scrape
+        made = tempfile.mkdtemp(prefix="gateway-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    try:
+        config = uvicorn.Config("gateway.api.app:app_from_environment", factory=True, workers=processes, **options)
+        supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+        supervisor.run()
+    finally:
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
+    failed = [p.pid for p in supervisor.processes if p.exitcode == STARTUP_FAILURE]
+    if failed:  # uvicorn stops the others, then returns as if all were well: the exit says it was not
+        get_logger(__name__).error("serve.failed", processes=failed,
+                                   reason="API process(es) could not start (see their lines); the others were stopped")
+        sys.exit(STARTUP_FAILURE)

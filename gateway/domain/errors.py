@@ -18,6 +18,7 @@ GatewayError                      anything the gateway reports to a person
 └── BackendError                  git, the database, the model or an engine binary failed underneath
     └── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
         │                         connection); the same request later may well succeed
+        ├── DatabaseUnavailable   the database does not answer (down, restarting, unreachable) or is busy
         └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
                                   decided this was not its last attempt)
 """
@@ -110,6 +111,11 @@ class Unavailable(BackendError):
     def __init__(self, message: str, retry_after: float | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class DatabaseUnavailable(Unavailable):
+    """The database does not answer, or is too busy to: nothing that reads or writes records can run until it does
+    (a worker's loops wait it out, the API answers 503 and its readiness says so)."""
 
 
 class RetryLater(Unavailable):

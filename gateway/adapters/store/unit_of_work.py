@@ -14,9 +14,7 @@ from contextvars import ContextVar
 from sqlalchemy import Connection
 
 from gateway.adapters.sealing import UNSEALED, Sealer
-from gateway.adapters.sql_store import (
-    Database,
-)
+from gateway.adapters.sql_store import SCHEMA_VERSION, Database
 from gateway.adapters.store.audit import SqlAuditLog
 from gateway.adapters.store.breaker import SqlBreakerRecords
 from gateway.adapters.store.conversations import SqlConversations
@@ -63,10 +61,14 @@ class SqlStore:
         self.locks = SqlStackLocks(db)
         self.queue = SqlJobQueue(db)
         self.dialect = db.engine.dialect.name
+        self.schema_version = SCHEMA_VERSION
         self.metrics: Metrics = NO_METRICS  # the composition root sets the process's metrics
 
     def pending_migrations(self) -> list[int]:
         return self.db.pending_migrations()
+
+    def migrate(self) -> list[int]:
+        return self.db.migrate()
 
     def close(self) -> None:
         self.queue.close()

@@ -398,6 +398,15 @@ def test_a_discovery_document_that_would_send_secrets_elsewhere_is_refused(
     assert refused(workspace) == ["provider_answer"]
 
 
+def test_an_answer_naming_another_issuer_is_refused(app_client: TestClient, idp: FakeOidcProvider,
+                                                   workspace: Workspace) -> None:
+    idp.sign_in_as(Person("bob-sub"))
+    callback = at_provider(start(app_client))  # RFC 9207: a mix-up, an answer from another provider
+    page = app_client.get(f"{callback}&iss=https%3A%2F%2Fidp.attacker.example", follow_redirects=False)
+    assert page.status_code == 401 and "comes from https://idp.attacker.example" in page.text
+    assert refused(workspace) == ["issuer"] and "POST /token" not in idp.requests
+
+
 # --- the rules, as tables (no server, no database) ------------------------------------------------
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)

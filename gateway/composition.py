@@ -43,6 +43,7 @@ from gateway.domain.errors import ConfigError, Conflict, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
 from gateway.domain.scrubbing import Scrubber
+from gateway.domain.sign_in import insecure_url
 from gateway.logs import install_log_scrubber
 from gateway.ports import Engine, Forge, IdentityProvider
 from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
@@ -215,6 +216,7 @@ def identity_providers(settings: Settings) -> dict[str, IdentityProvider]:
                               "is not: set both (the secret from the environment, never the repo)")
         if "openid" not in settings.oidc_scopes.split():
             raise ConfigError(f"GATEWAY_OIDC_SCOPES {settings.oidc_scopes!r} lacks openid")
+        _secure_url("GATEWAY_OIDC_ISSUER", settings.oidc_issuer)
         from gateway.adapters.identity_providers import OidcProvider
 
         found["oidc"] = OidcProvider(settings.oidc_issuer, settings.oidc_client_id,
@@ -223,12 +225,21 @@ def identity_providers(settings: Settings) -> dict[str, IdentityProvider]:
     if settings.github_oauth_client_id:
         if settings.github_oauth_client_secret is None:
             raise ConfigError("GATEWAY_GITHUB_OAUTH_CLIENT_ID is set but GATEWAY_GITHUB_OAUTH_CLIENT_SECRET is not")
+        _secure_url("GATEWAY_GITHUB_OAUTH_URL", settings.github_oauth_url)
+        _secure_url("GATEWAY_GITHUB_OAUTH_API_URL", settings.github_oauth_api_url)
         from gateway.adapters.identity_providers import GitHubOAuthProvider
 
         found["github"] = GitHubOAuthProvider(settings.github_oauth_client_id,
                                               settings.github_oauth_client_secret.get_secret_value(),
                                               settings.github_oauth_url, settings.github_oauth_api_url, verify)
     return found
+
+
+def _secure_url(setting: str, url: str) -> None:
+    """A provider's address the client secret and tokens are sent to: https, or plain http on this machine only."""
+    if insecure_url(url):
+        raise ConfigError(f"{setting} {url!r} must be an https URL (plain http only to this machine: 127.0.0.1, ::1, "
+                          f"localhost): the client secret and the tokens would cross the network in clear")
 
 
 def install_prometheus(ws: Workspace) -> PrometheusMetrics:

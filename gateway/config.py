@@ -68,7 +68,7 @@ class Settings(BaseModel):
                                                  "environment or a secret store, never the repo)")
     oidc_label: str = Field(default="OpenID Connect", description="the provider's name on the sign-in page")
     oidc_scopes: str = Field(default="openid email profile", description="scopes asked for (openid is required)")
-    oidc_groups_claim: str | None = Field(default=None, description="ID token claim listing the person's groups: "
+    oidc_groups_claim: str | None = Field(default=None, description="claim (ID token or userinfo) listing the groups: "
                                           "then a decision counts only for the gateway groups it names too")
     github_oauth_client_id: str | None = Field(default=None, description="GitHub OAuth app client id; unset: no "
                                                "GitHub sign-in")

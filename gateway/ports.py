@@ -46,7 +46,7 @@ from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKind, ProposalStatus
 from gateway.domain.rego import RegoPolicies
 from gateway.domain.repo_settings import GitHubSettings, RepoSettings
-from gateway.domain.sign_in import Identity, WebSession
+from gateway.domain.sign_in import Identity, PendingSignIn, RefusalTally, WebSession
 
 
 @dataclass(frozen=True)
@@ -286,6 +286,28 @@ class SignInRecords(Protocol):
     def end_sessions_of(self, principal_id: str, at: datetime) -> int:
         """End every open session of a principal; how many were open."""
         ...
+
+    def add_flow(self, state_hash: str, flow: PendingSignIn) -> None:
+        """Keep a sign-in in progress under the hash of its state."""
+        ...
+
+    def get_flow(self, state_hash: str) -> PendingSignIn | None:
+        """The sign-in a state names, locked until the transaction ends (None: no such state)."""
+        ...
+
+    def use_flow(self, state_hash: str, at: datetime) -> bool:
+        """Mark it used and forget its secrets; False when it was used already (by a concurrent callback)."""
+        ...
+
+    def forget_flows(self, expired_by: datetime) -> int:
+        """Delete the sign-ins in progress that expired by then, used or not; how many."""
+        ...
+
+    def refusal_tally(self, kind: str) -> RefusalTally | None:
+        """The refusals of one kind (provider:check) counted so far, locked until the transaction ends."""
+        ...
+
+    def save_refusal_tally(self, kind: str, tally: RefusalTally) -> None: ...
 
 
 class Proposals(Protocol):
@@ -988,7 +1010,7 @@ class Forge(Protocol):
 
 @dataclass(frozen=True)
 class SignInStart:
-    """Where to send the person, and what the callback must match (kept in the signed cookie until then)."""
+    """Where to send the person, and what the callback must match (kept server-side, under the state, until then)."""
 
     url: str
     pending: dict[str, str]  # state, nonce, code_verifier, redirect_uri
@@ -1004,9 +1026,13 @@ class IdentityProvider(Protocol):
         """The authorization URL with a fresh state (and nonce), and the PKCE verifier kept for the callback."""
         ...
 
-    def finish(self, pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Identity:
-        """Check the callback against what `start` kept, redeem the code and verify the answer; `SignInRefused`
+    def finish(self, pending: Mapping[str, str], callback: Mapping[str, str]) -> Identity:
+        """Redeem the callback's code with what `start` kept for its state (the caller found the pending sign-in by
+        the callback's state, in the browser that started it, and used it) and verify the answer; `SignInRefused`
         (naming the check that failed) otherwise."""
+        ...
+
+
 class NotificationSender(Protocol):
     """Delivers one notice to one channel, with the channel's secret from the gateway's settings."""
 

@@ -158,6 +158,7 @@ class FakeOidcProvider(_Server):
         self._codes: dict[str, _Code] = {}
         self._spoil: dict[str, Any] = {}
         self.refused: list[str] = []  # why the token endpoint said no
+        self.discovery_overrides: dict[str, Any] = {}  # what the discovery document says instead
 
     def sign_in_as(self, person: Person) -> None:
         self.person = person
@@ -174,7 +175,8 @@ class FakeOidcProvider(_Server):
                 "token_endpoint": f"{self.url}/token", "jwks_uri": f"{self.url}/jwks",
                 "response_types_supported": ["code"], "subject_types_supported": ["public"],
                 "id_token_signing_alg_values_supported": ["RS256"], "code_challenge_methods_supported": ["S256"],
-                "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"]}
+                "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
+                **self.discovery_overrides}
         if method == "GET" and path == "/jwks":
             return 200, {}, KeySet([self.key]).as_dict(private=False)
         if method == "GET" and path == "/authorize":

@@ -12,6 +12,7 @@ import re
 import ssl
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,7 +22,21 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from gateway.api.app import create_app
-from gateway.domain.sign_in import AdmissionRule, Identity, WebSession, counted_groups
+from gateway.composition import identity_providers
+from gateway.config import Settings
+from gateway.domain.errors import ConfigError
+from gateway.domain.sign_in import (
+    REFUSALS_PER_WINDOW,
+    AdmissionRule,
+    Identity,
+    PendingSignIn,
+    RefusalTally,
+    WebSession,
+    combined_claims,
+    counted_groups,
+    state_refusal,
+    tally_refusal,
+)
 from gateway.services.admin.sign_in import link_identity
 from gateway.services.admin.users import disable_principal
 from gateway.services.workspace import Workspace
@@ -123,10 +138,12 @@ def test_a_forged_state_is_refused_and_recorded(app_client: TestClient, idp: Fak
     callback = at_provider(start(app_client))
     forged = re.sub(r"state=[^&]+", "state=forged-by-someone", callback)
     page = app_client.get(forged, follow_redirects=False)
-    assert page.status_code == 401 and "state does not match" in page.text and 'data-check="state"' in page.text
+    assert page.status_code == 401 and "its state is unknown" in page.text and 'data-check="state"' in page.text
     assert refused(workspace) == ["state"]
     assert app_client.get("/", follow_redirects=False).status_code == 303  # not signed in
     assert "POST /token" not in idp.requests  # the code was never redeemed
+    real = app_client.get(callback, follow_redirects=False)
+    assert real.status_code == 303, real.text  # the real answer still signs in
 
 
 def test_a_replayed_callback_is_refused(app_client: TestClient, idp: FakeOidcProvider, workspace: Workspace) -> None:
@@ -137,7 +154,7 @@ def test_a_replayed_callback_is_refused(app_client: TestClient, idp: FakeOidcPro
     assert again.status_code == 401 and "already used" in again.text
     # ... and in another browser, which never started a sign-in
     stolen = TestClient(app_client.app).get(callback, follow_redirects=False)
-    assert stolen.status_code == 401 and "was not started here" in stolen.text
+    assert stolen.status_code == 401 and "not started in this browser" in stolen.text
     assert refused(workspace) == ["state", "state"]
 
 
@@ -340,6 +357,56 @@ def test_a_provider_that_says_no_or_a_callback_without_a_code_is_a_clear_page(
     assert refused(workspace) == ["provider_error", "state"]  # the unknown provider is a 404, not a sign-in
 
 
+@pytest.mark.parametrize(("issuer", "accepted"), [
+    ("https://idp.example.com", True),
+    ("http://127.0.0.1:9000", True),  # a provider on this machine: nothing crosses a network
+    ("http://127.8.9.10", True),
+    ("http://localhost:9000", True),
+    ("http://[::1]:9000", True),
+    ("http://idp.example.com", False),  # the client secret and the tokens would cross the network in clear
+    ("http://10.0.0.5:8080", False),
+    ("http://127.0.0.1.example.com", False),
+    ("ftp://idp.example.com", False),
+])
+def test_an_http_issuer_is_accepted_only_on_loopback(tmp_path: Path, issuer: str, accepted: bool) -> None:
+    settings = Settings(home=tmp_path, oidc_issuer=issuer, oidc_client_id=CLIENT_ID,
+                        oidc_client_secret=SecretStr(CLIENT_SECRET))
+    if accepted:
+        assert "oidc" in identity_providers(settings)
+    else:
+        with pytest.raises(ConfigError, match="GATEWAY_OIDC_ISSUER .* must be an https URL"):
+            identity_providers(settings)
+    github = Settings(home=tmp_path, github_oauth_client_id="Iv1.x", github_oauth_client_secret=SecretStr("s"),
+                      github_oauth_url=issuer, github_oauth_api_url=issuer)
+    if accepted:
+        assert "github" in identity_providers(github)
+    else:
+        with pytest.raises(ConfigError, match="GATEWAY_GITHUB_OAUTH_URL .* must be an https URL"):
+            identity_providers(github)
+
+
+@pytest.mark.parametrize(("said", "says"), [
+    ({"token_endpoint": "http://idp.example.com/token"}, "token_endpoint http://idp.example.com/token is not https"),
+    ({"issuer": "https://someone-else.example.com"}, "names issuer https://someone-else.example.com"),
+])
+def test_a_discovery_document_that_would_send_secrets_elsewhere_is_refused(
+        app_client: TestClient, idp: FakeOidcProvider, workspace: Workspace, said: dict, says: str) -> None:
+    idp.discovery_overrides = said
+    page = app_client.post("/login/oidc", data={"csrf": csrf_of(app_client.get("/login").text)},
+                           follow_redirects=False)
+    assert page.status_code == 401 and says in page.text, page.text
+    assert refused(workspace) == ["provider_answer"]
+
+
+def test_an_answer_naming_another_issuer_is_refused(app_client: TestClient, idp: FakeOidcProvider,
+                                                   workspace: Workspace) -> None:
+    idp.sign_in_as(Person("bob-sub"))
+    callback = at_provider(start(app_client))  # RFC 9207: a mix-up, an answer from another provider
+    page = app_client.get(f"{callback}&iss=https%3A%2F%2Fidp.attacker.example", follow_redirects=False)
+    assert page.status_code == 401 and "comes from https://idp.attacker.example" in page.text
+    assert refused(workspace) == ["issuer"] and "POST /token" not in idp.requests
+
+
 # --- the rules, as tables (no server, no database) ------------------------------------------------
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -379,6 +446,52 @@ def test_when_a_session_stops_signing_anyone_in(ended: datetime | None, disabled
     assert session.refusal(at, disabled) == reason
 
 
+def test_refusals_are_recorded_a_few_a_minute_and_the_rest_counted() -> None:
+    tally, recorded = tally_refusal(None, NOW)
+    made = [recorded]
+    for second in range(1, 20):  # twenty in twenty seconds: five recorded, fifteen counted
+        tally, recorded = tally_refusal(tally, NOW + timedelta(seconds=second))
+        made.append(recorded)
+    assert made == [{}] * REFUSALS_PER_WINDOW + [None] * (20 - REFUSALS_PER_WINDOW)
+    assert tally.unrecorded == 15 and tally.unrecorded_since == NOW + timedelta(seconds=5)
+    tally, recorded = tally_refusal(tally, NOW + timedelta(minutes=3))  # the next one recorded says so
+    assert recorded == {"unrecorded_before": 15, "unrecorded_since": (NOW + timedelta(seconds=5)).isoformat()}
+    assert tally == RefusalTally(NOW + timedelta(minutes=3), 1)
+    assert tally_refusal(tally, NOW + timedelta(minutes=3, seconds=1))[1] == {}
+
+
+FLOW = PendingSignIn("oidc", "browser-a", {"nonce": "n"}, NOW, NOW + timedelta(minutes=10))
+
+
+@pytest.mark.parametrize(("flow", "provider", "browser", "at", "says"), [
+    (FLOW, "oidc", "browser-a", NOW + timedelta(minutes=9), None),
+    (None, "oidc", "browser-a", NOW, "was not started here, or ended long ago"),
+    (FLOW, "oidc", "browser-b", NOW, "not started in this browser"),
+    (FLOW, "oidc", None, NOW, "not started in this browser"),  # a cookie without the browser's key
+    (FLOW, "github", "browser-a", NOW, "started with oidc, not github"),
+    (replace(FLOW, used_at=NOW), "oidc", "browser-a", NOW, "already used"),
+    (FLOW, "oidc", "browser-a", NOW + timedelta(minutes=10), "took longer than 10 minutes"),
+])
+def test_when_a_callback_may_finish_a_sign_in(flow: PendingSignIn | None, provider: str, browser: str | None,
+                                              at: datetime, says: str | None) -> None:
+    reason = state_refusal(flow, provider, browser, at)
+    assert (reason is None) if says is None else (says in (reason or "") and "forged" not in (reason or ""))
+
+
+@pytest.mark.parametrize(("id_token", "userinfo", "claims", "sources"), [
+    ({"sub": "1", "email": "a@x", "email_verified": True}, None,
+     {"email": "a@x", "email_verified": True}, {"email": "id_token", "email_verified": "id_token"}),
+    ({"sub": "1"}, {"sub": "1", "email": "a@x", "email_verified": True, "groups": ["g"]},
+     {"email": "a@x", "email_verified": True, "groups": ["g"]},
+     {"email": "userinfo", "email_verified": "userinfo", "groups": "userinfo"}),
+    # the signed ID token wins, and an address's verification comes with it, never from the other source
+    ({"sub": "1", "email": "a@x"}, {"sub": "1", "email": "b@x", "email_verified": True, "groups": []},
+     {"email": "a@x", "groups": []}, {"email": "id_token", "groups": "userinfo"}),
+])
+def test_where_each_claim_comes_from(id_token: dict, userinfo: dict | None, claims: dict, sources: dict) -> None:
+    assert combined_claims(id_token, userinfo, [("email", "email_verified"), ("groups",)]) == (claims, sources)
+
+
 def test_sign_in_sessions_on_postgresql(tmp_path: Path, postgres_url: str, idp: FakeOidcProvider) -> None:
     ws = make_workspace(tmp_path / "pg-home", postgres_url)
     try:
@@ -387,11 +500,14 @@ def test_sign_in_sessions_on_postgresql(tmp_path: Path, postgres_url: str, idp: 
         link_identity(ws, people.admin, "bob", idp.issuer, "bob-sub")
         idp.sign_in_as(Person("bob-sub", groups=["platform"]))
         with TestClient(create_app(ws.settings, workers=0)) as client:
-            assert sign_in(client)[0].status_code == 303
+            signed, callback = sign_in(client)
+            assert signed.status_code == 303
+            assert "already used" in client.get(callback, follow_redirects=False).text
             home = client.get("/")
             assert home.status_code == 200 and "bob (approver)" in home.text
             client.post("/logout", data={"csrf": csrf_of(home.text)})
             assert client.get("/", follow_redirects=False).status_code == 303
         assert events(ws, "sign_in")[-1]["counted_groups"] == ["platform"]
+        assert refused(ws) == ["state"]
     finally:
         ws.close()

@@ -1,5 +1,6 @@
 """A person signs in with OpenID Connect in a real browser (Debian's Chromium through Playwright), sees what waits
-for them, approves it from the page, and the decision records how they were authenticated."""
+for them, approves it from the page, and the decision records how they were authenticated: with the in-repo
+provider, and at a certified one (oidc-provider, whose login and consent pages the person fills in)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -16,6 +19,7 @@ from gateway.api.app import create_app
 from gateway.services.admin.sign_in import link_identity
 from gateway.services.workspace import Workspace
 
+from .certified_provider import CertifiedOidcProvider
 from .conftest import Clone, People
 from .identity_providers import FakeOidcProvider, Person
 from .test_pages import ARTIFACTS, browser  # noqa: F401 - the module's browser fixture
@@ -29,26 +33,38 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def served(workspace: Workspace, port: int) -> Iterator[None]:
+    """The gateway's app served by uvicorn on a loopback port, in a thread."""
+    server = uvicorn.Server(uvicorn.Config(create_app(workspace.settings, workers=0), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def configure(workspace: Workspace, people: People, base: str, issuer: str, subject: str) -> None:
+    s = workspace.settings
+    s.public_url, s.oidc_issuer, s.oidc_client_id = base, issuer, CLIENT_ID
+    s.oidc_client_secret, s.oidc_label, s.oidc_groups_claim = SecretStr(CLIENT_SECRET), "Test IdP", "groups"
+    s.oidc_scopes = "openid email profile groups"
+    link_identity(workspace, people.admin, "bob", issuer, subject)
+
+
 @pytest.fixture
 def live(workspace: Workspace, people: People) -> Iterator[tuple[str, FakeOidcProvider]]:
     """The gateway on a loopback port, signing in with a provider on another."""
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     with FakeOidcProvider(CLIENT_ID, CLIENT_SECRET, f"{base}/auth/oidc/callback") as idp:
-        s = workspace.settings
-        s.public_url, s.oidc_issuer, s.oidc_client_id = base, idp.issuer, CLIENT_ID
-        s.oidc_client_secret, s.oidc_label, s.oidc_groups_claim = SecretStr(CLIENT_SECRET), "Test IdP", "groups"
-        link_identity(workspace, people.admin, "bob", idp.issuer, "00u-bob")
-        server = uvicorn.Server(uvicorn.Config(create_app(s, workers=0), host="127.0.0.1", port=port,
-                                               log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield base, idp  # type: ignore[misc]
-        server.should_exit = True
-        thread.join(timeout=10)
+        configure(workspace, people, base, idp.issuer, "00u-bob")
+        with served(workspace, port):
+            yield base, idp  # type: ignore[misc]
 
 
 def test_sign_in_with_oidc_see_the_inbox_and_approve(browser: object, live: tuple[str, FakeOidcProvider],  # noqa: F811
@@ -93,3 +109,38 @@ def test_sign_in_with_oidc_see_the_inbox_and_approve(browser: object, live: tupl
     page.goto(f"{base}/")
     assert page.url == f"{base}/login"
     context.close()
+
+
+def test_sign_in_at_a_certified_provider_in_a_browser(browser: object, workspace: Workspace,  # noqa: F811
+                                                      people: People, clone: Clone, tmp_path: Path) -> None:
+    from gateway.services.change.proposals import open_proposal
+
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    accounts = {"bob": {"sub": "bob-sub", "email": "robert@example.com", "email_verified": True,
+                        "preferred_username": "robert", "groups": ["platform", "everyone"]}}
+    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+    with CertifiedOidcProvider(tmp_path / "op", CLIENT_ID, CLIENT_SECRET, f"{base}/auth/oidc/callback",
+                               accounts) as op:
+        configure(workspace, people, base, op.issuer, "bob-sub")
+        with served(workspace, port):
+            context = browser.new_context()  # type: ignore[attr-defined]
+            page = context.new_page()
+            page.goto(f"{base}/")
+            page.click("#sign-in-oidc")  # to the provider's own sign-in page
+            page.fill("input[name=login]", "bob")
+            page.fill("input[name=password]", "any password")
+            page.click("button[type=submit]")
+            page.click("button[type=submit]")  # its consent page: Continue
+            page.wait_for_url(f"{base}/")
+            assert "bob (approver)" in page.locator("header").inner_text()
+            # the groups came from the provider's userinfo, so platform counts and the proposal waits for bob
+            inbox = page.locator(f"#inbox-{proposal.id}").inner_text()
+            assert "you are in approver group platform of app-staging" in inbox
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "oidc-certified-provider.png"), full_page=True)
+            context.close()
+    with workspace.store.session(readonly=True) as session:
+        signed = session.audit.events(kind="sign_in")[-1].payload
+    assert signed["counted_groups"] == ["platform"] and signed["claims_from"]["groups"] == "userinfo"

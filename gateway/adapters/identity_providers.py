@@ -2,14 +2,16 @@
 
 Authlib does the protocol: the authorization URL with state, nonce and a PKCE (S256) challenge, the code
 exchange with the verifier, and the ID token's verification (signature against the provider's JWKS, issuer,
-audience, expiry, nonce, at_hash). This module only checks that the callback's state is the one the person's
-own cookie kept, and turns Authlib's, joserfc's and httpx2's (Authlib's HTTP client) errors into a
-`SignInRefused` that names the failed check.
+audience, expiry, nonce, at_hash). This module checks what Authlib leaves to its caller: that the discovery
+document names the configured issuer and sends nothing in clear, the authorization response's `iss` (RFC 9207),
+and userinfo's subject, which must be the ID token's. A conformant provider puts `email`, `preferred_username`
+and `groups` in userinfo, not the ID token, when it issues an access token: both are read, the signed ID token
+first. The callback's state was checked by the caller (the pending sign-in waits server-side, under its state).
+Authlib's, joserfc's and httpx2's (Authlib's HTTP client) errors become a `SignInRefused` naming the failed check.
 """
 
 from __future__ import annotations
 
-import secrets
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,11 +26,12 @@ from authlib.oauth2.rfc6749.errors import OAuth2Error
 from joserfc.errors import ExpiredTokenError, InvalidClaimError, JoseError, MissingClaimError
 
 from gateway.domain.errors import SignInRefused
-from gateway.domain.sign_in import GITHUB_ISSUER, Identity
+from gateway.domain.sign_in import GITHUB_ISSUER, Identity, combined_claims, insecure_url
 from gateway.ports import SignInStart
 
 LEEWAY_SECONDS = 60  # clock skew allowed on exp/iat
 TIMEOUT_SECONDS = 10.0
+ENDPOINTS = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")  # where secrets go
 
 
 class _AuthlibClient(OAuth2Mixin, OpenIDMixin, BaseApp):
@@ -53,23 +56,13 @@ def _tls(verify: Path | bool) -> ssl.SSLContext | bool:
     return ssl.create_default_context(cafile=str(verify) if isinstance(verify, Path) else None)
 
 
-def _checked_state(pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Mapping[str, str]:
-    """The pending flow the callback belongs to: its state must be the one this browser's cookie kept."""
+def _checked_answer(callback: Mapping[str, str]) -> None:
+    """The provider's answer, for a pending sign-in the caller found by its state: a refusal, or a code."""
     if callback.get("error"):
         detail = callback.get("error_description") or callback["error"]
         raise SignInRefused("provider_error", f"the identity provider refused the sign-in: {detail[:200]}")
-    state = callback.get("state") or ""
-    if not state:
-        raise SignInRefused("state", "the answer sent back here carries no state; start again from the sign-in page")
-    if not pending:
-        raise SignInRefused("state", "this sign-in was not started here, or was already used (no pending state); "
-                                     "start again from the sign-in page")
-    if not secrets.compare_digest(state, pending.get("state", "")):
-        raise SignInRefused("state", "the sign-in's state does not match the one this browser started with "
-                                     "(forged or replayed); start again from the sign-in page")
     if not callback.get("code"):
         raise SignInRefused("code", "the identity provider sent no authorization code")
-    return pending
 
 
 def _refusal(exc: Exception) -> SignInRefused:
@@ -102,37 +95,79 @@ class OidcProvider:
 
     def start(self, redirect_uri: str) -> SignInStart:
         try:
+            self._metadata()
             made = self._client.create_authorization_url(redirect_uri)
+        except SignInRefused:
+            raise
         except (httpx2.HTTPError, ValueError, RuntimeError) as exc:
             raise _refusal(exc) from exc
         return SignInStart(made["url"], {"state": made["state"], "nonce": made["nonce"],
                                          "code_verifier": made["code_verifier"], "redirect_uri": redirect_uri})
 
-    def finish(self, pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Identity:
-        flow = _checked_state(pending, callback)
+    def finish(self, pending: Mapping[str, str], callback: Mapping[str, str]) -> Identity:
+        _checked_answer(callback)
+        if callback.get("iss") and callback["iss"] != self.issuer:  # RFC 9207: another provider's answer
+            raise SignInRefused("issuer", f"the answer sent back here comes from {callback['iss'][:200]}, not "
+                                          f"{self.issuer}; start again from the sign-in page")
         try:
-            token = self._client.fetch_access_token(redirect_uri=flow["redirect_uri"], code=callback["code"],
-                                                    code_verifier=flow["code_verifier"])
+            metadata = self._metadata()  # another API process may have started this sign-in
+            token = self._client.fetch_access_token(redirect_uri=pending["redirect_uri"], code=callback["code"],
+                                                    code_verifier=pending["code_verifier"])
             if "id_token" not in token:
                 raise SignInRefused("id_token", "the identity provider sent no ID token")
-            claims = self._client.parse_id_token(token, nonce=flow["nonce"], leeway=LEEWAY_SECONDS, claims_options={
-                "iss": {"essential": True, "value": self.issuer},
-                "aud": {"essential": True, "value": self._client_id}})
+            claims = self._client.parse_id_token(token, nonce=pending["nonce"], leeway=LEEWAY_SECONDS,
+                                                 claims_options={"iss": {"essential": True, "value": self.issuer},
+                                                                 "aud": {"essential": True, "value": self._client_id}})
+            userinfo = self._userinfo(metadata.get("userinfo_endpoint"), token, str(claims["sub"]))
         except SignInRefused:
             raise
         except Exception as exc:  # noqa: BLE001 - every library error becomes a refusal naming its check
             raise _refusal(exc) from exc
-        return self._identity(dict(claims))
+        return self._identity(dict(claims), userinfo)
 
-    def _identity(self, claims: dict[str, Any]) -> Identity:
+    def _metadata(self) -> Mapping[str, Any]:
+        """The discovery document, once it is known to name this issuer and to send nothing in clear."""
+        metadata = self._client.load_server_metadata()
+        if metadata.get("issuer") != self.issuer:
+            raise SignInRefused("provider_answer", f"the provider's discovery document names issuer "
+                                                   f"{str(metadata.get('issuer'))[:200]}, not {self.issuer} "
+                                                   f"(GATEWAY_OIDC_ISSUER)")
+        for name in ENDPOINTS:
+            reason = insecure_url(str(metadata[name])) if metadata.get(name) else None
+            if reason:
+                raise SignInRefused("provider_answer", f"the provider's discovery document's {name} {reason[:300]}")
+        return metadata
+
+    def _userinfo(self, endpoint: str | None, token: Mapping[str, Any], subject: str) -> dict[str, Any] | None:
+        """What the provider's userinfo says of the ID token's subject (None: it has no userinfo endpoint)."""
+        if not endpoint or not token.get("access_token"):
+            return None
+        response = self._client.get(endpoint, token=dict(token), headers={"Accept": "application/json"})
+        if response.status_code != 200:
+            raise SignInRefused("userinfo", f"the identity provider's userinfo endpoint answered "
+                                            f"{response.status_code}; sign in again")
+        if not response.headers.get("content-type", "").startswith("application/json"):
+            raise SignInRefused("userinfo", "the identity provider's userinfo answer is not JSON (a signed or "
+                                            "encrypted userinfo answer is not supported)")
+        answer = response.json()
+        if not isinstance(answer, dict) or answer.get("sub") != subject:
+            named = answer.get("sub") if isinstance(answer, dict) else None
+            raise SignInRefused("userinfo", f"the identity provider's userinfo names subject {str(named)[:100]!r}, "
+                                            f"not the ID token's {subject!r}: its claims are not used; sign in again")
+        return answer
+
+    def _identity(self, id_token: dict[str, Any], userinfo: Mapping[str, Any] | None) -> Identity:
+        wanted = [("email", "email_verified"), ("preferred_username",), ("name",)]
+        claims, sources = combined_claims(id_token, userinfo, wanted + ([(self.groups_claim,)]
+                                                                         if self.groups_claim else []))
         groups = None
         if self.groups_claim:
             raw = claims.get(self.groups_claim, [])
             groups = frozenset(str(g) for g in raw) if isinstance(raw, list) else frozenset({str(raw)})
         email = claims.get("email") if isinstance(claims.get("email"), str) else None
-        display = str(claims.get("preferred_username") or email or claims.get("name") or claims["sub"])
-        return Identity("oidc", str(claims["iss"]), str(claims["sub"]), display[:200], email,
-                        claims.get("email_verified") is True, groups)
+        display = str(claims.get("preferred_username") or email or claims.get("name") or id_token["sub"])
+        return Identity("oidc", str(id_token["iss"]), str(id_token["sub"]), display[:200], email,
+                        claims.get("email_verified") is True, groups, sources)
 
 
 class GitHubOAuthProvider:
@@ -151,11 +186,11 @@ class GitHubOAuthProvider:
         return SignInStart(made["url"], {"state": made["state"], "code_verifier": made["code_verifier"],
                                          "redirect_uri": redirect_uri})
 
-    def finish(self, pending: Mapping[str, str] | None, callback: Mapping[str, str]) -> Identity:
-        flow = _checked_state(pending, callback)
+    def finish(self, pending: Mapping[str, str], callback: Mapping[str, str]) -> Identity:
+        _checked_answer(callback)
         try:
-            token = self._client.fetch_access_token(redirect_uri=flow["redirect_uri"], code=callback["code"],
-                                                    code_verifier=flow["code_verifier"])
+            token = self._client.fetch_access_token(redirect_uri=pending["redirect_uri"], code=callback["code"],
+                                                    code_verifier=pending["code_verifier"])
             if "error" in token:
                 raise SignInRefused("token", f"GitHub did not redeem the code ({token.get('error')})")
             response = self._client.get("user", token=token, headers={"Accept": "application/vnd.github+json"})

@@ -423,6 +423,28 @@ web_sessions = Table(
     Column("ended_at", DateTime(timezone=True), nullable=True),
 )
 
+# Signing in (migration 22): sign-ins in progress, kept server-side under their state and used once, and how many
+# refusals of each kind the trail recorded in the current window (anyone can cause one).
+sign_in_flows = Table(
+    "sign_in_flows", metadata,
+    Column("state_hash", String(64), primary_key=True),  # SHA-256 of the state the provider sends back
+    Column("provider", String(40), nullable=False),
+    Column("browser_hash", String(64), nullable=False),  # SHA-256 of the key in the starting browser's cookie
+    Column("secrets", JSON, nullable=True),  # nonce, code_verifier, redirect_uri; emptied once used
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("used_at", DateTime(timezone=True), nullable=True),
+)
+
+sign_in_refusal_tallies = Table(
+    "sign_in_refusal_tallies", metadata,
+    Column("kind", String(100), primary_key=True),  # provider:check
+    Column("window_started_at", DateTime(timezone=True), nullable=False),
+    Column("recorded", Integer, nullable=False),
+    Column("unrecorded", Integer, nullable=False),
+    Column("unrecorded_since", DateTime(timezone=True), nullable=True),
+)
+
 markers = Table(  # small facts the gateway keeps: the last main commit it has looked at
     "markers", metadata,
     Column("name", String(60), primary_key=True),
@@ -450,7 +472,7 @@ notifications = Table(
     Column("delivered_at", DateTime(timezone=True), nullable=True),
 )
 
-_LATER_TABLES = ("notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -667,6 +689,11 @@ def _audit_at_scale(conn: Connection) -> None:
         conn.execute(text("DROP INDEX IF EXISTS audit_event_addresses_by_address"))
 
 
+def _sign_in_flows(conn: Connection) -> None:
+    """Sign-ins in progress kept server-side under their state, used once; the trail's count of refusals."""
+    metadata.create_all(conn, tables=[sign_in_flows, sign_in_refusal_tallies])
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -689,6 +716,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (19, _sign_in),  # OIDC identities and server-side web sessions
     (20, _notifications),  # notifications, delivered once each, and the outbox's place in the trail
     (21, _audit_at_scale),  # the audit trail's indexes for appends and filters at a million events
+    (22, _sign_in_flows),  # sign-ins in progress, server-side and used once; refusals recorded a few per window
 ]
 
 

@@ -102,12 +102,24 @@ def read_lane() -> RunVar[CapacityLimiter]:
     return RunVar("read_lane")
 
 
+BROWSER_KEY = "browser"  # in the cookie: names this browser's sign-ins in progress (several tabs may each have one)
+
+
+def clear_session(request: Request) -> None:
+    """Forget what the cookie held (the session id, the CSRF token) but the browser's key: a sign-in another tab
+    started is still this browser's."""
+    browser = request.session.get(BROWSER_KEY)
+    request.session.clear()
+    if browser:
+        request.session[BROWSER_KEY] = browser
+
+
 def signed_in_person(request: Request, ws: WorkspaceDep) -> SignedIn:
     """The signed-in person of a page, from their server-side session (the cookie holds only its id)."""
     try:
         return signed_in(ws, request.session.get("sid"))
     except AuthError as exc:  # ended, expired, disabled: the cookie goes, and the sign-in page says why
-        request.session.clear()
+        clear_session(request)
         if str(exc) != "sign in first":
             request.session["flash"] = str(exc)
         raise

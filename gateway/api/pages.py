@@ -15,10 +15,12 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from gateway.api.deps import (
+    BROWSER_KEY,
     PageActorDep,
     ProposalId,
     SignedInDep,
     WorkspaceDep,
+    clear_session,
     in_read_lane,
     page_actor,
     request_workspace,
@@ -97,34 +99,36 @@ def login(request: Request, ws: WorkspaceDep, token: Annotated[str, Form()], csr
 
 @router.post("/login/{provider}")
 def login_with(request: Request, provider: str, ws: WorkspaceDep, csrf: CsrfField) -> Response:
-    """Off to the provider, with a fresh state, nonce and PKCE verifier kept in this browser's signed cookie."""
+    """Off to the provider; the sign-in's state, nonce and PKCE verifier wait server-side, for this browser."""
     check_csrf(request, csrf)
     redirect_uri = f"{ws.settings.public_url.rstrip('/')}/auth/{provider}/callback"
     try:
-        started = start_sign_in(ws, provider, redirect_uri)
+        url = start_sign_in(ws, provider, redirect_uri, _browser_key(request))
     except SignInRefused as exc:
         return _refused_page(request, ws, exc)
-    request.session["sign_in"] = {"provider": provider, **started.pending}
-    return RedirectResponse(started.url, status_code=303)
+    return RedirectResponse(url, status_code=303)
 
 
 @router.get("/auth/{provider}/callback")
 def sign_in_callback(request: Request, provider: str, ws: WorkspaceDep) -> Response:
-    """The provider sends the person back here; the pending flow is used once, whatever the outcome."""
-    pending = request.session.pop("sign_in", None)
-    if not isinstance(pending, dict) or pending.get("provider") != provider:
-        pending = None
+    """The provider sends the person back here; the sign-in its state names is used once, whatever the outcome."""
     callback = {k: v for k, v in request.query_params.items() if k in CALLBACK_PARAMS}
     try:
-        session_id, _ = finish_sign_in(ws, provider, pending, callback)
+        session_id, _ = finish_sign_in(ws, provider, request.session.get(BROWSER_KEY), callback)
     except SignInRefused as exc:
         return _refused_page(request, ws, exc)
     _start_session(request, session_id)
     return RedirectResponse("/", status_code=303)
 
 
-CALLBACK_PARAMS = ("code", "state", "error", "error_description")
+CALLBACK_PARAMS = ("code", "state", "iss", "error", "error_description")
 NOT_LINKED = ("unlinked", "disabled", "not_a_person")  # the provider vouched for them; the gateway says no
+
+
+def _browser_key(request: Request) -> str:
+    if BROWSER_KEY not in request.session:
+        request.session[BROWSER_KEY] = secrets.token_urlsafe(32)
+    return str(request.session[BROWSER_KEY])
 
 
 def _refused_page(request: Request, ws: WorkspaceDep, exc: SignInRefused) -> HTMLResponse:
@@ -133,7 +137,7 @@ def _refused_page(request: Request, ws: WorkspaceDep, exc: SignInRefused) -> HTM
 
 
 def _start_session(request: Request, session_id: str) -> None:
-    request.session.clear()  # a new session id and a new CSRF token: nothing carries over from before sign-in
+    clear_session(request)  # a new session id and a new CSRF token: nothing carries over but the browser's key
     request.session["sid"] = session_id
 
 
@@ -141,7 +145,7 @@ def _start_session(request: Request, session_id: str) -> None:
 def logout(request: Request, ws: WorkspaceDep, csrf: CsrfField) -> Response:
     check_csrf(request, csrf)
     sign_out(ws, request.session.get("sid"))
-    request.session.clear()
+    clear_session(request)
     return RedirectResponse("/login", status_code=303)
 
 

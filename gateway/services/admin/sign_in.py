@@ -1,8 +1,11 @@
 """Signing in to the pages: with an identity provider (OIDC, GitHub) or an API token, into a server-side session.
 
-Every refusal is recorded (`sign_in.refused`, naming the failed check) and every session's end too; a decision
-made in a session records how it was authenticated (`oidc:<issuer>`, `github`, `web-session`) and, when the
-provider names groups, which of the person's groups it counted for (`sign_in.group_check`).
+A sign-in in progress waits server-side under the hash of its state, bound to the browser that started it (by a
+random key in its cookie), and is used once, whatever the outcome; a person may have several at once (tabs).
+Refusals are recorded (`sign_in.refused`, naming the failed check), the first few of each kind per minute: anyone
+can send a callback, and the rest are counted into the next one recorded. Every session's end is recorded; a
+decision made in a session records how it was authenticated (`oidc:<issuer>`, `github`, `web-session`) and, when
+the provider names groups, which of the person's groups it counted for (`sign_in.group_check`).
 """
 
 from __future__ import annotations
@@ -17,9 +20,20 @@ from gateway.domain.errors import AuthError, InputError, NotFound, SignInRefused
 from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Decision
-from gateway.domain.sign_in import GITHUB_ISSUER, TOKEN_AUTH, AdmissionRule, Identity, WebSession, counted_groups
+from gateway.domain.sign_in import (
+    GITHUB_ISSUER,
+    SIGN_IN_FLOW_TIME,
+    TOKEN_AUTH,
+    AdmissionRule,
+    Identity,
+    PendingSignIn,
+    WebSession,
+    counted_groups,
+    state_refusal,
+    tally_refusal,
+)
 from gateway.domain.sign_in import suggested_name as _suggested_name
-from gateway.ports import IdentityProvider, SignInStart, UnitOfWork
+from gateway.ports import IdentityProvider, UnitOfWork
 from gateway.services.admin.users import authenticate_person
 from gateway.services.workspace import Workspace
 
@@ -38,27 +52,40 @@ def provider_choices(ws: Workspace) -> list[tuple[str, str]]:
     return [(p.name, p.label) for p in ws.identity_providers.values()]
 
 
-def start_sign_in(ws: Workspace, provider: str, redirect_uri: str) -> SignInStart:
-    """Where to send the person to sign in with `provider`, and what its callback must match."""
+def start_sign_in(ws: Workspace, provider: str, redirect_uri: str, browser_key: str) -> str:
+    """Where to send the person to sign in with `provider`; what its callback must match waits here, under the
+    sign-in's state, for the browser whose cookie holds `browser_key`."""
+    chosen = _provider(ws, provider)
     try:
-        return _provider(ws, provider).start(redirect_uri)
+        started = chosen.start(redirect_uri)
     except SignInRefused as exc:
         _record_refusal(ws, provider, exc, None)
         raise
+    pending = dict(started.pending)
+    state, moment = pending.pop("state"), ws.clock.now()
+    with ws.store.session() as session:
+        session.sign_in.forget_flows(moment)
+        session.sign_in.add_flow(_hash(state), PendingSignIn(provider, _hash(browser_key), pending, moment,
+                                                             moment + SIGN_IN_FLOW_TIME))
+    return started.url
 
 
-def finish_sign_in(ws: Workspace, provider: str, pending: Mapping[str, str] | None,
+def finish_sign_in(ws: Workspace, provider: str, browser_key: str | None,
                    callback: Mapping[str, str]) -> tuple[str, SignedIn]:
     """Verify the provider's answer and open a session for the linked principal: (session id, who)."""
     chosen = _provider(ws, provider)
     identity = None
     try:
+        pending = _use_pending(ws, provider, browser_key, callback.get("state") or "")
         identity = chosen.finish(pending, callback)
         principal = _principal_for(ws, identity)
     except SignInRefused as exc:
         _record_refusal(ws, provider, exc, identity)
         raise
-    return _open_session(ws, principal, identity.auth_method, identity.groups, {"subject": identity.subject})
+    details: dict[str, object] = {"subject": identity.subject}
+    if identity.claims_from:
+        details["claims_from"] = dict(identity.claims_from)
+    return _open_session(ws, principal, identity.auth_method, identity.groups, details)
 
 
 def sign_in_with_token(ws: Workspace, token: str) -> tuple[str, SignedIn]:
@@ -190,8 +217,24 @@ def _admit(ws: Workspace, session: UnitOfWork, identity: Identity) -> Principal 
     return principal
 
 
+def _use_pending(ws: Workspace, provider: str, browser_key: str | None, state: str) -> Mapping[str, str]:
+    """What the sign-in named by the callback's state kept, used now: it was started here, with this provider, in
+    this browser, not long ago, and never used. Checked before anything else in the answer is believed."""
+    if not state:
+        raise SignInRefused("state", "the answer sent back here carries no state; start again from the sign-in page")
+    moment, state_hash = ws.clock.now(), _hash(state)
+    with ws.store.session() as session:
+        flow = session.sign_in.get_flow(state_hash)
+        reason = state_refusal(flow, provider, _hash(browser_key) if browser_key else None, moment)
+        if reason is None and not session.sign_in.use_flow(state_hash, moment):
+            reason = "this sign-in was already used (its state is spent); start again from the sign-in page"
+    if reason is not None or flow is None:
+        raise SignInRefused("state", reason or "no pending sign-in")
+    return flow.secrets
+
+
 def _open_session(ws: Workspace, principal: Principal, auth_method: str, claimed: frozenset[str] | None,
-                  details: dict[str, str]) -> tuple[str, SignedIn]:
+                  details: dict[str, object]) -> tuple[str, SignedIn]:
     session_id = secrets.token_urlsafe(32)
     moment = ws.clock.now()
     record = WebSession(principal.id, auth_method, claimed, moment,
@@ -206,11 +249,18 @@ def _open_session(ws: Workspace, principal: Principal, auth_method: str, claimed
 
 
 def _record_refusal(ws: Workspace, provider: str, exc: SignInRefused, identity: Identity | None) -> None:
-    payload = {"provider": provider, "check": exc.check, "reason": str(exc)}
+    """In the trail, the first few of each kind (provider and check) a minute; the rest are counted there later."""
+    payload: dict[str, object] = {"provider": provider, "check": exc.check, "reason": str(exc)}
     if identity is not None:
         payload |= {"issuer": identity.issuer, "subject": identity.subject}
+        if identity.claims_from:
+            payload["claims_from"] = dict(identity.claims_from)
+    kind = f"{provider}:{exc.check}"
     with ws.store.session() as session:
-        session.audit.append(GATEWAY, "sign_in.refused", payload)
+        tally, recorded = tally_refusal(session.sign_in.refusal_tally(kind), ws.clock.now())
+        session.sign_in.save_refusal_tally(kind, tally)
+        if recorded is not None:
+            session.audit.append(GATEWAY, "sign_in.refused", payload | recorded)
 
 
 def _principal_or_none(session: UnitOfWork, pid: str) -> Principal | None:

@@ -188,7 +188,7 @@ async def proposal_page(request: Request, proposal_id: ProposalId, ws: Workspace
 
 
 def _proposal_page(request: Request, proposal_id: int, ws: Workspace, page: int) -> HTMLResponse:
-    actor = page_actor(signed_in_person(request, ws))
+    actor = page_actor(request, signed_in_person(request, ws))
     view = view_proposal(ws, actor, proposal_id)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,

@@ -272,6 +272,30 @@ def test_a_download_or_redirect_to_an_unlisted_host_is_refused(registry: Registr
     assert registry.requests[-1] == "/moved/net.tar.gz"
 
 
+@pytest.mark.parametrize(("location", "why"), [
+    ("file:///etc/passwd", "X-Terraform-Get file:///etc/passwd: not a source address the gateway understands"),
+    ("s3::https://s3.amazonaws.com/bucket/vpc.zip?X-Amz-Signature=s3cr3t",
+     "X-Terraform-Get s3::https://s3.amazonaws.com/bucket/vpc.zip: s3:: sources are not fetched by the gateway"),
+    ("https://github.com/acme/vpc.tar.gz//../..", "the subdirectory '../..' leaves its package"),
+    ("git::https://github.com/acme/net.git//modules/../../..", "the subdirectory 'modules/../../..' leaves its"),
+])
+def test_a_download_location_the_source_parser_refuses_is_the_one_line_refusal(
+        registry: Registry, tmp_path: Path, location: str, why: str) -> None:
+    # what a registry (or any URL a branch names) answers in X-Terraform-Get is the server's to choose
+    version = f"1.0.{len(registry.extra_versions.get('acme/located/aws', []))}"
+    registry.extra_versions.setdefault("acme/located/aws", []).append(version)
+    registry.locations[("acme/located/aws", version)] = location
+    stack = stack_repo(tmp_path, {"main.tf": f'module "m" {{\n  source  = "acme/located/aws"\n  version = "{version}"\n}}\n'})
+    message = refusal(installer(registry, tmp_path / "cache"), stack)
+    assert message.startswith('stacks/app/main.tf:1: module "m": source "acme/located/aws" cannot be reached: '
+                              f"{registry.url}/v1/modules/acme/located/aws/{version}/download")
+    assert why in message and "s3cr3t" not in message
+    # the same answer to a plain HTTP source (go-getter's form: a URL that answers where the package is)
+    direct = stack_repo(tmp_path / "direct", {"main.tf": f'module "m" {{\n  source = "{registry.url}/v1/modules/'
+                                                           f'acme/located/aws/{version}/download"\n}}\n'})
+    assert why in refusal(installer(registry, tmp_path / "cache"), direct)
+
+
 def test_the_default_hosts_are_the_public_registry_github_and_the_configured_registries() -> None:
     access = ModuleAccess.from_settings("tfe.example.com=t", "registry.terraform.io=https://mirror.example.com",
                                         None, False)
@@ -727,8 +751,8 @@ def test_every_http_request_goes_to_the_address_the_guard_checked(two_servers: t
     fetcher = ModuleFetcher(rebinding_access(port, resolve))
     assert fetcher.versions(SOURCE) == ["1.0.0"]  # discovery, versions
     location = fetcher.download_address(SOURCE, "1.0.0")
-    assert location == f"http://localhost:{port}/net.tar.gz"
-    fetcher.fetch_package(PackageSource(location), tmp_path / "out")
+    assert location == PackageSource(f"http://localhost:{port}/net.tar.gz")
+    fetcher.fetch_package(location, tmp_path / "out")
     assert (tmp_path / "out" / "main.tf").read_text() == "# the checked server's\n"
     assert checked.hits == ["/.well-known/terraform.json", "/v1/modules/acme/net/aws/versions",  # type: ignore[attr-defined]
                             "/v1/modules/acme/net/aws/1.0.0/download", "/net.tar.gz"]
@@ -751,7 +775,7 @@ def test_a_name_that_answers_a_loopback_address_after_the_check_never_reaches_it
         elif step == "download":
             fetcher.download_address(SOURCE, "1.0.0")
         else:
-            fetcher.fetch_package(PackageSource(fetcher.download_address(SOURCE, "1.0.0")), tmp_path / "out")
+            fetcher.fetch_package(fetcher.download_address(SOURCE, "1.0.0"), tmp_path / "out")
     assert len(checked.hits) == before  # type: ignore[attr-defined]
     assert other.hits == []  # type: ignore[attr-defined]
 

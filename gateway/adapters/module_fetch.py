@@ -276,14 +276,14 @@ class ModuleFetcher:
         except (KeyError, TypeError) as exc:
             raise Unreachable(f"{url}: not a module registry answer (no modules[].versions[].version)") from exc
 
-    def download_address(self, source: RegistrySource, version: str) -> str:
+    def download_address(self, source: RegistrySource, version: str) -> PackageSource:
         """Where the registry says the package of `version` is (its X-Terraform-Get, made absolute)."""
         url = f"{self._modules_base(source.host)}{source.namespace}/{source.name}/{source.provider}/{version}/download"
         response = self._get(url)
         location = response.headers.get("X-Terraform-Get")
         if response.status_code not in (200, 204) or not location:
             raise Unreachable(f"{url} answered {response.status_code} without X-Terraform-Get")
-        return _absolute(location, str(response.url))
+        return _located(location, str(response.url))
 
     def _modules_base(self, host: str) -> str:
         if host not in self._discovered:
@@ -357,10 +357,7 @@ class ModuleFetcher:
             location = response.headers.get("X-Terraform-Get")
             if not location:
                 raise Unreachable(f"{_without_secrets(package.url)} is not an archive and answers no X-Terraform-Get")
-            inner = parse_source(_absolute(location, str(response.url)))
-            if not isinstance(inner, PackageSource):
-                raise Unreachable(f"{_without_secrets(package.url)}: X-Terraform-Get names a registry address")
-            return self.fetch_package(inner, dest, depth + 1)
+            return self.fetch_package(_located(location, str(response.url)), dest, depth + 1)
         url = urlunsplit(urlsplit(base)._replace(query=urlencode(params))) if params else base
         response = self._get(url)
         if response.status_code != 200:
@@ -462,6 +459,20 @@ def _write_member(dest: Path, name: str, content: bytes) -> None:
     target = dest.joinpath(*[p for p in path.parts if p not in ("", ".")])
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(content)
+
+
+def _located(location: str, answered_by: str) -> PackageSource:
+    """The package an X-Terraform-Get names (relative to the URL that answered it); the server is a branch's to
+    choose, so anything the source parser refuses is the one-line refusal, naming the header."""
+    address = _absolute(location, answered_by)
+    try:
+        package = parse_source(address)
+    except ValueError as exc:
+        raise Unreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get {_without_secrets(address)}: "
+                          f"{exc}") from exc
+    if not isinstance(package, PackageSource):
+        raise Unreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get names a registry address ({address})")
+    return package
 
 
 def _absolute(location: str, base: str) -> str:

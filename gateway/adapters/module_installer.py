@@ -192,9 +192,7 @@ class ModuleInstaller:
             cached = self._cached(f"registry {source.package} {version}")
             if cached:
                 return cached
-            address = parse_source(self.fetcher.download_address(source, version))
-            if not isinstance(address, PackageSource):
-                raise Unreachable(f"the registry's download of {version} names another registry address")
+            address = self.fetcher.download_address(source, version)
             return self._fetch(f"registry {source.package} {version}", address, version)
         if not source.is_git:
             return self._fetch(f"url {source.url}", source, "")

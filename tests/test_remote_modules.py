@@ -11,6 +11,7 @@ import io
 import ipaddress
 import json
 import posixpath
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -421,6 +422,49 @@ def test_an_unknown_git_ref_names_the_module_and_the_ref(registry: Registry, tmp
                                           r"git file://.*network.git: has no ref 'v9'$"):
         with installer(registry, tmp_path / "cache", allow_file_urls=True).installed(stack):
             pass
+
+
+def traced_git(trace: Path) -> list[list[str]]:
+    """The argument lists of the git commands GIT_TRACE recorded."""
+    if not trace.exists():
+        return []
+    return [shlex.split(line.split("trace: built-in: ", 1)[1]) for line in trace.read_text().splitlines()
+            if "trace: built-in: " in line]
+
+
+@pytest.mark.parametrize("ref", ["--recurse-submodules", "-b", "--upload-pack=touch /tmp/pwned"])
+def test_a_ref_that_git_would_read_as_an_option_is_refused_before_git_runs(
+        registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ref: str) -> None:
+    bare = bare_repository(tmp_path, NETWORK, "v1.0.0")
+    trace = tmp_path / "git-trace"
+    monkeypatch.setenv("GIT_TRACE", str(trace))  # git writes every command it runs, with its arguments
+    stack = stack_repo(tmp_path, {"main.tf": f'module "network" {{\n  source = "git::file://{bare}?ref={ref}"\n}}\n'})
+    message = refusal(installer(registry, tmp_path / "cache", allow_file_urls=True), stack)
+    assert message == (f'stacks/app/main.tf:1: module "network": source "git::file://{bare}?ref={ref}": the ref '
+                       f"{ref!r} begins with '-' (git would read it as an option)")
+    assert traced_git(trace) == []
+
+
+def test_every_value_a_branch_writes_reaches_git_after_end_of_options(
+        registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bare = bare_repository(tmp_path, NETWORK, "v1.0.0")
+    repo = git.Repo(bare)
+    repo.git.branch("release", "v1.0.0")  # a branch of the remote (not its default): a ref as go-getter takes one
+    trace = tmp_path / "git-trace"
+    monkeypatch.setenv("GIT_TRACE", str(trace))
+    for ref in ("v1.0.0", "release"):
+        source = f"git::file://{bare}//modules/logs?ref={ref}"
+        stack = stack_repo(tmp_path / ref, {"main.tf": f'module "logs" {{\n  source = "{source}"\n  vpc_id = "v"\n}}\n'})
+        with installer(registry, tmp_path / "cache", allow_file_urls=True).installed(stack) as (work, pins):
+            assert (work / ".terraform/modules/logs/modules/logs/main.tf").is_file()
+        assert [p.version for p in pins] == [repo.commit("v1.0.0").hexsha]
+    commands = traced_git(trace)
+    assert commands, "git ran"
+    for args in commands:
+        from_branch = [i for i, arg in enumerate(args) if f"file://{bare}" in arg or arg.startswith(("v1.0.0", "release",
+                                                                                                       "refs/remotes"))]
+        for i in from_branch:
+            assert "--end-of-options" in args[:i], args
 
 
 def test_http_archives_with_a_subdir(registry: Registry, tmp_path: Path) -> None:

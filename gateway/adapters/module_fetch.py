@@ -150,6 +150,9 @@ def _package(prefix: str, text: str) -> PackageSource:
     if not sep:
         raise ValueError("a git or HTTP source needs a URL with a scheme")
     path, _, subdir = rest.partition("//")
+    ref = dict(parse_qsl(query)).get("ref", "")
+    if prefix == "git::" and ref.startswith("-"):
+        raise ValueError(f"the ref {ref!r} begins with '-' (git would read it as an option)")
     url = f"{prefix}{scheme}://{path}" + (f"?{query}" if query else "")
     return PackageSource(url, _subdir(subdir))
 
@@ -388,24 +391,37 @@ class ModuleFetcher:
             env["GIT_SSL_CAINFO"] = str(self.access.ca_bundle)
         with tempfile.TemporaryDirectory(prefix="gw-git-") as tmp:
             clone = Path(tmp) / "clone"
-            self._git(["git", *config, "clone", "--quiet", "--no-checkout", "--", base, str(clone)], env, base)
-            self._git(["git", "-C", str(clone), "checkout", "--quiet", "--detach", ref or "HEAD", "--"], env, base,
-                      f"has no ref {ref!r}" if ref else None)
-            commit = self._git(["git", "-C", str(clone), "rev-parse", "HEAD"], env, base).strip()
+            # a branch writes the URL and the ref: after --end-of-options git reads neither as an option
+            self._git(["git", *config, "clone", "--quiet", "--no-checkout", "--end-of-options", base, str(clone)],
+                      env, base)
+            commit = self._commit(clone, ref, env, base)
+            self._git(["git", "-C", str(clone), "checkout", "--quiet", "--detach", commit, "--"], env, base)
             shutil.rmtree(clone / ".git")
             drop_links(clone)  # a link could point anywhere on this host: packages hold files and folders only
             shutil.copytree(clone, dest, dirs_exist_ok=True, symlinks=True)
         return commit
 
-    def _git(self, args: list[str], env: dict[str, str], url: str, what: str | None = None) -> str:
+    def _commit(self, clone: Path, ref: str | None, env: dict[str, str], url: str) -> str:
+        """The commit `ref` names in the clone (a tag, a commit, or one of the remote's branches; HEAD without one).
+        `parse_source` refuses a ref beginning with '-', and after --end-of-options git reads any ref as a value."""
+        for name in ([ref, f"refs/remotes/origin/{ref}"] if ref else ["HEAD"]):
+            try:
+                return self._git(["git", "-C", str(clone), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                                  f"{name}^{{commit}}"], env, url).strip()
+            except Unreachable:
+                continue
+        raise Unreachable(f"git {_without_secrets(url)}: has no ref {ref!r}" if ref else
+                          f"git {_without_secrets(url)}: the repository has no commit")
+
+    def _git(self, args: list[str], env: dict[str, str], url: str) -> str:
         try:
             done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=self.access.timeout,
                                   stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise Unreachable(f"git {_without_secrets(url)}: {type(exc).__name__}") from exc
         if done.returncode != 0:
-            detail = what or next((line.removeprefix("fatal: ") for line in done.stderr.splitlines()
-                                   if line.startswith("fatal:")), done.stderr.strip().splitlines()[-1:] or "failed")
+            detail = next((line.removeprefix("fatal: ") for line in done.stderr.splitlines()
+                           if line.startswith("fatal:")), done.stderr.strip().splitlines()[-1:] or "failed")
             raise Unreachable(f"git {_without_secrets(url)}: {_one_line(detail)}")
         return done.stdout
 

@@ -114,10 +114,10 @@ def _flatten(list_: list) -> Any:
     # keep); an object with an unknown attribute is an element like any other, so a `for` over the result is known
     out: list = []
     for item in list_:
-        inner = _flatten(item) if isinstance(item, list) else item if item is UNKNOWN else [item]
-        if inner is UNKNOWN:
+        flat = _flatten(item) if isinstance(item, list) else [item]
+        if item is UNKNOWN or flat is UNKNOWN:
             return UNKNOWN
-        out.extend(inner)
+        out.extend(flat)
     return out
 
 

@@ -169,7 +169,8 @@ class ModuleInstaller:
         if pins is not None and (pin is None or pin.source != str(source)):
             raise ConfigError(f"{call.where}: source \"{call.source}\" is not what was planned; plan again")
         try:
-            package = self._package(source, call, pin.version if pin else None)
+            with self.fetcher.bounded():  # the registry's answers and the package: one fetch, one deadline
+                package = self._package(source, call, pin.version if pin else None)
         except Unreachable as exc:
             raise ConfigError(f"{call.where}: source \"{call.source}\" cannot be reached: {exc}") from exc
         if pin is not None and pin.digest != package.digest:

@@ -19,8 +19,8 @@ from pathlib import Path
 import git
 import pytest
 
-from gateway.adapters.module_archives import ArchiveLimits
-from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher
+from gateway.adapters.module_access import ArchiveLimits, ModuleAccess
+from gateway.adapters.module_fetch import ModuleFetcher
 from gateway.adapters.module_installer import ModuleInstaller
 from gateway.domain.errors import ConfigError
 
@@ -95,8 +95,9 @@ def stack_calling(tmp_path: Path, source: str) -> Path:
     return repo / "stacks" / "app"
 
 
-def modules(cache: Path, **overrides: object) -> ModuleInstaller:
-    values: dict[str, object] = {"allowed_hosts": ("127.0.0.1",), "timeout": 30.0}
+def modules(cache: Path, port: int, **overrides: object) -> ModuleInstaller:
+    """An installer whose sources may reach 127.0.0.1 at `port` (a test server's)."""
+    values: dict[str, object] = {"allowed_hosts": (f"127.0.0.1:{port}",), "timeout": 30.0}
     values.update(overrides)
     return ModuleInstaller(cache, ModuleFetcher(ModuleAccess(**values)))  # type: ignore[arg-type]
 
@@ -136,7 +137,7 @@ def test_an_archive_that_unpacks_to_a_gigabyte_is_refused_before_it_is_written(
     assert len(bombs[name]) < 1.1 * MiB
     url = server.file(f"/{name}", bombs[name])
     started = time.monotonic()
-    message = refused(modules(tmp_path / "cache"), stack_calling(tmp_path, url))
+    message = refused(modules(tmp_path / "cache", server.port), stack_calling(tmp_path, url))
     assert message == f'stacks/app/main.tf:1: module "net": source "{url}" cannot be reached: {url}: {why}'
     assert time.monotonic() - started < 10  # its header says 1 GiB: nothing of it is unpacked
     assert nothing_left(tmp_path / "cache")
@@ -145,11 +146,11 @@ def test_an_archive_that_unpacks_to_a_gigabyte_is_refused_before_it_is_written(
 def test_many_members_are_refused_once_what_they_unpack_to_passes_the_limit(
         server: Server, tmp_path: Path, bombs: dict[str, bytes]) -> None:
     url = server.file("/files.tar.gz", bombs["files.tar.gz"])  # 64 files of 1 MiB, each under the limit alone
-    small = modules(tmp_path / "cache", limits=ArchiveLimits(unpacked_bytes=8 * MiB))
+    small = modules(tmp_path / "cache", server.port, limits=ArchiveLimits(unpacked_bytes=8 * MiB))
     message = refused(small, stack_calling(tmp_path, url))
     assert message.endswith(f"cannot be reached: {url}: archive unpacks to more than 8 MiB")
     assert nothing_left(tmp_path / "cache")
-    with modules(tmp_path / "cache").installed(stack_calling(tmp_path / "ok", url)) as (work, _):
+    with modules(tmp_path / "cache", server.port).installed(stack_calling(tmp_path / "ok", url)) as (work, _):
         assert len(list((work / ".terraform" / "modules" / "net").iterdir())) == 64  # within the default limit
 
 
@@ -169,7 +170,7 @@ def test_an_archive_of_more_members_than_the_limit_is_refused(server: Server, tm
         archive.addfile(tarfile.TarInfo("m/last.tf"))
     tar_url = server.file("/many.tar.gz", buffer.getvalue())
     for url in (zip_url, tar_url):
-        few = modules(tmp_path / "cache", limits=ArchiveLimits(members=500))
+        few = modules(tmp_path / "cache", server.port, limits=ArchiveLimits(members=500))
         message = refused(few, stack_calling(tmp_path / url[-6:], url))
         assert message.endswith(f"cannot be reached: {url}: archive holds more than 500 members")
         assert nothing_left(tmp_path / "cache")
@@ -198,13 +199,13 @@ def test_a_download_larger_than_the_limit_is_refused_as_it_arrives(server: Serve
     server.routes["/declared.tar.gz"] = send_random(160, declared=True)
     server.routes["/undeclared.tar.gz"] = send_random(160, declared=False)
     url = f"{server.url}/declared.tar.gz"
-    message = refused(modules(tmp_path / "cache"), stack_calling(tmp_path / "a", url))
+    message = refused(modules(tmp_path / "cache", server.port), stack_calling(tmp_path / "a", url))
     assert message.endswith(f"cannot be reached: {url}: answers 160 MiB, more than the 100 MiB a module source may "
                             "send")
     assert server.sent < 32 * MiB  # refused on its Content-Length: the body was never read (only what buffers hold)
     server.sent = 0
     url = f"{server.url}/undeclared.tar.gz"
-    message = refused(modules(tmp_path / "cache"), stack_calling(tmp_path / "b", url))
+    message = refused(modules(tmp_path / "cache", server.port), stack_calling(tmp_path / "b", url))
     assert message.endswith(f"cannot be reached: {url}: sends more than the 100 MiB a module source may send")
     assert server.sent < 132 * MiB  # read as it came, and no further than the limit
     assert nothing_left(tmp_path / "cache")
@@ -243,7 +244,7 @@ def test_a_body_sent_a_byte_at_a_time_ends_at_the_fetchs_time_limit(server: Serv
     server.routes["/slow.tar.gz"] = trickle(pack(package), every=0.2)  # a minute of bytes, 0.2 s apart
     url = f"{server.url}/slow.tar.gz"
     started = time.monotonic()
-    message = refused(modules(tmp_path / "cache", timeout=2.0), stack_calling(tmp_path, url))
+    message = refused(modules(tmp_path / "cache", server.port, timeout=2.0), stack_calling(tmp_path, url))
     assert time.monotonic() - started < 4.5
     assert message.endswith(f"cannot be reached: {url}: the fetch took longer than 2 s "
                             "(GATEWAY_MODULE_FETCH_TIMEOUT_SECONDS)")
@@ -268,9 +269,9 @@ def test_a_registrys_slow_answers_add_up_to_one_fetchs_time_limit(server: Server
     server.routes["/net.tar.gz"] = late(pack(package), 0.9)
     stack = stack_calling(tmp_path, "registry.example/acme/net/aws")
     hosts = {"registry.example": server.url}
-    message = refused(modules(tmp_path / "cache", hosts=hosts, timeout=2.5), stack)
+    message = refused(modules(tmp_path / "cache", server.port, hosts=hosts, timeout=2.5), stack)
     assert message.endswith("the fetch took longer than 2.5 s (GATEWAY_MODULE_FETCH_TIMEOUT_SECONDS)")
-    with modules(tmp_path / "cache", hosts=hosts, timeout=10.0).installed(stack) as (work, pins):
+    with modules(tmp_path / "cache", server.port, hosts=hosts, timeout=10.0).installed(stack) as (work, pins):
         assert [p.version for p in pins] == ["1.0.0"]
 
 
@@ -307,7 +308,7 @@ def test_a_git_server_that_trickles_is_stopped_at_the_fetchs_time_limit(tmp_path
     try:
         url = f"git::http://127.0.0.1:{http.server_address[1]}/net.git"
         started = time.monotonic()
-        message = refused(modules(tmp_path / "cache", timeout=2.0),
+        message = refused(modules(tmp_path / "cache", http.server_address[1], timeout=2.0),
                           stack_calling(tmp_path, url))
         assert time.monotonic() - started < 4.5  # git, and the helper it runs for HTTP, are stopped
         assert message.endswith("the fetch took longer than 2 s (GATEWAY_MODULE_FETCH_TIMEOUT_SECONDS)")

@@ -11,6 +11,7 @@ import io
 import ipaddress
 import json
 import posixpath
+import re
 import shlex
 import shutil
 import ssl
@@ -20,6 +21,7 @@ import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import git
 import pytest
@@ -27,14 +29,8 @@ import yaml
 from click.testing import CliRunner
 
 from gateway.adapters.engine_router import EngineByStack
-from gateway.adapters.module_fetch import (
-    ModuleAccess,
-    ModuleFetcher,
-    PackageSource,
-    RegistrySource,
-    Unreachable,
-    parse_source,
-)
+from gateway.adapters.module_access import ModuleAccess, Unreachable
+from gateway.adapters.module_fetch import ModuleFetcher, PackageSource, RegistrySource, parse_source
 from gateway.adapters.module_installer import PINS_KEY, ModuleInstaller, pins_of
 from gateway.adapters.module_versions import Constraint
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -112,9 +108,14 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 def access(registry: Registry, **overrides: object) -> ModuleAccess:
     values: dict[str, object] = {"hosts": {"registry.terraform.io": registry.url}, "ca_bundle": registry.ca_bundle,
-                                 "allowed_hosts": ("127.0.0.1",)}  # loopback only when the settings list it
+                                 "allowed_hosts": (listed(registry),)}  # loopback only when the settings list it
     values.update(overrides)
     return ModuleAccess(**values)  # type: ignore[arg-type]
+
+
+def listed(registry: Registry) -> str:
+    """The registry's endpoint as GATEWAY_MODULE_ALLOWED_HOSTS lists it: 127.0.0.1 at its port."""
+    return f"127.0.0.1:{urlsplit(registry.url).port}"
 
 
 def installer(registry: Registry, cache: Path, **overrides: object) -> ModuleInstaller:
@@ -237,17 +238,21 @@ def refusal(modules: ModuleInstaller, stack: Path) -> str:
 def test_a_loopback_registry_is_reached_only_when_the_settings_list_it(registry: Registry, tmp_path: Path) -> None:
     stack = stack_repo(tmp_path, {"main.tf": KMS_CALL})
     asked = len(registry.requests)
+    port = urlsplit(registry.url).port
     message = refusal(installer(registry, tmp_path / "cache", allowed_hosts=None), stack)
     assert message == ('stacks/app/main.tf:2: module "key": source "terraform-aws-modules/kms/aws" cannot be reached: '
-                       "127.0.0.1 is a loopback address, which module sources may not reach unless "
+                       f"127.0.0.1:{port} is a loopback address, which module sources may not reach unless "
                        "GATEWAY_MODULE_ALLOWED_HOSTS lists it")
     # the name the registry is served at is checked on the address it resolves to
     served = {"registry.terraform.io": registry.url.replace("127.0.0.1", "localhost")}
     message = refusal(installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=None), stack)
-    assert "cannot be reached: localhost is at 127.0.0.1, a loopback address, which" in message
+    assert f"cannot be reached: localhost:{port} is at 127.0.0.1, a loopback address, which" in message
+    # listed, but not at the registry's port (an entry without one names 443)
+    message = refusal(installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=("127.0.0.0/8",)), stack)
+    assert f"cannot be reached: localhost:{port} is at 127.0.0.1, a loopback address, which" in message
     assert len(registry.requests) == asked  # refused before anything was sent
-    with installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=("127.0.0.0/8",)).installed(stack) as (
-            _, pins):
+    with installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=(f"127.0.0.0/8:{port}",)).installed(
+            stack) as (_, pins):
         assert [p.version for p in pins] == ["2.2.1"]
 
 
@@ -258,7 +263,7 @@ def test_a_download_or_redirect_to_an_unlisted_host_is_refused(registry: Registr
     stack = stack_repo(tmp_path, {"main.tf": 'module "m" {\n  source  = "acme/metadata/aws"\n  version = "1.0.0"\n}\n'})
     message = refusal(installer(registry, tmp_path / "cache"), stack)
     assert message == ('stacks/app/main.tf:1: module "m": source "acme/metadata/aws" cannot be reached: '
-                       "169.254.169.254 is a link-local address, which module sources may not reach "
+                       "169.254.169.254:80 is a link-local address, which module sources may not reach "
                        "unless GATEWAY_MODULE_ALLOWED_HOSTS lists it")
     (stack / "main.tf").write_text((stack / "main.tf").read_text().replace("1.0.0", "2.0.0"))
     assert refusal(installer(registry, tmp_path / "cache"), stack).endswith(
@@ -268,7 +273,7 @@ def test_a_download_or_redirect_to_an_unlisted_host_is_refused(registry: Registr
     registry.redirects["/moved/net.tar.gz"] = "http://10.0.0.7/net.tar.gz"
     stack = stack_repo(tmp_path / "r", {"main.tf": f'module "net" {{\n  source = "{registry.url}/moved/net.tar.gz"\n}}\n'})
     assert refusal(installer(registry, tmp_path / "cache"), stack).endswith(
-        "cannot be reached: 10.0.0.7 is a private address, which module sources may not reach unless "
+        "cannot be reached: 10.0.0.7:80 is a private address, which module sources may not reach unless "
         "GATEWAY_MODULE_ALLOWED_HOSTS lists it")
     assert registry.requests[-1] == "/moved/net.tar.gz"
 
@@ -302,14 +307,67 @@ def test_the_default_hosts_are_the_public_registry_github_and_the_configured_reg
                                         None, False)
     for host in ("gitlab.com", "metadata.google.internal", "localhost", "8.8.8.8"):
         with pytest.raises(Unreachable, match=f"^{host} is not a host module sources may reach"):
-            access.admit(host)
-    with pytest.raises(Unreachable, match="^169.254.169.254 is a link-local address"):
-        access.admit("169.254.169.254")
+            access.admit(host, 443)
+    with pytest.raises(Unreachable, match="^169.254.169.254:80 is a link-local address"):
+        access.admit("169.254.169.254", 80)
+    for host, port in (("registry.terraform.io", 443), ("github.com", 443), ("github.com", 22),
+                       ("tfe.example.com", 443), ("mirror.example.com", 443)):
+        access.admit_name(host, port)  # HTTPS, git over ssh to github.com, and the configured registries
+    for host, port in (("github.com", 80), ("registry.terraform.io", 22), ("tfe.example.com", 8443)):
+        with pytest.raises(Unreachable, match=f"^{host}:{port} is not a host module sources may reach"):
+            access.admit_name(host, port)
     listed = ModuleAccess.from_settings(None, None, None, False, allowed_hosts="git.internal, 10.1.0.0/16")
-    listed.admit("10.1.2.3")
-    listed.admit("git.internal")  # listed by name: whatever it resolves to
+    listed.admit("10.1.2.3", 443)
+    listed.admit("git.internal", 443)  # listed by name: whatever it resolves to
     with pytest.raises(Unreachable, match="^github.com is not a host"):  # the setting replaces the defaults
-        listed.admit("github.com")
+        listed.admit("github.com", 443)
+
+
+def test_an_allowed_host_is_admitted_at_the_port_its_entry_names(tmp_path: Path) -> None:
+    access = ModuleAccess.from_settings(None, "registry.example=https://mirror.internal:8443", None, False,
+                                        allowed_hosts="127.0.0.1:8443, [::1]:9443, 10.1.0.0/16:22, git.internal, "
+                                                      "fd00::/8, [fd01::/16]:80")
+    for host, port in (("127.0.0.1", 8443), ("::1", 9443), ("10.1.2.3", 22), ("git.internal", 443),
+                       ("fd00::7", 443), ("fd01::7", 80), ("mirror.internal", 8443)):
+        access.admit_name(host, port)
+    for host, port, shown in (("127.0.0.1", 443, "127.0.0.1"), ("127.0.0.1", 5432, "127.0.0.1:5432"),
+                              ("::1", 8443, "[::1]:8443"), ("10.1.2.3", 443, "10.1.2.3"),
+                              ("fd00::7", 80, "[fd00::7]:80")):
+        with pytest.raises(Unreachable, match=rf"^{re.escape(shown)} is a (loopback|private) address"):
+            access.admit_name(host, port)
+    for host, port in (("git.internal", 22), ("mirror.internal", 443)):
+        with pytest.raises(Unreachable, match="is not a host module sources may reach"):
+            access.admit_name(host, port)
+    for bad in ("git.internal:https", "127.0.0.1:0", "[::1]x", "a b"):
+        with pytest.raises(ConfigError, match=f"^GATEWAY_MODULE_ALLOWED_HOSTS: .*{re.escape(bad)}"):
+            ModuleAccess.from_settings(None, None, None, False, allowed_hosts=f"github.com, {bad}")
+
+
+def test_a_host_listed_for_a_mirror_is_reached_at_that_port_only(registry: Registry, tmp_path: Path) -> None:
+    # 127.0.0.1 listed (port 443) and the mirror's port: another service on the host hears nothing, whichever way a
+    # branch names it (a source, an X-Terraform-Get, a redirect, git)
+    other = serve_at("127.0.0.1", 0, tmp_path)
+    port = other.server_address[1]
+    try:
+        elsewhere = f"http://127.0.0.1:{port}/net.tar.gz"
+        registry.extra_versions["acme/elsewhere/aws"] = ["1.0.0"]
+        registry.locations[("acme/elsewhere/aws", "1.0.0")] = elsewhere
+        registry.redirects["/elsewhere/net.tar.gz"] = elsewhere
+        sources = {"direct": elsewhere, "x-terraform-get": "acme/elsewhere/aws",
+                   "redirect": f"{registry.url}/elsewhere/net.tar.gz", "git": f"git::http://127.0.0.1:{port}/net.git"}
+        for name, source in sources.items():
+            stack = stack_repo(tmp_path / name, {"main.tf": f'module "m" {{\n  source = "{source}"\n}}\n'})
+            modules = installer(registry, tmp_path / "cache", allowed_hosts=("127.0.0.1", listed(registry)))
+            assert refusal(modules, stack).endswith(
+                f"cannot be reached: 127.0.0.1:{port} is a loopback address, which module sources may not reach "
+                "unless GATEWAY_MODULE_ALLOWED_HOSTS lists it"), name
+        assert other.hits == []  # type: ignore[attr-defined]
+        modules = installer(registry, tmp_path / "cache", allowed_hosts=(listed(registry), f"127.0.0.1:{port}"))
+        with modules.installed(stack_repo(tmp_path / "listed", {"main.tf": f'module "m" {{\n  source = "{elsewhere}"\n}}\n'})):
+            assert other.hits == ["/net.tar.gz"]  # type: ignore[attr-defined]
+    finally:
+        other.shutdown()
+        other.server_close()
 
 
 # --- git and HTTP archives -------------------------------------------------------------------
@@ -543,7 +601,7 @@ def corpus_gateway(registry: Registry, tmp_path_factory: pytest.TempPathFactory)
     token = add_people(ws).tokens["alice"]
     ws.close()
     env = {"GATEWAY_MODULE_REGISTRY_HOSTS": f"registry.terraform.io={registry.url}",
-           "GATEWAY_MODULE_ALLOWED_HOSTS": "127.0.0.1",
+           "GATEWAY_MODULE_ALLOWED_HOSTS": listed(registry),
            "GATEWAY_MODULE_CA_BUNDLE": str(registry.ca_bundle), "GATEWAY_TOKEN": token}
     yield tmp / "home", env
 
@@ -589,7 +647,7 @@ def test_a_source_on_a_host_the_settings_do_not_admit_is_one_line_naming_the_set
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert ('metadata/main.tf:1: module "creds": source "http://169.254.169.254/latest/meta-data/iam.zip" cannot be '
-            "reached: 169.254.169.254 is a link-local address, which module sources may not reach unless "
+            "reached: 169.254.169.254:80 is a link-local address, which module sources may not reach unless "
             "GATEWAY_MODULE_ALLOWED_HOSTS lists it") in lines[0]
 
 
@@ -674,7 +732,7 @@ def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as
 
     ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5,
                                    module_registry_hosts=f"registry.terraform.io={registry.url}",
-                                   module_ca_bundle=registry.ca_bundle, module_allowed_hosts="127.0.0.1"))
+                                   module_ca_bundle=registry.ca_bundle, module_allowed_hosts=listed(registry)))
     try:
         bootstrap_simulator(ws)
         people = add_people(ws)
@@ -781,7 +839,7 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[ThreadingHTTPServer, Threading
 
 def rebinding_access(port: int, resolve: Answers, scheme: str = "http", **overrides: object) -> ModuleAccess:
     values: dict[str, object] = {"hosts": {"registry.example": f"{scheme}://localhost:{port}"},
-                                 "allowed_hosts": ("127.0.0.2/32",), "resolve": resolve, "timeout": 10.0}
+                                 "allowed_hosts": (f"127.0.0.2/32:{port}",), "resolve": resolve, "timeout": 10.0}
     return ModuleAccess(**{**values, **overrides})  # type: ignore[arg-type]
 
 
@@ -812,7 +870,7 @@ def test_a_name_that_answers_a_loopback_address_after_the_check_never_reaches_it
     # then loopback: the step's own request is refused, and the loopback server hears nothing
     resolve = Answers(*(["127.0.0.2"] * before), "127.0.0.1")
     fetcher = ModuleFetcher(rebinding_access(port, resolve))
-    with pytest.raises(Unreachable, match="^localhost is at 127.0.0.1, a loopback address, which module sources may "
+    with pytest.raises(Unreachable, match=f"^localhost:{port} is at 127.0.0.1, a loopback address, which module sources may "
                                           "not reach unless GATEWAY_MODULE_ALLOWED_HOSTS lists it$"):
         if step in ("discovery", "versions"):
             fetcher.versions(SOURCE)

@@ -27,11 +27,11 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Protocol
 
-MiB = 2**20
+from gateway.adapters.module_access import ArchiveLimits, MiB, one_line
+
 _CHUNK = 64 * 1024
 _UNREADABLE = (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError)
 
@@ -46,18 +46,7 @@ class ArchiveRefused(Exception):
     """An archive that is not unpacked: over a limit, unreadable, or a member outside the package (one line)."""
 
 
-@dataclass(frozen=True)
-class ArchiveLimits:
-    """How much of a package a branch may make the gateway download, unpack and write."""
-
-    archive_bytes: int = 100 * MiB
-    unpacked_bytes: int = 256 * MiB
-    members: int = 20_000
-    directory_bytes: int = 16 * MiB  # a zip's central directory (read whole by zipfile)
-    record_bytes: int = 1 * MiB  # one read tarfile makes (a pax or long-name header is read whole)
-
-
-def extract_archive(archive: IO[bytes], kind: str, dest: Path, limits: ArchiveLimits = ArchiveLimits()) -> None:
+def extract_archive(archive: IO[bytes], kind: str, dest: Path, limits: ArchiveLimits) -> None:
     """Unpack a zip or tar (gzip, bzip2 or xz compressed, or not) from a seekable file into `dest`, within
     `limits`: regular files and folders only, none outside `dest`; on a refusal `dest` is left as it was found."""
     existed = dest.exists()
@@ -69,7 +58,7 @@ def extract_archive(archive: IO[bytes], kind: str, dest: Path, limits: ArchiveLi
             _extract_tar(archive, dest, limits)
     except _UNREADABLE as exc:
         _remove_written(dest, existed)
-        raise ArchiveRefused(f"not a readable {kind} archive ({_one_line(exc)})") from exc
+        raise ArchiveRefused(f"not a readable {kind} archive ({one_line(exc)})") from exc
     except BaseException:
         _remove_written(dest, existed)
         raise
@@ -225,7 +214,3 @@ def _remove_written(dest: Path, existed: bool) -> None:
         else:
             path.unlink(missing_ok=True)
 
-
-def _one_line(value: object) -> str:
-    text = " ".join(str(value).split())
-    return text[:200] or type(value).__name__

@@ -15,57 +15,55 @@ Credentials come from the gateway's settings (registry tokens by host, a CA bund
 configuration on the gateway's host, never from the declaration repo. `file://` git URLs are refused unless the
 settings allow them: a branch could otherwise read any repository on the gateway's host.
 
-Which hosts a source may reach is the settings' too (`ModuleAccess.admit`), or a branch could make the gateway
-fetch from its own network (a cloud's metadata service, an internal host): registry.terraform.io, github.com and
-the configured registry hosts by default, or GATEWAY_MODULE_ALLOWED_HOSTS. Every request is checked, the
-redirects httpx follows and each X-Terraform-Get target included, on its host name and on the addresses the name
-resolves to: a loopback, link-local, private or otherwise non-public address only when the setting lists it (or
-the name). The connection then goes to an address that was checked, never to the name resolved again (a name
-that answers the check with a public address and the connect with an internal one, DNS rebinding): HTTP through
-`module_http.py`'s client, git over HTTP(S) through curl's pinned resolution. git is told not to follow HTTP
-redirects, so the checked host is the one it reaches.
+Which hosts and ports a source may reach is the settings' too (`ModuleAccess.admit`, module_access.py). Every
+request is checked, the redirects httpx follows and each X-Terraform-Get target included, and every git clone, on
+its host name and port and on the addresses the name resolves to. The connection then goes to an address that was
+checked, never to the name resolved again (a name that answers the check with a public address and the connect
+with an internal one, DNS rebinding): HTTP through `module_http.py`'s client, git over HTTP(S) through curl's
+pinned resolution. git is told not to follow HTTP redirects, so the checked host is the one it reaches.
 """
 
 from __future__ import annotations
 
 import io
-import ipaddress
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
-from gateway.adapters.module_archives import ArchiveLimits, ArchiveRefused, MiB, extract_archive
+from gateway.adapters.module_access import (
+    DEFAULT_PORTS,
+    IPAddress,
+    MiB,
+    ModuleAccess,
+    Unreachable,
+    literal_address,
+    one_line,
+)
+from gateway.adapters.module_archives import ArchiveRefused, extract_archive
 
 if TYPE_CHECKING:
     import httpx
 
 DEFAULT_REGISTRY = "registry.terraform.io"
-DEFAULT_ALLOWED_HOSTS = (DEFAULT_REGISTRY, "github.com")
-ALLOWED_HOSTS_SETTING = "GATEWAY_MODULE_ALLOWED_HOSTS"
 TIMEOUT_SETTING = "GATEWAY_MODULE_FETCH_TIMEOUT_SECONDS"
 MAX_ANSWER_BYTES = 4 * MiB  # a registry's JSON, or what a URL answering X-Terraform-Get sends with it
 _PART = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
 _HOST = re.compile(r"^[0-9A-Za-z.-]+\.[0-9A-Za-z-]+(:\d+)?$|^localhost(:\d+)?$|^\d+\.\d+\.\d+\.\d+(:\d+)?$")
 _ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
 _UNSUPPORTED = ("s3::", "gcs::", "hg::", "oci::")
-
-
-class Unreachable(Exception):
-    """A module source that cannot be fetched; the message is one line, with no secret in it."""
 
 
 @dataclass(frozen=True)
@@ -160,107 +158,6 @@ def _package(prefix: str, text: str) -> PackageSource:
         raise ValueError(f"the ref {ref!r} begins with '-' (git would read it as an option)")
     url = f"{prefix}{scheme}://{path}" + (f"?{query}" if query else "")
     return PackageSource(url, _subdir(subdir))
-
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def resolve_host(host: str) -> list[IPAddress]:
-    """Every address `host` resolves to (IPv4-mapped IPv6 as IPv4), in the resolver's order."""
-    try:
-        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError) as exc:
-        raise Unreachable(f"{host}: the name does not resolve ({_one_line(exc)})") from exc
-    addresses = []
-    for *_, sockaddr in found:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
-        mapped = getattr(address, "ipv4_mapped", None)
-        addresses.append(mapped or address)
-    return addresses
-
-
-@dataclass(frozen=True)
-class ModuleAccess:
-    """What the gateway may use to reach module sources; built from the settings, never from a branch."""
-
-    tokens: dict[str, str] = field(default_factory=dict)  # registry host -> bearer token
-    hosts: dict[str, str] = field(default_factory=dict)  # registry host -> where its service discovery is served
-    ca_bundle: Path | None = None
-    allow_file_urls: bool = False
-    timeout: float = 60.0  # the longest one module's fetch may take, start to end
-    allowed_hosts: tuple[str, ...] | None = None  # GATEWAY_MODULE_ALLOWED_HOSTS (None: DEFAULT_ALLOWED_HOSTS)
-    resolve: Callable[[str], list[IPAddress]] = field(default=resolve_host, compare=False, repr=False)
-    limits: ArchiveLimits = ArchiveLimits()
-
-    @classmethod
-    def from_settings(cls, tokens: str | None, hosts: str | None, ca_bundle: Path | None, allow_file_urls: bool,
-                      timeout: float = 60.0, allowed_hosts: str | None = None) -> ModuleAccess:
-        listed = None if allowed_hosts is None else tuple(h.strip().lower() for h in allowed_hosts.split(",")
-                                                          if h.strip())
-        return cls(_pairs(tokens), _pairs(hosts), ca_bundle, allow_file_urls, timeout, listed)
-
-    def admit(self, host: str) -> list[IPAddress] | None:
-        """Refuse (Unreachable, naming the setting) a host the settings do not let module sources reach; else the
-        addresses it was checked at (resolved once: connect to these, never to the name), or None when the
-        setting lists the host itself (whatever address it resolves to)."""
-        return self._check(host, resolve=True)
-
-    def admit_name(self, host: str) -> None:
-        """The part of `admit` that needs no resolution: the name, or an address written as the host."""
-        self._check(host, resolve=False)
-
-    def _check(self, host: str, resolve: bool) -> list[IPAddress] | None:
-        host = host.strip("[]").lower()
-        listed = self.allowed_hosts
-        explicit = set(listed or ())
-        networks = [n for n in map(_network, explicit) if n is not None]
-        literal = _address(host)
-        if host in explicit or (literal is not None and any(literal in n for n in networks)):
-            return None  # listed in the setting: whatever address it is
-        named = set(DEFAULT_ALLOWED_HOSTS if listed is None else ()) | set(self.hosts) | set(self.tokens)
-        named |= {(urlsplit(url).hostname or "").lower() for url in self.hosts.values()}
-        if host not in named and (literal is None or literal.is_global):
-            raise Unreachable(f"{host} is not a host module sources may reach ({ALLOWED_HOSTS_SETTING} admits it)")
-        if literal is None and not resolve:
-            return None
-        addresses = [literal] if literal is not None else self.resolve(host)
-        for address in addresses:
-            if not address.is_global and not any(address in n for n in networks):
-                at = "" if literal is not None else f"at {address}, "
-                raise Unreachable(f"{host} is {at}a {_kind(address)} address, which module sources may not reach "
-                                  f"unless {ALLOWED_HOSTS_SETTING} lists it")
-        return addresses
-
-
-def _address(text: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
-
-
-def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
-    try:
-        return ipaddress.ip_network(text.strip("[]"), strict=False)
-    except ValueError:
-        return None
-
-
-def _kind(address: IPAddress) -> str:
-    for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
-        if getattr(address, f"is_{kind}"):
-            return kind.replace("_", "-")
-    return "non-public"
-
-
-def _pairs(text: str | None) -> dict[str, str]:
-    """`host=value,host2=value2` (the form of GATEWAY_MODULE_REGISTRY_TOKENS) as a mapping."""
-    out = {}
-    for item in (text or "").split(","):
-        host, sep, value = item.strip().partition("=")
-        if sep and host.strip() and value.strip():
-            out[host.strip().lower()] = value.strip()
-    return out
 
 
 @dataclass(frozen=True)
@@ -383,7 +280,7 @@ class ModuleFetcher:
             deadline = self.deadline()
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._late(shown) from exc
-            raise Unreachable(f"{shown}: {type(exc).__name__}: {_one_line(exc)}") from exc
+            raise Unreachable(f"{shown}: {type(exc).__name__}: {one_line(exc)}") from exc
 
     def _read(self, response: httpx.Response, into: IO[bytes], limit: int, shown: str) -> None:
         declared = response.headers.get("Content-Length", "")
@@ -463,7 +360,9 @@ class ModuleFetcher:
         # no ext:: or other transports a branch could name; no redirect to a host that was not checked
         config = ["-c", "protocol.allow=never", "-c", "http.followRedirects=false"]
         if scheme != "file":
-            config += _pinned_resolution(base, self.access.admit(urlsplit(base).hostname or ""))
+            parts = urlsplit(base)
+            config += _pinned_resolution(base, self.access.admit(parts.hostname or "", parts.port or
+                                                                 DEFAULT_PORTS[scheme]))
         for protocol in allowed:
             config += ["-c", f"protocol.{protocol}.allow=always"]
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
@@ -512,7 +411,7 @@ class ModuleFetcher:
         if process.returncode != 0:
             detail = next((line.removeprefix("fatal: ") for line in err.splitlines() if line.startswith("fatal:")),
                           err.strip().splitlines()[-1:] or "failed")
-            raise _GitFailed(f"{shown}: {_one_line(detail)}")
+            raise _GitFailed(f"{shown}: {one_line(detail)}")
         return out
 
 
@@ -533,7 +432,7 @@ def _pinned_resolution(url: str, checked: list[IPAddress] | None) -> list[str]:
     itself and verifies the host key against it: see docs/ARCHITECTURE.md, Remote modules."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if checked is None or parts.scheme not in ("https", "http") or _address(host) is not None:
+    if checked is None or parts.scheme not in ("https", "http") or literal_address(host) is not None:
         return []
     port = parts.port or (443 if parts.scheme == "https" else 80)
     addresses = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in checked)
@@ -570,11 +469,6 @@ def _without_secrets(url: str) -> str:
         netloc += f":{parts.port}"
     shown = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     return f"{forced}::{shown}" if forced else shown
-
-
-def _one_line(value: object) -> str:
-    text = " ".join(str(value).split())
-    return text[:200] or type(value).__name__
 
 
 def drop_links(root: Path) -> None:

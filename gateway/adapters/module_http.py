@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 import httpcore
 import httpx
 
+from gateway.adapters.module_access import DEFAULT_PORTS
+
 if TYPE_CHECKING:
     import ssl
 
-    from gateway.adapters.module_fetch import ModuleAccess
+    from gateway.adapters.module_access import ModuleAccess
 
 
 Deadline = Callable[[], "float | None"]  # when the current fetch must have ended (time.monotonic), None: no fetch
@@ -80,7 +82,7 @@ class CheckedAddressBackend(httpcore.NetworkBackend):
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None) -> httpcore.NetworkStream:
-        checked = self.access.admit(host)  # Unreachable (not an httpcore error): httpx passes it on as it is
+        checked = self.access.admit(host, port)  # Unreachable (not an httpcore error): httpx passes it on as it is
         addresses = [host] if checked is None else [str(a) for a in checked]  # None: listed, any address
         failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
         for address in addresses:
@@ -116,8 +118,8 @@ class CheckedAddressTransport(httpx.HTTPTransport):
 
 
 def checked_client(access: ModuleAccess, tls: ssl.SSLContext, deadline: Deadline = lambda: None) -> httpx.Client:
-    """A client for module sources: every request's host checked by name before it is sent (each redirect httpx
-    follows included), every connection opened to an address checked for it, and every wait on it ended
+    """A client for module sources: every request's host and port checked by name before it is sent (each redirect
+    httpx follows included), every connection opened to an address checked for it, and every wait on it ended
     by `deadline`.
 
     Where the environment names an HTTP(S) proxy (an egress proxy the operator runs), requests go through it, as
@@ -127,7 +129,11 @@ def checked_client(access: ModuleAccess, tls: ssl.SSLContext, deadline: Deadline
     checks it between reads)."""
     if any(urllib.request.getproxies().get(scheme) for scheme in ("https", "http", "all")):
         return httpx.Client(verify=tls, timeout=access.timeout, follow_redirects=True, trust_env=True,
-                            event_hooks={"request": [lambda request: access.admit(request.url.host)]})
+                            event_hooks={"request": [lambda request: access.admit(request.url.host, _port(request))]})
     return httpx.Client(transport=CheckedAddressTransport(access, tls, deadline), timeout=access.timeout,
                         follow_redirects=True, trust_env=False,
-                        event_hooks={"request": [lambda request: access.admit_name(request.url.host)]})
+                        event_hooks={"request": [lambda request: access.admit_name(request.url.host, _port(request))]})
+
+
+def _port(request: httpx.Request) -> int:
+    return request.url.port or DEFAULT_PORTS.get(request.url.scheme, 443)

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.adapters.module_access import Unreachable
 from gateway.adapters.module_fetch import (
     ModuleFetcher,
     PackageSource,
     RegistrySource,
-    Unreachable,
     drop_links,
     is_local,
     parse_source,

@@ -182,7 +182,7 @@ def main() -> None:
         registry, server = serve_registry(root)
         registry.packages = registry_packages(names)
         env.update({"GATEWAY_MODULE_REGISTRY_HOSTS": f"registry.terraform.io={registry.url}",
-                    "GATEWAY_MODULE_ALLOWED_HOSTS": "127.0.0.1", "GATEWAY_MODULE_CA_BUNDLE": str(registry.ca_bundle)})
+                    "GATEWAY_MODULE_ALLOWED_HOSTS": f"127.0.0.1:{registry.url.rsplit(':', 1)[1]}", "GATEWAY_MODULE_CA_BUNDLE": str(registry.ca_bundle)})
         try:
             run_stacks(tree, root, env, names, options.runs, registry)
         finally:

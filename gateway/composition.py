@@ -25,7 +25,8 @@ from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.adapters.keyfiles import private_key_file
 from gateway.adapters.git_repo import GitDeclarationRepo
-from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher
+from gateway.adapters.module_access import ModuleAccess
+from gateway.adapters.module_fetch import ModuleFetcher
 from gateway.adapters.module_installer import ModuleInstaller
 from gateway.adapters.notifiers import ChannelSenders
 from gateway.adapters.parsed_trees import keep_parsed_trees_in

@@ -145,10 +145,14 @@ class Settings(BaseModel):
         default=False, description="allow `git::file://` module sources (off: a branch could read any repository "
         "on the gateway's host)")
     module_allowed_hosts: str | None = Field(
-        default=None, description="hosts module sources may reach, comma-separated names, addresses or networks "
-        "(default: registry.terraform.io, github.com; the configured registry hosts always); a loopback, link-local "
-        "or private address, or a name resolving to one, only when listed here (`10.1.2.0/24`, `git.internal`)")
-    module_fetch_timeout_seconds: float = Field(default=120.0, gt=0, description="longest one module fetch may take")
+        default=None, description="hosts module sources may reach, comma-separated names, addresses or networks, "
+        "each at one port: `host:port`, `[ipv6]:port`, 443 when none is named (default: registry.terraform.io and "
+        "github.com at 443, github.com at 22; the configured registry hosts always, at their ports); a loopback, "
+        "link-local or private address, or a name resolving to one, only when listed here with the port "
+        "(`10.1.2.0/24`, `git.internal`, `127.0.0.1:8443`)")
+    module_fetch_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="longest one module's fetch may take, start to end (the registry's answers "
+        "and the package, or the git clone), however slowly a server sends")
 
     data_key_file: Path | None = Field(
         default=None, description="Fernet key sealing saved plans and the simulated cloud at rest (default: made in "

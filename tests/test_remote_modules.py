@@ -11,6 +11,8 @@ import io
 import ipaddress
 import json
 import posixpath
+import re
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -19,6 +21,7 @@ import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import git
 import pytest
@@ -26,14 +29,8 @@ import yaml
 from click.testing import CliRunner
 
 from gateway.adapters.engine_router import EngineByStack
-from gateway.adapters.module_fetch import (
-    ModuleAccess,
-    ModuleFetcher,
-    PackageSource,
-    RegistrySource,
-    Unreachable,
-    parse_source,
-)
+from gateway.adapters.module_access import ModuleAccess, Unreachable
+from gateway.adapters.module_fetch import ModuleFetcher, PackageSource, RegistrySource, parse_source
 from gateway.adapters.module_installer import PINS_KEY, ModuleInstaller, pins_of
 from gateway.adapters.module_versions import Constraint
 from gateway.adapters.sandbox.engine import SandboxEngine
@@ -64,7 +61,9 @@ LISTED = ["1.0.0", "1.2.0", "1.2.9", "1.3.0", "2.0.0-beta1", "1.10.1", "2.0.0", 
     ("= 1.2.9", "1.2.9"),
     ("~> 1.2", "1.10.1"),  # ~> 1.2: >= 1.2, < 2.0 (numeric, not string, order: 1.10 > 1.3)
     ("~> 1.2.0", "1.2.9"),  # ~> 1.2.0: >= 1.2.0, < 1.3.0
-    ("~> 1", "1.10.1"),
+    ("~> 1", "2.1.0"),  # one segment: >= 1 (go-version, which Terraform reads module constraints with), not < 2
+    ("~> 2", "2.1.0"),
+    ("~> 2.0, < 3", "2.1.0"),
     (">= 1.2, < 2.0", "1.10.1"),
     (">= 1.2, != 1.10.1, < 2.0.0", "1.3.0"),  # comma lists: every term holds
     ("> 2.0.0", "2.1.0"),
@@ -109,9 +108,14 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 def access(registry: Registry, **overrides: object) -> ModuleAccess:
     values: dict[str, object] = {"hosts": {"registry.terraform.io": registry.url}, "ca_bundle": registry.ca_bundle,
-                                 "allowed_hosts": ("127.0.0.1",)}  # loopback only when the settings list it
+                                 "allowed_hosts": (listed(registry),)}  # loopback only when the settings list it
     values.update(overrides)
     return ModuleAccess(**values)  # type: ignore[arg-type]
+
+
+def listed(registry: Registry) -> str:
+    """The registry's endpoint as GATEWAY_MODULE_ALLOWED_HOSTS lists it: 127.0.0.1 at its port."""
+    return f"127.0.0.1:{urlsplit(registry.url).port}"
 
 
 def installer(registry: Registry, cache: Path, **overrides: object) -> ModuleInstaller:
@@ -234,17 +238,21 @@ def refusal(modules: ModuleInstaller, stack: Path) -> str:
 def test_a_loopback_registry_is_reached_only_when_the_settings_list_it(registry: Registry, tmp_path: Path) -> None:
     stack = stack_repo(tmp_path, {"main.tf": KMS_CALL})
     asked = len(registry.requests)
+    port = urlsplit(registry.url).port
     message = refusal(installer(registry, tmp_path / "cache", allowed_hosts=None), stack)
     assert message == ('stacks/app/main.tf:2: module "key": source "terraform-aws-modules/kms/aws" cannot be reached: '
-                       "127.0.0.1 is a loopback address, which module sources may not reach unless "
+                       f"127.0.0.1:{port} is a loopback address, which module sources may not reach unless "
                        "GATEWAY_MODULE_ALLOWED_HOSTS lists it")
     # the name the registry is served at is checked on the address it resolves to
     served = {"registry.terraform.io": registry.url.replace("127.0.0.1", "localhost")}
     message = refusal(installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=None), stack)
-    assert "cannot be reached: localhost is at 127.0.0.1, a loopback address, which" in message
+    assert f"cannot be reached: localhost:{port} is at 127.0.0.1, a loopback address, which" in message
+    # listed, but not at the registry's port (an entry without one names 443)
+    message = refusal(installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=("127.0.0.0/8",)), stack)
+    assert f"cannot be reached: localhost:{port} is at 127.0.0.1, a loopback address, which" in message
     assert len(registry.requests) == asked  # refused before anything was sent
-    with installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=("127.0.0.0/8",)).installed(stack) as (
-            _, pins):
+    with installer(registry, tmp_path / "cache", hosts=served, allowed_hosts=(f"127.0.0.0/8:{port}",)).installed(
+            stack) as (_, pins):
         assert [p.version for p in pins] == ["2.2.1"]
 
 
@@ -255,7 +263,7 @@ def test_a_download_or_redirect_to_an_unlisted_host_is_refused(registry: Registr
     stack = stack_repo(tmp_path, {"main.tf": 'module "m" {\n  source  = "acme/metadata/aws"\n  version = "1.0.0"\n}\n'})
     message = refusal(installer(registry, tmp_path / "cache"), stack)
     assert message == ('stacks/app/main.tf:1: module "m": source "acme/metadata/aws" cannot be reached: '
-                       "169.254.169.254 is a link-local address, which module sources may not reach "
+                       "169.254.169.254:80 is a link-local address, which module sources may not reach "
                        "unless GATEWAY_MODULE_ALLOWED_HOSTS lists it")
     (stack / "main.tf").write_text((stack / "main.tf").read_text().replace("1.0.0", "2.0.0"))
     assert refusal(installer(registry, tmp_path / "cache"), stack).endswith(
@@ -265,9 +273,33 @@ def test_a_download_or_redirect_to_an_unlisted_host_is_refused(registry: Registr
     registry.redirects["/moved/net.tar.gz"] = "http://10.0.0.7/net.tar.gz"
     stack = stack_repo(tmp_path / "r", {"main.tf": f'module "net" {{\n  source = "{registry.url}/moved/net.tar.gz"\n}}\n'})
     assert refusal(installer(registry, tmp_path / "cache"), stack).endswith(
-        "cannot be reached: 10.0.0.7 is a private address, which module sources may not reach unless "
+        "cannot be reached: 10.0.0.7:80 is a private address, which module sources may not reach unless "
         "GATEWAY_MODULE_ALLOWED_HOSTS lists it")
     assert registry.requests[-1] == "/moved/net.tar.gz"
+
+
+@pytest.mark.parametrize(("location", "why"), [
+    ("file:///etc/passwd", "X-Terraform-Get file:///etc/passwd: not a source address the gateway understands"),
+    ("s3::https://s3.amazonaws.com/bucket/vpc.zip?X-Amz-Signature=s3cr3t",
+     "X-Terraform-Get s3::https://s3.amazonaws.com/bucket/vpc.zip: s3:: sources are not fetched by the gateway"),
+    ("https://github.com/acme/vpc.tar.gz//../..", "the subdirectory '../..' leaves its package"),
+    ("git::https://github.com/acme/net.git//modules/../../..", "the subdirectory 'modules/../../..' leaves its"),
+])
+def test_a_download_location_the_source_parser_refuses_is_the_one_line_refusal(
+        registry: Registry, tmp_path: Path, location: str, why: str) -> None:
+    # what a registry (or any URL a branch names) answers in X-Terraform-Get is the server's to choose
+    version = f"1.0.{len(registry.extra_versions.get('acme/located/aws', []))}"
+    registry.extra_versions.setdefault("acme/located/aws", []).append(version)
+    registry.locations[("acme/located/aws", version)] = location
+    stack = stack_repo(tmp_path, {"main.tf": f'module "m" {{\n  source  = "acme/located/aws"\n  version = "{version}"\n}}\n'})
+    message = refusal(installer(registry, tmp_path / "cache"), stack)
+    assert message.startswith('stacks/app/main.tf:1: module "m": source "acme/located/aws" cannot be reached: '
+                              f"{registry.url}/v1/modules/acme/located/aws/{version}/download")
+    assert why in message and "s3cr3t" not in message
+    # the same answer to a plain HTTP source (go-getter's form: a URL that answers where the package is)
+    direct = stack_repo(tmp_path / "direct", {"main.tf": f'module "m" {{\n  source = "{registry.url}/v1/modules/'
+                                                           f'acme/located/aws/{version}/download"\n}}\n'})
+    assert why in refusal(installer(registry, tmp_path / "cache"), direct)
 
 
 def test_the_default_hosts_are_the_public_registry_github_and_the_configured_registries() -> None:
@@ -275,14 +307,67 @@ def test_the_default_hosts_are_the_public_registry_github_and_the_configured_reg
                                         None, False)
     for host in ("gitlab.com", "metadata.google.internal", "localhost", "8.8.8.8"):
         with pytest.raises(Unreachable, match=f"^{host} is not a host module sources may reach"):
-            access.admit(host)
-    with pytest.raises(Unreachable, match="^169.254.169.254 is a link-local address"):
-        access.admit("169.254.169.254")
+            access.admit(host, 443)
+    with pytest.raises(Unreachable, match="^169.254.169.254:80 is a link-local address"):
+        access.admit("169.254.169.254", 80)
+    for host, port in (("registry.terraform.io", 443), ("github.com", 443), ("github.com", 22),
+                       ("tfe.example.com", 443), ("mirror.example.com", 443)):
+        access.admit_name(host, port)  # HTTPS, git over ssh to github.com, and the configured registries
+    for host, port in (("github.com", 80), ("registry.terraform.io", 22), ("tfe.example.com", 8443)):
+        with pytest.raises(Unreachable, match=f"^{host}:{port} is not a host module sources may reach"):
+            access.admit_name(host, port)
     listed = ModuleAccess.from_settings(None, None, None, False, allowed_hosts="git.internal, 10.1.0.0/16")
-    listed.admit("10.1.2.3")
-    listed.admit("git.internal")  # listed by name: whatever it resolves to
+    listed.admit("10.1.2.3", 443)
+    listed.admit("git.internal", 443)  # listed by name: whatever it resolves to
     with pytest.raises(Unreachable, match="^github.com is not a host"):  # the setting replaces the defaults
-        listed.admit("github.com")
+        listed.admit("github.com", 443)
+
+
+def test_an_allowed_host_is_admitted_at_the_port_its_entry_names(tmp_path: Path) -> None:
+    access = ModuleAccess.from_settings(None, "registry.example=https://mirror.internal:8443", None, False,
+                                        allowed_hosts="127.0.0.1:8443, [::1]:9443, 10.1.0.0/16:22, git.internal, "
+                                                      "fd00::/8, [fd01::/16]:80")
+    for host, port in (("127.0.0.1", 8443), ("::1", 9443), ("10.1.2.3", 22), ("git.internal", 443),
+                       ("fd00::7", 443), ("fd01::7", 80), ("mirror.internal", 8443)):
+        access.admit_name(host, port)
+    for host, port, shown in (("127.0.0.1", 443, "127.0.0.1"), ("127.0.0.1", 5432, "127.0.0.1:5432"),
+                              ("::1", 8443, "[::1]:8443"), ("10.1.2.3", 443, "10.1.2.3"),
+                              ("fd00::7", 80, "[fd00::7]:80")):
+        with pytest.raises(Unreachable, match=rf"^{re.escape(shown)} is a (loopback|private) address"):
+            access.admit_name(host, port)
+    for host, port in (("git.internal", 22), ("mirror.internal", 443)):
+        with pytest.raises(Unreachable, match="is not a host module sources may reach"):
+            access.admit_name(host, port)
+    for bad in ("git.internal:https", "127.0.0.1:0", "[::1]x", "a b"):
+        with pytest.raises(ConfigError, match=f"^GATEWAY_MODULE_ALLOWED_HOSTS: .*{re.escape(bad)}"):
+            ModuleAccess.from_settings(None, None, None, False, allowed_hosts=f"github.com, {bad}")
+
+
+def test_a_host_listed_for_a_mirror_is_reached_at_that_port_only(registry: Registry, tmp_path: Path) -> None:
+    # 127.0.0.1 listed (port 443) and the mirror's port: another service on the host hears nothing, whichever way a
+    # branch names it (a source, an X-Terraform-Get, a redirect, git)
+    other = serve_at("127.0.0.1", 0, tmp_path)
+    port = other.server_address[1]
+    try:
+        elsewhere = f"http://127.0.0.1:{port}/net.tar.gz"
+        registry.extra_versions["acme/elsewhere/aws"] = ["1.0.0"]
+        registry.locations[("acme/elsewhere/aws", "1.0.0")] = elsewhere
+        registry.redirects["/elsewhere/net.tar.gz"] = elsewhere
+        sources = {"direct": elsewhere, "x-terraform-get": "acme/elsewhere/aws",
+                   "redirect": f"{registry.url}/elsewhere/net.tar.gz", "git": f"git::http://127.0.0.1:{port}/net.git"}
+        for name, source in sources.items():
+            stack = stack_repo(tmp_path / name, {"main.tf": f'module "m" {{\n  source = "{source}"\n}}\n'})
+            modules = installer(registry, tmp_path / "cache", allowed_hosts=("127.0.0.1", listed(registry)))
+            assert refusal(modules, stack).endswith(
+                f"cannot be reached: 127.0.0.1:{port} is a loopback address, which module sources may not reach "
+                "unless GATEWAY_MODULE_ALLOWED_HOSTS lists it"), name
+        assert other.hits == []  # type: ignore[attr-defined]
+        modules = installer(registry, tmp_path / "cache", allowed_hosts=(listed(registry), f"127.0.0.1:{port}"))
+        with modules.installed(stack_repo(tmp_path / "listed", {"main.tf": f'module "m" {{\n  source = "{elsewhere}"\n}}\n'})):
+            assert other.hits == ["/net.tar.gz"]  # type: ignore[attr-defined]
+    finally:
+        other.shutdown()
+        other.server_close()
 
 
 # --- git and HTTP archives -------------------------------------------------------------------
@@ -397,6 +482,49 @@ def test_an_unknown_git_ref_names_the_module_and_the_ref(registry: Registry, tmp
             pass
 
 
+def traced_git(trace: Path) -> list[list[str]]:
+    """The argument lists of the git commands GIT_TRACE recorded."""
+    if not trace.exists():
+        return []
+    return [shlex.split(line.split("trace: built-in: ", 1)[1]) for line in trace.read_text().splitlines()
+            if "trace: built-in: " in line]
+
+
+@pytest.mark.parametrize("ref", ["--recurse-submodules", "-b", "--upload-pack=touch /tmp/pwned"])
+def test_a_ref_that_git_would_read_as_an_option_is_refused_before_git_runs(
+        registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ref: str) -> None:
+    bare = bare_repository(tmp_path, NETWORK, "v1.0.0")
+    trace = tmp_path / "git-trace"
+    monkeypatch.setenv("GIT_TRACE", str(trace))  # git writes every command it runs, with its arguments
+    stack = stack_repo(tmp_path, {"main.tf": f'module "network" {{\n  source = "git::file://{bare}?ref={ref}"\n}}\n'})
+    message = refusal(installer(registry, tmp_path / "cache", allow_file_urls=True), stack)
+    assert message == (f'stacks/app/main.tf:1: module "network": source "git::file://{bare}?ref={ref}": the ref '
+                       f"{ref!r} begins with '-' (git would read it as an option)")
+    assert traced_git(trace) == []
+
+
+def test_every_value_a_branch_writes_reaches_git_after_end_of_options(
+        registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bare = bare_repository(tmp_path, NETWORK, "v1.0.0")
+    repo = git.Repo(bare)
+    repo.git.branch("release", "v1.0.0")  # a branch of the remote (not its default): a ref as go-getter takes one
+    trace = tmp_path / "git-trace"
+    monkeypatch.setenv("GIT_TRACE", str(trace))
+    for ref in ("v1.0.0", "release"):
+        source = f"git::file://{bare}//modules/logs?ref={ref}"
+        stack = stack_repo(tmp_path / ref, {"main.tf": f'module "logs" {{\n  source = "{source}"\n  vpc_id = "v"\n}}\n'})
+        with installer(registry, tmp_path / "cache", allow_file_urls=True).installed(stack) as (work, pins):
+            assert (work / ".terraform/modules/logs/modules/logs/main.tf").is_file()
+        assert [p.version for p in pins] == [repo.commit("v1.0.0").hexsha]
+    commands = traced_git(trace)
+    assert commands, "git ran"
+    for args in commands:
+        from_branch = [i for i, arg in enumerate(args) if f"file://{bare}" in arg or arg.startswith(("v1.0.0", "release",
+                                                                                                       "refs/remotes"))]
+        for i in from_branch:
+            assert "--end-of-options" in args[:i], args
+
+
 def test_http_archives_with_a_subdir(registry: Registry, tmp_path: Path) -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -473,7 +601,7 @@ def corpus_gateway(registry: Registry, tmp_path_factory: pytest.TempPathFactory)
     token = add_people(ws).tokens["alice"]
     ws.close()
     env = {"GATEWAY_MODULE_REGISTRY_HOSTS": f"registry.terraform.io={registry.url}",
-           "GATEWAY_MODULE_ALLOWED_HOSTS": "127.0.0.1",
+           "GATEWAY_MODULE_ALLOWED_HOSTS": listed(registry),
            "GATEWAY_MODULE_CA_BUNDLE": str(registry.ca_bundle), "GATEWAY_TOKEN": token}
     yield tmp / "home", env
 
@@ -519,7 +647,7 @@ def test_a_source_on_a_host_the_settings_do_not_admit_is_one_line_naming_the_set
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert ('metadata/main.tf:1: module "creds": source "http://169.254.169.254/latest/meta-data/iam.zip" cannot be '
-            "reached: 169.254.169.254 is a link-local address, which module sources may not reach unless "
+            "reached: 169.254.169.254:80 is a link-local address, which module sources may not reach unless "
             "GATEWAY_MODULE_ALLOWED_HOSTS lists it") in lines[0]
 
 
@@ -604,7 +732,7 @@ def test_a_proposal_calling_a_registry_module_is_planned_approved_and_applied_as
 
     ws = create_workspace(Settings(home=tmp_path / "home", lock_wait_seconds=5,
                                    module_registry_hosts=f"registry.terraform.io={registry.url}",
-                                   module_ca_bundle=registry.ca_bundle, module_allowed_hosts="127.0.0.1"))
+                                   module_ca_bundle=registry.ca_bundle, module_allowed_hosts=listed(registry)))
     try:
         bootstrap_simulator(ws)
         people = add_people(ws)
@@ -711,7 +839,7 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[ThreadingHTTPServer, Threading
 
 def rebinding_access(port: int, resolve: Answers, scheme: str = "http", **overrides: object) -> ModuleAccess:
     values: dict[str, object] = {"hosts": {"registry.example": f"{scheme}://localhost:{port}"},
-                                 "allowed_hosts": ("127.0.0.2/32",), "resolve": resolve, "timeout": 10.0}
+                                 "allowed_hosts": (f"127.0.0.2/32:{port}",), "resolve": resolve, "timeout": 10.0}
     return ModuleAccess(**{**values, **overrides})  # type: ignore[arg-type]
 
 
@@ -725,8 +853,8 @@ def test_every_http_request_goes_to_the_address_the_guard_checked(two_servers: t
     fetcher = ModuleFetcher(rebinding_access(port, resolve))
     assert fetcher.versions(SOURCE) == ["1.0.0"]  # discovery, versions
     location = fetcher.download_address(SOURCE, "1.0.0")
-    assert location == f"http://localhost:{port}/net.tar.gz"
-    fetcher.fetch_package(PackageSource(location), tmp_path / "out")
+    assert location == PackageSource(f"http://localhost:{port}/net.tar.gz")
+    fetcher.fetch_package(location, tmp_path / "out")
     assert (tmp_path / "out" / "main.tf").read_text() == "# the checked server's\n"
     assert checked.hits == ["/.well-known/terraform.json", "/v1/modules/acme/net/aws/versions",  # type: ignore[attr-defined]
                             "/v1/modules/acme/net/aws/1.0.0/download", "/net.tar.gz"]
@@ -742,14 +870,14 @@ def test_a_name_that_answers_a_loopback_address_after_the_check_never_reaches_it
     # then loopback: the step's own request is refused, and the loopback server hears nothing
     resolve = Answers(*(["127.0.0.2"] * before), "127.0.0.1")
     fetcher = ModuleFetcher(rebinding_access(port, resolve))
-    with pytest.raises(Unreachable, match="^localhost is at 127.0.0.1, a loopback address, which module sources may "
+    with pytest.raises(Unreachable, match=f"^localhost:{port} is at 127.0.0.1, a loopback address, which module sources may "
                                           "not reach unless GATEWAY_MODULE_ALLOWED_HOSTS lists it$"):
         if step in ("discovery", "versions"):
             fetcher.versions(SOURCE)
         elif step == "download":
             fetcher.download_address(SOURCE, "1.0.0")
         else:
-            fetcher.fetch_package(PackageSource(fetcher.download_address(SOURCE, "1.0.0")), tmp_path / "out")
+            fetcher.fetch_package(fetcher.download_address(SOURCE, "1.0.0"), tmp_path / "out")
     assert len(checked.hits) == before  # type: ignore[attr-defined]
     assert other.hits == []  # type: ignore[attr-defined]
 

@@ -387,6 +387,8 @@ def test_unknown_values_propagate_except_where_terraform_knows_better() -> None:
     assert evaluate('join(",", ["a", x])', x=UNKNOWN) is UNKNOWN
     assert evaluate('length(["a", x])', x=UNKNOWN) == 2  # the list is known, one element is not
     assert evaluate('concat(["a"], [x])', x=UNKNOWN) == ["a", UNKNOWN]
+    assert evaluate('flatten([[{a = x}], [{a = 1}]])', x=UNKNOWN) == [{"a": UNKNOWN}, {"a": 1}]  # known: two objects
+    assert evaluate('flatten([["a"], x])', x=UNKNOWN) is UNKNOWN  # x may be a list: how many elements is not known
     assert evaluate("keys({a = x, b = 1})", x=UNKNOWN) == ["a", "b"]
     assert evaluate('lookup({a = x, b = "bee"}, "b")', x=UNKNOWN) == "bee"
     assert evaluate("length(x)", x=UNKNOWN) is UNKNOWN

@@ -276,3 +276,43 @@ resource "aws_ec2_tag" "primary" {
     assert state is not None
     assert state.resources["aws_ec2_tag.primary"].attributes["resource_id"].startswith("cluster_security_group-")
     assert not plan(engine, stack)[1].has_changes
+
+
+def test_flatten_keeps_a_list_of_objects_known_when_an_attribute_is_not(engine: SandboxEngine, tmp_path: Path) -> None:
+    # Terraform: flatten() is unknown only where a nested list is; an object whose attribute is known after apply
+    # is one element like any other, so a for_each keyed by known attributes of the flattened list is planned
+    # (terraform-aws-modules/alb keys its listener rules this way, each rule naming its listener's ARN)
+    stack = write(tmp_path / "stack", {"main.tf": '''
+variable "listeners" {
+  default = {
+    http  = { rules = { static = { priority = 10 }, api = { priority = 20 } } }
+    https = { rules = { api = { priority = 30 } } }
+  }
+}
+resource "aws_lb_target_group" "app" {
+  for_each = var.listeners
+  name     = each.key
+}
+locals {
+  rules = flatten([
+    for listener, values in var.listeners : [
+      for rule, settings in values.rules : merge(settings, {
+        listener = listener
+        rule     = rule
+        target   = aws_lb_target_group.app[listener].arn
+      })
+    ]
+  ])
+}
+resource "aws_lb_listener_rule" "this" {
+  for_each     = { for v in local.rules : "${v.listener}/${v.rule}" => v }
+  priority     = each.value.priority
+  listener_arn = each.value.target
+}
+'''})
+    _, p = plan(engine, stack)
+    rules = {a for a, kind in kinds(p).items() if a.startswith("aws_lb_listener_rule.")}
+    assert rules == {'aws_lb_listener_rule.this["http/api"]', 'aws_lb_listener_rule.this["http/static"]',
+                     'aws_lb_listener_rule.this["https/api"]'}
+    rule = p.find('aws_lb_listener_rule.this["https/api"]').change
+    assert rule.after["priority"] == 30 and rule.after_unknown["listener_arn"] is True

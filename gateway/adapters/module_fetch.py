@@ -15,52 +15,55 @@ Credentials come from the gateway's settings (registry tokens by host, a CA bund
 configuration on the gateway's host, never from the declaration repo. `file://` git URLs are refused unless the
 settings allow them: a branch could otherwise read any repository on the gateway's host.
 
-Which hosts a source may reach is the settings' too (`ModuleAccess.admit`), or a branch could make the gateway
-fetch from its own network (a cloud's metadata service, an internal host): registry.terraform.io, github.com and
-the configured registry hosts by default, or GATEWAY_MODULE_ALLOWED_HOSTS. Every request is checked, the
-redirects httpx follows and each X-Terraform-Get target included, on its host name and on the addresses the name
-resolves to: a loopback, link-local, private or otherwise non-public address only when the setting lists it (or
-the name). The connection then goes to an address that was checked, never to the name resolved again (a name
-that answers the check with a public address and the connect with an internal one, DNS rebinding): HTTP through
-`module_http.py`'s client, git over HTTP(S) through curl's pinned resolution. git is told not to follow HTTP
-redirects, so the checked host is the one it reaches.
+Which hosts and ports a source may reach is the settings' too (`ModuleAccess.admit`, module_access.py). Every
+request is checked, the redirects httpx follows and each X-Terraform-Get target included, and every git clone, on
+its host name and port and on the addresses the name resolves to. The connection then goes to an address that was
+checked, never to the name resolved again (a name that answers the check with a public address and the connect
+with an internal one, DNS rebinding): HTTP through `module_http.py`'s client, git over HTTP(S) through curl's
+pinned resolution. git is told not to follow HTTP redirects, so the checked host is the one it reaches.
 """
 
 from __future__ import annotations
 
 import io
-import ipaddress
+import json
 import os
 import re
 import shutil
-import socket
+import signal
 import ssl
 import subprocess
-import tarfile
 import tempfile
-import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+
+from gateway.adapters.module_access import (
+    DEFAULT_PORTS,
+    IPAddress,
+    MiB,
+    ModuleAccess,
+    Unreachable,
+    literal_address,
+    one_line,
+)
+from gateway.adapters.module_archives import ArchiveRefused, extract_archive
 
 if TYPE_CHECKING:
     import httpx
 
 DEFAULT_REGISTRY = "registry.terraform.io"
-DEFAULT_ALLOWED_HOSTS = (DEFAULT_REGISTRY, "github.com")
-ALLOWED_HOSTS_SETTING = "GATEWAY_MODULE_ALLOWED_HOSTS"
-MAX_ARCHIVE_BYTES = 100 * 1024 * 1024
-MAX_ARCHIVE_FILES = 20_000
+TIMEOUT_SETTING = "GATEWAY_MODULE_FETCH_TIMEOUT_SECONDS"
+MAX_ANSWER_BYTES = 4 * MiB  # a registry's JSON, or what a URL answering X-Terraform-Get sends with it
 _PART = re.compile(r"^[0-9A-Za-z][0-9A-Za-z_-]*$")
 _HOST = re.compile(r"^[0-9A-Za-z.-]+\.[0-9A-Za-z-]+(:\d+)?$|^localhost(:\d+)?$|^\d+\.\d+\.\d+\.\d+(:\d+)?$")
 _ARCHIVES = (".zip", ".tar.gz", ".tgz", ".tar")
 _UNSUPPORTED = ("s3::", "gcs::", "hg::", "oci::")
-
-
-class Unreachable(Exception):
-    """A module source that cannot be fetched; the message is one line, with no secret in it."""
 
 
 @dataclass(frozen=True)
@@ -150,140 +153,89 @@ def _package(prefix: str, text: str) -> PackageSource:
     if not sep:
         raise ValueError("a git or HTTP source needs a URL with a scheme")
     path, _, subdir = rest.partition("//")
+    ref = dict(parse_qsl(query)).get("ref", "")
+    if prefix == "git::" and ref.startswith("-"):
+        raise ValueError(f"the ref {ref!r} begins with '-' (git would read it as an option)")
     url = f"{prefix}{scheme}://{path}" + (f"?{query}" if query else "")
     return PackageSource(url, _subdir(subdir))
 
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def resolve_host(host: str) -> list[IPAddress]:
-    """Every address `host` resolves to (IPv4-mapped IPv6 as IPv4), in the resolver's order."""
-    try:
-        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError) as exc:
-        raise Unreachable(f"{host}: the name does not resolve ({_one_line(exc)})") from exc
-    addresses = []
-    for *_, sockaddr in found:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
-        mapped = getattr(address, "ipv4_mapped", None)
-        addresses.append(mapped or address)
-    return addresses
-
-
 @dataclass(frozen=True)
-class ModuleAccess:
-    """What the gateway may use to reach module sources; built from the settings, never from a branch."""
+class _Answer:
+    """What an HTTP GET answered: its status, the URL it came from after redirects, its headers, and its body when
+    the body was read into memory (JSON, or what comes with an X-Terraform-Get)."""
 
-    tokens: dict[str, str] = field(default_factory=dict)  # registry host -> bearer token
-    hosts: dict[str, str] = field(default_factory=dict)  # registry host -> where its service discovery is served
-    ca_bundle: Path | None = None
-    allow_file_urls: bool = False
-    timeout: float = 60.0
-    allowed_hosts: tuple[str, ...] | None = None  # GATEWAY_MODULE_ALLOWED_HOSTS (None: DEFAULT_ALLOWED_HOSTS)
-    resolve: Callable[[str], list[IPAddress]] = field(default=resolve_host, compare=False, repr=False)
-
-    @classmethod
-    def from_settings(cls, tokens: str | None, hosts: str | None, ca_bundle: Path | None, allow_file_urls: bool,
-                      timeout: float = 60.0, allowed_hosts: str | None = None) -> ModuleAccess:
-        listed = None if allowed_hosts is None else tuple(h.strip().lower() for h in allowed_hosts.split(",")
-                                                          if h.strip())
-        return cls(_pairs(tokens), _pairs(hosts), ca_bundle, allow_file_urls, timeout, listed)
-
-    def admit(self, host: str) -> list[IPAddress] | None:
-        """Refuse (Unreachable, naming the setting) a host the settings do not let module sources reach; else the
-        addresses it was checked at (resolved once: connect to these, never to the name), or None when the
-        setting lists the host itself (whatever address it resolves to)."""
-        return self._check(host, resolve=True)
-
-    def admit_name(self, host: str) -> None:
-        """The part of `admit` that needs no resolution: the name, or an address written as the host."""
-        self._check(host, resolve=False)
-
-    def _check(self, host: str, resolve: bool) -> list[IPAddress] | None:
-        host = host.strip("[]").lower()
-        listed = self.allowed_hosts
-        explicit = set(listed or ())
-        networks = [n for n in map(_network, explicit) if n is not None]
-        literal = _address(host)
-        if host in explicit or (literal is not None and any(literal in n for n in networks)):
-            return None  # listed in the setting: whatever address it is
-        named = set(DEFAULT_ALLOWED_HOSTS if listed is None else ()) | set(self.hosts) | set(self.tokens)
-        named |= {(urlsplit(url).hostname or "").lower() for url in self.hosts.values()}
-        if host not in named and (literal is None or literal.is_global):
-            raise Unreachable(f"{host} is not a host module sources may reach ({ALLOWED_HOSTS_SETTING} admits it)")
-        if literal is None and not resolve:
-            return None
-        addresses = [literal] if literal is not None else self.resolve(host)
-        for address in addresses:
-            if not address.is_global and not any(address in n for n in networks):
-                at = "" if literal is not None else f"at {address}, "
-                raise Unreachable(f"{host} is {at}a {_kind(address)} address, which module sources may not reach "
-                                  f"unless {ALLOWED_HOSTS_SETTING} lists it")
-        return addresses
-
-
-def _address(text: str) -> IPAddress | None:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
-
-
-def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
-    try:
-        return ipaddress.ip_network(text.strip("[]"), strict=False)
-    except ValueError:
-        return None
-
-
-def _kind(address: IPAddress) -> str:
-    for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
-        if getattr(address, f"is_{kind}"):
-            return kind.replace("_", "-")
-    return "non-public"
-
-
-def _pairs(text: str | None) -> dict[str, str]:
-    """`host=value,host2=value2` (the form of GATEWAY_MODULE_REGISTRY_TOKENS) as a mapping."""
-    out = {}
-    for item in (text or "").split(","):
-        host, sep, value = item.strip().partition("=")
-        if sep and host.strip() and value.strip():
-            out[host.strip().lower()] = value.strip()
-    return out
+    status: int
+    url: str
+    headers: Mapping[str, str]
+    body: bytes = b""
 
 
 class ModuleFetcher:
-    """Reaches registries over HTTPS and packages over git or HTTP, with the settings' credentials."""
+    """Reaches registries over HTTPS and packages over git or HTTP, with the settings' credentials.
+
+    One module's fetch (discovery, versions, download address, package; or a git clone) is bounded as a whole
+    by the settings' timeout, however slowly a server sends: every read and every git command gets what is left of
+    it (`bounded`). What a server sends is counted as it arrives and refused past its limit."""
 
     def __init__(self, access: ModuleAccess):
         self.access = access
         self._client: httpx.Client | None = None
         self._discovered: dict[str, str] = {}
+        self._fetch = threading.local()  # .deadline: when the current thread's fetch must have ended
+
+    @contextmanager
+    def bounded(self) -> Iterator[None]:
+        """Everything inside is one fetch, ending by one deadline (the settings' timeout from the outermost
+        entry): the installer puts a module's registry calls and its package in one."""
+        if self.deadline() is not None:
+            yield
+            return
+        self._fetch.deadline = time.monotonic() + self.access.timeout
+        try:
+            yield
+        finally:
+            self._fetch.deadline = None
+
+    def deadline(self) -> float | None:
+        """When the current fetch must have ended (time.monotonic), or None outside one."""
+        return getattr(self._fetch, "deadline", None)
+
+    def _remaining(self, what: str) -> float:
+        deadline = self.deadline()
+        left = self.access.timeout if deadline is None else deadline - time.monotonic()
+        if left <= 0:
+            raise self._late(what)
+        return left
+
+    def _late(self, what: str) -> Unreachable:
+        return Unreachable(f"{what}: the fetch took longer than {self.access.timeout:g} s ({TIMEOUT_SETTING})")
 
     # --- registry ---------------------------------------------------------------------------
 
     def versions(self, source: RegistrySource) -> list[str]:
         """The versions the registry lists for a module."""
-        url = f"{self._modules_base(source.host)}{source.namespace}/{source.name}/{source.provider}/versions"
-        response = self._get(url)
-        if response.status_code == 404:
+        with self.bounded():
+            url = f"{self._modules_base(source.host)}{source.namespace}/{source.name}/{source.provider}/versions"
+            answer = self._get(url)
+        if answer.status == 404:
             raise Unreachable(f"the registry {source.host} has no module {source.package}")
-        body = self._json(response, url)
+        body = self._json(answer, url)
         try:
             return [str(v["version"]) for m in body["modules"] for v in m["versions"]]
         except (KeyError, TypeError) as exc:
             raise Unreachable(f"{url}: not a module registry answer (no modules[].versions[].version)") from exc
 
-    def download_address(self, source: RegistrySource, version: str) -> str:
+    def download_address(self, source: RegistrySource, version: str) -> PackageSource:
         """Where the registry says the package of `version` is (its X-Terraform-Get, made absolute)."""
-        url = f"{self._modules_base(source.host)}{source.namespace}/{source.name}/{source.provider}/{version}/download"
-        response = self._get(url)
-        location = response.headers.get("X-Terraform-Get")
-        if response.status_code not in (200, 204) or not location:
-            raise Unreachable(f"{url} answered {response.status_code} without X-Terraform-Get")
-        return _absolute(location, str(response.url))
+        with self.bounded():
+            base = self._modules_base(source.host)
+            url = f"{base}{source.namespace}/{source.name}/{source.provider}/{version}/download"
+            answer = self._get(url)
+        location = answer.headers.get("X-Terraform-Get")
+        if answer.status not in (200, 204) or not location:
+            raise Unreachable(f"{url} answered {answer.status} without X-Terraform-Get")
+        return _located(location, answer.url)
 
     def _modules_base(self, host: str) -> str:
         if host not in self._discovered:
@@ -303,26 +255,45 @@ class ModuleFetcher:
             from gateway.adapters.module_http import checked_client  # only where a stack calls a remote module
 
             context = ssl.create_default_context(cafile=str(self.access.ca_bundle) if self.access.ca_bundle else None)
-            self._client = checked_client(self.access, context)
+            self._client = checked_client(self.access, context, self.deadline)
         return self._client
 
-    def _get(self, url: str) -> httpx.Response:
+    def _get(self, url: str, into: IO[bytes] | None = None, limit: int = MAX_ANSWER_BYTES) -> _Answer:
+        """GET `url`; a 200's body is written to `into` (else kept in the answer), refused once it passes `limit`
+        bytes (before a byte is read when Content-Length says so)."""
         import httpx
 
-        headers = {"User-Agent": "change-gateway"}
+        shown = _without_secrets(url)
+        # identity: the bytes counted are the bytes sent (no gzip inflating past the count inside a single read)
+        headers = {"User-Agent": "change-gateway", "Accept-Encoding": "identity"}
         token = self._token_for(url)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         try:
-            response = self._http().get(url, headers=headers)
+            with self._http().stream("GET", url, headers=headers, timeout=self._remaining(shown)) as response:
+                _refuse_status(response.status_code, shown)
+                kept = io.BytesIO()
+                if response.status_code == 200:
+                    self._read(response, kept if into is None else into, limit, shown)
+                return _Answer(response.status_code, str(response.url), response.headers, kept.getvalue())
         except httpx.HTTPError as exc:
-            raise Unreachable(f"{_without_secrets(url)}: {type(exc).__name__}: {_one_line(exc)}") from exc
-        if response.status_code in (401, 403):
-            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}: set a token for its host in "
-                              "GATEWAY_MODULE_REGISTRY_TOKENS")
-        if response.status_code >= 400 and response.status_code != 404:
-            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}")
-        return response
+            deadline = self.deadline()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise self._late(shown) from exc
+            raise Unreachable(f"{shown}: {type(exc).__name__}: {one_line(exc)}") from exc
+
+    def _read(self, response: httpx.Response, into: IO[bytes], limit: int, shown: str) -> None:
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise Unreachable(f"{shown}: answers {int(declared) // MiB} MiB, more than the {limit // MiB} MiB a "
+                              "module source may send")
+        count = 0
+        for chunk in response.iter_raw():
+            count += len(chunk)
+            if count > limit:
+                raise Unreachable(f"{shown}: sends more than the {limit // MiB} MiB a module source may send")
+            self._remaining(shown)  # a server that trickles bytes still ends by the deadline
+            into.write(chunk)
 
     def _token_for(self, url: str) -> str | None:
         """The token of the registry host this URL is on (a host served elsewhere counts as itself there)."""
@@ -332,11 +303,11 @@ class ModuleFetcher:
                 host = registry
         return self.access.tokens.get(host)
 
-    def _json(self, response: httpx.Response, url: str) -> Any:
-        if response.status_code != 200:
-            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}")
+    def _json(self, answer: _Answer, url: str) -> Any:
+        if answer.status != 200:
+            raise Unreachable(f"{_without_secrets(url)} answered {answer.status}")
         try:
-            return response.json()
+            return json.loads(answer.body)
         except ValueError as exc:
             raise Unreachable(f"{_without_secrets(url)}: not JSON") from exc
 
@@ -344,31 +315,37 @@ class ModuleFetcher:
 
     def fetch_package(self, package: PackageSource, dest: Path, depth: int = 0) -> str:
         """Fetch the package (not its subdir) into the empty directory `dest`; returns the version fetched (a
-        git commit, else "")."""
-        if package.is_git:
-            return self._fetch_git(package.url[5:], dest)
-        base, _, query = package.url.partition("?")
-        params = dict(parse_qsl(query))
-        kind = params.pop("archive", None) or next((a.lstrip(".") for a in _ARCHIVES if base.endswith(a)), None)
-        if kind is None:  # go-getter's HTTP form: the URL answers where the package really is
-            if depth > 3:
-                raise Unreachable(f"{_without_secrets(package.url)}: X-Terraform-Get redirects too many times")
-            response = self._get(package.url)
-            location = response.headers.get("X-Terraform-Get")
-            if not location:
-                raise Unreachable(f"{_without_secrets(package.url)} is not an archive and answers no X-Terraform-Get")
-            inner = parse_source(_absolute(location, str(response.url)))
-            if not isinstance(inner, PackageSource):
-                raise Unreachable(f"{_without_secrets(package.url)}: X-Terraform-Get names a registry address")
-            return self.fetch_package(inner, dest, depth + 1)
-        url = urlunsplit(urlsplit(base)._replace(query=urlencode(params))) if params else base
-        response = self._get(url)
-        if response.status_code != 200:
-            raise Unreachable(f"{_without_secrets(url)} answered {response.status_code}")
-        if len(response.content) > MAX_ARCHIVE_BYTES:
-            raise Unreachable(f"{_without_secrets(url)}: archive larger than {MAX_ARCHIVE_BYTES // 2**20} MiB")
-        extract_archive(response.content, kind, dest)
-        return ""
+        git commit, else ""). Nothing is left in `dest` when it is refused."""
+        with self.bounded():
+            if package.is_git:
+                return self._fetch_git(package.url[5:], dest)
+            base, _, query = package.url.partition("?")
+            params = dict(parse_qsl(query))
+            kind = params.pop("archive", None) or next((a.lstrip(".") for a in _ARCHIVES if base.endswith(a)), None)
+            if kind is None:  # go-getter's HTTP form: the URL answers where the package really is
+                if depth > 3:
+                    raise Unreachable(f"{_without_secrets(package.url)}: X-Terraform-Get redirects too many times")
+                answer = self._get(package.url)
+                location = answer.headers.get("X-Terraform-Get")
+                if not location:
+                    raise Unreachable(f"{_without_secrets(package.url)} is not an archive and answers no "
+                                      "X-Terraform-Get")
+                return self.fetch_package(_located(location, answer.url), dest, depth + 1)
+            url = urlunsplit(urlsplit(base)._replace(query=urlencode(params))) if params else base
+            self._fetch_archive(url, kind, dest)
+            return ""
+
+    def _fetch_archive(self, url: str, kind: str, dest: Path) -> None:
+        """Download to a file no one else can see (gone when closed, whatever happens) beside `dest`, and unpack."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=dest.parent) as archive:
+            answer = self._get(url, archive, self.access.limits.archive_bytes)
+            if answer.status != 200:
+                raise Unreachable(f"{_without_secrets(url)} answered {answer.status}")
+            try:
+                extract_archive(archive, kind, dest, self.access.limits)
+            except ArchiveRefused as exc:
+                raise Unreachable(f"{_without_secrets(url)}: {exc}") from exc
 
     def _fetch_git(self, url: str, dest: Path) -> str:
         base, _, query = url.partition("?")
@@ -383,7 +360,9 @@ class ModuleFetcher:
         # no ext:: or other transports a branch could name; no redirect to a host that was not checked
         config = ["-c", "protocol.allow=never", "-c", "http.followRedirects=false"]
         if scheme != "file":
-            config += _pinned_resolution(base, self.access.admit(urlsplit(base).hostname or ""))
+            parts = urlsplit(base)
+            config += _pinned_resolution(base, self.access.admit(parts.hostname or "", parts.port or
+                                                                 DEFAULT_PORTS[scheme]))
         for protocol in allowed:
             config += ["-c", f"protocol.{protocol}.allow=always"]
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
@@ -391,26 +370,60 @@ class ModuleFetcher:
             env["GIT_SSL_CAINFO"] = str(self.access.ca_bundle)
         with tempfile.TemporaryDirectory(prefix="gw-git-") as tmp:
             clone = Path(tmp) / "clone"
-            self._git(["git", *config, "clone", "--quiet", "--no-checkout", "--", base, str(clone)], env, base)
-            self._git(["git", "-C", str(clone), "checkout", "--quiet", "--detach", ref or "HEAD", "--"], env, base,
-                      f"has no ref {ref!r}" if ref else None)
-            commit = self._git(["git", "-C", str(clone), "rev-parse", "HEAD"], env, base).strip()
+            # a branch writes the URL and the ref: after --end-of-options git reads neither as an option
+            self._git(["git", *config, "clone", "--quiet", "--no-checkout", "--end-of-options", base, str(clone)],
+                      env, base)
+            commit = self._commit(clone, ref, env, base)
+            self._git(["git", "-C", str(clone), "checkout", "--quiet", "--detach", commit, "--"], env, base)
             shutil.rmtree(clone / ".git")
             drop_links(clone)  # a link could point anywhere on this host: packages hold files and folders only
             shutil.copytree(clone, dest, dirs_exist_ok=True, symlinks=True)
         return commit
 
-    def _git(self, args: list[str], env: dict[str, str], url: str, what: str | None = None) -> str:
+    def _commit(self, clone: Path, ref: str | None, env: dict[str, str], url: str) -> str:
+        """The commit `ref` names in the clone (a tag, a commit, or one of the remote's branches; HEAD without one).
+        `parse_source` refuses a ref beginning with '-', and after --end-of-options git reads any ref as a value."""
+        for name in ([ref, f"refs/remotes/origin/{ref}"] if ref else ["HEAD"]):
+            try:
+                return self._git(["git", "-C", str(clone), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                                  f"{name}^{{commit}}"], env, url).strip()
+            except _GitFailed:
+                continue
+        raise Unreachable(f"git {_without_secrets(url)}: has no ref {ref!r}" if ref else
+                          f"git {_without_secrets(url)}: the repository has no commit")
+
+    def _git(self, args: list[str], env: dict[str, str], url: str) -> str:
+        """Run git with what is left of the fetch's time; past it, git and every process it started are killed."""
+        shown = f"git {_without_secrets(url)}"
         try:
-            done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=self.access.timeout,
-                                  stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise Unreachable(f"git {_without_secrets(url)}: {type(exc).__name__}") from exc
-        if done.returncode != 0:
-            detail = what or next((line.removeprefix("fatal: ") for line in done.stderr.splitlines()
-                                   if line.startswith("fatal:")), done.stderr.strip().splitlines()[-1:] or "failed")
-            raise Unreachable(f"git {_without_secrets(url)}: {_one_line(detail)}")
-        return done.stdout
+            process = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
+        except OSError as exc:
+            raise Unreachable(f"{shown}: {type(exc).__name__}") from exc
+        with process:
+            try:
+                out, err = process.communicate(timeout=self._remaining(shown))
+            except (subprocess.TimeoutExpired, Unreachable) as exc:
+                with suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)  # its session: git-remote-https and the like with it
+                process.communicate()
+                raise self._late(shown) from exc
+        if process.returncode != 0:
+            detail = next((line.removeprefix("fatal: ") for line in err.splitlines() if line.startswith("fatal:")),
+                          err.strip().splitlines()[-1:] or "failed")
+            raise _GitFailed(f"{shown}: {one_line(detail)}")
+        return out
+
+
+class _GitFailed(Unreachable):
+    """git ran and said no (not: it took too long)."""
+
+
+def _refuse_status(status: int, shown: str) -> None:
+    if status in (401, 403):
+        raise Unreachable(f"{shown} answered {status}: set a token for its host in GATEWAY_MODULE_REGISTRY_TOKENS")
+    if status >= 400 and status != 404:
+        raise Unreachable(f"{shown} answered {status}")
 
 
 def _pinned_resolution(url: str, checked: list[IPAddress] | None) -> list[str]:
@@ -419,49 +432,25 @@ def _pinned_resolution(url: str, checked: list[IPAddress] | None) -> list[str]:
     itself and verifies the host key against it: see docs/ARCHITECTURE.md, Remote modules."""
     parts = urlsplit(url)
     host = parts.hostname or ""
-    if checked is None or parts.scheme not in ("https", "http") or _address(host) is not None:
+    if checked is None or parts.scheme not in ("https", "http") or literal_address(host) is not None:
         return []
     port = parts.port or (443 if parts.scheme == "https" else 80)
     addresses = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in checked)
     return ["-c", f"http.curloptResolve={host}:{port}:{addresses}"]
 
 
-def extract_archive(data: bytes, kind: str, dest: Path) -> None:
-    """Unpack a zip or tar(.gz) into `dest`: regular files and folders only, none outside `dest`."""
-    dest.mkdir(parents=True, exist_ok=True)
+def _located(location: str, answered_by: str) -> PackageSource:
+    """The package an X-Terraform-Get names (relative to the URL that answered it); the server is a branch's to
+    choose, so anything the source parser refuses is the one-line refusal, naming the header."""
+    address = _absolute(location, answered_by)
     try:
-        if kind == "zip":
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                members = [m for m in archive.infolist() if not m.is_dir()]
-                _check_count(len(members))
-                for member in members:
-                    if (member.external_attr >> 16) & 0o170000 == 0o120000:
-                        continue  # a symlink
-                    _write_member(dest, member.filename, archive.read(member))
-        else:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-                members = [m for m in archive.getmembers() if m.isfile()]
-                _check_count(len(members))
-                for member in members:
-                    handle = archive.extractfile(member)
-                    if handle is not None:
-                        _write_member(dest, member.name, handle.read())
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
-        raise Unreachable(f"not a readable {kind} archive ({_one_line(exc)})") from exc
-
-
-def _check_count(n: int) -> None:
-    if n > MAX_ARCHIVE_FILES:
-        raise Unreachable(f"archive holds more than {MAX_ARCHIVE_FILES} files")
-
-
-def _write_member(dest: Path, name: str, content: bytes) -> None:
-    path = PurePosixPath(name.replace("\\", "/"))
-    if path.is_absolute() or ".." in path.parts:
-        raise Unreachable(f"archive member {name!r} would land outside the module")
-    target = dest.joinpath(*[p for p in path.parts if p not in ("", ".")])
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(content)
+        package = parse_source(address)
+    except ValueError as exc:
+        raise Unreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get {_without_secrets(address)}: "
+                          f"{exc}") from exc
+    if not isinstance(package, PackageSource):
+        raise Unreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get names a registry address ({address})")
+    return package
 
 
 def _absolute(location: str, base: str) -> str:
@@ -480,11 +469,6 @@ def _without_secrets(url: str) -> str:
         netloc += f":{parts.port}"
     shown = urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     return f"{forced}::{shown}" if forced else shown
-
-
-def _one_line(value: object) -> str:
-    text = " ".join(str(value).split())
-    return text[:200] or type(value).__name__
 
 
 def drop_links(root: Path) -> None:

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.adapters.module_access import Unreachable
 from gateway.adapters.module_fetch import (
     ModuleFetcher,
     PackageSource,
     RegistrySource,
-    Unreachable,
     drop_links,
     is_local,
     parse_source,
@@ -169,7 +169,8 @@ class ModuleInstaller:
         if pins is not None and (pin is None or pin.source != str(source)):
             raise ConfigError(f"{call.where}: source \"{call.source}\" is not what was planned; plan again")
         try:
-            package = self._package(source, call, pin.version if pin else None)
+            with self.fetcher.bounded():  # the registry's answers and the package: one fetch, one deadline
+                package = self._package(source, call, pin.version if pin else None)
         except Unreachable as exc:
             raise ConfigError(f"{call.where}: source \"{call.source}\" cannot be reached: {exc}") from exc
         if pin is not None and pin.digest != package.digest:
@@ -192,9 +193,7 @@ class ModuleInstaller:
             cached = self._cached(f"registry {source.package} {version}")
             if cached:
                 return cached
-            address = parse_source(self.fetcher.download_address(source, version))
-            if not isinstance(address, PackageSource):
-                raise Unreachable(f"the registry's download of {version} names another registry address")
+            address = self.fetcher.download_address(source, version)
             return self._fetch(f"registry {source.package} {version}", address, version)
         if not source.is_git:
             return self._fetch(f"url {source.url}", source, "")

@@ -1,10 +1,11 @@
 """Terraform's version constraints for module calls (`version = "~> 5.0, != 5.1.0"`), as go-version reads them.
 
 A constraint is a comma list of `op version` terms, all of which must hold; the operators are `=` (also a bare
-version), `!=`, `>`, `>=`, `<`, `<=` and `~>` (pessimistic: `~> 1.2` allows 1.2 up to but not 2.0, `~> 1.2.3`
-allows 1.2.3 up to but not 1.3.0). Versions are semantic versions (`1.2.3`, `1.2.3-beta.1`, `v1.2`); missing
-segments are zeros. A prerelease is chosen only when a term names it exactly (the registry's rule: the newest
-matching *release* otherwise).
+version), `!=`, `>`, `>=`, `<`, `<=` and `~>` (pessimistic: only the rightmost segment written may grow, so `~> 1.2`
+allows 1.2 up to but not 2.0, `~> 1.2.3` allows 1.2.3 up to but not 1.3.0, and `~> 5` allows 5.0 and every later
+version). Versions are semantic versions (`1.2.3`, `1.2.3-beta.1`, `v1.2`); missing segments are zeros. A
+prerelease is chosen only when a term names it exactly (the registry's rule: the newest matching *release*
+otherwise).
 """
 
 from __future__ import annotations
@@ -76,10 +77,10 @@ class _Term:
             return v < w
         if self.op == "<=":
             return v <= w
-        # ~>: at least w, and the segments before the last one written stay the same
+        # ~>: at least w, and the segments before the last one written stay the same (none for `~> 5`)
         if v < w:
             return False
-        fixed = max(w.segments - 1, 1)
+        fixed = w.segments - 1
         return v.release[:fixed] == w.release[:fixed]
 
 

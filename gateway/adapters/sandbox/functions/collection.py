@@ -21,6 +21,7 @@ from gateway.adapters.sandbox.functions.registry import (
     whole,
 )
 from gateway.adapters.sandbox.values import (
+    UNKNOWN,
     decimal_arithmetic,
     type_name,
 )
@@ -107,11 +108,16 @@ def _element(list_: list, index: Num) -> Any:
     return list_[index % len(list_)]
 
 
-@function()
-def _flatten(list_: list) -> list:
+@function(shallow=True)
+def _flatten(list_: list) -> Any:
+    # As Terraform's: unknown only where a nested list may be (an unknown element, whose type the sandbox does not
+    # keep); an object with an unknown attribute is an element like any other, so a `for` over the result is known
     out: list = []
     for item in list_:
-        out.extend(_flatten(item) if isinstance(item, list) else [item])
+        flat = _flatten(item) if isinstance(item, list) else [item]
+        if item is UNKNOWN or flat is UNKNOWN:
+            return UNKNOWN
+        out.extend(flat)
     return out
 
 

@@ -1,19 +1,14 @@
 """The cloudformation engine, contract-tested against moto's server mode through boto3 (the code path of real AWS).
 
-moto runs as a real HTTP server on loopback; boto3 reaches it through AWS_ENDPOINT_URL, as it would reach AWS.
-Where moto lacks what AWS answers (say which), a response AWS documents (tests/fixtures/cloudformation) checks
-the mapping instead.
+moto runs as a real HTTP server on loopback behind a front that answers as AWS does where moto does not
+(tests/cloudformation_server.py); boto3 reaches it through AWS_ENDPOINT_URL, as it would reach AWS. Where neither
+can say what AWS answers (say which), a response AWS documents (tests/fixtures/cloudformation) checks the mapping.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,41 +40,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "cloudformation"
 TEMPLATE = "stacks/web/template.yaml"
 REGION = "eu-west-1"
 STACK = "gateway-sample-web"
-
-
-@pytest.fixture(scope="module")
-def moto_server() -> Iterator[str]:
-    """moto's server mode on a free loopback port, for this module."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=2)
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                pytest.fail("moto_server did not start")
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(10)
-
-
-@pytest.fixture
-def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The worker's AWS environment pointed at the emulator, and the emulator emptied."""
-    urllib.request.urlopen(urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST"), timeout=10)
-    for name, value in {"AWS_ENDPOINT_URL": moto_server, "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    return moto_server
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from gateway.services.day_two.codify import codify_drift
 from gateway.services.day_two.drift_records import check_drift
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .conftest import Clone, add_people, run_cli
+from .conftest import Clone, add_people, run_cli, sign_in_client
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cloudformation"
 TEMPLATE = "stacks/web/template.yaml"
@@ -512,3 +512,64 @@ def test_aws_errors_reach_the_person_as_the_gateways_own_by_their_codes(cfn_work
         plan_stack(ws, "web", "main")
     assert "the worker has no usable AWS credentials or region (Unable to locate credentials)" in str(
         no_credentials.value)
+
+
+# --- reads never reach an engine or a cloud (rule 10) ------------------------------------------------------
+
+
+def test_a_read_of_a_proposal_asks_no_cloud_and_shows_what_a_worker_found_moved(
+        aws: str, tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from gateway.api.app import create_app
+    from gateway.services.change.jobs import enqueue_moved_proposals
+
+    settings = Settings(home=tmp_path / "home", database_url=database_url, lock_wait_seconds=5)
+    ws = create_workspace(settings, sample="cloudformation")
+    try:
+        bootstrap_simulator(ws)
+        people = add_people(ws)
+        Clone(ws, tmp_path / "clone").branch("longer").edit(TEMPLATE, "VisibilityTimeout: 30",
+                                                            "VisibilityTimeout: 45").push("a longer timeout")
+        proposal = open_proposal(ws, people.alice, "longer", "longer timeout")
+        _update_by_hand()  # the stack moves outside the gateway; a worker's scan finds it and records it
+        assert enqueue_moved_proposals(ws)
+
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # no credentials, no endpoint that answers
+            monkeypatch.delenv(name)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s.getsockname()[1]}")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+
+        shown = run_cli(["show", str(proposal.id)], ws.settings.home, people.tokens["bob"], database_url)
+        assert shown.returncode == 0, shown.stderr
+        assert "note: state of stack web moved since its plan" in shown.stdout
+        assert "AWS::SQS::Queue.Jobs" in shown.stdout and "credentials" not in shown.stderr
+
+        with TestClient(create_app(ws.settings)) as client:
+            read = client.get(f"/api/v1/proposals/{proposal.id}",
+                              headers={"Authorization": f"Bearer {people.tokens['bob']}"})
+            assert read.status_code == 200, read.text
+            assert read.json()["pending"] == ["state of stack web moved since its plan"]
+            sign_in_client(client, people.tokens["bob"])
+            page = client.get(f"/proposals/{proposal.id}")
+            assert page.status_code == 200 and "state of stack web moved since its plan" in page.text
+    finally:
+        ws.close()
+
+
+def _update_by_hand() -> None:
+    cloudformation = _cloudformation()
+    body = cloudformation.get_template(StackName=STACK)["TemplateBody"]
+    body = body if isinstance(body, str) else json.dumps(body)
+    parameters = [{"ParameterKey": p["ParameterKey"], "UsePreviousValue": True}
+                  for p in cloudformation.describe_stacks(StackName=STACK)["Stacks"][0]["Parameters"]]
+    changed = cloudformation.create_change_set(StackName=STACK, ChangeSetName="by-hand", ChangeSetType="UPDATE",
+                                               TemplateBody=body.replace("MessageRetentionPeriod: 1209600",
+                                                                         "MessageRetentionPeriod: 86400"),
+                                               Parameters=parameters)
+    cloudformation.execute_change_set(ChangeSetName=changed["Id"], StackName=STACK)

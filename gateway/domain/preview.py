@@ -278,7 +278,7 @@ def _attribute_diffs(change: Change) -> tuple[AttributeDiff, ...]:
         b, a = before.get(path), after.get(path)
         if b is not None and a is not None and b[1] == a[1] and a[1] is not _UNKNOWN_RAW:
             continue
-        if not path and (b or a or ("{}",))[0] == "{}":
+        if not path and all(side is None or side[0] == "{}" for side in (b, a)):
             continue  # an object with no attributes at all: nothing to list, not a line ` = {}`
         diffs.append(AttributeDiff(path, b[0] if b else None, a[0] if a else None))
     return tuple(diffs)

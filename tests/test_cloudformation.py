@@ -346,7 +346,8 @@ def _modify(logical: str, replacement: str | None = None, policy: str | None = N
 
 
 def _rds_create_only(rtype: str) -> frozenset[str]:
-    return frozenset({"DBName", "MasterUsername", "StorageEncrypted"}) if rtype == "AWS::RDS::DBInstance" else frozenset()
+    create_only = frozenset({"DBName", "MasterUsername", "StorageEncrypted"})
+    return create_only if rtype == "AWS::RDS::DBInstance" else frozenset()
 
 
 def _replica_plan(changes: list[dict], after: str) -> dict:
@@ -390,7 +391,8 @@ def test_cloudformations_replacement_answer_wins_over_the_resource_schema() -> N
 
 
 def test_policy_action_decides_what_becomes_of_the_old_object() -> None:
-    no_replica = REPLICA.replace("  ReplicaDB:\n", "  ReplicaGone:\n").replace("ReplicaDB.Endpoint", "ReplicaGone.Endpoint")
+    no_replica = REPLICA.replace("  ReplicaDB:\n", "  ReplicaGone:\n")
+    no_replica = no_replica.replace("ReplicaDB.Endpoint", "ReplicaGone.Endpoint")
     removed = {"Type": "Resource", "ResourceChange": {"Action": "Remove", "LogicalResourceId": "ReplicaDB",
                                                        "ResourceType": "AWS::RDS::DBInstance"}}
     kept = _replica_plan([{**removed, "ResourceChange": {**removed["ResourceChange"], "PolicyAction": "Retain"}}],
@@ -413,7 +415,8 @@ def test_policy_action_decides_what_becomes_of_the_old_object() -> None:
 
 
 def test_a_create_without_properties_and_a_forget_show_no_empty_line() -> None:
-    before = "Resources:\n  Old:\n    Type: AWS::S3::Bucket\n    DeletionPolicy: Retain\n    Properties: {BucketName: old}\n"
+    before = ("Resources:\n  Old:\n    Type: AWS::S3::Bucket\n    DeletionPolicy: Retain\n"
+              "    Properties: {BucketName: old}\n")
     after = "Resources:\n  Work:\n    Type: AWS::SQS::Queue\n"
     changes = [{"Type": "Resource", "ResourceChange": {"Action": "Add", "LogicalResourceId": "Work",
                                                        "ResourceType": "AWS::SQS::Queue"}},

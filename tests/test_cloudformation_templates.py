@@ -229,7 +229,8 @@ def test_fn_foreach_plans_an_update_and_forgets_what_the_loop_retains(front: Any
     bootstrap_simulator(ws)
     people = add_people(ws)
     fewer = main.replace("      - B\n      - C\n    - S3Bucket", "      - B\n    - S3Bucket")
-    fewer = fewer.replace("      - B\n      - C\n    - Fn::ForEach::GetAttLoop", "      - B\n    - Fn::ForEach::GetAttLoop")
+    fewer = fewer.replace("      - B\n      - C\n    - Fn::ForEach::GetAttLoop",
+                          "      - B\n    - Fn::ForEach::GetAttLoop")
     assert fewer.count("- C") == 0
     front.process(fewer, processed_buckets(["A", "B"]))
     proposal = propose(ws, people, tmp_path, "fewer", {"stacks/buckets/template.yaml": fewer})

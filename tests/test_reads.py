@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import sqlite3
 import subprocess
 import threading
 import time
-import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any

@@ -122,7 +122,8 @@ def _modify(change: Mapping[str, Any], logical: str, rtype: str, templates: tupl
         _policy(t, logical, "UpdateReplacePolicy") == "Retain" for t in templates)
     entry = _entry(logical, rtype, ["create", "forget" if retained else "delete"], before, after)
     entry["change"]["replace_paths"] = [[p] for p in forcing]
-    entry["action_reason"] = CONDITIONAL if change.get("Replacement") == "Conditional" else "replace_because_cannot_update"
+    conditional = change.get("Replacement") == "Conditional"
+    entry["action_reason"] = CONDITIONAL if conditional else "replace_because_cannot_update"
     return entry
 
 
@@ -134,8 +135,8 @@ def _replacement(change: Mapping[str, Any], before: _Side | None, after: _Side |
     it (moto gives none), the resource schema's create-only properties that are known to differ: a value the
     gateway cannot know on the deployed side (a NoEcho parameter DescribeStacks shows as `****`) is not."""
     named = sorted({str(d["Target"]["Name"]) for d in change.get("Details") or ()
-                    if isinstance(d, Mapping) and isinstance(d.get("Target"), Mapping)
-                    and d["Target"].get("RequiresRecreation") in ("Always", "Conditionally") and d["Target"].get("Name")})
+                    if isinstance(d, Mapping) and isinstance(d.get("Target"), Mapping) and d["Target"].get("Name")
+                    and d["Target"].get("RequiresRecreation") in ("Always", "Conditionally")})
     answer = change.get("Replacement")
     if answer in ("True", "Conditional", "False"):
         return answer != "False", named
@@ -199,7 +200,8 @@ def _entry(logical: str, rtype: str, actions: list[str], before: _Side | None, a
     if before is not None:
         change["before"], change["before_sensitive"] = before.values, before.sensitive
     if after is not None:
-        change["after"], change["after_unknown"], change["after_sensitive"] = after.values, after.unknown, after.sensitive
+        change["after"], change["after_unknown"] = after.values, after.unknown
+        change["after_sensitive"] = after.sensitive
     return {"address": f"{rtype}.{logical}", "mode": "managed", "type": rtype, "name": logical,
             "provider_name": "registry.cloudformation/aws", "change": change}
 

@@ -592,6 +592,18 @@ class Notifications(Protocol):
         ...
 
 
+class StackRecords(Protocol):
+    """What workers read of each stack's state, kept so that reads never ask an engine or a cloud."""
+
+    def record_serials(self, serials: Mapping[str, int], read_at: datetime) -> None:
+        """Each stack's state serial as read at `read_at`; a reading older than the one kept is dropped."""
+        ...
+
+    def serials(self, stacks: Collection[str]) -> dict[str, int]:
+        """The newest serial a worker read of each of `stacks` (those never read are absent)."""
+        ...
+
+
 class AuditLog(Protocol):
     """The hash-chained audit trail: appends, queries, the chain's head and its signed checkpoints."""
 
@@ -723,6 +735,7 @@ class UnitOfWork(Protocol):
     breaker: BreakerRecords
     sign_in: SignInRecords
     notifications: Notifications
+    stacks: StackRecords
     audit: AuditLog
 
 

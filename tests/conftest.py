@@ -205,6 +205,29 @@ def run_cli(args: list[str], home: Path, token: str | None = None, database_url:
                           env=environment, timeout=timeout, input=stdin)
 
 
+@pytest.fixture(scope="module")
+def front() -> Iterator[Any]:
+    """moto's server mode behind the CloudFormation front (what AWS answers where moto does not), per test module."""
+    from .cloudformation_server import cloudformation_front, moto_server
+
+    with moto_server() as url, cloudformation_front(url) as served:
+        yield served
+
+
+@pytest.fixture
+def aws(front: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The worker's AWS environment pointed at the emulator's front, and the emulator emptied."""
+    from .cloudformation_server import reset_moto
+
+    reset_moto(front.moto)
+    front.reset()
+    for name, value in {"AWS_ENDPOINT_URL": front.url, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "eu-west-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return str(front.url)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _quiet_logs() -> None:
     from gateway.logs import configure_logging

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import sqlite3
@@ -20,8 +21,11 @@ from sqlalchemy import event
 from gateway.api import deps, routes
 from gateway.api.app import create_app
 from gateway.domain.errors import InputError
+from gateway.domain.proposal import Decision
 from gateway.domain.review_page import CHANGES_PER_PAGE, paged
-from gateway.services.change.proposals import open_proposal
+from gateway.services.change.proposals import decide, open_proposal, pending_changes
+from gateway.services.change.runner import apply_proposal
+from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People
@@ -65,6 +69,31 @@ def test_reading_a_proposal_spawns_no_git_process(workspace: Workspace, people: 
     assert document.status_code == 200 and document.json()["pending"] == []
     assert '+  name = "orders-staging"' in diff.text and "aws_sqs_queue.orders" in page.text
     assert 'orders-staging' in html.unescape(diff_page.text) and listing.status_code == 200
+
+
+class RefusingEngine:
+    """An engine a read must never reach: any call fails the test."""
+
+    name = "sandbox"
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"a read asked the engine ({name})")
+
+
+def test_a_read_never_asks_the_engine_and_shows_the_state_an_apply_moved(workspace: Workspace, people: People,
+                                                                           clone: Clone) -> None:
+    staging = "stacks/app-staging/main.tf"
+    clone.branch("bigger").edit(staging, '"t3.small"', '"t3.medium"').push()
+    first = open_proposal(workspace, people.alice, "bigger", "more memory")
+    clone.branch("cost-centre").edit(staging, '"cc-3003"', '"cc-3004"').push()
+    second = open_proposal(workspace, people.alice, "cost-centre", "new cost centre")
+    decide(workspace, people.bob, first.id, Decision.APPROVE, "")
+    assert apply_proposal(workspace, people.alice, first.id).succeeded  # the stack's state moves under the second
+
+    reader = dataclasses.replace(workspace, engine=RefusingEngine())  # type: ignore[arg-type]
+    view = view_proposal(reader, people.bob, second.id)
+    assert "state of stack app-staging moved since its plan" in view.pending  # beside main, which the merge moved
+    assert pending_changes(reader, view.proposal) == view.pending
 
 
 def test_an_api_read_of_a_proposal_is_one_read_transaction_and_still_checks_the_token(

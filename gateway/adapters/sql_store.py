@@ -97,8 +97,8 @@ plans = Table(
     Column("head_sha", String(40), nullable=False),
     Column("digest", String(80), nullable=False),
     Column("document", Text, nullable=False),
-    Column("state_serial", Integer, nullable=False),
-    Column("state_lineage", String(36), nullable=False),
+    Column("state_serial", BigInteger, nullable=False),  # migration 23: 64-bit (CloudFormation's is in microseconds)
+    Column("state_lineage", String(300), nullable=False),  # migration 23: CloudFormation's is the stack's ARN
     Column("summary", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("main_sha", String(40), nullable=True),  # migration 2: the main commit the branch was merged onto
@@ -179,6 +179,13 @@ stack_locks = Table(
     Column("acquired_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Column("proposal_id", Integer, nullable=True),  # migration 15: whose apply the lock serves (crash recovery)
+)
+
+stack_serials = Table(  # migration 23: each stack's state serial as a worker last read it (reads show it)
+    "stack_serials", metadata,
+    Column("stack", String(100), primary_key=True),
+    Column("serial", BigInteger, nullable=False),
+    Column("observed_at", DateTime(timezone=True), nullable=False),  # when it was read: a newer reading wins
 )
 
 stack_states = Table(
@@ -472,7 +479,7 @@ notifications = Table(
     Column("delivered_at", DateTime(timezone=True), nullable=True),
 )
 
-_LATER_TABLES = ("sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("stack_serials", "sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -694,6 +701,16 @@ def _sign_in_flows(conn: Connection) -> None:
     metadata.create_all(conn, tables=[sign_in_flows, sign_in_refusal_tallies])
 
 
+def _stack_serials(conn: Connection) -> None:
+    """What a worker last read of each stack's state serial, which reads compare with a plan's instead of asking an
+    engine or a cloud; a plan's serial is 64-bit and its lineage an ARN long (CloudFormation's serial, a moment in
+    microseconds, overflowed 32 bits, and its lineage, the stack's ARN, 36 characters: no plan of it was kept)."""
+    stack_serials.create(conn, checkfirst=True)
+    if conn.dialect.name == "postgresql":  # SQLite's INTEGER is 64-bit already, and it keeps a VARCHAR whole
+        conn.execute(text("ALTER TABLE plans ALTER COLUMN state_serial TYPE BIGINT"))
+        conn.execute(text("ALTER TABLE plans ALTER COLUMN state_lineage TYPE VARCHAR(300)"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -717,6 +734,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (20, _notifications),  # notifications, delivered once each, and the outbox's place in the trail
     (21, _audit_at_scale),  # the audit trail's indexes for appends and filters at a million events
     (22, _sign_in_flows),  # sign-ins in progress, server-side and used once; refusals recorded a few per window
+    (23, _stack_serials),  # each stack's serial as a worker read it; plans' serials 64-bit
 ]
 
 

@@ -16,11 +16,13 @@ GatewayError                      anything the gateway reports to a person
 ├── LockTimeout                   another runner holds the stack lock
 ├── NotConfigured                 an optional part (the model) has no settings
 └── BackendError                  git, the database, the model or an engine binary failed underneath
-    └── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
-        │                         connection); the same request later may well succeed
-        ├── DatabaseUnavailable   the database does not answer (down, restarting, unreachable) or is busy
-        └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
-                                  decided this was not its last attempt)
+    ├── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
+    │   │                         connection); the same request later may well succeed
+    │   ├── DatabaseUnavailable   the database does not answer (down, restarting, unreachable) or is busy
+    │   └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
+    │                             decided this was not its last attempt)
+    └── CloudRefused              a cloud's API turned one request down; `code` is its error code (AWS's
+                                  ValidationError, ChangeSetNotFound...), what the adapter decides by
 """
 
 from __future__ import annotations
@@ -124,3 +126,12 @@ class RetryLater(Unavailable):
 
     def __init__(self, message: str, retry_after: float):
         super().__init__(message, retry_after)
+
+
+class CloudRefused(BackendError):
+    """A cloud's API answered a request with a refusal: `code` is the API's own error code, `detail` its message."""
+
+    def __init__(self, message: str, code: str, detail: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.detail = detail

@@ -26,6 +26,10 @@ _UNKNOWN_RAW = object()  # compares unequal to every real value
 _leaf_text = json.JSONEncoder(ensure_ascii=False).encode
 
 DANGER_KINDS = frozenset({ChangeKind.DELETE, ChangeKind.REPLACE, ChangeKind.REPLACE_CREATE_FIRST})
+# listed first, with the attribute that forces it: what destroys, and a replacement that keeps the old object
+# (CloudFormation's UpdateReplacePolicy: Retain): a new, empty database in its place is no plain change
+FIRST_KINDS = DANGER_KINDS | {ChangeKind.CREATE_FORGET}
+MAY_REPLACE = "replace_conditionally"  # an engine's action_reason: it decides whether to replace when it runs
 
 KIND_LABELS: dict[ChangeKind, str] = {
     ChangeKind.CREATE: "create",
@@ -34,7 +38,7 @@ KIND_LABELS: dict[ChangeKind, str] = {
     ChangeKind.REPLACE: "replace (destroy, then create)",
     ChangeKind.REPLACE_CREATE_FIRST: "replace (create, then destroy)",
     ChangeKind.FORGET: "forget (removed from state, object kept)",
-    ChangeKind.CREATE_FORGET: "create, forgetting the old object",
+    ChangeKind.CREATE_FORGET: "replace (create a new one; the old object is kept, no longer managed)",
     ChangeKind.READ: "read",
     ChangeKind.NO_OP: "no change",
 }
@@ -85,6 +89,11 @@ class ResourceEntry:
     def destroys(self) -> bool:
         """Whether the change destroys an object (a delete or either replace)."""
         return self.kind in DANGER_KINDS
+
+    @property
+    def first(self) -> bool:
+        """Whether a person reads it before the other changes: it destroys, or replaces what it keeps."""
+        return self.kind in FIRST_KINDS
 
 
 @dataclass(frozen=True)
@@ -150,7 +159,7 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
     return Preview(
         engine=engine or _engine_label(plan),
         counts={**{kind.value: n for kind, n in plan.counts().items()}, **plan.moves_and_imports()},
-        danger=tuple(e for e in changes if e.kind in DANGER_KINDS),
+        danger=tuple(e for e in changes if e.first),
         drift=tuple(_drift_entry(d, plan.find(d.address)) for d in plan.resource_drift),
         changes=changes,
         outputs=tuple(
@@ -262,13 +271,15 @@ def _attribute_diffs(change: Change) -> tuple[AttributeDiff, ...]:
         if change.after is not None or change.after_unknown not in (False, None)
         else {}
     )
+    if change.kind in (ChangeKind.DELETE, ChangeKind.FORGET):
+        return ()  # the whole object goes (or is let go); listing every attribute hides the point
     diffs = []
     for path in sorted(set(before) | set(after), key=_path_sort_key):
         b, a = before.get(path), after.get(path)
         if b is not None and a is not None and b[1] == a[1] and a[1] is not _UNKNOWN_RAW:
             continue
-        if change.kind == ChangeKind.DELETE:
-            continue  # the whole object goes; listing every attribute hides the point
+        if not path and all(side is None or side[0] == "{}" for side in (b, a)):
+            continue  # an object with no attributes at all: nothing to list, not a line ` = {}`
         diffs.append(AttributeDiff(path, b[0] if b else None, a[0] if a else None))
     return tuple(diffs)
 
@@ -289,7 +300,7 @@ def _entry(rc: ResourceChange) -> ResourceEntry:
         address=rc.address,
         kind=rc.kind,
         label=label,
-        reason=danger_reason(rc) if rc.kind in DANGER_KINDS else None,
+        reason=danger_reason(rc) if rc.kind in FIRST_KINDS else None,
         attributes=_attribute_diffs(rc.change),
         previous_address=rc.previous_address,
         importing_id=str(importing["id"]) if "id" in importing else None,
@@ -298,14 +309,19 @@ def _entry(rc: ResourceChange) -> ResourceEntry:
 
 def danger_reason(rc: ResourceChange) -> str:
     """Why a resource is destroyed or replaced, in words."""
-    if rc.change.replace_paths:
-        names = ", ".join(f"`{format_path(p)}`" for p in rc.change.replace_paths)
-        verb = "forces" if len(rc.change.replace_paths) == 1 else "force"
+    paths = [p for p in rc.change.replace_paths if p]
+    if paths:
+        names = ", ".join(f"`{format_path(p)}`" for p in paths)
+        if rc.action_reason == MAY_REPLACE:
+            return f"{names} may force replacement (the engine decides when it runs)"
+        verb = "forces" if len(paths) == 1 else "force"
         return f"{names} {verb} replacement"
     if rc.action_reason in _REASONS:
         return _REASONS[rc.action_reason]
     if rc.action_reason == "replace_because_cannot_update":
         return "an attribute that cannot be updated in place changed"
+    if rc.action_reason == MAY_REPLACE:
+        return "it may be replaced (the engine decides when it runs)"
     return "the engine gave no reason"
 
 

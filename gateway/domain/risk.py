@@ -64,6 +64,8 @@ def _change_risk(rc: ResourceChange) -> tuple[RiskLevel, str]:
         if rc.type in STATEFUL:
             return RiskLevel.CRITICAL, "destroys a stateful resource (data is lost)"
         return RiskLevel.HIGH, "destroys a resource"
+    if rc.kind == ChangeKind.CREATE_FORGET and rc.type in STATEFUL:
+        return RiskLevel.HIGH, "replaces a stateful resource with a new, empty one (the old one is kept, unmanaged)"
     iam = rc.type.startswith(("aws_iam_", "AWS::IAM::"))
     if rc.type in NETWORK_ACCESS or iam:
         if rc.kind == ChangeKind.UPDATE and _only_tags(rc):

@@ -4,6 +4,12 @@ Templates are YAML (with the short-form tags `!Ref`, `!Sub`, `!GetAtt`, ...) or 
 decoder, the one AWS keeps. Resolving is for showing what a change does, never for deciding it: the change set
 is CloudFormation's own answer. A value that depends on a resource (`!Ref Bucket`, `!GetAtt Role.Arn`) or on
 anything this reader cannot know is *unknown*, as Terraform says "known after apply".
+
+A value secret by origin (a NoEcho parameter, one the gateway supplies, a dynamic reference to Secrets Manager or
+SSM SecureString) comes out of the resolver as `Secret`, and every function that takes one in gives one out
+(`Fn::If`, `Fn::Join`, `Fn::Sub` and its variables, `Fn::Select`, `Fn::Split`, `Fn::FindInMap`, `Fn::Base64`...).
+What the resolver cannot trace is secret when a secret could flow into it: a function it does not evaluate, or
+one it cannot, over anything that names a secret.
 """
 
 from __future__ import annotations
@@ -35,6 +41,45 @@ NO_VALUE = object()  # AWS::NoValue: the property is left out
 
 
 @dataclass(frozen=True)
+class Secret:
+    """A resolved value that is secret by origin (it may itself be unknown, or a list)."""
+
+    value: Any
+
+
+def secret(value: Any) -> Any:
+    """`value` marked secret (once; AWS::NoValue stays what it is: the property is left out)."""
+    return value if isinstance(value, Secret) or value is NO_VALUE else Secret(value)
+
+
+def revealed(value: Any) -> tuple[Any, bool]:
+    """The value under one Secret mark, and whether it had one."""
+    return (value.value, True) if isinstance(value, Secret) else (value, False)
+
+
+def holds_secret(value: Any) -> bool:
+    """Whether a resolved value is, or contains, a secret."""
+    if isinstance(value, Secret):
+        return True
+    if isinstance(value, Mapping):
+        return any(holds_secret(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_secret(v) for v in value)
+    return False
+
+
+def plain(value: Any) -> Any:
+    """The value with every Secret mark taken off (for comparing two sides, never for showing)."""
+    if isinstance(value, Secret):
+        return plain(value.value)
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
 class Template:
     body: str  # exactly what CloudFormation is given
     document: Mapping[str, Any]
@@ -46,8 +91,16 @@ class Template:
 
     @property
     def resources(self) -> Mapping[str, Mapping[str, Any]]:
+        """The template's resources; a macro's entry (`Fn::ForEach::Loop: [...]`) is none until it is processed."""
         resources = self.document.get("Resources")
-        return resources if isinstance(resources, Mapping) else {}
+        if not isinstance(resources, Mapping):
+            return {}
+        return {name: r for name, r in resources.items() if isinstance(r, Mapping)}
+
+    @property
+    def transforms(self) -> bool:
+        """Whether CloudFormation processes the template before it plans (`Transform:` macros, Fn::ForEach)."""
+        return bool(self.document.get("Transform"))
 
     @property
     def parameters(self) -> Mapping[str, Mapping[str, Any]]:
@@ -106,14 +159,22 @@ def parse_parameters(text: str, file: str) -> dict[str, str]:
 
 @dataclass
 class Resolver:
-    """Resolves intrinsic functions over known parameters; anything else is unknown."""
+    """Resolves intrinsic functions over known parameters; anything else is unknown.
+
+    `parameters` are the values given (a value may be UNKNOWN: a NoEcho value DescribeStacks hides); `secret`
+    names the parameters secret by origin besides the template's NoEcho ones, which always are.
+    """
 
     template: Template
-    parameters: Mapping[str, str]
+    parameters: Mapping[str, Any]
     region: str
     account: str = "123456789012"
     stack_name: str = ""
     conditions: dict[str, bool | None] = field(default_factory=dict)
+    secret: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        self.secret = frozenset(self.secret) | self.template.no_echo()
 
     def properties(self, logical_id: str) -> Any:
         resource = self.template.resources.get(logical_id) or {}
@@ -122,6 +183,8 @@ class Resolver:
         return {} if resolved is NO_VALUE else resolved
 
     def value(self, node: Any) -> Any:
+        if isinstance(node, str):
+            return secret(node) if has_dynamic_reference(node) else node
         if isinstance(node, list):
             items = [self.value(v) for v in node]
             return [v for v in items if v is not NO_VALUE]
@@ -130,13 +193,31 @@ class Resolver:
         if len(node) == 1:
             (name, argument), = node.items()
             function = _FUNCTIONS.get(name)
+            if function is None and name.startswith("Fn::"):
+                return self._untraced(node)
             if function is not None:
                 try:
                     return function(self, argument)
-                except (TypeError, ValueError, KeyError, IndexError):
-                    return UNKNOWN
+                except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+                    return self._untraced(node)
         out = {k: self.value(v) for k, v in node.items()}
         return {k: v for k, v in out.items() if v is not NO_VALUE}
+
+    def _untraced(self, node: Any) -> Any:
+        """A function this resolver does not evaluate, or cannot here: unknown, and secret if it names a secret."""
+        return secret(UNKNOWN) if self.names_secret(node) else UNKNOWN
+
+    def names_secret(self, node: Any) -> bool:
+        """Whether a template node reads a secret anywhere (a Ref, a Fn::Sub name, a dynamic reference)."""
+        if isinstance(node, str):
+            return has_dynamic_reference(node) or any(n in self.secret for n in _SUB_NAMES.findall(node))
+        if isinstance(node, Mapping):
+            if isinstance(node.get("Ref"), str) and node["Ref"] in self.secret:
+                return True
+            return any(self.names_secret(v) for v in node.values())
+        if isinstance(node, list):
+            return any(self.names_secret(v) for v in node)
+        return False
 
     def ref(self, name: str) -> Any:
         pseudo = {"AWS::Region": self.region, "AWS::AccountId": self.account, "AWS::StackName": self.stack_name,
@@ -145,9 +226,11 @@ class Resolver:
             return pseudo[name] if (name != "AWS::StackName" or self.stack_name) else UNKNOWN
         if name in self.template.parameters:
             if name in self.parameters:
-                return self.parameters[name]
-            default = self.template.parameters[name].get("Default")
-            return _parameter_text(default) if default is not None else UNKNOWN
+                value = self.parameters[name]
+            else:
+                default = self.template.parameters[name].get("Default")
+                value = _parameter_text(default) if default is not None else UNKNOWN
+            return secret(value) if name in self.secret or has_dynamic_reference(value) else value
         return UNKNOWN  # a resource's physical id: known after apply
 
     def condition(self, name: str) -> bool | None:
@@ -161,60 +244,78 @@ class Resolver:
 
 def _sub(r: Resolver, argument: Any) -> Any:
     text, names = (argument, {}) if isinstance(argument, str) else (argument[0], r.value(argument[1]))
+    names, read_secret = revealed(names)
+    text, text_secret = revealed(r.value(text) if not isinstance(text, str) else text)
+    if not isinstance(text, str) or not isinstance(names, Mapping):
+        raise TypeError("Fn::Sub takes a string and a map")
     unknown = False
+    read_secret = read_secret or text_secret or has_dynamic_reference(text)
 
     def replace(match: re.Match[str]) -> str:
-        nonlocal unknown
+        nonlocal unknown, read_secret
         inner = match.group(1)
         if inner.startswith("!"):
             return "${" + inner[1:] + "}"
-        value = names[inner] if inner in names else (
-            r.ref(inner) if "." not in inner else UNKNOWN)
+        value = names[inner] if inner in names else (r.ref(inner) if "." not in inner else UNKNOWN)
+        value, was_secret = revealed(value)
+        read_secret = read_secret or was_secret
         if isinstance(value, Unknown) or value is NO_VALUE or isinstance(value, (Mapping, list)):
             unknown = True
             return ""
         return str(value)
 
     out = re.sub(r"\$\{([^}]+)\}", replace, text)
-    return UNKNOWN if unknown else out
+    result = UNKNOWN if unknown else out
+    return secret(result) if read_secret else result
 
 
 def _join(r: Resolver, argument: Any) -> Any:
     separator, items = argument[0], r.value(argument[1])
-    if not isinstance(items, list) or any(isinstance(v, (Unknown, Mapping, list)) for v in items):
-        return UNKNOWN
-    return str(separator).join(str(v) for v in items)
+    items, read_secret = revealed(items)
+    if not isinstance(items, list):
+        return secret(UNKNOWN) if read_secret else UNKNOWN
+    shown = [revealed(v) for v in items]
+    read_secret = read_secret or any(was for _, was in shown)
+    values = [v for v, _ in shown]
+    result = UNKNOWN if any(isinstance(v, (Unknown, Mapping, list)) for v in values) else \
+        str(separator).join(str(v) for v in values)
+    return secret(result) if read_secret else result
 
 
 def _select(r: Resolver, argument: Any) -> Any:
-    index, items = r.value(argument[0]), r.value(argument[1])
+    (index, index_secret), (items, items_secret) = revealed(r.value(argument[0])), revealed(r.value(argument[1]))
     if isinstance(index, Unknown) or not isinstance(items, list):
-        return UNKNOWN
-    return items[int(index)]
+        result = UNKNOWN
+    else:
+        result = items[int(index)]
+    return secret(result) if index_secret or items_secret else result
 
 
 def _split(r: Resolver, argument: Any) -> Any:
-    separator, text = argument[0], r.value(argument[1])
-    return text.split(separator) if isinstance(text, str) else UNKNOWN
+    separator, (text, read_secret) = argument[0], revealed(r.value(argument[1]))
+    result = text.split(separator) if isinstance(text, str) else UNKNOWN
+    return secret(result) if read_secret else result
 
 
 def _find_in_map(r: Resolver, argument: Any) -> Any:
     mappings = r.template.document.get("Mappings") or {}
-    keys = [r.value(k) for k in argument[:3]]
-    if any(isinstance(k, Unknown) for k in keys):
-        return UNKNOWN
-    return r.value(mappings[keys[0]][keys[1]][keys[2]])
+    keys = [revealed(r.value(k)) for k in argument[:3]]
+    read_secret = any(was for _, was in keys)
+    if any(isinstance(k, Unknown) for k, _ in keys):
+        return secret(UNKNOWN) if read_secret else UNKNOWN
+    result = r.value(mappings[keys[0][0]][keys[1][0]][keys[2][0]])
+    return secret(result) if read_secret else result
 
 
 def _if(r: Resolver, argument: Any) -> Any:
     chosen = r.condition(argument[0])
-    if chosen is None:
-        return UNKNOWN
+    if chosen is None:  # either branch may be the one: secret if either reads a secret
+        return r._untraced(argument[1:])
     return r.value(argument[1] if chosen else argument[2])
 
 
 def _equals(r: Resolver, argument: Any) -> Any:
-    a, b = r.value(argument[0]), r.value(argument[1])
+    a, b = plain(r.value(argument[0])), plain(r.value(argument[1]))
     if isinstance(a, Unknown) or isinstance(b, Unknown):
         return UNKNOWN
     return str(a) == str(b)
@@ -222,7 +323,7 @@ def _equals(r: Resolver, argument: Any) -> Any:
 
 def _logic(combine: Any) -> Any:
     def run(r: Resolver, argument: Any) -> Any:
-        values = [r.value(v) for v in argument]
+        values = [plain(r.value(v)) for v in argument]
         if any(not isinstance(v, bool) for v in values):
             return UNKNOWN
         return combine(values)
@@ -238,10 +339,16 @@ def _get_azs(r: Resolver, argument: Any) -> Any:
     return [f"{r.region}{zone}" for zone in "abc"]
 
 
+def _base64(r: Resolver, argument: Any) -> Any:
+    value, read_secret = revealed(r.value(argument))
+    result = value if isinstance(value, str) else UNKNOWN  # shown as the text it encodes
+    return secret(result) if read_secret else result
+
+
 _FUNCTIONS = {
     "Ref": lambda r, a: r.ref(a),
     "Fn::GetAtt": lambda r, a: UNKNOWN,
-    "Fn::ImportValue": lambda r, a: UNKNOWN,
+    "Fn::ImportValue": lambda r, a: r._untraced(a),
     "Fn::GetAZs": _get_azs,
     "Fn::Sub": _sub,
     "Fn::Join": _join,
@@ -254,8 +361,9 @@ _FUNCTIONS = {
     "Fn::Or": _logic(any),
     "Fn::Not": _logic(lambda values: not values[0]),
     "Condition": _condition,
-    "Fn::Base64": lambda r, a: UNKNOWN if isinstance(r.value(a), Unknown) else r.value(a),
+    "Fn::Base64": _base64,
 }
+_SUB_NAMES = re.compile(r"\$\{([^}!.]+)\}")
 
 
 def has_dynamic_reference(value: Any) -> bool:

@@ -27,6 +27,7 @@ from gateway.adapters.store.notifications import SqlNotifications
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
 from gateway.adapters.store.sign_in import SqlSignInRecords
+from gateway.adapters.store.stacks import SqlStackRecords
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import NO_METRICS, Metrics
 
@@ -48,6 +49,7 @@ class SqlUnitOfWork:
         self.breaker = SqlBreakerRecords(self)
         self.sign_in = SqlSignInRecords(self)
         self.notifications = SqlNotifications(self)
+        self.stacks = SqlStackRecords(self)
         self.audit = SqlAuditLog(self)
 
 

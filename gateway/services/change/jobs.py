@@ -25,7 +25,14 @@ from gateway.logs import get_logger
 from gateway.services.agents.agent_runs import interrupt_abandoned_turns
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.heartbeat import Heartbeat
-from gateway.services.change.proposals import PlanBasis, changes_since_plans, decide, get_proposal, sync_proposal
+from gateway.services.change.proposals import (
+    PlanBasis,
+    changes_since_plans,
+    decide,
+    get_proposal,
+    read_serials,
+    sync_proposal,
+)
 from gateway.services.change.recovery import interrupt_stale_jobs, recover_expired_locks
 from gateway.services.change.runner import ApplyReport, apply_proposal
 from gateway.services.workspace import Workspace
@@ -211,23 +218,18 @@ def recover_abandoned_work(ws: Workspace) -> list[str]:
 
 
 def enqueue_moved_proposals(ws: Workspace) -> list[int]:
-    """Queue a plan job for each open proposal whose branch, main or stack state moved since its plans."""
+    """Queue a plan job for each open proposal whose branch, main or stack state moved since its plans.
+
+    The stacks' state serials it reads are recorded: what a read shows of a stack that moved (reads never ask)."""
     with ws.store.session(readonly=True) as session:
         rows = session.proposals.plan_bases(DECIDABLE)
         waiting = session.jobs.proposals_with_unfinished(JobKind.PLAN)
     main_sha = ws.repo.resolve(ws.main_branch())
-    serials: dict[str, int] = {}
-
-    def serial_of(stack: str) -> int:
-        if stack not in serials:
-            serials[stack] = ws.engine.state_serial(stack)
-        return serials[stack]
-
+    rows = [row for row in rows if row["id"] not in waiting]  # a plan job already queued re-plans them
+    serials = read_serials(ws, sorted({stack for row in rows for stack in row["plans"]}))
     queued = []
     for row in rows:
-        if row["id"] in waiting:
-            continue
         basis = PlanBasis(row["id"], row["branch"], row["head_sha"], tuple(row["stacks"]), row["plans"])
-        if changes_since_plans(ws, basis, main_sha, serial_of):
+        if changes_since_plans(ws, basis, main_sha, serials.__getitem__):
             queued.append(enqueue_job(ws, GATEWAY, JobKind.PLAN, basis.proposal_id).id)
     return queued

@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from gateway.domain.declarations import Unmasking
@@ -31,6 +32,7 @@ class StackPlanResult:
     document_text: str  # the plan in its canonical JSON, as stored (the digest is of these bytes)
     findings: tuple[Finding, ...] = ()
     risk: Risk = Risk(RiskLevel.LOW, ())
+    read_at: datetime | None = None  # when the engine was asked: its state serial is of that moment or later
 
     def summary(self) -> PlanSummary:
         return PlanSummary(
@@ -85,6 +87,7 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
                        f"{f.attribute} is set from a literal in the configuration: a secret in git; take it from a "
                        f"variable the gateway supplies or a secret store", stack)
                for f in ws.declarations.literal_secrets(stack_files(directory))]
+    read_at = ws.clock.now()
     engine_plan = ws.engine.plan(stack, directory, inputs)
     plan = load_plan(engine_plan.document)
     context = PolicyContext(stack, settings.policy, settings.stacks[stack].protected, origin.by_agent,
@@ -95,7 +98,7 @@ def plan_directory(ws: Workspace, settings: RepoSettings, stack: str, directory:
                 + rego_findings(ws, settings, engine_plan.document, context, inputs, risk))
     canonical = canonical_json(engine_plan.document)
     return StackPlanResult(stack, sha, engine_plan, plan, canonical_plan_digest(canonical, engine_plan.artifact),
-                           canonical.decode(), tuple(findings), risk)
+                           canonical.decode(), tuple(findings), risk, read_at)
 
 
 UNCHECKABLE = ("*.tf.json", "override.tf", "*_override.tf", "override.tf.json", "*_override.tf.json")

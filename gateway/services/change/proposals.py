@@ -111,10 +111,35 @@ class PlanBasis:
 
 
 def pending_changes(ws: Workspace, proposal: Proposal) -> list[str]:
-    """What moved since the proposal's plans, in words; reads only (empty when nothing did)."""
+    """What moved since the proposal's plans, in words (empty when nothing did), as the records have it: a read
+    never asks an engine or a cloud; workers read the stacks' state serials and record them (`record_serials`)."""
     if proposal.status not in DECIDABLE:
         return []
-    return changes_since_plans(ws, PlanBasis.of(proposal), ws.repo.resolve(ws.main_branch()), ws.engine.state_serial)
+    basis = PlanBasis.of(proposal)
+    with ws.store.session(readonly=True) as session:
+        recorded = session.stacks.serials(list(basis.plans))
+    return changes_since_plans(ws, basis, ws.repo.resolve(ws.main_branch()),
+                               lambda stack: recorded.get(stack, basis.plans[stack][1]))
+
+
+def current_changes(ws: Workspace, proposal: Proposal) -> list[str]:
+    """What moved since the proposal's plans, the stacks' state serials asked of their engines now (and recorded,
+    for reads): the check a write makes before it decides, re-plans or applies."""
+    if proposal.status not in DECIDABLE:
+        return []
+    basis = PlanBasis.of(proposal)
+    serials = read_serials(ws, list(basis.plans))
+    return changes_since_plans(ws, basis, ws.repo.resolve(ws.main_branch()), serials.__getitem__)
+
+
+def read_serials(ws: Workspace, stacks: Sequence[str]) -> dict[str, int]:
+    """The stacks' state serials from their engines, recorded as read now (a worker's or a write's, never a read's)."""
+    read_at = ws.clock.now()
+    serials = {stack: ws.engine.state_serial(stack) for stack in stacks}
+    if serials:
+        with ws.store.session() as session:
+            session.stacks.record_serials(serials, read_at)
+    return serials
 
 
 def changes_since_plans(ws: Workspace, basis: PlanBasis, main_sha: str, serial_of: Callable[[str], int]) -> list[str]:
@@ -156,13 +181,13 @@ def _main_moved_under(ws: Workspace, basis: PlanBasis, main_sha: str) -> bool:
 def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]:
     """Catch up with the branch, main and the stacks' state: re-plan, making decisions on a different plan stale.
 
-    A write path (plan jobs, decisions, applies): reads call `pending_changes` instead.
+    A write path (plan jobs, decisions, applies): it asks the engines; reads call `pending_changes` instead.
     Returns the proposal and what changed, in words (empty when nothing moved).
     """
     watch_main(ws)  # a push to main outside the gateway is recorded at the next sync
     with ws.store.session(readonly=True) as session:
         proposal = session.proposals.get(proposal_id)
-    changes = pending_changes(ws, proposal)
+    changes = current_changes(ws, proposal)
     if not changes:
         return proposal, []
     if not ws.repo.branch_exists(proposal.branch):
@@ -362,6 +387,8 @@ def _record_commits(ws: Workspace, session: UnitOfWork, pid: int, base: str, hea
 
 def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
     for r in results:
+        if r.read_at is not None:  # what the engine said of the stack's state: reads compare plans with it
+            session.stacks.record_serials({r.stack: r.engine_plan.state_serial}, r.read_at)
         summary = r.summary()
         session.proposals.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
                          r.engine_plan.state_lineage, summary, preview_to_json(r.preview()), r.engine_plan.artifact)

@@ -263,7 +263,9 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
                                  progress)
     fault_points.reach(f"apply.after_engine:{stack}")
     status = ApplyStatus.SUCCEEDED if result.succeeded else ApplyStatus.FAILED
+    read_at = ws.clock.now()
     with ws.store.session() as session:
+        session.stacks.record_serials({stack: result.state_serial}, read_at)  # what reads compare other plans with
         session.proposals.finish_apply(apply_id, status, result.applied, result.error)
         session.audit.append(actor, f"apply.{status.value}", {
             "apply_id": apply_id, "applied": list(result.applied), "failed_address": result.failed_address,

@@ -8,6 +8,7 @@ the workers dispatch to, so no service imports an adapter and `services/change/j
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import secrets
@@ -40,7 +41,7 @@ from gateway.adapters.sql_store import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
-from gateway.domain.errors import ConfigError, Conflict, NotFound
+from gateway.domain.errors import ConfigError, Conflict, NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
 from gateway.domain.scrubbing import Scrubber
@@ -285,7 +286,12 @@ def terraform_engine(settings: Settings, sealer: Sealer) -> TerraformEngine:
 
 
 def cloudformation_engine(repo: GitDeclarationRepo) -> CloudFormationEngine:
-    """The cloudformation engine (imported only when a stack first needs it)."""
+    """The cloudformation engine (imported only when a stack first needs it), from the `cloudformation` extra."""
+    missing = [name for name in ("boto3", "cfnlint") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise NotConfigured("the cloudformation engine is not installed here (no " + ", ".join(missing) + "): "
+                            "pip install 'change-gateway[cloudformation]', or build the image with "
+                            "--build-arg ENGINE=cloudformation")
     from gateway.adapters.cloudformation.engine import CloudFormationEngine
 
     return CloudFormationEngine(lambda stack: _cloudformation_settings(repo, stack))

@@ -14,8 +14,9 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from gateway.domain.errors import ConfigError
 
@@ -166,6 +167,15 @@ class Settings(BaseModel):
     tls_cert_file: Path | None = Field(default=None, description="`gateway serve` answers HTTPS with this "
                                        "certificate (PEM, chain included) and GATEWAY_TLS_KEY_FILE")
     tls_key_file: Path | None = Field(default=None, description="the private key of GATEWAY_TLS_CERT_FILE (PEM)")
+
+    @field_validator("public_url")
+    @classmethod
+    def _an_http_url(cls, value: str) -> str:
+        """Links in comments and notifications, the MCP server's issuer: an http(s) URL with a host, else no start."""
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host, as people reach the gateway")
+        return value.rstrip("/")
 
     @property
     def cookies_secure(self) -> bool:

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -46,8 +47,29 @@ def test_compose_file_is_valid_by_the_specification(compose: dict[str, Any]) -> 
         for dependency in service.get("depends_on", {}):
             assert dependency in services, f"{name} depends on unknown service {dependency}"
         for volume in service.get("volumes", []):
-            assert volume.split(":")[0] in compose["volumes"], f"{name} mounts an undeclared volume"
+            source = volume.split(":")[0]
+            assert source.startswith("./") or source in compose["volumes"], f"{name} mounts an undeclared volume"
     assert "healthcheck" in services["api"] and "healthcheck" in services["postgres"]
+
+
+def test_compose_file_has_no_insecure_default_and_an_apply_finishes_inside_the_stop_grace(
+        compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert "name" not in compose  # Debian's docker-compose 1.29 refuses a top-level name
+    text = (ROOT / "compose.yaml").read_text()
+    assert ":-gateway" not in text and "${POSTGRES_PASSWORD:?" in text  # no default password: an error without one
+    for name in ("postgres", "api", "worker"):
+        assert services[name]["restart"] == "unless-stopped"
+    for name in ("api", "worker"):
+        assert "keys:/keys:ro" in services[name]["volumes"]  # only init writes the keys
+    assert "keys:/keys" in services["init"]["volumes"] and compose["volumes"].keys() >= {"keys", "workspace"}
+    api = services["api"]["environment"]
+    assert api["GATEWAY_TLS_CERT_FILE"] and api["GATEWAY_TLS_KEY_FILE"] and api["GATEWAY_SECURE_COOKIES"] == "true"
+    assert "https://" in " ".join(services["api"]["healthcheck"]["test"])
+    command = services["worker"]["command"]
+    timeout = float(services["worker"]["environment"]["GATEWAY_TERRAFORM_TIMEOUT_SECONDS"])
+    grace = float(command[command.index("--grace") + 1])
+    assert timeout < grace < _seconds(services["worker"]["stop_grace_period"])
     assert services["worker"]["command"][:2] == ["gateway", "worker"]
     assert {"--metrics-port", "--ready-file"} <= set(services["worker"]["command"])
     assert "/api/v1/ready" in " ".join(services["api"]["healthcheck"]["test"])
@@ -68,10 +90,51 @@ def _local(service: dict[str, Any], home: Path, database_url: str,
     assert command[0] == "gateway"
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PROMETHEUS_"))}
     for key, value in service.get("environment", {}).items():
-        environment[key] = str(value)
+        environment[key] = _replaced(_interpolated(str(value)), replace)
     assert environment["GATEWAY_DATABASE_URL"].startswith("postgresql+psycopg://postgres:")
     environment.update({"GATEWAY_HOME": str(home), "GATEWAY_DATABASE_URL": database_url})
     return [sys.executable, "-m", "gateway.cli", *command[1:]], environment
+
+
+def self_signed(folder: Path) -> Path:
+    """cert.pem and key.pem for 127.0.0.1 and localhost in `folder`, as compose.yaml's ./tls holds them."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    names = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1)).add_extension(names, critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    (folder / "key.pem").chmod(0o600)
+    return folder
+
+
+def _interpolated(text: str) -> str:
+    """Compose's `${VAR:-default}` and `${VAR:?error}` as `up` reads them, POSTGRES_PASSWORD set."""
+    variables = {"POSTGRES_PASSWORD": "not-used-here"}
+
+    def value(match: re.Match[str]) -> str:
+        name, kind, rest = match.group(1), match.group(2), match.group(3)
+        if name in variables:
+            return variables[name]
+        assert kind != ":?", f"compose refuses to start without {name}: {rest}"
+        return rest
+
+    return re.sub(r"\$\{(\w+)(:-|:\?)([^}]*)\}", value, text)
 
 
 def _replaced(text: str, replace: dict[str, str]) -> str:
@@ -115,8 +178,10 @@ def test_the_services_commands_apply_a_terraform_change_with_two_workers(
         pytest.skip("Terraform is not installed here: run `make terraform`")
     services, home, port = compose["services"], tmp_path / "workspace", _free_port()
     metrics_ports = [_free_port(), _free_port()]
+    keys, tls = tmp_path / "keys", self_signed(tmp_path / "tls")
+    files = {"/keys": str(keys), "/tls/": f"{tls}/"}  # the volumes' mount points, here
 
-    command, env = _local(services["init"], home, postgres_url, {"8080": str(port)})
+    command, env = _local(services["init"], home, postgres_url, {"8080": str(port), **files})
     created = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert created.returncode == 0, created.stderr
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
@@ -128,22 +193,23 @@ def test_the_services_commands_apply_a_terraform_change_with_two_workers(
     tokens = {}
     for name, role, group in (("admin", "admin", None), ("alice", "requester", "app"), ("bob", "approver", "platform")):
         args = ["users", "add", name, "--role", role] + (["--group", group] if group else [])
-        added = run_cli(args, home, tokens.get("admin"), database_url=postgres_url)
+        added = run_cli(args, home, tokens.get("admin"), database_url=postgres_url, GATEWAY_KEYS_DIR=str(keys))
         assert added.returncode == 0, added.stderr
         tokens[name] = next(w for w in added.stdout.split() if w.startswith("gw_"))
 
-    command, env = _local(services["api"], home, postgres_url, {"8080": str(port)})
-    processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    command, env = _local(services["api"], home, postgres_url, {"8080": str(port), **files})
+    processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                      stderr=(tmp_path / "api.log").open("w")))
     workers, ready_files = [], []
     for index, metrics_port in enumerate(metrics_ports):  # `--scale worker=2`
         ready = tmp_path / f"worker-{index}.ready"
-        renamed = {"9100": str(metrics_port), "/tmp/gateway-worker.ready": str(ready)}
+        renamed = {"9100": str(metrics_port), "/tmp/gateway-worker.ready": str(ready), **files}
         command, env = _local(services["worker"], home, postgres_url, renamed)
         log = (tmp_path / f"worker-{index}.log").open("w")
         workers.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log))
         ready_files.append((ready, renamed))
     processes.extend(workers)
-    base = f"http://127.0.0.1:{port}"
+    base = f"https://127.0.0.1:{port}"  # the API answers HTTPS only
     api_check = [_replaced(str(p), {"8080": str(port)}) for p in services["api"]["healthcheck"]["test"][1:]]
     worker_check = services["worker"]["healthcheck"]["test"]
     assert worker_check[0] == "CMD-SHELL"
@@ -152,7 +218,8 @@ def test_the_services_commands_apply_a_terraform_change_with_two_workers(
            or any(subprocess.run(["sh", "-c", _replaced(worker_check[1], renamed)]).returncode != 0
                   for _, renamed in ready_files)):
         assert time.monotonic() < deadline, "the services did not become healthy"
-        assert all(p.poll() is None for p in processes), "a service exited"
+        assert all(p.poll() is None for p in processes), "a service exited: " + "\n".join(
+            log.read_text()[-2000:] for log in tmp_path.glob("*.log"))
         time.sleep(0.3)
 
     clone = tmp_path / "clone"
@@ -164,11 +231,12 @@ def test_the_services_commands_apply_a_terraform_change_with_two_workers(
     subprocess.run([*git, "commit", "-qam", "release 2"], check=True)
     subprocess.run([*git, "push", "-q", "origin", "release-2"], check=True)
     proposed = run_cli(["propose", "--branch", "release-2", "-m", "release 2"], home, tokens["alice"],
-                       database_url=postgres_url, timeout=300)
+                       database_url=postgres_url, timeout=300, GATEWAY_KEYS_DIR=str(keys))
     assert proposed.returncode == 0, proposed.stderr
     assert "null_resource.marker" in proposed.stdout  # planned by the real Terraform
 
-    with httpx.Client(base_url=base, timeout=30) as client:
+    trusted = ssl.create_default_context(cafile=tls / "cert.pem")
+    with httpx.Client(base_url=base, timeout=30, verify=trusted) as client:
         bob, alice = ({"Authorization": f"Bearer {tokens[n]}"} for n in ("bob", "alice"))
         assert client.post("/api/v1/proposals/1/approve", json={"comment": "ok"}, headers=bob).status_code == 200
         queued = client.post("/api/v1/proposals/1/apply", headers=alice)

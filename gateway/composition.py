@@ -43,7 +43,7 @@ from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.repo_settings import CloudFormationSettings, GitHubSettings
+from gateway.domain.repo_settings import CloudFormationSettings, ForgeSettings, GitLabSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.domain.sign_in import insecure_url
 from gateway.logs import install_log_scrubber
@@ -52,7 +52,7 @@ from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
     from gateway.adapters.cloudformation.engine import CloudFormationEngine
-    from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+    from gateway.adapters.github_forge import GitHubCredentials
     from gateway.adapters.metrics import PrometheusMetrics
     from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 
@@ -84,20 +84,33 @@ def github_credentials(settings: Settings) -> GitHubCredentials:
 _forges = threading.local()  # PyGithub clients are not shared between threads
 
 
-def forge_opener(settings: Settings) -> Callable[[GitHubSettings], Forge]:
-    """Opens the GitHub client for main's `github:` settings: one per thread and repository, kept."""
-    def open_forge(github: GitHubSettings) -> Forge:
-        key = (github.repository, github.api_url, github.clone_url(), str(settings.repo_path))
-        cache: dict[tuple[str, ...], GitHubForge] = _forges.__dict__.setdefault("by_key", {})
+def forge_opener(settings: Settings) -> Callable[[ForgeSettings], Forge]:
+    """Opens the GitHub or GitLab client for main's `github:`/`gitlab:` settings: one per thread and repository."""
+    def open_forge(forge_settings: ForgeSettings) -> Forge:
+        key = (forge_settings.name, forge_settings.repository, forge_settings.api_url, forge_settings.clone_url(),
+               str(settings.repo_path))
+        cache: dict[tuple[str, ...], Any] = _forges.__dict__.setdefault("by_key", {})
         if key not in cache:
-            from gateway.adapters.github_forge import GitHubForge  # PyGithub only where a forge is configured
-
-            cache[key] = GitHubForge(github, github_credentials(settings), settings.repo_path)
+            cache[key] = _new_forge(settings, forge_settings)
         forge = cache[key]
-        forge.settings = github  # team mappings may have changed on main
-        return forge
+        forge.settings = forge_settings  # team (group) mappings may have changed on main
+        return forge  # type: ignore[no-any-return]
 
     return open_forge
+
+
+def _new_forge(settings: Settings, forge_settings: ForgeSettings) -> Forge:
+    """The client of one forge (PyGithub or python-gitlab imported only where that forge is configured)."""
+    if isinstance(forge_settings, GitLabSettings):
+        from gateway.adapters.gitlab_forge import GitLabForge
+
+        if settings.gitlab_token is None:
+            raise NotConfigured("GitLab has no credentials: set GATEWAY_GITLAB_TOKEN (an access token with the api "
+                                "scope, of a bot or service account with the Developer role or more)")
+        return GitLabForge(forge_settings, settings.gitlab_token.get_secret_value(), settings.repo_path)
+    from gateway.adapters.github_forge import GitHubForge
+
+    return GitHubForge(forge_settings, github_credentials(settings), settings.repo_path)
 
 
 def job_handlers() -> dict[JobKind, JobHandler]:
@@ -118,7 +131,7 @@ def _handler_table() -> dict[JobKind, JobHandler]:
     from gateway.services.agents.agent_runs import run_agent_turn_job
     from gateway.services.change.jobs import run_apply_job, run_plan_job
     from gateway.services.forge.github import run_publish_job
-    from gateway.services.forge.github_webhooks import run_webhook_job
+    from gateway.services.forge.deliveries import run_webhook_job
     from gateway.services.notifications.delivery import run_notify_job
 
     return {JobKind.PLAN: run_plan_job, JobKind.APPLY: run_apply_job, JobKind.PUBLISH: run_publish_job,
@@ -326,7 +339,8 @@ def known_secret_values(settings: Settings) -> list[Any]:
     channels = [value for secret in settings.notification_channels.values() for value in secret.values()]
     if settings.smtp_password is not None:
         channels.append(settings.smtp_password.get_secret_value())
-    channels += [s.get_secret_value() for s in (settings.oidc_client_secret, settings.github_oauth_client_secret) if s]
+    channels += [s.get_secret_value() for s in (settings.oidc_client_secret, settings.github_oauth_client_secret,
+                                                settings.gitlab_token, settings.gitlab_webhook_secret) if s]
     tokens = settings.module_registry_tokens.get_secret_value() if settings.module_registry_tokens else ""
     channels += ModuleAccess.from_settings(tokens, None, None, False).tokens.values()
     if not settings.secrets_path.is_dir():

@@ -100,6 +100,13 @@ class Settings(BaseModel):
         default=None, description="verifies X-Hub-Signature-256; the webhook route refuses to start without it")
     github_write_interval_seconds: float = Field(
         default=1.0, ge=0, description="pause between writes to GitHub (its secondary rate limits)")
+    gitlab_token: SecretStr | None = Field(default=None, description="GitLab access token (a project or group access "
+                                           "token's bot, or a service account): scope api, role Developer or more")
+    gitlab_webhook_secret: SecretStr | None = Field(
+        default=None, description="the secret token GitLab sends as X-Gitlab-Token; the webhook route refuses to "
+        "start without it")
+    git_max_push_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="the largest push the gateway's "
+                                    "git endpoint accepts")
     token_ttl_days: float | None = Field(default=90.0, description="new tokens expire after this many days (unset: never)")
     mcp_calls_per_minute: int = Field(default=60, ge=1, description="calls one external agent may make a minute")
     read_threads: int | None = Field(

@@ -11,7 +11,7 @@
     PolicyEvaluator  main's Rego policies, loaded and evaluated
     WorkingCopies    clones of the declaration repo on disk, where agents edit files
     Engine           plans and applies one stack (every engine emits Terraform's JSON plan)
-    Forge            the code host (GitHub): pull requests, reviews, checks, teams, merges
+    Forge            the code host (GitHub, GitLab): pull/merge requests, reviews or approvals, checks, teams, merges
     Metrics          what operators count (job outcomes, lock waits, deliveries...); `NO_METRICS` counts nothing
     IdentityProvider an OpenID Connect provider or GitHub OAuth, for signing in to the pages
     NotificationSender  delivers one notice to one channel (Slack, e-mail, a signed webhook)
@@ -35,6 +35,7 @@ from gateway.domain.breaker import CapacityChange
 from gateway.domain.declarations import LiteralSecret, Unmasking
 from gateway.domain.drift import DriftRecord
 from gateway.domain.github import Check, PullInfo
+from gateway.domain.gitlab_rules import GitLabAccount
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import LockAttempt, StackLock
@@ -45,7 +46,7 @@ from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKind, ProposalStatus
 from gateway.domain.rego import RegoPolicies
-from gateway.domain.repo_settings import GitHubSettings, RepoSettings
+from gateway.domain.repo_settings import ForgeSettings, GitHubSettings, GitLabSettings, RepoSettings
 from gateway.domain.sign_in import Identity, PendingSignIn, RefusalTally, WebSession
 
 
@@ -262,6 +263,16 @@ class Principals(Protocol):
     def by_github_id(self, github_id: int) -> Principal | None: ...
 
     def github_login_of(self, principal_id: str) -> str | None: ...
+
+    def link_gitlab(self, principal: Principal, gitlab_id: int, username: str) -> None:
+        """Link a person to a GitLab account (by its numeric user id: usernames can be changed and reused)."""
+        ...
+
+    def by_gitlab_id(self, gitlab_id: int) -> Principal | None: ...
+
+    def gitlab_account_of(self, principal_id: str) -> tuple[int, str] | None:
+        """The linked GitLab account's numeric id and username, or None."""
+        ...
 
 
 class SignInRecords(Protocol):
@@ -962,14 +973,15 @@ class WorkingCopies(Protocol):
 
 
 class Forge(Protocol):
-    """The code host of the declaration repo (GitHub): pull requests, reviews, checks, team membership, merges."""
+    """The code host of the declaration repo (GitHub or GitLab): pull (merge) requests, notes, checks, team (group)
+    membership, merges. What only one host has is in `ReviewForge` (GitHub) and `ApprovalForge` (GitLab)."""
 
-    settings: GitHubSettings
+    settings: ForgeSettings
 
     def close(self) -> None: ...
 
     def fetch_main(self, main: str) -> None:
-        """Make the gateway's main exactly GitHub's (with a forge, GitHub's main is the truth)."""
+        """Make the gateway's main exactly the forge's (with a forge, its main is the truth)."""
         ...
 
     def sync_branch(self, branch: str) -> str:
@@ -990,12 +1002,8 @@ class Forge(Protocol):
         """Edit the sticky comment in place (not when it already reads so); post it when there is none yet."""
         ...
 
-    def review(self, number: int, review_id: int) -> tuple[str, str | None, int]:
-        """A review as GitHub has it now: state (upper-case), commit, author id. Deliveries can be late or replayed."""
-        ...
-
     def comment(self, number: int, comment_id: int) -> tuple[str, int]:
-        """A comment as GitHub has it now: body and author id (an edited or deleted one is not a command)."""
+        """A comment as the forge has it now: body and author id (an edited or deleted one is not a command)."""
         ...
 
     def reply(self, number: int, body: str) -> None:
@@ -1005,19 +1013,44 @@ class Forge(Protocol):
     def request_teams(self, number: int, teams: list[str]) -> None: ...
 
     def set_checks(self, sha: str, checks: list[Check], details_url: str) -> None:
-        """Check runs with an App; commit statuses with a token (GitHub lets only Apps write check runs)."""
+        """The four checks on the commit (check runs or commit statuses)."""
         ...
 
     def merge(self, number: int, sha: str, title: str, message: str) -> str:
-        """Merge exactly `sha`: GitHub refuses if the head moved since (a push that slipped in is never merged)."""
+        """Merge exactly `sha`: the forge refuses if the head moved since (a push that slipped in is never merged)."""
         ...
 
     def user_id(self, login: str) -> tuple[int, str]:
-        """The numeric id and exact login of a GitHub user."""
+        """The numeric id and exact login (username) of a user."""
         ...
 
-    def is_team_member(self, team_slug: str, login: str) -> bool:
-        """An active member of the team now (a pending invitation does not count)."""
+    def is_team_member(self, team: str, login: str, account_id: int | None) -> bool:
+        """An active member of the team (group) now (a pending invitation does not count); GitHub asks by login,
+        GitLab by the numeric id."""
+        ...
+
+
+class ReviewForge(Forge, Protocol):
+    """GitHub: decisions are reviews, each of one commit."""
+
+    settings: GitHubSettings  # type: ignore[misc]
+
+    def review(self, number: int, review_id: int) -> tuple[str, str | None, int]:
+        """A review as GitHub has it now: state (upper-case), commit, author id. Deliveries can be late or replayed."""
+        ...
+
+
+class ApprovalForge(Forge, Protocol):
+    """GitLab: decisions are approvals of the merge request as it is, and bots are what the users API says."""
+
+    settings: GitLabSettings  # type: ignore[misc]
+
+    def approver_ids(self, number: int) -> frozenset[int]:
+        """The numeric ids of the users whose approval the merge request has now (GitLab's approvals API)."""
+        ...
+
+    def account(self, user_id: int) -> GitLabAccount:
+        """A GitLab user as its users API has them now (username, bot)."""
         ...
 
 

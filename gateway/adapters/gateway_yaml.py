@@ -18,6 +18,7 @@ from gateway.domain.repo_settings import (
     BreakGlassSettings,
     CloudFormationSettings,
     GitHubSettings,
+    GitLabSettings,
     RepoSettings,
     StackSettings,
 )
@@ -79,6 +80,16 @@ class _RawGitHub(BaseModel):
     merge_method: Literal["merge", "squash", "rebase"] = "merge"
 
 
+class _RawGitLab(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    repository: str = Field(pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$",
+                            description="the project's path on GitLab: group[/subgroup]/project")
+    api_url: str = Field(default="https://gitlab.com", pattern=r"^https?://",
+                         description="the GitLab instance (self-managed: https://HOST)")
+    git_url: str | None = Field(default=None, description="where branches are pushed and fetched")
+    groups: dict[str, str] = Field(default={}, description="approver group -> GitLab group path")
+
+
 class _RawBreaker(BaseModel):
     model_config = ConfigDict(extra="forbid")
     window_minutes: float = Field(default=5, gt=0, description="the sliding window agent changes are summed over")
@@ -137,10 +148,14 @@ class _RawSettings(BaseModel):
     stacks: dict[str, _RawStack] = Field(min_length=1)
     protected_paths: list[str] = ["gateway.yaml", "policies/", ".github/", "CODEOWNERS"]
     policy: _RawPolicy = _RawPolicy()
-    forge: Literal["github"] | None = Field(default=None, description="where proposals become pull requests")
+    forge: Literal["github", "gitlab"] | None = Field(default=None, description="where proposals become pull "
+                                                      "requests (GitHub) or merge requests (GitLab)")
+    propose_on_push: bool = Field(default=False, description="a push to the gateway's git endpoint opens or updates "
+                                  "the proposal of the branch pushed")
     breaker: _RawBreaker = _RawBreaker()
     break_glass: _RawBreakGlass = _RawBreakGlass()
     github: _RawGitHub | None = None
+    gitlab: _RawGitLab | None = None
     notifications: _RawNotifications = _RawNotifications()
 
 
@@ -170,6 +185,12 @@ def parse_repo_settings(text: str) -> RepoSettings:
     if raw.forge == "github" and raw.github is not None:
         g = raw.github
         github = GitHubSettings(g.repository, g.api_url.rstrip("/"), g.git_url, dict(g.teams), g.merge_method)
+    if raw.forge == "gitlab" and raw.gitlab is None:
+        raise ConfigError("gateway.yaml: forge: gitlab needs a gitlab: section with at least the repository")
+    gitlab = None
+    if raw.forge == "gitlab" and raw.gitlab is not None:
+        gl = raw.gitlab
+        gitlab = GitLabSettings(gl.repository, gl.api_url.rstrip("/"), gl.git_url, dict(gl.groups))
     for name, s in raw.stacks.items():
         engine = s.engine or raw.engine
         if engine == "cloudformation" and s.cloudformation is None:
@@ -209,6 +230,8 @@ def parse_repo_settings(text: str) -> RepoSettings:
             checkov=raw.policy.checkov,
         ),
         github=github,
+        gitlab=gitlab,
+        propose_on_push=raw.propose_on_push,
         breaker=BreakerSettings(timedelta(minutes=raw.breaker.window_minutes), raw.breaker.max_growth_percent,
                                 raw.breaker.max_destroy_count, frozenset(raw.breaker.resetters)),
         break_glass=break_glass,

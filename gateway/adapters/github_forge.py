@@ -253,7 +253,7 @@ class GitHubForge:
         user = _call(lambda: self.gh.get_user(login), f"GitHub user {login}")
         return int(user.id), str(user.login)
 
-    def is_team_member(self, team_slug: str, login: str) -> bool:
+    def is_team_member(self, team_slug: str, login: str, account_id: int | None = None) -> bool:
         """An active member of the team now (a pending invitation does not count)."""
         path = f"/orgs/{quote(self.settings.owner)}/teams/{quote(team_slug)}/memberships/{quote(login)}"
         try:  # one call: GitHub answers 404 for a team that does not exist and for a person not in it

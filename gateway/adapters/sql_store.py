@@ -305,6 +305,16 @@ github_accounts = Table(
     Column("linked_at", DateTime(timezone=True), nullable=False),
 )
 
+# GitLab (migration 28): accounts linked by GitLab's numeric user id (usernames change); merge requests share
+# pull_requests (repository: the project's path, number: the merge request's iid) and webhook_deliveries.
+gitlab_accounts = Table(
+    "gitlab_accounts", metadata,
+    Column("gitlab_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("username", String(255), nullable=False),
+    Column("principal_id", String(36), nullable=False, unique=True),
+    Column("linked_at", DateTime(timezone=True), nullable=False),
+)
+
 pull_requests = Table(
     "pull_requests", metadata,
     Column("proposal_id", Integer, primary_key=True, autoincrement=False),
@@ -479,7 +489,7 @@ notifications = Table(
     Column("delivered_at", DateTime(timezone=True), nullable=True),
 )
 
-_LATER_TABLES = ("stack_serials", "sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("stack_serials", "sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "gitlab_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -701,6 +711,11 @@ def _sign_in_flows(conn: Connection) -> None:
     metadata.create_all(conn, tables=[sign_in_flows, sign_in_refusal_tallies])
 
 
+def _gitlab_accounts(conn: Connection) -> None:
+    """People linked to GitLab accounts by numeric user id, so their approvals and commands on GitLab count."""
+    gitlab_accounts.create(conn, checkfirst=True)
+
+
 def _stack_serials(conn: Connection) -> None:
     """What a worker last read of each stack's state serial, which reads compare with a plan's instead of asking an
     engine or a cloud; a plan's serial is 64-bit and its lineage an ARN long (CloudFormation's serial, a moment in
@@ -735,6 +750,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (21, _audit_at_scale),  # the audit trail's indexes for appends and filters at a million events
     (22, _sign_in_flows),  # sign-ins in progress, server-side and used once; refusals recorded a few per window
     (23, _stack_serials),  # each stack's serial as a worker read it; plans' serials 64-bit
+    (28, _gitlab_accounts),  # GitLab accounts linked to people (24-27 are other branches')
 ]
 
 

@@ -42,6 +42,8 @@ from gateway.services.change.jobs import approve_proposal, enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, override_finding, proposal_previews
 from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
 from gateway.services.forge.github_webhooks import MAX_BODY, receive_delivery
+from gateway.services.forge.gitlab_webhooks import MAX_BODY as GITLAB_MAX_BODY
+from gateway.services.forge.gitlab_webhooks import receive_delivery as receive_gitlab_delivery
 
 ERRORS = {status: {"model": ErrorPublic} for status in (401, 403, 404, 409, 422, 503)}
 TEXT = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}}}
@@ -167,6 +169,17 @@ async def github_webhook(request: Request, ws: WorkspaceDep) -> DeliveryPublic:
         if len(body) > MAX_BODY:
             raise InputError(f"a delivery is at most {MAX_BODY // (1024 * 1024)} MB")
     return DeliveryPublic(**await run_in_threadpool(receive_delivery, ws, request.headers, bytes(body)))
+
+
+@router.post("/gitlab/webhook", response_model=DeliveryPublic, status_code=202, tags=["gitlab"])
+async def gitlab_webhook(request: Request, ws: WorkspaceDep) -> DeliveryPublic:
+    """GitLab's deliveries: X-Gitlab-Token is checked first (constant time); the work is a job's."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > GITLAB_MAX_BODY:
+            raise InputError(f"a delivery is at most {GITLAB_MAX_BODY // (1024 * 1024)} MB")
+    return DeliveryPublic(**await run_in_threadpool(receive_gitlab_delivery, ws, request.headers, bytes(body)))
 
 
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])

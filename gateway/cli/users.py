@@ -114,14 +114,27 @@ def users_set(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str
 
 @users.command("link")
 @click.argument("name")
-@click.option("--github", "login", required=True, help="their GitHub login (its numeric id is what is stored)")
+@click.option("--github", "login", default=None, help="their GitHub login (its numeric id is what is stored)")
 @click.option("--github-id", type=click.IntRange(1), default=None,
               help="the numeric id, when GitHub cannot be asked (otherwise looked up)")
+@click.option("--gitlab", "username", default=None, help="their GitLab username (its numeric id is what is stored)")
+@click.option("--gitlab-id", type=click.IntRange(1), default=None,
+              help="the numeric user id, when GitLab cannot be asked (otherwise looked up)")
 @pass_ctx
-def users_link(ctx: Context, name: str, login: str, github_id: int | None) -> None:
-    """Link a person (or the agent, whose reviews then never count) to a GitHub account."""
+def users_link(ctx: Context, name: str, login: str | None, github_id: int | None, username: str | None,
+               gitlab_id: int | None) -> None:
+    """Link a person (or the agent, whose approvals then never count) to a GitHub or GitLab account."""
+    if (login is None) == (username is None):
+        raise click.UsageError("name one account: --github LOGIN or --gitlab USERNAME")
+    if username is not None:
+        from gateway.services.forge.gitlab_webhooks import link_account as link_gitlab
+
+        gitlab_id, username = link_gitlab(ctx.ws, ctx.actor(), name, username, gitlab_id)
+        click.echo(f"linked {name} to GitLab user {username} (id {gitlab_id})")
+        return
     from gateway.services.forge.github import link_account
 
+    assert login is not None
     github_id, login = link_account(ctx.ws, ctx.actor(), name, login, github_id)
     click.echo(f"linked {name} to GitHub user {login} (id {github_id})")
 

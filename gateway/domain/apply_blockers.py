@@ -18,6 +18,8 @@ from gateway.domain.proposal import DecisionRecord, Proposal
 from gateway.domain.repo_settings import RepoSettings
 
 GITHUB_AUTH = ("github-review", "github-comment")  # how a decision made on GitHub was authenticated
+GITLAB_AUTH = ("gitlab-approval", "gitlab-note")  # ... and on GitLab
+FORGE_AUTH = GITHUB_AUTH + GITLAB_AUTH
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,11 @@ def _beyond_approvals(facts: ApplyFacts) -> list[str]:
 
 
 def lapsed_github_approvals(facts: ApplyFacts) -> list[str]:
-    """An approval given on GitHub counts only while its maker is an active member of an approver team."""
-    if facts.settings.github is None:  # no forge on main: nothing to re-check them with
+    """An approval given on GitHub (GitLab) counts only while its maker is an active member of an approver team
+    (group)."""
+    if facts.settings.forge is None:  # no forge on main: nothing to re-check them with
         return []
-    return [reason for approval in facts.proposal.current_approvals if approval.auth.startswith(GITHUB_AUTH)
+    return [reason for approval in facts.proposal.current_approvals if approval.auth.startswith(FORGE_AUTH)
             for reason in _lapsed(facts, approval)]
 
 
@@ -88,8 +91,9 @@ def _lapsed(facts: ApplyFacts, approval: DecisionRecord) -> list[str]:
         missing.append("the protected paths")
     if not missing:
         return []
-    return [f"{approval.principal.name}'s approval on GitHub no longer counts: "
-            f"{check.login or 'their GitHub account'} is not an active member of an approver team of "
+    forge, team = ("GitLab", "group") if approval.auth.startswith(GITLAB_AUTH) else ("GitHub", "team")
+    return [f"{approval.principal.name}'s approval on {forge} no longer counts: "
+            f"{check.login or f'their {forge} account'} is not an active member of an approver {team} of "
             f"{', '.join(missing)} any more"]
 
 

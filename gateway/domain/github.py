@@ -98,7 +98,7 @@ def not_counted(events: Sequence[AuditEvent], head_sha: str) -> list[NotCounted]
             continue
         what = event.kind.removesuffix(".refused")
         latest.pop((event.actor, what), None)  # re-inserted: the order is that of each one's latest refusal
-        latest[(event.actor, what)] = NotCounted(event.actor.removeprefix("github:"), what, reasons)
+        latest[(event.actor, what)] = NotCounted(event.actor.removeprefix("github:").removeprefix("gitlab:"), what, reasons)
     return list(latest.values())
 
 
@@ -148,6 +148,7 @@ class PullRequestView:
     at: datetime  # when it is shown: overrides that lapsed by then no longer lift a deny
     outcome: str | None = None  # the last apply's result, in words
     notices: Sequence[str] = ()  # what went wrong besides: failed jobs, a merge by hand on GitHub, a stopped agent
+    forge: str = "GitHub"  # or GitLab: its words (a review of the commit / an approval of the merge request)
 
 
 def render_comment(view: PullRequestView, budget: int = COMMENT_BUDGET) -> str:
@@ -184,14 +185,17 @@ def _comment_head(view: PullRequestView) -> str:
                   or ["- :white_check_mark: the plan agrees with what the agent says"])
     lines += ["", "### Approval", ""]
     if p.status in (ProposalStatus.OPEN, ProposalStatus.FAILED):
-        lines.append(f"Plan `{fingerprint}` of commit `{p.head_sha[:12]}`. Approve exactly this plan with a review "
-                     f"on that commit, or comment `/gateway approve {fingerprint}`.")
+        how = ("approve the merge request while that commit is its head" if view.forge == "GitLab"
+               else "a review on that commit")
+        lines.append(f"Plan `{fingerprint}` of commit `{p.head_sha[:12]}`. Approve exactly this plan with {how}, or "
+                     f"comment `/gateway approve {fingerprint}`.")
     approvers = sorted({d.principal.name for d in p.current_approvals})
     lines.append(f"- needs **{view.required_approvals}** approval(s) from different people; has {len(approvers)}"
                  + (f" ({', '.join(approvers)})" if approvers else ""))
     for stack in p.stacks:
         groups = view.approver_groups.get(stack, ())
-        lines.append(f"- `{stack}`: from " + (", ".join(_group(g, view.teams) for g in groups) or "nobody"))
+        lines.append(f"- `{stack}`: from " + (", ".join(_group(g, view.teams, view.forge) for g in groups)
+                                              or "nobody"))
     rejection = p.current_rejection
     if rejection is not None:
         lines.append(f"- :x: rejected by **{rejection.principal.name}**: {rejection.comment}")
@@ -213,8 +217,10 @@ def _comment_head(view: PullRequestView) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _group(group: str, teams: Mapping[str, str]) -> str:
-    return f"{group} (team `{teams[group]}`)" if group in teams else f"{group} (no GitHub team mapped: not via GitHub)"
+def _group(group: str, teams: Mapping[str, str], forge: str = "GitHub") -> str:
+    team = "group" if forge == "GitLab" else "team"
+    return (f"{group} ({team} `{teams[group]}`)" if group in teams
+            else f"{group} (no {forge} {team} mapped: not via {forge})")
 
 
 def _stack_sections(view: PullRequestView, detailed: bool) -> str:
@@ -227,7 +233,7 @@ def _stack_sections(view: PullRequestView, detailed: bool) -> str:
         # everything before the per-resource changes: counts, risk, destroys and replacements, policy, drift
         out.append(render_markdown(preview).split(CHANGES_HEADING, 1)[0].rstrip() + "\n")
         out.append(f"\n_{len(preview.changes)} resource change(s) and the outputs are not listed here, to stay "
-                   f"under GitHub's comment limit: see the `gateway/plan` check or the [review page]"
+                   f"under {view.forge}'s comment limit: see the `gateway/plan` check or the [review page]"
                    f"({view.page_url})._\n")
     return "".join(out)
 

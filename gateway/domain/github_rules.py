@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 BOT_TYPE = "Bot"
 BOT_SUFFIX = "[bot]"  # GitHub Apps act as `name[bot]`, whatever `type` a payload gives them
@@ -26,6 +27,16 @@ class GitHubAccount:
     @property
     def is_bot(self) -> bool:
         return self.type == BOT_TYPE or self.login.endswith(BOT_SUFFIX)
+
+
+class ForgeAccount(Protocol):
+    """An account on any forge: its numeric id and the name it goes by."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def login(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -54,12 +65,12 @@ def bot_refusals(account: GitHubAccount) -> list[str]:
     return []
 
 
-def pusher_refusals(account: GitHubAccount, pushes: Sequence[Push]) -> list[str]:
+def pusher_refusals(account: ForgeAccount, pushes: Sequence[Push], on: str = "pull request") -> list[str]:
     """Whoever pushed to the pull request proposed part of it, so they decide nothing on it."""
     theirs = [p for p in pushes if p.account_id == account.id]
     if not theirs:
         return []
-    return [f"{account.login} pushed commit {(theirs[-1].head_sha or '(unknown)')[:12]} to this pull request "
+    return [f"{account.login} pushed commit {(theirs[-1].head_sha or '(unknown)')[:12]} to this {on} "
             f"and cannot approve or reject it"]
 
 

@@ -42,6 +42,8 @@ class GitHubSettings:
     git_url: str | None = None  # where branches are pushed and fetched; derived from api_url when unset
     teams: Mapping[str, str] = field(default_factory=dict)  # approver group -> team slug in the repo's organisation
     merge_method: str = "merge"
+    name = "GitHub"  # as people read it: "an approval on GitHub"
+    team_word = "team"
 
     @property
     def owner(self) -> str:
@@ -53,6 +55,24 @@ class GitHubSettings:
         api = self.api_url.rstrip("/")
         host = "https://github.com" if api == "https://api.github.com" else api.removesuffix("/api/v3")
         return f"{host}/{self.repository}.git"
+
+
+@dataclass(frozen=True)
+class GitLabSettings:
+    """The repo's merge requests live on GitLab (GitLab.com or self-managed); credentials come from the settings."""
+
+    repository: str  # the project's path with its namespace: group/subgroup/project
+    api_url: str = "https://gitlab.com"  # the instance; python-gitlab adds /api/v4
+    git_url: str | None = None  # where branches are pushed and fetched; derived from api_url when unset
+    teams: Mapping[str, str] = field(default_factory=dict)  # approver group -> GitLab group path (`groups:`)
+    name = "GitLab"
+    team_word = "group"
+
+    def clone_url(self) -> str:
+        return self.git_url or f"{self.api_url.rstrip('/')}/{self.repository}.git"
+
+
+ForgeSettings = GitHubSettings | GitLabSettings
 
 
 @dataclass(frozen=True)
@@ -76,9 +96,16 @@ class RepoSettings:
     risk_approvals: Mapping[str, int] = field(default_factory=dict)  # risk level -> approvers needed
     policy: PolicySettings = field(default_factory=PolicySettings)
     github: GitHubSettings | None = None  # `forge: github`: proposals are pull requests there
+    gitlab: GitLabSettings | None = None  # `forge: gitlab`: proposals are merge requests there
+    propose_on_push: bool = False  # a push to the gateway's git endpoint opens or updates its branch's proposal
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     break_glass: BreakGlassSettings = field(default_factory=BreakGlassSettings)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)  # who is told what
+
+    @property
+    def forge(self) -> ForgeSettings | None:
+        """The code host main names (`forge:`), whichever it is; None: the gateway's own review page."""
+        return self.github or self.gitlab
 
     def require_stack(self, name: str) -> StackSettings:
         """The stack called `name`; an unknown name is refused, listing the stacks there are."""

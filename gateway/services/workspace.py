@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.repo_settings import GitHubSettings, RepoSettings
+from gateway.domain.repo_settings import ForgeSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
     NO_METRICS,
@@ -44,7 +44,7 @@ class Workspace:
     scrubber: Scrubber
     simulator: SimulatedCloud  # the sandbox's cloud, acted on behind the gateway's back
     clock: Clock
-    open_forge: Callable[[GitHubSettings], Forge]  # the code host main's gateway.yaml names
+    open_forge: Callable[[ForgeSettings], Forge]  # the code host main's gateway.yaml names
     declarations: DeclarationReader  # what HCL declares, read without planning
     scanner: PolicyScanner  # checkov, beside the built-in rules
     rego: PolicyEvaluator  # main's Rego policies

@@ -1,4 +1,4 @@
-"""People, agents and their linked GitHub accounts."""
+"""People, agents and their linked GitHub and GitLab accounts."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 
 from gateway.adapters.sql_store import (
     github_accounts,
+    gitlab_accounts,
     principals,
 )
 from gateway.adapters.store.rows import (
@@ -129,6 +130,23 @@ class SqlPrincipals(Records):
 
     def github_login_of(self, principal_id: str) -> str | None:
         return self.conn.scalar(select(github_accounts.c.login).where(github_accounts.c.principal_id == principal_id))
+
+
+    def link_gitlab(self, principal: Principal, gitlab_id: int, username: str) -> None:
+        """Link a person to a GitLab account (by its numeric user id: usernames can be changed and reused)."""
+        self.conn.execute(delete(gitlab_accounts).where(
+            (gitlab_accounts.c.principal_id == principal.id) | (gitlab_accounts.c.gitlab_id == gitlab_id)))
+        self.conn.execute(insert(gitlab_accounts).values(gitlab_id=gitlab_id, username=username,
+                                                         principal_id=principal.id, linked_at=now()))
+
+    def by_gitlab_id(self, gitlab_id: int) -> Principal | None:
+        pid = self.conn.scalar(select(gitlab_accounts.c.principal_id).where(gitlab_accounts.c.gitlab_id == gitlab_id))
+        return self.get(pid) if pid else None
+
+    def gitlab_account_of(self, principal_id: str) -> tuple[int, str] | None:
+        row = self.conn.execute(select(gitlab_accounts.c.gitlab_id, gitlab_accounts.c.username).where(
+            gitlab_accounts.c.principal_id == principal_id)).first()
+        return (int(row[0]), str(row[1])) if row else None
 
 
 def _credentials(row: Mapping[str, Any]) -> dict[str, Any]:

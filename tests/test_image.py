@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from install_terraform import BINARIES  # noqa: E402  (the pins `make terraform` uses)
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("image")  # one test process builds it and runs them all
 SIZE_GOAL_MB = 450  # on python:3.11-slim
 TEST_TOOLS = ("pytest", "playwright", "moto", "schemathesis", "hypothesis", "aiosmtpd")
 

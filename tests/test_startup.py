@@ -154,7 +154,9 @@ def test_a_worker_that_loses_its_database_backs_off_says_so_once_a_step_and_carr
     during = worker.lines()[cut_at:]
     gate.open()
     _eventually(ready_file.exists, 60, "ready again once it is back")
-    _eventually(lambda: worker.events("loop.recovered"), 30, "the loops say they are back")
+    # a loop tries again when its backoff step ends (30 s at most), so it says so within that, and a loaded machine
+    _eventually(lambda: worker.events("loop.recovered"), 90,
+                "the loops say they are back:\n" + worker.log.read_text()[-3000:])
 
     complaints = [line for line in during if line["level"] in ("warning", "error")]
     # two loops, housekeeping and readiness, ~7 s: each backs off from its poll doubling, so a handful of lines

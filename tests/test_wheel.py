@@ -22,6 +22,7 @@ from mcp.client.stdio import StdioServerParameters
 from .test_compose import _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("wheel")  # one test process builds it and runs them all
 
 
 @pytest.fixture(scope="module")

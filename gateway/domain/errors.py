@@ -16,10 +16,14 @@ GatewayError                      anything the gateway reports to a person
 ├── LockTimeout                   another runner holds the stack lock
 ├── NotConfigured                 an optional part (the model) has no settings
 └── BackendError                  git, the database, the model or an engine binary failed underneath
-    └── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
-        │                         connection); the same request later may well succeed
-        └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
-                                  decided this was not its last attempt)
+    ├── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
+    │   │                         connection); the same request later may well succeed
+    │   └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
+    │                             decided this was not its last attempt)
+    ├── ModelReplyError           a model endpoint's answer the gateway cannot use (no choices, a field
+    │                             missing or mistyped, not JSON)
+    └── ContextTooLong            a model endpoint refused a request longer than its context (`limit`:
+                                  the context it said, if it did)
 """
 
 from __future__ import annotations
@@ -118,3 +122,16 @@ class RetryLater(Unavailable):
 
     def __init__(self, message: str, retry_after: float):
         super().__init__(message, retry_after)
+
+
+class ModelReplyError(BackendError):
+    """A model endpoint answered with something the gateway cannot use; the message says what was wrong."""
+
+
+class ContextTooLong(BackendError):
+    """A model endpoint refused a request as longer than its context; `limit` is that context in tokens, when the
+    endpoint said it."""
+
+    def __init__(self, message: str, limit: int | None = None):
+        super().__init__(message)
+        self.limit = limit

@@ -2,7 +2,8 @@
 
 What is sent, and what is taken back, is decided here and nowhere else:
 - every completion offers the tools with `tool_choice: "auto"` (a server may read a missing value as "none")
-  and bounds the reply with `max_tokens` (without it a server generates until its context is full);
+  and bounds the reply with `max_tokens` (without it a server generates until its context is full; servers
+  ignore `max_completion_tokens`, which is sent instead only to an API that refuses `max_tokens` by name);
 - one deadline covers a whole call: the retries (timeouts, no connection, 408/409/429, 5xx; backoff with
   jitter, Retry-After honoured) happen inside it, each attempt waiting at most the time left;
 - the answer is parsed into strict models: a shape the gateway cannot use is a `ModelReplyError` saying what
@@ -34,6 +35,7 @@ RETRIED = {408, 409, 429}  # and every 5xx
 # where /v1/models says a model's context: vLLM, and others that follow it
 _CONTEXT_KEYS = ("max_model_len", "context_length", "context_window", "max_context_length", "loaded_context_length")
 _LIMIT_SAID = re.compile(r"(?:maximum context length|context (?:window|length|size)|n_ctx)\D{0,20}(\d{3,})", re.I)
+_WANTS_SUCCESSOR = re.compile(r"\bmax_tokens\b.*\bmax_completion_tokens\b", re.I | re.S)
 _TOO_LONG = re.compile(r"context[_ ](?:length|window|size)|maximum context|exceeds? the (?:available )?context|"
                        r"prompt is too long|too many tokens", re.I)
 
@@ -79,6 +81,7 @@ class ChatModel:
         self.timeout, self.retries, self.max_tokens = timeout, retries, max_tokens
         self.deadline: float | None = None  # a monotonic time no call runs past, whatever its timeout (an eval case's)
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "unset", timeout=timeout, max_retries=0)
+        self.limit_parameter = "max_tokens"  # what servers honour; max_completion_tokens where an API refuses it
         self._context: int | None = None
         self._asked = False
 
@@ -88,21 +91,31 @@ class ChatModel:
         return ModelLimits(self._context, self.max_tokens)
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}
-        if tools:
-            body |= {"tools": tools, "tool_choice": "auto"}
-        response = self._post(body)
+        deadline = time.monotonic() + self.timeout
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline)
+        try:
+            response = self._post(self._body(messages, tools), deadline)
+        except BackendError as exc:  # OpenAI's reasoning models refuse max_tokens and name its successor
+            if type(exc) is not BackendError or self.limit_parameter != "max_tokens" or not _WANTS_SUCCESSOR.search(
+                    str(exc)):
+                raise
+            self.limit_parameter = "max_completion_tokens"
+            response = self._post(self._body(messages, tools), deadline)
         try:
             data = response.json()
         except ValueError:
             raise ModelReplyError(_unusable(f"the model endpoint's answer is not JSON ({response.text[:80]!r})")) from None
         return parse_reply(data, sent_chars=len(json.dumps(messages)) + len(json.dumps(tools)))
 
-    def _post(self, body: dict[str, Any]) -> httpx.Response:
-        """One call, retried within one deadline; the last failure when the deadline or the retries run out."""
-        deadline = time.monotonic() + self.timeout
-        if self.deadline is not None:
-            deadline = min(deadline, self.deadline)
+    def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": messages, self.limit_parameter: self.max_tokens}
+        if tools:
+            body |= {"tools": tools, "tool_choice": "auto"}
+        return body
+
+    def _post(self, body: dict[str, Any], deadline: float) -> httpx.Response:
+        """One call, retried until `deadline`; the last failure when the deadline or the retries run out."""
         failure: BackendError | None = None
         for attempt in range(self.retries + 1):
             left = deadline - time.monotonic()

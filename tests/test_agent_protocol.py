@@ -77,6 +77,20 @@ def test_every_completion_offers_the_tools_explicitly_and_bounds_the_reply(works
         assert "max_completion_tokens" not in body  # servers ignore it silently
 
 
+def test_an_api_that_refuses_max_tokens_by_name_gets_max_completion_tokens(workspace: Workspace, people: People,
+                                                                          stub: ModelStub) -> None:
+    stub.turns = [{"status": 400, "error": {  # as OpenAI answers for its reasoning models
+        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                   "'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens",
+        "code": "unsupported_parameter"}},
+        tool_call("read_file", path="stacks/app-staging/main.tf"), tool_call("finish", summary="Nothing needed.")]
+    model = configure(workspace, stub, model_max_tokens=700)
+    outcome = submit_request(workspace, people.alice, "Is staging tagged?", model=model)
+    assert outcome.summary == "Nothing needed."
+    assert [(b.get("max_tokens"), b.get("max_completion_tokens")) for b in stub.requests] == [
+        (700, None), (None, 700), (None, 700)]
+
+
 def test_the_prompt_budget_counts_the_tool_schemas_too(workspace: Workspace, people: People, stub: ModelStub) -> None:
     stub.turns = reading_then_queue()
     model = configure(workspace, stub, agent_prompt_budget=3500)

@@ -26,7 +26,7 @@ Progress = Callable[[str], None]
 class Limits:
     max_steps: int = 20
     max_tokens: int = 200_000
-    prompt_budget: int = 60_000  # tokens in one model request; older tool results are stubbed to fit
+    prompt_budget: int = 60_000  # tokens in one model request, tool schemas included; old tool results become stubs
 
 
 Record = Callable[[str, dict[str, Any]], None]

@@ -105,7 +105,8 @@ class ChatModel:
         try:
             data = response.json()
         except ValueError:
-            raise ModelReplyError(_unusable(f"the model endpoint's answer is not JSON ({response.text[:80]!r})")) from None
+            said = f"the model endpoint's answer is not JSON ({response.text[:80]!r})"
+            raise ModelReplyError(_unusable(said)) from None
         return parse_reply(data, sent_chars=len(json.dumps(messages)) + len(json.dumps(tools)))
 
     def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:

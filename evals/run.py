@@ -136,8 +136,8 @@ def _run_case(case: Mapping[str, Any], recorder: RecordingModel, template: Path,
         outcome = _with_leaks(ws, outcome, recorder)
         seconds = time.perf_counter() - started
         return CaseResult(case["id"], score_case(case, outcome), calls, tokens, seconds,
-                          sum(r.prompt_tokens for r in recorder.replies), sum(r.completion_tokens for r in recorder.replies),
-                          recorder.transcript())
+                          sum(r.prompt_tokens for r in recorder.replies),
+                          sum(r.completion_tokens for r in recorder.replies), recorder.transcript())
     finally:
         ws.close()
 

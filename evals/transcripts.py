@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,8 @@ def reply_of(turn: Mapping[str, Any]) -> ModelReply:
              "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments") or {})}}
             for c in turn["tool_calls"]]
     tokens = turn.get("tokens") or {}
-    return ModelReply(message, int(tokens.get("total", 0)), int(tokens.get("prompt", 0)), int(tokens.get("completion", 0)),
-                      turn.get("finish_reason"))
+    return ModelReply(message, int(tokens.get("total", 0)), int(tokens.get("prompt", 0)),
+                      int(tokens.get("completion", 0)), turn.get("finish_reason"))
 
 
 def turn_of(reply: ModelReply) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def _arguments(raw: str | None) -> Any:
 class ReplayModel:
     """Plays one case's recorded turns in order, as if a model had sent them."""
 
-    def __init__(self, turns: list[Mapping[str, Any]], model: str = "replay"):
+    def __init__(self, turns: Sequence[Mapping[str, Any]], model: str = "replay"):
         self.turns = list(turns)
         self.model = model
 

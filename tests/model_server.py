@@ -66,8 +66,9 @@ def llama_server(work: Path, alias: str, ready_seconds: float = 180) -> Iterator
     config.write_text(json.dumps({"host": "127.0.0.1", "port": port, "models": [_model(alias)]}))
     log_path = work / f"{alias}.log"
     log = log_path.open("wb")
-    process = subprocess.Popen([str(PYTHON), str(Path(__file__).with_name("llama_server.py")), "--config_file",
-                                str(config)], stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": ""})
+    launcher = Path(__file__).with_name("llama_server.py")
+    process = subprocess.Popen([str(PYTHON), str(launcher), "--config_file", str(config)], stdout=log,
+                               stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": ""})
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + ready_seconds
@@ -110,6 +111,14 @@ class LlamaServers:
         self.stack.close()
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # an answer the gateway gave up on must not hold the teardown
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # the client left before the answer: as the test intended
+
+
 class RecordingProxy:
     """Forwards every request to the server and keeps it with its answer: what the gateway sent, what came back."""
 
@@ -145,10 +154,7 @@ class RecordingProxy:
             def log_message(self, *_: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.block_on_close = False  # an answer the gateway gave up on must not hold the teardown
-        self.server.handle_error = lambda *_: None  # type: ignore[method-assign] - the client left: as intended
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

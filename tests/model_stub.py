@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -48,7 +48,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class ModelStub:
-    def __init__(self, turns: list[Turn] | None = None, tokens_per_turn: int = 100):
+    def __init__(self, turns: Sequence[Turn] | None = None, tokens_per_turn: int = 100):
         self.turns: list[Turn] = list(turns or [])
         self.requests: list[dict[str, Any]] = []
         self.tokens_per_turn = tokens_per_turn

@@ -59,7 +59,7 @@ def reading_then_queue() -> list[Any]:
 
 def requests_recorded(ws: Workspace) -> list[dict[str, Any]]:
     with ws.store.session(readonly=True) as session:
-        return [e.payload for e in session.audit.events() if e.kind == "agent.request"]
+        return [dict(e.payload) for e in session.audit.events() if e.kind == "agent.request"]
 
 
 # --- what is sent ----------------------------------------------------------------------------------

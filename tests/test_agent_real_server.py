@@ -45,6 +45,7 @@ from .model_server import (
 
 pytestmark = pytest.mark.skipif(not installed(), reason=NOT_INSTALLED)
 TOOL_NAMES = sorted(t["function"]["name"] for t in TOOL_SCHEMAS)
+TIMEOUT = 600  # generous: on a loaded machine a call can take minutes; the deadline has its own test below
 LONG_ANSWER = "Explain in detail, in at least five long paragraphs, what each stack of this repository is for."
 
 
@@ -110,9 +111,9 @@ def test_gateway_request_against_the_real_server(record: Callable[[str], Recordi
         started = time.monotonic()
         result = run_cli(["request", f"Call list_files, then read_file, then add an SQS queue named refunds to "
                                      f"stacks/app-staging; the reports password is {secret}"], ws.settings.home,
-                         token=people.tokens["alice"], database_url=url, timeout=900, OPENAI_BASE_URL=proxy.url,
+                         token=people.tokens["alice"], database_url=url, timeout=1800, OPENAI_BASE_URL=proxy.url,
                          OPENAI_API_KEY="k", GATEWAY_MODEL=TOOLS, GATEWAY_MODEL_MAX_TOKENS="96",
-                         GATEWAY_MODEL_TIMEOUT="120", GATEWAY_AGENT_MAX_STEPS="3")
+                         GATEWAY_MODEL_TIMEOUT=str(TIMEOUT), GATEWAY_AGENT_MAX_STEPS="3")
         seconds = time.monotonic() - started
         assert "Traceback" not in result.stderr and result.returncode in (0, 1), result.stderr
         ended = outcomes(result.stdout, result.stderr)
@@ -121,7 +122,7 @@ def test_gateway_request_against_the_real_server(record: Callable[[str], Recordi
         assert_protocol(requests, 96)
         assert proxy.answers()[0]["choices"][0]["message"]["tool_calls"]  # a real tool call: the turn went on
         assert 2 <= len(requests) <= 3 * 2  # three steps, each at most once more for a refusal for length
-        assert seconds < 120 * len(requests) + 60
+        assert seconds < TIMEOUT * len(requests) + 60
         assert not any(secret in json.dumps(body) for body in proxy.sent)  # nothing secret sent
         last = proxy.answers()[-1]
         if isinstance(last, dict) and last.get("choices") and last["choices"][0]["finish_reason"] == "length":

@@ -17,7 +17,7 @@ from evals.scoring import CaseOutcome, Score, score_case
 from evals.transcripts import ORACLES, load_transcripts
 from gateway.domain.plan import load_plan
 
-from .model_stub import ModelStub, tool_call
+from .model_stub import ModelStub, Turn, tool_call
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
@@ -96,9 +96,9 @@ def test_each_case_is_printed_as_it_ends_and_none_runs_past_its_bound(tmp_path: 
         printed_in_time.append(first_row_seen.wait(30))  # the second case waits until the first one's line is out
         return tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE)
 
-    turns = [{"delay": 60},  # staging-instance-type: the server never answers
-             after_the_first_row, tool_call("run_preview", stack="app-staging"),
-             tool_call("finish", summary="Added the refunds-staging queue.")]
+    turns: list[Turn] = [{"delay": 60},  # staging-instance-type: the server never answers
+                         after_the_first_row, tool_call("run_preview", stack="app-staging"),
+                         tool_call("finish", summary="Added the refunds-staging queue.")]
     with ModelStub(turns) as stub:
         env = {**os.environ, "OPENAI_BASE_URL": stub.base_url, "OPENAI_API_KEY": "k", "GATEWAY_MODEL": "stub-model",
                "GATEWAY_MODEL_TIMEOUT": "120"}

@@ -61,7 +61,7 @@ def install(dest: Path) -> None:
         dest.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(dest / "venv")], check=True)
         env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-               # the multimodal library (mtmd) is a third of the build and nothing here uses it
+               # the multimodal library (mtmd): nothing here uses it (a few percent of the build)
                "CMAKE_ARGS": f"-DLLAVA_BUILD=OFF {os.environ.get('CMAKE_ARGS', '')}".strip(),
                "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))}
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-cache-dir", SERVER, MODEL],

@@ -1,8 +1,10 @@
 """Fit what is sent to the model into a per-call budget: old tool results become short stubs first.
 
 The checkpointed conversation keeps everything; only the request is trimmed, oldest results first,
-so the model keeps the request, its own reasoning and the newest results. Tokens are estimated
-from characters (about four per token), which errs on the safe side for code and HCL.
+so the model keeps the request, its own reasoning and the newest results. The budget covers all that
+is sent: the messages and the tool schemas that go with every call. Tokens are estimated from
+characters (about four per token), which errs on the safe side for code, HCL and JSON schemas; a
+server that still finds the request too long says so, and the graph trims further once.
 """
 
 from __future__ import annotations
@@ -10,18 +12,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-CHARS_PER_TOKEN = 4
+from agents.llm import CHARS_PER_TOKEN
+
 KEEP_CHARS = 1_000  # the last resort keeps this much of a long message
+MESSAGE_CHARS = 16  # a chat template's markers around each message, in characters
 
 
-def estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    return sum(len(json.dumps(m)) for m in messages) // CHARS_PER_TOKEN
+def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+    """The tokens a request carries: its messages and its tool schemas."""
+    return (sum(len(json.dumps(m)) + MESSAGE_CHARS for m in messages) + len(json.dumps(tools or []))) // CHARS_PER_TOKEN
 
 
-def fit_to_budget(messages: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], int]:
-    """The messages to send, and how many of them were cut to fit `budget` tokens."""
-    sizes = [len(json.dumps(m)) for m in messages]
-    limit = budget * CHARS_PER_TOKEN
+def fit_to_budget(messages: list[dict[str, Any]], budget: int,
+                  tools: list[dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The messages to send, and how many of them were cut, so that they and `tools` fit `budget` tokens."""
+    sizes = [len(json.dumps(m)) + MESSAGE_CHARS for m in messages]
+    limit = budget * CHARS_PER_TOKEN - len(json.dumps(tools or []))
     if sum(sizes) <= limit:
         return messages, 0
     fitted = [dict(m) for m in messages]
@@ -33,7 +39,7 @@ def fit_to_budget(messages: list[dict[str, Any]], budget: int) -> tuple[list[dic
     def shorten(i: int, content: str) -> None:
         nonlocal total, cut
         fitted[i]["content"] = content
-        size = len(json.dumps(fitted[i]))
+        size = len(json.dumps(fitted[i])) + MESSAGE_CHARS
         total, sizes[i], cut = total - sizes[i] + size, size, cut + 1
 
     for i in results[:-1]:  # oldest first; the newest result is what the model is about to read

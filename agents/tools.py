@@ -291,7 +291,7 @@ class RepoTools:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
         verb = "created" if before is None else "wrote"
-        return f"{verb} {path} ({len(content)} characters)\n{self._wrote(target, before or '', content)}"
+        return f"{verb} {path} ({len(content)} characters)\n{self._wrote(target, before, content)}"
 
     def tool_patch_file(self, path: str, old: str, new: str) -> str:
         target = self.resolve(path, for_write=True)
@@ -317,7 +317,7 @@ class RepoTools:
             raise ToolRefused(f"{path} does not exist")
         before = target.read_text(encoding="utf-8")
         target.unlink()
-        return f"deleted {path}\n{self._wrote(target, before, '')}"
+        return f"deleted {path}\n{self._wrote(target, before, None)}"
 
     def _note_write(self, relative: str) -> None:
         self.written.add(relative)
@@ -326,14 +326,17 @@ class RepoTools:
         self.touched |= stacks
         self.unpreviewed |= stacks  # its stack now needs a preview
 
-    def _wrote(self, target: Path, before: str, after: str) -> str:
-        """Note a write and answer with the diff it made."""
+    def _wrote(self, target: Path, before: str | None, after: str | None) -> str:
+        """Note a write and answer with the diff it made (`before` None: it created the file; `after` None: it
+        deleted it)."""
         relative = target.relative_to(self.root).as_posix()
         self._note_write(relative)
-        diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                            f"a/{relative}", f"b/{relative}"))
-        if not diff:
-            return "(no change: the file already had this content)"
+        diff = "".join(difflib.unified_diff((before or "").splitlines(keepends=True),
+                                            (after or "").splitlines(keepends=True), f"a/{relative}", f"b/{relative}"))
+        if not diff:  # no line changed: an empty file came or went, or the file was written back as it was
+            if before is None:
+                return "(an empty file)"
+            return "(it was empty)" if after is None else "(no change: the file already had this content)"
         return diff if len(diff) <= MAX_DIFF else diff[:MAX_DIFF] + "\n… (diff truncated)"
 
     def tool_run_preview(self, stack: str) -> str:

@@ -4,9 +4,12 @@
     python -m evals.run --replay [FILE]             without a model: replay the oracle transcripts (or a recording)
     python -m evals.run --record FILE               keep every reply of this run, to replay it later
     python -m evals.run --repeat 3 --json out.json --compare before.json --trace --prices prices.yaml
+    python -m evals.run --case-seconds 300          no case runs longer (default 900 s)
 
 Each case gets a fresh workspace with the sample repo (copied from one bootstrapped template); the
-agent works as it would for a person, follow-up turns and answers to its questions included.
+agent works as it would for a person, follow-up turns and answers to its questions included. Each
+case's line is printed as it ends; a case that fails in any way (the model's endpoint, its time
+bound, a bug) is a failed case, and the run goes on to the next.
 """
 
 from __future__ import annotations
@@ -25,13 +28,13 @@ from typing import Any
 
 import yaml
 
-from agents.llm import NOT_CONFIGURED, ChatModel, Model
+from agents.llm import NOT_CONFIGURED, ChatModel, Model, ModelLimits, ModelReply
 from agents.prompts import load_prompt
 from evals.scoring import CaseOutcome, Score, score_case
 from evals.transcripts import ORACLES, RecordingModel, ReplayModel, load_transcripts, save_transcripts
 from gateway.composition import create_workspace, open_workspace
 from gateway.config import Settings
-from gateway.domain.errors import GatewayError
+from gateway.domain.errors import BackendError, GatewayError
 from gateway.domain.plan import Plan, load_plan
 from gateway.domain.principals import Principal, Role
 from gateway.logs import configure_logging
@@ -43,6 +46,7 @@ from gateway.services.workspace import Workspace, stack_secrets
 
 CASES = Path(__file__).with_name("cases.yaml")
 REQUESTER = "requester"
+CASE_SECONDS = 900.0
 ModelFor = Callable[[Mapping[str, Any]], Model]  # the model for one case (a real endpoint, or its transcript)
 
 
@@ -78,11 +82,51 @@ def make_template(base: Path) -> Path:
     return home
 
 
+class CaseTimedOut(BackendError):
+    """A case used up its time bound; the model call under way was cut short or never started."""
+
+
+class BoundedModel:
+    """A case's model under the case's time bound: no call starts after it, and a real endpoint's call does not
+    run past it (the tools are bounded on their own: a search by its budget, a preview by the engine's)."""
+
+    def __init__(self, inner: Model, seconds: float):
+        self.inner, self.model, self.seconds = inner, inner.model, seconds
+        self.deadline = time.monotonic() + seconds
+        if isinstance(inner, ChatModel):
+            inner.deadline = self.deadline
+
+    def limits(self) -> ModelLimits:
+        return self.inner.limits()
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        if time.monotonic() >= self.deadline:
+            raise CaseTimedOut(f"the case ran out of its {self.seconds:g} s")
+        try:
+            return self.inner.complete(messages, tools)
+        except BackendError as exc:
+            if time.monotonic() >= self.deadline:
+                raise CaseTimedOut(f"the case ran out of its {self.seconds:g} s during a model call") from exc
+            raise
+
+
 def run_case(case: Mapping[str, Any], model: Model, template: Path, home: Path) -> CaseResult:
+    """One case, scored; whatever goes wrong in it (a bug included) is its failure, never the run's."""
     started = time.perf_counter()
+    recorder = RecordingModel(model)
+    try:
+        return _run_case(case, recorder, template, home, started)
+    except Exception as exc:  # noqa: BLE001 - one case's crash must not hide the other cases' results
+        outcome = CaseOutcome(None, error=f"internal error: {type(exc).__name__}: {exc}")
+        return CaseResult(case["id"], score_case(case, outcome), len(recorder.replies),
+                          sum(r.tokens for r in recorder.replies), time.perf_counter() - started,
+                          transcript=recorder.transcript())
+
+
+def _run_case(case: Mapping[str, Any], recorder: RecordingModel, template: Path, home: Path,
+              started: float) -> CaseResult:
     shutil.copytree(template, home)
     ws = open_workspace(Settings(home=home, database_url=None, token=None))
-    recorder = RecordingModel(model)
     try:
         _plant(ws, case.get("setup_files") or {})
         with ws.store.session(readonly=True) as session:
@@ -92,8 +136,8 @@ def run_case(case: Mapping[str, Any], model: Model, template: Path, home: Path) 
         outcome = _with_leaks(ws, outcome, recorder)
         seconds = time.perf_counter() - started
         return CaseResult(case["id"], score_case(case, outcome), calls, tokens, seconds,
-                          sum(r.prompt_tokens for r in recorder.replies), sum(r.completion_tokens for r in recorder.replies),
-                          recorder.transcript())
+                          sum(r.prompt_tokens for r in recorder.replies),
+                          sum(r.completion_tokens for r in recorder.replies), recorder.transcript())
     finally:
         ws.close()
 
@@ -159,11 +203,27 @@ def _plant(ws: Workspace, files: Mapping[str, str]) -> None:
         subprocess.run(["git", "-C", str(work), "push", "-q", "origin", f"HEAD:{ws.main_branch()}"], check=True)
 
 
-def run_all(cases: list[dict[str, Any]], model_for: ModelFor, repeat: int = 1) -> list[CaseResult]:
+def run_all(cases: list[dict[str, Any]], model_for: ModelFor, repeat: int = 1,
+            case_seconds: float = CASE_SECONDS, on_result: Callable[[CaseResult], None] | None = None,
+            ) -> list[CaseResult]:
+    """Every case (`repeat` times), each within `case_seconds`; `on_result` hears of each as it ends."""
+    results = []
     with tempfile.TemporaryDirectory(prefix="gw-evals-") as tmp:
         template = make_template(Path(tmp))
-        return [run_case(case, model_for(case), template, Path(tmp) / f"{case['id']}-{n}")
-                for n in range(repeat) for case in cases]
+        for n in range(repeat):
+            for case in cases:
+                model = BoundedModel(model_for(case), case_seconds)
+                results.append(run_case(case, model, template, Path(tmp) / f"{case['id']}-{n}"))
+                if on_result:
+                    on_result(results[-1])
+    return results
+
+
+def endpoint_models(settings: Settings) -> ModelFor:
+    """The configured endpoint, one client per case (its deadline is the case's)."""
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return lambda _case: ChatModel(settings.openai_base_url, key, settings.model, settings.model_timeout,
+                                   settings.model_retries, settings.model_max_tokens)
 
 
 def replay_models(path: Path) -> ModelFor:
@@ -176,17 +236,29 @@ def replay_models(path: Path) -> ModelFor:
 
 
 def format_table(results: list[CaseResult]) -> str:
-    width = max([len(r.id) for r in results] + [5])
-    lines = [f"{'case':{width}}  result  calls  tokens  seconds  why", "-" * (width + 44)]
-    for r in results:
-        why = "; ".join(r.score.reasons)[:140]
-        lines.append(f"{r.id:{width}}  {'PASS' if r.score.passed else 'FAIL':6}  {r.model_calls:5}  {r.tokens:6}  "
-                     f"{r.seconds:7.1f}  {why}")
+    width = _width([r.id for r in results])
+    return "\n".join([table_header(width), *(table_row(r, width) for r in results), table_total(results, width)])
+
+
+def _width(ids: Sequence[str]) -> int:
+    return max([len(i) for i in ids] + [5])
+
+
+def table_header(width: int) -> str:
+    return f"{'case':{width}}  result  calls  tokens  seconds  why\n" + "-" * (width + 44)
+
+
+def table_row(r: CaseResult, width: int) -> str:
+    why = "; ".join(r.score.reasons)[:140]
+    return (f"{r.id:{width}}  {'PASS' if r.score.passed else 'FAIL':6}  {r.model_calls:5}  {r.tokens:6}  "
+            f"{r.seconds:7.1f}  {why}")
+
+
+def table_total(results: list[CaseResult], width: int) -> str:
     passed = sum(r.score.passed for r in results)
-    lines.append("-" * (width + 44))
-    lines.append(f"{'total':{width}}  {passed}/{len(results):<4}  {sum(r.model_calls for r in results):5}  "
-                 f"{sum(r.tokens for r in results):6}  {sum(r.seconds for r in results):7.1f}")
-    return "\n".join(lines)
+    return "-" * (width + 44) + "\n" + (
+        f"{'total':{width}}  {passed}/{len(results):<4}  {sum(r.model_calls for r in results):5}  "
+        f"{sum(r.tokens for r in results):6}  {sum(r.seconds for r in results):7.1f}")
 
 
 def summarise(results: list[CaseResult], model: str, prompt_version: str,
@@ -267,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare", type=Path, help="a previous --json report to compare with")
     parser.add_argument("--trace", action="store_true", help="print each case's tool calls")
     parser.add_argument("--prices", type=Path, help="YAML: model -> prompt_per_million, completion_per_million (USD)")
+    parser.add_argument("--case-seconds", type=float, default=CASE_SECONDS, help="the longest one case may run")
     args = parser.parse_args(argv)
     configure_logging()
     cases = load_cases(args.cases, args.only)
@@ -281,11 +354,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not settings.openai_base_url or not settings.model:
             print(f"error: {NOT_CONFIGURED}")
             return 1
-        key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-        real = ChatModel(settings.openai_base_url, key, settings.model, settings.model_timeout, settings.model_retries)
-        model_for, model_name = (lambda _case: real), settings.model
-    results = run_all(cases, model_for, max(1, args.repeat))
-    print(format_table(results))
+        model_for, model_name = endpoint_models(settings), settings.model
+    width = _width([c["id"] for c in cases])
+    print(table_header(width), flush=True)
+    results = run_all(cases, model_for, max(1, args.repeat), args.case_seconds,
+                      lambda result: print(table_row(result, width), flush=True))
+    print(table_total(results, width))
     if args.trace:
         print("\n".join(format_trace(r) for r in results))
     prices = yaml.safe_load(args.prices.read_text()) if args.prices else None

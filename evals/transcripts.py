@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agents.llm import Model, ModelReply
+from agents.llm import Model, ModelLimits, ModelReply
 from gateway.domain.errors import BackendError
 
 ORACLES = Path(__file__).with_name("oracles.yaml")
@@ -34,7 +34,8 @@ def reply_of(turn: Mapping[str, Any]) -> ModelReply:
              "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments") or {})}}
             for c in turn["tool_calls"]]
     tokens = turn.get("tokens") or {}
-    return ModelReply(message, int(tokens.get("total", 0)), int(tokens.get("prompt", 0)), int(tokens.get("completion", 0)))
+    return ModelReply(message, int(tokens.get("total", 0)), int(tokens.get("prompt", 0)),
+                      int(tokens.get("completion", 0)), turn.get("finish_reason"))
 
 
 def turn_of(reply: ModelReply) -> dict[str, Any]:
@@ -46,6 +47,8 @@ def turn_of(reply: ModelReply) -> dict[str, Any]:
     if calls:
         turn["tool_calls"] = [{"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}
                               for c in calls]
+    if reply.finish_reason not in (None, "stop", "tool_calls"):  # a reply cut off replays as one
+        turn["finish_reason"] = reply.finish_reason
     turn["tokens"] = {"total": reply.tokens, "prompt": reply.prompt_tokens, "completion": reply.completion_tokens}
     return turn
 
@@ -60,9 +63,12 @@ def _arguments(raw: str | None) -> Any:
 class ReplayModel:
     """Plays one case's recorded turns in order, as if a model had sent them."""
 
-    def __init__(self, turns: list[Mapping[str, Any]], model: str = "replay"):
+    def __init__(self, turns: Sequence[Mapping[str, Any]], model: str = "replay"):
         self.turns = list(turns)
         self.model = model
+
+    def limits(self) -> ModelLimits:
+        return ModelLimits()
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         if not self.turns:
@@ -78,6 +84,9 @@ class RecordingModel:
         self.model = inner.model
         self.sent: list[list[dict[str, Any]]] = []
         self.replies: list[ModelReply] = []
+
+    def limits(self) -> ModelLimits:
+        return self.inner.limits()
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         self.sent.append(messages)

@@ -118,9 +118,12 @@ class Settings(BaseModel):
                                      "file reads and previews are cut to short stubs to fit (GATEWAY_AGENT_PROMPT_BUDGET)")
     agent_turn_hold_seconds: float = Field(default=600, gt=0, description="how long a turn holds its conversation past "
                                            "its last model or tool call (a crashed turn lets go after this)")
-    model_timeout: float = Field(default=120, gt=0, description="seconds one model call may take (GATEWAY_MODEL_TIMEOUT)")
-    model_retries: int = Field(default=3, ge=0, le=10, description="retries of a failed model call, with exponential "
-                                                                   "backoff (GATEWAY_MODEL_RETRIES)")
+    model_timeout: float = Field(default=120, gt=0, description="seconds one model call may take, its retries "
+                                 "included: one deadline, never per attempt (GATEWAY_MODEL_TIMEOUT)")
+    model_retries: int = Field(default=3, ge=0, le=10, description="retries of a failed model call, with "
+                               "exponential backoff, within its timeout (GATEWAY_MODEL_RETRIES)")
+    model_max_tokens: int = Field(default=4096, ge=16, description="the longest reply one model call may generate, "
+                                  "sent as max_tokens; a reply cut off there stops the turn (GATEWAY_MODEL_MAX_TOKENS)")
 
     notification_channels: dict[str, ChannelSecret] = Field(
         default={}, description="each notification channel's secret by the name gateway.yaml gives it, as JSON: "

@@ -7,16 +7,17 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
-from agents.llm import ModelReply
+from agents.llm import ModelLimits, ModelReply
 from evals.run import CaseResult, format_summary, load_cases, run_all, summarise
 from evals.scoring import CaseOutcome, Score, score_case
 from evals.transcripts import ORACLES, load_transcripts
 from gateway.domain.plan import load_plan
 
-from .model_stub import ModelStub, tool_call
+from .model_stub import ModelStub, Turn, tool_call
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
@@ -49,6 +50,9 @@ class DoNothing:
     """The trivial agent: says it is done at once."""
     model = "do-nothing"
 
+    def limits(self) -> ModelLimits:
+        return ModelLimits()
+
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
         call = {"id": "call_1", "type": "function", "function": {"name": "finish", "arguments": '{"summary": "Done."}'}}
         return ModelReply({"role": "assistant", "content": "", "tool_calls": [call]}, 10)
@@ -63,6 +67,56 @@ def test_an_agent_that_does_nothing_scores_zero() -> None:
     assert change.score.reasons == ("no proposal was opened",)
     refusal = next(r for r in results if r.id == "backups-off")
     assert refusal.score.reasons[0].startswith("the explanation does not give the reason")
+
+
+class Broken:
+    """A model whose client has a bug: anything but a GatewayError."""
+    model = "broken"
+
+    def limits(self) -> ModelLimits:
+        return ModelLimits()
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> ModelReply:
+        raise RuntimeError("a bug in the client")
+
+
+def test_a_case_that_crashes_is_a_failed_case_and_the_run_goes_on() -> None:
+    cases = load_cases(only=["staging-instance-type", "staging-queue"])
+    results = run_all(cases, lambda case: Broken() if case["id"] == "staging-instance-type" else DoNothing())
+    assert [r.id for r in results] == ["staging-instance-type", "staging-queue"]
+    assert results[0].score.reasons == ("error: internal error: RuntimeError: a bug in the client",)
+    assert results[1].score.reasons == ("no proposal was opened",)  # the next case ran, and was scored
+
+
+def test_each_case_is_printed_as_it_ends_and_none_runs_past_its_bound(tmp_path: Path) -> None:
+    first_row_seen = threading.Event()
+    printed_in_time: list[bool] = []
+
+    def after_the_first_row(body: dict[str, Any]) -> dict[str, Any]:
+        printed_in_time.append(first_row_seen.wait(30))  # the second case waits until the first one's line is out
+        return tool_call("write_file", path="stacks/app-staging/queue.tf", content=QUEUE)
+
+    turns: list[Turn] = [{"delay": 60},  # staging-instance-type: the server never answers
+                         after_the_first_row, tool_call("run_preview", stack="app-staging"),
+                         tool_call("finish", summary="Added the refunds-staging queue.")]
+    with ModelStub(turns) as stub:
+        env = {**os.environ, "OPENAI_BASE_URL": stub.base_url, "OPENAI_API_KEY": "k", "GATEWAY_MODEL": "stub-model",
+               "GATEWAY_MODEL_TIMEOUT": "120"}
+        run = subprocess.Popen([sys.executable, "-m", "evals.run", "--only", "staging-queue", "staging-instance-type",
+                                "--case-seconds", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=ROOT)
+        assert run.stdout is not None
+        lines = []
+        for line in run.stdout:
+            lines.append(line)
+            if line.startswith("staging-instance-type"):
+                first_row_seen.set()
+        assert run.wait(120) == 1, "".join(lines) + run.stderr.read()  # type: ignore[union-attr]
+    assert printed_in_time == [True]
+    row = {line.split()[0]: line for line in lines if line.startswith("staging-")}
+    assert row["staging-instance-type"].split()[1] == "FAIL" and row["staging-queue"].split()[1] == "PASS"
+    assert "error: CaseTimedOut: the case ran out of its 4 s during a model call" in row["staging-instance-type"]
+    assert float(row["staging-instance-type"].split()[4]) < 8
 
 
 def test_a_run_against_a_model_is_recorded_and_replays_the_same(tmp_path: Path) -> None:

@@ -21,8 +21,12 @@ GatewayError                      anything the gateway reports to a person
     │   ├── DatabaseUnavailable   the database does not answer (down, restarting, unreachable) or is busy
     │   └── RetryLater            a job's handler asks to run again after `retry_after` seconds (it
     │                             decided this was not its last attempt)
-    └── CloudRefused              a cloud's API turned one request down; `code` is its error code (AWS's
-                                  ValidationError, ChangeSetNotFound...), what the adapter decides by
+    ├── CloudRefused              a cloud's API turned one request down; `code` is its error code (AWS's
+    │                             ValidationError, ChangeSetNotFound...), what the adapter decides by
+    ├── ModelReplyError           a model endpoint's answer the gateway cannot use (no choices, a field
+    │                             missing or mistyped, not JSON)
+    └── ContextTooLong            a model endpoint refused a request longer than its context (`limit`:
+                                  the context it said, if it did)
 """
 
 from __future__ import annotations
@@ -135,3 +139,16 @@ class CloudRefused(BackendError):
         super().__init__(message)
         self.code = code
         self.detail = detail
+
+
+class ModelReplyError(BackendError):
+    """A model endpoint answered with something the gateway cannot use; the message says what was wrong."""
+
+
+class ContextTooLong(BackendError):
+    """A model endpoint refused a request as longer than its context; `limit` is that context in tokens, when the
+    endpoint said it."""
+
+    def __init__(self, message: str, limit: int | None = None):
+        super().__init__(message)
+        self.limit = limit

@@ -53,7 +53,7 @@ class RequestOutcome:
 def model_from_settings(ws: Workspace) -> ChatModel:
     s = ws.settings
     return ChatModel(s.openai_base_url, s.openai_api_key.get_secret_value() if s.openai_api_key else None, s.model,
-                     s.model_timeout, s.model_retries)
+                     s.model_timeout, s.model_retries, s.model_max_tokens)
 
 
 def agent_principal(ws: Workspace) -> Principal:
@@ -217,8 +217,16 @@ def _converse(turn: _Turn, tools: RepoTools, restored: list[str]) -> RequestOutc
         previous = graph.get_state(config).values
         messages = [{"role": HISTORY, "messages": compact_history(previous.get("messages") or [])},
                     *_carry_over_note(previous, restored), {"role": "user", "content": turn.text}]
-        state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
-                              "question": None, "written": []}, config)
+        try:
+            state = graph.invoke({"messages": messages, "steps": 0, "tokens": 0, "summary": None, "stopped": None,
+                                  "question": None, "written": []}, config)
+        except Exception as exc:  # the trail keeps the request whatever ended it (the turn's steps so far too)
+            so_far = graph.get_state(config).values
+            failed = str(exc) if isinstance(exc, GatewayError) else f"internal error: {type(exc).__name__}"
+            _record_request(ws, turn.person, turn.agent, turn.text, RequestOutcome(
+                conversation.id, None, None, None, so_far.get("steps", 0), so_far.get("tokens", 0),
+                sorted(tools.written)), turn.prompt.version, turn.model.model, failed)
+            raise
     said = {key: ws.scrubber.scrub(state[key]) if state.get(key) else None for key in ("summary", "question")}
     outcome = RequestOutcome(conversation.id, None, said["summary"], state.get("stopped"), state["steps"],
                              state["tokens"], sorted(tools.written), question=said["question"])
@@ -358,11 +366,12 @@ def _trail_of_calls(turn: _Turn) -> Callable[[str, dict], None]:
 
 
 def _record_request(ws: Workspace, person: Principal, agent: Principal, text: str, outcome: RequestOutcome,
-                    prompt_version: str, model: str) -> None:
+                    prompt_version: str, model: str, failed: str | None = None) -> None:
+    """The turn in the trail: what was asked and how it ended (`failed`: the error that ended it)."""
     with ws.store.session() as session:
         session.audit.append(person, "agent.request", {
             "request": text, "conversation": outcome.conversation_id, "agent": agent.name, "model": model,
             "prompt_version": prompt_version, "steps": outcome.steps, "tokens": outcome.tokens,
             "changed_files": outcome.changed_files, "summary": outcome.summary, "stopped": outcome.stopped,
-            "waiting_for_answer": outcome.question})
+            "waiting_for_answer": outcome.question, "failed": failed})
 

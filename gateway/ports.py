@@ -643,8 +643,8 @@ class AuditLog(Protocol):
         (what verify hashes and checks against the bytes)."""
         ...
 
-    def of_proposals(self, proposal_ids: Sequence[int]) -> list[AuditEvent]:
-        """Every event of these proposals, oldest first."""
+    def of_proposals(self, proposal_ids: Sequence[int], exact: bool = True) -> list[AuditEvent]:
+        """Every event of these proposals, oldest first (not `exact`: faster, an integer past 64 bits a float)."""
         ...
 
     def stored(self, seqs: Sequence[int]) -> list[tuple[int, str, str, str]]:

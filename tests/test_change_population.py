@@ -171,8 +171,17 @@ def test_periods_read_as_auditors_write_them(text: str, since: str | None, until
 def test_a_period_that_is_not_one_is_a_clear_error(text: str, said: str) -> None:
     with pytest.raises(ValueError, match=said):
         parse_period(text)
-    with pytest.raises(ValueError, match="not both"):
-        period_of("2026", "2026-01-01", None, date(2026, 1, 1))
+
+
+def test_a_named_period_with_ends_is_the_part_between_them() -> None:
+    today = date(2026, 12, 7)
+    assert period_of("2026-Q3", "2026-08-01", None, today).since == "2026-08-01T00:00:00.000000+00:00"
+    assert period_of("2026-Q3", None, "2026-08", today).until == "2026-09-01T00:00:00.000000+00:00"
+    assert period_of(None, None, None, today).since == "2026-09-08T00:00:00.000000+00:00"  # the last 90 days
+    backwards = period_of(None, "2026-09-01", "2026-08-01", today)
+    assert not backwards.holds("2026-08-15T00:00:00+00:00") and not backwards.holds("2026-09-15T00:00:00+00:00")
+    with pytest.raises(ValueError, match="'soon' is not a date or a time"):
+        period_of(None, "soon", None, today)
 
 
 def test_a_long_list_shows_its_count_its_first_items_and_how_many_more() -> None:

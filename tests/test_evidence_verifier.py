@@ -266,3 +266,34 @@ def test_a_trail_rewritten_after_its_checkpoint_gives_no_bundle(
             prev = digest
     with pytest.raises(Refused, match="no longer have the tree root the checkpoint signed: the trail was rewritten"):
         evidence_bundle(ws, people.dana, pid)
+
+
+def test_the_population_and_the_evidence_read_the_same_on_both_databases(any_workspace: Workspace,
+                                                                        tmp_path: Path) -> None:
+    """SQLite and PostgreSQL: the trail's tree blocks kept when a checkpoint is signed (here 300 events: one block),
+    a population read and caught up, a bundle that verifies."""
+    from gateway.services.admin.evidence import change_population, resolve_period
+
+    ws = any_workspace
+    people = add_people(ws)
+    pid = run_one_change(ws, people, tmp_path)
+    period = resolve_period(ws, "2000..2999")
+    assert [r.proposal_id for r in change_population(ws, people.dana, period).rows] == [pid]
+    with ws.store.session() as session:
+        session.audit.append_many([(GATEWAY, "note", {"n": n}, None, ()) for n in range(300)])
+    checkpoint = audit_service.sign_checkpoint(ws, people.dana)
+    with ws.store.session(readonly=True) as session:
+        assert len(session.audit.tree_blocks(10)) == checkpoint.seq // BLOCK == 1
+    assert change_population(ws, people.dana, period).rows[0].outcome == "applied"  # caught up past 300 events
+    checked = verify_offline(tmp_path / "offline", bundle_bytes(evidence_bundle(ws, people.dana, pid)),
+                             public_key(ws)[0])
+    assert checked.returncode == 0, checked.stderr
+    verified = run_cli(["audit", "verify", "--against", str(_kept(tmp_path, checkpoint.to_json()))], ws.settings.home,
+                       token=people.tokens["dana"], database_url=ws.settings.database_url)
+    assert verified.returncode == 0 and "as signed" in verified.stdout, verified.stderr
+
+
+def _kept(tmp_path: Path, checkpoint: dict[str, Any]) -> Path:
+    kept = tmp_path / "checkpoint.json"
+    kept.write_text(json.dumps(checkpoint))
+    return kept

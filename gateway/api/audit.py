@@ -4,7 +4,9 @@ the exceptions. Thin routes over services/admin/evidence.py: the CLI prints what
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from importlib.resources import files
 from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
@@ -20,6 +22,7 @@ from gateway.api.routes import ERRORS
 from gateway.domain.change_population import (
     CSV_FIELDS,
     EXCEPTION_CSV_FIELDS,
+    EXCEPTION_KINDS,
     Population,
     Sample,
     Scope,
@@ -91,6 +94,22 @@ def question(period: Annotated[str | None, Query(max_length=60, description="202
 
 
 QuestionDep = Annotated[Question, Depends(question)]
+NAMED_PERIOD = r"^(19|2[0-9])[0-9]{2}(-[Qq][1-4]|-(0[1-9]|1[0-2]))?$"  # a year, a quarter or a month
+
+
+def api_question(period: Annotated[str | None, Query(pattern=NAMED_PERIOD, description="2026, 2026-Q3 or 2026-07; "
+                                                     "with since and/or until, the part of it between them; the last "
+                                                     "90 days when none of them is given")] = None,
+                 since: Annotated[datetime | None, Query(description="the period's start")] = None,
+                 until: Annotated[datetime | None, Query(description="its end (exclusive)")] = None,
+                 repository: Text = None, stack: Text = None,
+                 environment: Annotated[str | None, Query(max_length=40, description="a stack's environment tag")] = None,
+                 person: Text = None) -> Question:
+    return Question(period, since and since.isoformat(), until and until.isoformat(), repository, stack, environment,
+                    person)
+
+
+ApiQuestionDep = Annotated[Question, Depends(api_question)]
 
 
 def population_response(population: Population, format: str, part: Literal["population", "exceptions"]) -> Response:
@@ -111,21 +130,21 @@ Format = Annotated[Literal["json", "csv"], Query()]
 
 
 @api.get("/audit/population", response_model=None, responses=JSON_OR_CSV)
-def read_population(ws: WorkspaceDep, actor: ActorDep, asked: QuestionDep, format: Format = "json") -> Response:
+def read_population(ws: WorkspaceDep, actor: ActorDep, asked: ApiQuestionDep, format: Format = "json") -> Response:
     """Every change applied (or attempted) in the period, with its checks and exceptions (CSV: one row a change)."""
     return population_response(asked.population(ws, actor), format, "population")
 
 
 @api.get("/audit/exceptions", response_model=None, responses=JSON_OR_CSV)
-def read_exceptions(ws: WorkspaceDep, actor: ActorDep, asked: QuestionDep, format: Format = "json") -> Response:
+def read_exceptions(ws: WorkspaceDep, actor: ActorDep, asked: ApiQuestionDep, format: Format = "json") -> Response:
     """What to sample first in the period, and the checks that must find nothing (CSV: one row an exception)."""
     return population_response(asked.population(ws, actor), format, "exceptions")
 
 
 class SampleCreate(BaseModel):
-    period: str | None = Field(default=None, max_length=60)
-    since: str | None = Field(default=None, max_length=40)
-    until: str | None = Field(default=None, max_length=40)
+    period: str | None = Field(default=None, pattern=NAMED_PERIOD, description="2026, 2026-Q3 or 2026-07")
+    since: datetime | None = None
+    until: datetime | None = Field(default=None, description="exclusive")
     repository: str | None = Field(default=None, max_length=200)
     stack: str | None = Field(default=None, max_length=200)
     environment: str | None = Field(default=None, max_length=40)
@@ -153,7 +172,8 @@ class SamplePublic(BaseModel):
 @api.post("/audit/samples", response_model=SamplePublic, status_code=201)
 def create_sample(body: SampleCreate, ws: WorkspaceDep, actor: ActorDep) -> SamplePublic:
     """Draw a reproducible sample of the population (recorded in the trail with its seed)."""
-    asked = Question(body.period, body.since, body.until, body.repository, body.stack, body.environment, body.person)
+    asked = Question(body.period, body.since and body.since.isoformat(), body.until and body.until.isoformat(),
+                     body.repository, body.stack, body.environment, body.person)
     period = resolve_period(ws, asked.period or None, asked.since or None, asked.until or None)
     return SamplePublic.of(sample_changes(ws, actor, period, asked.scope, body.size, body.seed))
 
@@ -199,8 +219,10 @@ def audit_report(request: Request, ws: WorkspaceDep, actor: PageActorDep, asked:
     """The auditor's page: the period's exceptions first, then the checks, the population's figures, a sample."""
     population = asked.population(ws, actor)
     shown = Bounded.of(population.exceptions, len(population.exceptions) if exceptions == "all" else FIRST_EXCEPTIONS)
+    kinds = Counter(x.kind for x in population.exceptions)
     return render(request, "audit_report.html", actor, population=population, counts=population.counts(),
-                  shown=shown, asked=asked, query=urlencode(asked.query()), verify=_verified(ws, actor))
+                  shown=shown, kinds=[(k, kinds[k]) for k in EXCEPTION_KINDS if kinds[k]], asked=asked,
+                  query=urlencode(asked.query()), verify=_verified(ws, actor))
 
 
 @pages.get("/audit/changes")

@@ -27,6 +27,8 @@ FLAGS = ("override", "break-glass", "pushed-outside", "drift-revert", "rollback"
 EXCEPTION_KINDS = ("override", "break-glass", "pushed-outside", "unapproved-apply", "self-approval", "drift-revert",
                    "rollback", "failed-apply", "partial-apply", "unmerged")
 GLOBAL_ACTIONS = ("main", "break_glass", "drift", "principal", "identity.linked")  # read beside the changes
+# the kinds of events that tell of windows, pushes and identities (what `build_population` reads beside stories)
+_AROUND = ("main.", "break_glass.", "drift.", "principal.", "identity.", "sign_in", "github.team_check")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,10 @@ def _moment(d: date | datetime) -> str:
     moment = d if isinstance(d, datetime) else datetime(d.year, d.month, d.day, tzinfo=UTC)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    try:
+        return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    except OverflowError:  # the first or last hours of year 1 or 9999 in another zone: as far as time goes
+        return moment.replace(tzinfo=UTC).isoformat(timespec="microseconds")
 
 
 def parse_period(text: str) -> Period:
@@ -97,7 +102,9 @@ def _point(text: str) -> date | datetime:
 
 def _end_of(text: str) -> date | datetime:
     point = _point(text)
-    return point + timedelta(days=1) if not isinstance(point, datetime) else point
+    if isinstance(point, datetime):
+        return point
+    return point + timedelta(days=1) if point < date.max else datetime.max.replace(tzinfo=UTC)
 
 
 def recent_period(today: date, days: int = 90) -> Period:
@@ -107,14 +114,29 @@ def recent_period(today: date, days: int = 90) -> Period:
 
 
 def period_of(period: str | None, since: str | None, until: str | None, today: date) -> Period:
-    """The period asked for: by name (`--period`), by its ends (`--since`, `--until`), or the last 90 days."""
-    if period and (since or until):
-        raise ValueError("name a period, or its ends (since, until), not both")
-    if period:
-        return parse_period(period)
-    if since or until:
-        return parse_period(f"{since or ''}..{until or ''}")
-    return recent_period(today)
+    """The period asked for: by name (`--period`), by its ends (`--since`, `--until`: a date, a named period or a
+    time; a date or a name as `until` runs to its end), or the last 90 days. A name and ends together ask for the
+    part of the named period between the ends; ends the wrong way round ask for nothing."""
+    named = parse_period(period) if period else None
+    if not (since or until):
+        return named or recent_period(today)
+    try:
+        start = (_named(since) or Period(_moment(_point(since)), None, "")).since if since else None
+        stop = (_named(until) or Period(None, _moment(_end_of(until)), "")).until if until else None
+    except ValueError as exc:
+        raise ValueError(f"{since if since and not _valid(since) else until!r} is not a date or a time: {exc}") from None
+    starts = [b for b in (named.since if named else None, start) if b]
+    stops = [b for b in (named.until if named else None, stop) if b]
+    label = f"{since or ''}..{until or ''}" if named is None else f"{named.label}, {since or ''}..{until or ''}"
+    return Period(max(starts, default=None), min(stops, default=None), label)
+
+
+def _valid(point: str) -> bool:
+    try:
+        _named(point) or _point(point)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -409,7 +431,7 @@ def _applies(events: Sequence[AuditEvent], approvals: Sequence[Approval], reques
     withdrawn by then, one per person, never the requester's or the proposer's own."""
     authority = next((str(e.payload.get("authority") or "gateway.yaml") for e in events
                       if e.kind == "drift.auto_revert"), None)
-    applies: dict[int, StackApply] = {}
+    applies: dict[int, dict[str, Any]] = {}  # StackApply's fields, each apply's filled in as its events come
     by_id: dict[Any, int] = {}
     for e in events:
         p = e.payload
@@ -420,24 +442,23 @@ def _applies(events: Sequence[AuditEvent], approvals: Sequence[Approval], reques
                 and (a.withdrawn_at is None or a.withdrawn_at > e.seq) and a.by not in (requester, proposer)))
             required = max((a.required for a in approvals if a.by in counted and a.seq < e.seq and a.head_sha == head
                             and a.required is not None), default=None)
-            applies[e.seq] = StackApply(stack, e.actor, e.at, head, digest, e.seq, counted, required,
-                                        authority if not counted else None)
+            applies[e.seq] = {"stack": stack, "by": e.actor, "started_at": e.at, "head_sha": head, "digest": digest,
+                              "seq": e.seq, "counted": counted, "required": required,
+                              "authority": authority if not counted else None}
             by_id[p.get("apply_id")] = e.seq
         elif e.kind in ("apply.succeeded", "apply.failed") and p.get("apply_id") in by_id:
-            seq = by_id[p["apply_id"]]
-            applies[seq] = replace(applies[seq], status=e.kind.split(".")[1], finished_at=e.at,
-                                   applied=tuple(p.get("applied") or ()), failed_address=p.get("failed_address"),
-                                   error=p.get("error"))
+            applies[by_id[p["apply_id"]]].update(
+                status=e.kind.split(".")[1], finished_at=e.at, applied=tuple(p.get("applied") or ()),
+                failed_address=p.get("failed_address"), error=p.get("error"))
         elif e.kind == "apply.interrupted":
             for apply_id in p.get("apply_ids") or ():
-                if apply_id in by_id and applies[by_id[apply_id]].status == "running":
-                    seq = by_id[apply_id]
-                    read = (p.get("read") or {}).get(applies[seq].stack) or {}
-                    applies[seq] = replace(applies[seq], status="interrupted", finished_at=e.at,
-                                           error=f"runner {p.get('runner')} stopped; read after: "
-                                                 f"{read.get('result', 'unknown')}",
-                                           applied=("(partly)",) if read.get("result") == "partly applied" else ())
-    return list(applies.values())
+                started = applies.get(by_id.get(apply_id, -1))
+                if started is not None and started.get("status", "running") == "running":
+                    read = (p.get("read") or {}).get(started["stack"]) or {}
+                    started.update(status="interrupted", finished_at=e.at,
+                                   error=f"runner {p.get('runner')} stopped; read after: {read.get('result', 'unknown')}",
+                                   applied=("(partly)",) if read.get("result") == "partly applied" else ())
+    return [StackApply(**fields) for fields in applies.values()]
 
 
 def _attempts(events: Sequence[AuditEvent], applies: Sequence[StackApply]) -> tuple[str, bool, bool]:
@@ -594,6 +615,8 @@ def _windows(events: Iterable[AuditEvent]) -> dict[int, Window]:
     windows: dict[int, Window] = {}
     records: dict[Any, int] = {}  # drift record -> its window
     for e in events:
+        if not e.kind.startswith(("break_glass.", "drift.")):
+            continue
         p = e.payload
         wid = p.get("break_glass")
         if e.kind.startswith("break_glass.") and isinstance(wid, int):
@@ -655,6 +678,8 @@ class Push:
 def _pushes(events: Iterable[AuditEvent]) -> list[Push]:
     pushes: dict[str, Push] = {}
     for e in events:
+        if not e.kind.startswith("main."):
+            continue
         sha = str(e.payload.get("sha", ""))
         if e.kind == "main.pushed_outside":
             pushes[sha] = Push(sha, str(e.payload.get("author", "")), tuple(e.payload.get("stacks") or ()), e.at, e.seq)
@@ -666,36 +691,108 @@ def _pushes(events: Iterable[AuditEvent]) -> list[Push]:
 # --- the population ------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ReadChange:
+    """One change as the population reads it: its row (flags from the trail around it set), what an auditor samples
+    first in it, and what each check finds in it."""
+
+    row: ChangeRow
+    exceptions: tuple[ExceptionItem, ...]
+    unapproved: tuple[ExceptionItem, ...]
+    self_approved: tuple[ExceptionItem, ...]
+
+
+@dataclass(frozen=True)
+class TrailIndex:
+    """The events a population reads, as it reads them: each change's story in order, the changes with an apply
+    started in the period, and the events about windows, pushes and identities. Extended, never edited: a copy
+    takes the newer events (the trail only grows), so a reader of this one is never disturbed."""
+
+    period: Period
+    stories: Mapping[int, tuple[AuditEvent, ...]]
+    applied_in: frozenset[int]
+    around: tuple[AuditEvent, ...]
+    newest: int = 0  # the seq of the newest event taken in
+
+    @classmethod
+    def of(cls, events: Iterable[AuditEvent], period: Period) -> TrailIndex:
+        by_seq = {e.seq: e for e in events}
+        return cls(period, {}, frozenset(), ()).extended([by_seq[seq] for seq in sorted(by_seq)])
+
+    def extended(self, newer: Sequence[AuditEvent]) -> TrailIndex:
+        """With these events, oldest first, all newer than the ones it holds."""
+        stories: dict[int, list[AuditEvent]] = defaultdict(list)
+        applied_in, around = set(self.applied_in), list(self.around)
+        for e in newer:
+            if e.seq <= self.newest:
+                raise ValueError(f"event {e.seq} is not newer than the index's newest, {self.newest}")
+            if e.proposal_id is not None:
+                stories[e.proposal_id].append(e)
+                if e.kind == "apply.started" and self.period.holds(e.at):
+                    applied_in.add(e.proposal_id)
+            if e.kind.startswith(_AROUND):
+                around.append(e)
+        if not newer:
+            return self
+        merged = dict(self.stories)
+        for pid, added in stories.items():
+            merged[pid] = merged.get(pid, ()) + tuple(added)
+        return TrailIndex(self.period, merged, frozenset(applied_in), tuple(around), newer[-1].seq)
+
+
 def build_population(events: Iterable[AuditEvent], period: Period, scope: Scope = Scope(), repository: str = "",
                      environments: Mapping[str, str | None] | None = None) -> Population:
     """Every change with an apply started in the period (its whole story read, whenever it began), the windows and
     pushes of the period, what an auditor samples first, and the two checks, for the scope asked."""
+    return population_of(TrailIndex.of(events, period), scope, repository, environments)
+
+
+def population_of(index: TrailIndex, scope: Scope = Scope(), repository: str = "",
+                  environments: Mapping[str, str | None] | None = None,
+                  known: dict[tuple[Any, ...], ReadChange] | None = None) -> Population:
+    """`build_population` of the events an index holds. `known` keeps the changes already read (a change whose story
+    and the trail around it are the same reads the same): a caller that asks again after the trail moved reads only
+    the changes that moved; it is left holding the changes this population read."""
     environments = environments or {}
-    ordered = sorted({e.seq: e for e in events}.values(), key=lambda e: e.seq)
-    of_proposal: dict[int, list[AuditEvent]] = defaultdict(list)
-    for e in ordered:
-        if e.proposal_id is not None:
-            of_proposal[e.proposal_id].append(e)
-    windows, pushes = _windows(ordered), _pushes(ordered)
-    rows = [_with_context(_row(pid, story, repository, environments), windows.values(), pushes)
-            for pid, story in sorted(of_proposal.items())
-            if any(e.kind == "apply.started" and period.holds(e.at) for e in story)]
-    rows = [r for r in rows if _in_scope(r, scope)]
-    stacks_of = lambda stacks: {environments.get(s) for s in stacks}  # noqa: E731
-    windows_in = [w for w in windows.values() if period.holds(w.requested_at)
-                  and (scope.stack is None or w.stack == scope.stack)
-                  and (scope.environment is None or scope.environment in stacks_of([w.stack]))
-                  and (scope.person is None or scope.person in (w.asked_by, w.confirmed_by,
-                                                               w.acknowledged and w.acknowledged[0]))]
-    pushes_in = [p for p in pushes if period.holds(p.at) and (scope.stack is None or scope.stack in p.stacks)
-                 and (scope.environment is None or scope.environment in stacks_of(p.stacks))
-                 and (scope.person is None or scope.person in (p.author, p.acknowledged and p.acknowledged[0]))]
-    checks = (_approvals_check(rows), _segregation_check(rows, Identities.of(ordered)))
+    windows, pushes = _windows(index.around), _pushes(index.around)
+    earlier = {} if known is None else dict(known)
+    context = (repository, tuple(sorted(environments.items(), key=str)), len(index.around),
+               index.around[-1].seq if index.around else 0)
+    identities: Identities | None = None
+    read: dict[tuple[Any, ...], ReadChange] = {}
+    for pid in sorted(index.applied_in):
+        story = index.stories[pid]
+        key = (pid, story[-1].seq, len(story), context)
+        change = earlier.get(key)
+        if change is None:
+            identities = identities or Identities.of(index.around)
+            row = _with_context(_row(pid, story, repository, environments), windows.values(), pushes)
+            change = ReadChange(row, tuple(_row_exceptions(row)), _unapproved(row), _self_approved(row, identities))
+        read[key] = change
+    if known is not None:
+        known.clear()
+        known.update(read)
+    chosen = [c for c in read.values() if _in_scope(c.row, scope)]
+    checks = (_approvals_check(chosen), _segregation_check(chosen))
+    windows_in, pushes_in = _around_in(windows.values(), pushes, index.period, scope, environments)
     found = [w.exception() for w in windows_in] + [p.exception() for p in pushes_in] + [
-        item for r in rows for item in _row_exceptions(r)] + [v for c in checks for v in c.violations]
+        item for c in chosen for item in c.exceptions] + [v for c in checks for v in c.violations]
     rank = {kind: i for i, kind in enumerate(EXCEPTION_KINDS)}
     found.sort(key=lambda item: (rank[item.kind], item.at, item.proposal_id or 0))
-    return Population(period, scope, tuple(rows), tuple(found), checks)
+    return Population(index.period, scope, tuple(c.row for c in chosen), tuple(found), checks)
+
+
+def _around_in(windows: Iterable[Window], pushes: Iterable[Push], period: Period, scope: Scope,
+               environments: Mapping[str, str | None]) -> tuple[list[Window], list[Push]]:
+    """The break-glass windows asked for and the pushes made in the period, within the scope."""
+    def fits(stacks: Sequence[str], people: Sequence[Any]) -> bool:
+        return ((scope.stack is None or scope.stack in stacks)
+                and (scope.environment is None or scope.environment in {environments.get(s) for s in stacks})
+                and (scope.person is None or scope.person in people))
+
+    return ([w for w in windows if period.holds(w.requested_at) and fits(
+                [w.stack], [w.asked_by, w.confirmed_by, w.acknowledged and w.acknowledged[0]])],
+            [p for p in pushes if period.holds(p.at) and fits(p.stacks, [p.author, p.acknowledged and p.acknowledged[0]])])
 
 
 def change_of(events: Iterable[AuditEvent], proposal_id: int, repository: str = "",
@@ -735,12 +832,14 @@ def _with_context(row: ChangeRow, windows: Iterable[Window], pushes: Sequence[Pu
     moved outside the gateway under its stacks while it waited."""
     flags = set(row.flags)
     for w in windows:
-        if any(pid == row.proposal_id for pid, _, _ in w.settled_by) or any(
-                a.stack == w.stack and w.covers(a.started_at) for a in row.applies):
+        if w.stack in row.stacks and any(a.stack == w.stack and w.covers(a.started_at) for a in row.applies) or any(
+                pid == row.proposal_id for pid, _, _ in w.settled_by):
             flags.add("break-glass")
     first, last = (row.seqs[0], max(a.seq for a in row.applies)) if row.applies else (0, 0)
-    if any(first < p.seq < last and set(p.stacks) & set(row.stacks) for p in pushes):
+    if any(first < p.seq < last and not set(p.stacks).isdisjoint(row.stacks) for p in pushes):
         flags.add("pushed-outside")
+    if flags == set(row.flags):
+        return row
     return replace(row, flags=tuple(f for f in FLAGS if f in flags))
 
 
@@ -774,34 +873,44 @@ def _row_exceptions(row: ChangeRow) -> list[ExceptionItem]:
     return found
 
 
-def _approvals_check(rows: Sequence[ChangeRow]) -> Check:
-    violations = tuple(
-        ExceptionItem("unapproved-apply", f"proposal {r.proposal_id}: the apply of {a.stack} at {a.started_at[:19]} "
+def _unapproved(row: ChangeRow) -> tuple[ExceptionItem, ...]:
+    """The change's applies that ran without their required approvals of exactly what they applied."""
+    return tuple(
+        ExceptionItem("unapproved-apply", f"proposal {row.proposal_id}: the apply of {a.stack} at {a.started_at[:19]} "
                                           f"counted {len(a.counted)} of {a.required or 1} approval(s) of commit "
                                           f"{a.head_sha[:12]} and plan {a.digest[:19]}…", a.started_at,
-                      r.proposal_id, (a.seq,), a.to_json())
-        for r in rows for a in r.applies if not a.bound)
+                      row.proposal_id, (a.seq,), a.to_json())
+        for a in row.applies if not a.bound)
+
+
+def _self_approved(row: ChangeRow, identities: Identities) -> tuple[ExceptionItem, ...]:
+    """The change's approvals made by its requester or proposer, through any identity."""
+    found = []
+    for a in row.approvals:
+        for role, name in (("requester", row.requester), ("proposer", row.proposer)):
+            how = identities.same(a.by, name)
+            if how is not None:
+                found.append(ExceptionItem(
+                    "self-approval", f"proposal {row.proposal_id}: approved by {a.by}, the same person as its "
+                                     f"{role} {name} ({how})", a.at, row.proposal_id, (a.seq,),
+                    {"approver": a.by, role: name, "through": how}))
+                break
+    return tuple(found)
+
+
+def _approvals_check(changes: Sequence[ReadChange]) -> Check:
     return Check("approvals-of-what-ran", "every apply counted its required approvals, each of exactly the commit "
                                           "and plan digest it applied, made before it started and not withdrawn",
-                 sum(len(r.applies) for r in rows), "applies", violations)
+                 sum(len(c.row.applies) for c in changes), "applies",
+                 tuple(v for c in changes for v in c.unapproved))
 
 
-def _segregation_check(rows: Sequence[ChangeRow], identities: Identities) -> Check:
-    violations = []
-    for r in rows:
-        for a in r.approvals:
-            for role, name in (("requester", r.requester), ("proposer", r.proposer)):
-                how = identities.same(a.by, name)
-                if how is not None:
-                    violations.append(ExceptionItem(
-                        "self-approval", f"proposal {r.proposal_id}: approved by {a.by}, the same person as its "
-                                         f"{role} {name} ({how})", a.at, r.proposal_id, (a.seq,),
-                        {"approver": a.by, role: name, "through": how}))
-                    break
+def _segregation_check(changes: Sequence[ReadChange]) -> Check:
     return Check("requester-is-not-approver", "no change was approved by its requester or proposer through any "
                                               "identity (principal, OIDC issuer and subject, GitHub account, the "
                                               "person an agent acts for)",
-                 sum(len(r.approvals) for r in rows), "approvals", tuple(violations))
+                 sum(len(c.row.approvals) for c in changes), "approvals",
+                 tuple(v for c in changes for v in c.self_approved))
 
 
 # --- the sample ----------------------------------------------------------------------------------------------------

@@ -145,6 +145,13 @@ def _event_ids(count: int) -> list[str]:
             for k in range(0, 32 * count, 32)]
 
 
+def _read_fast(row: Mapping[str, Any]) -> AuditEvent:
+    """`as_event`, read by orjson (an integer past 64 bits becomes a float: see `of_proposals`)."""
+    c = orjson.loads(row["canonical"])
+    return AuditEvent(c["seq"], c["id"], c["at"], c["actor"], c["actor_kind"], c["kind"], c["proposal_id"],
+                      tuple(c["stacks"]), c["payload"], row["prev_hash"], row["hash"])
+
+
 class SqlAuditLog(Records):
     """The hash-chained audit trail: appends, queries, the chain's head and its signed checkpoints."""
 
@@ -571,15 +578,18 @@ class SqlAuditLog(Records):
         finally:
             cursor.close()
 
-    def of_proposals(self, proposal_ids: Sequence[int]) -> list[AuditEvent]:
-        """Every event of these proposals, oldest first: the proposal index read a chunk of proposals at a time."""
+    def of_proposals(self, proposal_ids: Sequence[int], exact: bool = True) -> list[AuditEvent]:
+        """Every event of these proposals, oldest first: the proposal index read a chunk of proposals at a time.
+        Not `exact`: read by orjson, four times faster, which reads an integer past 64 bits as a float (a reader of
+        names, times, hashes and small numbers, such as the change population, loses nothing)."""
         e, found = audit_events.c, []
         wanted = sorted({p for p in proposal_ids if 0 < p <= MAX_ID})
+        read = as_event if exact else _read_fast
         for start in range(0, len(wanted), self.chunk):
             chunk = wanted[start:start + self.chunk]
             among = (e.proposal_id == any_(bindparam("ids", chunk, ARRAY(BigInteger))) if self._postgres
                      else e.proposal_id.in_(chunk))
-            found += [as_event(r) for r in self.conn.execute(select(*_READ).where(among)).mappings()]
+            found += [read(r) for r in self.conn.execute(select(*_READ).where(among)).mappings()]
         return sorted(found, key=lambda event: event.seq)
 
     def stored(self, seqs: Sequence[int]) -> list[tuple[int, str, str, str]]:

@@ -6,21 +6,24 @@ from __future__ import annotations
 
 import base64
 import secrets
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.domain.audit import AuditEvent, Checkpoint, EventQuery
+from gateway.domain.audit import GENESIS, AuditEvent, Checkpoint, EventQuery
 from gateway.domain.change_population import (
     GLOBAL_ACTIONS,
     SAMPLE_METHOD,
     ChangeRow,
     Period,
     Population,
+    ReadChange,
+    TrailIndex,
     Sample,
     Scope,
-    build_population,
     change_of,
     draw_sample,
+    population_of,
     period_of,
 )
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
@@ -41,8 +44,7 @@ from gateway.services.workspace import Workspace
 MAX_SAMPLE = 1000
 SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # DER prefix of an Ed25519 SubjectPublicKeyInfo
 
-# the populations built, by database, chain head and question: a pure function of the events up to the head
-_POPULATIONS: dict[tuple[Any, ...], Population] = {}
+CATCH_UP = 20_000  # the most new events a kept period reads to catch up; past it, the period is read afresh
 
 
 def resolve_period(ws: Workspace, period: str | None = None, since: str | None = None,
@@ -66,29 +68,100 @@ def stack_environments(ws: Workspace) -> dict[str, str | None]:
 
 
 def change_population(ws: Workspace, actor: Principal, period: Period, scope: Scope = Scope()) -> Population:
-    """Every change applied or attempted in the period, its exceptions and checks (built once per chain head)."""
+    """Every change applied or attempted in the period, its exceptions and checks."""
     require_auditor(actor)
     repository, environments = repository_name(ws), stack_environments(ws)
     with ws.store.session(readonly=True) as session:
-        head = session.audit.chain_head() or (0, "")
-        key = (ws.settings.db_url, head, period, scope, repository, tuple(sorted(environments.items(), key=str)))
-        built = _POPULATIONS.get(key)
-        if built is None:
-            built = build_population(_population_events(session, period), period, scope, repository, environments)
-            if len(_POPULATIONS) >= 16:
-                _POPULATIONS.clear()
-            _POPULATIONS[key] = built
-    return built
+        head = session.audit.chain_head() or (0, GENESIS)
+        return _PERIODS.read(session, ws.settings.db_url, period, head).population(scope, repository, environments)
 
 
-def _population_events(session: Any, period: Period) -> list[AuditEvent]:
-    """The period's applies, every event of their changes, and the trail's events about main, break-glass, drift
-    and identities (few: a population reads no sign-in, job or notification)."""
-    starts = session.audit.query(EventQuery(kind="apply.started", since=period.since, until=period.until))
-    events = session.audit.of_proposals(sorted({e.proposal_id for e in starts if e.proposal_id}))
-    for action in GLOBAL_ACTIONS:
-        events += session.audit.query(EventQuery(action=action))
-    return events
+class PeriodEvents:
+    """The events a period's population reads, kept per process and caught up with the trail when it moves: the
+    trail is append-only, so a view after a few new events reads those few (and the changes they name), and reads
+    again only the changes that moved. What it builds is `build_population` of the same events."""
+
+    def __init__(self, index: TrailIndex, head: tuple[int, str]):
+        self.index, self.head = index, head  # the chain's head they were read at: its seq and hash
+        self.read: dict[tuple[Any, ...], ReadChange] = {}  # the changes read, by their story and what is around
+        self.built: dict[tuple[Any, ...], Population] = {}  # by scope, repository and environments, at `head`
+
+    @classmethod
+    def of(cls, session: Any, period: Period, head: tuple[int, str]) -> PeriodEvents:
+        """The period's applies, every event of their changes, and the trail's events about main, break-glass,
+        drift and identities (few: a population reads no sign-in, job or notification)."""
+        starts = session.audit.query(EventQuery(kind="apply.started", since=period.since, until=period.until))
+        events = session.audit.of_proposals(sorted({e.proposal_id for e in starts if e.proposal_id}), exact=False)
+        for action in GLOBAL_ACTIONS:
+            events += session.audit.query(EventQuery(action=action))
+        return cls(TrailIndex.of([e for e in events if e.seq <= head[0]], period), head)
+
+    def caught_up(self, session: Any, head: tuple[int, str]) -> PeriodEvents:
+        """A copy holding the events after the ones kept, up to `head`: those of kept changes, of main, break-glass,
+        drift and identities, and every event of a change whose apply starts in the period (this one is left as it
+        is: another request may be reading it)."""
+        period, kept = self.index.period, self.index.applied_in
+        taken, found = [], []
+        for e in session.audit.iter(after=self.head[0], upto=head[0]):
+            if e.proposal_id in kept or (e.kind.startswith(GLOBAL_ACTIONS) and e.proposal_id not in found):
+                taken.append(e)
+            elif e.kind == "apply.started" and e.proposal_id is not None and period.holds(e.at):
+                found.append(e.proposal_id)
+        older = [e for e in session.audit.of_proposals(found, exact=False) if e.seq <= head[0]] if found else []
+        if any(e.seq <= self.head[0] for e in older):  # a change new to the period began before: read it all again
+            index = TrailIndex.of([*(e for story in self.index.stories.values() for e in story), *self.index.around,
+                                   *older, *taken], period)
+        else:  # its whole story is new, as most are
+            index = self.index.extended(sorted({e.seq: e for e in [*taken, *older]}.values(), key=lambda e: e.seq))
+        fresh = PeriodEvents(index, head)
+        fresh.read = dict(self.read)
+        fresh.built = dict(self.built) if index is self.index else {}  # a sign-in, a job moves no population
+        return fresh
+
+    def population(self, scope: Scope, repository: str, environments: dict[str, str | None]) -> Population:
+        key = (scope, repository, tuple(sorted(environments.items(), key=str)))
+        if key not in self.built:
+            self.built[key] = population_of(self.index, scope, repository, environments, self.read)
+        return self.built[key]
+
+
+class KeptPeriods:
+    """The periods this process has read, by database, a few at a time (the newest asked kept)."""
+
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._kept: dict[tuple[str, Period], PeriodEvents] = {}
+        self._lock = threading.Lock()
+
+    def read(self, session: Any, database: str, period: Period, head: tuple[int, str]) -> PeriodEvents:
+        """The period's events at `head`: kept ones caught up, or read afresh when none are kept, when too much
+        happened since, or when the trail they were read from is not this one's (its event at their head differs)."""
+        with self._lock:
+            kept = self._kept.get((database, period))
+        if kept is not None and kept.head != head:
+            if not 0 <= head[0] - kept.head[0] <= CATCH_UP or not _still_there(session, kept.head):
+                kept = None
+            else:
+                kept = kept.caught_up(session, head)
+        if kept is None:
+            kept = PeriodEvents.of(session, period, head)
+        with self._lock:
+            self._kept.pop((database, period), None)
+            self._kept[(database, period)] = kept
+            while len(self._kept) > self.size:
+                self._kept.pop(next(iter(self._kept)))
+        return kept
+
+
+def _still_there(session: Any, head: tuple[int, str]) -> bool:
+    """Whether the trail still holds the event kept events were read up to, unchanged."""
+    if head[0] == 0:
+        return True
+    stored = session.audit.stored([head[0]])
+    return bool(stored) and stored[0][3] == head[1]
+
+
+_PERIODS = KeptPeriods()
 
 
 def sample_changes(ws: Workspace, actor: Principal, period: Period, scope: Scope, size: int,
@@ -98,7 +171,7 @@ def sample_changes(ws: Workspace, actor: Principal, period: Period, scope: Scope
     if not 1 <= size <= MAX_SAMPLE:
         raise InputError(f"a sample is 1 to {MAX_SAMPLE} changes (--size), not {size}")
     seed = seed if seed is not None else secrets.token_hex(8)
-    if not seed.strip() or len(seed) > 200:
+    if not seed or len(seed) > 200:
         raise InputError("a seed is 1 to 200 characters")
     population = change_population(ws, actor, period, scope)
     sample = draw_sample(population, size, seed)

@@ -24,6 +24,7 @@ from gateway.adapters.store.rows import now
 from gateway.api.app import create_app
 from gateway.domain.change_population import Scope
 from gateway.domain.errors import Refused
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.evidence import change_population, resolve_period
@@ -126,7 +127,13 @@ def a_period_of_every_exception(ws: Workspace, people: People, tmp_path: Path) -
     made["rollback"] = rollback_proposal(ws, people.alice, made["plain"], "17.2 broke the reporting job").id
     decide(ws, people.erin, made["rollback"], Decision.APPROVE, "roll it back")
     applied(ws, people, made["rollback"])
+    return {**made, **outside_the_gateway(ws, people, clone, tmp_path, olga, paul)}
 
+
+def outside_the_gateway(ws: Workspace, people: People, clone: Clone, tmp_path: Path, olga: Principal,
+                        paul: Principal) -> dict[str, Any]:
+    """A hotfix pushed to main and acknowledged, a break-glass window left past its deadline, a failed apply."""
+    made: dict[str, Any] = {}
     pusher = Clone(ws, tmp_path / "pusher")
     pusher.edit("stacks/network/main.tf", '"cc-1001"', '"cc-1002"')
     pusher.repo.git.add("-A")

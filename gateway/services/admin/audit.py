@@ -75,7 +75,8 @@ def _verify(audit: AuditLog, head: tuple[int, str] | None, start: tuple[int, str
     return max(0, (broken.seq or upto + 1) - start[0] - 1), broken
 
 
-def _signer(ws: Workspace) -> Signer:
+def audit_signer(ws: Workspace) -> Signer:
+    """The key that signs checkpoints and evidence (a clear error when none is configured)."""
     if ws.signer is None:
         raise ConfigError("no audit signing key is configured for this workspace")
     return ws.signer
@@ -87,7 +88,7 @@ def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint
     the head's write lock is never held while the trail is hashed."""
     if actor is not None:
         require_auditor(actor)
-    key = _signer(ws)
+    key = audit_signer(ws)
     with ws.store.session(readonly=True) as session:
         seq, head = session.audit.chain_head() or (0, GENESIS)
     root = as_text(trail_tree(ws, seq, keep=True).root()) if seq else None
@@ -135,7 +136,7 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
     """Resume: prove the chain after the newest checkpoint this gateway signed (its signature checked with the
     gateway's key), and that the checkpoint's event still ends in the signed hash. Returns events verified."""
     require_auditor(actor)
-    key = _signer(ws)
+    key = audit_signer(ws)
     with ws.store.session(readonly=True) as session:
         kept = [c for c in session.audit.checkpoints() if c.public_key == key.public_key()
                 and key.valid(c.public_key, c.message(), c.signature)]
@@ -155,7 +156,7 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
 def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -> tuple[int, ChainBreak | None]:
     """The trail up to a checkpoint an auditor kept: its signature, and the chain ending where it signed."""
     require_auditor(actor)
-    if not _signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
+    if not audit_signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
         return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
     with ws.store.session(readonly=True) as session:
         with closing(session.audit.links(upto=checkpoint.seq)) as links:

@@ -38,7 +38,7 @@ from gateway.domain.evidence import (
 from gateway.domain.preview import preview_from_json, render_text
 from gateway.domain.principals import Principal
 from gateway.domain.trail_tree import as_text
-from gateway.services.admin.audit import _signer, require_auditor, trail_tree
+from gateway.services.admin.audit import audit_signer, require_auditor, trail_tree
 from gateway.services.workspace import Workspace
 
 MAX_SAMPLE = 1000
@@ -182,7 +182,7 @@ def sample_changes(ws: Workspace, actor: Principal, period: Period, scope: Scope
 
 def public_key(ws: Workspace) -> tuple[str, str]:
     """The audit key's public half: base64 (as checkpoints name it) and PEM (what the verifier takes either of)."""
-    raw = _signer(ws).public_key()
+    raw = audit_signer(ws).public_key()
     der = base64.b64encode(SPKI_ED25519 + base64.b64decode(raw)).decode()
     return raw, f"-----BEGIN PUBLIC KEY-----\n{der}\n-----END PUBLIC KEY-----\n"
 
@@ -192,7 +192,7 @@ def evidence_bundle(ws: Workspace, actor: Principal, proposal_id: int,
     """One change's evidence, signed: its story, decisions with their identity proof, the plans as approved, the diff,
     the apply log, and every event they rest on with its audit path to the newest checkpoint that covers them all."""
     require_auditor(actor)
-    key = _signer(ws)
+    key = audit_signer(ws)
     with ws.store.session(readonly=True) as session:
         trail = _change_events(session, proposal_id)
         found = change_of(trail, proposal_id, repository_name(ws), stack_environments(ws))

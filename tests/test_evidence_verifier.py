@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,9 +31,11 @@ from gateway.domain.principals import GATEWAY
 from gateway.domain.trail_tree import BLOCK, RootBuilder, TrailTree, leaf_hash, leaves_wanted, subtree_root, verify_path
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.evidence import evidence_bundle, public_key
+from gateway.services.admin.sign_in import link_identity
+from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .conftest import People, add_people, make_workspace, run_cli
+from .conftest import Clone, People, add_people, make_workspace, run_cli
 from .test_audit import run_one_change
 from .test_audit_evidence import VERIFIER, verify_offline
 
@@ -297,3 +300,43 @@ def _kept(tmp_path: Path, checkpoint: dict[str, Any]) -> Path:
     kept = tmp_path / "checkpoint.json"
     kept.write_text(json.dumps(checkpoint))
     return kept
+
+
+def test_a_decision_made_after_an_oidc_sign_in_carries_its_identity_proof(
+        workspace: Workspace, people: People, clone: Clone, tmp_path: Path) -> None:
+    """Bob signs in at the identity provider, which names his groups, and approves from the page: the bundle names
+    how (the issuer and subject, who linked them to bob and when, the session, the groups counted), each a proven
+    event."""
+    from .identity_providers import FakeOidcProvider, Person
+    from .test_sign_in import CLIENT_ID, CLIENT_SECRET, configure_oidc, csrf_of, sign_in
+
+    with FakeOidcProvider(CLIENT_ID, CLIENT_SECRET, "http://testserver/auth/oidc/callback") as idp:
+        configure_oidc(workspace, idp, oidc_groups_claim="groups")
+        link_identity(workspace, people.admin, "bob", idp.issuer, "bob-sub")
+        clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+        proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+        with TestClient(create_app(workspace.settings, workers=0)) as client:
+            idp.sign_in_as(Person("bob-sub", groups=["platform"]))
+            assert sign_in(client)[0].status_code == 303
+            form = client.get(f"/proposals/{proposal.id}").text
+            head = re.search(r'id="head-sha"[^>]*>([0-9a-f]+)<', form).group(1)  # type: ignore[union-attr]
+            approved = client.post(f"/proposals/{proposal.id}/decide", data={
+                "csrf": csrf_of(form), "decision": "approve", "sha": head}, follow_redirects=False)
+            assert approved.status_code == 303, approved.text
+    applied = run_cli(["apply", str(proposal.id)], workspace.settings.home, token=people.tokens["admin"])
+    assert applied.returncode == 0, applied.stderr  # as a job, whose progress is the apply log
+    audit_service.sign_checkpoint(workspace, people.dana)
+    bundle = evidence_bundle(workspace, people.dana, proposal.id)
+    [record, job] = bundle["apply_log"]
+    assert record["stack"] == "app-staging" and record["applied"] == ["aws_instance.web[0]"]
+    assert job["status"] == "succeeded" and "applying stack app-staging" in job["lines"]
+    [decision] = bundle["decisions"]
+    assert decision["by"] == "bob" and decision["authenticated_by"] == f"oidc:{idp.issuer}"
+    assert f"identity {idp.issuer} subject bob-sub linked to bob by admin" in decision["identity"]
+    assert "signed in at" in decision["identity"] and "subject bob-sub" in decision["identity"]
+    assert "groups counted for this decision: platform" in decision["identity"]
+    kinds = {json.loads(e["canonical"])["seq"]: json.loads(e["canonical"])["kind"] for e in bundle["events"]}
+    assert sorted(kinds[seq] for seq in decision["identity_events"]) == [
+        "identity.linked", "principal.added", "sign_in", "sign_in.group_check"]
+    checked = verify_offline(tmp_path / "offline", bundle_bytes(bundle), public_key(workspace)[0])
+    assert checked.returncode == 0, checked.stderr

@@ -53,7 +53,8 @@ def change_entries(pid: int, written: WrittenPeriod) -> list[Entry]:
         entries += [(requester, "change.requested", {"reason": f"change {pid}", "branch": f"change-{pid}"}, pid, [stack]),
                     (requester, "proposal.opened", {"branch": f"change-{pid}", "base_sha": _sha("base", pid),
                                                      "head_sha": head, "requester": requester.name,
-                                                     "proposer": requester.name, "changed_paths": [f"stacks/{stack}/main.tf"]},
+                                                     "proposer": requester.name,
+                                                     "changed_paths": [f"stacks/{stack}/main.tf"]},
                      pid, [stack]),
                     (SystemActor(requester.name), "commit", {"sha": head, "author": f"{requester.name} <d@x.io>",
                                                              "message": f"change {pid}"}, pid, [stack])]

@@ -13,7 +13,7 @@ import click
 
 from gateway.cli.context import Context, echo_story, event_line, pass_ctx, pass_reader
 from gateway.domain.audit import Checkpoint
-from gateway.domain.change_population import CSV_FIELDS, EXCEPTION_CSV_FIELDS, to_csv, to_json_text
+from gateway.domain.change_population import CSV_FIELDS, EXCEPTION_CSV_FIELDS, asked_again, to_csv, to_json_text
 
 if TYPE_CHECKING:
     from gateway.domain.change_population import ChangeRow, Population
@@ -209,7 +209,8 @@ def audit_sample(ctx: Context, size: int, seed: str | None, out: Path | None, **
     sample = sample_changes(ctx.ws, ctx.actor(), resolve_period(ctx.ws, **asked), scope, size, seed)
     click.echo(f"sample of {len(sample.selected)} of {sample.population} changes ({sample.period.label}), seed "
                f"{sample.seed!r}: {', '.join(str(p) for p in sample.selected) or 'none'}")
-    click.echo(f"  population {sample.population_digest}; redo it with --seed {sample.seed!r} --size {sample.size}")
+    click.echo(f"  population {sample.population_digest}; redo it with --period {asked_again(sample.period)} "
+               f"--size {sample.size} --seed {sample.seed!r}")
     if out is not None:
         write_evidence(ctx, sample.selected, out, sample.to_json())
 

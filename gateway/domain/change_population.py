@@ -113,6 +113,11 @@ def recent_period(today: date, days: int = 90) -> Period:
     return Period(_moment(first), None, f"since {first.isoformat()} (the last {days} days)")
 
 
+def asked_again(period: Period) -> str:
+    """How to name the period to `--period` again (the last 90 days are named by their first day, then on)."""
+    return f"{period.since[:10]}.." if period.label.startswith("since ") and period.since else period.label
+
+
 def period_of(period: str | None, since: str | None, until: str | None, today: date) -> Period:
     """The period asked for: by name (`--period`), by its ends (`--since`, `--until`: a date, a named period or a
     time; a date or a name as `until` runs to its end), or the last 90 days. A name and ends together ask for the

@@ -17,7 +17,8 @@ Prints p50 and p95 of, in one run:
 - the first view of the period in a fresh process (nothing kept: the period read whole), over a few restarts.
 Goal: p95 of the first screen <= 300 ms. It is not a test.
 
-Usage: python benchmarks/audit_page.py [N] [DATABASE_URL]
+Usage: python benchmarks/audit_page.py [N] [POSTGRES_ADMIN_URL]   (a scratch database of its own on that server,
+dropped after; SQLite in a temporary directory when none is given)
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from scratch_db import scratch_database  # noqa: E402  (a sibling: this script's directory is on the path)
+
 from gateway.adapters.store.rows import now  # noqa: E402
 from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
@@ -55,9 +58,10 @@ GOAL_MS = 300
 def main() -> None:
     configure_logging("warning")
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    url = sys.argv[2] if len(sys.argv) > 2 else None
-    print(f"the auditor's first screen, a period of {count} changes; {load()}")
-    with tempfile.TemporaryDirectory() as tmp:
+    admin_url = sys.argv[2] if len(sys.argv) > 2 else None
+    print(f"the auditor's first screen, a period of {count} changes, on {'PostgreSQL' if admin_url else 'SQLite'}; "
+          f"{load()}")
+    with tempfile.TemporaryDirectory() as tmp, scratch_database(admin_url, "audit_page") as url:
         home = Path(tmp) / "home"
         ws = create_workspace(Settings(home=home, database_url=url))
         bootstrap_simulator(ws)

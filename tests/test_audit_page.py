@@ -20,7 +20,8 @@ import uvicorn
 from gateway import evidence_verifier
 from gateway.adapters.store.rows import now
 from gateway.api.app import create_app
-from gateway.domain.change_population import Scope, build_population, parse_period
+from gateway.domain.audit_period import parse_period
+from gateway.domain.change_population import Scope, build_population
 from gateway.domain.principals import GATEWAY
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.evidence import KeptPeriods, change_population, public_key, resolve_period

@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 
 from gateway.domain.audit import AuditEvent
-from gateway.domain.change_population import (
-    Period,
-    Scope,
-    build_population,
-    draw_sample,
-    parse_period,
-    period_of,
-)
+from gateway.domain.audit_period import Period, parse_period, period_of
+from gateway.domain.change_population import Scope, build_population, draw_sample
 from gateway.domain.story import event_details, summary_lines
 
 HEAD, OTHER = "a" * 40, "b" * 40

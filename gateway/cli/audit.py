@@ -13,7 +13,8 @@ import click
 
 from gateway.cli.context import Context, echo_story, event_line, pass_ctx, pass_reader
 from gateway.domain.audit import Checkpoint
-from gateway.domain.change_population import CSV_FIELDS, EXCEPTION_CSV_FIELDS, asked_again, to_csv, to_json_text
+from gateway.domain.audit_period import asked_again
+from gateway.domain.change_population import CSV_FIELDS, EXCEPTION_CSV_FIELDS, to_csv, to_json_text
 
 if TYPE_CHECKING:
     from gateway.domain.change_population import ChangeRow, Population

@@ -16,10 +16,11 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from gateway.domain.audit import AuditEvent
+from gateway.domain.audit_period import Period
+from gateway.domain.trail_context import Identities, Push, Window, pushes_of, windows_of
 
 RISK_ORDER = ("low", "medium", "high", "critical")
 FLAGS = ("override", "break-glass", "pushed-outside", "drift-revert", "rollback", "failed", "partial", "unmerged")
@@ -29,119 +30,6 @@ EXCEPTION_KINDS = ("override", "break-glass", "pushed-outside", "unapproved-appl
 GLOBAL_ACTIONS = ("main", "break_glass", "drift", "principal", "identity.linked")  # read beside the changes
 # the kinds of events that tell of windows, pushes and identities (what `build_population` reads beside stories)
 _AROUND = ("main.", "break_glass.", "drift.", "principal.", "identity.", "sign_in", "github.team_check")
-
-
-@dataclass(frozen=True)
-class Period:
-    """Events at or after `since` and before `until` (ISO 8601 in UTC, as the trail writes them); None: no bound."""
-
-    since: str | None
-    until: str | None
-    label: str
-
-    def holds(self, at: str) -> bool:
-        return (self.since is None or at >= self.since) and (self.until is None or at < self.until)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "since": self.since, "until": self.until}
-
-
-def _moment(d: date | datetime) -> str:
-    moment = d if isinstance(d, datetime) else datetime(d.year, d.month, d.day, tzinfo=UTC)
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    try:
-        return moment.astimezone(UTC).isoformat(timespec="microseconds")
-    except OverflowError:  # the first or last hours of year 1 or 9999 in another zone: as far as time goes
-        return moment.replace(tzinfo=UTC).isoformat(timespec="microseconds")
-
-
-def parse_period(text: str) -> Period:
-    """`2026`, `2026-Q3`, `2026-07`, or `FROM..TO` where each side is one of those, a date or a time (a named TO
-    runs to its end: `2026-07..2026-09` is a quarter, `..2026-09-30` takes that whole day; either side may be left
-    open). A clear ValueError otherwise."""
-    text = text.strip()
-    try:
-        if ".." in text:
-            start, end = (part.strip() for part in text.split("..", 1))
-            since = (_named(start) or Period(_moment(_point(start)), None, "")).since if start else None
-            until = (_named(end) or Period(None, _moment(_end_of(end)), "")).until if end else None
-            if since and until and until <= since:
-                raise ValueError("its end is not after its start")
-            return Period(since, until, text)
-        named = _named(text)
-    except ValueError as exc:
-        raise ValueError(f"period {text!r} is not one: {exc} ({_SAY})") from None
-    if named is None:
-        raise ValueError(f"period {text!r} is not one: {_SAY}")
-    return named
-
-
-_SAY = "say 2026, 2026-Q3, 2026-07, 2026-07-01..2026-09-30 or 2026-07.."
-
-
-def _named(text: str) -> Period | None:
-    """A year, a quarter or a month, by name (None: not one of those)."""
-    if len(text) == 4 and text.isdigit():
-        year = int(text)
-        return Period(_moment(date(year, 1, 1)), _moment(date(year + 1, 1, 1)), text)
-    if len(text) == 7 and text[:4].isdigit() and text[4:6] in ("-Q", "-q") and text[6] in "1234":
-        year, quarter = int(text[:4]), int(text[6])
-        after = date(year + 1, 1, 1) if quarter == 4 else date(year, 3 * quarter + 1, 1)
-        return Period(_moment(date(year, 3 * quarter - 2, 1)), _moment(after), f"{year}-Q{quarter}")
-    if len(text) == 7 and text[:4].isdigit() and text[4] == "-" and text[5:].isdigit():
-        year, month = int(text[:4]), int(text[5:])
-        after = date(year + 1, 1, 1) if month == 12 else date(year, month + 1, 1)
-        return Period(_moment(date(year, month, 1)), _moment(after), text)
-    return None
-
-
-def _point(text: str) -> date | datetime:
-    return date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
-
-
-def _end_of(text: str) -> date | datetime:
-    point = _point(text)
-    if isinstance(point, datetime):
-        return point
-    return point + timedelta(days=1) if point < date.max else datetime.max.replace(tzinfo=UTC)
-
-
-def recent_period(today: date, days: int = 90) -> Period:
-    """The default: the last `days` days, from the start of that day on (no end: what happens now is in it)."""
-    first = today - timedelta(days=days)
-    return Period(_moment(first), None, f"since {first.isoformat()} (the last {days} days)")
-
-
-def asked_again(period: Period) -> str:
-    """How to name the period to `--period` again (the last 90 days are named by their first day, then on)."""
-    return f"{period.since[:10]}.." if period.label.startswith("since ") and period.since else period.label
-
-
-def period_of(period: str | None, since: str | None, until: str | None, today: date) -> Period:
-    """The period asked for: by name (`--period`), by its ends (`--since`, `--until`: a date, a named period or a
-    time; a date or a name as `until` runs to its end), or the last 90 days. A name and ends together ask for the
-    part of the named period between the ends; ends the wrong way round ask for nothing."""
-    named = parse_period(period) if period else None
-    if not (since or until):
-        return named or recent_period(today)
-    try:
-        start = (_named(since) or Period(_moment(_point(since)), None, "")).since if since else None
-        stop = (_named(until) or Period(None, _moment(_end_of(until)), "")).until if until else None
-    except ValueError as exc:
-        raise ValueError(f"{since if since and not _valid(since) else until!r} is not a date or a time: {exc}") from None
-    starts = [b for b in (named.since if named else None, start) if b]
-    stops = [b for b in (named.until if named else None, stop) if b]
-    label = f"{since or ''}..{until or ''}" if named is None else f"{named.label}, {since or ''}..{until or ''}"
-    return Period(max(starts, default=None), min(stops, default=None), label)
-
-
-def _valid(point: str) -> bool:
-    try:
-        _named(point) or _point(point)
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -357,61 +245,6 @@ class Population:
                 "exceptions": [e.to_json() for e in self.exceptions], "changes": [r.to_json() for r in self.rows]}
 
 
-# --- identities ---------------------------------------------------------------------------------------------------
-
-
-class Identities:
-    """Which principal names are one person: linked to the same OIDC subject or GitHub account, or an agent and the
-    person it acts for (union-find over what the trail says)."""
-
-    def __init__(self) -> None:
-        self._parent: dict[str, str] = {}
-        self._why: dict[frozenset[str], str] = {}
-        self._owner: dict[str, str] = {}  # identity key -> the first name seen with it
-
-    def _find(self, name: str) -> str:
-        root = self._parent.setdefault(name, name)
-        while root != self._parent[root]:
-            root = self._parent[root]
-        self._parent[name] = root
-        return root
-
-    def link(self, name: str, identity: str) -> None:
-        owner = self._owner.setdefault(identity, name)
-        if owner != name:
-            self._parent[self._find(name)] = self._find(owner)
-            self._why.setdefault(frozenset((name, owner)), identity)
-
-    def same(self, a: str, b: str) -> str | None:
-        """How a and b are one person (`the name itself`, or the identity that joins them), or None."""
-        if a == b:
-            return "the same principal"
-        if self._find(a) != self._find(b):
-            return None
-        return self._why.get(frozenset((a, b)), "identities linked in the trail")
-
-    @classmethod
-    def of(cls, events: Iterable[AuditEvent]) -> Identities:
-        known = cls()
-        for e in events:
-            p = e.payload
-            if e.kind == "principal.added" and p.get("acting_for"):
-                known.link(str(p["name"]), f"person:{p['acting_for']}")
-                known.link(str(p["acting_for"]), f"person:{p['acting_for']}")
-            elif e.kind == "principal.github_linked":
-                known.link(str(p.get("name")), f"github:{p.get('github_id')}")
-                known.link(str(p.get("name")), f"github-login:{str(p.get('github_login')).lower()}")
-            elif e.kind in ("identity.linked", "principal.admitted") and p.get("issuer"):
-                known.link(str(p.get("name")), f"oidc:{p['issuer']}#{p.get('subject')}")
-            elif e.kind == "sign_in" and p.get("subject"):
-                method = str(p.get("auth_method", ""))
-                issuer = "github" if method == "github" else method.removeprefix("oidc:")
-                known.link(e.actor, f"github:{p['subject']}" if issuer == "github" else f"oidc:{issuer}#{p['subject']}")
-            elif e.kind == "github.team_check" and p.get("login"):
-                known.link(e.actor, f"github-login:{str(p['login']).lower()}")
-        return known
-
-
 # --- one change ---------------------------------------------------------------------------------------------------
 
 
@@ -541,158 +374,6 @@ def _one(values: set[str]) -> str | None:
     return next(iter(values)) if len(values) == 1 else (", ".join(sorted(values)) if values else None)
 
 
-# --- what happened beside the changes: break-glass windows, pushes to main ----------------------------------------
-
-
-@dataclass
-class Window:
-    """A break-glass episode as the trail tells it, and how its drift was settled (or not)."""
-
-    id: int
-    stack: str
-    reason: str = ""
-    asked_by: str = ""
-    confirmed_by: str | None = None
-    requested_at: str = ""
-    opened_at: str | None = None
-    ends_at: str | None = None
-    closed_at: str | None = None
-    drifted: set[str] = field(default_factory=set)
-    settled_by: list[tuple[int | None, str, str]] = field(default_factory=list)  # (proposal, how, at)
-    settled_at: str | None = None
-    overdue_at: str | None = None
-    acknowledged: tuple[str, str, str] | None = None  # (by, at, note)
-    seqs: list[int] = field(default_factory=list)
-
-    @property
-    def ended_at(self) -> str | None:
-        return min(filter(None, (self.closed_at, self.ends_at)), default=None) if self.opened_at else None
-
-    def covers(self, at: str) -> bool:
-        ended = self.ended_at
-        return self.opened_at is not None and self.opened_at <= at and (ended is None or at < ended)
-
-    def resolution(self) -> str:
-        """How its drift was codified, reverted or let stand, in words."""
-        if self.opened_at is None:
-            return "asked for, never confirmed: nothing was opened"
-        ways = [f"{how} by proposal {pid}" if pid else how for pid, how, _ in self.settled_by]
-        said = []
-        if self.drifted:
-            said.append(f"drift on {len(self.drifted)} resource(s): {_first(sorted(self.drifted))}")
-        else:
-            said.append("no drift recorded")
-        if ways:
-            said.append("; ".join(ways))
-        if self.overdue_at:
-            said.append(f"overdue since {self.overdue_at[:19]} (not codified by the deadline)")
-        if self.acknowledged:
-            by, at, note = self.acknowledged
-            said.append(f"acknowledged by {by} at {at[:19]}: {note}")
-        if self.settled_at:
-            said.append(f"settled at {self.settled_at[:19]}")
-        elif self.overdue_at and not self.acknowledged:
-            said.append("NOT codified and not acknowledged")
-        elif not self.overdue_at:
-            said.append("not settled yet (codify due)")
-        return "; ".join(said)
-
-    def exception(self) -> ExceptionItem:
-        confirmed = f", confirmed by {self.confirmed_by}" if self.confirmed_by else ""
-        span = f"open {self.opened_at[:19]} to {(self.ended_at or 'now')[:19]}" if self.opened_at else "never opened"
-        return ExceptionItem("break-glass", f"break-glass window {self.id} on {self.stack} ({self.reason}): asked by "
-                                            f"{self.asked_by}{confirmed}, {span}; {self.resolution()}",
-                             self.requested_at, None, tuple(self.seqs), {
-                                 "window": self.id, "stack": self.stack, "asked_by": self.asked_by,
-                                 "confirmed_by": self.confirmed_by, "opened_at": self.opened_at,
-                                 "ended_at": self.ended_at, "drifted": sorted(self.drifted),
-                                 "codified_or_reverted_by": [pid for pid, _, _ in self.settled_by if pid],
-                                 "settled_at": self.settled_at, "overdue_at": self.overdue_at,
-                                 "acknowledged_by": self.acknowledged[0] if self.acknowledged else None})
-
-
-def _first(items: Sequence[str], shown: int = 3) -> str:
-    more = f", and {len(items) - shown} more" if len(items) > shown else ""
-    return ", ".join(items[:shown]) + more
-
-
-def _windows(events: Iterable[AuditEvent]) -> dict[int, Window]:
-    windows: dict[int, Window] = {}
-    records: dict[Any, int] = {}  # drift record -> its window
-    for e in events:
-        if not e.kind.startswith(("break_glass.", "drift.")):
-            continue
-        p = e.payload
-        wid = p.get("break_glass")
-        if e.kind.startswith("break_glass.") and isinstance(wid, int):
-            w = windows.setdefault(wid, Window(wid, str(p.get("stack", "")), requested_at=e.at))
-            w.seqs.append(e.seq)
-            if e.kind in ("break_glass.requested", "break_glass.opened") and not w.asked_by:
-                w.asked_by, w.reason = str(p.get("asked_by") or e.actor), str(p.get("reason", ""))
-            if e.kind == "break_glass.opened":
-                w.opened_at, w.ends_at = e.at, p.get("ends_at")
-                w.confirmed_by = p.get("confirmed_by")
-            elif e.kind == "break_glass.closed":
-                w.closed_at = w.closed_at or e.at
-            elif e.kind == "break_glass.settled":
-                w.settled_at = e.at
-            elif e.kind == "break_glass.overdue":
-                w.overdue_at = e.at
-                w.drifted.update(p.get("drifted") or ())
-            elif e.kind == "break_glass.acknowledged":
-                w.acknowledged = (e.actor, e.at, str(p.get("note", "")))
-        elif e.kind in ("drift.opened", "drift.updated") and isinstance(wid, int) and wid in windows:
-            records[p.get("record")] = wid
-            windows[wid].drifted.update(p.get("drifted") or {})
-            windows[wid].seqs.append(e.seq)
-        elif e.kind == "drift.closed" and (isinstance(wid, int) or p.get("record") in records):
-            w = windows.get(wid if isinstance(wid, int) else records[p.get("record")])
-            if w is not None:
-                reason = str(p.get("reason", ""))
-                how = ("reverted" if "revert" in reason else "codified" if "codify" in reason
-                       else "settled by a change" if e.proposal_id else "no drift left at a later check")
-                w.settled_by.append((e.proposal_id, how, e.at))
-                w.seqs.append(e.seq)
-    return windows
-
-
-@dataclass(frozen=True)
-class Push:
-    """A commit on main the gateway did not merge, and who acknowledged it."""
-
-    sha: str
-    author: str
-    stacks: tuple[str, ...]
-    at: str
-    seq: int
-    acknowledged: tuple[str, str, str, int] | None = None  # (by, at, reason, seq)
-
-    def exception(self) -> ExceptionItem:
-        said = (f"acknowledged by {self.acknowledged[0]} at {self.acknowledged[1][:19]}: {self.acknowledged[2]}"
-                if self.acknowledged else "NOT acknowledged: applies on its stacks wait")
-        seqs = (self.seq,) + ((self.acknowledged[3],) if self.acknowledged else ())
-        return ExceptionItem("pushed-outside", f"commit {self.sha[:12]} by {self.author} reached main outside the "
-                                               f"gateway (stacks {', '.join(self.stacks) or 'none'}); {said}",
-                             self.at, None, seqs, {
-                                 "sha": self.sha, "author": self.author, "stacks": list(self.stacks),
-                                 "acknowledged_by": self.acknowledged[0] if self.acknowledged else None,
-                                 "acknowledged_at": self.acknowledged[1] if self.acknowledged else None,
-                                 "reason": self.acknowledged[2] if self.acknowledged else None})
-
-
-def _pushes(events: Iterable[AuditEvent]) -> list[Push]:
-    pushes: dict[str, Push] = {}
-    for e in events:
-        if not e.kind.startswith("main."):
-            continue
-        sha = str(e.payload.get("sha", ""))
-        if e.kind == "main.pushed_outside":
-            pushes[sha] = Push(sha, str(e.payload.get("author", "")), tuple(e.payload.get("stacks") or ()), e.at, e.seq)
-        elif e.kind == "main.push_acknowledged" and sha in pushes:
-            pushes[sha] = replace(pushes[sha], acknowledged=(e.actor, e.at, str(e.payload.get("reason", "")), e.seq))
-    return list(pushes.values())
-
-
 # --- the population ------------------------------------------------------------------------------------------------
 
 
@@ -759,7 +440,7 @@ def population_of(index: TrailIndex, scope: Scope = Scope(), repository: str = "
     and the trail around it are the same reads the same): a caller that asks again after the trail moved reads only
     the changes that moved; it is left holding the changes this population read."""
     environments = environments or {}
-    windows, pushes = _windows(index.around), _pushes(index.around)
+    windows, pushes = windows_of(index.around), pushes_of(index.around)
     earlier = {} if known is None else dict(known)
     context = (repository, tuple(sorted(environments.items(), key=str)), len(index.around),
                index.around[-1].seq if index.around else 0)
@@ -780,11 +461,40 @@ def population_of(index: TrailIndex, scope: Scope = Scope(), repository: str = "
     chosen = [c for c in read.values() if _in_scope(c.row, scope)]
     checks = (_approvals_check(chosen), _segregation_check(chosen))
     windows_in, pushes_in = _around_in(windows.values(), pushes, index.period, scope, environments)
-    found = [w.exception() for w in windows_in] + [p.exception() for p in pushes_in] + [
+    found = [_window_exception(w) for w in windows_in] + [_push_exception(p) for p in pushes_in] + [
         item for c in chosen for item in c.exceptions] + [v for c in checks for v in c.violations]
     rank = {kind: i for i, kind in enumerate(EXCEPTION_KINDS)}
     found.sort(key=lambda item: (rank[item.kind], item.at, item.proposal_id or 0))
     return Population(index.period, scope, tuple(c.row for c in chosen), tuple(found), checks)
+
+
+def _window_exception(w: Window) -> ExceptionItem:
+    """A break-glass window as an auditor samples it: who, when, and how its drift was settled."""
+    confirmed = f", confirmed by {w.confirmed_by}" if w.confirmed_by else ""
+    span = f"open {w.opened_at[:19]} to {(w.ended_at or 'now')[:19]}" if w.opened_at else "never opened"
+    return ExceptionItem("break-glass", f"break-glass window {w.id} on {w.stack} ({w.reason}): asked by "
+                                        f"{w.asked_by}{confirmed}, {span}; {w.resolution()}",
+                         w.requested_at, None, tuple(w.seqs), {
+                             "window": w.id, "stack": w.stack, "asked_by": w.asked_by,
+                             "confirmed_by": w.confirmed_by, "opened_at": w.opened_at,
+                             "ended_at": w.ended_at, "drifted": sorted(w.drifted),
+                             "codified_or_reverted_by": [pid for pid, _, _ in w.settled_by if pid],
+                             "settled_at": w.settled_at, "overdue_at": w.overdue_at,
+                             "acknowledged_by": w.acknowledged[0] if w.acknowledged else None})
+
+
+def _push_exception(p: Push) -> ExceptionItem:
+    """A commit on main the gateway did not merge, and who acknowledged it (or that nobody did)."""
+    said = (f"acknowledged by {p.acknowledged[0]} at {p.acknowledged[1][:19]}: {p.acknowledged[2]}"
+            if p.acknowledged else "NOT acknowledged: applies on its stacks wait")
+    seqs = (p.seq,) + ((p.acknowledged[3],) if p.acknowledged else ())
+    return ExceptionItem("pushed-outside", f"commit {p.sha[:12]} by {p.author} reached main outside the "
+                                           f"gateway (stacks {', '.join(p.stacks) or 'none'}); {said}",
+                         p.at, None, seqs, {
+                             "sha": p.sha, "author": p.author, "stacks": list(p.stacks),
+                             "acknowledged_by": p.acknowledged[0] if p.acknowledged else None,
+                             "acknowledged_at": p.acknowledged[1] if p.acknowledged else None,
+                             "reason": p.acknowledged[2] if p.acknowledged else None})
 
 
 def _around_in(windows: Iterable[Window], pushes: Iterable[Push], period: Period, scope: Scope,
@@ -809,7 +519,7 @@ def change_of(events: Iterable[AuditEvent], proposal_id: int, repository: str = 
     story = [e for e in ordered if e.proposal_id == proposal_id]
     if not story:
         return None
-    windows, pushes = _windows(ordered), _pushes(ordered)
+    windows, pushes = windows_of(ordered), pushes_of(ordered)
     row = _with_context(_row(proposal_id, story, repository, environments or {}), windows.values(), pushes)
     around: list[int] = []
     for w in windows.values():

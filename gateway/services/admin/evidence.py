@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.domain.audit import GENESIS, AuditEvent, Checkpoint, EventQuery
+from gateway.domain.audit_period import Period, period_of
 from gateway.domain.change_population import (
     GLOBAL_ACTIONS,
     SAMPLE_METHOD,
     ChangeRow,
-    Period,
     Population,
     ReadChange,
     TrailIndex,
@@ -24,7 +24,6 @@ from gateway.domain.change_population import (
     change_of,
     draw_sample,
     population_of,
-    period_of,
 )
 from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.evidence import (

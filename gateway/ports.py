@@ -654,6 +654,24 @@ class AuditLog(Protocol):
         (what verify hashes and checks against the bytes)."""
         ...
 
+    def of_proposals(self, proposal_ids: Sequence[int], exact: bool = True) -> list[AuditEvent]:
+        """Every event of these proposals, oldest first (not `exact`: faster, an integer past 64 bits a float)."""
+        ...
+
+    def stored(self, seqs: Sequence[int]) -> list[tuple[int, str, str, str]]:
+        """These events exactly as stored, oldest first: seq, canonical bytes (as text), prev_hash, hash."""
+        ...
+
+    def hashes(self, after: int, upto: int) -> list[str]:
+        """The hashes of events after..upto, in order (the trail tree's leaves)."""
+        ...
+
+    def tree_blocks(self, upto: int) -> list[str]:
+        """The stored roots of the trail tree's blocks 0..upto-1, in order, as far as they run without a gap."""
+        ...
+
+    def add_tree_blocks(self, first: int, roots: Sequence[str]) -> None: ...
+
     def add_checkpoint(self, checkpoint: Checkpoint) -> bool:
         """Keep a signed checkpoint, once per event: a second one of the same head (another worker signing it at the same moment) changes nothing. Whether this one was kept."""
         ...

@@ -114,7 +114,7 @@ def test_request_review_apply_and_audit_in_the_browser(browser: object, server: 
 
     # an auditor finds the change by resource address and exports it
     dana_ctx, dana = sign_in(browser, base, people.tokens["dana"])
-    dana.goto(f"{base}/audit")
+    dana.goto(f"{base}/audit/events")
     assert "Chain verified" in dana.locator("#verify").inner_text()
     dana.fill("input[name=address]", "aws_sqs_queue.refunds")
     dana.click("form button[type=submit]")

@@ -36,6 +36,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel = next((scratch / "dist").glob("change_gateway-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "agents/prompts/agent_system.md" in names and "gateway/api/templates/login.html" in names
+    assert "gateway/evidence_verifier.py" in names and "gateway/api/templates/audit_report.html" in names  # handed out
     venv = scratch / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     for args in (["--require-hashes", "-r", str(ROOT / "requirements.lock")], ["--no-deps", str(wheel)]):

@@ -49,6 +49,8 @@ class _RawStack(BaseModel):
     drift: _RawDrift = _RawDrift()
     cloudformation: _RawCloudFormation | None = Field(default=None, description="engine: cloudformation: where "
                                                       "the stack lives in AWS")
+    environment: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+                                    description="an environment tag (production, staging...): auditors filter by it")
 
 
 class _RawApprovals(BaseModel):
@@ -205,7 +207,7 @@ def parse_repo_settings(text: str) -> RepoSettings:
                             parse_interval(s.drift.interval, f"gateway.yaml: stacks.{name}.drift.interval")
                             if s.drift.interval is not None else None,
                             CloudFormationSettings(s.cloudformation.stack_name, s.cloudformation.region)
-                            if s.cloudformation is not None else None)
+                            if s.cloudformation is not None else None, s.environment)
         for name, s in raw.stacks.items()
     }
     break_glass = BreakGlassSettings(

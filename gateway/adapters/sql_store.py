@@ -367,6 +367,15 @@ audit_checkpoints = Table(
     Column("at", String(40), nullable=False),
     Column("public_key", String(64), nullable=False),
     Column("signature", String(120), nullable=False),
+    Column("tree_root", String(71), nullable=True),  # migration 27: the root of the trail's Merkle tree it signed
+)
+
+# The roots of the trail's Merkle tree, one per complete block of 256 events (migration 27; domain/trail_tree.py):
+# written when a checkpoint is signed, so a root or an event's audit path never reads the whole trail.
+audit_tree_blocks = Table(
+    "audit_tree_blocks", metadata,
+    Column("block", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False),
+    Column("root", String(71), nullable=False),
 )
 
 # Commits on main the gateway did not make (migration 12): applies on their stacks wait for an acknowledgement.
@@ -489,7 +498,7 @@ notifications = Table(
     Column("delivered_at", DateTime(timezone=True), nullable=True),
 )
 
-_LATER_TABLES = ("stack_serials", "sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "gitlab_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("audit_tree_blocks", "stack_serials", "sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "gitlab_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -726,6 +735,14 @@ def _stack_serials(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE plans ALTER COLUMN state_lineage TYPE VARCHAR(300)"))
 
 
+def _trail_tree(conn: Connection) -> None:
+    """Checkpoints sign the root of the trail's Merkle tree too, and its complete blocks' roots are kept: an evidence
+    bundle proves a change's events against a checkpoint with a few hashes each. Checkpoints signed before keep none."""
+    if "tree_root" not in {c["name"] for c in inspect(conn).get_columns("audit_checkpoints")}:
+        conn.execute(text("ALTER TABLE audit_checkpoints ADD COLUMN tree_root VARCHAR(71)"))
+    audit_tree_blocks.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -750,7 +767,8 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (21, _audit_at_scale),  # the audit trail's indexes for appends and filters at a million events
     (22, _sign_in_flows),  # sign-ins in progress, server-side and used once; refusals recorded a few per window
     (23, _stack_serials),  # each stack's serial as a worker read it; plans' serials 64-bit
-    (28, _gitlab_accounts),  # GitLab accounts linked to people (24-27 are other branches')
+    (27, _trail_tree),  # checkpoints sign the trail's Merkle root; its blocks' roots kept (evidence bundles)
+    (28, _gitlab_accounts),  # GitLab accounts linked to people
 ]
 
 

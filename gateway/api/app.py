@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.sessions import SessionMiddleware
 from uvicorn.config import STARTUP_FAILURE
 
-from gateway.api import day_two, git_http, notifications, pages, routes
+from gateway.api import audit, day_two, git_http, notifications, pages, routes
 from gateway.api.access_log import AccessLog
 from gateway.api.deps import read_lane
 from gateway.api.errors import error_body, invalid_request, status_for
@@ -77,6 +77,8 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
     app.include_router(day_two.pages)
     app.include_router(notifications.api)
     app.include_router(git_http.router)  # /git/declarations.git: clone and push with a gateway token
+    app.include_router(audit.api)
+    app.include_router(audit.pages)
     app.mount("/mcp", mcp)  # external agents: the MCP server over streamable HTTP, bearer token
 
     @app.get("/metrics", include_in_schema=False)

@@ -33,6 +33,7 @@ from gateway.domain.permissions import Action, may
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision
 from gateway.domain.review_page import FIRST_SCREEN_LINES, Bounded, diff_page, review_page
+from gateway.domain.story import event_details
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.sign_in import (
     decide_signed_in,
@@ -252,8 +253,9 @@ def _audit_query(request: Request) -> dict[str, str]:
     return {k: v for k in AUDIT_FILTERS if (v := request.query_params.get(k, "").strip())}
 
 
-@router.get("/audit")
+@router.get("/audit/events")
 def audit_page(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
+    """The trail's events, filtered; with a proposal, its story (long lists summarised, the rest on demand)."""
     q = _audit_query(request)
     after = request.query_params.get("after", "0")
     if not after.isdigit():
@@ -266,7 +268,7 @@ def audit_page(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLR
               "reason": broken.reason if broken else None, "checkpoint": checkpoint}
     following = urlencode({**q, "after": events[-1].seq}) if len(events) == PAGE_EVENTS else None
     return render(request, "audit.html", actor, events=events, q=q, query=urlencode(q), verify=verify,
-                  following=following)
+                  following=following, details={e.seq: event_details(e.payload) for e in events})
 
 
 @router.get("/audit/export")

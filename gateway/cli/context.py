@@ -9,7 +9,6 @@ and the approval rules are imported when a command first needs them, so `gateway
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -210,13 +209,18 @@ def echo_job_result(done: Job) -> None:
 # --- the audit trail -------------------------------------------------------------------------
 
 
-def echo_story(events: list[AuditEvent]) -> None:
-    """Events one per line, each followed by its payload's non-empty fields."""
+def echo_story(events: list[AuditEvent], full: bool = False) -> None:
+    """Events one per line, each followed by its payload's non-empty fields: a long list as its count, the first few
+    and how many more (every item with `full`), never cut silently."""
+    from gateway.domain.story import hidden_count, summary_lines
+
     for e in events:
         click.echo(event_line(e))
-        details = {k: v for k, v in e.payload.items() if v not in (None, [], {}, "")}
-        for key, value in details.items():
-            click.echo(f"        {key}: {json.dumps(value) if not isinstance(value, str) else value}")
+        for line in summary_lines(e.payload, full):
+            click.echo(f"        {line}")
+    hidden = 0 if full else hidden_count([e.payload for e in events])
+    if hidden:
+        click.echo(f"({hidden} more items in long lists above: --full lists every one)")
 
 
 def event_line(e: AuditEvent) -> str:

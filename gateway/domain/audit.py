@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.domain.plan import canonical_json
+from gateway.domain.trail_tree import RootBuilder, as_text, leaf_hash
 
 GENESIS = "sha256:" + "0" * 64
 
@@ -209,31 +210,39 @@ class Checkpoint:
     at: str
     public_key: str  # base64 of the raw Ed25519 public key that signed it
     signature: str  # base64
+    tree_root: str | None = None  # the root of the trail's Merkle tree of `seq` events (domain/trail_tree.py)
 
     def message(self) -> bytes:
-        return canonical_json({"seq": self.seq, "hash": self.hash, "at": self.at, "public_key": self.public_key})
+        """What is signed: the head, and the tree's root when it has one (checkpoints signed before it have none)."""
+        signed = {"seq": self.seq, "hash": self.hash, "at": self.at, "public_key": self.public_key}
+        return canonical_json(signed if self.tree_root is None else {**signed, "tree_root": self.tree_root})
 
     def to_json(self) -> dict[str, Any]:
         return {"seq": self.seq, "hash": self.hash, "at": self.at, "public_key": self.public_key,
-                "signature": self.signature}
+                "signature": self.signature, "tree_root": self.tree_root}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Checkpoint:
+        root = data.get("tree_root")
         return cls(int(data["seq"]), str(data["hash"]), str(data["at"]), str(data["public_key"]),
-                   str(data["signature"]))
+                   str(data["signature"]), None if root is None else str(root))
 
 
 def verify_against(links: Iterable[ChainLink], checkpoint: Checkpoint,
                    decode: Callable[[bytes], Any] = json.loads) -> ChainBreak | None:
     """Whether the trail, up to the checkpoint's event, is the one the checkpoint signed (the signature is
-    checked by the caller): every event chained, and the chain ending in the checkpoint's hash."""
+    checked by the caller): every event chained, the chain ending in the checkpoint's hash, and the Merkle tree of
+    their hashes having the root it signed (when it signed one)."""
     seen: list[ChainLink] = []  # only the newest event is kept: the events stream through
+    tree = RootBuilder() if checkpoint.tree_root else None
 
     def upto() -> Iterator[ChainLink]:
         for link in links:
             if link[0] > checkpoint.seq:
                 return
             seen[:] = [link]
+            if tree is not None:
+                tree.add(leaf_hash(link[2]))
             yield link
 
     broken = verify_chain(upto(), None, require_head=False, decode=decode)
@@ -246,6 +255,9 @@ def verify_against(links: Iterable[ChainLink], checkpoint: Checkpoint,
         return ChainBreak(checkpoint.seq, f"the trail up to event {checkpoint.seq} is not the one the checkpoint "
                                           f"signed: it was rewritten (chain ends in {last[2][:19]}…, signed "
                                           f"{checkpoint.hash[:19]}…)")
+    if tree is not None and as_text(tree.root()) != checkpoint.tree_root:
+        return ChainBreak(checkpoint.seq, f"the Merkle tree of the trail up to event {checkpoint.seq} does not have "
+                                          "the root the checkpoint signed: the trail was rewritten")
     return None
 
 

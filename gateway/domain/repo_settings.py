@@ -31,6 +31,7 @@ class StackSettings:
     auto_revert_drift: bool = False  # the gateway may revert drift here alone (in-place updates only)
     drift_interval: timedelta | None = None  # workers check this stack for drift this often (None: never alone)
     cloudformation: CloudFormationSettings | None = None  # engine: cloudformation only
+    environment: str | None = None  # an environment tag (production, staging...) auditors filter the population by
 
 
 @dataclass(frozen=True)

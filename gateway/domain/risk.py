@@ -56,7 +56,7 @@ def assess_risk(plan: Plan) -> Risk:
             level, reasons = rc_level, []
         if rc_level == level and why:
             reasons.append(f"{rc.address}: {why}")
-    return Risk(level, tuple(reasons[:10]))
+    return Risk(level, tuple(reasons))  # every one: a reader summarises a long list, never the record
 
 
 def _change_risk(rc: ResourceChange) -> tuple[RiskLevel, str]:

@@ -5,15 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import closing
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, Checkpoint, EventQuery, verify_against, verify_chain
-from gateway.domain.errors import ConfigError, InputError, NotFound
+from gateway.domain.errors import ConfigError, InputError, NotFound, Refused
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import Principal
+from gateway.domain.trail_tree import BLOCK, TrailTree, as_text, from_text, leaf_hash, leaves_wanted, subtree_root
 from gateway.ports import AuditLog, Signer
 from gateway.services.workspace import Workspace
 
@@ -74,30 +75,68 @@ def _verify(audit: AuditLog, head: tuple[int, str] | None, start: tuple[int, str
     return max(0, (broken.seq or upto + 1) - start[0] - 1), broken
 
 
-def _signer(ws: Workspace) -> Signer:
+def audit_signer(ws: Workspace) -> Signer:
+    """The key that signs checkpoints and evidence (a clear error when none is configured)."""
     if ws.signer is None:
         raise ConfigError("no audit signing key is configured for this workspace")
     return ws.signer
 
 
 def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint:
-    """Sign the chain's head now and keep the checkpoint (an auditor keeps the printed copy, too)."""
+    """Sign the chain's head now, with the root of the trail's Merkle tree, and keep the checkpoint (an auditor keeps
+    the printed copy, too). The tree's new complete blocks are kept first, each batch in a transaction of its own:
+    the head's write lock is never held while the trail is hashed."""
     if actor is not None:
         require_auditor(actor)
-    key = _signer(ws)
-    with ws.store.session() as session:
+    key = audit_signer(ws)
+    with ws.store.session(readonly=True) as session:
         seq, head = session.audit.chain_head() or (0, GENESIS)
-        unsigned = Checkpoint(seq, head, ws.clock.now().isoformat(timespec="seconds"), key.public_key(), "")
-        checkpoint = replace(unsigned, signature=key.sign(unsigned.message()))
+    root = as_text(trail_tree(ws, seq, keep=True).root()) if seq else None
+    unsigned = Checkpoint(seq, head, ws.clock.now().isoformat(timespec="seconds"), key.public_key(), "", root)
+    checkpoint = replace(unsigned, signature=key.sign(unsigned.message()))
+    with ws.store.session() as session:
         session.audit.add_checkpoint(checkpoint)
     return checkpoint
+
+
+TREE_BATCH = 1024  # blocks hashed and kept per transaction when a checkpoint extends the tree
+
+
+def trail_tree(ws: Workspace, size: int, leaves: Iterable[int] = (), keep: bool = False) -> TrailTree:
+    """The Merkle tree of the first `size` events, able to give the paths of the `leaves` asked (0-based). Blocks
+    not kept yet are hashed from their events: kept (`keep`, when a checkpoint is signed) or only used (a read)."""
+    wanted = size // BLOCK
+    with ws.store.session(readonly=True) as session:
+        roots = [from_text(r) for r in session.audit.tree_blocks(wanted)]
+    while len(roots) < wanted:
+        first, last = len(roots), min(wanted, len(roots) + TREE_BATCH)
+        leaves_read = _leaves(ws, first * BLOCK, last * BLOCK)
+        new = [subtree_root(leaves_read[i * BLOCK:(i + 1) * BLOCK]) for i in range(last - first)]
+        if keep:
+            with ws.store.session() as session:
+                session.audit.add_tree_blocks(first, [as_text(r) for r in new])
+        roots += new
+    known: dict[int, bytes] = {}
+    for lo, hi in leaves_wanted(size, leaves):
+        known.update(zip(range(lo, hi), _leaves(ws, lo, hi), strict=True))
+    return TrailTree(size, roots, known)
+
+
+def _leaves(ws: Workspace, lo: int, hi: int) -> list[bytes]:
+    """The leaf hashes of events lo+1..hi (leaves lo..hi-1); a missing event is refused, never hashed around."""
+    with ws.store.session(readonly=True) as session:
+        hashes = session.audit.hashes(lo, hi)
+    if len(hashes) != hi - lo:
+        raise Refused([f"events {lo + 1} to {hi} of the trail are not all there ({len(hashes)} of {hi - lo}): "
+                       "the trail is broken (`gateway audit verify` says where)"])
+    return [leaf_hash(h) for h in hashes]
 
 
 def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None, Checkpoint | None]:
     """Resume: prove the chain after the newest checkpoint this gateway signed (its signature checked with the
     gateway's key), and that the checkpoint's event still ends in the signed hash. Returns events verified."""
     require_auditor(actor)
-    key = _signer(ws)
+    key = audit_signer(ws)
     with ws.store.session(readonly=True) as session:
         kept = [c for c in session.audit.checkpoints() if c.public_key == key.public_key()
                 and key.valid(c.public_key, c.message(), c.signature)]
@@ -117,7 +156,7 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
 def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -> tuple[int, ChainBreak | None]:
     """The trail up to a checkpoint an auditor kept: its signature, and the chain ending where it signed."""
     require_auditor(actor)
-    if not _signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
+    if not audit_signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
         return 0, ChainBreak(checkpoint.seq, "the checkpoint's signature does not verify: it is not the one signed")
     with ws.store.session(readonly=True) as session:
         with closing(session.audit.links(upto=checkpoint.seq)) as links:

@@ -7,6 +7,7 @@ readiness, and the MCP server's start-up. Nothing of the source tree is on the p
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,8 +30,9 @@ pytestmark = pytest.mark.xdist_group("wheel")  # one test process builds it and 
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv holding the runtime lock and the wheel built from this checkout; its bin folder."""
     scratch = tmp_path_factory.mktemp("wheel")
+    source = _package_source(scratch / "source")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                            str(scratch / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300,
+                            str(scratch / "dist"), str(source)], capture_output=True, text=True, timeout=300,
                            cwd=scratch)
     assert built.returncode == 0, built.stderr
     wheel = next((scratch / "dist").glob("change_gateway-*.whl"))
@@ -46,6 +48,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.skip("the package index cannot be reached here")
         assert done.returncode == 0, done.stderr
     return venv / "bin"
+
+
+def _package_source(into: Path) -> Path:
+    """What the wheel is built from, as the image's build context holds it: a copy, so the build leaves nothing in
+    the checkout and finds nothing there (setuptools builds in the source's build/ folder, and a build killed
+    half-way in a checkout made every later one fail with 'File exists: build/bdist…/…dist-info')."""
+    ignored = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for name in ("pyproject.toml", "README.md"):
+        into.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, into / name)
+    for package in ("gateway", "agents"):
+        shutil.copytree(ROOT / package, into / package, ignore=ignored)
+    return into
 
 
 def _environment(home: Path, **extra: str) -> dict[str, str]:

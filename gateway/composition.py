@@ -24,8 +24,8 @@ from gateway.adapters.clock import SystemClock
 from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engine_router import EngineByStack
 from gateway.adapters.gateway_yaml import parse_repo_settings
-from gateway.adapters.keyfiles import private_key_file
 from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.keyfiles import private_key_file
 from gateway.adapters.module_access import ModuleAccess
 from gateway.adapters.module_fetch import ModuleFetcher
 from gateway.adapters.module_installer import ModuleInstaller
@@ -43,12 +43,13 @@ from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import CloudFormationSettings, ForgeSettings, GitLabSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.domain.sign_in import insecure_url
 from gateway.logs import install_log_scrubber
 from gateway.ports import Engine, Forge, IdentityProvider
-from gateway.services.workspace import JobHandler, Workspace, read_repo_settings
+from gateway.services.workspace import JobHandler, Reactions, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
     from gateway.adapters.cloudformation.engine import CloudFormationEngine
@@ -69,7 +70,6 @@ SAMPLE_SECRETS = {  # None: generate a random value at init
 
 def github_credentials(settings: Settings) -> GitHubCredentials:
     """The GitHub App's or the token's credentials, from the settings (never from the declaration repo)."""
-    from gateway.adapters.git_http_backend import GitHttpBackend
     from gateway.adapters.github_forge import GitHubCredentials
 
     s = settings
@@ -127,6 +127,22 @@ def job_handlers() -> dict[JobKind, JobHandler]:
     return {kind: _on_first_job(kind) for kind in JobKind}
 
 
+def reactions() -> Reactions:
+    """What the day-two and agent rooms do when the change room applies or recovers (imported when first needed)."""
+
+    def applied(ws: Workspace, proposal: Proposal) -> None:
+        from gateway.services.day_two.drift_records import settle_drift_after_apply
+
+        settle_drift_after_apply(ws, proposal)
+
+    def recovering(ws: Workspace) -> list[str]:
+        from gateway.services.agents.agent_runs import interrupt_abandoned_turns
+
+        return interrupt_abandoned_turns(ws)
+
+    return Reactions(applied=applied, recovering=recovering)
+
+
 def _on_first_job(kind: JobKind) -> JobHandler:
     def run(ws: Workspace, job: Job, runner: str, progress: Callable[[str], None]) -> tuple[JobStatus, dict[str, Any], str | None]:
         return _handler_table()[kind](ws, job, runner, progress)
@@ -139,8 +155,8 @@ def _handler_table() -> dict[JobKind, JobHandler]:
     """The handlers (imported here, not by the queue: handlers queue jobs themselves)."""
     from gateway.services.agents.agent_runs import run_agent_turn_job
     from gateway.services.change.jobs import run_apply_job, run_plan_job
-    from gateway.services.forge.github import run_publish_job
     from gateway.services.forge.deliveries import run_webhook_job
+    from gateway.services.forge.github import run_publish_job
     from gateway.services.notifications.delivery import run_notify_job
 
     return {JobKind.PLAN: run_plan_job, JobKind.APPLY: run_apply_job, JobKind.PUBLISH: run_publish_job,
@@ -226,6 +242,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         declarations=HclDeclarations(), scanner=CheckovScanner(), rego=RegoInterpreter(),
         working_copies=GitWorkingCopies(settings.repo_path),
         open_checkpointer=lambda: _open_checkpointer(settings.db_url), job_handlers=job_handlers(),
+        reactions=reactions(),
         signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
         notifier=ChannelSenders(settings), modules=modules)
 

@@ -5,7 +5,10 @@ level and inside functions) and names the rule a new import breaks.
     services/     the use cases: the domain, the ports and other services; no adapter, no git, github or sqlalchemy
     adapters/     technology behind the ports: never a service, the API or the CLI
     composition   the one place that names both services and adapters, and wires them
-and no import cycle between any two modules of the gateway.
+and no import cycle between any two modules of the gateway, nor between two rooms: the folders of services/
+(change at the bottom; admin, agents, day_two, forge and notifications above it) and of adapters/ depend one
+way. What the change room needs done by a room above it, it asks through `Workspace.reactions`, which the
+composition root wires.
 """
 
 from __future__ import annotations
@@ -131,6 +134,28 @@ def test_no_import_cycle_between_modules() -> None:
     cycles = [component for component in _strongly_connected(graph) if len(component) > 1]
     assert cycles == [], "import cycles (a late import inside a function counts too): " + "; ".join(
         " <-> ".join(sorted(c)) for c in cycles)
+
+
+@pytest.mark.parametrize("layer", ["gateway.services", "gateway.adapters"])
+def test_rooms_depend_one_way(layer: str) -> None:
+    """No cycle between the rooms (sub-packages, or modules directly in the layer) of services/ or adapters/."""
+    edges: dict[tuple[str, str], set[str]] = {}
+    for module, imported in _graph().items():
+        for target in imported:
+            here, there = _room(layer, module), _room(layer, target)
+            if here and there and here != there:
+                edges.setdefault((here, there), set()).add(f"{module} -> {target}")
+    rooms: dict[str, set[str]] = {}
+    for here, there in edges:
+        rooms.setdefault(here, set()).add(there)
+        rooms.setdefault(there, set())
+    cycles = [c for c in _strongly_connected(rooms) if len(c) > 1]
+    assert cycles == [], "rooms importing each other: " + "; ".join(
+        ", ".join(sorted(why for (a, b), whys in edges.items() if {a, b} <= c for why in whys)) for c in cycles)
+
+
+def _room(layer: str, module: str) -> str | None:
+    return module[len(layer) + 1:].split(".")[0] if module.startswith(layer + ".") else None
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:

@@ -21,7 +21,7 @@ from gateway.domain.proposal import Decision
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.admin.users import add_principal
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
-from gateway.services.agents.breaker import breaker_status, open_breaker, reset_breaker
+from gateway.services.change.breaker import breaker_status, open_breaker, reset_breaker
 from gateway.services.change.jobs import run_now_or_follow
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
 from gateway.services.change.runner import apply_proposal

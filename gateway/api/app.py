@@ -26,7 +26,7 @@ from gateway.domain.errors import AuthError, GatewayError, Refused
 from gateway.logs import configure_service_logging, get_logger
 from gateway.mcp_server import McpMount
 from gateway.services.admin.startup import bring_database_up, log_start
-from gateway.services.forge.code_host import require_webhook_secret
+from gateway.services.change.code_host import require_webhook_secret
 from gateway.worker import Worker
 
 log = get_logger(__name__)

@@ -44,7 +44,7 @@ from gateway.services.admin.sign_in import (
     start_sign_in,
 )
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
-from gateway.services.agents.breaker import breaker_status
+from gateway.services.change.breaker import breaker_status
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.main_watch import unacknowledged
 from gateway.services.change.proposals import get_proposal

@@ -107,7 +107,7 @@ def breaker() -> None:
 @pass_ctx
 def breaker_show(ctx: Context) -> None:
     """Every breaker that was tripped, opened or reset, and where it stands."""
-    from gateway.services.agents.breaker import breaker_status
+    from gateway.services.change.breaker import breaker_status
 
     ctx.actor()
     states = breaker_status(ctx.ws)
@@ -124,7 +124,7 @@ def breaker_show(ctx: Context) -> None:
 @pass_ctx
 def breaker_open(ctx: Context, agent_name: str | None, reason: str) -> None:
     """Stop agents now: no agent proposes, running requests stop (admins only)."""
-    from gateway.services.agents.breaker import open_breaker
+    from gateway.services.change.breaker import open_breaker
 
     open_breaker(ctx.ws, ctx.actor(), agent_name, reason)
     click.echo(f"breaker open for {agent_name or 'every agent'}")
@@ -136,7 +136,7 @@ def breaker_open(ctx: Context, agent_name: str | None, reason: str) -> None:
 @pass_ctx
 def breaker_reset(ctx: Context, agent_name: str | None, reason: str) -> None:
     """Close a tripped or opened breaker (people in a resetter group), with a reason."""
-    from gateway.services.agents.breaker import reset_breaker
+    from gateway.services.change.breaker import reset_breaker
 
     reset_breaker(ctx.ws, ctx.actor(), agent_name, reason)
     click.echo(f"breaker closed for {agent_name or 'every agent'}")

@@ -10,6 +10,7 @@ from typing import Any
 
 from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import ForgeSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
@@ -35,6 +36,21 @@ from gateway.ports import (
 # A job's work: (workspace, job, runner, progress) -> (status, result, error)
 JobHandler = Callable[["Workspace", Job, str, Callable[[str], None]], tuple[JobStatus, dict[str, Any], str | None]]
 
+
+
+def _nothing(*_: object) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Reactions:
+    """What other rooms do when the change room acts, wired by the composition root: the change room calls them and
+    names none of the rooms that answer, so rooms depend one way (day_two, agents and forge on change, never back)."""
+
+    applied: Callable[[Workspace, Proposal], object] = _nothing  # every stack applied: settle the drift it reverted
+    recovering: Callable[[Workspace], list[str]] = lambda ws: []  # dead workers' work recovered: and their agent turns
+
+
 @dataclass
 class Workspace:
     settings: Settings
@@ -51,6 +67,7 @@ class Workspace:
     working_copies: WorkingCopies  # clones where agents edit
     open_checkpointer: Callable[[], AbstractContextManager[Any]]  # the agent graph's saved conversations
     job_handlers: Mapping[JobKind, JobHandler] = field(default_factory=dict)  # filled by the composition root
+    reactions: Reactions = field(default_factory=Reactions)  # filled by the composition root
     signer: Signer | None = None  # the audit checkpoints' key (wired by the composition root)
     metrics: Metrics = NO_METRICS  # what operators count; the API and `gateway worker --metrics-port` wire Prometheus
     identity_providers: Mapping[str, IdentityProvider] = field(default_factory=dict)  # sign-in: oidc, github

@@ -26,7 +26,7 @@ from gateway.domain.preview import render_text
 from gateway.domain.principals import BUILTIN_AGENT_NAME, GATEWAY, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal
 from gateway.ports import WorkingCopy
-from gateway.services.agents.breaker import agent_stop_reason
+from gateway.services.change.breaker import agent_stop_reason
 from gateway.services.change.planning import ChangeOrigin, plan_directory
 from gateway.services.change.proposals import claim_issues, open_proposal, sync_proposal
 from gateway.services.workspace import Workspace

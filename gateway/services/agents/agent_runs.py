@@ -70,7 +70,7 @@ def start_agent_run(ws: Workspace, person: Principal, text: str, conversation_id
         model_from_settings,
         open_conversation,
     )
-    from gateway.services.agents.breaker import agent_stop_reason
+    from gateway.services.change.breaker import agent_stop_reason
     from gateway.services.change.recovery import interrupt_stale_jobs
 
     text = check_request(person, text)

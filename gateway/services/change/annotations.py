@@ -5,13 +5,13 @@ zero-diff statement is the preview's own: `build_preview` writes it)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from gateway.domain.drift import entries_to_json, open_drift_notice
+from gateway.domain.drift import DriftRecord, entries_to_json, open_drift_notice
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import DriftEntry, OpenDrift
 from gateway.domain.proposal import Proposal
-from gateway.services.day_two.drift_records import open_drift_by_stack
 from gateway.services.workspace import Workspace
 
 ROLLBACK_OF = "rollback_of:"  # marker: proposal id -> the proposal it rolls back, and why
@@ -57,4 +57,11 @@ def rollback_notices(of: Proposal, doomed: list[str]) -> list[str]:
         lines.insert(0, f"THIS ROLLBACK DESTROYS {', '.join(doomed)}: what proposal {of.id} created goes, "
                         "with any data in it")
     return lines
+
+
+def open_drift_by_stack(ws: Workspace, stacks: Sequence[str]) -> dict[str, DriftRecord]:
+    """The open drift record of each of `stacks` that has one."""
+    with ws.store.session(readonly=True) as session:
+        found = {s: session.day_two.open_drift_record(s) for s in stacks}
+    return {s: r for s, r in found.items() if r is not None}
 

@@ -22,7 +22,6 @@ from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Actor, Principal
 from gateway.domain.proposal import Decision, Proposal
 from gateway.logs import get_logger
-from gateway.services.agents.agent_runs import interrupt_abandoned_turns
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.heartbeat import Heartbeat
 from gateway.services.change.proposals import (
@@ -213,7 +212,7 @@ def recover_abandoned_work(ws: Workspace) -> list[str]:
     """Record what workers that stopped heart-beating left behind: their applies and their jobs."""
     recovered = recover_expired_locks(ws)  # first: an interrupted job's proposal is settled before the job ends
     recovered += interrupt_stale_jobs(ws)
-    recovered += interrupt_abandoned_turns(ws)  # an agent turn's run follows its interrupted job
+    recovered += ws.reactions.recovering(ws)  # an agent turn's run follows its interrupted job
     return recovered
 
 

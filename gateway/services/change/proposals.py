@@ -19,8 +19,8 @@ from gateway.domain.principals import GATEWAY, Actor, Principal, SystemActor
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.domain.risk import Risk
 from gateway.ports import UnitOfWork
-from gateway.services.agents.breaker import guard_agent_change
 from gateway.services.change.annotations import annotate_previews
+from gateway.services.change.breaker import guard_agent_change
 from gateway.services.change.main_watch import watch_main
 from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.change.read_model import saved_preview

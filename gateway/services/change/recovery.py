@@ -26,10 +26,9 @@ from gateway.domain.principals import GATEWAY
 from gateway.domain.proposal import Proposal, ProposalStatus
 from gateway.logs import get_logger
 from gateway.ports import UnitOfWork
+from gateway.services.change.code_host import forge_of
 from gateway.services.change.locks import HeldLocks, runner_name
 from gateway.services.change.proposals import get_proposal
-from gateway.services.day_two.drift_records import settle_drift_after_apply
-from gateway.services.forge.code_host import forge_of
 from gateway.services.workspace import Workspace
 
 log = get_logger(__name__)
@@ -131,7 +130,7 @@ def _settle(ws: Workspace, proposal_id: int, dead: str, locks: list[StackLock]) 
         status = session.proposals.get(proposal_id).status
     log.warning("apply.recovered", proposal=proposal_id, runner=dead, status=status.value)
     if settlement is not None and settlement.transition is Transition.FINISH:
-        settle_drift_after_apply(ws, get_proposal(ws, proposal_id))
+        ws.reactions.applied(ws, get_proposal(ws, proposal_id))
     return status
 
 

@@ -31,13 +31,11 @@ from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Tran
 from gateway.logs import get_logger
 from gateway.ports import Forge
 from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.code_host import forge_of, refresh_from_github
 from gateway.services.change.locks import HeldLocks, LockLost, lock_names, runner_name
 from gateway.services.change.main_watch import record_own_commit, watch_main
 from gateway.services.change.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.change.recovery import recover_holder
-from gateway.services.day_two.drift_records import settle_drift_after_apply
-from gateway.services.forge.code_host import forge_of
-from gateway.services.forge.github import refresh_from_github
 from gateway.services.workspace import Workspace
 
 log = get_logger(__name__)
@@ -119,7 +117,7 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
             if not isinstance(exc, Exception):
                 raise  # Ctrl-C, exit: recorded, then let it stop the process
     if report.succeeded:  # a revert or codify of open drift closes its record once a check confirms it
-        settle_drift_after_apply(ws, get_proposal(ws, proposal_id))
+        ws.reactions.applied(ws, get_proposal(ws, proposal_id))
     return report
 
 

@@ -19,10 +19,10 @@ from gateway.domain.break_glass import (
 )
 from gateway.domain.errors import ConfigError, GatewayError, InputError, Refused
 from gateway.domain.principals import GATEWAY, Principal
-from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import BreakGlassSettings
 from gateway.logs import get_logger
 from gateway.services.admin import audit as audit_service
+from gateway.services.change.apply_facts import windows_of
 from gateway.services.day_two.drift_records import CHECKED, check_drift
 from gateway.services.workspace import Workspace
 
@@ -192,16 +192,6 @@ def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[Break
     moment = moment or ws.clock.now()
     settings = ws.repo_settings().break_glass
     return [w for w in windows_of(ws) if w.state(moment, settings) == WindowState.OVERDUE]
-
-
-def windows_on(ws: Workspace, proposal: Proposal) -> tuple[BreakGlassWindow, ...]:
-    """The break-glass windows on the proposal's stacks (the apply rule decides which are overdue)."""
-    return tuple(w for w in windows_of(ws) if w.stack in proposal.stacks)
-
-
-def windows_of(ws: Workspace, stack: str | None = None) -> list[BreakGlassWindow]:
-    with ws.store.session(readonly=True) as session:
-        return [BreakGlassWindow.from_row(r) for r in session.day_two.break_glass_windows(stack)]
 
 
 def get_window(ws: Workspace, window_id: int) -> BreakGlassWindow:

@@ -17,7 +17,7 @@ from gateway.domain.jobs import Job, JobKind
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
-from gateway.services.agents.breaker import guard_agent_change
+from gateway.services.change.breaker import guard_agent_change
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.planning import ChangeOrigin, plan_stack
 from gateway.services.change.proposals import get_proposal, record_plans

@@ -9,7 +9,6 @@ changes the declaration to match); after such an apply the gateway checks again,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -167,10 +166,3 @@ def list_drift_records(ws: Workspace, actor: Principal, stack: str | None = None
     del actor  # authenticated by the caller; reading needs no role
     with ws.store.session(readonly=True) as session:
         return session.day_two.drift_records(stack, only_open)
-
-
-def open_drift_by_stack(ws: Workspace, stacks: Sequence[str]) -> dict[str, DriftRecord]:
-    with ws.store.session(readonly=True) as session:
-        found = {s: session.day_two.open_drift_record(s) for s in stacks}
-    return {s: r for s, r in found.items() if r is not None}
-

@@ -25,10 +25,10 @@ from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
 from gateway.logs import get_logger
 from gateway.ports import Forge
-from gateway.services.agents.breaker import open_breaker_reason
 from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.breaker import open_breaker_reason
+from gateway.services.change.code_host import forge_of
 from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
-from gateway.services.forge.code_host import forge_of
 from gateway.services.workspace import Workspace
 
 log = get_logger(__name__)
@@ -186,18 +186,6 @@ def _outcome(proposal: Proposal, last: Mapping) -> str | None:
     if status in ("failed", "unmerged", "abandoned") and detail:
         return f"{status.capitalize()}: {detail}"
     return None
-
-
-def refresh_from_github(ws: Workspace, proposal: Proposal) -> None:
-    """Before an apply: main and the pull request's branch as GitHub has them now (no forge: nothing to do)."""
-    forge = forge_of(ws)
-    if forge is None:
-        return
-    with ws.store.session(readonly=True) as session:
-        linked = session.github.pull_request_of(proposal.id) is not None
-    forge.fetch_main(ws.main_branch())
-    if linked:
-        forge.sync_branch(proposal.branch)
 
 
 # --- GitHub team membership, at approval and again at apply ---------------------------------

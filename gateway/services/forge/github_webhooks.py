@@ -41,9 +41,9 @@ from gateway.domain.principals import GITHUB, Principal, SystemActor
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
 from gateway.ports import Forge
+from gateway.services.change.code_host import forge_of, require_webhook_secret, verified_groups
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
-from gateway.services.forge.code_host import forge_of, require_webhook_secret, verified_groups
 from gateway.services.forge.github_events import (
     CommentEvent,
     GitHubEvent,

@@ -33,9 +33,9 @@ from gateway.domain.principals import Principal, SystemActor
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
 from gateway.ports import ApprovalForge
+from gateway.services.change.code_host import forge_of, require_webhook_secret, verified_groups
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
-from gateway.services.forge.code_host import forge_of, require_webhook_secret, verified_groups
 from gateway.services.forge.gitlab_events import (
     EVENT_NAMES,
     GitLabEvent,

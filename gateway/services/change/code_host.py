@@ -21,6 +21,18 @@ def forge_of(ws: Workspace) -> Forge | None:
     return None if forge is None else ws.open_forge(forge)
 
 
+def refresh_from_github(ws: Workspace, proposal: Proposal) -> None:
+    """Before an apply: main and the pull request's branch as GitHub has them now (no forge: nothing to do)."""
+    forge = forge_of(ws)
+    if forge is None:
+        return
+    with ws.store.session(readonly=True) as session:
+        linked = session.github.pull_request_of(proposal.id) is not None
+    forge.fetch_main(ws.main_branch())
+    if linked:
+        forge.sync_branch(proposal.branch)
+
+
 def require_webhook_secret(ws: Workspace) -> str | None:
     """The webhook secret, or None without a forge; a forge without a secret stops the service from starting."""
     try:

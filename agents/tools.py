@@ -19,6 +19,8 @@ from typing import Any
 
 import regex
 
+from gateway.domain.errors import ToolRefused
+
 MAX_READ = 20_000
 MAX_WRITE = 100_000
 MAX_RESULT = 12_000
@@ -46,10 +48,6 @@ def explains_cannot_be_met(summary: str) -> bool:
         if refusal and _REASON.search(f"{sentence[:refusal.start()]} {sentence[refusal.end():]}"):
             return True
     return False
-
-
-class ToolRefused(Exception):
-    """A tool call the rules do not allow; its message goes back to the model."""
 
 
 def _tool(name: str, description: str, **parameters: tuple[str | list[str], str]) -> dict[str, Any]:

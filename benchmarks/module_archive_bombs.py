@@ -40,7 +40,7 @@ FETCH = """
 import json, resource, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher, PackageSource, Unreachable  # in every tree
+from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher, PackageSource, ModuleUnreachable  # in every tree
 url, port = sys.argv[2], sys.argv[3]
 # listed both ways: an older tree admits a host at every port, the newer one a host:port
 access = ModuleAccess(allowed_hosts=("127.0.0.1", f"127.0.0.1:{port}"), timeout=600.0)
@@ -49,7 +49,7 @@ with tempfile.TemporaryDirectory(prefix="bomb-") as tmp:
     try:
         ModuleFetcher(access).fetch_package(PackageSource(url), Path(tmp) / "package")
         outcome = "accepted"
-    except Unreachable as exc:
+    except ModuleUnreachable as exc:
         outcome = "refused: " + str(exc).split(": ", 1)[-1]
     left = sum(p.stat().st_size for p in Path(tmp).rglob("*") if p.is_file())
 seconds = time.monotonic() - start

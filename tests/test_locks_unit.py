@@ -10,8 +10,9 @@ import time
 import pytest
 
 from gateway.domain.applies import StackReading, StackResult, settle_interrupted_apply
+from gateway.domain.errors import LockLost
 from gateway.domain.lifecycle import Transition
-from gateway.services.change.locks import HeldLocks, LockLost
+from gateway.services.change.locks import HeldLocks
 
 from .fakes import FakeStackLocks
 

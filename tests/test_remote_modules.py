@@ -29,7 +29,7 @@ import yaml
 from click.testing import CliRunner
 
 from gateway.adapters.engine_router import EngineByStack
-from gateway.adapters.module_access import ModuleAccess, Unreachable
+from gateway.adapters.module_access import ModuleAccess, ModuleUnreachable
 from gateway.adapters.module_fetch import ModuleFetcher, PackageSource, RegistrySource, parse_source
 from gateway.adapters.module_installer import PINS_KEY, ModuleInstaller, pins_of
 from gateway.adapters.module_versions import Constraint
@@ -306,20 +306,20 @@ def test_the_default_hosts_are_the_public_registry_github_and_the_configured_reg
     access = ModuleAccess.from_settings("tfe.example.com=t", "registry.terraform.io=https://mirror.example.com",
                                         None, False)
     for host in ("gitlab.com", "metadata.google.internal", "localhost", "8.8.8.8"):
-        with pytest.raises(Unreachable, match=f"^{host} is not a host module sources may reach"):
+        with pytest.raises(ModuleUnreachable, match=f"^{host} is not a host module sources may reach"):
             access.admit(host, 443)
-    with pytest.raises(Unreachable, match="^169.254.169.254:80 is a link-local address"):
+    with pytest.raises(ModuleUnreachable, match="^169.254.169.254:80 is a link-local address"):
         access.admit("169.254.169.254", 80)
     for host, port in (("registry.terraform.io", 443), ("github.com", 443), ("github.com", 22),
                        ("tfe.example.com", 443), ("mirror.example.com", 443)):
         access.admit_name(host, port)  # HTTPS, git over ssh to github.com, and the configured registries
     for host, port in (("github.com", 80), ("registry.terraform.io", 22), ("tfe.example.com", 8443)):
-        with pytest.raises(Unreachable, match=f"^{host}:{port} is not a host module sources may reach"):
+        with pytest.raises(ModuleUnreachable, match=f"^{host}:{port} is not a host module sources may reach"):
             access.admit_name(host, port)
     listed = ModuleAccess.from_settings(None, None, None, False, allowed_hosts="git.internal, 10.1.0.0/16")
     listed.admit("10.1.2.3", 443)
     listed.admit("git.internal", 443)  # listed by name: whatever it resolves to
-    with pytest.raises(Unreachable, match="^github.com is not a host"):  # the setting replaces the defaults
+    with pytest.raises(ModuleUnreachable, match="^github.com is not a host"):  # the setting replaces the defaults
         listed.admit("github.com", 443)
 
 
@@ -333,10 +333,10 @@ def test_an_allowed_host_is_admitted_at_the_port_its_entry_names(tmp_path: Path)
     for host, port, shown in (("127.0.0.1", 443, "127.0.0.1"), ("127.0.0.1", 5432, "127.0.0.1:5432"),
                               ("::1", 8443, "[::1]:8443"), ("10.1.2.3", 443, "10.1.2.3"),
                               ("fd00::7", 80, "[fd00::7]:80")):
-        with pytest.raises(Unreachable, match=rf"^{re.escape(shown)} is a (loopback|private) address"):
+        with pytest.raises(ModuleUnreachable, match=rf"^{re.escape(shown)} is a (loopback|private) address"):
             access.admit_name(host, port)
     for host, port in (("git.internal", 22), ("mirror.internal", 443)):
-        with pytest.raises(Unreachable, match="is not a host module sources may reach"):
+        with pytest.raises(ModuleUnreachable, match="is not a host module sources may reach"):
             access.admit_name(host, port)
     for bad in ("git.internal:https", "127.0.0.1:0", "[::1]x", "a b"):
         with pytest.raises(ConfigError, match=f"^GATEWAY_MODULE_ALLOWED_HOSTS: .*{re.escape(bad)}"):
@@ -870,7 +870,7 @@ def test_a_name_that_answers_a_loopback_address_after_the_check_never_reaches_it
     # then loopback: the step's own request is refused, and the loopback server hears nothing
     resolve = Answers(*(["127.0.0.2"] * before), "127.0.0.1")
     fetcher = ModuleFetcher(rebinding_access(port, resolve))
-    with pytest.raises(Unreachable, match=f"^localhost:{port} is at 127.0.0.1, a loopback address, which module sources may "
+    with pytest.raises(ModuleUnreachable, match=f"^localhost:{port} is at 127.0.0.1, a loopback address, which module sources may "
                                           "not reach unless GATEWAY_MODULE_ALLOWED_HOSTS lists it$"):
         if step in ("discovery", "versions"):
             fetcher.versions(SOURCE)
@@ -889,11 +889,11 @@ def test_an_egress_proxy_from_the_environment_is_used_and_the_host_still_checked
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
     fetcher = ModuleFetcher(rebinding_access(port, Answers("127.0.0.2")))
-    with pytest.raises(Unreachable):  # the stand-in proxy answers 404 to everything
+    with pytest.raises(ModuleUnreachable):  # the stand-in proxy answers 404 to everything
         fetcher.versions(SOURCE)
     assert proxy.hits == [f"http://localhost:{port}/.well-known/terraform.json"]  # type: ignore[attr-defined]
     refused = ModuleFetcher(rebinding_access(port, Answers("127.0.0.1")))  # a host the guard refuses
-    with pytest.raises(Unreachable, match="a loopback address"):
+    with pytest.raises(ModuleUnreachable, match="a loopback address"):
         refused.versions(SOURCE)
     assert len(proxy.hits) == 1 and checked.hits == []  # type: ignore[attr-defined]
 
@@ -912,7 +912,7 @@ def test_a_pinned_https_connection_names_the_host_and_verifies_its_certificate(t
         assert names == ["localhost", "localhost"]  # SNI: the host's name, not the address connected to
         served_as = {"registry.example": f"https://127.0.0.2.nip.example:{port}"}  # a name the certificate lacks
         wrong = ModuleFetcher(rebinding_access(port, Answers("127.0.0.2"), "https", ca_bundle=ca, hosts=served_as))
-        with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        with pytest.raises(ModuleUnreachable, match="CERTIFICATE_VERIFY_FAILED"):
             wrong.versions(SOURCE)
     finally:
         server.shutdown()

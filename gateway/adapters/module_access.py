@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway.domain.errors import ConfigError
+from gateway.domain.errors import ConfigError, ModuleUnreachable
 
 MiB = 2**20
 ALLOWED_HOSTS_SETTING = "GATEWAY_MODULE_ALLOWED_HOSTS"
@@ -33,10 +33,6 @@ DEFAULT_PORTS = {"https": HTTPS, "http": 80, "ssh": 22}
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class Unreachable(Exception):
-    """A module source that cannot be fetched; the message is one line, with no secret in it."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +93,7 @@ def resolve_host(host: str) -> list[IPAddress]:
     try:
         found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
-        raise Unreachable(f"{host}: the name does not resolve ({one_line(exc)})") from exc
+        raise ModuleUnreachable(f"{host}: the name does not resolve ({one_line(exc)})") from exc
     addresses = []
     for *_, sockaddr in found:
         address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
@@ -132,7 +128,7 @@ class ModuleAccess:
         return cls(_pairs(tokens), _pairs(hosts), ca_bundle, allow_file_urls, timeout, listed)
 
     def admit(self, host: str, port: int) -> list[IPAddress] | None:
-        """Refuse (Unreachable, naming the setting) an endpoint the settings do not let module sources reach; else
+        """Refuse (ModuleUnreachable, naming the setting) an endpoint the settings do not let module sources reach; else
         the addresses it was checked at (resolved once: connect to these, never to the name), or None when the
         setting lists the host itself at that port (whatever address it resolves to)."""
         return self._check(host, port, resolve=True)
@@ -149,14 +145,14 @@ class ModuleAccess:
             return None  # listed in the setting: whatever address it is
         shown = _endpoint(host, port)
         if (host, port) not in self._named() and (literal is None or literal.is_global):
-            raise Unreachable(f"{shown} is not a host module sources may reach ({ALLOWED_HOSTS_SETTING} admits it)")
+            raise ModuleUnreachable(f"{shown} is not a host module sources may reach ({ALLOWED_HOSTS_SETTING} admits it)")
         if literal is None and not resolve:
             return None
         addresses = [literal] if literal is not None else self.resolve(host)
         for address in addresses:
             if not address.is_global and not any(entry.admits("", address, port) for entry in listed):
                 at = "" if literal is not None else f"at {address}, "
-                raise Unreachable(f"{shown} is {at}a {_kind(address)} address, which module sources may not reach "
+                raise ModuleUnreachable(f"{shown} is {at}a {_kind(address)} address, which module sources may not reach "
                                   f"unless {ALLOWED_HOSTS_SETTING} lists it")
         return addresses
 

@@ -48,7 +48,7 @@ from gateway.adapters.module_access import (
     IPAddress,
     MiB,
     ModuleAccess,
-    Unreachable,
+    ModuleUnreachable,
     literal_address,
     one_line,
 )
@@ -208,8 +208,8 @@ class ModuleFetcher:
             raise self._late(what)
         return left
 
-    def _late(self, what: str) -> Unreachable:
-        return Unreachable(f"{what}: the fetch took longer than {self.access.timeout:g} s ({TIMEOUT_SETTING})")
+    def _late(self, what: str) -> ModuleUnreachable:
+        return ModuleUnreachable(f"{what}: the fetch took longer than {self.access.timeout:g} s ({TIMEOUT_SETTING})")
 
     # --- registry ---------------------------------------------------------------------------
 
@@ -219,12 +219,12 @@ class ModuleFetcher:
             url = f"{self._modules_base(source.host)}{source.namespace}/{source.name}/{source.provider}/versions"
             answer = self._get(url)
         if answer.status == 404:
-            raise Unreachable(f"the registry {source.host} has no module {source.package}")
+            raise ModuleUnreachable(f"the registry {source.host} has no module {source.package}")
         body = self._json(answer, url)
         try:
             return [str(v["version"]) for m in body["modules"] for v in m["versions"]]
         except (KeyError, TypeError) as exc:
-            raise Unreachable(f"{url}: not a module registry answer (no modules[].versions[].version)") from exc
+            raise ModuleUnreachable(f"{url}: not a module registry answer (no modules[].versions[].version)") from exc
 
     def download_address(self, source: RegistrySource, version: str) -> PackageSource:
         """Where the registry says the package of `version` is (its X-Terraform-Get, made absolute)."""
@@ -234,7 +234,7 @@ class ModuleFetcher:
             answer = self._get(url)
         location = answer.headers.get("X-Terraform-Get")
         if answer.status not in (200, 204) or not location:
-            raise Unreachable(f"{url} answered {answer.status} without X-Terraform-Get")
+            raise ModuleUnreachable(f"{url} answered {answer.status} without X-Terraform-Get")
         return _located(location, answer.url)
 
     def _modules_base(self, host: str) -> str:
@@ -244,7 +244,7 @@ class ModuleFetcher:
             services = self._json(self._get(url), url)
             base = services.get("modules.v1") if isinstance(services, dict) else None
             if not isinstance(base, str):
-                raise Unreachable(f"{host} offers no module registry (no modules.v1 in {url})")
+                raise ModuleUnreachable(f"{host} offers no module registry (no modules.v1 in {url})")
             self._discovered[host] = urljoin(url, base).rstrip("/") + "/"
         return self._discovered[host]
 
@@ -280,18 +280,18 @@ class ModuleFetcher:
             deadline = self.deadline()
             if deadline is not None and time.monotonic() >= deadline:
                 raise self._late(shown) from exc
-            raise Unreachable(f"{shown}: {type(exc).__name__}: {one_line(exc)}") from exc
+            raise ModuleUnreachable(f"{shown}: {type(exc).__name__}: {one_line(exc)}") from exc
 
     def _read(self, response: httpx.Response, into: IO[bytes], limit: int, shown: str) -> None:
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise Unreachable(f"{shown}: answers {int(declared) // MiB} MiB, more than the {limit // MiB} MiB a "
+            raise ModuleUnreachable(f"{shown}: answers {int(declared) // MiB} MiB, more than the {limit // MiB} MiB a "
                               "module source may send")
         count = 0
         for chunk in response.iter_raw():
             count += len(chunk)
             if count > limit:
-                raise Unreachable(f"{shown}: sends more than the {limit // MiB} MiB a module source may send")
+                raise ModuleUnreachable(f"{shown}: sends more than the {limit // MiB} MiB a module source may send")
             self._remaining(shown)  # a server that trickles bytes still ends by the deadline
             into.write(chunk)
 
@@ -305,11 +305,11 @@ class ModuleFetcher:
 
     def _json(self, answer: _Answer, url: str) -> Any:
         if answer.status != 200:
-            raise Unreachable(f"{_without_secrets(url)} answered {answer.status}")
+            raise ModuleUnreachable(f"{_without_secrets(url)} answered {answer.status}")
         try:
             return json.loads(answer.body)
         except ValueError as exc:
-            raise Unreachable(f"{_without_secrets(url)}: not JSON") from exc
+            raise ModuleUnreachable(f"{_without_secrets(url)}: not JSON") from exc
 
     # --- packages ---------------------------------------------------------------------------
 
@@ -324,11 +324,11 @@ class ModuleFetcher:
             kind = params.pop("archive", None) or next((a.lstrip(".") for a in _ARCHIVES if base.endswith(a)), None)
             if kind is None:  # go-getter's HTTP form: the URL answers where the package really is
                 if depth > 3:
-                    raise Unreachable(f"{_without_secrets(package.url)}: X-Terraform-Get redirects too many times")
+                    raise ModuleUnreachable(f"{_without_secrets(package.url)}: X-Terraform-Get redirects too many times")
                 answer = self._get(package.url)
                 location = answer.headers.get("X-Terraform-Get")
                 if not location:
-                    raise Unreachable(f"{_without_secrets(package.url)} is not an archive and answers no "
+                    raise ModuleUnreachable(f"{_without_secrets(package.url)} is not an archive and answers no "
                                       "X-Terraform-Get")
                 return self.fetch_package(_located(location, answer.url), dest, depth + 1)
             url = urlunsplit(urlsplit(base)._replace(query=urlencode(params))) if params else base
@@ -341,11 +341,11 @@ class ModuleFetcher:
         with tempfile.TemporaryFile(dir=dest.parent) as archive:
             answer = self._get(url, archive, self.access.limits.archive_bytes)
             if answer.status != 200:
-                raise Unreachable(f"{_without_secrets(url)} answered {answer.status}")
+                raise ModuleUnreachable(f"{_without_secrets(url)} answered {answer.status}")
             try:
                 extract_archive(archive, kind, dest, self.access.limits)
             except ArchiveRefused as exc:
-                raise Unreachable(f"{_without_secrets(url)}: {exc}") from exc
+                raise ModuleUnreachable(f"{_without_secrets(url)}: {exc}") from exc
 
     def _fetch_git(self, url: str, dest: Path) -> str:
         base, _, query = url.partition("?")
@@ -353,9 +353,9 @@ class ModuleFetcher:
         ref = params.get("ref")
         scheme = urlsplit(base).scheme
         if scheme == "file" and not self.access.allow_file_urls:
-            raise Unreachable("file:// git sources are refused (GATEWAY_MODULE_FILE_SOURCES allows them)")
+            raise ModuleUnreachable("file:// git sources are refused (GATEWAY_MODULE_FILE_SOURCES allows them)")
         if scheme not in ("https", "http", "ssh", "file"):
-            raise Unreachable(f"git over {scheme or 'a local path'} is not fetched by the gateway")
+            raise ModuleUnreachable(f"git over {scheme or 'a local path'} is not fetched by the gateway")
         allowed = ["https", "http", "ssh"] + (["file"] if self.access.allow_file_urls else [])
         # no ext:: or other transports a branch could name; no redirect to a host that was not checked
         config = ["-c", "protocol.allow=never", "-c", "http.followRedirects=false"]
@@ -389,7 +389,7 @@ class ModuleFetcher:
                                   f"{name}^{{commit}}"], env, url).strip()
             except _GitFailed:
                 continue
-        raise Unreachable(f"git {_without_secrets(url)}: has no ref {ref!r}" if ref else
+        raise ModuleUnreachable(f"git {_without_secrets(url)}: has no ref {ref!r}" if ref else
                           f"git {_without_secrets(url)}: the repository has no commit")
 
     def _git(self, args: list[str], env: dict[str, str], url: str) -> str:
@@ -399,11 +399,11 @@ class ModuleFetcher:
             process = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                        stderr=subprocess.PIPE, text=True, start_new_session=True)
         except OSError as exc:
-            raise Unreachable(f"{shown}: {type(exc).__name__}") from exc
+            raise ModuleUnreachable(f"{shown}: {type(exc).__name__}") from exc
         with process:
             try:
                 out, err = process.communicate(timeout=self._remaining(shown))
-            except (subprocess.TimeoutExpired, Unreachable) as exc:
+            except (subprocess.TimeoutExpired, ModuleUnreachable) as exc:
                 with suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)  # its session: git-remote-https and the like with it
                 process.communicate()
@@ -415,15 +415,15 @@ class ModuleFetcher:
         return out
 
 
-class _GitFailed(Unreachable):
+class _GitFailed(ModuleUnreachable):
     """git ran and said no (not: it took too long)."""
 
 
 def _refuse_status(status: int, shown: str) -> None:
     if status in (401, 403):
-        raise Unreachable(f"{shown} answered {status}: set a token for its host in GATEWAY_MODULE_REGISTRY_TOKENS")
+        raise ModuleUnreachable(f"{shown} answered {status}: set a token for its host in GATEWAY_MODULE_REGISTRY_TOKENS")
     if status >= 400 and status != 404:
-        raise Unreachable(f"{shown} answered {status}")
+        raise ModuleUnreachable(f"{shown} answered {status}")
 
 
 def _pinned_resolution(url: str, checked: list[IPAddress] | None) -> list[str]:
@@ -446,10 +446,10 @@ def _located(location: str, answered_by: str) -> PackageSource:
     try:
         package = parse_source(address)
     except ValueError as exc:
-        raise Unreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get {_without_secrets(address)}: "
+        raise ModuleUnreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get {_without_secrets(address)}: "
                           f"{exc}") from exc
     if not isinstance(package, PackageSource):
-        raise Unreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get names a registry address ({address})")
+        raise ModuleUnreachable(f"{_without_secrets(answered_by)}: X-Terraform-Get names a registry address ({address})")
     return package
 
 

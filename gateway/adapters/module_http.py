@@ -82,7 +82,7 @@ class CheckedAddressBackend(httpcore.NetworkBackend):
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None) -> httpcore.NetworkStream:
-        checked = self.access.admit(host, port)  # Unreachable (not an httpcore error): httpx passes it on as it is
+        checked = self.access.admit(host, port)  # ModuleUnreachable (not an httpcore error): httpx passes it on as it is
         addresses = [host] if checked is None else [str(a) for a in checked]  # None: listed, any address
         failure: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
         for address in addresses:

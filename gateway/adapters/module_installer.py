@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.adapters.module_access import Unreachable
+from gateway.adapters.module_access import ModuleUnreachable
 from gateway.adapters.module_fetch import (
     ModuleFetcher,
     PackageSource,
@@ -171,7 +171,7 @@ class ModuleInstaller:
         try:
             with self.fetcher.bounded():  # the registry's answers and the package: one fetch, one deadline
                 package = self._package(source, call, pin.version if pin else None)
-        except Unreachable as exc:
+        except ModuleUnreachable as exc:
             raise ConfigError(f"{call.where}: source \"{call.source}\" cannot be reached: {exc}") from exc
         if pin is not None and pin.digest != package.digest:
             raise ConfigError(f"{call.where}: source \"{call.source}\" at {pin.version or 'its address'} is not the "
@@ -204,7 +204,7 @@ class ModuleInstaller:
         with tempfile.TemporaryDirectory(prefix="gw-fetch-", dir=self._cache_root()) as tmp:
             commit = self.fetcher.fetch_package(source, Path(tmp) / "package")
             if pinned and commit != pinned:
-                raise Unreachable(f"its ref now points at {commit[:12]}, not the planned {pinned[:12]}")
+                raise ModuleUnreachable(f"its ref now points at {commit[:12]}, not the planned {pinned[:12]}")
             return self._cached(f"git {source.url} {commit}") or self._store(
                 f"git {source.url} {commit}", Path(tmp) / "package", commit)
 
@@ -216,7 +216,7 @@ class ModuleInstaller:
         version = constraint.newest(available)
         if version is None:
             wanted = f"matching {call.version!r}" if call.version else "released"
-            raise Unreachable(f"no version {wanted} (the registry lists {', '.join(available[:8]) or 'none'})")
+            raise ModuleUnreachable(f"no version {wanted} (the registry lists {', '.join(available[:8]) or 'none'})")
         return version
 
     def _fetch(self, cache_key: str, package: PackageSource, version: str) -> _Package:

@@ -22,7 +22,7 @@ from typing import IO, Any
 import yaml
 
 from gateway.adapters.git_repo import GitDeclarationRepo
-from gateway.domain.errors import ConfigError
+from gateway.domain.errors import BackendError, ConfigError
 from gateway.domain.rego import RegoModule, RegoPolicies
 
 POLICY_DIR = "policies"
@@ -230,8 +230,8 @@ class _EvaluatorProcess:
         self._process, self._stderr = None, None
 
 
-class _Crashed(Exception):
-    pass
+class _Crashed(BackendError):
+    """The interpreter process stopped or answered nonsense (the evaluator maps it to a refusal naming why)."""
 
 
 _evaluators: OrderedDict[str, RegoEvaluator] = OrderedDict()

@@ -7,13 +7,15 @@ GatewayError                      anything the gateway reports to a person
 │   ├── NotFound                  an unknown proposal, stack, user, ref or event
 │   ├── Conflict                  the thing exists already, or moved under us
 │   │   └── RefMoved              a branch moved between reading it and updating it (retry on the new one)
-│   └── MalformedDelivery         a webhook payload lacks a field the gateway reads, or has it mistyped
+│   ├── MalformedDelivery         a webhook payload lacks a field the gateway reads, or has it mistyped
+│   └── ToolRefused               an agent's tool call the rules do not allow (the model reads why)
 ├── AuthError                     missing or unknown token
 │   └── SignInRefused             a sign-in with a provider failed a check (state, nonce, audience, expiry, link)
 ├── Refused                       a rule is not met; `reasons` says which, in words
 ├── PlanError                     the engine could not produce a plan (e.g. prevent_destroy)
 ├── ApplyError                    the engine failed part way through an apply
 ├── LockTimeout                   another runner holds the stack lock
+├── LockLost                      a runner's stack locks lapsed while it held them: another may have written since
 ├── NotConfigured                 an optional part (the model) has no settings
 └── BackendError                  git, the database, the model or an engine binary failed underneath
     ├── Unavailable               a dependency answered that it cannot serve now (5xx, rate limit, no
@@ -23,6 +25,7 @@ GatewayError                      anything the gateway reports to a person
     │                             decided this was not its last attempt)
     ├── CloudRefused              a cloud's API turned one request down; `code` is its error code (AWS's
     │                             ValidationError, ChangeSetNotFound...), what the adapter decides by
+    ├── ModuleUnreachable         a remote module source cannot be fetched (refused, too big, too slow, gone)
     ├── ModelReplyError           a model endpoint's answer the gateway cannot use (no choices, a field
     │                             missing or mistyped, not JSON)
     └── ContextTooLong            a model endpoint refused a request longer than its context (`limit`:
@@ -71,6 +74,10 @@ class MalformedDelivery(InputError):
         super().__init__(f"the {event} delivery is malformed: " + "; ".join(self.reasons))
 
 
+class ToolRefused(InputError):
+    """A tool call of an agent that its rules do not allow; the message goes back to the model."""
+
+
 class AuthError(GatewayError):
     pass
 
@@ -103,6 +110,10 @@ class LockTimeout(GatewayError):
     pass
 
 
+class LockLost(GatewayError):
+    """The heartbeat could not keep a lock: another runner may have written to the stack since."""
+
+
 class NotConfigured(GatewayError):
     pass
 
@@ -130,6 +141,10 @@ class RetryLater(Unavailable):
 
     def __init__(self, message: str, retry_after: float):
         super().__init__(message, retry_after)
+
+
+class ModuleUnreachable(BackendError):
+    """A module source that cannot be fetched; the message is one line, with no secret in it."""
 
 
 class CloudRefused(BackendError):

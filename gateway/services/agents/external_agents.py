@@ -19,9 +19,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agents.tools import PreviewReport, RepoTools, ToolRefused
+from agents.tools import PreviewReport, RepoTools
 from gateway.domain.audit import EventQuery
-from gateway.domain.errors import GatewayError, InputError, NotFound, Refused
+from gateway.domain.errors import GatewayError, InputError, NotFound, Refused, ToolRefused
 from gateway.domain.permissions import Action, refusals
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text

@@ -12,6 +12,7 @@ import os
 import socket
 import time
 
+from gateway.domain.errors import LockLost
 from gateway.domain.proposal import Proposal
 from gateway.logs import get_logger
 from gateway.ports import StackLocks
@@ -33,10 +34,6 @@ def lock_names(ws: Workspace, proposal: Proposal) -> list[str]:
     outside = [p for p in proposal.changed_paths
                if not any(p.startswith(settings.stacks[s].path.rstrip("/") + "/") for s in settings.stacks)]
     return sorted(proposal.stacks) + ([REPO_LOCK] if outside else [])
-
-
-class LockLost(Exception):
-    """The heartbeat could not keep a lock: another runner may have written to the stack since."""
 
 
 class HeldLocks:

@@ -22,7 +22,16 @@ from typing import NoReturn
 from gateway import fault_points
 from gateway.domain.applies import ApplyStatus
 from gateway.domain.apply_blockers import apply_blockers
-from gateway.domain.errors import BackendError, Conflict, GatewayError, LockTimeout, NotFound, RefMoved, Refused
+from gateway.domain.errors import (
+    BackendError,
+    Conflict,
+    GatewayError,
+    LockLost,
+    LockTimeout,
+    NotFound,
+    RefMoved,
+    Refused,
+)
 from gateway.domain.locks import unmerged_holder
 from gateway.domain.permissions import Action, refusals, require
 from gateway.domain.plan import decode_plan_bytes, plan_digest
@@ -32,7 +41,7 @@ from gateway.logs import get_logger
 from gateway.ports import Forge
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.code_host import forge_of, refresh_from_github
-from gateway.services.change.locks import HeldLocks, LockLost, lock_names, runner_name
+from gateway.services.change.locks import HeldLocks, lock_names, runner_name
 from gateway.services.change.main_watch import record_own_commit, watch_main
 from gateway.services.change.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.change.recovery import recover_holder

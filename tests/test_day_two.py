@@ -528,7 +528,7 @@ def test_listing_break_glass_windows_writes_nothing(workspace: Workspace, people
     listed = run_cli(["break-glass", "list"], workspace.settings.home, people.tokens["dana"])
     assert listed.returncode == 0 and f"{window.id:>4} app-staging" in listed.stdout
     with workspace.store.session(readonly=True) as session:
-        assert len(session.audit.events()) == before and session.day_two.break_glass(window.id)["codified_at"] is None
+        assert len(session.audit.events()) == before and session.day_two.break_glass(window.id).codified_at is None
 
 
 def test_drift_found_before_a_window_is_never_relabelled_as_the_windows(workspace: Workspace, people: People,
@@ -573,7 +573,8 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
     with ws.store.session() as session:
         wid = session.day_two.add_break_glass("app-staging", "incident", "olga", 3600, confirmed=True)
         window = session.day_two.break_glass(wid)
-    assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
+    assert window.ends_at is not None and window.opened_at is not None
+    assert window.ends_at - window.opened_at == timedelta(hours=1)
     with ws.store.session() as session:  # workers racing for a scheduled check: one claim wins
         assert session.main.swap_marker("drift_claimed:app-staging", None, "t1")
         assert not session.main.swap_marker("drift_claimed:app-staging", None, "t2")

@@ -30,7 +30,7 @@ def main_status(ctx: Context) -> None:
     watch_main(ctx.ws)
     pushes = unacknowledged(ctx.ws)
     for p in pushes:
-        click.echo(f"{p['sha'][:12]} by {p['author']}: stacks {', '.join(p['stacks']) or '-'}")
+        click.echo(f"{p.sha[:12]} by {p.author}: stacks {', '.join(sorted(p.stacks)) or '-'}")
     if not pushes:
         click.echo("main holds only what the gateway merged (or what was acknowledged)")
 
@@ -44,7 +44,7 @@ def main_acknowledge(ctx: Context, sha: str, reason: str) -> None:
     from gateway.services.change.main_watch import acknowledge_push
 
     push = acknowledge_push(ctx.ws, ctx.actor(), sha, reason)
-    click.echo(f"acknowledged {push['sha'][:12]} (stacks {', '.join(push['stacks']) or '-'})")
+    click.echo(f"acknowledged {push.sha[:12]} (stacks {', '.join(sorted(push.stacks)) or '-'})")
 
 
 # --- drift -----------------------------------------------------------------------------------

@@ -7,11 +7,9 @@ on it need an acknowledgement from the break-glass group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
 from gateway.domain.permissions import Action, refusals
 from gateway.domain.principals import Principal
@@ -45,13 +43,6 @@ class BreakGlassWindow:
     acknowledged_by: str | None = None
     acknowledged_at: datetime | None = None
     acknowledgement: str | None = None
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> BreakGlassWindow:
-        return cls(row["id"], row["stack"], row["reason"], row["opened_by"], row["requested_at"],
-                   timedelta(seconds=row["duration_seconds"]), row["confirmed_by"], row["opened_at"], row["ends_at"],
-                   row["closed_at"], row["codified_at"], row["flagged_at"], row["acknowledged_by"],
-                   row["acknowledged_at"], row["acknowledgement"])
 
     @property
     def ended_at(self) -> datetime | None:

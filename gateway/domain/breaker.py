@@ -40,6 +40,17 @@ class CapacityChange:
     at: datetime
 
 
+@dataclass(frozen=True)
+class BreakerState:
+    """One breaker (an agent's, or every agent's: scope "*"), as last opened, tripped or reset."""
+
+    scope: str
+    open: bool
+    reason: str
+    changed_by: str
+    changed_at: datetime
+
+
 def capacity_of(plans: Iterable[tuple[str, Plan]]) -> tuple[dict[str, float], float, int]:
     """(capacity before, per stack; capacity added; resources destroyed) of a set of stack plans."""
     before: dict[str, float] = {}

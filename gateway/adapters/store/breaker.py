@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import RowMapping, delete, insert, select
 
 from gateway.adapters.sql_store import (
     breaker_changes,
@@ -16,7 +15,7 @@ from gateway.adapters.store.rows import (
     aware,
     now,
 )
-from gateway.domain.breaker import CapacityChange
+from gateway.domain.breaker import BreakerState, CapacityChange
 
 
 class SqlBreakerRecords(Records):
@@ -53,16 +52,19 @@ class SqlBreakerRecords(Records):
             for r in self.conn.execute(query).mappings()
         ]
 
-    def state(self, scope: str) -> dict[str, Any] | None:
+    def state(self, scope: str) -> BreakerState | None:
         row = self.conn.execute(select(breaker_states).where(breaker_states.c.scope == scope)).mappings().first()
-        return {**row, "changed_at": aware(row["changed_at"])} if row else None
+        return _state(row) if row else None
 
-    def states(self) -> list[dict[str, Any]]:
-        rows = self.conn.execute(select(breaker_states).order_by(breaker_states.c.scope)).mappings()
-        return [{**r, "changed_at": aware(r["changed_at"])} for r in rows]
+    def states(self) -> list[BreakerState]:
+        return [_state(r) for r in self.conn.execute(select(breaker_states).order_by(breaker_states.c.scope)).mappings()]
 
     def set(self, scope: str, is_open: bool, reason: str, by: str) -> None:
         self.conn.execute(delete(breaker_states).where(breaker_states.c.scope == scope))
         self.conn.execute(
             insert(breaker_states).values(scope=scope, open=is_open, reason=reason, changed_by=by, changed_at=now())
         )
+
+
+def _state(row: RowMapping) -> BreakerState:
+    return BreakerState(row["scope"], row["open"], row["reason"], row["changed_by"], aware(row["changed_at"]))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from gateway.adapters.store.rows import (
     aware_row,
     now,
 )
+from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, DriftStatus, entries_to_json
 from gateway.domain.errors import NotFound
 from gateway.domain.preview import DriftEntry
@@ -107,7 +108,7 @@ class SqlDayTwoRecords(Records):
             values.update(opened_at=moment, ends_at=moment + timedelta(seconds=duration_seconds))
         return int(self.conn.execute(insert(break_glass_windows).values(**values)).inserted_primary_key[0])
 
-    def break_glass(self, window_id: int) -> dict[str, Any]:
+    def break_glass(self, window_id: int) -> BreakGlassWindow:
         row = (
             self.conn.execute(select(break_glass_windows).where(break_glass_windows.c.id == window_id))
             .mappings()
@@ -115,11 +116,11 @@ class SqlDayTwoRecords(Records):
         )
         if row is None:
             raise NotFound(f"no break-glass window {window_id}")
-        return aware_row(row)
+        return _window(aware_row(row))
 
-    def break_glass_windows(self, stack: str | None = None) -> list[dict[str, Any]]:
+    def break_glass_windows(self, stack: str | None = None) -> list[BreakGlassWindow]:
         rows = self.conn.execute(_WINDOWS) if stack is None else self.conn.execute(_WINDOWS_OF_STACK, {"stack": stack})
-        return [aware_row(r) for r in rows.mappings()]
+        return [_window(aware_row(r)) for r in rows.mappings()]
 
     def confirm_break_glass(self, window_id: int, by: str, opened_at: datetime, ends_at: datetime) -> None:
         """A second person confirmed the window: it opens now and ends at `ends_at`."""
@@ -144,3 +145,10 @@ class SqlDayTwoRecords(Records):
             .values({column: moment})
         )
         return done.rowcount == 1
+
+
+def _window(row: Mapping[str, Any]) -> BreakGlassWindow:
+    return BreakGlassWindow(row["id"], row["stack"], row["reason"], row["opened_by"], row["requested_at"],
+                            timedelta(seconds=row["duration_seconds"]), row["confirmed_by"], row["opened_at"],
+                            row["ends_at"], row["closed_at"], row["codified_at"], row["flagged_at"],
+                            row["acknowledged_by"], row["acknowledged_at"], row["acknowledgement"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import RowMapping, bindparam, insert, select, update
 
 from gateway.adapters.sql_store import (
     main_pushes,
@@ -15,6 +15,7 @@ from gateway.adapters.store.rows import (
     Records,
     now,
 )
+from gateway.domain.apply_blockers import MainPush
 
 # asked by every read of a proposal and every page: built once
 _MARKER = select(markers.c.value).where(markers.c.name == bindparam("name"))
@@ -66,10 +67,10 @@ class SqlMainRecords(Records):
         )
         return True
 
-    def unacknowledged_pushes(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.conn.execute(_UNACKNOWLEDGED).mappings()]
+    def unacknowledged_pushes(self) -> list[MainPush]:
+        return [_push(r) for r in self.conn.execute(_UNACKNOWLEDGED).mappings()]
 
-    def acknowledge_push(self, sha: str, by: str, reason: str) -> dict[str, Any] | None:
+    def acknowledge_push(self, sha: str, by: str, reason: str) -> MainPush | None:
         row = (
             self.conn.execute(
                 select(main_pushes).where(
@@ -86,4 +87,8 @@ class SqlMainRecords(Records):
             .where(main_pushes.c.sha == row[0]["sha"])
             .values(acknowledged_by=by, acknowledged_at=now(), reason=reason)
         )
-        return dict(row[0])
+        return _push(row[0])
+
+
+def _push(row: RowMapping) -> MainPush:
+    return MainPush(row["sha"], row["author"], frozenset(row["stacks"]))

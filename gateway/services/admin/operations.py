@@ -27,8 +27,8 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
             drift[record.stack] = drift.get(record.stack, 0) + 1
         breakers = {"all_agents": 0, "agent": 0}
         for state in session.breaker.states():
-            if state["open"]:
-                breakers["all_agents" if state["scope"] == ALL_AGENTS else "agent"] += 1
+            if state.open:
+                breakers["all_agents" if state.scope == ALL_AGENTS else "agent"] += 1
         checkpoints = session.audit.checkpoints()
         head = session.audit.chain_head()
     age = None

@@ -32,4 +32,4 @@ def windows_on(ws: Workspace, proposal: Proposal) -> tuple[BreakGlassWindow, ...
 def windows_of(ws: Workspace, stack: str | None = None) -> list[BreakGlassWindow]:
     """The break-glass windows, of one stack or all (opened and recorded by services/day_two/break_glass.py)."""
     with ws.store.session(readonly=True) as session:
-        return [BreakGlassWindow.from_row(r) for r in session.day_two.break_glass_windows(stack)]
+        return session.day_two.break_glass_windows(stack)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +46,7 @@ def _window(session: UnitOfWork, scope: str, settings: BreakerSettings, moment: 
     """The scope's changes in the window; a reset starts the window again (an agent's reset, for its changes
     in the all-agents window too)."""
     since: datetime = moment - settings.window
-    resets = {s["scope"]: s["changed_at"] for s in session.breaker.states() if not s["open"]}
+    resets = {s.scope: s.changed_at for s in session.breaker.states() if not s.open}
     if scope in resets:
         since = max(since, resets[scope])
     changes = session.breaker.changes(None if scope == ALL_AGENTS else scope, since)
@@ -71,9 +72,9 @@ def open_breaker_reason(session: UnitOfWork, agent: Principal) -> str | None:
     """Why this agent may not act now (its breaker or every agent's is open), or None."""
     for scope in (agent.id, ALL_AGENTS):
         state = session.breaker.state(scope)
-        if state is not None and state["open"]:
+        if state is not None and state.open:
             return (f"the circuit breaker {'for every agent' if scope == ALL_AGENTS else 'for ' + agent.name} is "
-                    f"open since {state['changed_at']:%Y-%m-%d %H:%M} UTC: {state['reason']}; a person in a "
+                    f"open since {state.changed_at:%Y-%m-%d %H:%M} UTC: {state.reason}; a person in a "
                     f"resetter group resets it (`gateway breaker reset`)")
     return None
 
@@ -108,12 +109,12 @@ def reset_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reaso
     with ws.store.session() as session:
         scope = _scope(session, agent_name)
         state = session.breaker.state(scope)
-        if state is None or not state["open"]:
+        if state is None or not state.open:
             raise InputError(f"the breaker {'for every agent' if scope == ALL_AGENTS else 'for ' + str(agent_name)} "
                              "is not open")
         session.breaker.set(scope, False, reason, actor.name)
         session.audit.append(actor, "breaker.reset", {"scope": scope, "agent": agent_name or "every agent",
-                                                      "reason": reason, "was": state["reason"]})
+                                                      "reason": reason, "was": state.reason})
     return scope
 
 
@@ -121,7 +122,7 @@ def breaker_status(ws: Workspace) -> list[dict[str, Any]]:
     """Every breaker that was ever tripped, opened or reset, with names for the scopes."""
     with ws.store.session(readonly=True) as session:
         names = {p.id: p.name for p in session.principals.list()}
-        return [{**s, "agent": "every agent" if s["scope"] == ALL_AGENTS else names.get(s["scope"], s["scope"])}
+        return [{**asdict(s), "agent": "every agent" if s.scope == ALL_AGENTS else names.get(s.scope, s.scope)}
                 for s in session.breaker.states()]
 
 

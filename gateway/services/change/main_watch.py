@@ -58,15 +58,15 @@ def _known(ws: Workspace, sha: str) -> bool:
 
 def unacknowledged_pushes(ws: Workspace) -> tuple[MainPush, ...]:
     """Every push to main outside the gateway that no person has acknowledged yet (the apply rule picks stacks)."""
-    return tuple(MainPush(p["sha"], p["author"], frozenset(p["stacks"])) for p in unacknowledged(ws))
+    return tuple(unacknowledged(ws))
 
 
-def unacknowledged(ws: Workspace) -> list[dict[str, Any]]:
+def unacknowledged(ws: Workspace) -> list[MainPush]:
     with ws.store.session(readonly=True) as session:
         return session.main.unacknowledged_pushes()
 
 
-def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> dict[str, Any]:
+def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> MainPush:
     """An approver or admin has looked at a push to main (reverted it, or applied it through a proposal)."""
     require(actor, Action.ACKNOWLEDGE_PUSH)
     reason = reason.strip()
@@ -78,6 +78,7 @@ def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> 
         push = session.main.acknowledge_push(sha, actor.name, reason)
         if push is None:
             raise NotFound(f"no unacknowledged push to main matches {sha}")
-        session.audit.append(actor, "main.push_acknowledged", {"sha": push["sha"], "stacks": push["stacks"],
-                                                               "reason": reason}, None, push["stacks"])
+        stacks = sorted(push.stacks)
+        session.audit.append(actor, "main.push_acknowledged", {"sha": push.sha, "stacks": stacks, "reason": reason},
+                             None, stacks)
     return push

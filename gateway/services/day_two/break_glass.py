@@ -48,7 +48,7 @@ def open_break_glass(ws: Workspace, actor: Principal, stack: str, reason: str,
     with ws.store.session() as session:
         wid = session.day_two.add_break_glass(stack, reason.strip(), actor.name, int(duration.total_seconds()),
                                       confirmed=not protected)
-        window = BreakGlassWindow.from_row(session.day_two.break_glass(wid))
+        window = session.day_two.break_glass(wid)
         session.audit.append(actor, "break_glass.requested" if protected else "break_glass.opened", {
             "break_glass": wid, "stack": stack, "reason": window.reason, "for_seconds": int(duration.total_seconds()),
             "ends_at": window.ends_at.isoformat() if window.ends_at else None,
@@ -196,7 +196,7 @@ def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[Break
 
 def get_window(ws: Workspace, window_id: int) -> BreakGlassWindow:
     with ws.store.session(readonly=True) as session:
-        return BreakGlassWindow.from_row(session.day_two.break_glass(window_id))
+        return session.day_two.break_glass(window_id)
 
 
 def break_glass_story(ws: Workspace, actor: Principal, window_id: int) -> list[AuditEvent]:

@@ -56,7 +56,7 @@ def check_drift(ws: Workspace, actor: Actor, stack: str, settled_by: Proposal | 
     with ws.store.session() as session:
         session.main.set_marker(CHECKED + stack, moment.isoformat())
         record = session.day_two.open_drift_record(stack)
-        windows = [BreakGlassWindow.from_row(r) for r in session.day_two.break_glass_windows(stack)]
+        windows = session.day_two.break_glass_windows(stack)
         window = next((w for w in windows if _covers(w, moment)), None)
         base = {"stack": stack, "main_sha": result.sha, "requested_by": who,
                 "drifted": {d.address: [a.path for a in d.attributes] or [d.summary] for d in found}}

@@ -11,7 +11,7 @@ import copy
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -37,10 +37,12 @@ from gateway.ports import (
     Clock,
     DayTwoRecords,
     DeclarationRepo,
+    Engine,
     MainRecords,
     Principals,
     Proposals,
     StackLocks,
+    StackRecords,
     Store,
     UnitOfWork,
 )
@@ -204,6 +206,7 @@ class Tables:
     windows: dict[int, dict[str, Any]] = field(default_factory=dict)
     markers: dict[str, str] = field(default_factory=dict)
     pushes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    serials: dict[str, tuple[int, datetime]] = field(default_factory=dict)
     events: list[AuditEvent] = field(default_factory=list)
     head: tuple[int, str] | None = None
 
@@ -554,6 +557,35 @@ def _matches(event: AuditEvent, q: EventQuery) -> bool:
             and (not q.since or event.at >= q.since) and (not q.until or event.at <= q.until))
 
 
+@only_what_is_faked
+class FakeStackRecords(_Faked, StackRecords):
+    def record_serials(self, serials: Mapping[str, int], read_at: datetime) -> None:
+        self._writing()
+        for stack, serial in serials.items():
+            kept = self.t.serials.get(stack)
+            if kept is None or kept[1] <= read_at:
+                self.t.serials[stack] = (serial, read_at)
+
+    def serials(self, stacks: Collection[str]) -> dict[str, int]:
+        return {s: self.t.serials[s][0] for s in stacks if s in self.t.serials}
+
+
+class FakeEngine(Engine):
+    """An engine that knows each stack's state serial and nothing else: a use case that plans or applies fails."""
+
+    def __init__(self, serials: Mapping[str, int] | None = None):
+        self.serials = dict(serials or {})
+
+    def state_serial(self, stack: str) -> int:
+        return self.serials.get(stack, 0)
+
+    def plan(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("FakeEngine does not plan: test this on a workspace")
+
+    def apply(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("FakeEngine does not apply: test this on a workspace")
+
+
 class _Unfaked:
     """A repository no fake stands for yet: any use of it says so."""
 
@@ -573,7 +605,8 @@ class FakeUnitOfWork(UnitOfWork):
         self.day_two = FakeDayTwoRecords(tables, clock, readonly)
         self.main = FakeMainRecords(tables, clock, readonly)
         self.audit = FakeAuditLog(tables, clock, readonly)
-        for name in ("conversations", "jobs", "github", "breaker", "sign_in", "notifications", "stacks"):
+        self.stacks = FakeStackRecords(tables, clock, readonly)
+        for name in ("conversations", "jobs", "github", "breaker", "sign_in", "notifications"):
             setattr(self, name, _Unfaked(name))
 
     def write_new_events(self, proposal: Proposal) -> None:
@@ -659,12 +692,12 @@ SAMPLE_GATEWAY_YAML = (Path(__file__).parent.parent / "gateway" / "sample_repo" 
 def fake_workspace(gateway_yaml: str = SAMPLE_GATEWAY_YAML, home: Path | None = None,
                    clock: FakeClock | None = None) -> Workspace:
     """A workspace whose store, repo and clock are fakes (the sample repo's gateway.yaml on main by default); the
-    engine and every other port are absent: a use case that reaches one fails, naming it."""
+    engine knows state serials only, and every other port is absent: a use case that reaches one fails, naming it."""
     clock = clock or FakeClock()
     settings = Settings(home=home or Path("/nonexistent/fake-workspace"), token=None)
     absent = _Unfaked
     return Workspace(settings=settings, store=FakeStore(clock), repo=FakeDeclarationRepo(gateway_yaml),
-                     engine=absent("engine"), scrubber=Scrubber(), simulator=absent("simulator"), clock=clock,
+                     engine=FakeEngine(), scrubber=Scrubber(), simulator=absent("simulator"), clock=clock,
                      open_forge=absent("forge"), declarations=absent("declarations"), scanner=absent("scanner"),
                      rego=absent("rego"), working_copies=absent("working_copies"),
                      open_checkpointer=absent("checkpointer"))  # type: ignore[arg-type]

@@ -206,3 +206,12 @@ def test_the_trail_is_chained_and_filtered_alike(store: Store) -> None:
     for event in events:
         assert event.prev_hash == previous and event.hash == event_hash(previous, event.content())
         previous = event.hash
+
+
+def test_a_stacks_serial_is_the_newest_reading(store: Store) -> None:
+    with store.session() as session:
+        session.stacks.record_serials({"app": 3, "data": 1}, FAR)
+        session.stacks.record_serials({"app": 2}, FAR - timedelta(hours=1))  # an older reading, finished later
+    with store.session(readonly=True) as session:
+        assert session.stacks.serials(["app", "data", "network"]) == {"app": 3, "data": 1}
+        assert session.stacks.serials([]) == {}

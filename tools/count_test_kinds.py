@@ -73,14 +73,16 @@ def classify(item: pytest.Item) -> str:
     """workspace, fakes or pure (see the module's docstring)."""
     texts = [_reach(getattr(item, "obj", None))]
     params = getattr(getattr(item, "callspec", None), "params", {})
+    faked = False
     for name, defs in item._fixtureinfo.name2fixturedefs.items():  # type: ignore[attr-defined]
         if isinstance(params.get(name), str) and params[name] in FAKE_PARAMS:
+            faked = True  # this case of the fixture is the fake one
             continue
         texts += [_reach(d.func) for d in defs]
     text = "\n".join(texts)
     if HEAVY.search(text):
         return "workspace"
-    return "fakes" if FAKE.search(text) else "pure"
+    return "fakes" if faked or FAKE.search(text) else "pure"
 
 
 class _Classifier:

@@ -39,7 +39,6 @@ from gateway.domain.drift import DriftRecord
 from gateway.domain.github import Check, PullInfo
 from gateway.domain.gitlab_rules import GitLabAccount
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.lifecycle import Transition
 from gateway.domain.locks import LockAttempt, StackLock
 from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
 from gateway.domain.operations import QueueDepth
@@ -324,7 +323,8 @@ class SignInRecords(Protocol):
 
 
 class Proposals(Protocol):
-    """Proposals with their plans, decisions, policy overrides and apply records; every status change goes through `record_transition`, with its audit event."""
+    """Proposals with their plans, decisions, policy overrides and apply records; a status changes in the domain
+    (`Proposal.move`, which raises its event) and is persisted by `save`."""
 
     def add(self, branch: str, base_sha: str, head_sha: str, requester: Principal, proposer: Principal,
                      reason: str, stacks: Sequence[str], changed_paths: Sequence[str], agent_claim: str | None = None,
@@ -347,10 +347,10 @@ class Proposals(Protocol):
         """The prompt version and model an agent's proposal was written with (and its latest claim)."""
         ...
 
-    def record_transition(self, proposal: Proposal, transition: Transition, actor: Actor,
-                          payload: Mapping[str, Any], merge_sha: str | None = None,
-                          applied_sha: str | None = None) -> ProposalStatus:
-        """Take one lifecycle transition and persist it with its audit event, in this transaction."""
+    def save(self, proposal: Proposal) -> None:
+        """Persist the transitions the proposal took (`Proposal.move`) since it was last saved, only if its row is
+        still where the first of them started (else a Conflict), and hand their events to the unit of work, which
+        writes them to the trail in this transaction."""
         ...
 
     def add_plan(self, proposal_id: int, stack: str, head_sha: str, main_sha: str, digest: str, document: str,

@@ -110,7 +110,9 @@ def test_a_dead_runners_lock_is_recovered_and_its_apply_recorded_as_interrupted(
     plan_id = get_proposal(workspace, first).plans["app-staging"].plan_id
     with workspace.store.session() as session:
         dead_apply = session.proposals.start_apply(first, "app-staging", plan_id, "dead-host:1", "0" * 40)
-        session.proposals.record_transition(session.proposals.get(first, lock=True), Transition.START_APPLY, SystemActor("dead-host:1"), {})
+        held = session.proposals.get(first, lock=True)
+        held.move(Transition.START_APPLY, SystemActor("dead-host:1"), {})
+        session.proposals.save(held)
         session.conn.execute(insert(stack_locks).values(
             stack="app-staging", holder="dead-host:1", apply_id=dead_apply,
             acquired_at=now() - timedelta(hours=2), expires_at=now() - timedelta(hours=1)))

@@ -67,7 +67,7 @@ def test_no_state_is_a_dead_end() -> None:
 
 
 def test_the_table_is_the_only_place_statuses_change() -> None:
-    """In memory, only `Proposal.take` assigns a status; in the database, only `record_transition` writes it.
+    """In memory, only `Proposal.take` assigns a status; in the database, only `Proposals.save` writes it.
 
     The second half reads the SQL the code builds (SQLAlchemy `update(proposals)...values(...)`, a values dict
     with a "status" key, raw SQL text), so a second writer anywhere in the package fails here, naming itself.
@@ -84,7 +84,7 @@ def test_the_table_is_the_only_place_statuses_change() -> None:
               for write in status_writes(path.read_text())]
     # a proposal is born in its initial state; after that, the transition method is the one writer
     assert writes == ["adapters/store/proposals.py:insert in add: INITIAL.value",
-                      "adapters/store/proposals.py:update in record_transition"]
+                      "adapters/store/proposals.py:update in save"]
 
 
 def _line_of(snippet: str) -> int:

@@ -10,11 +10,11 @@ from enum import StrEnum
 from gateway.domain.errors import Refused
 from gateway.domain.lifecycle import ProposalStatus, Transition, next_status, ways_out
 from gateway.domain.policy import Finding, Override, unresolved_denies
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Actor, Principal
 from gateway.domain.risk import Risk, RiskLevel
 
-__all__ = ["Decision", "DecisionRecord", "PlanSummary", "Proposal", "ProposalKind", "ProposalStatus", "StackPlan",
-           "Transition"]
+__all__ = ["Decision", "DecisionRecord", "PlanSummary", "Proposal", "ProposalKind", "ProposalMoved", "ProposalStatus",
+           "StackPlan", "Transition"]
 
 
 class ProposalKind(StrEnum):
@@ -93,6 +93,30 @@ class DecisionRecord:
     at: datetime
 
 
+@dataclass(frozen=True)
+class ProposalMoved:
+    """A transition a proposal took, raised by the proposal and not yet in the trail: the unit of work writes it
+    (as `proposal.<transition>`) in the transaction that saves the new status."""
+
+    proposal_id: int
+    stacks: tuple[str, ...]
+    transition: Transition
+    before: ProposalStatus
+    after: ProposalStatus
+    actor: Actor
+    detail: Mapping[str, object]  # what the transition's caller says about it (a reason, the runner, digests)
+    merge_sha: str | None = None  # the commit it merged, if it did
+    applied_sha: str | None = None  # the commit the apply it starts runs
+
+    @property
+    def kind(self) -> str:
+        return f"proposal.{self.transition.value}"
+
+    @property
+    def payload(self) -> dict[str, object]:
+        return {"from": self.before.value, "to": self.after.value, **self.detail}
+
+
 @dataclass
 class Proposal:
     id: int
@@ -112,6 +136,24 @@ class Proposal:
     agent_claim: str | None = None
     applied_sha: str | None = None  # the commit (the branch merged onto main) the last apply ran
     kind: ProposalKind = ProposalKind.CHANGE
+    # transitions taken since the proposal was last saved (cosmicpython's `Product.events`)
+    events: list[ProposalMoved] = field(default_factory=list, compare=False, repr=False)
+
+    def move(self, transition: Transition, actor: Actor, detail: Mapping[str, object],
+             merge_sha: str | None = None, applied_sha: str | None = None) -> ProposalMoved:
+        """Take `transition` as `actor` (refused when the table does not allow it here), noting the commits it
+        merged or applied, and raise its event; `Proposals.save` persists the move and hands the event to the
+        unit of work."""
+        before = self.status
+        after = self.take(transition)
+        if merge_sha:
+            self.merge_sha = merge_sha
+        if applied_sha:
+            self.applied_sha = applied_sha
+        moved = ProposalMoved(self.id, self.stacks, transition, before, after, actor, dict(detail), merge_sha or None,
+                              applied_sha or None)
+        self.events.append(moved)
+        return moved
 
     def take(self, transition: Transition) -> ProposalStatus:
         """Move along the lifecycle table; refuse with a reason when it does not allow this here."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, Text, bindparam, insert, select, type_coerce, update
 
@@ -28,9 +28,9 @@ from gateway.adapters.store.rows import (
 )
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.errors import Conflict, NotFound
-from gateway.domain.lifecycle import ACTIVE, INITIAL, Transition
+from gateway.domain.lifecycle import ACTIVE, INITIAL
 from gateway.domain.policy import Override
-from gateway.domain.principals import Actor, Principal
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import (
     Decision,
     DecisionRecord,
@@ -40,6 +40,9 @@ from gateway.domain.proposal import (
     ProposalStatus,
     StackPlan,
 )
+
+if TYPE_CHECKING:
+    from gateway.adapters.store.unit_of_work import SqlUnitOfWork
 
 # Everyone a proposal names comes with the row that names them (a join, not a lookup per person: on PostgreSQL
 # each statement is a round trip, and a proposal with an agent, its requester and two approvers named four).
@@ -84,7 +87,12 @@ _PLAN_PREVIEW = select(plans.c.preview).where(plans.c.id == bindparam("id"))
 
 
 class SqlProposals(Records):
-    """Proposals with their plans, decisions, policy overrides and apply records; every status change goes through `record_transition`, with its audit event."""
+    """Proposals with their plans, decisions, policy overrides and apply records. A status changes in the domain
+    (`Proposal.move`) and is written by `save`, which hands the moves' events to `saved` (the unit of work's)."""
+
+    def __init__(self, uow: SqlUnitOfWork, saved: Callable[[Proposal], None]):
+        super().__init__(uow)
+        self.saved = saved
 
     def add(
         self,
@@ -207,42 +215,30 @@ class SqlProposals(Records):
             values["agent_claim"] = agent_claim
         self.conn.execute(update(proposals).where(proposals.c.id == proposal_id).values(**values))
 
-    def record_transition(
-        self,
-        proposal: Proposal,
-        transition: Transition,
-        actor: Actor,
-        payload: Mapping[str, Any],
-        merge_sha: str | None = None,
-        applied_sha: str | None = None,
-    ) -> ProposalStatus:
-        """Take one lifecycle transition and persist it with its audit event, in this transaction.
+    def save(self, proposal: Proposal) -> None:
+        """Persist the transitions the proposal took since it was last saved (its status, the commits they merged
+        or applied) and hand their events to the unit of work, which writes them to the trail in this transaction.
 
-        The row changes only if it is still in the state the transition started from: a concurrent
+        The row changes only if it is still in the state the first of them started from: a concurrent
         writer that moved it first makes this one a Conflict, never a silent overwrite.
         """
-        before = proposal.status
-        after = proposal.take(transition)
-        values: dict[str, Any] = {"status": after.value, "updated_at": now()}
-        if merge_sha:
-            values["merge_sha"] = merge_sha
-            proposal.merge_sha = merge_sha
-        if applied_sha:
-            values["applied_sha"] = applied_sha
-            proposal.applied_sha = applied_sha
-        moved = self.conn.execute(
-            update(proposals).where(proposals.c.id == proposal.id, proposals.c.status == before.value).values(**values)
+        if not proposal.events:
+            return
+        first = proposal.events[0]
+        values: dict[str, Any] = {"status": proposal.status.value, "updated_at": now()}
+        for moved in proposal.events:
+            if moved.merge_sha:
+                values["merge_sha"] = moved.merge_sha
+            if moved.applied_sha:
+                values["applied_sha"] = moved.applied_sha
+        written = self.conn.execute(
+            update(proposals).where(proposals.c.id == proposal.id, proposals.c.status == first.before.value)
+            .values(**values)
         )
-        if moved.rowcount != 1:
-            raise Conflict(f"proposal {proposal.id} changed while it was being moved from {before.value}; try again")
-        self.uow.audit.append(
-            actor,
-            f"proposal.{transition.value}",
-            {"from": before.value, "to": after.value, **payload},
-            proposal.id,
-            proposal.stacks,
-        )
-        return after
+        if written.rowcount != 1:
+            raise Conflict(f"proposal {proposal.id} changed while it was being moved from {first.before.value}; "
+                           "try again")
+        self.saved(proposal)
 
     def add_plan(
         self,

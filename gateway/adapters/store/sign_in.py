@@ -7,8 +7,15 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
-from gateway.adapters.sql_store import oidc_identities, sign_in_flows, sign_in_refusal_tallies, web_sessions
-from gateway.adapters.store.rows import Records, aware, now
+from gateway.adapters.sql_store import (
+    oidc_identities,
+    principals,
+    sign_in_flows,
+    sign_in_refusal_tallies,
+    web_sessions,
+)
+from gateway.adapters.store.rows import Records, as_principal, aware, now
+from gateway.domain.errors import NotFound
 from gateway.domain.principals import Principal
 from gateway.domain.sign_in import PendingSignIn, RefusalTally, WebSession
 
@@ -24,9 +31,16 @@ class SqlSignInRecords(Records):
             issuer=issuer, subject=subject, principal_id=principal.id, display=display[:200], linked_at=now()))
 
     def principal_of(self, issuer: str, subject: str) -> Principal | None:
-        pid = self.conn.scalar(select(oidc_identities.c.principal_id).where(
-            (oidc_identities.c.issuer == issuer) & (oidc_identities.c.subject == subject)))
-        return self.uow.principals.get(pid) if pid else None
+        """The principal the identity is linked to, read with the link (a join, not a sibling repository's get)."""
+        row = self.conn.execute(
+            select(oidc_identities.c.principal_id, principals)
+            .outerjoin(principals, principals.c.id == oidc_identities.c.principal_id)
+            .where((oidc_identities.c.issuer == issuer) & (oidc_identities.c.subject == subject))).mappings().first()
+        if row is None:
+            return None
+        if row["id"] is None:
+            raise NotFound(f"unknown principal {row['principal_id']}")
+        return as_principal(row)
 
     def identities_of(self, principal_id: str) -> list[tuple[str, str]]:
         rows = self.conn.execute(select(oidc_identities.c.issuer, oidc_identities.c.subject).where(

@@ -1,7 +1,8 @@
 """The unit of work in SQL: one transaction, one repository per aggregate.
 
 `SqlStore.session()` is the unit of work: everything a use case writes, audit events included,
-commits together or not at all. Stack locks and the job queue commit on their own, since other
+commits together or not at all. The events an aggregate raises (a proposal's transitions) are written here,
+when its repository saves it: no repository writes to the trail, nor reaches a sibling. Stack locks and the job queue commit on their own, since other
 processes must see them while an apply runs.
 """
 
@@ -28,6 +29,7 @@ from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
 from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.adapters.store.stacks import SqlStackRecords
+from gateway.domain.proposal import Proposal
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import NO_METRICS, Metrics
 
@@ -40,7 +42,7 @@ class SqlUnitOfWork:
         self.scrubber = scrubber or Scrubber()
         self.sealer = sealer
         self.principals = SqlPrincipals(self)
-        self.proposals = SqlProposals(self)
+        self.proposals = SqlProposals(self, saved=self.write_new_events)
         self.conversations = SqlConversations(self)
         self.jobs = SqlJobs(self)
         self.github = SqlGitHubRecords(self)
@@ -51,6 +53,13 @@ class SqlUnitOfWork:
         self.notifications = SqlNotifications(self)
         self.stacks = SqlStackRecords(self)
         self.audit = SqlAuditLog(self)
+
+    def write_new_events(self, proposal: Proposal) -> None:
+        """The events a saved proposal raised, into the trail in this transaction, in the order it raised them
+        (cosmicpython's `collect_new_events`, written with the state rather than after it)."""
+        moved = list(proposal.events)
+        proposal.events.clear()
+        self.audit.append_many([(m.actor, m.kind, m.payload, m.proposal_id, m.stacks) for m in moved])
 
 
 class SqlStore:

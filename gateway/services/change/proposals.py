@@ -200,7 +200,8 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         with ws.store.session() as session:
             locked = session.proposals.get(proposal_id, lock=True)
             if locked.status in DECIDABLE:
-                session.proposals.record_transition(locked, Transition.ABANDON, GATEWAY, {"reason": why})
+                locked.move(Transition.ABANDON, GATEWAY, {"reason": why})
+                session.proposals.save(locked)
             return session.proposals.get(proposal_id), [why]
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
@@ -220,7 +221,8 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         record_plans(session, proposal_id, head, main_sha, results)
         updated = session.proposals.get(proposal_id)
         if updated.status == ProposalStatus.FAILED:
-            session.proposals.record_transition(updated, Transition.REPLAN, GATEWAY, {"because": changes})
+            updated.move(Transition.REPLAN, GATEWAY, {"because": changes})
+            session.proposals.save(updated)
         newly_stale = [d for d in updated.stale_decisions if locked.is_current(d)]
         if newly_stale:
             session.audit.append(GATEWAY, "decisions.stale", {
@@ -319,7 +321,8 @@ def abandon_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason: 
     with ws.store.session() as session:
         proposal = session.proposals.get(proposal_id, lock=True)
         require(actor, Action.ABANDON, proposal)
-        session.proposals.record_transition(proposal, Transition.ABANDON, actor, {"reason": reason})
+        proposal.move(Transition.ABANDON, actor, {"reason": reason})
+        session.proposals.save(proposal)
         return proposal
 
 

@@ -139,7 +139,8 @@ def _record_settlement(session: UnitOfWork, proposal: Proposal, dead: str, settl
     detail = "reason" if settlement.transition is Transition.BLOCK_MERGE else "error"
     payload = {"runner": dead, detail: settlement.reason, "recovered": True,
                "stacks": {r.stack: r.result.value for r in readings}}
-    session.proposals.record_transition(proposal, settlement.transition, GATEWAY, payload, merge_sha=settlement.merge_sha)
+    proposal.move(settlement.transition, GATEWAY, payload, merge_sha=settlement.merge_sha)
+    session.proposals.save(proposal)
     if settlement.merge_sha:
         session.audit.append(GATEWAY, "merged", {
             "branch": proposal.branch, "merge_sha": settlement.merge_sha, "on": "recovery",

@@ -96,9 +96,10 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
             else:
                 moved = []
                 merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
-                session.proposals.record_transition(proposal, Transition.START_APPLY, actor, {
+                proposal.move(Transition.START_APPLY, actor, {
                     "runner": runner, "head_sha": proposal.head_sha, "main_sha": main_sha, "applied_sha": merged,
                     "digests": proposal.current_digests}, applied_sha=merged)
+                session.proposals.save(proposal)
         if moved:
             _refuse(ws, actor, proposal, moved)
         fault_points.reach("apply.after_start_apply")
@@ -305,15 +306,16 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
     with ws.store.session() as session:
         current = session.proposals.get(proposal.id, lock=True)
         if report.merge_sha:
-            session.proposals.record_transition(current, Transition.MERGE if current.status == ProposalStatus.UNMERGED
-                                      else Transition.FINISH, actor, {"merge_sha": report.merge_sha},
-                                      merge_sha=report.merge_sha)
+            current.move(Transition.MERGE if current.status == ProposalStatus.UNMERGED else Transition.FINISH, actor,
+                         {"merge_sha": report.merge_sha}, merge_sha=report.merge_sha)
+            session.proposals.save(current)
             session.audit.append(actor, "merged", {
                 "branch": proposal.branch, "into": ws.main_branch(), "merge_sha": report.merge_sha,
                 "on": f"{forge.settings.name.lower()} #{pull['number']}" if pull and forge else "gateway",
                 "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
         elif current.status == ProposalStatus.APPLYING:
-            session.proposals.record_transition(current, Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})
+            current.move(Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})
+            session.proposals.save(current)
 
 
 def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: str, message: str) -> str:
@@ -365,7 +367,9 @@ def _unmerged_reason(proposal: Proposal, why: str) -> str:
 def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: Actor,
                 payload: dict) -> None:
     with ws.store.session() as session:
-        session.proposals.record_transition(session.proposals.get(proposal_id, lock=True), transition, actor, payload)
+        proposal = session.proposals.get(proposal_id, lock=True)
+        proposal.move(transition, actor, payload)
+        session.proposals.save(proposal)
 
 
 def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str) -> None:
@@ -376,7 +380,8 @@ def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str)
                 session.proposals.finish_apply(record.id, ApplyStatus.FAILED, record.applied, error)
         proposal = session.proposals.get(proposal_id, lock=True)
         if proposal.status == ProposalStatus.APPLYING:
-            session.proposals.record_transition(proposal, Transition.FAIL, actor, {"error": error})
+            proposal.move(Transition.FAIL, actor, {"error": error})
+            session.proposals.save(proposal)
 
 
 @contextmanager

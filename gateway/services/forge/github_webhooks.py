@@ -258,11 +258,13 @@ def _on_closed(ws: Workspace, event: PullRequestEvent, proposal_id: int) -> dict
                 proposal_id, proposal.stacks)
             log.error("github.merged_without_apply", proposal=proposal_id, number=pr.number)
             if proposal.status in DECIDABLE:
-                session.proposals.record_transition(proposal, Transition.ABANDON, actor, {"reason": warning})
+                proposal.move(Transition.ABANDON, actor, {"reason": warning})
+                session.proposals.save(proposal)
             return {"merged_without_apply": warning}
         if proposal.status in DECIDABLE:
-            session.proposals.record_transition(proposal, Transition.ABANDON, actor, {
+            proposal.move(Transition.ABANDON, actor, {
                 "reason": f"pull request #{pr.number} closed on GitHub by {sender.login} without merging"})
+            session.proposals.save(proposal)
             return {"abandoned": proposal_id}
     return {"ignored": f"proposal {proposal_id} is {proposal.status.value}"}
 

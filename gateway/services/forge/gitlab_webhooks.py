@@ -284,11 +284,13 @@ def _on_closed(ws: Workspace, event: MergeRequestEvent, proposal_id: int) -> dic
                 proposal_id, proposal.stacks)
             log.error("gitlab.merged_without_apply", proposal=proposal_id, number=mr.iid)
             if proposal.status in DECIDABLE:
-                session.proposals.record_transition(proposal, Transition.ABANDON, actor, {"reason": warning})
+                proposal.move(Transition.ABANDON, actor, {"reason": warning})
+                session.proposals.save(proposal)
             return {"merged_without_apply": warning}
         if proposal.status in DECIDABLE:
-            session.proposals.record_transition(proposal, Transition.ABANDON, actor, {
+            proposal.move(Transition.ABANDON, actor, {
                 "reason": f"merge request !{mr.iid} closed on GitLab by {who} without merging"})
+            session.proposals.save(proposal)
             return {"abandoned": proposal_id}
     return {"ignored": f"proposal {proposal_id} is {proposal.status.value}"}
 

@@ -1,0 +1,217 @@
+"""The fake unit of work answers as the SQL one does: the same assertions run on tests/fakes.py's FakeStore and on
+the real SqlStore (SQLite), for everything the fake implements, so a use-case test on the fake cannot pass on an
+answer the database would never give."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from gateway.adapters.sql_store import Database
+from gateway.adapters.store.unit_of_work import SqlStore
+from gateway.domain.audit import GENESIS, EventQuery, event_hash
+from gateway.domain.drift import DriftStatus
+from gateway.domain.errors import Conflict, NotFound, Refused
+from gateway.domain.principals import GATEWAY, PrincipalKind, Role
+from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
+from gateway.ports import Store
+
+from .fakes import FakeIntegrityError, FakeStore, ReadOnlyWrite
+
+SUMMARY = PlanSummary(counts={"update": 1})
+FAR = datetime(2099, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=["fake", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "fake":
+        yield FakeStore()
+        return
+    db = Database(f"sqlite:///{tmp_path / 'gateway.db'}")
+    db.migrate()
+    yield SqlStore(db)
+    db.dispose()
+
+
+def _proposal(store: Store, stacks: tuple[str, ...] = ("app",)) -> int:
+    with store.session() as session:
+        alice = session.principals.add("alice", PrincipalKind.PERSON, frozenset({Role.REQUESTER}), frozenset(), "h1")
+        return session.proposals.add("change", "base", "head1", alice, alice, "why", stacks, ["stacks/app/main.tf"])
+
+
+def test_people_are_found_by_name_and_id_and_named_once(store: Store) -> None:
+    with store.session() as session:
+        bob = session.principals.add("bob", PrincipalKind.PERSON, frozenset({Role.APPROVER}), frozenset({"app"}), "h")
+        with pytest.raises(Conflict, match="a principal named 'bob' already exists"):
+            session.principals.add("bob", PrincipalKind.PERSON, frozenset(), frozenset(), "h2")
+    with store.session(readonly=True) as session:
+        assert session.principals.by_name("bob") == bob == session.principals.get(bob.id)
+        assert session.principals.by_name("nobody") is None and session.principals.count() == 1
+        with pytest.raises(NotFound, match="unknown principal"):
+            session.principals.get("no-such-id")
+
+
+def test_a_saved_move_is_the_status_and_its_event_in_the_trail(store: Store) -> None:
+    pid = _proposal(store, ("app", "data"))
+    with store.session() as session:
+        proposal = session.proposals.get(pid, lock=True)
+        assert proposal.status == ProposalStatus.OPEN and proposal.requester.name == "alice"
+        proposal.move(Transition.START_APPLY, GATEWAY, {"runner": "r1"}, applied_sha="merged1")
+        session.proposals.save(proposal)
+        assert proposal.events == []  # handed to the unit of work
+        session.audit.append(GATEWAY, "apply.started", {"stack": "app"}, pid, ["app"])
+    with store.session(readonly=True) as session:
+        saved = session.proposals.get(pid)
+        moved, started = session.audit.events(proposal_id=pid)
+    assert (saved.status, saved.applied_sha) == (ProposalStatus.APPLYING, "merged1")
+    assert (moved.kind, moved.actor, moved.stacks) == ("proposal.start_apply", "gateway", ("app", "data"))
+    assert dict(moved.payload) == {"from": "open", "to": "applying", "runner": "r1"}
+    assert started.kind == "apply.started"  # written after the move, as the use case asked
+
+
+def test_a_move_from_a_state_the_row_has_left_is_a_conflict_and_writes_nothing(store: Store) -> None:
+    pid = _proposal(store)
+    with store.session(readonly=True) as session:
+        stale = session.proposals.get(pid)
+    with store.session() as session:
+        current = session.proposals.get(pid, lock=True)
+        current.move(Transition.ABANDON, GATEWAY, {"reason": "first"})
+        session.proposals.save(current)
+    stale.move(Transition.START_APPLY, GATEWAY, {})
+    with pytest.raises(Conflict, match=f"proposal {pid} changed while it was being moved from open"):
+        with store.session() as session:
+            session.proposals.save(stale)
+    with store.session(readonly=True) as session:
+        assert session.proposals.get(pid).status == ProposalStatus.ABANDONED
+        assert [e.kind for e in session.audit.events(proposal_id=pid)] == ["proposal.abandon"]
+    with pytest.raises(Refused, match="`start_apply` is not possible from there"):
+        current.move(Transition.START_APPLY, GATEWAY, {})
+
+
+def test_a_unit_of_work_that_raises_leaves_nothing_behind(store: Store) -> None:
+    pid = _proposal(store)
+    with pytest.raises(RuntimeError), store.session() as session:
+        proposal = session.proposals.get(pid, lock=True)
+        proposal.move(Transition.ABANDON, GATEWAY, {"reason": "r"})
+        session.proposals.save(proposal)
+        session.day_two.add_break_glass("app", "incident", "olga", 60, confirmed=True)
+        raise RuntimeError("the use case fails after writing")
+    with store.session(readonly=True) as session:
+        assert session.proposals.get(pid).status == ProposalStatus.OPEN
+        assert session.audit.events(proposal_id=pid) == [] and session.day_two.break_glass_windows() == []
+
+
+def test_a_read_unit_of_work_writes_nothing(store: Store) -> None:
+    with pytest.raises((ReadOnlyWrite, Exception)), store.session(readonly=True) as session:
+        session.main.set_marker("m", "v")
+    with store.session(readonly=True) as session:
+        assert session.main.marker("m") is None
+
+
+def test_plans_at_the_head_and_decisions_on_them_make_the_proposal(store: Store) -> None:
+    pid = _proposal(store)
+    with store.session() as session:
+        bob = session.principals.add("bob", PrincipalKind.PERSON, frozenset({Role.APPROVER}), frozenset(), "h2")
+        session.proposals.add_plan(pid, "app", "head0", "main1", "sha256:old", "{}", 3, "l", SUMMARY, "p0")
+        plan_id = session.proposals.add_plan(pid, "app", "head1", "main1", "sha256:d1", "{}", 4, "l", SUMMARY, "p1")
+        session.proposals.add_decision(pid, bob, Decision.APPROVE, "head1", {"app": "sha256:d1"}, "ok", "api-token")
+        session.proposals.add_override(pid, "rule:addr", bob, "accepted", FAR)
+    with store.session(readonly=True) as session:
+        proposal = session.proposals.get(pid)
+        assert session.proposals.plan_document(plan_id) == "{}" and session.proposals.plan_preview(plan_id) == "p1"
+        with pytest.raises(NotFound):
+            session.proposals.plan_document(plan_id + 100)
+    plan = proposal.plans["app"]
+    assert (plan.plan_id, plan.digest, plan.state_serial, plan.main_sha, dict(plan.counts)) == (
+        plan_id, "sha256:d1", 4, "main1", {"update": 1})
+    [approval] = proposal.current_approvals
+    assert (approval.principal.name, approval.auth, approval.comment) == ("bob", "api-token", "ok")
+    assert [(o.finding_key, o.by) for o in proposal.overrides] == [("rule:addr", "bob")]
+    with store.session() as session:  # a new commit: the decision goes stale
+        session.proposals.update_head(pid, "head2", ["app"], ["stacks/app/main.tf"])
+    with store.session(readonly=True) as session:
+        moved_on = session.proposals.get(pid)
+        assert moved_on.plans == {} and moved_on.current_approvals == [] and len(moved_on.stale_decisions) == 1
+        assert session.proposals.open_for_branch("change") == pid and session.proposals.open_for_branch("x") is None
+
+
+def test_one_open_drift_record_per_stack_updated_then_closed(store: Store) -> None:
+    with store.session() as session:
+        rid = session.day_two.add_drift_record("app", [], False, None)
+    with store.session() as session, pytest.raises((IntegrityError, FakeIntegrityError)):  # whoever races
+        session.day_two.add_drift_record("app", [], False, None)
+    with store.session() as session:
+        session.day_two.update_drift_record(rid, [], True, 7)
+        assert session.day_two.open_drift_record("app").expected is True  # type: ignore[union-attr]
+        session.day_two.close_drift_record(rid, "gateway", "a check finds no drift any more", None)
+        assert session.day_two.add_drift_record("app", [], False, None) == rid + 1  # a new one may open now
+    with store.session(readonly=True) as session:
+        newest, closed = session.day_two.drift_records("app")
+        assert (newest.status, closed.status, closed.closed_reason, closed.break_glass_id) == (
+            DriftStatus.OPEN, DriftStatus.CLOSED, "a check finds no drift any more", 7)
+        assert session.day_two.drift_records("data") == [] and len(session.day_two.drift_records(only_open=True)) == 1
+
+
+def test_windows_open_at_once_or_on_confirmation_and_are_marked_once(store: Store) -> None:
+    with store.session() as session:
+        wid = session.day_two.add_break_glass("app", "incident", "olga", 3600, confirmed=True)
+        asked = session.day_two.add_break_glass("data", "incident", "olga", 60, confirmed=False)
+        window, waiting = session.day_two.break_glass(wid), session.day_two.break_glass(asked)
+    assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
+    assert (waiting["opened_at"], waiting["ends_at"], waiting["confirmed_by"]) == (None, None, None)
+    with store.session() as session:
+        session.day_two.confirm_break_glass(asked, "paul", window["opened_at"], window["ends_at"])
+        assert session.day_two.mark_break_glass(wid, "flagged_at", window["opened_at"])
+        assert not session.day_two.mark_break_glass(wid, "flagged_at", window["opened_at"])
+        session.day_two.acknowledge_break_glass(wid, "paul", window["opened_at"], "seen")
+        assert not session.day_two.mark_break_glass(wid, "codified_at", window["opened_at"])  # acknowledged: done
+        with pytest.raises(NotFound, match="no break-glass window 99"):
+            session.day_two.break_glass(99)
+    with store.session(readonly=True) as session:
+        assert [w["id"] for w in session.day_two.break_glass_windows()] == [asked, wid]
+        assert [w["id"] for w in session.day_two.break_glass_windows("data")] == [asked]
+        assert session.day_two.break_glass(asked)["confirmed_by"] == "paul"
+
+
+def test_a_marker_is_claimed_by_one_worker(store: Store) -> None:
+    with store.session() as session:
+        assert session.main.swap_marker("drift_claimed:app", None, "t1")
+        assert not session.main.swap_marker("drift_claimed:app", None, "t2")
+        assert session.main.swap_marker("drift_claimed:app", "t1", "t3")
+        assert not session.main.swap_marker("drift_claimed:app", "t1", "t4")
+        session.main.set_marker("seen", "a")
+        session.main.set_marker("seen", "b")
+    with store.session(readonly=True) as session:
+        assert (session.main.marker("drift_claimed:app"), session.main.marker("seen")) == ("t3", "b")
+
+
+def test_the_trail_is_chained_and_filtered_alike(store: Store) -> None:
+    with store.session() as session:
+        session.audit.append(GATEWAY, "plan", {"n": 1}, 1, ["app"])
+        session.audit.append_many([(GATEWAY, "apply.failed", {"n": 2}, 1, ["data"]),
+                                   (GATEWAY, "apply.succeeded", {"n": 3}, 2, ["app"])])
+    with store.session(readonly=True) as session:
+        events = session.audit.events()
+        assert session.audit.chain_head() == (3, events[-1].hash) and session.audit.newest_seq(1) == 2
+        assert [e.seq for e in session.audit.events(stack="app")] == [1, 3]
+        assert [e.seq for e in session.audit.query(EventQuery(action="apply"))] == [2, 3]
+        assert [e.seq for e in session.audit.query(EventQuery(outcome="failed"))] == [2]
+        assert [e.seq for e in session.audit.query(EventQuery(), after=1, limit=1)] == [2]
+        assert session.audit.count(EventQuery(proposal_id=1)) == 2
+    previous = GENESIS
+    for event in events:
+        assert event.prev_hash == previous and event.hash == event_hash(previous, event.content())
+        previous = event.hash
+
+
+def test_a_stacks_serial_is_the_newest_reading(store: Store) -> None:
+    with store.session() as session:
+        session.stacks.record_serials({"app": 3, "data": 1}, FAR)
+        session.stacks.record_serials({"app": 2}, FAR - timedelta(hours=1))  # an older reading, finished later
+    with store.session(readonly=True) as session:
+        assert session.stacks.serials(["app", "data", "network"]) == {"app": 3, "data": 1}
+        assert session.stacks.serials([]) == {}

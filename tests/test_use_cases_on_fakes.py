@@ -1,0 +1,215 @@
+"""Use cases whose rules need no git, no database and no engine, run on tests/fakes.py's unit of work: who may decide
+on a proposal (and what the trail says of a refusal), abandoning and withdrawing, and break-glass windows from
+request to acknowledgement. The clock is a FakeClock: a deadline passes by moving it, not by sleeping. What needs
+a real repository, plan or apply stays in test_change_path.py and test_day_two.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from gateway.domain.audit import EventQuery
+from gateway.domain.errors import InputError, Refused
+from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role
+from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus
+from gateway.services.change.proposals import abandon_proposal, decide, get_proposal, withdraw_decisions
+from gateway.services.day_two.break_glass import (
+    acknowledge_break_glass,
+    close_break_glass,
+    confirm_break_glass,
+    open_break_glass,
+    overdue_windows,
+    sweep_break_glass,
+)
+from gateway.services.day_two.drift_records import CHECKED
+from gateway.services.workspace import Workspace
+
+from .fakes import SAMPLE_GATEWAY_YAML, FakeClock, FakeDeclarationRepo, fake_workspace, person
+
+
+class Team:
+    """The people of conftest's `people`, kept in the fake store."""
+
+    def __init__(self, ws: Workspace):
+        def add(name: str, role: Role, *groups: str, kind: PrincipalKind = PrincipalKind.PERSON) -> Principal:
+            return person(name, role, groups=groups, kind=kind, store=ws.store)
+
+        self.alice, self.bob, self.carol = add("alice", Role.REQUESTER, "app"), add("bob", Role.APPROVER, "platform"), \
+            add("carol", Role.APPROVER, "platform")
+        self.erin, self.dana = add("erin", Role.APPROVER, "data"), add("dana", Role.AUDITOR)
+        self.agent = add("infra-agent", Role.REQUESTER, kind=PrincipalKind.AGENT)
+        self.olga, self.paul = add("olga", Role.REQUESTER, "oncall"), add("paul", Role.REQUESTER, "oncall")
+
+
+@pytest.fixture
+def ws() -> Workspace:
+    return fake_workspace()
+
+
+@pytest.fixture
+def team(ws: Workspace) -> Team:
+    return Team(ws)
+
+
+def proposed(ws: Workspace, requester: Principal, proposer: Principal | None = None, stack: str = "app-staging") -> int:
+    """A proposal of branch `bigger` on `stack`, planned at its head onto main (what open_proposal leaves)."""
+    assert isinstance(ws.repo, FakeDeclarationRepo)
+    ws.repo.refs["bigger"] = "head-1"
+    with ws.store.session() as session:
+        pid = session.proposals.add("bigger", "main-1", "head-1", requester, proposer or requester, "more memory",
+                                    [stack], [f"stacks/{stack}/main.tf"])
+        session.proposals.add_plan(pid, stack, "head-1", "main-1", "sha256:plan1", "{}", 0, "lineage",
+                                   PlanSummary(counts={"update": 1}), "preview")
+    return pid
+
+
+def trail(ws: Workspace, **query: object) -> list[tuple[str, str]]:
+    with ws.store.session(readonly=True) as session:
+        return [(e.actor, e.kind) for e in session.audit.query(EventQuery(**query))]  # type: ignore[arg-type]
+
+
+# Who decides (from test_change_path.py, which built git, a database and the simulator for these)
+
+def test_requester_cannot_approve_their_own_change(ws: Workspace, team: Team) -> None:
+    pid = proposed(ws, team.alice)
+    with pytest.raises(Refused) as refused:
+        decide(ws, team.alice, pid, Decision.APPROVE, "")
+    assert "alice requested this change and cannot approve or reject it" in refused.value.reasons
+    assert trail(ws, proposal_id=pid) == [("alice", "approve.refused")]  # the refusal is in the trail
+
+
+def test_requester_who_is_an_approver_still_cannot_approve(ws: Workspace, team: Team) -> None:
+    pid = proposed(ws, team.bob)
+    with pytest.raises(Refused, match="bob requested this change"):
+        decide(ws, team.bob, pid, Decision.APPROVE, "")
+    approved = decide(ws, team.carol, pid, Decision.APPROVE, "")
+    [approval] = approved.current_approvals
+    assert (approval.principal.name, approval.head_sha, dict(approval.digests)) == (
+        "carol", "head-1", {"app-staging": "sha256:plan1"})
+    assert trail(ws, proposal_id=pid) == [("bob", "approve.refused"), ("carol", "approval")]
+
+
+def test_agent_can_never_approve_or_reject(ws: Workspace, team: Team) -> None:
+    pid = proposed(ws, team.alice, proposer=team.agent)
+    for decision in Decision:
+        with pytest.raises(Refused, match="infra-agent is an agent; agents can never approve or reject"):
+            decide(ws, team.agent, pid, decision, "x")
+    assert get_proposal(ws, pid).decisions == []
+
+
+def test_approver_outside_the_stacks_groups_is_refused(ws: Workspace, team: Team) -> None:
+    pid = proposed(ws, team.alice)
+    with pytest.raises(Refused, match="erin is not in an approver group of stack app-staging"):
+        decide(ws, team.erin, pid, Decision.APPROVE, "")
+    with pytest.raises(Refused, match="dana does not have the approver role"):
+        decide(ws, team.dana, pid, Decision.APPROVE, "")
+
+
+def test_a_rejection_needs_a_reason_and_stands_until_withdrawn(ws: Workspace, team: Team) -> None:
+    pid = proposed(ws, team.alice)
+    with pytest.raises(InputError, match="a rejection needs a reason"):
+        decide(ws, team.carol, pid, Decision.REJECT, " ")
+    assert decide(ws, team.carol, pid, Decision.REJECT, "wait for the freeze").current_rejection is not None
+    withdrawn = withdraw_decisions(ws, GATEWAY, team.carol, pid, "review dismissed")
+    assert withdrawn.current_rejection is None  # kept in the trail and the records, no longer counting
+    with ws.store.session(readonly=True) as session:
+        [event] = session.audit.events(kind="decision.withdrawn")
+    assert event.payload["by"] == "carol" and event.payload["withdrawn"][0]["decision"] == "reject"
+
+
+def test_abandoning_is_a_recorded_transition_and_only_once(ws: Workspace, team: Team) -> None:
+    pid = proposed(ws, team.alice)
+    with pytest.raises(InputError, match="say why the proposal is abandoned"):
+        abandon_proposal(ws, team.alice, pid, "")
+    assert abandon_proposal(ws, team.alice, pid, "not needed").status == ProposalStatus.ABANDONED
+    with ws.store.session(readonly=True) as session:
+        [event] = session.audit.events(proposal_id=pid)
+    assert (event.kind, dict(event.payload)) == (
+        "proposal.abandon", {"from": "open", "to": "abandoned", "reason": "not needed"})
+    with pytest.raises(Refused, match="abandoned; `abandon` is not possible from there"):
+        abandon_proposal(ws, team.alice, pid, "again")
+    assert len(trail(ws, proposal_id=pid)) == 1  # the refused second move wrote nothing
+
+
+# Break-glass windows (the rules of test_day_two.py's stories, with a clock that moves instead of sleeps)
+
+def breakable(codify_within: str = "1h") -> Workspace:
+    return fake_workspace(SAMPLE_GATEWAY_YAML + f"\nbreak_glass:\n  groups: [oncall]\n  codify_within: {codify_within}\n")
+
+
+def test_only_people_of_the_break_glass_group_open_a_window_and_one_at_a_time() -> None:
+    ws = breakable()
+    team = Team(ws)
+    with pytest.raises(Refused, match="alice is not in a break-glass group"):
+        open_break_glass(ws, team.alice, "app-staging", "incident 7", timedelta(hours=2))
+    with pytest.raises(Refused, match="only people may break the glass"):
+        open_break_glass(ws, team.agent, "app-staging", "incident 7", timedelta(hours=2))
+    window = open_break_glass(ws, team.olga, "app-staging", "incident 7", timedelta(hours=2))
+    assert window.opened_at is not None  # app-staging protects nothing: no second person needed
+    with pytest.raises(Refused, match="already has a break-glass window open"):
+        open_break_glass(ws, team.paul, "app-staging", "incident 7 again", timedelta(hours=1))
+    assert trail(ws, kind="break_glass.refused") == [("alice", "break_glass.refused"),
+                                                      ("infra-agent", "break_glass.refused"),
+                                                      ("paul", "break_glass.refused")]
+
+
+def test_a_protected_stacks_window_opens_when_a_second_person_confirms_it() -> None:
+    ws = breakable()
+    team = Team(ws)
+    window = open_break_glass(ws, team.olga, "app-prod", "incident 8: lb", timedelta(hours=1))
+    assert window.opened_at is None
+    with pytest.raises(Refused, match="olga asked for this window; a second person confirms it"):
+        confirm_break_glass(ws, team.olga, window.id)
+    with pytest.raises(Refused, match="bob is not in a break-glass group"):
+        confirm_break_glass(ws, team.bob, window.id)
+    confirmed = confirm_break_glass(ws, team.paul, window.id)
+    assert confirmed.opened_at == ws.clock.now() and confirmed.confirmed_by == "paul"
+    with pytest.raises(Refused, match="not waiting for a confirmation"):
+        confirm_break_glass(ws, team.paul, window.id)
+    assert [k for _, k in trail(ws, stack="app-prod")] == ["break_glass.requested", "break_glass.opened"]
+
+
+def test_a_window_whose_drift_is_gone_settles_once_a_check_has_looked() -> None:
+    ws = breakable()
+    team = Team(ws)
+    window = open_break_glass(ws, team.olga, "app-staging", "incident 9", timedelta(hours=1))
+    assert isinstance(ws.clock, FakeClock)
+    ws.clock.advance(3600)  # the window ran out
+    with ws.store.session() as session:  # a worker's drift check after it found nothing
+        session.main.set_marker(CHECKED + "app-staging", ws.clock.now().isoformat())
+    assert sweep_break_glass(ws) == [f"window {window.id} settled"]
+    assert sweep_break_glass(ws) == []  # once in the trail
+    assert overdue_windows(ws) == []
+
+
+def test_drift_not_codified_in_time_is_flagged_once_and_acknowledged_by_another_person() -> None:
+    ws = breakable("1s")
+    team = Team(ws)
+    window = open_break_glass(ws, team.olga, "app-prod", "incident 8", timedelta(hours=1))
+    confirm_break_glass(ws, team.paul, window.id)
+    with ws.store.session() as session:  # what the window changed, as a check records it
+        session.day_two.add_drift_record("app-prod", [], True, window.id)
+    with pytest.raises(Refused, match="bob may not close break-glass window"):
+        close_break_glass(ws, team.bob, window.id, "over")
+    with ws.store.session() as session:
+        session.day_two.close_break_glass(window.id, ws.clock.now())  # closed, its drift already recorded
+        session.main.set_marker(CHECKED + "app-prod", ws.clock.now().isoformat())
+    with pytest.raises(Refused, match="is closed, not overdue|not overdue"):
+        acknowledge_break_glass(ws, team.paul, window.id, "seen")
+    assert isinstance(ws.clock, FakeClock)
+    ws.clock.advance(1.5)  # past the codify deadline
+    assert sweep_break_glass(ws) == [f"window {window.id} overdue"]
+    assert sweep_break_glass(ws) == []  # flagged once
+    assert [w.id for w in overdue_windows(ws)] == [window.id]
+    with ws.store.session(readonly=True) as session:
+        [flag] = session.audit.events(kind="break_glass.overdue")
+    assert flag.stacks == ("app-prod",) and flag.payload["drift_record"] == 1
+    with pytest.raises(InputError, match="say what is being done"):
+        acknowledge_break_glass(ws, team.paul, window.id, " ")
+    with pytest.raises(Refused, match="bob is not in a break-glass group"):
+        acknowledge_break_glass(ws, team.bob, window.id, "seen")
+    with pytest.raises(Refused, match="olga broke the glass of window .*; another person"):
+        acknowledge_break_glass(ws, team.olga, window.id, "meh")
+    assert acknowledge_break_glass(ws, team.paul, window.id, "codify ticket OPS-12").acknowledged_by == "paul"
+    assert overdue_windows(ws) == []

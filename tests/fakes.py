@@ -21,7 +21,9 @@ from typing import Any, TypeVar
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.config import Settings
 from gateway.domain.applies import ApplyRecord, ApplyStatus
+from gateway.domain.apply_blockers import MainPush
 from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome
+from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, DriftStatus
 from gateway.domain.errors import BackendError, Conflict, NotFound
 from gateway.domain.lifecycle import ACTIVE, INITIAL
@@ -430,13 +432,13 @@ class FakeDayTwoRecords(_Faked, DayTwoRecords):
                              "acknowledged_at", "acknowledgement"))}
         return wid
 
-    def break_glass(self, window_id: int) -> dict[str, Any]:
+    def break_glass(self, window_id: int) -> BreakGlassWindow:
         if window_id not in self.t.windows:
             raise NotFound(f"no break-glass window {window_id}")
-        return dict(self.t.windows[window_id])
+        return _window(self.t.windows[window_id])
 
-    def break_glass_windows(self, stack: str | None = None) -> list[dict[str, Any]]:
-        return [dict(w) for w in sorted(self.t.windows.values(), key=lambda w: -w["id"])
+    def break_glass_windows(self, stack: str | None = None) -> list[BreakGlassWindow]:
+        return [_window(w) for w in sorted(self.t.windows.values(), key=lambda w: -w["id"])
                 if stack in (None, w["stack"])][:500]
 
     def confirm_break_glass(self, window_id: int, by: str, opened_at: datetime, ends_at: datetime) -> None:
@@ -459,6 +461,11 @@ class FakeDayTwoRecords(_Faked, DayTwoRecords):
         self._writing()
         if window_id in self.t.windows:
             self.t.windows[window_id].update(values)
+
+
+def _window(row: dict[str, Any]) -> BreakGlassWindow:
+    fields = {k: v for k, v in row.items() if k not in ("duration_seconds", "codify_by")}
+    return BreakGlassWindow(**fields, duration=timedelta(seconds=row["duration_seconds"]))
 
 
 class FakeIntegrityError(Exception):
@@ -490,9 +497,9 @@ class FakeMainRecords(_Faked, MainRecords):
                               "reason": None}
         return True
 
-    def unacknowledged_pushes(self) -> list[dict[str, Any]]:
-        return [dict(p) for p in sorted(self.t.pushes.values(), key=lambda p: p["detected_at"])
-                if p["acknowledged_at"] is None]
+    def unacknowledged_pushes(self) -> list[MainPush]:
+        return [MainPush(p["sha"], p["author"], frozenset(p["stacks"]))
+                for p in sorted(self.t.pushes.values(), key=lambda p: p["detected_at"]) if p["acknowledged_at"] is None]
 
 
 @only_what_is_faked

@@ -161,20 +161,21 @@ def test_windows_open_at_once_or_on_confirmation_and_are_marked_once(store: Stor
         wid = session.day_two.add_break_glass("app", "incident", "olga", 3600, confirmed=True)
         asked = session.day_two.add_break_glass("data", "incident", "olga", 60, confirmed=False)
         window, waiting = session.day_two.break_glass(wid), session.day_two.break_glass(asked)
-    assert window["ends_at"] - window["opened_at"] == timedelta(hours=1)
-    assert (waiting["opened_at"], waiting["ends_at"], waiting["confirmed_by"]) == (None, None, None)
+    assert window.opened_at is not None and window.ends_at is not None
+    assert window.ends_at - window.opened_at == timedelta(hours=1)
+    assert (waiting.opened_at, waiting.ends_at, waiting.confirmed_by) == (None, None, None)
     with store.session() as session:
-        session.day_two.confirm_break_glass(asked, "paul", window["opened_at"], window["ends_at"])
-        assert session.day_two.mark_break_glass(wid, "flagged_at", window["opened_at"])
-        assert not session.day_two.mark_break_glass(wid, "flagged_at", window["opened_at"])
-        session.day_two.acknowledge_break_glass(wid, "paul", window["opened_at"], "seen")
-        assert not session.day_two.mark_break_glass(wid, "codified_at", window["opened_at"])  # acknowledged: done
+        session.day_two.confirm_break_glass(asked, "paul", window.opened_at, window.ends_at)
+        assert session.day_two.mark_break_glass(wid, "flagged_at", window.opened_at)
+        assert not session.day_two.mark_break_glass(wid, "flagged_at", window.opened_at)
+        session.day_two.acknowledge_break_glass(wid, "paul", window.opened_at, "seen")
+        assert not session.day_two.mark_break_glass(wid, "codified_at", window.opened_at)  # acknowledged: done
         with pytest.raises(NotFound, match="no break-glass window 99"):
             session.day_two.break_glass(99)
     with store.session(readonly=True) as session:
-        assert [w["id"] for w in session.day_two.break_glass_windows()] == [asked, wid]
-        assert [w["id"] for w in session.day_two.break_glass_windows("data")] == [asked]
-        assert session.day_two.break_glass(asked)["confirmed_by"] == "paul"
+        assert [w.id for w in session.day_two.break_glass_windows()] == [asked, wid]
+        assert [w.id for w in session.day_two.break_glass_windows("data")] == [asked]
+        assert session.day_two.break_glass(asked).confirmed_by == "paul"
 
 
 def test_a_marker_is_claimed_by_one_worker(store: Store) -> None:

@@ -462,6 +462,10 @@ class Jobs(Protocol):
         """The proposal's jobs, oldest first, as this transaction sees them (a view's one snapshot)."""
         ...
 
+    def latest_finished(self, kind: JobKind, proposal_ids: Collection[int]) -> dict[int, Job]:
+        """Each proposal's latest finished job of this kind (proposals with none are left out)."""
+        ...
+
     def finish(self, job_id: int, status: JobStatus, result: Mapping[str, Any] | None = None,
                    error: str | None = None, only_if_running: bool = True) -> bool: ...
 

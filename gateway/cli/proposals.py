@@ -84,11 +84,15 @@ def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
 
         click.echo(json.dumps(view_proposal(ctx.ws, actor, proposal_id).to_public(), indent=2, default=str))
         return
+    from gateway.services.change.jobs import standing_plan_failure
     from gateway.services.change.proposals import get_proposal, pending_changes
 
     proposal = get_proposal(ctx.ws, proposal_id)
     for change in pending_changes(ctx.ws, proposal):
         click.echo(f"note: {change}; the plans below predate it (`gateway sync {proposal_id}` re-plans; approve and apply re-plan first)")
+    failure = standing_plan_failure(ctx.ws, proposal, ctx.ws.store.queue.of_proposal(proposal_id))
+    if failure is not None:
+        click.echo(f"note: proposal {proposal_id} {failure.describe(proposal_id)}")
     echo_proposal(ctx.ws, proposal, fmt)
     if show_diff:
         click.echo(ctx.ws.repo.diff(proposal.base_sha, proposal.head_sha))

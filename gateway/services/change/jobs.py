@@ -10,13 +10,13 @@ its delivery was answered 202, so GitHub will not send it again, and a review mu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, timedelta
 from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers
-from gateway.domain.errors import GatewayError, NotFound, Refused, RetryLater, Unavailable
-from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
+from gateway.domain.errors import GatewayError, LockTimeout, NotFound, Refused, RetryLater, Unavailable
+from gateway.domain.jobs import PLANNED_FROM, Job, JobKind, JobStatus, PlanFailure, RetryPolicy, plan_failure
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Actor, Principal
@@ -152,13 +152,39 @@ def _worth_recording(job: Job, status: JobStatus, result: Mapping[str, Any]) -> 
     return not (job.kind == JobKind.WEBHOOK and status == JobStatus.SUCCEEDED and "ignored" in result)
 
 
-def run_plan_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], None]:
-    """A plan job: catch the proposal up with its branch, main and its stacks' state."""
+def run_plan_job(ws: Workspace, job: Job, runner: str,
+                 progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:
+    """A plan job: catch the proposal up with its branch, main and its stacks' state.
+
+    A plan that fails on what it planned from (a branch that conflicts with main, a malformed declaration) records
+    those inputs, so the workers plan it again only once one moves; a dependency's bad moment is not recorded so.
+    """
     progress(f"re-planning proposal {job.proposal_id}")
-    _, changes = sync_proposal(ws, proposal_id_of(job))
+    proposal_id = proposal_id_of(job)
+    head_sha, main_sha = plan_inputs(ws, get_proposal(ws, proposal_id).branch)
+    try:
+        _, changes = sync_proposal(ws, proposal_id)
+    except (Refused, Unavailable, LockTimeout):
+        raise
+    except GatewayError as exc:
+        return JobStatus.FAILED, {PLANNED_FROM: {"head_sha": head_sha, "main_sha": main_sha}}, str(exc)
     for change in changes:
         progress(change)
     return JobStatus.SUCCEEDED, {"changes": changes}, None
+
+
+def plan_inputs(ws: Workspace, branch: str, main_sha: str | None = None) -> tuple[str | None, str]:
+    """What a plan of a proposal starts from now: its branch's head (None: gone) and main's head."""
+    head = ws.repo.resolve(branch) if ws.repo.branch_exists(branch) else None
+    return head, main_sha or ws.repo.resolve(ws.main_branch())
+
+
+def standing_plan_failure(ws: Workspace, proposal: Proposal, jobs: Sequence[Job]) -> PlanFailure | None:
+    """Why the proposal cannot be planned, while a plan now would start from what its last plan job failed on."""
+    failure = plan_failure(jobs)
+    if failure is None or proposal.status not in DECIDABLE:
+        return None
+    return failure if failure.holds(*plan_inputs(ws, proposal.branch)) else None
 
 
 def run_apply_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:
@@ -227,8 +253,13 @@ def enqueue_moved_proposals(ws: Workspace) -> list[int]:
     main_sha = ws.repo.resolve(ws.main_branch())
     rows = [row for row in rows if row["id"] not in waiting]  # a plan job already queued re-plans them
     serials = read_serials(ws, sorted({stack for row in rows for stack in row["plans"]}))
+    with ws.store.session(readonly=True) as session:
+        last_plans = session.jobs.latest_finished(JobKind.PLAN, [row["id"] for row in rows])
     queued = []
     for row in rows:
+        failure = plan_failure([last_plans[row["id"]]]) if row["id"] in last_plans else None
+        if failure is not None and failure.holds(*plan_inputs(ws, row["branch"], main_sha)):
+            continue  # it would fail the same way again: wait for its branch or main to move
         basis = PlanBasis(row["id"], row["branch"], row["head_sha"], tuple(row["stacks"]), row["plans"])
         if changes_since_plans(ws, basis, main_sha, serials.__getitem__):
             queued.append(enqueue_job(ws, GATEWAY, JobKind.PLAN, basis.proposal_id).id)

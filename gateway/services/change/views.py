@@ -70,8 +70,8 @@ class ProposalView:
         document = {
             "id": p.id, "branch": p.branch, "status": p.status.value, "stacks": list(p.stacks), "reason": p.reason,
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
-            "pending": self.pending, "cannot_plan": self.cannot_plan, "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value}
-                                              for j in self.jobs],
+            "pending": self.pending, "cannot_plan": self.cannot_plan,
+            "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value} for j in self.jobs],
             "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
             "can_apply": self.can_apply, "apply_blockers": self.apply_blockers,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,

@@ -84,7 +84,7 @@ def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
 
         click.echo(json.dumps(view_proposal(ctx.ws, actor, proposal_id).to_public(), indent=2, default=str))
         return
-    from gateway.services.change.jobs import standing_plan_failure
+    from gateway.services.change.plan_failures import standing_plan_failure
     from gateway.services.change.proposals import get_proposal, pending_changes
 
     proposal = get_proposal(ctx.ws, proposal_id)

@@ -10,13 +10,13 @@ its delivery was answered 202, so GitHub will not send it again, and a review mu
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, timedelta
 from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.errors import GatewayError, LockTimeout, NotFound, Refused, RetryLater, Unavailable
-from gateway.domain.jobs import PLANNED_FROM, Job, JobKind, JobStatus, PlanFailure, RetryPolicy, plan_failure
+from gateway.domain.jobs import PLANNED_FROM, Job, JobKind, JobStatus, RetryPolicy, plan_failure
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Actor, Principal
@@ -25,6 +25,7 @@ from gateway.logs import get_logger
 from gateway.services.agents.agent_runs import interrupt_abandoned_turns
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.heartbeat import Heartbeat
+from gateway.services.change.plan_failures import plan_inputs
 from gateway.services.change.proposals import (
     PlanBasis,
     changes_since_plans,
@@ -171,20 +172,6 @@ def run_plan_job(ws: Workspace, job: Job, runner: str,
     for change in changes:
         progress(change)
     return JobStatus.SUCCEEDED, {"changes": changes}, None
-
-
-def plan_inputs(ws: Workspace, branch: str, main_sha: str | None = None) -> tuple[str | None, str]:
-    """What a plan of a proposal starts from now: its branch's head (None: gone) and main's head."""
-    head = ws.repo.resolve(branch) if ws.repo.branch_exists(branch) else None
-    return head, main_sha or ws.repo.resolve(ws.main_branch())
-
-
-def standing_plan_failure(ws: Workspace, proposal: Proposal, jobs: Sequence[Job]) -> PlanFailure | None:
-    """Why the proposal cannot be planned, while a plan now would start from what its last plan job failed on."""
-    failure = plan_failure(jobs)
-    if failure is None or proposal.status not in DECIDABLE:
-        return None
-    return failure if failure.holds(*plan_inputs(ws, proposal.branch)) else None
 
 
 def run_apply_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:

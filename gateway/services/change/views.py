@@ -19,7 +19,7 @@ from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import UnitOfWork
 from gateway.services.change.apply_facts import gather_apply_facts
-from gateway.services.change.jobs import standing_plan_failure
+from gateway.services.change.plan_failures import standing_plan_failure
 from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, stored_previews
 from gateway.services.change.read_model import scrubbed_bytes
 from gateway.services.workspace import Workspace

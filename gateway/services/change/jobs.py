@@ -214,6 +214,11 @@ def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: 
         time.sleep(poll_seconds)
 
 
+def runs_jobs_here(ws: Workspace) -> bool:
+    """The embedded default (SQLite: one machine, no worker to wait for): a command runs the jobs it queues."""
+    return ws.store.dialect == "sqlite"
+
+
 def run_now_or_follow(ws: Workspace, job: Job, runner: str, on_progress: Progress) -> Job:
     """The embedded default: run the queued job in this process, or follow it if a worker took it first."""
     claimed = ws.store.queue.claim(runner, job_id=job.id)

@@ -1,8 +1,8 @@
 """Running the gateway as a service: the figures read from the records when metrics are scraped, and readiness.
 
-Queue depth and age, open drift, breakers, the newest checkpoint and the live workers are read here, from the database, at each
-scrape, so every process (any number of API processes and workers) reports the same truth. Counters of what one
-process did (job outcomes, lock waits, deliveries) go through the `Metrics` port instead.
+Queue depth and age, open drift, breakers, the newest checkpoint and the live workers are read here, from the
+database, at each scrape, so every process (any number of API processes and workers) reports the same truth.
+Counters of what one process did (job outcomes, lock waits, deliveries) go through the `Metrics` port instead.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The unit of work in SQL: one transaction, one repository per aggregate.
 
 `SqlStore.session()` is the unit of work: everything a use case writes, audit events included,
-commits together or not at all. Stack locks and the job queue commit on their own, since other
-processes must see them while an apply runs.
+commits together or not at all. Stack locks, the job queue and the worker registry commit on their
+own, since other processes must see them while an apply runs.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
 from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.adapters.store.stacks import SqlStackRecords
+from gateway.adapters.store.workers import SqlWorkerRegistry
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import NO_METRICS, Metrics
 
@@ -54,7 +55,7 @@ class SqlUnitOfWork:
 
 
 class SqlStore:
-    """Units of work over one database, and the stack locks and job queue that commit on their own."""
+    """Units of work over one database, and the stack locks, job queue and worker registry that commit on their own."""
 
     def __init__(self, db: Database, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
         self.db = db
@@ -62,6 +63,7 @@ class SqlStore:
         self.sealer = sealer  # saved plans hold secrets in clear: sealed at rest
         self.locks = SqlStackLocks(db)
         self.queue = SqlJobQueue(db)
+        self.workers = SqlWorkerRegistry(db)
         self.dialect = db.engine.dialect.name
         self.schema_version = SCHEMA_VERSION
         self.metrics: Metrics = NO_METRICS  # the composition root sets the process's metrics

@@ -10,7 +10,16 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
-from gateway.cli.context import FORMATS, Context, echo_approval_state, echo_proposal, finish_job, pass_ctx, pass_reader
+from gateway.cli.context import (
+    FORMATS,
+    Context,
+    echo_approval_state,
+    echo_proposal,
+    finish_job,
+    pass_ctx,
+    pass_reader,
+    queue_job,
+)
 from gateway.domain.jobs import JobKind
 from gateway.domain.proposal import Decision
 
@@ -150,9 +159,7 @@ def override(ctx: Context, proposal_id: int, finding_key: str, reason: str, expi
 @pass_ctx
 def apply(ctx: Context, proposal_id: int, no_wait: bool) -> None:
     """Apply exactly the approved plans, one stack at a time, then merge the branch (a job)."""
-    from gateway.services.change.jobs import enqueue_job
-
-    finish_job(ctx, enqueue_job(ctx.ws, ctx.actor(), JobKind.APPLY, proposal_id), no_wait)
+    queue_job(ctx, JobKind.APPLY, proposal_id, no_wait)
 
 
 @group.command()
@@ -161,9 +168,7 @@ def apply(ctx: Context, proposal_id: int, no_wait: bool) -> None:
 @pass_ctx
 def sync(ctx: Context, proposal_id: int, no_wait: bool) -> None:
     """Re-plan a proposal whose branch, main or stack state moved since its plans (a job)."""
-    from gateway.services.change.jobs import enqueue_job
-
-    finish_job(ctx, enqueue_job(ctx.ws, ctx.actor(), JobKind.PLAN, proposal_id), no_wait)
+    queue_job(ctx, JobKind.PLAN, proposal_id, no_wait)
 
 
 @group.command()

@@ -36,11 +36,13 @@ from gateway.services.change.proposals import (
 )
 from gateway.services.change.recovery import interrupt_stale_jobs, recover_expired_locks
 from gateway.services.change.runner import ApplyReport, apply_proposal
+from gateway.services.change.workers import live_workers
 from gateway.services.workspace import Workspace
 
 log = get_logger(__name__)
 
 Progress = Callable[[str], None]
+GIVE_UP_ASKED_EVERY = 2.0  # seconds between a follower's questions of whether its job can still end
 WEBHOOK_RETRY = RetryPolicy()  # 2 s, 4 s, 8 s … at most 5 min apart, for up to an hour or 20 attempts
 
 
@@ -196,11 +198,13 @@ def proposal_id_of(job: Job) -> int:
 
 
 def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: float = 0.2,
-               timeout_seconds: float | None = None) -> Job:
-    """Wait for a job to finish, passing on each progress line once."""
+               timeout_seconds: float | None = None, give_up: Callable[[Job], bool] | None = None) -> Job:
+    """Wait for a job to finish, passing on each progress line once; unfinished past `timeout_seconds`, or once
+    `give_up` (asked every few seconds) says there is no point waiting."""
     shown = 0
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     next_recovery = time.monotonic() + ws.settings.lock_ttl_seconds
+    next_ask = time.monotonic() + GIVE_UP_ASKED_EVERY
     while True:
         if time.monotonic() >= next_recovery:  # the worker running it may have died: then it ends interrupted
             recover_abandoned_work(ws)
@@ -211,7 +215,29 @@ def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: 
         shown = len(job.progress)
         if job.finished or (deadline is not None and time.monotonic() > deadline):
             return job
+        if give_up is not None and time.monotonic() >= next_ask:
+            if give_up(job):
+                return job
+            next_ask = time.monotonic() + GIVE_UP_ASKED_EVERY
         time.sleep(poll_seconds)
+
+
+def require_a_worker(ws: Workspace) -> None:
+    """Where workers run the jobs (PostgreSQL), a command that would wait for one queues it only while a worker is
+    live: it never runs the job itself. Refused (nothing queued) when none is: a job left queued would run whenever
+    one starts, long after the person who asked stopped waiting for it."""
+    if runs_jobs_here(ws) or live_workers(ws):
+        return
+    raise Refused(["no worker is live on this database (none has beaten its heartbeat lately): nothing was "
+                   "queued. Here jobs run on workers, never in this command: start one (`gateway worker`) and ask "
+                   "again, or queue it for the next worker to start with --no-wait"])
+
+
+def follow_on_workers(ws: Workspace, job: Job, on_progress: Progress) -> Job:
+    """Follow a job the workers run to its end; it comes back unfinished if it is still queued and no worker is live
+    any more (the one there when it was queued has stopped)."""
+    return follow_job(ws, job.id, on_progress,
+                      give_up=lambda current: current.status == JobStatus.QUEUED and not live_workers(ws))
 
 
 def runs_jobs_here(ws: Workspace) -> bool:

@@ -55,6 +55,8 @@ class Settings(BaseModel):
     token: SecretStr | None = Field(default=None, description="API token of the principal acting")
     lock_wait_seconds: float = Field(default=30.0, description="how long an apply waits for a stack lock")
     lock_ttl_seconds: float = Field(default=900.0, description="a lock older than this is presumed abandoned")
+    worker_beat_seconds: float = Field(default=5.0, gt=0, description="how often a worker tells the registry it "
+                                       "is alive; three beats missed and it is counted dead")
     model: str | None = Field(default=None, description="model name at the OpenAI-compatible endpoint (GATEWAY_MODEL)")
     openai_base_url: str | None = Field(default=None, validation_alias="OPENAI_BASE_URL")
     openai_api_key: SecretStr | None = Field(default=None, validation_alias="OPENAI_API_KEY")

@@ -1,6 +1,7 @@
 """The ports the use cases talk through. Adapters implement them; one composition root wires them.
 
-    Store            units of work (`session()`), plus the stack locks and job queue that commit on their own
+    Store            units of work (`session()`), plus the stack locks, job queue and worker registry that commit on
+                     their own
     UnitOfWork       one transaction, one repository per aggregate: principals, proposals, conversations,
                      jobs, github, main, day_two, breaker, sign_in, notifications, audit
     Clock            the time
@@ -49,6 +50,7 @@ from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKin
 from gateway.domain.rego import RegoPolicies
 from gateway.domain.repo_settings import ForgeSettings, GitHubSettings, GitLabSettings, RepoSettings
 from gateway.domain.sign_in import Identity, PendingSignIn, RefusalTally, WebSession
+from gateway.domain.workers import WorkerRecord
 
 
 @dataclass(frozen=True)
@@ -464,6 +466,10 @@ class Jobs(Protocol):
         """The proposal's jobs, oldest first, as this transaction sees them (a view's one snapshot)."""
         ...
 
+    def latest_finished(self, kind: JobKind, proposal_ids: Collection[int]) -> dict[int, Job]:
+        """Each proposal's latest finished job of this kind (proposals with none are left out)."""
+        ...
+
     def finish(self, job_id: int, status: JobStatus, result: Mapping[str, Any] | None = None,
                    error: str | None = None, only_if_running: bool = True) -> bool: ...
 
@@ -753,6 +759,26 @@ class JobQueue(Protocol):
         ...
 
 
+class WorkerRegistry(Protocol):
+    """Which workers run: each registers at start, beats while it runs, and marks itself stopped on a clean stop."""
+
+    def register(self, name: str, beat_seconds: float) -> None:
+        """`name` starts now and will beat every `beat_seconds` (a name used before starts afresh)."""
+        ...
+
+    def beat(self, name: str, beat_seconds: float) -> bool:
+        """`name` is alive now; False when it is not registered or was marked stopped."""
+        ...
+
+    def stop(self, name: str) -> None:
+        """`name` stopped cleanly: no longer live, at once."""
+        ...
+
+    def live(self) -> list[WorkerRecord]:
+        """The workers running now: not stopped, and beaten within `LIVE_BEATS` of their beat intervals."""
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction: what a use case writes through these repositories commits together, or not at all."""
 
@@ -771,10 +797,12 @@ class UnitOfWork(Protocol):
 
 
 class Store(Protocol):
-    """Units of work over the records, and the locks and queue that other processes must see at once."""
+    """Units of work over the records, and the locks, queue and worker registry that other processes must see at
+    once."""
 
     locks: StackLocks
     queue: JobQueue
+    workers: WorkerRegistry
     dialect: str  # sqlite, postgresql
     schema_version: int  # the schema this code reads and writes (its newest migration)
 

@@ -29,6 +29,7 @@ from gateway.services.admin.operations import check_readiness
 from gateway.services.admin.startup import Outage, bring_database_up
 from gateway.services.change.jobs import enqueue_moved_proposals, recover_abandoned_work, run_job
 from gateway.services.change.main_watch import watch_main
+from gateway.services.change.workers import Presence
 from gateway.services.day_two.break_glass import sweep_break_glass
 from gateway.services.day_two.drift_records import check_scheduled_drift
 from gateway.services.forge.github import queue_behind
@@ -57,8 +58,10 @@ class Worker:
         self.poll_seconds = poll_seconds
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.ready_file = ready_file
+        self.presence = Presence(ws, self.name)
         self._stop = threading.Event()
         self._stopped = threading.Event()
+        self._working = threading.Event()  # the database came up and the loops run: only then can it be ready
         self._in_hand: dict[int, Job] = {}  # loop index -> the job it runs
         self._work = [threading.Thread(target=self._loop, args=(i,), name=f"worker-{i}", daemon=True)
                       for i in range(loops)]
@@ -69,7 +72,10 @@ class Worker:
 
     def start(self) -> Worker:
         """Start at once, whatever the database is doing: the loops begin when it answers at this code's schema
-        (brought up, and migrated, by the first thread); until then the ready file is absent."""
+        (brought up, and migrated, by the first thread); until then the ready file is absent (one a killed worker left
+        behind is removed first), and the worker is not in the registry."""
+        if self.ready_file is not None:
+            self.ready_file.unlink(missing_ok=True)
         for thread in self._threads:
             thread.start()
         log.info("worker.started", worker=self.name, loops=self.loops)
@@ -77,8 +83,10 @@ class Worker:
 
     def _start_work(self) -> None:
         if bring_database_up(self.ws, f"worker {self.name}", self._stop):
+            self.presence.start()
             for thread in self._work:
                 thread.start()
+            self._working.set()
 
     def in_hand(self) -> list[Job]:
         return list(self._in_hand.values())
@@ -98,6 +106,7 @@ class Worker:
             if past_grace and all(job.kind in HAND_BACK for job in self.in_hand()):
                 break  # nothing left that must reach its end in this process
             time.sleep(0.05)
+        self.presence.stop()
         self._stopped.set()
         log.info("worker.stopped", worker=self.name, handed_back=handed)
         return handed
@@ -157,13 +166,14 @@ class Worker:
             self._stop.wait(HOUSEKEEPING_SECONDS)
 
     def _readiness_loop(self) -> None:
-        """Keep the ready file true: there while the database answers at this schema and the workspace reads."""
+        """Keep the ready file true: there while the database answers at this schema and the workspace reads, from
+        when the loops run (a database that answered a readiness check is not yet one the loops were started on)."""
         ws = self.ws.for_request()
         while not self._stop.is_set():
             failed = failed_checks(check_readiness(ws))
             if failed and self._ready:
                 log.warning("worker.not_ready", reason="; ".join(f"{c.name}: {c.failure}" for c in failed))
-            self._set_ready(not failed and not self._stop.is_set())
+            self._set_ready(not failed and self._working.is_set() and not self._stop.is_set())
             self._stop.wait(READINESS_SECONDS)
 
     _ready = False

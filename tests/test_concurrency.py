@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +21,9 @@ from gateway.domain.proposal import Decision, ProposalStatus, Transition
 from gateway.services.change.planning import plan_stack
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
 from gateway.services.change.runner import apply_proposal
+from gateway.services.change.workers import live_workers
 from gateway.services.workspace import Workspace
+from gateway.worker import Worker
 
 from .conftest import Clone, add_people
 
@@ -47,8 +50,19 @@ def test_two_processes_applying_to_one_stack(any_workspace: Workspace, tmp_path:
         decide(ws, people.bob, pid, Decision.APPROVE, "")
     serial_before = ws.engine.state_serial("app-staging")
 
-    runs = [spawn_apply(ws, people.tokens["alice"], pid) for pid in ids]
-    results = [(p.wait(timeout=180), *p.communicate()) for p in runs]
+    worker = None
+    if ws.store.dialect != "sqlite":  # there the workers run the jobs the commands queue, two at once here
+        ws.settings = ws.settings.model_copy(update={"lock_wait_seconds": 60})
+        worker = Worker(ws, loops=2, poll_seconds=0.05).start()
+        deadline = time.monotonic() + 30
+        while not live_workers(ws) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    try:
+        runs = [spawn_apply(ws, people.tokens["alice"], pid) for pid in ids]
+        results = [(p.wait(timeout=180), *p.communicate()) for p in runs]
+    finally:
+        if worker is not None:
+            worker.stop()
 
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 1], results

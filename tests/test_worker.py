@@ -143,3 +143,22 @@ def _faults(ws: Workspace) -> int:
 def _applies(ws: Workspace, proposal_id: int) -> list[ApplyRecord]:
     with ws.store.session() as session:
         return session.proposals.applies_of(proposal_id)
+
+
+def test_the_registry_tells_the_live_workers_on_both_databases(any_workspace: Workspace) -> None:
+    from gateway.services.change.workers import live_workers
+
+    registry = any_workspace.store.workers
+    registry.register("host-a:1", beat_seconds=60)
+    registry.register("host-b:2", beat_seconds=0.1)  # beats fast: dead after three missed beats
+    registry.register("host-c:3", beat_seconds=60)
+    registry.stop("host-c:3")
+    assert [w.name for w in live_workers(any_workspace)] == ["host-a:1", "host-b:2"]
+    time.sleep(0.4)
+    assert [w.name for w in live_workers(any_workspace)] == ["host-a:1"]
+    assert not registry.beat("host-c:3", 60)  # a stopped worker's late beat does not bring it back
+    assert registry.beat("host-b:2", 0.1)  # a slow one that beats again is live again
+    assert [w.name for w in live_workers(any_workspace)] == ["host-a:1", "host-b:2"]
+    registry.register("host-c:3", beat_seconds=60)  # a name used before starts afresh
+    found = {w.name: w for w in live_workers(any_workspace)}
+    assert set(found) == {"host-a:1", "host-b:2", "host-c:3"} and found["host-c:3"].stopped_at is None

@@ -1,8 +1,10 @@
-"""`gateway worker` as a service: a real worker process, its metrics port, its ready file, and SIGTERM.
+"""`gateway worker` as a service: a real worker process, its metrics port, its ready file, the registry, and SIGTERM.
 
 Asked to stop in the middle of a slow apply, the worker claims nothing more, lets the apply run to its recorded
 end (applied and merged), and exits 0: a stop never leaves an apply half-recorded, even with no grace at all. The
-ready file is there while the database answers, gone while it does not, and gone once the worker stops.
+ready file is there while the database answers, gone while it does not, and gone once the worker stops (one a
+killed worker left behind is gone when the next one starts). A running worker is counted alive in the registry
+until it stops, or, killed, until it misses three beats.
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for family in text_string_to_metric_families(body) for s in family.samples}
 
 
-def _start_worker(ws: Workspace, *args: str) -> subprocess.Popen[str]:
+def _start_worker(ws: Workspace, *args: str, database_url: str | None = None,
+                  **settings: str) -> subprocess.Popen[str]:
     """The worker, its stderr in a file (a pipe nobody reads would block its logging, and so the worker)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PROMETHEUS_"))}
-    env.update({"GATEWAY_HOME": str(ws.settings.home), "GATEWAY_DATABASE_URL": ws.settings.db_url})
+    env.update({"GATEWAY_HOME": str(ws.settings.home), "GATEWAY_DATABASE_URL": database_url or ws.settings.db_url})
+    env.update({f"GATEWAY_{name.upper()}": value for name, value in settings.items()})
     log = (ws.settings.home / "worker.log").open("w")
     return subprocess.Popen([sys.executable, "-m", "gateway.cli", "worker", "--loops", "1", "--poll", "0.1", *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
@@ -183,3 +187,57 @@ def test_past_its_grace_a_stopping_worker_hands_back_a_replan_but_never_an_apply
     assert worker.stop(grace_seconds=0.1) == []  # past the grace, and still waited for
     assert workspace.store.queue.get(apply.id).status == JobStatus.SUCCEEDED
     assert get_proposal(workspace, proposal.id).status == ProposalStatus.APPLIED
+
+
+def test_a_worker_is_counted_alive_while_it_runs_and_not_once_stopped_or_killed(
+        workspace: Workspace, stopped_at_end: list[subprocess.Popen[str]]) -> None:
+    from gateway.services.change.workers import live_workers
+
+    port = _free_port()
+    first = _start_worker(workspace, "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
+                          worker_beat_seconds="0.2")
+    stopped_at_end.append(first)
+    _until("the worker to register", lambda: len(live_workers(workspace)) == 1)
+    assert live_workers(workspace)[0].name.endswith(f":{first.pid}")
+    _until("its metrics port", lambda: _scrape_or_none(port) is not None)
+    time.sleep(1.0)  # past three beat intervals: still alive, because it beats
+    assert [w.name for w in live_workers(workspace)] == [f"{socket.gethostname()}:{first.pid}"]
+    assert _scrape(port)[("gateway_workers_alive", ())] == 1
+
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    assert live_workers(workspace) == []  # a clean stop counts at once
+
+    killed = _start_worker(workspace, worker_beat_seconds="0.2")
+    stopped_at_end.append(killed)
+    _until("the second worker to register", lambda: len(live_workers(workspace)) == 1)
+    killed.kill()
+    killed.wait(10)
+    gone = time.monotonic()
+    _until("the killed worker to be counted out", lambda: live_workers(workspace) == [], timeout=5)
+    assert time.monotonic() - gone < 1.5  # three missed beats of 0.2 s, give or take a beat
+
+
+def _scrape_or_none(port: int) -> dict | None:
+    try:
+        return _scrape(port)
+    except httpx.HTTPError:
+        return None
+
+
+def test_a_ready_file_a_killed_worker_left_is_gone_before_the_next_worker_is_ready(
+        workspace: Workspace, tmp_path: Path, stopped_at_end: list[subprocess.Popen[str]]) -> None:
+    ready = tmp_path / "worker.ready"
+    killed = _start_worker(workspace, "--ready-file", str(ready))
+    stopped_at_end.append(killed)
+    _until("the ready file", ready.exists)
+    killed.kill()
+    killed.wait(10)
+    assert ready.exists()  # SIGKILL: nobody removed it
+
+    nowhere = f"postgresql+psycopg://postgres@127.0.0.1:{_free_port()}/gateway"  # a database that does not answer
+    waiting = _start_worker(workspace, "--ready-file", str(ready), database_url=nowhere)
+    stopped_at_end.append(waiting)
+    _until("the stale ready file to go", lambda: not ready.exists(), timeout=30)
+    time.sleep(1.0)
+    assert not ready.exists() and waiting.poll() is None  # not ready (no database), and still waiting for it

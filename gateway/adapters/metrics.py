@@ -2,9 +2,9 @@
 
 Counters and histograms count what this process did. Under `gateway serve --processes N` each API process writes
 them to files in PROMETHEUS_MULTIPROC_DIR (prometheus_client's multiprocess mode), and a scrape of any one process
-sums them all. Queue depth and age, open drift, breakers, checkpoint age and expired locks are read from the
-database on every scrape (`DatabaseGauges`), so they are the same whichever process answers, and right when the
-process that queued a job is not the one that runs it.
+sums them all. Queue depth and age, open drift, breakers, checkpoint age, expired locks and live workers are read
+from the database on every scrape (`DatabaseGauges`), so they are the same whichever process answers, and right when
+the process that queued a job is not the one that runs it.
 
 Imported only by the processes that serve metrics (the API, `gateway worker --metrics-port`): the CLI's one-shot
 commands keep the port's no-op default and never load prometheus_client.
@@ -185,6 +185,8 @@ class DatabaseGauges(Collector):
                                 value=gauges.audit_events)
         yield GaugeMetricFamily("gateway_stack_locks_expired", "Stack locks whose holder stopped heart-beating and "
                                 "that recovery has not settled yet", value=gauges.locks_expired)
+        yield GaugeMetricFamily("gateway_workers_alive", "Workers running: registered, not stopped, and heart-beating "
+                                "(last beat within 3 of their beat intervals)", value=gauges.workers_alive)
 
 
 def _queue_families(gauges: ServiceGauges) -> Iterator[Metric]:

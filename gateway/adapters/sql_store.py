@@ -181,6 +181,15 @@ stack_locks = Table(
     Column("proposal_id", Integer, nullable=True),  # migration 15: whose apply the lock serves (crash recovery)
 )
 
+workers = Table(  # migration 29: the worker registry (which `gateway worker` processes run, by their beats)
+    "workers", metadata,
+    Column("name", String(200), primary_key=True),  # host:pid
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("beat_at", DateTime(timezone=True), nullable=False),
+    Column("live_until", DateTime(timezone=True), nullable=False, index=True),  # the last beat + LIVE_BEATS of them
+    Column("stopped_at", DateTime(timezone=True), nullable=True),  # a clean stop
+)
+
 stack_serials = Table(  # migration 23: each stack's state serial as a worker last read it (reads show it)
     "stack_serials", metadata,
     Column("stack", String(100), primary_key=True),
@@ -498,7 +507,7 @@ notifications = Table(
     Column("delivered_at", DateTime(timezone=True), nullable=True),
 )
 
-_LATER_TABLES = ("audit_tree_blocks", "stack_serials", "sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "gitlab_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
+_LATER_TABLES = ("workers", "audit_tree_blocks", "stack_serials", "sign_in_flows", "sign_in_refusal_tallies", "notifications", "oidc_identities", "web_sessions", "drift_records", "break_glass_windows", "main_pushes", "markers", "audit_event_stacks", "audit_event_addresses", "audit_proposal_addresses", "audit_checkpoints", "jobs", "github_accounts", "gitlab_accounts", "pull_requests", "webhook_deliveries", "breaker_changes", "breaker_states")
 _FIRST_TABLES = [t for t in metadata.sorted_tables if t.name not in _LATER_TABLES]
 
 
@@ -743,6 +752,12 @@ def _trail_tree(conn: Connection) -> None:
     audit_tree_blocks.create(conn, checkfirst=True)
 
 
+def _workers(conn: Connection) -> None:
+    """The worker registry: each running worker's name, start and last beat, so metrics (and the CLI) can tell
+    whether any worker is alive."""
+    workers.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -769,6 +784,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (23, _stack_serials),  # each stack's serial as a worker read it; plans' serials 64-bit
     (27, _trail_tree),  # checkpoints sign the trail's Merkle root; its blocks' roots kept (evidence bundles)
     (28, _gitlab_accounts),  # GitLab accounts linked to people
+    (29, _workers),  # the worker registry: who runs, by their beats
 ]
 
 

@@ -123,6 +123,8 @@ class ProposalPublic(ProposalSummary):
     can_apply: bool = Field(description="you may apply it now: the runner would not refuse you")
     apply_blockers: list[str] = Field(description="why an apply by you would be refused now (empty: it would not)")
     pending: list[str] = Field(default_factory=list, description="what moved since the plans; a plan job catches up")
+    cannot_plan: str | None = Field(default=None, description="why its last plan job failed, while a plan would start "
+                                    "from the same branch and main heads (the workers wait for one to move)")
     jobs: list[dict[str, Any]] = Field(default_factory=list, description="the proposal's plan and apply jobs")
     agent_claim: str | None
     claim_issues: list[str]

@@ -167,16 +167,40 @@ def echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
 # --- jobs ------------------------------------------------------------------------------------
 
 
+def queue_job(ctx: Context, kind: JobKind, proposal_id: int, no_wait: bool) -> None:
+    """Queue a plan or apply of a proposal and see it to its end (`finish_job`); where workers run jobs and none is
+    live, nothing is queued unless the person only queues it (--no-wait)."""
+    from gateway.services.change.jobs import enqueue_job, require_a_worker
+
+    actor = ctx.actor()
+    if not no_wait:
+        require_a_worker(ctx.ws)
+    finish_job(ctx, enqueue_job(ctx.ws, actor, kind, proposal_id), no_wait)
+
+
 def finish_job(ctx: Context, queued: Job, no_wait: bool) -> None:
-    """Print the job id; unless told not to wait, run it here (or follow the worker that took it)."""
-    from gateway.services.change.jobs import run_now_or_follow
+    """Print the job id; unless told not to wait, see it to its end: on the embedded default by running it here (or
+    following the worker that took it first), elsewhere by following the worker that runs it."""
+    from gateway.services.change.jobs import follow_on_workers, run_now_or_follow, runs_jobs_here
     from gateway.services.change.runner import runner_name
 
     click.echo(f"job {queued.id} queued: {queued.kind.value} of proposal {queued.proposal_id}", err=True)
     if no_wait:
         click.echo(f"follow it with `gateway job {queued.id} --wait`")
         return
-    done = run_now_or_follow(ctx.ws, queued, runner_name(), lambda line: click.echo(f"  {line}", err=True))
+    def progress(line: str) -> None:
+        click.echo(f"  {line}", err=True)
+
+    if runs_jobs_here(ctx.ws):
+        done = run_now_or_follow(ctx.ws, queued, runner_name(), progress)
+    else:
+        done = follow_on_workers(ctx.ws, queued, progress)
+        if not done.finished:
+            click.echo(f"error: job {queued.id} is still queued and no worker is live any more to take it: it runs "
+                       f"when one starts (`gateway worker`); `gateway job {queued.id} --wait` follows it", err=True)
+            sys.exit(1)
+        if done.runner:
+            click.echo(f"job {done.id} ran on worker {done.runner}", err=True)
     echo_job_result(done)
 
 

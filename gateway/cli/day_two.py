@@ -3,11 +3,17 @@ incident windows in which changing a stack by hand is allowed, in the open."""
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import click
 
 from gateway.cli.context import Context, echo_proposal, echo_story, pass_ctx
+from gateway.domain.jobs import JobStatus
+
+if TYPE_CHECKING:
+    from gateway.services.day_two.drift import DriftOutcome
 
 group = click.Group("day_two")  # this module's commands; gateway.cli registers each by name
 
@@ -67,15 +73,47 @@ def drift_revert(ctx: Context, stacks: tuple[str, ...]) -> None:
     from gateway.services.day_two.drift import revert_drift
 
     actor = ctx.actor()
-    for stack in stacks or sorted(ctx.ws.repo_settings().stacks):
-        outcome = revert_drift(ctx.ws, actor, stack)
-        if outcome.proposal is None:
-            click.echo(f"{stack}: {'; '.join(outcome.reasons)}")
-        elif outcome.automatic:
-            click.echo(f"{stack}: drift reverted automatically by proposal {outcome.proposal.id} (job {outcome.job.id if outcome.job else '?'})")
-        else:
-            click.echo(f"{stack}: proposal {outcome.proposal.id} reverts the drift and needs approval: "
-                       f"{'; '.join(outcome.reasons)}")
+    failed = [stack for stack in stacks or sorted(ctx.ws.repo_settings().stacks)
+              if not echo_drift_outcome(ctx, revert_drift(ctx.ws, actor, stack))]
+    if failed:
+        sys.exit(1)
+
+
+def echo_drift_outcome(ctx: Context, outcome: DriftOutcome) -> bool:
+    """What a look for drift did on one stack, as is true when it is printed: an automatic revert is run here on the
+    embedded default (as `gateway apply` runs its job there), else said to be queued. False: its apply failed."""
+    from gateway.domain.lifecycle import DECIDABLE
+    from gateway.services.change.jobs import run_now_or_follow, runs_jobs_here
+    from gateway.services.change.runner import runner_name
+
+    p, stack = outcome.proposal, outcome.stack
+    if p is None:
+        click.echo(f"{stack}: {'; '.join(outcome.reasons)}")
+        return True
+    state = "" if p.status in DECIDABLE else f" ({p.status.value})"
+    which = (f"proposal {p.id}{state} was planned before this drift; planned again, it" if outcome.replanned
+             else f"proposal {p.id}{state} already" if outcome.already else f"proposal {p.id}")
+    if not outcome.automatic:
+        click.echo(f"{stack}: {which} reverts the drift and needs approval: {'; '.join(outcome.reasons)}")
+        return True
+    job = outcome.job
+    if job is None:
+        click.echo(f"{stack}: {which} reverts the drift without approval (gateway.yaml sets drift.auto_revert)")
+        return True
+    if not runs_jobs_here(ctx.ws):
+        click.echo(f"{stack}: {which} reverts the drift without approval (gateway.yaml sets drift.auto_revert): "
+                   f"its apply is queued as job {job.id} for a worker; `gateway job {job.id} --wait` follows it")
+        return True
+    click.echo(f"{stack}: {which} reverts the drift without approval (gateway.yaml sets drift.auto_revert); "
+               f"applying it (job {job.id})", err=True)
+    done = run_now_or_follow(ctx.ws, job, runner_name(), lambda line: click.echo(f"  {line}", err=True))
+    if done.status == JobStatus.SUCCEEDED:
+        click.echo(f"{stack}: drift reverted automatically by proposal {p.id} (job {job.id})")
+        return True
+    why = "; ".join(done.result.get("reasons") or []) or done.error or done.status.value
+    click.echo(f"{stack}: the automatic revert by proposal {p.id} did not apply (job {job.id} {done.status.value}): "
+               f"{why}", err=True)
+    return False
 
 
 @drift.command("check")

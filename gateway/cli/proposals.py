@@ -10,7 +10,16 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
-from gateway.cli.context import FORMATS, Context, echo_approval_state, echo_proposal, finish_job, pass_ctx, pass_reader
+from gateway.cli.context import (
+    FORMATS,
+    Context,
+    echo_approval_state,
+    echo_proposal,
+    finish_job,
+    pass_ctx,
+    pass_reader,
+    queue_job,
+)
 from gateway.domain.jobs import JobKind
 from gateway.domain.proposal import Decision
 
@@ -84,11 +93,15 @@ def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
 
         click.echo(json.dumps(view_proposal(ctx.ws, actor, proposal_id).to_public(), indent=2, default=str))
         return
+    from gateway.services.change.plan_failures import standing_plan_failure
     from gateway.services.change.proposals import get_proposal, pending_changes
 
     proposal = get_proposal(ctx.ws, proposal_id)
     for change in pending_changes(ctx.ws, proposal):
         click.echo(f"note: {change}; the plans below predate it (`gateway sync {proposal_id}` re-plans; approve and apply re-plan first)")
+    failure = standing_plan_failure(ctx.ws, proposal, ctx.ws.store.queue.of_proposal(proposal_id))
+    if failure is not None:
+        click.echo(f"note: proposal {proposal_id} {failure.describe(proposal_id)}")
     echo_proposal(ctx.ws, proposal, fmt)
     if show_diff:
         click.echo(ctx.ws.repo.diff(proposal.base_sha, proposal.head_sha))
@@ -146,9 +159,7 @@ def override(ctx: Context, proposal_id: int, finding_key: str, reason: str, expi
 @pass_ctx
 def apply(ctx: Context, proposal_id: int, no_wait: bool) -> None:
     """Apply exactly the approved plans, one stack at a time, then merge the branch (a job)."""
-    from gateway.services.change.jobs import enqueue_job
-
-    finish_job(ctx, enqueue_job(ctx.ws, ctx.actor(), JobKind.APPLY, proposal_id), no_wait)
+    queue_job(ctx, JobKind.APPLY, proposal_id, no_wait)
 
 
 @group.command()
@@ -157,9 +168,7 @@ def apply(ctx: Context, proposal_id: int, no_wait: bool) -> None:
 @pass_ctx
 def sync(ctx: Context, proposal_id: int, no_wait: bool) -> None:
     """Re-plan a proposal whose branch, main or stack state moved since its plans (a job)."""
-    from gateway.services.change.jobs import enqueue_job
-
-    finish_job(ctx, enqueue_job(ctx.ws, ctx.actor(), JobKind.PLAN, proposal_id), no_wait)
+    queue_job(ctx, JobKind.PLAN, proposal_id, no_wait)
 
 
 @group.command()

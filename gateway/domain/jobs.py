@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -72,3 +73,43 @@ class RetryPolicy:
     def gives_up(self, attempt: int, age: timedelta, wait: timedelta) -> bool:
         """Whether the `attempt`-th failure is the last: out of attempts, or the next one would come too late."""
         return attempt >= self.max_attempts or (age + wait).total_seconds() > self.max_age_seconds
+
+
+PLANNED_FROM = "planned_from"  # in a failed plan job's result: the branch head and main head it planned from
+
+
+@dataclass(frozen=True)
+class PlanFailure:
+    """A proposal's latest plan job failed on what it planned from: its branch head and main's head.
+
+    The same inputs fail the same way (a branch that conflicts with main, a malformed declaration), so the
+    workers do not plan it again until one of the two moves; a person's `gateway sync` still does.
+    """
+
+    job_id: int
+    error: str
+    head_sha: str | None  # None: the branch was gone
+    main_sha: str
+
+    def holds(self, head_sha: str | None, main_sha: str) -> bool:
+        """Whether a plan now would start from the same inputs (and so fail the same way)."""
+        return self.head_sha == head_sha and self.main_sha == main_sha
+
+    def describe(self, proposal_id: int) -> str:
+        """One sentence: why it cannot be planned, and what plans it again."""
+        branch = f"its branch at {self.head_sha[:12]}" if self.head_sha else "its branch gone"
+        return (f"cannot be planned: {self.error} (plan job {self.job_id}, {branch}, main at {self.main_sha[:12]}); "
+                f"it is planned again when its branch or main moves, or now with `gateway sync {proposal_id}`")
+
+
+def plan_failure(jobs: Sequence[Job]) -> PlanFailure | None:
+    """How the latest finished plan job among `jobs` failed on its inputs (None: it did not, or there is none)."""
+    finished = [j for j in jobs if j.kind == JobKind.PLAN and j.finished]
+    if not finished:
+        return None
+    last = max(finished, key=lambda j: j.id)
+    basis = last.result.get(PLANNED_FROM)
+    if last.status != JobStatus.FAILED or not isinstance(basis, dict) or not basis.get("main_sha"):
+        return None  # interrupted, or failed on something passing (a dependency down): planned again as before
+    head = basis.get("head_sha")
+    return PlanFailure(last.id, last.error or "failed", str(head) if head else None, str(basis["main_sha"]))

@@ -38,6 +38,7 @@ class ServiceGauges:
     checkpoint_age_seconds: float | None = None  # the newest signed checkpoint of the trail (None: never signed)
     audit_events: int = 0  # the chain's length: every process's appends
     locks_expired: int = 0  # held by a runner that stopped heart-beating: recovery has not settled them yet
+    workers_alive: int = 0  # workers registered, not stopped, whose last beat still counts
 
 
 @dataclass(frozen=True)

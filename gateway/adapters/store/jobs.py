@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,7 +22,7 @@ from gateway.adapters.store.rows import (
     now,
 )
 from gateway.domain.errors import NotFound
-from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.jobs import FINISHED, Job, JobKind, JobStatus
 from gateway.domain.operations import QueueDepth
 from gateway.domain.principals import Actor, Principal
 
@@ -81,6 +81,19 @@ class SqlJobs(Records):
                 )
             )
         )
+
+    def latest_finished(self, kind: JobKind, proposal_ids: Collection[int]) -> dict[int, Job]:
+        """Each proposal's latest finished job of this kind (proposals with none are left out)."""
+        if not proposal_ids:
+            return {}
+        done = [s.value for s in FINISHED]
+        latest = (
+            select(func.max(jobs.c.id))
+            .where(jobs.c.kind == kind.value, jobs.c.status.in_(done), jobs.c.proposal_id.in_(list(proposal_ids)))
+            .group_by(jobs.c.proposal_id)
+        )
+        rows = self.conn.execute(select(jobs).where(jobs.c.id.in_(latest))).mappings()
+        return {int(r["proposal_id"]): as_job(r) for r in rows}
 
     def finish(
         self,

@@ -2,8 +2,8 @@
 
 `SqlStore.session()` is the unit of work: everything a use case writes, audit events included,
 commits together or not at all. The events an aggregate raises (a proposal's transitions) are written here,
-when its repository saves it: no repository writes to the trail, nor reaches a sibling. Stack locks and the job queue commit on their own, since other
-processes must see them while an apply runs.
+when its repository saves it: no repository writes to the trail, nor reaches a sibling. Stack locks, the job
+queue and the worker registry commit on their own, since other processes must see them while an apply runs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
 from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.adapters.store.stacks import SqlStackRecords
+from gateway.adapters.store.workers import SqlWorkerRegistry
 from gateway.domain.proposal import Proposal
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import NO_METRICS, Metrics
@@ -63,7 +64,7 @@ class SqlUnitOfWork:
 
 
 class SqlStore:
-    """Units of work over one database, and the stack locks and job queue that commit on their own."""
+    """Units of work over one database, and the stack locks, job queue and worker registry that commit on their own."""
 
     def __init__(self, db: Database, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
         self.db = db
@@ -71,6 +72,7 @@ class SqlStore:
         self.sealer = sealer  # saved plans hold secrets in clear: sealed at rest
         self.locks = SqlStackLocks(db)
         self.queue = SqlJobQueue(db)
+        self.workers = SqlWorkerRegistry(db)
         self.dialect = db.engine.dialect.name
         self.schema_version = SCHEMA_VERSION
         self.metrics: Metrics = NO_METRICS  # the composition root sets the process's metrics

@@ -1,8 +1,8 @@
 """Running the gateway as a service: the figures read from the records when metrics are scraped, and readiness.
 
-Queue depth and age, open drift, breakers and the newest checkpoint are read here, from the database, at each
-scrape, so every process (any number of API processes and workers) reports the same truth. Counters of what one
-process did (job outcomes, lock waits, deliveries) go through the `Metrics` port instead.
+Queue depth and age, open drift, breakers, the newest checkpoint and the live workers are read here, from the
+database, at each scrape, so every process (any number of API processes and workers) reports the same truth.
+Counters of what one process did (job outcomes, lock waits, deliveries) go through the `Metrics` port instead.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from gateway.domain.breaker import ALL_AGENTS
 from gateway.domain.errors import GatewayError
 from gateway.domain.operations import ReadinessCheck, ServiceGauges
+from gateway.services.change.workers import live_workers
 from gateway.services.workspace import Workspace
 
 
@@ -21,6 +22,7 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
     """Every scrape-time figure, in one read-only transaction plus the queue's own query."""
     queue = tuple(ws.store.queue.depth())
     expired = len(ws.store.locks.expired())
+    alive = len(live_workers(ws))
     with ws.store.session(readonly=True) as session:
         drift: dict[str, int] = {}
         for record in session.day_two.drift_records(only_open=True):
@@ -36,7 +38,7 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
         at = datetime.fromisoformat(checkpoints[-1].at)
         age = max(0.0, (ws.clock.now() - at).total_seconds())
     return ServiceGauges(queue=queue, open_drift_by_stack=drift, breakers_open=breakers, checkpoint_age_seconds=age,
-                         audit_events=head[0] if head else 0, locks_expired=expired)
+                         audit_events=head[0] if head else 0, locks_expired=expired, workers_alive=alive)
 
 
 def check_readiness(ws: Workspace) -> list[ReadinessCheck]:

@@ -15,8 +15,8 @@ from datetime import UTC, timedelta
 from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers
-from gateway.domain.errors import GatewayError, NotFound, Refused, RetryLater, Unavailable
-from gateway.domain.jobs import Job, JobKind, JobStatus, RetryPolicy
+from gateway.domain.errors import GatewayError, LockTimeout, NotFound, Refused, RetryLater, Unavailable
+from gateway.domain.jobs import PLANNED_FROM, Job, JobKind, JobStatus, RetryPolicy, plan_failure
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Actor, Principal
@@ -24,6 +24,7 @@ from gateway.domain.proposal import Decision, Proposal
 from gateway.logs import get_logger
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.heartbeat import Heartbeat
+from gateway.services.change.plan_failures import plan_inputs
 from gateway.services.change.proposals import (
     PlanBasis,
     changes_since_plans,
@@ -34,11 +35,13 @@ from gateway.services.change.proposals import (
 )
 from gateway.services.change.recovery import interrupt_stale_jobs, recover_expired_locks
 from gateway.services.change.runner import ApplyReport, apply_proposal
+from gateway.services.change.workers import live_workers
 from gateway.services.workspace import Workspace
 
 log = get_logger(__name__)
 
 Progress = Callable[[str], None]
+GIVE_UP_ASKED_EVERY = 2.0  # seconds between a follower's questions of whether its job can still end
 WEBHOOK_RETRY = RetryPolicy()  # 2 s, 4 s, 8 s … at most 5 min apart, for up to an hour or 20 attempts
 
 
@@ -151,10 +154,22 @@ def _worth_recording(job: Job, status: JobStatus, result: Mapping[str, Any]) -> 
     return not (job.kind == JobKind.WEBHOOK and status == JobStatus.SUCCEEDED and "ignored" in result)
 
 
-def run_plan_job(ws: Workspace, job: Job, runner: str, progress: Progress) -> tuple[JobStatus, dict[str, Any], None]:
-    """A plan job: catch the proposal up with its branch, main and its stacks' state."""
+def run_plan_job(ws: Workspace, job: Job, runner: str,
+                 progress: Progress) -> tuple[JobStatus, dict[str, Any], str | None]:
+    """A plan job: catch the proposal up with its branch, main and its stacks' state.
+
+    A plan that fails on what it planned from (a branch that conflicts with main, a malformed declaration) records
+    those inputs, so the workers plan it again only once one moves; a dependency's bad moment is not recorded so.
+    """
     progress(f"re-planning proposal {job.proposal_id}")
-    _, changes = sync_proposal(ws, proposal_id_of(job))
+    proposal_id = proposal_id_of(job)
+    head_sha, main_sha = plan_inputs(ws, get_proposal(ws, proposal_id).branch)
+    try:
+        _, changes = sync_proposal(ws, proposal_id)
+    except (Refused, Unavailable, LockTimeout):
+        raise
+    except GatewayError as exc:
+        return JobStatus.FAILED, {PLANNED_FROM: {"head_sha": head_sha, "main_sha": main_sha}}, str(exc)
     for change in changes:
         progress(change)
     return JobStatus.SUCCEEDED, {"changes": changes}, None
@@ -182,11 +197,13 @@ def proposal_id_of(job: Job) -> int:
 
 
 def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: float = 0.2,
-               timeout_seconds: float | None = None) -> Job:
-    """Wait for a job to finish, passing on each progress line once."""
+               timeout_seconds: float | None = None, give_up: Callable[[Job], bool] | None = None) -> Job:
+    """Wait for a job to finish, passing on each progress line once; unfinished past `timeout_seconds`, or once
+    `give_up` (asked every few seconds) says there is no point waiting."""
     shown = 0
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     next_recovery = time.monotonic() + ws.settings.lock_ttl_seconds
+    next_ask = time.monotonic() + GIVE_UP_ASKED_EVERY
     while True:
         if time.monotonic() >= next_recovery:  # the worker running it may have died: then it ends interrupted
             recover_abandoned_work(ws)
@@ -197,7 +214,34 @@ def follow_job(ws: Workspace, job_id: int, on_progress: Progress, poll_seconds: 
         shown = len(job.progress)
         if job.finished or (deadline is not None and time.monotonic() > deadline):
             return job
+        if give_up is not None and time.monotonic() >= next_ask:
+            if give_up(job):
+                return job
+            next_ask = time.monotonic() + GIVE_UP_ASKED_EVERY
         time.sleep(poll_seconds)
+
+
+def require_a_worker(ws: Workspace) -> None:
+    """Where workers run the jobs (PostgreSQL), a command that would wait for one queues it only while a worker is
+    live: it never runs the job itself. Refused (nothing queued) when none is: a job left queued would run whenever
+    one starts, long after the person who asked stopped waiting for it."""
+    if runs_jobs_here(ws) or live_workers(ws):
+        return
+    raise Refused(["no worker is live on this database (none has beaten its heartbeat lately): nothing was "
+                   "queued. Here jobs run on workers, never in this command: start one (`gateway worker`) and ask "
+                   "again, or queue it for the next worker to start with --no-wait"])
+
+
+def follow_on_workers(ws: Workspace, job: Job, on_progress: Progress) -> Job:
+    """Follow a job the workers run to its end; it comes back unfinished if it is still queued and no worker is live
+    any more (the one there when it was queued has stopped)."""
+    return follow_job(ws, job.id, on_progress,
+                      give_up=lambda current: current.status == JobStatus.QUEUED and not live_workers(ws))
+
+
+def runs_jobs_here(ws: Workspace) -> bool:
+    """The embedded default (SQLite: one machine, no worker to wait for): a command runs the jobs it queues."""
+    return ws.store.dialect == "sqlite"
 
 
 def run_now_or_follow(ws: Workspace, job: Job, runner: str, on_progress: Progress) -> Job:
@@ -226,8 +270,13 @@ def enqueue_moved_proposals(ws: Workspace) -> list[int]:
     main_sha = ws.repo.resolve(ws.main_branch())
     rows = [row for row in rows if row["id"] not in waiting]  # a plan job already queued re-plans them
     serials = read_serials(ws, sorted({stack for row in rows for stack in row["plans"]}))
+    with ws.store.session(readonly=True) as session:
+        last_plans = session.jobs.latest_finished(JobKind.PLAN, [row["id"] for row in rows])
     queued = []
     for row in rows:
+        failure = plan_failure([last_plans[row["id"]]]) if row["id"] in last_plans else None
+        if failure is not None and failure.holds(*plan_inputs(ws, row["branch"], main_sha)):
+            continue  # it would fail the same way again: wait for its branch or main to move
         basis = PlanBasis(row["id"], row["branch"], row["head_sha"], tuple(row["stacks"]), row["plans"])
         if changes_since_plans(ws, basis, main_sha, serials.__getitem__):
             queued.append(enqueue_job(ws, GATEWAY, JobKind.PLAN, basis.proposal_id).id)

@@ -19,6 +19,7 @@ from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import UnitOfWork
 from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.plan_failures import standing_plan_failure
 from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, stored_previews
 from gateway.services.change.read_model import scrubbed_bytes
 from gateway.services.workspace import Workspace
@@ -36,6 +37,7 @@ class ProposalView:
     apply_blockers: list[str]  # why the viewer's apply would be refused now: what the runner says
     diff: str
     pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
+    cannot_plan: str | None  # why the workers do not plan it again until its branch or main moves (None: they do)
     jobs: list[Job]  # the proposal's plan and apply jobs, oldest first
     at: datetime  # when the view was taken: what "active" means for overrides
 
@@ -68,8 +70,8 @@ class ProposalView:
         document = {
             "id": p.id, "branch": p.branch, "status": p.status.value, "stacks": list(p.stacks), "reason": p.reason,
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
-            "pending": self.pending, "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value}
-                                              for j in self.jobs],
+            "pending": self.pending, "cannot_plan": self.cannot_plan,
+            "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value} for j in self.jobs],
             "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
             "can_apply": self.can_apply, "apply_blockers": self.apply_blockers,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
@@ -110,6 +112,8 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
     proposal = get_proposal(ws, proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer)
     settings, moment = facts.settings, facts.now
+    jobs = session.jobs.of_proposal(proposal_id)
+    failure = standing_plan_failure(ws, proposal, jobs)
     return ProposalView(
         proposal=proposal,
         preview_json=stored_previews(ws, proposal),
@@ -121,7 +125,8 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
         apply_blockers=apply_blockers(facts),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
-        jobs=session.jobs.of_proposal(proposal_id),
+        cannot_plan=failure.describe(proposal_id) if failure else None,
+        jobs=jobs,
         at=moment,
     )
 

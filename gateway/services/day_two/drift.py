@@ -14,13 +14,15 @@ from dataclasses import dataclass, field, replace
 from gateway.domain.approvals import auto_revert_refusals
 from gateway.domain.errors import ConfigError, Refused
 from gateway.domain.jobs import Job, JobKind
+from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
+from gateway.domain.preview import preview_from_json, preview_to_json
 from gateway.domain.principals import GATEWAY, SYSTEM_NAME, Principal, PrincipalKind, Role, hash_token, new_token
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.change.breaker import guard_agent_change
 from gateway.services.change.jobs import enqueue_job
-from gateway.services.change.planning import ChangeOrigin, plan_stack
-from gateway.services.change.proposals import get_proposal, record_plans
+from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
+from gateway.services.change.proposals import get_proposal, record_plans, stored_previews
 from gateway.services.workspace import Workspace
 
 
@@ -31,6 +33,8 @@ class DriftOutcome:
     automatic: bool = False
     job: Job | None = None
     reasons: list[str] = field(default_factory=list)  # why it needs a person (or why nothing was opened)
+    already: bool = False  # the revert was open before this check
+    replanned: bool = False  # ... and planned again: the drift it was planned against is not the drift now
 
 
 def system_principal(ws: Workspace) -> Principal:
@@ -50,19 +54,21 @@ def system_principal(ws: Workspace) -> Principal:
 def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
     """Plan main for `stack`; if the cloud drifted from it, open a revert, and apply it alone where allowed.
 
-    `actor` asked for the check (a person, or the gateway's own schedule); the revert is the gateway's.
+    An open revert covers the drift it was planned against: drift found since makes it stale, and it is planned
+    again (approved again where the new plan needs it). `actor` asked for the check (a person, or the gateway's own
+    schedule); the revert is the gateway's.
     """
     require(actor, Action.CHECK_DRIFT)
     settings = ws.repo_settings()
     settings.require_stack(stack)
     branch = f"drift/{stack}"
-    with ws.store.session(readonly=True) as session:
-        existing = session.proposals.open_for_branch(branch)
-    if existing is not None:
-        return DriftOutcome(stack, get_proposal(ws, existing), reasons=[f"proposal {existing} already reverts it"])
     gateway = system_principal(ws)
     main_sha = ws.repo.resolve(ws.main_branch())
     result = plan_stack(ws, stack, main_sha, ChangeOrigin(requester=SYSTEM_NAME))
+    with ws.store.session(readonly=True) as session:
+        existing = session.proposals.open_for_branch(branch)
+    if existing is not None:
+        return _revert_again(ws, actor, gateway, get_proposal(ws, existing), result, main_sha)
     drifted = [d.address for d in result.plan.resource_drift]
     if drifted and settings.stacks[stack].engine == "cloudformation":
         return DriftOutcome(stack, reasons=[f"CloudFormation shows drift but does not revert it: a change set of the "
@@ -89,16 +95,74 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
                                                           "head_sha": main_sha, "kind": "drift_revert"}, pid, [stack])
         record_plans(session, pid, main_sha, main_sha, [result])
         session.breaker.record_change(replace(capacity, proposal_id=pid))
-    proposal = get_proposal(ws, pid)
-    reasons = auto_revert_refusals(proposal, settings)
+    return _decide_revert(ws, gateway, get_proposal(ws, pid), result, main_sha)
+
+
+def _decide_revert(ws: Workspace, gateway: Principal, proposal: Proposal, result: StackPlanResult, main_sha: str,
+                   replanned: bool = False) -> DriftOutcome:
+    """A revert just planned: record whether it needs approval, and queue its apply when it does not."""
+    stack = result.stack
+    reasons = auto_revert_refusals(proposal, ws.repo_settings())
     with ws.store.session() as session:
         if reasons:
-            session.audit.append(gateway, "drift.revert_proposed", {"stack": stack, "needs_approval": reasons}, pid,
-                                 [stack])
+            session.audit.append(gateway, "drift.revert_proposed", {"stack": stack, "needs_approval": reasons},
+                                 proposal.id, [stack])
         else:
             session.audit.append(gateway, "drift.auto_revert", {
                 "stack": stack, "changes": [rc.address for rc in result.plan.changes],
-                "authority": ws.repo.last_commit_touching(main_sha, "gateway.yaml")}, pid, [stack])
+                "authority": ws.repo.last_commit_touching(main_sha, "gateway.yaml")},
+                proposal.id, [stack])
     if reasons:
-        return DriftOutcome(stack, proposal, reasons=reasons)
-    return DriftOutcome(stack, proposal, automatic=True, job=enqueue_job(ws, gateway, JobKind.APPLY, pid))
+        return DriftOutcome(stack, proposal, reasons=reasons, replanned=replanned)
+    return DriftOutcome(stack, proposal, automatic=True, replanned=replanned,
+                        job=enqueue_job(ws, gateway, JobKind.APPLY, proposal.id))
+
+
+def _revert_again(ws: Workspace, actor: Principal, gateway: Principal, revert: Proposal, result: StackPlanResult,
+                  main_sha: str) -> DriftOutcome:
+    """An open revert and what a plan of main finds now: the same drift is the revert's; other drift (new, changed
+    or gone) makes it stale, and it is planned again, its earlier decisions stale with the plan they named."""
+    stack = result.stack
+    planned_against, now = stored_previews(ws, revert).get(stack), preview_to_json(result.preview())
+    if _drift_seen(ws, planned_against) == _drift_seen(ws, now):
+        reasons = auto_revert_refusals(revert, ws.repo_settings())
+        with ws.store.session(readonly=True) as session:
+            queued = session.jobs.queued(JobKind.APPLY, revert.id)
+        return DriftOutcome(stack, revert, automatic=not reasons, job=ws.store.queue.get(queued) if queued else None,
+                            reasons=reasons, already=True)
+    if revert.status not in DECIDABLE:
+        return DriftOutcome(stack, revert, already=True, reasons=[
+            f"proposal {revert.id} is {revert.status.value}, reverting the drift it was planned against; "
+            "check again after it: what it leaves is drift still"])
+    drifted = [d.address for d in result.plan.resource_drift]
+    try:
+        capacity = guard_agent_change(ws, gateway, revert.id, [result])
+    except Refused as exc:
+        return DriftOutcome(stack, revert, already=True, reasons=exc.reasons)
+    with ws.store.session() as session:
+        locked = session.proposals.get(revert.id, lock=True)
+        if locked.status not in DECIDABLE:
+            return DriftOutcome(stack, locked, already=True, reasons=[f"proposal {revert.id} is {locked.status.value}"])
+        session.audit.append(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
+                                                      "requested_by": actor.name, "replans": revert.id},
+                             revert.id, [stack])
+        record_plans(session, revert.id, locked.head_sha, main_sha, [result])
+        session.breaker.record_change(replace(capacity, proposal_id=revert.id))
+        updated = session.proposals.get(revert.id)
+        stale = [d for d in updated.stale_decisions if locked.is_current(d)]
+        if stale:
+            session.audit.append(GATEWAY, "decisions.stale", {
+                "decisions": [{"id": d.id, "by": d.principal.name, "decision": d.decision.value,
+                               "head_sha": d.head_sha, "digests": dict(d.digests)} for d in stale],
+                "because": [f"drift on stack {stack} changed since the revert was planned"],
+                "head_sha": updated.head_sha, "digests": updated.current_digests}, revert.id, [stack])
+    return _decide_revert(ws, gateway, updated, result, main_sha, replanned=True)
+
+
+def _drift_seen(ws: Workspace, preview_json: str | None) -> list[tuple[str, tuple[tuple[str, str, str], ...]]]:
+    """The drift a preview shows, resource by resource and attribute by attribute, masked as a stored one is."""
+    if preview_json is None:
+        return []
+    drift = preview_from_json(preview_json).drift
+    return sorted((d.address, tuple((a.path, ws.scrubber.scrub(a.before or ""), ws.scrubber.scrub(a.after or ""))
+                                    for a in d.attributes)) for d in drift)

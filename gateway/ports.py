@@ -45,7 +45,7 @@ from gateway.domain.notifications import Channel, Notice, Notification, Notifica
 from gateway.domain.operations import QueueDepth
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.preview import DriftEntry
-from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
+from gateway.domain.principals import Actor, Credentials, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKind, ProposalStatus
 from gateway.domain.rego import RegoPolicies
 from gateway.domain.repo_settings import ForgeSettings, GitHubSettings, GitLabSettings, RepoSettings
@@ -227,7 +227,7 @@ class Principals(Protocol):
 
     def count(self) -> int: ...
 
-    def token_holder(self, token_hash: str) -> tuple[Principal, dict[str, Any]] | None:
+    def token_holder(self, token_hash: str) -> tuple[Principal, Credentials] | None:
         """The principal whose token has this hash, with its credential record (as `credentials`)."""
         ...
 
@@ -235,7 +235,7 @@ class Principals(Protocol):
 
     def get(self, pid: str) -> Principal: ...
 
-    def credentials(self, pid: str) -> dict[str, Any]:
+    def credentials(self, pid: str) -> Credentials:
         """A principal's credential record: when disabled, when its token expires, when it was last used."""
         ...
 
@@ -466,7 +466,7 @@ class Jobs(Protocol):
         """The proposal's jobs, oldest first, as this transaction sees them (a view's one snapshot)."""
         ...
 
-    def latest_finished(self, kind: JobKind, proposal_ids: Collection[int]) -> dict[int, Job]:
+    def latest_finished(self, kind: JobKind, proposal_ids: Collection[int]) -> Mapping[int, Job]:
         """Each proposal's latest finished job of this kind (proposals with none are left out)."""
         ...
 
@@ -618,7 +618,7 @@ class StackRecords(Protocol):
         """Each stack's state serial as read at `read_at`; a reading older than the one kept is dropped."""
         ...
 
-    def serials(self, stacks: Collection[str]) -> dict[str, int]:
+    def serials(self, stacks: Collection[str]) -> Mapping[str, int]:
         """The newest serial a worker read of each of `stacks` (those never read are absent)."""
         ...
 
@@ -870,9 +870,9 @@ class DeclarationRepo(Protocol):
 
     def read_file(self, sha: str, path: str) -> str: ...
 
-    def read_files(self, sha: str, subdir: str, suffix: str) -> dict[str, str]: ...
+    def read_files(self, sha: str, subdir: str, suffix: str) -> Mapping[str, str]: ...
 
-    def read_tree(self, sha: str, subdir: str) -> dict[str, str]: ...
+    def read_tree(self, sha: str, subdir: str) -> Mapping[str, str]: ...
 
     def module_directories(self, sha: str, stack_path: str) -> tuple[str, ...]: ...
 
@@ -901,7 +901,7 @@ class DeclarationRepo(Protocol):
         """Point `branch` at `sha` (created if missing)."""
         ...
 
-    def commit_to_new_branch(self, base_sha: str, branch: str, files: dict[str, str], message: str,
+    def commit_to_new_branch(self, base_sha: str, branch: str, files: Mapping[str, str], message: str,
                              author: str) -> str: ...
 
     def revert_merge_to_new_branch(self, merge_sha: str, onto_sha: str, branch: str, message: str,
@@ -922,7 +922,7 @@ class SimulatedCloud(Protocol):
 
     def inject_delay(self, stack: str, address: str, seconds: float) -> None: ...
 
-    def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
+    def get_object(self, rtype: str, rid: str) -> Mapping[str, Any] | None:
         """A live object's attributes, or None when no such object exists."""
         ...
 
@@ -930,7 +930,7 @@ class SimulatedCloud(Protocol):
         """The (stack, address) among `stacks` whose state holds the object, if any does."""
         ...
 
-    def declarable_attributes(self, rtype: str, live: Mapping[str, Any]) -> dict[str, Any]:
+    def declarable_attributes(self, rtype: str, live: Mapping[str, Any]) -> Mapping[str, Any]:
         """The attributes of a live object a declaration sets (neither computed nor sensitive)."""
         ...
 
@@ -955,7 +955,7 @@ class DeclarationReader(Protocol):
         """Secret-like attributes set from a string literal (a file that cannot be read is a ConfigError)."""
         ...
 
-    def backend(self, files: Mapping[str, str]) -> dict[str, Any] | None:
+    def backend(self, files: Mapping[str, str]) -> Mapping[str, Any] | None:
         """The backend the files declare, as `{TYPE: {setting: value}}` (None: none)."""
         ...
 

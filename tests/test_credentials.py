@@ -54,8 +54,8 @@ def test_each_credential_operation_works_and_is_recorded(workspace: Workspace, p
         set_access(workspace, people.admin, "admin", frozenset({Role.AUDITOR}), None)
     with workspace.store.session(readonly=True) as session:
         kinds = [e.kind for e in session.audit.events() if e.kind.startswith("principal.") and e.kind != "principal.added"]
-        assert session.principals.credentials(people.alice.id)["token_expires_at"] > now() + timedelta(days=89)
-        assert session.principals.credentials(people.admin.id)["last_used_at"] is None
+        assert session.principals.credentials(people.alice.id).token_expires_at > now() + timedelta(days=89)
+        assert session.principals.credentials(people.admin.id).last_used_at is None
     assert kinds == ["principal.disabled", "principal.enabled", "principal.token_rotated", "principal.token_revoked",
                      "principal.access_changed"]
 

@@ -123,7 +123,7 @@ def test_an_api_read_of_a_proposal_is_one_read_transaction_and_still_checks_the_
     assert missing == (404, [True]) and forged == (401, [True])
     assert a_minute_on == (200, [True, False])
     with workspace.store.session(readonly=True) as session:
-        used = session.principals.credentials(people.bob.id)["last_used_at"]
+        used = session.principals.credentials(people.bob.id).last_used_at
     assert workspace.clock.now() - used < timedelta(minutes=1)
 
 

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -284,7 +284,7 @@ class GitDeclarationRepo:
             raise RefMoved(f"{into} moved while merging; it is no longer at {main_sha[:12]}") from exc
         return commit
 
-    def commit_to_new_branch(self, base_sha: str, branch: str, files: dict[str, str], message: str,
+    def commit_to_new_branch(self, base_sha: str, branch: str, files: Mapping[str, str], message: str,
                              author: str) -> str:
         """A new branch at `base_sha` plus one commit writing `files` (path -> content); refuse an existing branch."""
         def write(work: Path) -> None:

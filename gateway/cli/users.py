@@ -43,8 +43,8 @@ def users_list(ctx: Context) -> None:
     with ctx.ws.store.session(readonly=True) as session:
         for p in session.principals.list():
             record = session.principals.credentials(p.id)
-            used = f"{record['last_used_at']:%Y-%m-%d %H:%M}" if record["last_used_at"] else "never"
-            expires = f"{record['token_expires_at']:%Y-%m-%d}" if record["token_expires_at"] else "-"
+            used = f"{record.last_used_at:%Y-%m-%d %H:%M}" if record.last_used_at else "never"
+            expires = f"{record.token_expires_at:%Y-%m-%d}" if record.token_expires_at else "-"
             click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups)):18} "
                        f"{'DISABLED' if p.disabled else 'enabled':9} token expires {expires:10} last used {used}")
             for issuer, subject in session.sign_in.identities_of(p.id):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from gateway.domain.errors import InputError
@@ -46,6 +47,15 @@ class Principal:
 
     def has_role(self, role: Role) -> bool:
         return role in self.roles
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A principal's credential record: when disabled, when its token expires, when it was last used."""
+
+    disabled_at: datetime | None = None
+    token_expires_at: datetime | None = None
+    last_used_at: datetime | None = None
 
 
 @dataclass(frozen=True)

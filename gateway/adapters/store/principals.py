@@ -21,7 +21,7 @@ from gateway.adapters.store.rows import (
     now,
 )
 from gateway.domain.errors import Conflict, NotFound
-from gateway.domain.principals import Principal, PrincipalKind, Role
+from gateway.domain.principals import Credentials, Principal, PrincipalKind, Role
 
 _BY_ID = select(principals).where(principals.c.id == bindparam("id"))
 _BY_TOKEN_HASH = select(principals).where(principals.c.token_hash == bindparam("token_hash"))
@@ -62,7 +62,7 @@ class SqlPrincipals(Records):
     def count(self) -> int:
         return int(self.conn.scalar(select(func.count()).select_from(principals)) or 0)
 
-    def token_holder(self, token_hash: str) -> tuple[Principal, dict[str, Any]] | None:
+    def token_holder(self, token_hash: str) -> tuple[Principal, Credentials] | None:
         """The principal whose token has this hash, with its credential record (as `credentials`), from one row."""
         row = self.conn.execute(_BY_TOKEN_HASH, {"token_hash": token_hash}).mappings().first()
         return (as_principal(row), _credentials(row)) if row else None
@@ -77,7 +77,7 @@ class SqlPrincipals(Records):
             raise NotFound(f"unknown principal {pid}")
         return as_principal(row)
 
-    def credentials(self, pid: str) -> dict[str, Any]:
+    def credentials(self, pid: str) -> Credentials:
         """A principal's credential record: when disabled, when its token expires, when it was last used."""
         row = self.conn.execute(_CREDENTIALS, {"id": pid}).mappings().first()
         if row is None:
@@ -149,5 +149,5 @@ class SqlPrincipals(Records):
         return (int(row[0]), str(row[1])) if row else None
 
 
-def _credentials(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (aware(row[k]) if row[k] else None) for k in ("disabled_at", "token_expires_at", "last_used_at")}
+def _credentials(row: Mapping[str, Any]) -> Credentials:
+    return Credentials(*(aware(row[k]) if row[k] else None for k in ("disabled_at", "token_expires_at", "last_used_at")))

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
 
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
 from gateway.domain.permissions import Action, refusals, require
-from gateway.domain.principals import Principal, PrincipalKind, Role, check_principal, hash_token, new_token
+from gateway.domain.principals import (
+    Credentials,
+    Principal,
+    PrincipalKind,
+    Role,
+    check_principal,
+    hash_token,
+    new_token,
+)
 from gateway.ports import UnitOfWork
 from gateway.services.workspace import Workspace
 
@@ -78,7 +85,7 @@ def record_use(ws: Workspace, used: LastUse) -> None:
         session.principals.touch(*used)
 
 
-def _checked(ws: Workspace, found: tuple[Principal, Mapping[str, Any]] | None
+def _checked(ws: Workspace, found: tuple[Principal, Credentials] | None
              ) -> tuple[Principal, LastUse | None]:
     """The token's holder if it may act, and (id, now) when its last use is to be recorded."""
     if found is None:
@@ -87,10 +94,10 @@ def _checked(ws: Workspace, found: tuple[Principal, Mapping[str, Any]] | None
     if principal.disabled:
         raise AuthError(f"{principal.name} is disabled")
     moment = ws.clock.now()
-    if record["token_expires_at"] is not None and record["token_expires_at"] <= moment:
-        raise AuthError(f"the token of {principal.name} expired at {record['token_expires_at']:%Y-%m-%d %H:%M} UTC; "
+    if record.token_expires_at is not None and record.token_expires_at <= moment:
+        raise AuthError(f"the token of {principal.name} expired at {record.token_expires_at:%Y-%m-%d %H:%M} UTC; "
                         f"an admin runs `gateway users rotate-token {principal.name}`")
-    if record["last_used_at"] is None or moment - record["last_used_at"] > LAST_USE_GRANULARITY:
+    if record.last_used_at is None or moment - record.last_used_at > LAST_USE_GRANULARITY:
         return principal, (principal.id, moment)
     return principal, None
 

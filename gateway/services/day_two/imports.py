@@ -54,7 +54,7 @@ def import_resource(ws: Workspace, actor: Principal, stack: str, address: str, r
     declared = ws.repo.read_files(main_sha, path, ".tf")
     if any(re.search(rf'resource\s+"{re.escape(rtype)}"\s+"{re.escape(name)}"', t) for t in declared.values()):
         raise Conflict(f"{address} is already declared in stack {stack}; choose another name")
-    attributes = ws.simulator.declarable_attributes(rtype, live)
+    attributes = dict(ws.simulator.declarable_attributes(rtype, live))
     attributes.update(overrides or {})
     secret = sorted(k for k, v in attributes.items() if ws.scrubber.scrub(json.dumps(v)) != json.dumps(v))
     if secret:  # a workspace secret is secret by origin: it never goes into git in clear

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
 from gateway.api.app import create_app
+from gateway.domain.jobs import JobKind
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, run_cli
@@ -83,6 +84,32 @@ def test_a_failed_apply_raises_the_failure_count(workspace: Workspace, people: P
     assert value(after, "gateway_jobs", kind="apply", status="queued") == 0  # read from the database
     assert value(after, "gateway_audit_appends_total") > value(before, "gateway_audit_appends_total")
     assert value(after, "gateway_audit_events") > value(before, "gateway_audit_events")
+
+
+def test_an_apply_the_cli_ran_itself_and_a_job_recovery_settled_are_counted(
+        workspace: Workspace, people: People, proposal_id: int, clone: Clone) -> None:
+    from gateway.domain.proposal import Decision
+    from gateway.services.change.jobs import enqueue_job, recover_abandoned_work
+    from gateway.services.change.proposals import decide, open_proposal
+
+    decide(workspace, people.bob, proposal_id, Decision.APPROVE, "ok")
+    workspace.simulator.inject_fault("app-staging", "aws_instance.web[0]", "InsufficientInstanceCapacity")
+    applied = run_cli(["apply", str(proposal_id)], workspace.settings.home, token=people.tokens["alice"])
+    assert applied.returncode != 0 and "InsufficientInstanceCapacity" in applied.stdout + applied.stderr
+
+    clone.branch("other").edit("stacks/app-prod/main.tf", '"t3.large"', '"t3.xlarge"').push()
+    other = open_proposal(workspace, people.alice, "other", "bigger prod")
+    plan = enqueue_job(workspace, people.alice, JobKind.PLAN, other.id)
+    assert workspace.store.queue.claim("dead-host:1", job_id=plan.id) is not None  # a worker that then died
+    with create_engine(workspace.settings.db_url).begin() as conn:
+        conn.execute(text("UPDATE jobs SET heartbeat_at = '2000-01-01 00:00:00' WHERE id = :id"), {"id": plan.id})
+    recover_abandoned_work(workspace)  # as a worker without a metrics port settles it, starting up
+
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        samples = scrape(client.get("/metrics").text)
+    assert value(samples, "gateway_jobs_finished_total", kind="apply", outcome="failed") == 1
+    assert value(samples, "gateway_jobs_finished_total", kind="plan", outcome="interrupted") == 1
+    assert ("gateway_jobs_finished_total", (("kind", "notify"), ("outcome", "refused"))) in samples  # 0, not absent
 
 
 def test_a_stuck_queue_raises_the_age_of_its_oldest_job(workspace: Workspace, people: People,

@@ -29,10 +29,20 @@ class QueueDepth:
 
 
 @dataclass(frozen=True)
+class EndedJobs:
+    """How many jobs of one kind ended with one outcome, ever: a job's end is never undone, so it only grows."""
+
+    kind: str
+    outcome: str  # succeeded | failed | refused | interrupted
+    count: int
+
+
+@dataclass(frozen=True)
 class ServiceGauges:
     """The figures that must be right across every process, so they are read from the database when scraped."""
 
     queue: tuple[QueueDepth, ...] = ()
+    ended: tuple[EndedJobs, ...] = ()  # counted where they are recorded: whichever process ran or settled them
     open_drift_by_stack: dict[str, int] = field(default_factory=dict)
     breakers_open: dict[str, int] = field(default_factory=dict)  # scope kind (all_agents | agent) -> how many open
     checkpoint_age_seconds: float | None = None  # the newest signed checkpoint of the trail (None: never signed)

@@ -1,8 +1,9 @@
 """Running the gateway as a service: the figures read from the records when metrics are scraped, and readiness.
 
-Queue depth and age, open drift, breakers, the newest checkpoint and the live workers are read here, from the
-database, at each scrape, so every process (any number of API processes and workers) reports the same truth.
-Counters of what one process did (job outcomes, lock waits, deliveries) go through the `Metrics` port instead.
+Queue depth and age, jobs ended by outcome, open drift, breakers, the newest checkpoint and the live workers are read
+here, from the database, at each scrape, so every process (any number of API processes and workers) reports the same
+truth, and what a command ran in its own process counts too. Counters of what one process did (lock waits,
+deliveries) go through the `Metrics` port instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gateway.services.workspace import Workspace
 def read_gauges(ws: Workspace) -> ServiceGauges:
     """Every scrape-time figure, in one read-only transaction plus the queue's own query."""
     queue = tuple(ws.store.queue.depth())
+    ended = tuple(ws.store.queue.ended())
     expired = len(ws.store.locks.expired())
     alive = len(live_workers(ws))
     with ws.store.session(readonly=True) as session:
@@ -37,8 +39,9 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
     if checkpoints:
         at = datetime.fromisoformat(checkpoints[-1].at)
         age = max(0.0, (ws.clock.now() - at).total_seconds())
-    return ServiceGauges(queue=queue, open_drift_by_stack=drift, breakers_open=breakers, checkpoint_age_seconds=age,
-                         audit_events=head[0] if head else 0, locks_expired=expired, workers_alive=alive)
+    return ServiceGauges(queue=queue, ended=ended, open_drift_by_stack=drift, breakers_open=breakers,
+                         checkpoint_age_seconds=age, audit_events=head[0] if head else 0, locks_expired=expired,
+                         workers_alive=alive)
 
 
 def check_readiness(ws: Workspace) -> list[ReadinessCheck]:

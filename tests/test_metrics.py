@@ -112,6 +112,26 @@ def test_an_apply_the_cli_ran_itself_and_a_job_recovery_settled_are_counted(
     assert ("gateway_jobs_finished_total", (("kind", "notify"), ("outcome", "refused"))) in samples  # 0, not absent
 
 
+def test_every_series_of_a_known_label_set_is_there_at_zero_from_the_start(workspace: Workspace) -> None:
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        samples = scrape(client.get("/metrics").text)
+    expected = [("gateway_lock_wait_seconds_count", {"outcome": "gave_up"}),
+                ("gateway_lock_wait_seconds_count", {"outcome": "taken"}),
+                ("gateway_webhook_deliveries_total", {"event": "pull_request", "outcome": "refused"}),
+                ("gateway_webhook_deliveries_total", {"event": "other", "outcome": "refused"}),
+                ("gateway_webhook_lag_seconds_count", {"event": "pull_request_review"}),
+                ("gateway_notifications_total", {"channel": "slack", "outcome": "failed"}),
+                ("gateway_notifications_total", {"channel": "email", "outcome": "retried"}),
+                ("gateway_job_retries_total", {"kind": "webhook"}),
+                ("gateway_job_duration_seconds_count", {"kind": "apply"}),
+                ("gateway_jobs_finished_total", {"kind": "apply", "outcome": "failed"}),
+                ("gateway_jobs_finished_total", {"kind": "plan", "outcome": "interrupted"}),
+                ("gateway_lock_breaks_total", {}), ("gateway_publish_failures_total", {})]
+    missing = [(name, labels) for name, labels in expected if (name, tuple(sorted(labels.items()))) not in samples]
+    assert not missing, f"not there before their first event: {missing}"
+    assert all(samples[(name, tuple(sorted(labels.items())))] == 0 for name, labels in expected)
+
+
 def test_a_stuck_queue_raises_the_age_of_its_oldest_job(workspace: Workspace, people: People,
                                                          proposal_id: int) -> None:
     with TestClient(create_app(workspace.settings, workers=0)) as client:  # no worker: nothing runs the queue
@@ -229,6 +249,9 @@ def served(tmp_path: Path, postgres_url: str) -> Iterator[tuple[str, Path, str]]
 
 def test_several_api_processes_report_one_set_of_counters(served: tuple[str, Path, str]) -> None:
     base, _, _ = served
+    fresh = scrape(httpx.get(f"{base}/metrics", timeout=10).text)  # every process's series start at 0, summed
+    assert ("gateway_webhook_deliveries_total", (("event", "pull_request"), ("outcome", "refused"))) in fresh
+    assert value(fresh, "gateway_webhook_deliveries_total", event="pull_request", outcome="refused") == 0
     for attempt in range(6):  # each delivery a new connection, to whichever process takes it
         refused = httpx.post(f"{base}/api/v1/github/webhook", content=b"{}", timeout=10, headers={
             "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": f"d-{attempt}"})

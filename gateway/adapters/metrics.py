@@ -25,7 +25,14 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from gateway.domain.jobs import JobKind, JobStatus
-from gateway.domain.operations import ServiceGauges
+from gateway.domain.notifications import ChannelKind
+from gateway.domain.operations import (
+    LOCK_WAIT_OUTCOMES,
+    NOTIFICATION_OUTCOMES,
+    WEBHOOK_EVENTS,
+    WEBHOOK_OUTCOMES,
+    ServiceGauges,
+)
 from gateway.logs import get_logger
 
 log = get_logger(__name__)
@@ -70,6 +77,25 @@ class PrometheusMetrics:
         self.notifications = Counter("gateway_notifications", "Notifications sent, by channel and outcome",
                                      ["channel", "outcome"], registry=r)
         self.audit_appends = Counter("gateway_audit_appends", "Events committed to the audit trail", registry=r)
+        self._start_known_series()
+
+    def _start_known_series(self) -> None:
+        """Every series whose labels come from a known set, at 0 from the start: a first failure is then an increase
+        from 0 that `increase()` and an alert see, not a series born at 1 that they cannot tell from one always there.
+        (Series without labels start at 0 by themselves.)"""
+        events = (*sorted(WEBHOOK_EVENTS), "other")
+        for kind in JobKind:
+            self.job_duration.labels(kind.value)
+            self.job_retries.labels(kind.value)
+        for outcome in LOCK_WAIT_OUTCOMES:
+            self.lock_wait.labels(outcome)
+        for event in events:
+            self.webhook_lag.labels(event)
+            for outcome in WEBHOOK_OUTCOMES:
+                self.webhooks.labels(event, outcome)
+        for channel in ChannelKind:
+            for outcome in NOTIFICATION_OUTCOMES:
+                self.notifications.labels(channel.value, outcome)
 
     # --- the port --------------------------------------------------------------------------------
 

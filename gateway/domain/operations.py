@@ -18,6 +18,13 @@ def webhook_event_label(event: str) -> str:
     return event if event in WEBHOOK_EVENTS else "other"
 
 
+# The outcomes each counter is labelled with: their series exist at 0 from a process's start, so the first event is
+# an increase (`increase()` and `rate()` see nothing in a series that appears with its first event already counted).
+WEBHOOK_OUTCOMES = ("accepted", "duplicate", "refused")
+LOCK_WAIT_OUTCOMES = ("taken", "gave_up")
+NOTIFICATION_OUTCOMES = ("delivered", "failed", "retried")
+
+
 @dataclass(frozen=True)
 class QueueDepth:
     """Jobs of one kind in one unfinished status, and how long the oldest of them has waited (queued) or run."""

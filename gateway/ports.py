@@ -681,6 +681,10 @@ class AuditLog(Protocol):
 
     def checkpoints(self) -> list[Checkpoint]: ...
 
+    def oldest_unsigned_at(self) -> str | None:
+        """When the oldest event no signed checkpoint covers was appended (None: every event is signed)."""
+        ...
+
     def chain_head(self) -> tuple[int, str] | None: ...
 
 

@@ -158,6 +158,27 @@ def test_open_drift_is_counted_by_stack(workspace: Workspace, people: People) ->
     assert value(samples, "gateway_breakers_open", scope="all_agents") == 0
 
 
+def test_the_unsigned_age_pages_on_an_event_left_unsigned_never_on_a_quiet_trail(workspace: Workspace,
+                                                                                   people: People) -> None:
+    from gateway.services.admin.audit import sign_checkpoint
+
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        time.sleep(1.1)
+        unsigned = scrape(client.get("/metrics").text)  # the sample repo's events: nothing signed yet
+        sign_checkpoint(workspace)
+        time.sleep(1.1)
+        quiet = scrape(client.get("/metrics").text)  # everything signed; the checkpoint ages, nothing is wrong
+        with workspace.store.session() as session:
+            session.audit.append(people.alice, "proposal.viewed", {"note": "a new event"})
+        time.sleep(1.1)
+        behind = scrape(client.get("/metrics").text)
+    assert value(unsigned, "gateway_audit_unsigned_seconds") >= 1.0
+    assert value(quiet, "gateway_audit_unsigned_seconds") == 0
+    assert value(quiet, "gateway_audit_checkpoint_age_seconds") >= 1.0  # what the old alert paged on
+    assert 1.0 <= value(behind, "gateway_audit_unsigned_seconds") < 5
+    assert value(behind, "gateway_audit_checkpoint_interval_seconds") == workspace.settings.audit_checkpoint_minutes * 60
+
+
 def test_nothing_scraped_is_secret_or_unbounded(workspace: Workspace, people: People, proposal_id: int) -> None:
     with TestClient(create_app(workspace.settings, workers=1)) as client:
         client.post(f"/api/v1/proposals/{proposal_id}/approve", json={"comment": "ok"},

@@ -199,17 +199,28 @@ class DatabaseGauges(Collector):
         for scope, count in sorted(gauges.breakers_open.items()):
             breakers.add_metric([scope], count)
         yield breakers
-        if gauges.audit_events:
-            age = gauges.checkpoint_age_seconds
-            yield GaugeMetricFamily("gateway_audit_checkpoint_age_seconds",
-                                    "Age of the newest signed checkpoint of the audit trail (+Inf: none signed yet)",
-                                    value=math.inf if age is None else age)
-        yield GaugeMetricFamily("gateway_audit_events", "Events in the audit trail (the chain's length)",
-                                value=gauges.audit_events)
+        yield from _audit_families(gauges)
         yield GaugeMetricFamily("gateway_stack_locks_expired", "Stack locks whose holder stopped heart-beating and "
                                 "that recovery has not settled yet", value=gauges.locks_expired)
         yield GaugeMetricFamily("gateway_workers_alive", "Workers running: registered, not stopped, and heart-beating "
                                 "(last beat within 3 of their beat intervals)", value=gauges.workers_alive)
+
+
+def _audit_families(gauges: ServiceGauges) -> Iterator[Metric]:
+    """The trail's length and how far its signing lags. What is wrong is an event left unsigned for long: a quiet
+    gateway whose newest checkpoint is old has nothing to sign, and `gateway_audit_unsigned_seconds` stays 0."""
+    if gauges.audit_events:
+        age = gauges.checkpoint_age_seconds
+        yield GaugeMetricFamily("gateway_audit_checkpoint_age_seconds",
+                                "Age of the newest signed checkpoint of the audit trail (+Inf: none signed yet)",
+                                value=math.inf if age is None else age)
+    yield GaugeMetricFamily("gateway_audit_unsigned_seconds", "How long the oldest event of the audit trail that no "
+                            "signed checkpoint covers has waited (0: every event is signed)",
+                            value=gauges.unsigned_seconds)
+    yield GaugeMetricFamily("gateway_audit_checkpoint_interval_seconds", "How often workers sign a checkpoint "
+                            "(GATEWAY_AUDIT_CHECKPOINT_MINUTES, in seconds)", value=gauges.checkpoint_interval_seconds)
+    yield GaugeMetricFamily("gateway_audit_events", "Events in the audit trail (the chain's length)",
+                            value=gauges.audit_events)
 
 
 def _ended_family(gauges: ServiceGauges) -> Metric:

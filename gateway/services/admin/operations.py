@@ -35,13 +35,17 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
                 breakers["all_agents" if state["scope"] == ALL_AGENTS else "agent"] += 1
         checkpoints = session.audit.checkpoints()
         head = session.audit.chain_head()
-    age = None
-    if checkpoints:
-        at = datetime.fromisoformat(checkpoints[-1].at)
-        age = max(0.0, (ws.clock.now() - at).total_seconds())
+        unsigned_at = session.audit.oldest_unsigned_at()
+    age = None if not checkpoints else _seconds_since(ws, checkpoints[-1].at)
+    unsigned = 0.0 if unsigned_at is None else _seconds_since(ws, unsigned_at)
     return ServiceGauges(queue=queue, ended=ended, open_drift_by_stack=drift, breakers_open=breakers,
-                         checkpoint_age_seconds=age, audit_events=head[0] if head else 0, locks_expired=expired,
+                         checkpoint_age_seconds=age, unsigned_seconds=unsigned,
+                         checkpoint_interval_seconds=ws.settings.audit_checkpoint_minutes * 60, audit_events=head[0] if head else 0, locks_expired=expired,
                          workers_alive=alive)
+
+
+def _seconds_since(ws: Workspace, at: str) -> float:
+    return max(0.0, (ws.clock.now() - datetime.fromisoformat(at)).total_seconds())
 
 
 def check_readiness(ws: Workspace) -> list[ReadinessCheck]:

@@ -202,6 +202,9 @@ class DatabaseGauges(Collector):
         yield from _audit_families(gauges)
         yield GaugeMetricFamily("gateway_stack_locks_expired", "Stack locks whose holder stopped heart-beating and "
                                 "that recovery has not settled yet", value=gauges.locks_expired)
+        yield GaugeMetricFamily("gateway_terraform_timeout_seconds", "The longest one Terraform run may take "
+                                "(GATEWAY_TERRAFORM_TIMEOUT_SECONDS): applies' run time is alerted on near it",
+                                value=gauges.terraform_timeout_seconds)
         yield GaugeMetricFamily("gateway_workers_alive", "Workers running: registered, not stopped, and heart-beating "
                                 "(last beat within 3 of their beat intervals)", value=gauges.workers_alive)
 

@@ -55,6 +55,7 @@ class ServiceGauges:
     checkpoint_age_seconds: float | None = None  # the newest signed checkpoint of the trail (None: never signed)
     unsigned_seconds: float = 0.0  # how long the oldest event no signed checkpoint covers has waited (0: all signed)
     checkpoint_interval_seconds: float = 3600.0  # how often workers are configured to sign one
+    terraform_timeout_seconds: float = 1800.0  # the longest one Terraform run may take (an apply's alert is near it)
     audit_events: int = 0  # the chain's length: every process's appends
     locks_expired: int = 0  # held by a runner that stopped heart-beating: recovery has not settled them yet
     workers_alive: int = 0  # workers registered, not stopped, whose last beat still counts

@@ -40,8 +40,9 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
     unsigned = 0.0 if unsigned_at is None else _seconds_since(ws, unsigned_at)
     return ServiceGauges(queue=queue, ended=ended, open_drift_by_stack=drift, breakers_open=breakers,
                          checkpoint_age_seconds=age, unsigned_seconds=unsigned,
-                         checkpoint_interval_seconds=ws.settings.audit_checkpoint_minutes * 60, audit_events=head[0] if head else 0, locks_expired=expired,
-                         workers_alive=alive)
+                         checkpoint_interval_seconds=ws.settings.audit_checkpoint_minutes * 60,
+                         terraform_timeout_seconds=ws.settings.terraform_timeout_seconds,
+                         audit_events=head[0] if head else 0, locks_expired=expired, workers_alive=alive)
 
 
 def _seconds_since(ws: Workspace, at: str) -> float:

@@ -13,7 +13,7 @@
     WorkingCopies    clones of the declaration repo on disk, where agents edit files
     Engine           plans and applies one stack (every engine emits Terraform's JSON plan)
     Forge            the code host (GitHub, GitLab): pull/merge requests, reviews or approvals, checks, teams, merges
-    Metrics          what operators count (job outcomes, lock waits, deliveries...); `NO_METRICS` counts nothing
+    Metrics          what operators count (job run times, lock waits, deliveries...); `NO_METRICS` counts nothing
     IdentityProvider an OpenID Connect provider or GitHub OAuth, for signing in to the pages
     NotificationSender  delivers one notice to one channel (Slack, e-mail, a signed webhook)
 
@@ -42,7 +42,7 @@ from gateway.domain.gitlab_rules import GitLabAccount
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.locks import LockAttempt, StackLock
 from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
-from gateway.domain.operations import QueueDepth
+from gateway.domain.operations import EndedJobs, QueueDepth
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Actor, Credentials, Principal, PrincipalKind, Role
@@ -145,11 +145,12 @@ class Signer(Protocol):
 
 class Metrics(Protocol):
     """What services count for the people who run the gateway. Every label is from a closed set (kinds, outcomes,
-    channels): never an id, a name or an address. The figures that must agree across processes (queue depth and age,
-    drift, breakers, checkpoints) are not counted here: they are read from the records when scraped."""
+    channels): never an id, a name or an address. The figures that must agree across processes (job ends, queue depth
+    and age, drift, breakers, checkpoints, workers) are not counted here: they are read from the records when
+    scraped."""
 
-    def job_finished(self, kind: str, outcome: str, seconds: float | None) -> None:
-        """A job ended: succeeded, refused, failed or interrupted, after `seconds` of running (None: unknown)."""
+    def job_ran(self, kind: str, seconds: float) -> None:
+        """A job this process ran ended after `seconds` (how many ended, by outcome, is read from the records)."""
         ...
 
     def job_retried(self, kind: str) -> None:
@@ -188,7 +189,7 @@ class Metrics(Protocol):
 class NoMetrics:
     """The default: counts nothing, costs nothing (tests, the CLI's one-shot commands)."""
 
-    def job_finished(self, kind: str, outcome: str, seconds: float | None) -> None:
+    def job_ran(self, kind: str, seconds: float) -> None:
         pass
 
     def job_retried(self, kind: str) -> None:
@@ -686,6 +687,10 @@ class AuditLog(Protocol):
 
     def checkpoints(self) -> list[Checkpoint]: ...
 
+    def oldest_unsigned_at(self) -> str | None:
+        """When the oldest event no signed checkpoint covers was appended (None: every event is signed)."""
+        ...
+
     def chain_head(self) -> tuple[int, str] | None: ...
 
 
@@ -756,6 +761,11 @@ class JobQueue(Protocol):
 
     def depth(self) -> list[QueueDepth]:
         """Queued and running jobs by kind, with the age of the oldest of each (one indexed query)."""
+        ...
+
+    def ended(self) -> list[EndedJobs]:
+        """Jobs that ended, counted by kind and outcome (one query): whoever ran them, a worker, an API process or
+        a command, and whoever settled them (recovery)."""
         ...
 
 

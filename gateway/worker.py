@@ -5,7 +5,9 @@ any number of machines can share one PostgreSQL. A housekeeping thread beside th
 the work of workers that stopped heart-beating as interrupted, and queues a plan job for every open
 proposal whose branch, main or stack state moved (reads never re-plan), and a publish job for every
 pull request that shows less than its proposal's trail; it also signs a checkpoint of the audit chain when one
-is due, and queues the notifications of what the trail recorded since its last pass.
+is due, and queues the notifications of what the trail recorded since its last pass. A worker is in the worker
+registry from when its database answers until it stops (`Presence`), and its ready file is there only while its
+loops run and the database answers.
 """
 
 from __future__ import annotations

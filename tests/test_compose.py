@@ -254,9 +254,11 @@ def test_the_services_commands_apply_a_terraform_change_with_two_workers(
                                capture_output=True, text=True, check=True).stdout
     assert 'release = "2"' in main_text
     assert "gateway_jobs" in api_metrics
-    applied = sum(_scrape(p).get(("gateway_jobs_finished_total", (("kind", "apply"), ("outcome", "succeeded"))), 0)
-                  for p in metrics_ports)
-    assert applied == 1  # one worker ran it, and says so on its metrics port
+    applied = [_scrape(p).get(("gateway_jobs_finished_total", (("kind", "apply"), ("outcome", "succeeded"))), 0)
+               for p in metrics_ports]
+    assert applied == [1, 1]  # one worker ran it; counted in the database, every worker's metrics port says so
+    ran = sum(_scrape(p).get(("gateway_job_duration_seconds_count", (("kind", "apply"),)), 0) for p in metrics_ports)
+    assert ran == 1  # its run time, by the one that ran it
 
     grace = _seconds(services["worker"]["stop_grace_period"])
     for worker in workers:  # `docker compose stop`: SIGTERM, then the grace period

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, text
 
 from gateway.api.app import create_app
+from gateway.domain.jobs import JobKind
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, run_cli
@@ -85,6 +86,52 @@ def test_a_failed_apply_raises_the_failure_count(workspace: Workspace, people: P
     assert value(after, "gateway_audit_events") > value(before, "gateway_audit_events")
 
 
+def test_an_apply_the_cli_ran_itself_and_a_job_recovery_settled_are_counted(
+        workspace: Workspace, people: People, proposal_id: int, clone: Clone) -> None:
+    from gateway.domain.proposal import Decision
+    from gateway.services.change.jobs import enqueue_job, recover_abandoned_work
+    from gateway.services.change.proposals import decide, open_proposal
+
+    decide(workspace, people.bob, proposal_id, Decision.APPROVE, "ok")
+    workspace.simulator.inject_fault("app-staging", "aws_instance.web[0]", "InsufficientInstanceCapacity")
+    applied = run_cli(["apply", str(proposal_id)], workspace.settings.home, token=people.tokens["alice"])
+    assert applied.returncode != 0 and "InsufficientInstanceCapacity" in applied.stdout + applied.stderr
+
+    clone.branch("other").edit("stacks/app-prod/main.tf", '"t3.large"', '"t3.xlarge"').push()
+    other = open_proposal(workspace, people.alice, "other", "bigger prod")
+    plan = enqueue_job(workspace, people.alice, JobKind.PLAN, other.id)
+    assert workspace.store.queue.claim("dead-host:1", job_id=plan.id) is not None  # a worker that then died
+    with create_engine(workspace.settings.db_url).begin() as conn:
+        conn.execute(text("UPDATE jobs SET heartbeat_at = '2000-01-01 00:00:00' WHERE id = :id"), {"id": plan.id})
+    recover_abandoned_work(workspace)  # as a worker without a metrics port settles it, starting up
+
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        samples = scrape(client.get("/metrics").text)
+    assert value(samples, "gateway_jobs_finished_total", kind="apply", outcome="failed") == 1
+    assert value(samples, "gateway_jobs_finished_total", kind="plan", outcome="interrupted") == 1
+    assert ("gateway_jobs_finished_total", (("kind", "notify"), ("outcome", "refused"))) in samples  # 0, not absent
+
+
+def test_every_series_of_a_known_label_set_is_there_at_zero_from_the_start(workspace: Workspace) -> None:
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        samples = scrape(client.get("/metrics").text)
+    expected = [("gateway_lock_wait_seconds_count", {"outcome": "gave_up"}),
+                ("gateway_lock_wait_seconds_count", {"outcome": "taken"}),
+                ("gateway_webhook_deliveries_total", {"event": "pull_request", "outcome": "refused"}),
+                ("gateway_webhook_deliveries_total", {"event": "other", "outcome": "refused"}),
+                ("gateway_webhook_lag_seconds_count", {"event": "pull_request_review"}),
+                ("gateway_notifications_total", {"channel": "slack", "outcome": "failed"}),
+                ("gateway_notifications_total", {"channel": "email", "outcome": "retried"}),
+                ("gateway_job_retries_total", {"kind": "webhook"}),
+                ("gateway_job_duration_seconds_count", {"kind": "apply"}),
+                ("gateway_jobs_finished_total", {"kind": "apply", "outcome": "failed"}),
+                ("gateway_jobs_finished_total", {"kind": "plan", "outcome": "interrupted"}),
+                ("gateway_lock_breaks_total", {}), ("gateway_publish_failures_total", {})]
+    missing = [(name, labels) for name, labels in expected if (name, tuple(sorted(labels.items()))) not in samples]
+    assert not missing, f"not there before their first event: {missing}"
+    assert all(samples[(name, tuple(sorted(labels.items())))] == 0 for name, labels in expected)
+
+
 def test_a_stuck_queue_raises_the_age_of_its_oldest_job(workspace: Workspace, people: People,
                                                          proposal_id: int) -> None:
     with TestClient(create_app(workspace.settings, workers=0)) as client:  # no worker: nothing runs the queue
@@ -109,6 +156,28 @@ def test_open_drift_is_counted_by_stack(workspace: Workspace, people: People) ->
         samples = scrape(client.get("/metrics").text)
     assert value(samples, "gateway_drift_records_open", stack="network") == 1
     assert value(samples, "gateway_breakers_open", scope="all_agents") == 0
+
+
+def test_the_unsigned_age_pages_on_an_event_left_unsigned_never_on_a_quiet_trail(workspace: Workspace,
+                                                                                   people: People) -> None:
+    from gateway.services.admin.audit import sign_checkpoint
+
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        time.sleep(1.1)
+        unsigned = scrape(client.get("/metrics").text)  # the sample repo's events: nothing signed yet
+        sign_checkpoint(workspace)
+        time.sleep(1.1)
+        quiet = scrape(client.get("/metrics").text)  # everything signed; the checkpoint ages, nothing is wrong
+        with workspace.store.session() as session:
+            session.audit.append(people.alice, "proposal.viewed", {"note": "a new event"})
+        time.sleep(1.1)
+        behind = scrape(client.get("/metrics").text)
+    assert value(unsigned, "gateway_audit_unsigned_seconds") >= 1.0
+    assert value(quiet, "gateway_audit_unsigned_seconds") == 0
+    assert value(quiet, "gateway_audit_checkpoint_age_seconds") >= 1.0  # what the old alert paged on
+    assert 1.0 <= value(behind, "gateway_audit_unsigned_seconds") < 5
+    interval = workspace.settings.audit_checkpoint_minutes * 60
+    assert value(behind, "gateway_audit_checkpoint_interval_seconds") == interval
 
 
 def test_nothing_scraped_is_secret_or_unbounded(workspace: Workspace, people: People, proposal_id: int) -> None:
@@ -202,6 +271,9 @@ def served(tmp_path: Path, postgres_url: str) -> Iterator[tuple[str, Path, str]]
 
 def test_several_api_processes_report_one_set_of_counters(served: tuple[str, Path, str]) -> None:
     base, _, _ = served
+    fresh = scrape(httpx.get(f"{base}/metrics", timeout=10).text)  # every process's series start at 0, summed
+    assert ("gateway_webhook_deliveries_total", (("event", "pull_request"), ("outcome", "refused"))) in fresh
+    assert value(fresh, "gateway_webhook_deliveries_total", event="pull_request", outcome="refused") == 0
     for attempt in range(6):  # each delivery a new connection, to whichever process takes it
         refused = httpx.post(f"{base}/api/v1/github/webhook", content=b"{}", timeout=10, headers={
             "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": f"d-{attempt}"})

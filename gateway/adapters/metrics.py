@@ -2,9 +2,10 @@
 
 Counters and histograms count what this process did. Under `gateway serve --processes N` each API process writes
 them to files in PROMETHEUS_MULTIPROC_DIR (prometheus_client's multiprocess mode), and a scrape of any one process
-sums them all. Queue depth and age, open drift, breakers, checkpoint age, expired locks and live workers are read
-from the database on every scrape (`DatabaseGauges`), so they are the same whichever process answers, and right when
-the process that queued a job is not the one that runs it.
+sums them all. Job ends by outcome, queue depth and age, open drift, breakers, checkpoint age, expired locks and live
+workers are read from the database on every scrape (`DatabaseGauges`), so they are the same whichever process
+answers, right when the process that queued a job is not the one that runs it, and complete when a job ran in a
+process that serves no metrics (a command's own apply) or was settled by a worker's recovery as it started.
 
 Imported only by the processes that serve metrics (the API, `gateway worker --metrics-port`): the CLI's one-shot
 commands keep the port's no-op default and never load prometheus_client.
@@ -19,12 +20,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from gateway.domain.jobs import JobKind, JobStatus
-from gateway.domain.operations import ServiceGauges
+from gateway.domain.notifications import ChannelKind
+from gateway.domain.operations import (
+    LOCK_WAIT_OUTCOMES,
+    NOTIFICATION_OUTCOMES,
+    WEBHOOK_EVENTS,
+    WEBHOOK_OUTCOMES,
+    ServiceGauges,
+)
 from gateway.logs import get_logger
 
 log = get_logger(__name__)
@@ -32,6 +40,8 @@ log = get_logger(__name__)
 DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 15, 30, 60, 120, 300, 600, 1800, 3600)
 LAG_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900)
 LOCK_BUCKETS = (0.01, 0.1, 0.5, 1, 5, 15, 30, 60, 300)
+ENDED_OUTCOMES = tuple(s.value for s in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.REFUSED,
+                                         JobStatus.INTERRUPTED))
 _LABEL = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
@@ -48,8 +58,6 @@ class PrometheusMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.read_gauges = read_gauges
         r = self.registry
-        self.jobs_finished = Counter("gateway_jobs_finished", "Jobs that ended, by kind and outcome",
-                                     ["kind", "outcome"], registry=r)
         self.job_duration = Histogram("gateway_job_duration_seconds", "How long jobs ran, by kind", ["kind"],
                                       buckets=DURATION_BUCKETS, registry=r)
         self.job_retries = Counter("gateway_job_retries", "Jobs put back in the queue to run again, by kind",
@@ -69,16 +77,30 @@ class PrometheusMetrics:
         self.notifications = Counter("gateway_notifications", "Notifications sent, by channel and outcome",
                                      ["channel", "outcome"], registry=r)
         self.audit_appends = Counter("gateway_audit_appends", "Events committed to the audit trail", registry=r)
-        for kind in JobKind:  # a series exists before its first event, so rate() and alerts see a 0 -> 1
-            for outcome in (JobStatus.SUCCEEDED, JobStatus.REFUSED, JobStatus.FAILED, JobStatus.INTERRUPTED):
-                self.jobs_finished.labels(kind.value, outcome.value)
+        self._start_known_series()
+
+    def _start_known_series(self) -> None:
+        """Every series whose labels come from a known set, at 0 from the start: a first failure is then an increase
+        from 0 that `increase()` and an alert see, not a series born at 1 that they cannot tell from one always there.
+        (Series without labels start at 0 by themselves.)"""
+        events = (*sorted(WEBHOOK_EVENTS), "other")
+        for kind in JobKind:
+            self.job_duration.labels(kind.value)
+            self.job_retries.labels(kind.value)
+        for outcome in LOCK_WAIT_OUTCOMES:
+            self.lock_wait.labels(outcome)
+        for event in events:
+            self.webhook_lag.labels(event)
+            for outcome in WEBHOOK_OUTCOMES:
+                self.webhooks.labels(event, outcome)
+        for channel in ChannelKind:
+            for outcome in NOTIFICATION_OUTCOMES:
+                self.notifications.labels(channel.value, outcome)
 
     # --- the port --------------------------------------------------------------------------------
 
-    def job_finished(self, kind: str, outcome: str, seconds: float | None) -> None:
-        self.jobs_finished.labels(bounded(kind), bounded(outcome)).inc()
-        if seconds is not None:
-            self.job_duration.labels(bounded(kind)).observe(max(0.0, seconds))
+    def job_ran(self, kind: str, seconds: float) -> None:
+        self.job_duration.labels(bounded(kind)).observe(max(0.0, seconds))
 
     def job_retried(self, kind: str) -> None:
         self.job_retries.labels(bounded(kind)).inc()
@@ -167,6 +189,7 @@ class DatabaseGauges(Collector):
         up.add_metric([], 1)
         yield up
         yield from _queue_families(gauges)
+        yield _ended_family(gauges)
         drift = GaugeMetricFamily("gateway_drift_records_open", "Open drift records, by stack", labels=["stack"])
         for stack, count in sorted(gauges.open_drift_by_stack.items()):
             drift.add_metric([stack], count)
@@ -176,17 +199,44 @@ class DatabaseGauges(Collector):
         for scope, count in sorted(gauges.breakers_open.items()):
             breakers.add_metric([scope], count)
         yield breakers
-        if gauges.audit_events:
-            age = gauges.checkpoint_age_seconds
-            yield GaugeMetricFamily("gateway_audit_checkpoint_age_seconds",
-                                    "Age of the newest signed checkpoint of the audit trail (+Inf: none signed yet)",
-                                    value=math.inf if age is None else age)
-        yield GaugeMetricFamily("gateway_audit_events", "Events in the audit trail (the chain's length)",
-                                value=gauges.audit_events)
+        yield from _audit_families(gauges)
         yield GaugeMetricFamily("gateway_stack_locks_expired", "Stack locks whose holder stopped heart-beating and "
                                 "that recovery has not settled yet", value=gauges.locks_expired)
+        yield GaugeMetricFamily("gateway_terraform_timeout_seconds", "The longest one Terraform run may take "
+                                "(GATEWAY_TERRAFORM_TIMEOUT_SECONDS): applies' run time is alerted on near it",
+                                value=gauges.terraform_timeout_seconds)
         yield GaugeMetricFamily("gateway_workers_alive", "Workers running: registered, not stopped, and heart-beating "
                                 "(last beat within 3 of their beat intervals)", value=gauges.workers_alive)
+
+
+def _audit_families(gauges: ServiceGauges) -> Iterator[Metric]:
+    """The trail's length and how far its signing lags. What is wrong is an event left unsigned for long: a quiet
+    gateway whose newest checkpoint is old has nothing to sign, and `gateway_audit_unsigned_seconds` stays 0."""
+    if gauges.audit_events:
+        age = gauges.checkpoint_age_seconds
+        yield GaugeMetricFamily("gateway_audit_checkpoint_age_seconds",
+                                "Age of the newest signed checkpoint of the audit trail (+Inf: none signed yet)",
+                                value=math.inf if age is None else age)
+    yield GaugeMetricFamily("gateway_audit_unsigned_seconds", "How long the oldest event of the audit trail that no "
+                            "signed checkpoint covers has waited (0: every event is signed)",
+                            value=gauges.unsigned_seconds)
+    yield GaugeMetricFamily("gateway_audit_checkpoint_interval_seconds", "How often workers sign a checkpoint "
+                            "(GATEWAY_AUDIT_CHECKPOINT_MINUTES, in seconds)", value=gauges.checkpoint_interval_seconds)
+    yield GaugeMetricFamily("gateway_audit_events", "Events in the audit trail (the chain's length)",
+                            value=gauges.audit_events)
+
+
+def _ended_family(gauges: ServiceGauges) -> Metric:
+    """Job ends by kind and outcome, counted from the jobs table: every end is recorded there, by whichever process
+    ran the job (a worker, an API process, a command's own) or settled it (a worker's recovery), and is never
+    undone, so the count is a counter; every kind and outcome is there from the start, at 0."""
+    ended = CounterMetricFamily("gateway_jobs_finished", "Jobs that ended, by kind and outcome (succeeded, failed, "
+                                "refused, interrupted), counted in the database", labels=["kind", "outcome"])
+    found = {(e.kind, e.outcome): e.count for e in gauges.ended}
+    for kind in JobKind:
+        for outcome in ENDED_OUTCOMES:
+            ended.add_metric([kind.value, outcome], found.get((kind.value, outcome), 0))
+    return ended
 
 
 def _queue_families(gauges: ServiceGauges) -> Iterator[Metric]:

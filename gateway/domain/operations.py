@@ -18,6 +18,13 @@ def webhook_event_label(event: str) -> str:
     return event if event in WEBHOOK_EVENTS else "other"
 
 
+# The outcomes each counter is labelled with: their series exist at 0 from a process's start, so the first event is
+# an increase (`increase()` and `rate()` see nothing in a series that appears with its first event already counted).
+WEBHOOK_OUTCOMES = ("accepted", "duplicate", "refused")
+LOCK_WAIT_OUTCOMES = ("taken", "gave_up")
+NOTIFICATION_OUTCOMES = ("delivered", "failed", "retried")
+
+
 @dataclass(frozen=True)
 class QueueDepth:
     """Jobs of one kind in one unfinished status, and how long the oldest of them has waited (queued) or run."""
@@ -29,13 +36,26 @@ class QueueDepth:
 
 
 @dataclass(frozen=True)
+class EndedJobs:
+    """How many jobs of one kind ended with one outcome, ever: a job's end is never undone, so it only grows."""
+
+    kind: str
+    outcome: str  # succeeded | failed | refused | interrupted
+    count: int
+
+
+@dataclass(frozen=True)
 class ServiceGauges:
     """The figures that must be right across every process, so they are read from the database when scraped."""
 
     queue: tuple[QueueDepth, ...] = ()
+    ended: tuple[EndedJobs, ...] = ()  # counted where they are recorded: whichever process ran or settled them
     open_drift_by_stack: dict[str, int] = field(default_factory=dict)
     breakers_open: dict[str, int] = field(default_factory=dict)  # scope kind (all_agents | agent) -> how many open
     checkpoint_age_seconds: float | None = None  # the newest signed checkpoint of the trail (None: never signed)
+    unsigned_seconds: float = 0.0  # how long the oldest event no signed checkpoint covers has waited (0: all signed)
+    checkpoint_interval_seconds: float = 3600.0  # how often workers are configured to sign one
+    terraform_timeout_seconds: float = 1800.0  # the longest one Terraform run may take (an apply's alert is near it)
     audit_events: int = 0  # the chain's length: every process's appends
     locks_expired: int = 0  # held by a runner that stopped heart-beating: recovery has not settled them yet
     workers_alive: int = 0  # workers registered, not stopped, whose last beat still counts

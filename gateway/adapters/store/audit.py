@@ -646,6 +646,13 @@ class SqlAuditLog(Records):
         rows = self.conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.seq)).mappings()
         return [Checkpoint.from_json(r) for r in rows]
 
+    def oldest_unsigned_at(self) -> str | None:
+        """When the oldest event no signed checkpoint covers was appended (None: every event is signed); two lookups
+        on primary keys."""
+        signed = self.conn.scalar(select(func.max(audit_checkpoints.c.seq))) or 0
+        return self.conn.scalar(select(audit_events.c.at).where(audit_events.c.seq > signed)
+                                .order_by(audit_events.c.seq).limit(1))
+
     def chain_head(self) -> tuple[int, str] | None:
         if self._head is not None:
             return self._head

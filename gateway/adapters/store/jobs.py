@@ -23,7 +23,7 @@ from gateway.adapters.store.rows import (
 )
 from gateway.domain.errors import NotFound
 from gateway.domain.jobs import FINISHED, Job, JobKind, JobStatus
-from gateway.domain.operations import QueueDepth
+from gateway.domain.operations import EndedJobs, QueueDepth
 from gateway.domain.principals import Actor, Principal
 
 _JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
@@ -285,3 +285,12 @@ class SqlJobQueue:
                 since = max(since, aware(run_after))  # one job waiting for its retry: it is due only from then
             found.append(QueueDepth(kind, status, int(count), max(0.0, (moment - since).total_seconds())))
         return found
+
+    def ended(self) -> list[EndedJobs]:
+        """Jobs that ended, counted by kind and outcome (one query over the status index): whoever ran them, a
+        worker, an API process or a command, and whoever settled them (recovery)."""
+        query = (select(jobs.c.kind, jobs.c.status, func.count())
+                 .where(jobs.c.status.in_(sorted(status.value for status in FINISHED)))
+                 .group_by(jobs.c.kind, jobs.c.status))
+        with self.db.transaction(readonly=True) as conn:
+            return [EndedJobs(kind, status, int(count)) for kind, status, count in conn.execute(query).all()]

@@ -1,8 +1,9 @@
 """Running the gateway as a service: the figures read from the records when metrics are scraped, and readiness.
 
-Queue depth and age, open drift, breakers, the newest checkpoint and the live workers are read here, from the
-database, at each scrape, so every process (any number of API processes and workers) reports the same truth.
-Counters of what one process did (job outcomes, lock waits, deliveries) go through the `Metrics` port instead.
+Queue depth and age, jobs ended by outcome, open drift, breakers, the newest checkpoint and the live workers are read
+here, from the database, at each scrape, so every process (any number of API processes and workers) reports the same
+truth, and what a command ran in its own process counts too. Counters of what one process did (lock waits,
+deliveries) go through the `Metrics` port instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gateway.services.workspace import Workspace
 def read_gauges(ws: Workspace) -> ServiceGauges:
     """Every scrape-time figure, in one read-only transaction plus the queue's own query."""
     queue = tuple(ws.store.queue.depth())
+    ended = tuple(ws.store.queue.ended())
     expired = len(ws.store.locks.expired())
     alive = len(live_workers(ws))
     with ws.store.session(readonly=True) as session:
@@ -33,12 +35,18 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
                 breakers["all_agents" if state.scope == ALL_AGENTS else "agent"] += 1
         checkpoints = session.audit.checkpoints()
         head = session.audit.chain_head()
-    age = None
-    if checkpoints:
-        at = datetime.fromisoformat(checkpoints[-1].at)
-        age = max(0.0, (ws.clock.now() - at).total_seconds())
-    return ServiceGauges(queue=queue, open_drift_by_stack=drift, breakers_open=breakers, checkpoint_age_seconds=age,
+        unsigned_at = session.audit.oldest_unsigned_at()
+    age = None if not checkpoints else _seconds_since(ws, checkpoints[-1].at)
+    unsigned = 0.0 if unsigned_at is None else _seconds_since(ws, unsigned_at)
+    return ServiceGauges(queue=queue, ended=ended, open_drift_by_stack=drift, breakers_open=breakers,
+                         checkpoint_age_seconds=age, unsigned_seconds=unsigned,
+                         checkpoint_interval_seconds=ws.settings.audit_checkpoint_minutes * 60,
+                         terraform_timeout_seconds=ws.settings.terraform_timeout_seconds,
                          audit_events=head[0] if head else 0, locks_expired=expired, workers_alive=alive)
+
+
+def _seconds_since(ws: Workspace, at: str) -> float:
+    return max(0.0, (ws.clock.now() - datetime.fromisoformat(at)).total_seconds())
 
 
 def check_readiness(ws: Workspace) -> list[ReadinessCheck]:

@@ -119,8 +119,8 @@ def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None =
             session.audit.append(GATEWAY, f"job.{status.value}", {
                 "job": job.id, "kind": job.kind.value, "runner": runner, "error": error},
                 job.proposal_id, proposal.stacks if proposal else ())
-    if finished:
-        ws.metrics.job_finished(job.kind.value, status.value, time.monotonic() - started)
+    if finished:  # how many ended, by outcome, is counted from the jobs table (gateway_jobs_finished_total)
+        ws.metrics.job_ran(job.kind.value, time.monotonic() - started)
     return ws.store.queue.get(job.id)
 
 

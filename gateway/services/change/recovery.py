@@ -13,7 +13,6 @@ releases the rest.
 from __future__ import annotations
 
 import tempfile
-from datetime import UTC
 from pathlib import Path
 
 from gateway.domain.applies import ApplyStatus, Settlement, StackReading, StackResult, settle_interrupted_apply
@@ -65,10 +64,6 @@ def interrupt_stale_jobs(ws: Workspace) -> list[str]:
                 session.audit.append(GATEWAY, "job.interrupted", {"job": job.id, "kind": job.kind.value,
                                                                     "runner": job.runner}, job.proposal_id)
                 recovered.append(f"job {job.id} of worker {job.runner}")
-                started = job.started_at
-                ran = None if started is None else (
-                    ws.clock.now() - (started if started.tzinfo else started.replace(tzinfo=UTC))).total_seconds()
-                ws.metrics.job_finished(job.kind.value, JobStatus.INTERRUPTED.value, ran)
     return recovered
 
 

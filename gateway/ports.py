@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from gateway.domain.agent_runs import AgentRun, AgentRunStatus
+from gateway.domain.agent_runs import AgentRun, AgentRunStatus, Conversation
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.apply_blockers import MainPush
 from gateway.domain.audit import AuditEvent, ChainLink, Checkpoint, EventQuery
@@ -396,7 +396,7 @@ class Conversations(Protocol):
 
     def add(self, conversation_id: str, requester: Principal, branch: str) -> None: ...
 
-    def get(self, conversation_id: str) -> dict[str, Any] | None: ...
+    def get(self, conversation_id: str) -> Conversation | None: ...
 
     def link(self, conversation_id: str, proposal_id: int) -> None: ...
 
@@ -416,7 +416,7 @@ class Conversations(Protocol):
         """A turn holds this conversation now."""
         ...
 
-    def of_proposal(self, proposal_id: int) -> dict[str, Any] | None: ...
+    def of_proposal(self, proposal_id: int) -> Conversation | None: ...
 
     def add_run(self, run_id: str, requester: Principal, request: str, conversation_id: str,
                       job_id: int) -> None: ...

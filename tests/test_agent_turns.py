@@ -418,7 +418,7 @@ def test_a_turn_whose_hold_lapsed_can_neither_take_it_back_nor_free_the_new_hold
         assert not session.conversations.release("c1", "turn-a")  # and A's end leaves B's hold alone
         assert session.conversations.busy("c1")
         assert not session.conversations.hold("c1", "turn-c", later)  # so C waits for B
-        assert session.conversations.get("c1")["running_turn"] == "turn-b"
+        assert session.conversations.get("c1").running_turn == "turn-b"
 
 
 def test_a_turn_that_lost_its_hold_stops_before_its_next_model_call(any_workspace: Workspace, stub: ModelStub) -> None:
@@ -444,7 +444,7 @@ def test_a_turn_that_lost_its_hold_stops_before_its_next_model_call(any_workspac
     assert not ws.repo.branch_exists("agent/c1")  # nothing committed or pushed for A
     with ws.store.session(readonly=True) as session:
         assert session.conversations.busy("c1")  # B still holds it
-        assert session.conversations.get("c1")["running_turn"] == "turn-b"
+        assert session.conversations.get("c1").running_turn == "turn-b"
         [recorded] = [e for e in session.audit.events() if e.kind == "agent.request"]
     assert recorded.payload["stopped"] == outcome.stopped
 

@@ -24,6 +24,19 @@ ASK_AGAIN = "Ask again in this conversation: it is free, and the agent goes on f
 
 
 @dataclass(frozen=True)
+class Conversation:
+    """A person's conversation with the built-in agent: its branch, and the proposal it opened (if it did)."""
+
+    id: str
+    requester_id: str
+    branch: str
+    proposal_id: int | None
+    created_at: datetime
+    running_turn: str | None = None  # the turn that holds it now, until `running_until`
+    running_until: datetime | None = None
+
+
+@dataclass(frozen=True)
 class AgentRun:
     id: str
     requester_id: str

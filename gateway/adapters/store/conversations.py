@@ -6,7 +6,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import RowMapping, func, insert, or_, select, update
 
 from gateway.adapters.sql_store import (
     agent_runs,
@@ -16,9 +16,10 @@ from gateway.adapters.sql_store import (
 from gateway.adapters.store.rows import (
     Records,
     as_agent_run,
+    aware,
     now,
 )
-from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus
+from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus, Conversation
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.principals import Principal
 
@@ -31,9 +32,9 @@ class SqlConversations(Records):
             insert(conversations).values(id=conversation_id, requester_id=requester.id, branch=branch, created_at=now())
         )
 
-    def get(self, conversation_id: str) -> dict[str, Any] | None:
+    def get(self, conversation_id: str) -> Conversation | None:
         row = self.conn.execute(select(conversations).where(conversations.c.id == conversation_id)).mappings().first()
-        return dict(row) if row else None
+        return _conversation(row) if row else None
 
     def link(self, conversation_id: str, proposal_id: int) -> None:
         self.conn.execute(
@@ -68,13 +69,13 @@ class SqlConversations(Records):
             == 1
         )
 
-    def of_proposal(self, proposal_id: int) -> dict[str, Any] | None:
+    def of_proposal(self, proposal_id: int) -> Conversation | None:
         row = (
             self.conn.execute(select(conversations).where(conversations.c.proposal_id == proposal_id))
             .mappings()
             .first()
         )
-        return dict(row) if row else None
+        return _conversation(row) if row else None
 
     def add_run(self, run_id: str, requester: Principal, request: str, conversation_id: str, job_id: int) -> None:
         self.conn.execute(
@@ -176,3 +177,9 @@ class SqlConversations(Records):
                 .values(status=AgentRunStatus.STOPPED.value, message=reason, updated_at=now())
             )
         return running
+
+
+def _conversation(row: RowMapping) -> Conversation:
+    until = row["running_until"]
+    return Conversation(row["id"], row["requester_id"], row["branch"], row["proposal_id"], aware(row["created_at"]),
+                        row["running_turn"], aware(until) if until else None)

@@ -53,7 +53,7 @@ def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[Au
     with ws.store.session(readonly=True) as session:
         conversation = session.conversations.of_proposal(proposal_id)
         agent_work = session.audit.query(EventQuery(action="agent")) if conversation else []
-    ours = [e for e in agent_work if conversation and e.payload.get("conversation") == conversation["id"]]
+    ours = [e for e in agent_work if conversation and e.payload.get("conversation") == conversation.id]
     return sorted({e.seq: e for e in events + ours}.values(), key=lambda e: e.seq)
 
 

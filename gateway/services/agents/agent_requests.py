@@ -309,9 +309,9 @@ def _conversation(ws: Workspace, person: Principal, conversation_id: str | None)
             session.conversations.add(conversation_id, person, branch)
             return _Conversation(conversation_id, branch, None)
         record = session.conversations.get(conversation_id)
-    if record is None or record["requester_id"] != person.id:
+    if record is None or record.requester_id != person.id:
         raise NotFound(f"no conversation {conversation_id} of yours")
-    return _Conversation(conversation_id, record["branch"], record["proposal_id"])
+    return _Conversation(conversation_id, record.branch, record.proposal_id)
 
 
 def _preview_tool(ws: Workspace, person: Principal) -> Callable[[str, Path], PreviewReport]:

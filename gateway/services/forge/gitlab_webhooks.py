@@ -386,15 +386,15 @@ def _command_ask(ws: Workspace, forge: ApprovalForge, person: Principal, account
     with ws.store.session(readonly=True) as session:
         conversation = session.conversations.of_proposal(proposal.id)
         link = session.github.pull_request_of(proposal.id)
-    if conversation is None or conversation["requester_id"] != person.id:
+    if conversation is None or conversation.requester_id != person.id:
         _refuse(ws, account, proposal, command.kind, [
             "only the person who asked the agent for this change can ask it to revise the branch"], auth)
     assert conversation is not None and link is not None
-    outcome = submit_request(ws, person, command.argument, conversation["id"])
+    outcome = submit_request(ws, person, command.argument, conversation.id)
     if outcome.question:
         forge.reply(int(link["number"]), f"The agent asks @{account.username}: {outcome.question}\n\n"
                     "Answer with `/gateway ask <your answer>`.")
-    return {"asked": conversation["id"], "stopped": outcome.stopped, "changed_files": outcome.changed_files,
+    return {"asked": conversation.id, "stopped": outcome.stopped, "changed_files": outcome.changed_files,
             "question": outcome.question}
 
 

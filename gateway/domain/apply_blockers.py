@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gateway.domain.approvals import apply_refusals, approval_blockers
+from gateway.domain.approvals import apply_refusals, approval_blockers, approver_groups
 from gateway.domain.break_glass import BreakGlassWindow, WindowState
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import DecisionRecord, Proposal
@@ -81,14 +81,10 @@ def lapsed_github_approvals(facts: ApplyFacts) -> list[str]:
 
 
 def _lapsed(facts: ApplyFacts, approval: DecisionRecord) -> list[str]:
-    settings, proposal = facts.settings, facts.proposal
     # no check known fails closed: the approval does not count until GitHub says it does
     check = facts.team_checks.get(approval.principal.id, TeamCheck(None, frozenset()))
-    missing = [f"stack {s}" for s in proposal.stacks
-               if s in settings.stacks and not check.active_groups & settings.stacks[s].approver_groups]
-    if any(settings.is_protected_path(p) for p in proposal.changed_paths) and \
-            not check.active_groups & settings.config_approver_groups:
-        missing.append("the protected paths")
+    approvers = approver_groups(facts.proposal, facts.settings)
+    missing = approvers.unmet(check.active_groups)
     if not missing:
         return []
     forge, team = ("GitLab", "group") if approval.auth.startswith(GITLAB_AUTH) else ("GitHub", "team")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers, standing_blockers
-from gateway.domain.approvals import decision_refusals, required_approvals
+from gateway.domain.approvals import approver_groups, decision_refusals, required_approvals
 from gateway.domain.jobs import Job
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import Preview, preview_from_json
@@ -153,7 +153,7 @@ class InboxItem:
     requester: str
     stacks: list[str]
     risk: str
-    groups: list[str]  # the viewer's groups that may decide it (approver groups of its stacks)
+    groups: list[str]  # the viewer's groups that may decide it (approver groups of its stacks, config approvers)
     required_approvals: int
     current_approvals: int
     why: list[str]  # the same, in sentences
@@ -172,17 +172,13 @@ def waiting_for(viewer: Principal, proposal: Proposal, settings: RepoSettings, m
     """
     if proposal.status not in DECIDABLE or decision_refusals(viewer, proposal, settings, moment):
         return None
-    groups = sorted({g for s in proposal.stacks if s in settings.stacks
-                     for g in settings.stacks[s].approver_groups & viewer.groups})
+    approvers = approver_groups(proposal, settings)
+    groups = sorted(approvers.groups() & viewer.groups)
     needed, given = required_approvals(proposal, settings), len(proposal.current_approvals)
-    why = [f"you are in approver group {g} of {', '.join(_stacks_of(g, proposal, settings))}" for g in groups]
+    why = [f"you are in approver group {g} of {', '.join(approvers.approved_by(g))}" for g in groups]
     why.append(f"risk {proposal.risk.value}: {needed} approval(s) needed, {given} given so far")
     return InboxItem(proposal.id, proposal.branch, proposal.reason, proposal.requester.name, list(proposal.stacks),
                      proposal.risk.value, groups, needed, given, why)
-
-
-def _stacks_of(group: str, proposal: Proposal, settings: RepoSettings) -> list[str]:
-    return [s for s in proposal.stacks if s in settings.stacks and group in settings.stacks[s].approver_groups]
 
 
 def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:

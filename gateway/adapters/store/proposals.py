@@ -285,6 +285,14 @@ class SqlProposals(Records):
         value = self.conn.scalar(select(plans.c.artifact).where(plans.c.id == plan_id))
         return self.sealer.open_bytes(bytes(value)) if value is not None else None
 
+    def saved_plans(self, plan_ids: Collection[int]) -> dict[int, tuple[str, bytes | None]]:
+        """Plan id -> its JSON plan and the engine's plan file, as stored (unsealed), in one statement."""
+        rows = self.conn.execute(select(plans.c.id, plans.c.document, plans.c.artifact)
+                                 .where(plans.c.id.in_(list(plan_ids)))).all() if plan_ids else []
+        return {int(r.id): (self.sealer.open_text(str(r.document)),
+                            self.sealer.open_bytes(bytes(r.artifact)) if r.artifact is not None else None)
+                for r in rows}
+
     def plan_document(self, plan_id: int) -> str:
         document = self.conn.scalar(select(plans.c.document).where(plans.c.id == plan_id))
         if document is None:

@@ -211,7 +211,8 @@ def _rows(ws: Workspace, viewer: Principal, status: str | None) -> list[Proposal
             id=proposal.id, branch=proposal.branch, status=proposal.status.value, stacks=list(proposal.stacks),
             reason=proposal.reason, requester=proposal.requester.name, proposer=proposal.proposer.name,
             risk=proposal.risk.value,
-            blocked_by=standing_blockers(gather_apply_facts(ws, proposal)) if decidable else [],
+            # the saved plans and the merge are checked on the proposal's own view: a list hashes no plans
+            blocked_by=standing_blockers(gather_apply_facts(ws, proposal, check_plans=False)) if decidable else [],
             created_at=created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC),
             waiting_for_you=waiting_for(viewer, proposal, settings, moment) is not None))
     return sorted(rows, key=lambda r: (not r.waiting_for_you, -r.id))

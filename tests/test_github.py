@@ -224,7 +224,8 @@ def test_a_change_to_a_protected_path_asks_the_config_approvers_team_on_github(w
     [pull] = wait_for("the pull request", lambda: [p for p in world.gh.pulls() if p["head"]["ref"] == change.repo.
                                                    active_branch.name])
     # the config approvers (platform, security) approve the protected path: security's team is asked too
-    assert set(world.gh.review_requests(pull["number"])["teams"]) == {"platform-team", "app-team", "security-team"}
+    teams = wait_for("the review requests", lambda: world.gh.review_requests(pull["number"])["teams"])
+    assert set(teams) == {"platform-team", "app-team", "security-team"}
     paths = ("- protected paths `policies/README.md`: from platform (team `platform-team`), "
              "security (team `security-team`)")
     comment = wait_for("the sticky comment", lambda: world.sticky(pull["number"]))

@@ -365,8 +365,8 @@ class Proposals(Protocol):
 
     def plan_document(self, plan_id: int) -> str: ...
 
-    def saved_plans(self, plan_ids: Collection[int]) -> dict[int, tuple[str, bytes | None]]:
-        """Plan id -> its JSON plan and the engine's plan file, as stored, in one round trip."""
+    def saved_plan_digests(self, plan_ids: Collection[int]) -> dict[int, str]:
+        """Plan id -> the digest its saved plan (the JSON plan and the plan file, as stored now) hashes to."""
         ...
 
     def add_decision(self, proposal_id: int, principal: Principal, decision: Decision, head_sha: str,

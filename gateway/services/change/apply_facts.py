@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from gateway.domain.apply_blockers import ApplyFacts, MergeCheck
 from gateway.domain.drift import DriftRecord
 from gateway.domain.lifecycle import Transition, next_status
-from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
 from gateway.services.change.main_watch import unacknowledged_pushes
@@ -45,10 +44,8 @@ def saved_digests(ws: Workspace, proposal: Proposal) -> Mapping[str, str]:
     """Stack -> the digest its saved plan (the JSON plan and the engine's plan file, as stored) hashes to now; a plan
     no longer stored hashes to nothing (fails closed)."""
     with ws.store.session(readonly=True) as session:
-        saved = session.proposals.saved_plans([plan.plan_id for plan in proposal.plans.values()])
-    found = {stack: saved.get(plan.plan_id) for stack, plan in proposal.plans.items()}
-    return {stack: plan_digest(decode_plan_bytes(kept[0].encode()), kept[1]) if kept else "none stored"
-            for stack, kept in found.items()}
+        found = session.proposals.saved_plan_digests([plan.plan_id for plan in proposal.plans.values()])
+    return {stack: found.get(plan.plan_id, "none stored") for stack, plan in proposal.plans.items()}
 
 
 def merge_check(ws: Workspace, proposal: Proposal) -> MergeCheck:

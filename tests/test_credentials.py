@@ -70,6 +70,18 @@ def test_an_expired_token_is_refused_and_last_use_is_listed(workspace: Workspace
     assert "enabled" in admin_line and "last used 20" in admin_line  # this very call
 
 
+def test_only_auditors_and_admins_list_users_as_the_trail_records_them(workspace: Workspace, people: People) -> None:
+    for name in ("carol", "alice", "infra-agent"):
+        refused = run_cli(["users", "list"], workspace.settings.home, token=people.tokens[name])
+        assert refused.returncode == 1 and refused.stdout == "", refused
+        assert refused.stderr.strip() == \
+            f"refused: {name} is not an auditor; the audit trail is for auditors and admins"
+    listed = run_cli(["users", "list"], workspace.settings.home, token=people.tokens["dana"])  # an auditor
+    assert listed.returncode == 0, listed.stderr
+    carol = next(line for line in listed.stdout.splitlines() if line.startswith("carol "))
+    assert "approver" in carol and "platform" in carol and "token expires 20" in carol
+
+
 def test_a_disabled_approvers_approval_stops_counting_at_apply(workspace: Workspace, people: People,
                                                                clone: Clone, tmp_path: Path) -> None:
     clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()

@@ -4,6 +4,7 @@ break-glass windows with a codify deadline."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import threading
@@ -29,6 +30,7 @@ from gateway.services.admin.users import add_principal
 from gateway.services.agents.agent_requests import submit_request
 from gateway.services.change.proposals import abandon_proposal, decide, get_proposal, open_proposal, proposal_previews
 from gateway.services.change.runner import apply_proposal
+from gateway.services.change.views import view_proposal
 from gateway.services.day_two.break_glass import (
     acknowledge_break_glass,
     close_break_glass,
@@ -226,15 +228,25 @@ def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(work
     clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
     proposal = open_proposal(workspace, people.alice, "tags", "new cost centre")
     decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    assert view_proposal(workspace, people.admin, proposal.id).can_apply
     workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
     record = check_drift(workspace, people.admin, "app-staging").record
     assert record is not None
     before = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
     assert "the plan predates this drift (recorded after it): the apply refuses and re-plans: aws_instance.web[0]" in (
         before) and "this apply keeps" not in before
-    with pytest.raises(Refused, match=rf"drift record {record.id} on stack app-staging .* was recorded after the plan"
-                                      r" was made; re-planned"):
+    row = (f"drift record {record.id} on stack app-staging (aws_instance.web[0] (instance_type)) was recorded after "
+           f"the plan was made: the apply would revert it unseen; a new plan shows it, and needs approval (an apply "
+           f"plans again first)")
+    # the page offers no Apply, and says why in the runner's words
+    with TestClient(create_app(workspace.settings, workers=0)) as client:
+        sign_in(client, people.tokens["admin"])
+        page = client.get(f"/proposals/{proposal.id}").text
+    assert 'id="apply"' not in page and "Not ready to apply" in page and html.escape(row, quote=False) in page
+    assert view_proposal(workspace, people.admin, proposal.id).apply_blockers == [row]
+    with pytest.raises(Refused) as refused:
         apply_proposal(workspace, people.admin, proposal.id)
+    assert refused.value.reasons == [row]
     live = workspace.simulator.get_object("aws_instance", _instance_id(workspace))
     assert live is not None and live["instance_type"] == "t3.large"
     text = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])

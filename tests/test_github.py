@@ -33,7 +33,7 @@ from gateway.domain.jobs import RetryPolicy
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.agents.agent_requests import agent_principal
 from gateway.services.change import jobs as jobs_service
-from gateway.services.change.proposals import get_proposal
+from gateway.services.change.proposals import get_proposal, open_proposal
 from gateway.services.forge import github as github_service
 from gateway.services.forge.github import link_account
 from gateway.services.workspace import Workspace
@@ -207,6 +207,30 @@ def test_an_agent_request_becomes_a_pull_request_approved_applied_and_merged_on_
     assert "carol" in approval
     assert f"authenticated_by: github-review:carol#{review['id']}" in story.output
     assert "github.team_check" in story.output and "platform" in story.output
+
+
+def test_a_change_to_a_protected_path_asks_the_config_approvers_team_on_github(world: World, tmp_path: Path) -> None:
+    admin = Clone(world.ws, tmp_path / "teams")
+    admin.edit("gateway.yaml", "teams: {platform: platform-team, app: app-team}",
+               "teams: {platform: platform-team, app: app-team, security: security-team}")
+    admin.push("security approves protected paths on GitHub", author="admin")
+    world.ws.repo.repo.git.push(world.gh.git_url, "+main:main")
+    world.gh.add_team("security-team", ["frank"])
+    change = Clone(world.ws, tmp_path / "change").branch("feature/queue-policy")
+    change.write("stacks/app-staging/queue.tf", QUEUE).write("policies/README.md", "Queues carry an owner tag.\n")
+    change.push("A refunds queue, and the rule it follows")
+    open_proposal(world.ws, world.people.alice, "feature/queue-policy", "A refunds queue and its rule")
+
+    [pull] = wait_for("the pull request", lambda: [p for p in world.gh.pulls() if p["head"]["ref"] == change.repo.
+                                                   active_branch.name])
+    # the config approvers (platform, security) approve the protected path: security's team is asked too
+    teams = wait_for("the review requests", lambda: world.gh.review_requests(pull["number"])["teams"])
+    assert set(teams) == {"platform-team", "app-team", "security-team"}
+    paths = ("- protected paths `policies/README.md`: from platform (team `platform-team`), "
+             "security (team `security-team`)")
+    comment = wait_for("the sticky comment", lambda: world.sticky(pull["number"]))
+    assert paths in comment, comment
+    assert "- `app-staging`: from app (team `app-team`), platform (team `platform-team`)" in comment
 
 
 def test_a_pull_request_opened_on_github_is_a_proposal_of_its_author(world: World) -> None:

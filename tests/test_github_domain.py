@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from gateway.domain.approvals import ApproverGroups
 from gateway.domain.audit import AuditEvent
 from gateway.domain.github import (
     CHECK_TEXT_LIMIT,
@@ -66,7 +67,8 @@ def big_view(resources: int) -> PullRequestView:
                         ProposalStatus.OPEN, plans={"app": StackPlan(1, "app", "b" * 40, "sha256:" + "c" * 64, 3,
                                                                      {"create": resources}, ())})
     return PullRequestView(proposal, {"app": build_preview(plan)}, 1, ["needs 1 approval(s)"], [], [],
-                           {"app": ["platform"]}, {"platform": "platform-team"}, [], "http://gateway.test/proposals/1",
+                           ApproverGroups({"app": frozenset({"platform"})}, (), frozenset()),
+                           {"platform": "platform-team"}, [], "http://gateway.test/proposals/1",
                            datetime.now(UTC))
 
 

@@ -28,6 +28,7 @@ from gateway.ports import ApplyOutcome, Engine
 from gateway.services.change.main_watch import acknowledge_push, watch_main
 from gateway.services.change.proposals import abandon_proposal, decide, get_proposal, open_proposal
 from gateway.services.change.runner import _acquire, apply_proposal, merge_unmerged
+from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli
@@ -233,9 +234,15 @@ def test_a_merge_conflict_is_found_before_anything_is_applied(any_workspace: Wor
     first = _approved(ws, people, clone, "a", [(STAGING, '"t3.small"', '"t3.medium"')], {"README.md": "first\n"})
     second = _approved(ws, people, clone, "b", [], {"README.md": "second\n", "stacks/network/extra.tf": "# extra\n"})
     serial_before = ws.engine.state_serial("network")
+    assert view_proposal(ws, people.alice, second).can_apply
     assert apply_proposal(ws, people.alice, first).succeeded
-    with pytest.raises(Refused, match="does not merge cleanly into main.*README.md"):
+    # every view says so before an apply is tried, in the runner's words, and offers no apply
+    row = "the branch does not merge cleanly into main (conflicts in README.md); rebase it on main and push again"
+    shown = view_proposal(ws, people.alice, second)
+    assert not shown.can_apply and shown.apply_blockers == shown.blocked_by == [row]
+    with pytest.raises(Refused) as refused:
         apply_proposal(ws, people.alice, second)
+    assert refused.value.reasons == [row]
     assert ws.engine.state_serial("network") == serial_before  # nothing of the second was applied
     assert get_proposal(ws, second).status == ProposalStatus.OPEN  # it can be rebased, re-proposed or abandoned
     assert abandon_proposal(ws, people.alice, second, "rebasing instead").status == ProposalStatus.ABANDONED

@@ -359,11 +359,22 @@ class GitDeclarationRepo:
         except BackendError as exc:
             from git.exc import GitCommandError
 
-            conflicts = [line.split("\t", 1)[-1] for line in (exc.__cause__.stdout if isinstance(
-                exc.__cause__, GitCommandError) else "").splitlines() if "\t" in line]
-            where = f" (conflicts in {', '.join(sorted(set(conflicts)))})" if conflicts else ""
-            raise Conflict(f"the branch does not merge cleanly into main{where}; "
-                           "rebase it on main and push again") from exc
+            output = exc.__cause__.stdout if isinstance(exc.__cause__, GitCommandError) else ""
+            raise Conflict(_conflict([line.split("\t", 1)[-1] for line in output.splitlines() if "\t" in line])) \
+                from exc
+
+    def merge_conflict(self, main_sha: str, head_sha: str) -> str | None:
+        """Why `head_sha` does not merge cleanly into `main_sha`, in `merge_preview`'s words (None: it merges).
+
+        Merged in memory by libgit2: a read may ask, since it writes nothing and starts no git process.
+        """
+        try:
+            index = self._reader.merge_commits(self._commit(main_sha).id, self._commit(head_sha).id)
+        except pygit2.GitError as exc:
+            raise BackendError(f"merging {head_sha[:12]} into {main_sha[:12]} failed: {exc}") from exc
+        if index.conflicts is None:
+            return None
+        return _conflict(sorted({entry.path for sides in index.conflicts for entry in sides if entry is not None}))
 
     def _git(self, *args: str, env: dict[str, str] | None = None) -> str:
         from git.exc import GitCommandError
@@ -372,6 +383,12 @@ class GitDeclarationRepo:
             return str(self.repo.git.execute(["git", *args], env=env))
         except GitCommandError as exc:
             raise BackendError(f"git {args[0]} failed: {exc.stderr.strip() or exc}") from exc
+
+
+def _conflict(paths: list[str]) -> str:
+    """A merge that conflicts (in `paths`), for the person who can rebase."""
+    where = f" (conflicts in {', '.join(sorted(set(paths)))})" if paths else ""
+    return f"the branch does not merge cleanly into main{where}; rebase it on main and push again"
 
 
 def _open(path: Path) -> pygit2.Repository:

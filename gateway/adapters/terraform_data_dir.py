@@ -10,7 +10,8 @@ else. So what init makes is decided by the committed lock file, the Terraform bi
 the environment: all of them, hashed, name the kept directory.
 
 A kept directory is made only from an init that was decided by those alone: a lock file was committed (not a
-link) and init left it byte for byte as it was (it pinned every provider the configuration asks for), the CLI
+link) and init left it pinning what it pinned (every provider the configuration asks for; init may only have
+written it in its own layout, the hashes sorted, as it rewrites one a person edited or git merged), the CLI
 configuration has no `dev_overrides`, and init made nothing but the providers and the backend record (no modules
 of its own, no workspace). Without a committed lock file, every plan runs `init`, as before.
 
@@ -49,7 +50,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gateway.adapters.terraform_schemas import LOCK_FILE, provider_identity
+from gateway.adapters.terraform_schemas import LOCK_FILE, provider_identity, same_pins
 
 KEPT_DATA_DIRS = "terraform-data-dirs"
 DATA_DIR = ".terraform"
@@ -123,7 +124,7 @@ class KeptDataDirs:
         """Keep what init just made in `work`, when it was decided by `key` alone (see the module docstring)."""
         data = work / DATA_DIR
         try:
-            if (work / LOCK_FILE).read_bytes() != committed_lock:
+            if not same_pins((work / LOCK_FILE).read_bytes(), committed_lock):
                 return False  # init added to the lock file: the configuration asks for more than it pins
             names = {p.name for p in data.iterdir()} - {MODULES}  # modules: the gateway's layout, read-only here
             if names != {PROVIDERS, BACKEND_RECORD} or (data / MODULES).is_symlink():

@@ -108,7 +108,8 @@ class InboxEntry(BaseModel):
     requester: str
     stacks: list[str]
     risk: str = Field(description="its risk tier")
-    groups: list[str] = Field(description="your groups that may decide it (approver groups of its stacks)")
+    groups: list[str] = Field(description="your groups that may decide it (approver groups of its stacks; config "
+                                          "approvers, when it changes a protected path)")
     required_approvals: int = Field(description="the quorum: approvals it needs")
     current_approvals: int = Field(description="current approvals it has")
     why: list[str] = Field(description="the same, in sentences")

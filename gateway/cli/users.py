@@ -38,17 +38,20 @@ def users_add(ctx: Context, name: str, roles: tuple[str, ...], groups: tuple[str
 @users.command("list")
 @pass_ctx
 def users_list(ctx: Context) -> None:
-    """List principals: kind, roles, groups, state, token expiry and last use (never tokens), linked identities."""
-    ctx.actor()
-    with ctx.ws.store.session(readonly=True) as session:
-        for p in session.principals.list():
-            record = session.principals.credentials(p.id)
-            used = f"{record.last_used_at:%Y-%m-%d %H:%M}" if record.last_used_at else "never"
-            expires = f"{record.token_expires_at:%Y-%m-%d}" if record.token_expires_at else "-"
-            click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups)):18} "
-                       f"{'DISABLED' if p.disabled else 'enabled':9} token expires {expires:10} last used {used}")
-            for issuer, subject in session.sign_in.identities_of(p.id):
-                click.echo(f"{'':20} signs in as {subject} at {issuer}")
+    """List principals: kind, roles, groups, state, token expiry and last use (never tokens), linked identities.
+
+    Auditors and admins only: it is what the audit trail records of every user.
+    """
+    from gateway.services.admin.users import list_users
+
+    for user in list_users(ctx.ws, ctx.actor()):
+        p = user.principal
+        used = f"{user.last_used_at:%Y-%m-%d %H:%M}" if user.last_used_at else "never"
+        expires = f"{user.token_expires_at:%Y-%m-%d}" if user.token_expires_at else "-"
+        click.echo(f"{p.name:20} {p.kind.value:7} {','.join(sorted(p.roles)):25} {','.join(sorted(p.groups)):18} "
+                   f"{'DISABLED' if p.disabled else 'enabled':9} token expires {expires:10} last used {used}")
+        for issuer, subject in user.identities:
+            click.echo(f"{'':20} signs in as {subject} at {issuer}")
 
 
 @users.command("disable")

@@ -3,6 +3,16 @@
 The runner refuses with exactly these sentences, and the API, the pages, `gateway show` and the pull request
 show them, so what a person is told can be applied is what the runner will apply. The facts are gathered by
 `services/change/apply_facts.py`; nothing here reads a database, git or GitHub.
+
+    the proposal's status, the actor's role, a rejection       apply_refusals (approvals.py)
+    policy denies, missing approvals                             approval_blockers (approvals.py)
+    approvals on GitHub / GitLab whose maker left the team       lapsed_github_approvals
+    pushes to main outside the gateway                           push_blockers
+    break-glass windows past their codify deadline               break_glass_blockers
+    drift recorded after the plan (the apply would revert it)    unseen_drift_blockers
+    a saved plan that no longer hashes to its digest             altered_plan_blockers
+    a branch that is gone, or no longer merges into main         merge_blockers
+    the proposal moving while the runner takes it               MOVED_UNDER_LOCKS, replanned_while_checked (runner)
 """
 
 from __future__ import annotations
@@ -11,8 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gateway.domain.approvals import apply_refusals, approval_blockers
+from gateway.domain.approvals import apply_refusals, approval_blockers, approver_groups
 from gateway.domain.break_glass import BreakGlassWindow, WindowState
+from gateway.domain.drift import DriftRecord
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import DecisionRecord, Proposal
 from gateway.domain.repo_settings import RepoSettings
@@ -40,6 +51,14 @@ class TeamCheck:
 
 
 @dataclass(frozen=True)
+class MergeCheck:
+    """Whether the proposal's branch, as it is now, still merges into main as it is now."""
+
+    branch_exists: bool
+    conflict: str | None = None  # git's words for why it does not merge cleanly; None: it does
+
+
+@dataclass(frozen=True)
 class ApplyFacts:
     """Everything the apply rule looks at, gathered once, at one moment."""
 
@@ -50,6 +69,11 @@ class ApplyFacts:
     pushes: tuple[MainPush, ...] = ()  # every unacknowledged push to main (the rule picks the proposal's stacks)
     windows: tuple[BreakGlassWindow, ...] = ()  # break-glass windows on the proposal's stacks
     team_checks: Mapping[str, TeamCheck] = field(default_factory=dict)  # principal id -> check of a GitHub approver
+    drift: tuple[DriftRecord, ...] = ()  # open drift records on the proposal's stacks
+    # The plans and the branch as they are now; None: not looked at (a list's row: the proposal's own page, the API,
+    # `gateway show`, the pull request and the runner look).
+    saved_digests: Mapping[str, str] | None = None  # stack -> the digest its saved plan hashes to now
+    merge: MergeCheck | None = None
 
 
 def apply_blockers(facts: ApplyFacts) -> list[str]:
@@ -68,7 +92,8 @@ def standing_blockers(facts: ApplyFacts) -> list[str]:
 
 
 def _beyond_approvals(facts: ApplyFacts) -> list[str]:
-    return lapsed_github_approvals(facts) + push_blockers(facts) + break_glass_blockers(facts)
+    return (lapsed_github_approvals(facts) + push_blockers(facts) + break_glass_blockers(facts)
+            + unseen_drift_blockers(facts) + altered_plan_blockers(facts) + merge_blockers(facts))
 
 
 def lapsed_github_approvals(facts: ApplyFacts) -> list[str]:
@@ -81,14 +106,10 @@ def lapsed_github_approvals(facts: ApplyFacts) -> list[str]:
 
 
 def _lapsed(facts: ApplyFacts, approval: DecisionRecord) -> list[str]:
-    settings, proposal = facts.settings, facts.proposal
     # no check known fails closed: the approval does not count until GitHub says it does
     check = facts.team_checks.get(approval.principal.id, TeamCheck(None, frozenset()))
-    missing = [f"stack {s}" for s in proposal.stacks
-               if s in settings.stacks and not check.active_groups & settings.stacks[s].approver_groups]
-    if any(settings.is_protected_path(p) for p in proposal.changed_paths) and \
-            not check.active_groups & settings.config_approver_groups:
-        missing.append("the protected paths")
+    approvers = approver_groups(facts.proposal, facts.settings)
+    missing = approvers.unmet(check.active_groups)
     if not missing:
         return []
     forge, team = ("GitLab", "group") if approval.auth.startswith(GITLAB_AUTH) else ("GitHub", "team")
@@ -115,3 +136,50 @@ def break_glass_blockers(facts: ApplyFacts) -> list[str]:
             f"drift was not codified by {w.codify_by(settings):%Y-%m-%d %H:%M} UTC; the break-glass group "
             f"acknowledges it (`gateway break-glass acknowledge {w.id} -m why`) before an apply there"
             for w in overdue]
+
+
+def unseen_drift(facts: ApplyFacts) -> list[DriftRecord]:
+    """Open drift on the proposal's stacks recorded after that stack's plan, which the plan did not show: the apply
+    would silently revert it (the runner plans again, and the new plan shows it and needs approval)."""
+    plans = facts.proposal.plans
+    return [r for r in facts.drift if r.stack in plans and not set(r.addresses) <= set(plans[r.stack].drift)
+            and (plans[r.stack].planned_at is None or r.updated_at > plans[r.stack].planned_at)]
+
+
+def unseen_drift_blockers(facts: ApplyFacts) -> list[str]:
+    return [f"drift record {r.id} on stack {r.stack} ({r.describe()}) was recorded after the plan was made: the "
+            f"apply would revert it unseen; a new plan shows it, and needs approval (an apply plans again first)"
+            for r in unseen_drift(facts)]
+
+
+def altered_plans(facts: ApplyFacts) -> list[str]:
+    """The stacks whose saved plan no longer hashes to the digest approvals bind to (edited where it is kept)."""
+    found = facts.saved_digests or {}
+    return [stack for stack, plan in facts.proposal.plans.items() if stack in found and found[stack] != plan.digest]
+
+
+def altered_plan_blockers(facts: ApplyFacts) -> list[str]:
+    return [f"the saved plan of stack {stack} does not hash to the approved digest "
+            f"({facts.proposal.plans[stack].digest[:19]}…); it was altered after approval: only a new plan from "
+            f"the approved commit can run (an apply plans again first)" for stack in altered_plans(facts)]
+
+
+def merge_blockers(facts: ApplyFacts) -> list[str]:
+    """The branch must still exist and merge into main: the apply runs, and then merges, exactly that merge."""
+    if facts.merge is None:
+        return []
+    if not facts.merge.branch_exists:
+        return [f"branch {facts.proposal.branch} of proposal {facts.proposal.id} no longer exists"]
+    return [facts.merge.conflict] if facts.merge.conflict else []
+
+
+MOVED_UNDER_LOCKS = "the proposal changed while its locks were taken; apply again"
+
+
+def replanned_while_checked(checked: Proposal, current: Proposal) -> list[str]:
+    """The runner's last look, under its locks: the proposal it checked must be the one it starts (a race no view
+    can show before it happens)."""
+    if (current.head_sha, current.current_digests, current.stacks) != \
+            (checked.head_sha, checked.current_digests, checked.stacks):
+        return ["the proposal was re-planned after its approvals were checked; review it and apply again"]
+    return []

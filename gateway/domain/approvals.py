@@ -7,6 +7,7 @@ approval is bound to one commit and one set of plans, and protected resources ne
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
 from gateway.domain.lifecycle import DECIDABLE, Transition, next_status
@@ -15,6 +16,50 @@ from gateway.domain.policy import Severity
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
+
+PROTECTED_PATHS = "the protected paths"  # the part of a proposal that config approvers approve, in words
+
+
+@dataclass(frozen=True)
+class ApproverGroups:
+    """Whose approval a proposal needs: each of its stacks' approver groups, and the config approvers' groups when it
+    changes a protected path (gateway.yaml, policies/...). The one answer for the rules, the pages, the notices and
+    the forge (the teams a pull request asks for review)."""
+
+    stacks: Mapping[str, frozenset[str]]  # each of the proposal's stacks -> its approver groups (none: not in settings)
+    protected_paths: tuple[str, ...]  # the protected paths the proposal changes
+    config: frozenset[str]  # the groups that approve changes to protected paths (they count only when some change)
+
+    def groups(self) -> frozenset[str]:
+        """Every group whose approval counts for some part of the proposal."""
+        groups: frozenset[str] = frozenset().union(*self.stacks.values())
+        return groups | self.config if self.protected_paths else groups
+
+    def parts(self) -> dict[str, frozenset[str]]:
+        """What needs an approver, in words (`stack network`, `the protected paths`) -> the groups that may give it."""
+        out = {f"stack {stack}": groups for stack, groups in self.stacks.items()}
+        if self.protected_paths:
+            out[PROTECTED_PATHS] = self.config
+        return out
+
+    def unmet(self, groups: frozenset[str]) -> list[str]:
+        """The parts that someone in `groups` may not approve (empty: they approve every part)."""
+        return [part for part, allowed in self.parts().items() if not groups & allowed]
+
+    def approved_by(self, group: str) -> list[str]:
+        """The parts `group` approves: stacks by name, and the protected paths changed."""
+        names = [stack for stack, groups in self.stacks.items() if group in groups]
+        return names + ([f"protected paths {', '.join(self.protected_paths)}"]
+                        if self.protected_paths and group in self.config else [])
+
+
+def approver_groups(proposal: Proposal, settings: RepoSettings) -> ApproverGroups:
+    """Whose approval `proposal` needs, by main's gateway.yaml (see `ApproverGroups`)."""
+    return ApproverGroups(
+        stacks={s: settings.stacks[s].approver_groups if s in settings.stacks else frozenset()
+                for s in proposal.stacks},
+        protected_paths=tuple(p for p in proposal.changed_paths if settings.is_protected_path(p)),
+        config=settings.config_approver_groups)
 
 
 def required_approvals(proposal: Proposal, settings: RepoSettings) -> int:
@@ -44,18 +89,17 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
     if proposal.status not in DECIDABLE:
         reasons.append(f"proposal {proposal.id} is {proposal.status.value}; it takes no more decisions")
     reasons += who
-    for stack in proposal.stacks:
-        allowed = settings.stacks[stack].approver_groups if stack in settings.stacks else frozenset()
+    approvers = approver_groups(proposal, settings)
+    for stack, allowed in approvers.stacks.items():
         if not principal.groups & allowed:
             reasons.append(
                 f"{principal.name} is not in an approver group of stack {stack} "
                 f"(allowed: {', '.join(sorted(allowed)) or 'none'})"
             )
-    settings_paths = [p for p in proposal.changed_paths if settings.is_protected_path(p)]
-    if settings_paths and not principal.groups & settings.config_approver_groups:
+    if approvers.protected_paths and not principal.groups & approvers.config:
         reasons.append(
             f"{principal.name} is not in a group allowed to approve changes to protected paths "
-            f"({', '.join(settings_paths)}; allowed: {', '.join(sorted(settings.config_approver_groups)) or 'none'})")
+            f"({', '.join(approvers.protected_paths)}; allowed: {', '.join(sorted(approvers.config)) or 'none'})")
     if seen_sha is not None and seen_sha != proposal.head_sha:
         reasons.append(
             f"the branch moved to {proposal.head_sha[:12]} since you looked at {seen_sha[:12]}; review the new plan"

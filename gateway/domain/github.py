@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from gateway.domain.approvals import ApproverGroups
 from gateway.domain.audit import AuditEvent
 from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.policy import Severity
@@ -142,7 +143,7 @@ class PullRequestView:
     blocked_by: Sequence[str]
     claim_issues: Sequence[str]
     pending: Sequence[str]
-    approver_groups: Mapping[str, Sequence[str]]  # stack -> groups whose approval counts
+    approvers: ApproverGroups  # whose approval counts, for each stack and for the protected paths it changes
     teams: Mapping[str, str]  # group -> GitHub team slug
     not_counted: Sequence[NotCounted]  # decisions and commands that did not count, each once, with who and why
     page_url: str
@@ -194,9 +195,10 @@ def _comment_head(view: PullRequestView) -> str:
     lines.append(f"- needs **{view.required_approvals}** approval(s) from different people; has {len(approvers)}"
                  + (f" ({', '.join(approvers)})" if approvers else ""))
     for stack in p.stacks:
-        groups = view.approver_groups.get(stack, ())
-        lines.append(f"- `{stack}`: from " + (", ".join(_group(g, view.teams, view.forge) for g in groups)
-                                              or "nobody"))
+        lines.append(f"- `{stack}`: from " + _groups(view.approvers.stacks.get(stack, frozenset()), view))
+    if view.approvers.protected_paths:
+        paths = ", ".join(f"`{path}`" for path in view.approvers.protected_paths)
+        lines.append(f"- protected paths {paths}: from " + _groups(view.approvers.config, view))
     rejection = p.current_rejection
     if rejection is not None:
         lines.append(f"- :x: rejected by **{rejection.principal.name}**: {rejection.comment}")
@@ -216,6 +218,10 @@ def _comment_head(view: PullRequestView) -> str:
         lines += [f"- {'⛔ deny' if f in denies else '⚠️ warn'} `{f.rule}` `{f.address}`: {f.message}"
                   for f in p.findings]
     return "\n".join(lines) + "\n"
+
+
+def _groups(groups: frozenset[str], view: PullRequestView) -> str:
+    return ", ".join(_group(g, view.teams, view.forge) for g in sorted(groups)) or "nobody"
 
 
 def _group(group: str, teams: Mapping[str, str], forge: str = "GitHub") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
@@ -52,6 +53,32 @@ def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: froz
             "name": name, "kind": kind.value, "roles": sorted(roles), "groups": sorted(groups),
             "acting_for": acting_for})
     return principal, token
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    """What `gateway users list` shows of one principal: never a token, only when it expires and was last used."""
+
+    principal: Principal
+    token_expires_at: datetime | None
+    last_used_at: datetime | None
+    identities: tuple[tuple[str, str], ...]  # (issuer, subject) it signs in as
+
+
+def list_users(ws: Workspace, actor: Principal) -> list[UserRecord]:
+    """Every principal with its roles, groups, token expiry and sign-in identities, by name.
+
+    What the trail records of every user, so it needs what reading the trail needs (auditors and admins): the
+    same facts are in `principal.*` and `identity.*` events, which the API gives only to them.
+    """
+    require(actor, Action.READ_TRAIL)
+    with ws.store.session(readonly=True) as session:
+        records = []
+        for principal in session.principals.list():
+            credentials = session.principals.credentials(principal.id)
+            records.append(UserRecord(principal, credentials.token_expires_at, credentials.last_used_at,
+                                      tuple(session.sign_in.identities_of(principal.id))))
+        return records
 
 
 def authenticate(ws: Workspace, token: str | None) -> Principal:

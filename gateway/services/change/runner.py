@@ -21,7 +21,14 @@ from typing import NoReturn
 
 from gateway import fault_points
 from gateway.domain.applies import ApplyStatus
-from gateway.domain.apply_blockers import apply_blockers
+from gateway.domain.apply_blockers import (
+    MOVED_UNDER_LOCKS,
+    altered_plans,
+    apply_blockers,
+    merge_blockers,
+    replanned_while_checked,
+    unseen_drift,
+)
 from gateway.domain.errors import (
     BackendError,
     Conflict,
@@ -34,7 +41,7 @@ from gateway.domain.errors import (
 )
 from gateway.domain.locks import unmerged_holder
 from gateway.domain.permissions import Action, refusals, require
-from gateway.domain.plan import decode_plan_bytes, plan_digest
+from gateway.domain.plan import decode_plan_bytes
 from gateway.domain.principals import Actor, Principal
 from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
@@ -86,15 +93,12 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
         say("re-checking approvals, plan digests, state serials and the merge")
         checked, main_sha = _preflight(ws, actor, proposal_id)
         if set(lock_names(ws, checked)) - set(locks.names):  # a new commit brought stacks we do not hold
-            _refuse(ws, actor, checked, ["the proposal changed while its locks were taken; apply again"])
+            _refuse(ws, actor, checked, [MOVED_UNDER_LOCKS])
         locks.check("starting the apply")
         with ws.store.session() as session:
             proposal = session.proposals.get(proposal_id, lock=True)
-            if (proposal.head_sha, proposal.current_digests, proposal.stacks) != \
-                    (checked.head_sha, checked.current_digests, checked.stacks):
-                moved = ["the proposal was re-planned after its approvals were checked; review it and apply again"]
-            else:
-                moved = []
+            moved = replanned_while_checked(checked, proposal)
+            if not moved:
                 merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
                 proposal.move(Transition.START_APPLY, actor, {
                     "runner": runner, "head_sha": proposal.head_sha, "main_sha": main_sha, "applied_sha": merged,
@@ -199,53 +203,30 @@ def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[s
     raise Refused(reasons)
 
 
-def _drift_after_plan(ws: Workspace, proposal: Proposal) -> list[str]:
-    """Open drift records on the proposal's stacks recorded after that stack's plan was made."""
-    unseen = []
-    with ws.store.session(readonly=True) as session:
-        for stack, plan in proposal.plans.items():
-            record = session.day_two.open_drift_record(stack)
-            if record is None or set(record.addresses) <= set(plan.drift):  # the plan saw (and shows) it all
-                continue
-            if plan.planned_at is None or record.updated_at > plan.planned_at:
-                unseen.append(f"drift record {record.id} on stack {stack} ({record.describe()}) was recorded "
-                              "after the plan was made")
-    return unseen
-
-
 def _preflight(ws: Workspace, actor: Principal, proposal_id: int) -> tuple[Proposal, str]:
     """Under the locks: merge, approvals, saved-plan digests and state serials, or refuse and re-plan.
 
+    Every refusal is a row of the apply rule (`domain/apply_blockers.py`), from the facts every view gathers too.
     Returns the proposal as checked, and the main commit its plans were merged onto (the apply and the
     merge use it); the caller starts the apply only if the proposal is still exactly this one.
     """
     try:
         refresh_from_github(ws, get_proposal(ws, proposal_id))
         proposal, changes = sync_proposal(ws, proposal_id)
-    except (Conflict, NotFound) as exc:  # main moved and the branch no longer merges: nothing is applied
-        _refuse(ws, actor, get_proposal(ws, proposal_id), [str(exc)])
+        failed: GatewayError | None = None
+    except (Conflict, NotFound) as exc:  # main moved and the branch no longer merges, or it is gone: nothing applies
+        proposal, changes, failed = get_proposal(ws, proposal_id), [], exc
     watch_main(ws)
-    reasons = apply_blockers(gather_apply_facts(ws, proposal, actor, ask_github=True))
+    facts = gather_apply_facts(ws, proposal, actor, ask_github=True)
+    reasons = apply_blockers(facts)
+    if failed is not None and not merge_blockers(facts):  # a check that cannot be made fails closed
+        reasons.append(str(failed))
     if reasons and changes:  # say what moved; an identical re-plan keeps its approvals and proceeds
         reasons = [f"{c}; re-planned" for c in changes] + reasons
-    unseen = _drift_after_plan(ws, proposal)
-    if unseen:  # the plan would silently revert what changed outside since: plan again, approve again
+    if unseen_drift(facts) or altered_plans(facts):
+        # plan again from the approved commit: the new plan shows what the apply would revert, and only a plan
+        # that hashes to an approved digest can ever run
         replan_proposal(ws, proposal)
-        reasons += [f"{u}; re-planned: the new plan shows what this apply would revert, and needs approval"
-                    for u in unseen]
-    with ws.store.session() as session:
-        tampered = [stack for stack, plan in proposal.plans.items()
-                    if plan_digest(decode_plan_bytes(session.proposals.plan_document(plan.plan_id).encode()),
-                                   session.proposals.plan_artifact(plan.plan_id)) != plan.digest]
-    reasons += [f"the saved plan of stack {stack} does not hash to the approved digest "
-                f"({proposal.plans[stack].digest[:19]}…); it was altered after approval" for stack in tampered]
-    if tampered:
-        # plan again from the approved commit: only a plan that hashes to an approved digest can ever run
-        replan_proposal(ws, proposal)
-    try:  # main may have moved elsewhere without touching the plans: the branch must still merge into it
-        ws.repo.merge_preview(ws.repo.resolve(ws.main_branch()), proposal.head_sha)
-    except Conflict as exc:
-        reasons.append(str(exc))
     if reasons:
         _refuse(ws, actor, proposal, reasons)
     main_shas = {p.main_sha for p in proposal.plans.values()}

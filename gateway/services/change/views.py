@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers, standing_blockers
-from gateway.domain.approvals import decision_refusals, required_approvals
+from gateway.domain.approvals import approver_groups, decision_refusals, required_approvals
 from gateway.domain.jobs import Job
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import Preview, preview_from_json
@@ -158,7 +158,7 @@ class InboxItem:
     requester: str
     stacks: list[str]
     risk: str
-    groups: list[str]  # the viewer's groups that may decide it (approver groups of its stacks)
+    groups: list[str]  # the viewer's groups that may decide it (approver groups of its stacks, config approvers)
     required_approvals: int
     current_approvals: int
     why: list[str]  # the same, in sentences
@@ -177,17 +177,13 @@ def waiting_for(viewer: Principal, proposal: Proposal, settings: RepoSettings, m
     """
     if proposal.status not in DECIDABLE or decision_refusals(viewer, proposal, settings, moment):
         return None
-    groups = sorted({g for s in proposal.stacks if s in settings.stacks
-                     for g in settings.stacks[s].approver_groups & viewer.groups})
+    approvers = approver_groups(proposal, settings)
+    groups = sorted(approvers.groups() & viewer.groups)
     needed, given = required_approvals(proposal, settings), len(proposal.current_approvals)
-    why = [f"you are in approver group {g} of {', '.join(_stacks_of(g, proposal, settings))}" for g in groups]
+    why = [f"you are in approver group {g} of {', '.join(approvers.approved_by(g))}" for g in groups]
     why.append(f"risk {proposal.risk.value}: {needed} approval(s) needed, {given} given so far")
     return InboxItem(proposal.id, proposal.branch, proposal.reason, proposal.requester.name, list(proposal.stacks),
                      proposal.risk.value, groups, needed, given, why)
-
-
-def _stacks_of(group: str, proposal: Proposal, settings: RepoSettings) -> list[str]:
-    return [s for s in proposal.stacks if s in settings.stacks and group in settings.stacks[s].approver_groups]
 
 
 def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:
@@ -220,7 +216,8 @@ def _rows(ws: Workspace, viewer: Principal, status: str | None) -> list[Proposal
             id=proposal.id, branch=proposal.branch, status=proposal.status.value, stacks=list(proposal.stacks),
             reason=proposal.reason, requester=proposal.requester.name, proposer=proposal.proposer.name,
             risk=proposal.risk.value,
-            blocked_by=standing_blockers(gather_apply_facts(ws, proposal)) if decidable else [],
+            # the saved plans and the merge are checked on the proposal's own view: a list hashes no plans
+            blocked_by=standing_blockers(gather_apply_facts(ws, proposal, check_plans=False)) if decidable else [],
             created_at=created_at if created_at.tzinfo else created_at.replace(tzinfo=UTC),
             waiting_for_you=waiting_for(viewer, proposal, settings, moment) is not None))
     return sorted(rows, key=lambda r: (not r.waiting_for_you, -r.id))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.domain.apply_blockers import standing_blockers
-from gateway.domain.approvals import required_approvals
+from gateway.domain.approvals import approver_groups, required_approvals
 from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import GatewayError, InputError, NotFound
 from gateway.domain.github import PullRequestView, not_counted, pull_request_checks, render_comment
@@ -129,9 +129,10 @@ def _open_pull_request(ws: Workspace, forge: Forge, proposal: Proposal) -> dict:
 
 
 def approver_teams(settings: RepoSettings, proposal: Proposal) -> list[str]:
+    """The teams (GitLab groups) of every group whose approval counts: the stacks' and, for a protected path, the
+    config approvers'."""
     teams = settings.forge.teams if settings.forge else {}
-    return sorted({teams[g] for s in proposal.stacks if s in settings.stacks
-                   for g in settings.stacks[s].approver_groups if g in teams})
+    return sorted({teams[g] for g in approver_groups(proposal, settings).groups() if g in teams})
 
 
 def page_url(ws: Workspace, proposal_id: int) -> str:
@@ -158,8 +159,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         blocked_by=standing_blockers(gather_apply_facts(ws, proposal)) if proposal.status in DECIDABLE else [],
         claim_issues=claim_issues(ws, proposal),
         pending=pending_changes(ws, proposal),
-        approver_groups={s: sorted(settings.stacks[s].approver_groups) for s in proposal.stacks
-                         if s in settings.stacks},
+        approvers=approver_groups(proposal, settings),
         teams=dict(settings.forge.teams) if settings.forge else {},
         forge=settings.forge.name if settings.forge else "GitHub",
         not_counted=not_counted(events, proposal.head_sha),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from gateway.domain.approvals import approval_shortfall, policy_blocks
+from gateway.domain.approvals import approval_shortfall, approver_groups, policy_blocks
 from gateway.domain.audit import AuditEvent
 from gateway.domain.notifications import (
     TRAIL_KINDS,
@@ -110,10 +110,7 @@ def _proposal_facts(proposal: Proposal) -> tuple[tuple[str, str], ...]:
 
 
 def _proposal_groups(context: NoticeContext, proposal: Proposal) -> frozenset[str]:
-    groups = _stack_groups(context, proposal.stacks)
-    if any(context.settings.is_protected_path(path) for path in proposal.changed_paths):
-        groups |= context.settings.config_approver_groups
-    return groups
+    return approver_groups(proposal, context.settings).groups()
 
 
 def _stack_groups(context: NoticeContext, stacks: tuple[str, ...] | list[str]) -> frozenset[str]:

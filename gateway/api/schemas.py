@@ -124,6 +124,9 @@ class ProposalPublic(ProposalSummary):
     apply_blockers: list[str] = Field(description="why an apply by you would be refused now (empty: it would not)")
     pending: list[str] = Field(default_factory=list, description="what moved since the plans; a plan job catches up")
     jobs: list[dict[str, Any]] = Field(default_factory=list, description="the proposal's plan and apply jobs")
+    planning: dict[str, Any] | None = Field(default=None, description=(
+        "its stacks being planned as jobs of their own (`summary`: planned 37 of 100 stacks; each stack's status), "
+        "or how its newest planning failed (`reasons`: which stack, why); null once the plans are written"))
     agent_claim: str | None
     claim_issues: list[str]
     plans: list[StackPlanPublic]

@@ -12,6 +12,7 @@ from gateway.domain.apply_blockers import apply_blockers, standing_blockers
 from gateway.domain.approvals import decision_refusals, required_approvals
 from gateway.domain.jobs import Job
 from gateway.domain.lifecycle import DECIDABLE
+from gateway.domain.plan_rounds import PlanRound, RoundState
 from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
@@ -37,6 +38,7 @@ class ProposalView:
     diff: str
     pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
     jobs: list[Job]  # the proposal's plan and apply jobs, oldest first
+    planning: PlanRound | None  # its stacks being planned as jobs of their own, or how that failed
     at: datetime  # when the view was taken: what "active" means for overrides
 
     @property
@@ -70,6 +72,7 @@ class ProposalView:
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
             "pending": self.pending, "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value}
                                               for j in self.jobs],
+            "planning": self.planning.to_public() if self.planning else None,
             "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
             "can_apply": self.can_apply, "apply_blockers": self.apply_blockers,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
@@ -122,8 +125,16 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
         jobs=session.jobs.of_proposal(proposal_id),
+        planning=planning_of(session, proposal_id),
         at=moment,
     )
+
+
+def planning_of(session: UnitOfWork, proposal_id: int) -> PlanRound | None:
+    """The proposal's plan round while its stacks are planned, or when its newest one failed (saying which stack and
+    why); none once its plans are written."""
+    current = session.plan_rounds.latest(proposal_id)
+    return current if current and current.state in (RoundState.PLANNING, RoundState.FAILED) else None
 
 
 @dataclass(frozen=True)

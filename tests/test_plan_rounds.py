@@ -84,8 +84,10 @@ def test_a_stack_whose_plan_fails_is_named_with_why_and_the_proposal_keeps_its_p
     pid = _open(ws, people, clone)
     before = get_proposal(ws, pid).current_digests
     clone.write("stacks/app-staging/override.tf", "# overrides\n").push("an override file")
-    with pytest.raises(ConfigError, match="stack app-staging: override.tf"):
+    with pytest.raises(ConfigError, match="stack app-staging: override.tf"):  # as a plan in one process raised it
         sync_proposal(ws, pid)
+    job = run_now_or_follow(ws, enqueue_job(ws, people.alice, JobKind.PLAN, pid), "cli", lambda _: None)
+    assert job.status == JobStatus.FAILED and job.error.startswith("stack app-staging: override.tf: JSON configuration")
     failed = _latest(ws, pid)
     assert failed.state == RoundState.FAILED
     assert {s.stack: s.status for s in failed.stacks} == {"app-prod": StackStatus.PLANNED,

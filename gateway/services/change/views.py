@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers, standing_blockers
 from gateway.domain.approvals import decision_refusals, required_approvals
-from gateway.domain.jobs import Job
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.plan_rounds import PlanRound, RoundState
 from gateway.domain.preview import Preview, preview_from_json
@@ -111,6 +111,7 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
 
 def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: int) -> ProposalView:
     proposal = get_proposal(ws, proposal_id)
+    jobs = session.jobs.of_proposal(proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer)
     settings, moment = facts.settings, facts.now
     return ProposalView(
@@ -124,10 +125,17 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
         apply_blockers=apply_blockers(facts),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),
-        jobs=session.jobs.of_proposal(proposal_id),
-        planning=planning_of(session, proposal_id),
+        jobs=jobs,
+        planning=planning_of(session, proposal_id) if _planning_shown(jobs) else None,
         at=moment,
     )
+
+
+def _planning_shown(jobs: list[Job]) -> bool:
+    """Whether a view asks for the proposal's plan round: while a plan job runs it, or when the last one failed (a
+    read's round trips are counted: an idle proposal's read asks nothing more)."""
+    plans = [j for j in jobs if j.kind == JobKind.PLAN]
+    return bool(plans) and plans[-1].status not in (JobStatus.SUCCEEDED, JobStatus.REFUSED)
 
 
 def planning_of(session: UnitOfWork, proposal_id: int) -> PlanRound | None:

@@ -19,12 +19,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import git
+from sqlalchemy import select
 from scratch_db import scratch_database  # a sibling: this script's directory is on the path
 
 from gateway.adapters.git_repo import committer_env
+from gateway.adapters.sql_store import jobs
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.jobs import JobKind
@@ -43,19 +46,22 @@ MODULE = """variable "name" {{ type = string }}
 variable "env" {{ type = string }}
 locals {{ tags = {{ owner = "platform", env = var.env, release = "{release}" }} }}
 resource "aws_sqs_queue" "events" {{
-  name = "${{var.name}}-events"
-  tags = local.tags
+  count = 40
+  name  = "${{var.name}}-events-${{count.index}}"
+  tags  = merge(local.tags, {{ shard = tostring(count.index) }})
 }}
 resource "aws_sqs_queue" "dead_letters" {{
-  name = "${{var.name}}-dead-letters"
-  tags = local.tags
+  count = 40
+  name  = "${{var.name}}-dead-letters-${{count.index}}"
+  tags  = local.tags
 }}
 resource "aws_s3_bucket" "archive" {{
-  bucket = "${{var.name}}-archive"
+  count  = 20
+  bucket = "${{var.name}}-archive-${{count.index}}"
   tags   = local.tags
 }}
-output "queue" {{ value = aws_sqs_queue.events.name }}
-"""
+output "queues" {{ value = aws_sqs_queue.events[*].name }}
+"""  # 100 resources a stack: a plan the size of a service's
 
 
 def declarations(directory: Path) -> Path:
@@ -111,12 +117,28 @@ def time_round(ws: Workspace, env: dict[str, str], workers: int, pid: int, clone
             time.sleep(0.05)
         elapsed = time.monotonic() - started
         assert current.state == RoundState.ASSEMBLED, current.reasons()
+        print("   ", phases(ws, current))
         return elapsed
     finally:
         for p in procs:
             p.terminate()
         for p in procs:
             p.wait(60)
+
+
+def phases(ws: Workspace, current) -> str:  # type: ignore[no-untyped-def]
+    """Where a round's time went: queued to its first stack's start, the stacks, the plans written by the last job
+    (the round ends when it starts writing them), and how many stacks each worker planned."""
+    with ws.store.db.transaction(readonly=True) as conn:
+        rows = conn.execute(select(jobs.c.runner, jobs.c.started_at, jobs.c.finished_at).where(
+            jobs.c.id.in_([s.job_id for s in current.stacks]))).all()
+    created, ended = current.created_at, current.finished_at
+    first, last = min(r.started_at for r in rows), max(r.finished_at for r in rows)
+    busy = sum((r.finished_at - r.started_at).total_seconds() for r in rows)
+    by = sorted(Counter(r.runner.split("/")[0] for r in rows).values(), reverse=True)
+    return (f"round queued → first stack {(first - created).total_seconds():.2f} s, first stack → last job's end "
+            f"{(last - first).total_seconds():.2f} s ({busy / len(rows) * 1000:.0f} ms a job), of which the last job "
+            f"writing the 100 plans {(last - ended).total_seconds():.2f} s; stacks per worker {by}")
 
 
 def main(admin_url: str | None) -> None:

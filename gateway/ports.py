@@ -626,7 +626,9 @@ class PlanRounds(Protocol):
 
     def link_job(self, round_id: int, stack: str, job_id: int) -> None: ...
 
-    def get(self, round_id: int) -> PlanRound: ...
+    def get(self, round_id: int, with_stacks: bool = True) -> PlanRound:
+        """The round; without its stacks when only what it plans is wanted (a stack's job: one row, not a hundred)."""
+        ...
 
     def latest(self, proposal_id: int) -> PlanRound | None:
         """The proposal's newest round, whatever its state."""

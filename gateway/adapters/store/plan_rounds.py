@@ -48,11 +48,11 @@ class SqlPlanRounds(Records):
         self.conn.execute(update(plan_round_stacks).where(
             plan_round_stacks.c.round_id == round_id, plan_round_stacks.c.stack == stack).values(job_id=job_id))
 
-    def get(self, round_id: int) -> PlanRound:
+    def get(self, round_id: int, with_stacks: bool = True) -> PlanRound:
         row = self.conn.execute(select(plan_rounds).where(plan_rounds.c.id == round_id)).mappings().first()
         if row is None:
             raise NotFound(f"no plan round {round_id}")
-        return self._round(row)
+        return self._round(row, None if with_stacks else [])
 
     def latest(self, proposal_id: int) -> PlanRound | None:
         """One statement (a view reads it): the newest round's row beside each of its stacks."""

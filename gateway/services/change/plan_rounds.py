@@ -126,11 +126,10 @@ def run_plan_stack_job(ws: Workspace, job: Job, runner: str,
     round_id, stack = int(job.args["round"]), str(job.args["stack"])
     with ws.store.session() as session:
         started = session.plan_rounds.start_stack(round_id, stack)
-        current = session.plan_rounds.get(round_id)
+        current = session.plan_rounds.get(round_id, with_stacks=False)
     if not started:
         return JobStatus.SUCCEEDED, {"round": round_id, "stack": stack,
                                      "skipped": f"round {round_id} is {current.state.value}"}, None
-    progress(f"planning stack {stack} (round {round_id})")
     staged, error, kind = None, None, None
     try:
         staged = stage(plan_stack(ws, stack, current.merged_sha,

@@ -155,12 +155,14 @@ def _handler_table() -> dict[JobKind, JobHandler]:
     """The handlers (imported here, not by the queue: handlers queue jobs themselves)."""
     from gateway.services.agents.agent_runs import run_agent_turn_job
     from gateway.services.change.jobs import run_apply_job, run_plan_job
+    from gateway.services.change.plan_rounds import run_plan_stack_job
     from gateway.services.forge.deliveries import run_webhook_job
     from gateway.services.forge.github import run_publish_job
     from gateway.services.notifications.delivery import run_notify_job
 
     return {JobKind.PLAN: run_plan_job, JobKind.APPLY: run_apply_job, JobKind.PUBLISH: run_publish_job,
-            JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job, JobKind.NOTIFY: run_notify_job}
+            JobKind.WEBHOOK: run_webhook_job, JobKind.AGENT_TURN: run_agent_turn_job, JobKind.NOTIFY: run_notify_job,
+            JobKind.PLAN_STACK: run_plan_stack_job}
 
 
 def open_workspace(settings: Settings, migrate: bool = True) -> Workspace:

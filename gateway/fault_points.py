@@ -13,6 +13,8 @@ one dictionary lookup.
     apply.before_merge           every stack is applied and recorded; the branch is not merged
     apply.after_merge            main has the merge; the proposal is still `applying`
     apply.after_finish           the proposal is recorded applied; its locks are not released yet
+    plan.after_stack:STACK       the engine planned STACK for its plan round; the round does not hold the plan
+                                 yet (the stack still says planning, its job running)
 """
 
 from __future__ import annotations

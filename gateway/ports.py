@@ -43,6 +43,7 @@ from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.locks import LockAttempt, StackLock
 from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
 from gateway.domain.operations import EndedJobs, QueueDepth
+from gateway.domain.plan_rounds import PlanRound, RoundState, StagedPlan
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Actor, Credentials, Principal, PrincipalKind, Role
@@ -628,6 +629,54 @@ class StackRecords(Protocol):
         ...
 
 
+class PlanRounds(Protocol):
+    """Plan rounds: a proposal's stacks planned by jobs of their own, each stack's plan held until the last is done."""
+
+    def add(self, proposal_id: int | None, head_sha: str, main_sha: str, merged_sha: str, stacks: Sequence[str],
+            spec: Mapping[str, Any]) -> int:
+        """A round in `planning`, each of its stacks queued."""
+        ...
+
+    def link_job(self, round_id: int, stack: str, job_id: int) -> None: ...
+
+    def get(self, round_id: int, with_stacks: bool = True) -> PlanRound:
+        """The round; without its stacks when only what it plans is wanted (a stack's job: one row, not a hundred)."""
+        ...
+
+    def latest(self, proposal_id: int) -> PlanRound | None:
+        """The proposal's newest round, whatever its state."""
+        ...
+
+    def supersede(self, proposal_id: int) -> list[int]:
+        """End the proposal's rounds still planning (a newer one replaces them); the ids of their queued jobs."""
+        ...
+
+    def start_stack(self, round_id: int, stack: str) -> bool:
+        """Mark the stack being planned; False when there is nothing to plan (the round ended, the stack is done)."""
+        ...
+
+    def finish_stack(self, round_id: int, stack: str, staged: StagedPlan | None, error: str | None = None,
+                     error_kind: str | None = None) -> int | None:
+        """Record the stack's plan (or why it failed) once: the stacks of the round left unfinished after it, or None
+        when the stack was finished already (a job run twice). The round's row is locked to the commit."""
+        ...
+
+    def staged(self, round_id: int) -> list[StagedPlan]:
+        """The round's plans, in its stacks' order."""
+        ...
+
+    def close(self, round_id: int, state: RoundState, result: Mapping[str, Any] | None = None) -> bool:
+        """Move a round from `planning` to `state` (compare-and-set: False if it had left `planning`), dropping the
+        staged plans once they are written or will never be."""
+        ...
+
+    def set_result(self, round_id: int, result: Mapping[str, Any]) -> None: ...
+
+    def discard_staged(self, round_id: int) -> None:
+        """Drop the round's staged plans (its opener has written them)."""
+        ...
+
+
 class AuditLog(Protocol):
     """The hash-chained audit trail: appends, queries, the chain's head and its signed checkpoints."""
 
@@ -807,6 +856,7 @@ class UnitOfWork(Protocol):
     sign_in: SignInRecords
     notifications: Notifications
     stacks: StackRecords
+    plan_rounds: PlanRounds
     audit: AuditLog
 
 

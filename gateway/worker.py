@@ -47,7 +47,7 @@ READINESS_SECONDS = 2.0
 # Jobs a stopping worker may give back to the queue unfinished: running them again from the start is what they are
 # made for (a re-plan catches up with whatever it finds; a publish converges). An apply is never handed back: it
 # runs to a recorded end (applied, failed naming what was done, unmerged), so the grace must outlast it.
-HAND_BACK = frozenset({JobKind.PLAN, JobKind.PUBLISH})
+HAND_BACK = frozenset({JobKind.PLAN, JobKind.PLAN_STACK, JobKind.PUBLISH})
 
 
 class Worker:

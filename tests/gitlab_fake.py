@@ -287,7 +287,7 @@ class FakeGitLab:
             raise _HTTPError(400, {"message": ["Source branch is invalid"]})
         if any(m.state == "opened" and m.source_branch == branch and m.target_branch == target
                for m in self._mrs.values()):
-            raise _HTTPError(409, {"message": [f"Another open merge request already exists for this source branch"]})
+            raise _HTTPError(409, {"message": ["Another open merge request already exists for this source branch"]})
         mr = _MergeRequest(next(self._iids), next(self._ids), branch, target, title, description, author_id,
                            next(self._ids) if fork else self.project_id)
         self._mrs[mr.iid] = mr

@@ -11,8 +11,8 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import date, timedelta
 from collections.abc import Iterator
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 

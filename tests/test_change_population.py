@@ -75,7 +75,7 @@ def test_an_apply_whose_approval_was_of_another_commit_plan_or_was_withdrawn_is_
     check = population.checks[0]
     assert check.name == "approvals-of-what-ran" and check.checked == 4 and not check.passed
     assert [v.proposal_id for v in check.violations] == [2, 3, 4]
-    assert check.violations[0].summary.startswith(f"proposal 2: the apply of web at ") and (
+    assert check.violations[0].summary.startswith("proposal 2: the apply of web at ") and (
         f"counted 0 of 1 approval(s) of commit {HEAD[:12]} and plan {PLAN[:19]}…" in check.violations[0].summary)
     assert [x.kind for x in population.exceptions] == ["unapproved-apply"] * 3  # the auditor sees them first
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient

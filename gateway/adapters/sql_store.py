@@ -190,6 +190,38 @@ workers = Table(  # migration 29: the worker registry (which `gateway worker` pr
     Column("stopped_at", DateTime(timezone=True), nullable=True),  # a clean stop
 )
 
+# A proposal's stacks planned as jobs of their own (migration 30): the round, and each stack's outcome, its plan held
+# here (sealed, as saved plans are) until the round's last stack is done and the proposal's plans are written together.
+plan_rounds = Table(
+    "plan_rounds", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("proposal_id", Integer, nullable=True, index=True),  # None: the stacks of a proposal being opened
+    Column("head_sha", String(40), nullable=False),
+    Column("main_sha", String(40), nullable=False),
+    Column("merged_sha", String(40), nullable=False),  # the commit planned: the head merged onto main
+    Column("spec", JSON, nullable=False),  # changed paths, what moved (a re-plan's reason), who the plans are for
+    Column("state", String(20), nullable=False),  # planning | planned | assembled | failed | superseded
+    Column("remaining", Integer, nullable=False),  # stacks not finished: the job that takes it to 0 finishes the round
+    Column("result", JSON, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
+plan_round_stacks = Table(
+    "plan_round_stacks", metadata,
+    Column("round_id", Integer, primary_key=True),
+    Column("stack", String(100), primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("job_id", Integer, nullable=True),
+    Column("status", String(20), nullable=False),  # queued | running | planned | failed
+    Column("error", Text, nullable=True),
+    Column("error_kind", String(40), nullable=True),
+    Column("staged", JSON, nullable=True),  # digest, serial, lineage, findings, risk, when read
+    Column("document", Text, nullable=True),  # sealed
+    Column("artifact", LargeBinary, nullable=True),  # sealed
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+
 stack_serials = Table(  # migration 23: each stack's state serial as a worker last read it (reads show it)
     "stack_serials", metadata,
     Column("stack", String(100), primary_key=True),
@@ -734,6 +766,11 @@ def _gitlab_accounts(conn: Connection) -> None:
     gitlab_accounts.create(conn, checkfirst=True)
 
 
+def _plan_rounds(conn: Connection) -> None:
+    """A proposal's stacks are planned as jobs any worker may claim, gathered in a round until the last one is done."""
+    metadata.create_all(conn, tables=[plan_rounds, plan_round_stacks])
+
+
 def _stack_serials(conn: Connection) -> None:
     """What a worker last read of each stack's state serial, which reads compare with a plan's instead of asking an
     engine or a cloud; a plan's serial is 64-bit and its lineage an ARN long (CloudFormation's serial, a moment in
@@ -785,6 +822,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (27, _trail_tree),  # checkpoints sign the trail's Merkle root; its blocks' roots kept (evidence bundles)
     (28, _gitlab_accounts),  # GitLab accounts linked to people
     (29, _workers),  # the worker registry: who runs, by their beats
+    (30, _plan_rounds),  # a proposal's stacks planned as jobs of their own, gathered in rounds
 ]
 
 

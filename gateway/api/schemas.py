@@ -127,6 +127,9 @@ class ProposalPublic(ProposalSummary):
     cannot_plan: str | None = Field(default=None, description="why its last plan job failed, while a plan would start "
                                     "from the same branch and main heads (the workers wait for one to move)")
     jobs: list[dict[str, Any]] = Field(default_factory=list, description="the proposal's plan and apply jobs")
+    planning: dict[str, Any] | None = Field(default=None, description=(
+        "its stacks being planned as jobs of their own (`summary`: planned 37 of 100 stacks; each stack's status), "
+        "or how its newest planning failed (`reasons`: which stack, why); null once the plans are written"))
     agent_claim: str | None
     claim_issues: list[str]
     plans: list[StackPlanPublic]

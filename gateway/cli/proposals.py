@@ -95,8 +95,15 @@ def show(ctx: Context, proposal_id: int, fmt: str, show_diff: bool) -> None:
         return
     from gateway.services.change.plan_failures import standing_plan_failure
     from gateway.services.change.proposals import get_proposal, pending_changes
+    from gateway.services.change.views import planning_of
 
     proposal = get_proposal(ctx.ws, proposal_id)
+    with ctx.ws.store.session(readonly=True) as session:
+        planning = planning_of(session, proposal_id)
+    if planning is not None:
+        click.echo(f"plans: {planning.summary()}")
+        for reason in planning.reasons() if planning.finished else []:
+            click.echo(f"  {reason}")
     for change in pending_changes(ctx.ws, proposal):
         click.echo(f"note: {change}; the plans below predate it (`gateway sync {proposal_id}` re-plans; approve and apply re-plan first)")
     failure = standing_plan_failure(ctx.ws, proposal, ctx.ws.store.queue.of_proposal(proposal_id))

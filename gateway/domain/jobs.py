@@ -16,6 +16,7 @@ class JobKind(StrEnum):
     PUBLISH = "publish"  # bring the proposal's pull request up to date: sticky comment, checks
     AGENT_TURN = "agent_turn"  # run one message of a person to the agent (args: run)
     NOTIFY = "notify"  # deliver one notification to its channel (args: notification)
+    PLAN_STACK = "plan_stack"  # plan one stack of a plan round (args: round, stack, proposal)
 
 
 class JobStatus(StrEnum):

@@ -25,6 +25,7 @@ from gateway.adapters.store.jobs import SqlJobQueue, SqlJobs
 from gateway.adapters.store.locks import SqlStackLocks
 from gateway.adapters.store.main_branch import SqlMainRecords
 from gateway.adapters.store.notifications import SqlNotifications
+from gateway.adapters.store.plan_rounds import SqlPlanRounds
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
 from gateway.adapters.store.sign_in import SqlSignInRecords
@@ -53,6 +54,7 @@ class SqlUnitOfWork:
         self.sign_in = SqlSignInRecords(self)
         self.notifications = SqlNotifications(self)
         self.stacks = SqlStackRecords(self)
+        self.plan_rounds = SqlPlanRounds(self)
         self.audit = SqlAuditLog(self)
 
     def write_new_events(self, proposal: Proposal) -> None:

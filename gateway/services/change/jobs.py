@@ -151,6 +151,8 @@ def _worth_recording(job: Job, status: JobStatus, result: Mapping[str, Any]) -> 
     that changed nothing (recording those would move the trail, and so the pull request, again)."""
     if job.kind in (JobKind.PUBLISH, JobKind.NOTIFY):  # a delivery's end is its notification.* event
         return False
+    if job.kind == JobKind.PLAN_STACK:  # a stack's plan is in the trail as the proposal's `plan` event, with the others
+        return False
     return not (job.kind == JobKind.WEBHOOK and status == JobStatus.SUCCEEDED and "ignored" in result)
 
 

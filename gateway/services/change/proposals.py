@@ -14,14 +14,24 @@ from gateway.domain.errors import Conflict, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
 from gateway.domain.plan import load_plan
+from gateway.domain.plan_rounds import FANOUT_AT, RoundState
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
-from gateway.domain.principals import GATEWAY, Actor, Principal, SystemActor
-from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
+from gateway.domain.principals import GATEWAY, Actor, Principal
+from gateway.domain.proposal import Decision, Proposal, ProposalKind, Transition
 from gateway.domain.risk import Risk
 from gateway.ports import UnitOfWork
 from gateway.services.change.annotations import annotate_previews
 from gateway.services.change.breaker import guard_agent_change
 from gateway.services.change.main_watch import watch_main
+from gateway.services.change.plan_rounds import (
+    Replanned,
+    plan_in_round,
+    record_plans,
+    round_error,
+    unstage,
+    write_replan,
+)
+from gateway.services.change.plan_rounds import record_commits as _record_commits
 from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.change.read_model import saved_preview
 from gateway.services.workspace import Workspace
@@ -91,7 +101,15 @@ def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
     """
     main_sha = ws.repo.resolve(ws.main_branch())
     merged = ws.repo.merge_preview(main_sha, head)
-    return main_sha, [plan_stack(ws, stack, merged, origin) for stack in stacks]
+    if len(stacks) < FANOUT_AT:
+        return main_sha, [plan_stack(ws, stack, merged, origin) for stack in stacks]
+    ended = plan_in_round(ws, stacks, head, main_sha, merged, origin)  # any worker plans any of them
+    if ended.state != RoundState.PLANNED:
+        raise round_error(ended)
+    with ws.store.session() as session:  # its plans are the caller's to write now: the round holds them no longer
+        staged = session.plan_rounds.staged(ended.id)
+        session.plan_rounds.discard_staged(ended.id)
+    return main_sha, [unstage(plan) for plan in staged]
 
 
 @dataclass(frozen=True)
@@ -206,6 +224,14 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
     if head != proposal.head_sha:
         paths = tuple(ws.repo.changed_paths(proposal.base_sha, head))
         stacks = tuple(ws.repo_settings().stacks_touched(paths, lambda path: ws.repo.module_directories(head, path)))
+    if len(stacks) >= FANOUT_AT:  # planned as jobs any worker may claim; the last one writes the plans
+        main_sha = ws.repo.resolve(ws.main_branch())
+        ended = plan_in_round(ws, stacks, head, main_sha, ws.repo.merge_preview(main_sha, head),
+                              _origin(proposal, paths), proposal_id, changes)
+        if ended.state == RoundState.FAILED:
+            raise round_error(ended)
+        said = (ended.result or {}).get("changes") if ended.state == RoundState.ASSEMBLED else None
+        return get_proposal(ws, proposal_id), list(said if said is not None else ended.changes)
     main_sha, results = plan_merged(ws, stacks, head, _origin(proposal, paths))
     new_agent_work = head != proposal.head_sha and proposal.proposer.is_agent
     capacity = guard_agent_change(ws, proposal.proposer, proposal_id, results) if new_agent_work else None
@@ -213,25 +239,8 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
         locked = session.proposals.get(proposal_id, lock=True)
         if locked.status not in DECIDABLE:
             return locked, []
-        if capacity is not None:
-            session.breaker.record_change(capacity)
-        if head != locked.head_sha:
-            _record_commits(ws, session, proposal_id, locked.head_sha, head, stacks)
-            session.proposals.update_head(proposal_id, head, stacks, paths)
-        record_plans(session, proposal_id, head, main_sha, results)
-        updated = session.proposals.get(proposal_id)
-        if updated.status == ProposalStatus.FAILED:
-            updated.move(Transition.REPLAN, GATEWAY, {"because": changes})
-            session.proposals.save(updated)
-        newly_stale = [d for d in updated.stale_decisions if locked.is_current(d)]
-        if newly_stale:
-            session.audit.append(GATEWAY, "decisions.stale", {
-                "decisions": [{"id": d.id, "by": d.principal.name, "decision": d.decision.value,
-                               "head_sha": d.head_sha, "digests": dict(d.digests)} for d in newly_stale],
-                "because": changes, "head_sha": head, "digests": updated.current_digests,
-            }, proposal_id, stacks)
-            changes.append(f"{len(newly_stale)} earlier decision(s) are now stale")
-        return updated, changes
+        said = write_replan(ws, session, locked, Replanned(head, main_sha, stacks, paths), results, capacity, changes)
+        return session.proposals.get(proposal_id), said
 
 
 def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision, comment: str,
@@ -379,26 +388,3 @@ def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
 def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
     with ws.store.session(readonly=True) as session:
         return session.proposals.get(proposal_id)
-
-
-def _record_commits(ws: Workspace, session: UnitOfWork, pid: int, base: str, head: str, stacks: tuple | list) -> None:
-    for commit in ws.repo.commits(base, head):
-        session.audit.append(SystemActor(commit.author_name), "commit", {
-            "sha": commit.sha, "author": f"{commit.author_name} <{commit.author_email}>",
-            "message": commit.message.strip()[:500]}, pid, stacks)
-
-
-def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
-    for r in results:
-        if r.read_at is not None:  # what the engine said of the stack's state: reads compare plans with it
-            session.stacks.record_serials({r.stack: r.engine_plan.state_serial}, r.read_at)
-        summary = r.summary()
-        session.proposals.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
-                         r.engine_plan.state_lineage, summary, preview_to_json(r.preview()), r.engine_plan.artifact)
-        session.audit.append(GATEWAY, "plan", {
-            "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r),
-            "state_serial": r.engine_plan.state_serial, **summary.to_json()}, pid, [r.stack])
-
-
-def _engine_label(result: StackPlanResult) -> str:
-    return str(result.engine_plan.document.get("gateway_engine") or result.plan.terraform_version or "terraform")

@@ -27,6 +27,7 @@ from gateway.logs import get_logger
 from gateway.ports import UnitOfWork
 from gateway.services.change.code_host import forge_of
 from gateway.services.change.locks import HeldLocks, runner_name
+from gateway.services.change.plan_rounds import requeue_stack_job
 from gateway.services.change.proposals import get_proposal
 from gateway.services.workspace import Workspace
 
@@ -48,6 +49,10 @@ def interrupt_stale_jobs(ws: Workspace) -> list[str]:
     """Jobs whose worker stopped heart-beating end interrupted (after their applies were settled, above)."""
     recovered: list[str] = []
     for job in ws.store.queue.stale(ws.settings.lock_ttl_seconds):
+        if job.kind == JobKind.PLAN_STACK:  # planned again from the start; its round waits for it
+            done = requeue_stack_job(ws, job)
+            recovered += [done] if done else []
+            continue
         with ws.store.session() as session:
             if job.kind in (JobKind.WEBHOOK, JobKind.NOTIFY) and job.attempts < HANDLING_ATTEMPTS:
                 # a delivery was answered 202, so GitHub never sends it again: a dead worker's delivery is handled

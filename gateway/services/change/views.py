@@ -10,8 +10,9 @@ from typing import Any
 
 from gateway.domain.apply_blockers import apply_blockers, standing_blockers
 from gateway.domain.approvals import approver_groups, decision_refusals, required_approvals
-from gateway.domain.jobs import Job
+from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
+from gateway.domain.plan_rounds import PlanRound, RoundState
 from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Decision, Proposal
@@ -39,6 +40,7 @@ class ProposalView:
     pending: list[str]  # what moved since the plans (a plan job catches up; reads never do)
     cannot_plan: str | None  # why the workers do not plan it again until its branch or main moves (None: they do)
     jobs: list[Job]  # the proposal's plan and apply jobs, oldest first
+    planning: PlanRound | None  # its stacks being planned as jobs of their own, or how that failed
     at: datetime  # when the view was taken: what "active" means for overrides
 
     @property
@@ -72,6 +74,7 @@ class ProposalView:
             "requester": p.requester.name, "proposer": p.proposer.name, "head_sha": p.head_sha, "base_sha": p.base_sha,
             "pending": self.pending, "cannot_plan": self.cannot_plan,
             "jobs": [{"id": j.id, "kind": j.kind.value, "status": j.status.value} for j in self.jobs],
+            "planning": self.planning.to_public() if self.planning else None,
             "risk": p.risk.value, "required_approvals": self.required_approvals, "blocked_by": self.blocked_by,
             "can_apply": self.can_apply, "apply_blockers": self.apply_blockers,
             "agent_claim": p.agent_claim, "claim_issues": self.claim_issues, "merge_sha": p.merge_sha,
@@ -110,6 +113,7 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
 
 def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: int) -> ProposalView:
     proposal = get_proposal(ws, proposal_id)
+    jobs = session.jobs.of_proposal(proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer)
     settings, moment = facts.settings, facts.now
     jobs = session.jobs.of_proposal(proposal_id)
@@ -127,8 +131,23 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
         pending=pending_changes(ws, proposal),
         cannot_plan=failure.describe(proposal_id) if failure else None,
         jobs=jobs,
+        planning=planning_of(session, proposal_id) if _planning_shown(jobs) else None,
         at=moment,
     )
+
+
+def _planning_shown(jobs: list[Job]) -> bool:
+    """Whether a view asks for the proposal's plan round: while a plan job runs it, or when the last one failed (a
+    read's round trips are counted: an idle proposal's read asks nothing more)."""
+    plans = [j for j in jobs if j.kind == JobKind.PLAN]
+    return bool(plans) and plans[-1].status not in (JobStatus.SUCCEEDED, JobStatus.REFUSED)
+
+
+def planning_of(session: UnitOfWork, proposal_id: int) -> PlanRound | None:
+    """The proposal's plan round while its stacks are planned, or when its newest one failed (saying which stack and
+    why); none once its plans are written."""
+    current = session.plan_rounds.latest(proposal_id)
+    return current if current and current.state in (RoundState.PLANNING, RoundState.FAILED) else None
 
 
 @dataclass(frozen=True)

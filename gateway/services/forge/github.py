@@ -20,6 +20,7 @@ from gateway.domain.github import PullRequestView, not_counted, pull_request_che
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
+from gateway.domain.plan_rounds import RoundState
 from gateway.domain.principals import GATEWAY, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.repo_settings import RepoSettings
@@ -152,6 +153,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         with ws.store.session(readonly=True) as session:
             stopped = open_breaker_reason(session, proposal.proposer)
         notices += [f":octagonal_sign: {stopped}"] if stopped else []
+    notices += _planning_notices(ws, proposal)
     return PullRequestView(
         proposal=proposal,
         previews=proposal_previews(ws, proposal),
@@ -168,6 +170,17 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         outcome=_outcome(proposal, transitions[-1].payload if transitions else {}),
         notices=notices,
     )
+
+
+def _planning_notices(ws: Workspace, proposal: Proposal) -> list[str]:
+    """Its stacks being planned (how many of how many), or which stack's plan failed and why."""
+    with ws.store.session(readonly=True) as session:
+        current = session.plan_rounds.latest(proposal.id)
+    if current is None or current.state not in (RoundState.PLANNING, RoundState.FAILED):
+        return []
+    if current.state == RoundState.PLANNING:
+        return [f":hourglass_flowing_sand: Plans of {current.head_sha[:12]}: {current.summary()}."]
+    return [f":x: Plans of {current.head_sha[:12]}: {current.summary()}. " + "; ".join(current.reasons())]
 
 
 def _notices(events: list[AuditEvent]) -> list[str]:

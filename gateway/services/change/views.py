@@ -116,7 +116,6 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
     jobs = session.jobs.of_proposal(proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer)
     settings, moment = facts.settings, facts.now
-    jobs = session.jobs.of_proposal(proposal_id)
     failure = standing_plan_failure(ws, proposal, jobs)
     return ProposalView(
         proposal=proposal,

@@ -47,7 +47,15 @@ from gateway.domain.plan_rounds import PlanRound, RoundState, StagedPlan
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Actor, Credentials, Principal, PrincipalKind, Role
-from gateway.domain.proposal import Decision, PlanSummary, Proposal, ProposalKind, ProposalStatus
+from gateway.domain.proposal import (
+    Decision,
+    ListedProposal,
+    PlanBasis,
+    PlanSummary,
+    Proposal,
+    ProposalKind,
+    ProposalStatus,
+)
 from gateway.domain.rego import RegoPolicies
 from gateway.domain.repo_settings import ForgeSettings, GitHubSettings, GitLabSettings, RepoSettings
 from gateway.domain.sign_in import Identity, PendingSignIn, RefusalTally, WebSession
@@ -337,13 +345,13 @@ class Proposals(Protocol):
 
     def open_for_branch(self, branch: str) -> int | None: ...
 
-    def plan_bases(self, statuses: Collection[ProposalStatus]) -> list[dict[str, Any]]:
+    def plan_bases(self, statuses: Collection[ProposalStatus]) -> list[PlanBasis]:
         """For each proposal in `statuses`: branch, head, stacks, and each stack's newest plan at that head (main commit and state serial), in two queries: what a worker's staleness scan needs."""
         ...
 
     def get(self, proposal_id: int, lock: bool = False) -> Proposal: ...
 
-    def list(self, status: str | None = None) -> list[dict[str, Any]]: ...
+    def list(self, status: str | None = None) -> list[ListedProposal]: ...
 
     def update_head(self, proposal_id: int, head_sha: str, stacks: Sequence[str], changed_paths: Sequence[str]) -> None: ...
 

@@ -31,7 +31,15 @@ from gateway.domain.locks import LockAttempt, StackLock, unmerged_holder
 from gateway.domain.policy import Override
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
-from gateway.domain.proposal import Decision, DecisionRecord, PlanSummary, Proposal, ProposalKind, StackPlan
+from gateway.domain.proposal import (
+    Decision,
+    DecisionRecord,
+    ListedProposal,
+    PlanSummary,
+    Proposal,
+    ProposalKind,
+    StackPlan,
+)
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
@@ -276,7 +284,8 @@ class FakeProposals(_Faked, Proposals):
             "id": pid, "kind": kind, "branch": branch, "base_sha": base_sha, "head_sha": head_sha,
             "requester_id": requester.id, "proposer_id": proposer.id, "reason": reason, "status": INITIAL,
             "stacks": tuple(stacks), "changed_paths": tuple(changed_paths), "agent_claim": agent_claim,
-            "prompt_version": prompt_version, "model": model, "merge_sha": None, "applied_sha": None}
+            "prompt_version": prompt_version, "model": model, "merge_sha": None, "applied_sha": None,
+            "created_at": self.clock.now()}
         return pid
 
     def open_for_branch(self, branch: str) -> int | None:
@@ -301,10 +310,10 @@ class FakeProposals(_Faked, Proposals):
                               for o in self.t.overrides.values() if o["proposal_id"] == proposal_id]
         return proposal
 
-    def list(self, status: str | None = None) -> list[dict[str, Any]]:
+    def list(self, status: str | None = None) -> list[ListedProposal]:
         rows = sorted(self.t.proposals.values(), key=lambda r: -r["id"])
-        return [{**r, "status": r["status"].value, "kind": r["kind"].value, "stacks": list(r["stacks"]),
-                 "changed_paths": list(r["changed_paths"])} for r in rows if status in (None, r["status"].value)]
+        return [ListedProposal(r["id"], r["status"], r["created_at"], r["model"], r["prompt_version"])
+                for r in rows if status in (None, r["status"].value)]
 
     def update_head(self, proposal_id: int, head_sha: str, stacks: Sequence[str], changed_paths: Sequence[str]) -> None:
         self._writing()

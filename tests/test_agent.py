@@ -102,10 +102,10 @@ def test_a_request_becomes_a_proposal_by_the_agent_for_the_person(workspace: Wor
     assert "aws_sqs_queue.refunds" in stub.requests[4]["messages"][-1]["content"]  # the preview the agent saw
     assert outcome.claim_issues == []
     with workspace.store.session() as session:
-        row = next(r for r in session.proposals.list() if r["id"] == proposal.id)
+        row = next(r for r in session.proposals.list() if r.id == proposal.id)
         [request] = [e for e in session.audit.events() if e.kind == "agent.request"]
-    assert row["model"] == "stub-model" and row["prompt_version"].startswith("agent-system-v2+sha-")
-    assert request.payload["prompt_version"] == row["prompt_version"] and request.payload["steps"] == 5
+    assert row.model == "stub-model" and row.prompt_version and row.prompt_version.startswith("agent-system-v2+sha-")
+    assert request.payload["prompt_version"] == row.prompt_version and request.payload["steps"] == 5
     agent = proposal.proposer
     with pytest.raises(Refused, match="gateway-agent is an agent; agents can never approve"):
         decide(workspace, agent, proposal.id, Decision.APPROVE, "")

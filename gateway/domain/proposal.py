@@ -210,3 +210,30 @@ class Proposal:
     @property
     def destructive(self) -> dict[str, tuple[str, ...]]:
         return {s: p.destructive for s, p in self.plans.items() if p.destructive}
+
+
+@dataclass(frozen=True)
+class PlanBasis:
+    """What a proposal's current plans were made from: enough to tell whether they are out of date."""
+
+    proposal_id: int
+    branch: str
+    head_sha: str
+    stacks: tuple[str, ...]
+    plans: Mapping[str, tuple[str | None, int]]  # stack -> (main commit merged onto, state serial)
+
+    @classmethod
+    def of(cls, proposal: Proposal) -> PlanBasis:
+        return cls(proposal.id, proposal.branch, proposal.head_sha, proposal.stacks,
+                   {s: (p.main_sha, p.state_serial) for s, p in proposal.plans.items()})
+
+
+@dataclass(frozen=True)
+class ListedProposal:
+    """A proposal as a list shows it before it is read whole: when it was opened, and by which model if an agent's."""
+
+    id: int
+    status: ProposalStatus
+    created_at: datetime
+    model: str | None = None
+    prompt_version: str | None = None

@@ -36,6 +36,8 @@ from gateway.domain.principals import Principal
 from gateway.domain.proposal import (
     Decision,
     DecisionRecord,
+    ListedProposal,
+    PlanBasis,
     PlanSummary,
     Proposal,
     ProposalKind,
@@ -139,7 +141,7 @@ class SqlProposals(Records):
             )
         )
 
-    def plan_bases(self, statuses: Collection[ProposalStatus]) -> list[dict[str, Any]]:
+    def plan_bases(self, statuses: Collection[ProposalStatus]) -> list[PlanBasis]:
         """For each proposal in `statuses`: branch, head, stacks, and each stack's newest plan at that head
         (main commit and state serial), in two queries: what a worker's staleness scan needs."""
         rows = (
@@ -151,17 +153,18 @@ class SqlProposals(Records):
             .mappings()
             .all()
         )
-        bases = {r["id"]: {**dict(r), "plans": {}} for r in rows}
-        if bases:
+        newest: dict[int, dict[str, tuple[str | None, int]]] = {r["id"]: {} for r in rows}
+        heads = {r["id"]: r["head_sha"] for r in rows}
+        if newest:
             marks = self.conn.execute(
                 select(plans.c.proposal_id, plans.c.stack, plans.c.head_sha, plans.c.main_sha, plans.c.state_serial)
-                .where(plans.c.proposal_id.in_(list(bases)))
+                .where(plans.c.proposal_id.in_(list(newest)))
                 .order_by(plans.c.id)
             ).mappings()
             for m in marks:  # the newest plan of each stack at the proposal's head wins
-                if m["head_sha"] == bases[m["proposal_id"]]["head_sha"]:
-                    bases[m["proposal_id"]]["plans"][m["stack"]] = (m["main_sha"], m["state_serial"])
-        return list(bases.values())
+                if m["head_sha"] == heads[m["proposal_id"]]:
+                    newest[m["proposal_id"]][m["stack"]] = (m["main_sha"], m["state_serial"])
+        return [PlanBasis(r["id"], r["branch"], r["head_sha"], tuple(r["stacks"]), newest[r["id"]]) for r in rows]
 
     def get(self, proposal_id: int, lock: bool = False) -> Proposal:
         if not 0 < proposal_id <= MAX_ID:
@@ -195,11 +198,13 @@ class SqlProposals(Records):
         ]
         return proposal
 
-    def list(self, status: str | None = None) -> list[dict[str, Any]]:
-        query = select(proposals).order_by(proposals.c.id.desc())
+    def list(self, status: str | None = None) -> list[ListedProposal]:
+        query = select(proposals.c.id, proposals.c.status, proposals.c.created_at, proposals.c.model,
+                       proposals.c.prompt_version).order_by(proposals.c.id.desc())
         if status:
             query = query.where(proposals.c.status == status)
-        return [dict(r) for r in self.conn.execute(query).mappings()]
+        return [ListedProposal(r["id"], ProposalStatus(r["status"]), aware(r["created_at"]), r["model"],
+                               r["prompt_version"]) for r in self.conn.execute(query).mappings()]
 
     def update_head(self, proposal_id: int, head_sha: str, stacks: Sequence[str], changed_paths: Sequence[str]) -> None:
         self.conn.execute(

@@ -26,7 +26,6 @@ from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.heartbeat import Heartbeat
 from gateway.services.change.plan_failures import plan_inputs
 from gateway.services.change.proposals import (
-    PlanBasis,
     changes_since_plans,
     decide,
     get_proposal,
@@ -267,19 +266,19 @@ def enqueue_moved_proposals(ws: Workspace) -> list[int]:
 
     The stacks' state serials it reads are recorded: what a read shows of a stack that moved (reads never ask)."""
     with ws.store.session(readonly=True) as session:
-        rows = session.proposals.plan_bases(DECIDABLE)
+        bases = session.proposals.plan_bases(DECIDABLE)
         waiting = session.jobs.proposals_with_unfinished(JobKind.PLAN)
     main_sha = ws.repo.resolve(ws.main_branch())
-    rows = [row for row in rows if row["id"] not in waiting]  # a plan job already queued re-plans them
-    serials = read_serials(ws, sorted({stack for row in rows for stack in row["plans"]}))
+    bases = [basis for basis in bases if basis.proposal_id not in waiting]  # a queued plan job re-plans them
+    serials = read_serials(ws, sorted({stack for basis in bases for stack in basis.plans}))
     with ws.store.session(readonly=True) as session:
-        last_plans = session.jobs.latest_finished(JobKind.PLAN, [row["id"] for row in rows])
+        last_plans = session.jobs.latest_finished(JobKind.PLAN, [basis.proposal_id for basis in bases])
     queued = []
-    for row in rows:
-        failure = plan_failure([last_plans[row["id"]]]) if row["id"] in last_plans else None
-        if failure is not None and failure.holds(*plan_inputs(ws, row["branch"], main_sha)):
+    for basis in bases:
+        last = last_plans.get(basis.proposal_id)
+        failure = plan_failure([last]) if last is not None else None
+        if failure is not None and failure.holds(*plan_inputs(ws, basis.branch, main_sha)):
             continue  # it would fail the same way again: wait for its branch or main to move
-        basis = PlanBasis(row["id"], row["branch"], row["head_sha"], tuple(row["stacks"]), row["plans"])
         if changes_since_plans(ws, basis, main_sha, serials.__getitem__):
             queued.append(enqueue_job(ws, GATEWAY, JobKind.PLAN, basis.proposal_id).id)
     return queued

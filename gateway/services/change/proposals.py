@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from gateway.domain.approvals import decision_refusals, override_refusals, required_approvals
@@ -17,7 +17,7 @@ from gateway.domain.plan import load_plan
 from gateway.domain.plan_rounds import FANOUT_AT, RoundState
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
 from gateway.domain.principals import GATEWAY, Actor, Principal
-from gateway.domain.proposal import Decision, Proposal, ProposalKind, Transition
+from gateway.domain.proposal import Decision, PlanBasis, Proposal, ProposalKind, Transition
 from gateway.domain.risk import Risk
 from gateway.ports import UnitOfWork
 from gateway.services.change.annotations import annotate_previews
@@ -110,22 +110,6 @@ def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
         staged = session.plan_rounds.staged(ended.id)
         session.plan_rounds.discard_staged(ended.id)
     return main_sha, [unstage(plan) for plan in staged]
-
-
-@dataclass(frozen=True)
-class PlanBasis:
-    """What a proposal's current plans were made from: enough to tell whether they are out of date."""
-
-    proposal_id: int
-    branch: str
-    head_sha: str
-    stacks: tuple[str, ...]
-    plans: Mapping[str, tuple[str | None, int]]  # stack -> (main commit merged onto, state serial)
-
-    @classmethod
-    def of(cls, proposal: Proposal) -> PlanBasis:
-        return cls(proposal.id, proposal.branch, proposal.head_sha, proposal.stacks,
-                   {s: (p.main_sha, p.state_serial) for s, p in proposal.plans.items()})
 
 
 def pending_changes(ws: Workspace, proposal: Proposal) -> list[str]:

@@ -215,7 +215,7 @@ def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:
 
 def _listed(ws: Workspace, status: str | None) -> list[tuple[Proposal, datetime]]:
     with ws.store.session(readonly=True) as session:
-        return [(session.proposals.get(row["id"]), row["created_at"]) for row in session.proposals.list(status)]
+        return [(session.proposals.get(listed.id), listed.created_at) for listed in session.proposals.list(status)]
 
 
 def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = None) -> list[ProposalRow]:

@@ -47,7 +47,7 @@ def git_principal(ws: Workspace, authorization: str | None, pushing: bool) -> Pr
 def held_branches(ws: Workspace) -> list[str]:
     """Branches an open proposal stands on: a push may move them, never delete them."""
     with ws.store.session(readonly=True) as session:
-        return sorted({str(row["branch"]) for row in session.proposals.plan_bases(ACTIVE)})
+        return sorted({basis.branch for basis in session.proposals.plan_bases(ACTIVE)})
 
 
 def after_push(ws: Workspace, pusher: Principal, updates: list[tuple[str, str, str]]) -> None:

@@ -37,7 +37,7 @@ from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.breaker import BreakerState, CapacityChange
 from gateway.domain.declarations import LiteralSecret, Unmasking
 from gateway.domain.drift import DriftRecord
-from gateway.domain.github import Check, PullInfo
+from gateway.domain.github import Check, Delivery, PullInfo, PullRequestLink
 from gateway.domain.gitlab_rules import GitLabAccount
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.locks import LockAttempt, StackLock
@@ -379,7 +379,7 @@ class Proposals(Protocol):
 
     def plan_document(self, plan_id: int) -> str: ...
 
-    def saved_plan_digests(self, plan_ids: Collection[int]) -> dict[int, str]:
+    def saved_plan_digests(self, plan_ids: Collection[int]) -> Mapping[int, str]:
         """Plan id -> the digest its saved plan (the JSON plan and the plan file, as stored now) hashes to."""
         ...
 
@@ -505,13 +505,13 @@ class GitHubRecords(Protocol):
 
     def set_delivery_job(self, delivery_id: str, job_id: int) -> None: ...
 
-    def delivery(self, delivery_id: str) -> dict[str, Any] | None: ...
+    def delivery(self, delivery_id: str) -> Delivery | None: ...
 
     def link_pull_request(self, proposal_id: int, repository: str, number: int) -> None:
         """Record the proposal's pull request (once: a second link of the same proposal changes nothing)."""
         ...
 
-    def pull_request_of(self, proposal_id: int) -> dict[str, Any] | None: ...
+    def pull_request_of(self, proposal_id: int) -> PullRequestLink | None: ...
 
     def proposal_for_pull_request(self, repository: str, number: int) -> int | None:
         """The newest proposal of this pull request (a reopened one gets a new proposal)."""

@@ -136,6 +136,20 @@ def test_no_import_cycle_between_modules() -> None:
         " <-> ".join(sorted(c)) for c in cycles)
 
 
+def test_ports_take_and_return_records_not_dicts() -> None:
+    """A port's signature names records (dataclasses), values or read-only Mappings, never a `dict`: a dict at a port
+    is a row whose keys every caller must know."""
+    tree = ast.parse((PACKAGE / "ports.py").read_text())
+    found = []
+    for port in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        for method in (node for node in port.body if isinstance(node, ast.FunctionDef)):
+            arguments = method.args.args + method.args.kwonlyargs
+            annotations = [a.annotation for a in arguments if a.annotation] + ([method.returns] if method.returns else [])
+            if any(isinstance(n, ast.Name) and n.id == "dict" for a in annotations for n in ast.walk(a)):
+                found.append(f"{port.name}.{method.name}")
+    assert found == [], "ports with a dict in their signature: " + ", ".join(found)
+
+
 @pytest.mark.parametrize("layer", ["gateway.services", "gateway.adapters"])
 def test_rooms_depend_one_way(layer: str) -> None:
     """No cycle between the rooms (sub-packages, or modules directly in the layer) of services/ or adapters/."""

@@ -526,7 +526,7 @@ def test_edited_comments_bot_comments_and_other_repositories_do_nothing(world: W
     job = wait_for("the job", lambda: (lambda j: j if j.finished else None)(world.ws.store.queue.get(other["job"])))
     assert job.status.value == "succeeded" and "not this gateway's repository" in job.result["ignored"]
     with world.ws.store.session(readonly=True) as session:
-        assert session.github.delivery(edited["delivery"])["event"] == "issue_comment"
+        assert session.github.delivery(edited["delivery"]).event == "issue_comment"
     assert not [j for j in world.ws.store.queue.of_proposal(pid) if j.kind.value == "apply"]
 
 

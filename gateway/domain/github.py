@@ -105,6 +105,32 @@ def not_counted(events: Sequence[AuditEvent], head_sha: str) -> list[NotCounted]
 
 
 @dataclass(frozen=True)
+class Delivery:
+    """A webhook delivery as it was received (GitHub's or GitLab's), recorded once by its id."""
+
+    id: str
+    event: str
+    action: str | None
+    payload: str  # the body, as received
+    job_id: int | None
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class PullRequestLink:
+    """A proposal's pull request (or merge request) and what was last published to it."""
+
+    proposal_id: int
+    repository: str
+    number: int
+    comment_id: int | None  # the sticky comment, edited in place
+    published_seq: int  # the newest trail event the comment and checks show
+    published_digest: str | None  # of what was last written: the same is not rewritten
+    publish_error: str | None
+    attempted_at: datetime | None
+
+
+@dataclass(frozen=True)
 class PullInfo:
     """A pull request as the code host has it now."""
 

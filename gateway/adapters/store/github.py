@@ -17,8 +17,10 @@ from gateway.adapters.sql_store import (
 )
 from gateway.adapters.store.rows import (
     Records,
+    aware,
     now,
 )
+from gateway.domain.github import Delivery, PullRequestLink
 from gateway.domain.proposal import ProposalKind, ProposalStatus
 
 
@@ -43,13 +45,14 @@ class SqlGitHubRecords(Records):
             update(webhook_deliveries).where(webhook_deliveries.c.delivery_id == delivery_id).values(job_id=job_id)
         )
 
-    def delivery(self, delivery_id: str) -> dict[str, Any] | None:
+    def delivery(self, delivery_id: str) -> Delivery | None:
         row = (
             self.conn.execute(select(webhook_deliveries).where(webhook_deliveries.c.delivery_id == delivery_id))
             .mappings()
             .first()
         )
-        return dict(row) if row else None
+        return Delivery(row["delivery_id"], row["event"], row["action"], row["payload"], row["job_id"],
+                        aware(row["received_at"])) if row else None
 
     def link_pull_request(self, proposal_id: int, repository: str, number: int) -> None:
         """Record the proposal's pull request (once: a second link of the same proposal changes nothing)."""
@@ -63,13 +66,18 @@ class SqlGitHubRecords(Records):
         except IntegrityError:
             pass
 
-    def pull_request_of(self, proposal_id: int) -> dict[str, Any] | None:
+    def pull_request_of(self, proposal_id: int) -> PullRequestLink | None:
         row = (
             self.conn.execute(select(pull_requests).where(pull_requests.c.proposal_id == proposal_id))
             .mappings()
             .first()
         )
-        return dict(row) if row else None
+        if row is None:
+            return None
+        attempted = row["attempted_at"]
+        return PullRequestLink(row["proposal_id"], row["repository"], row["number"], row["comment_id"],
+                               row["published_seq"], row["published_digest"], row["publish_error"],
+                               aware(attempted) if attempted else None)
 
     def proposal_for_pull_request(self, repository: str, number: int) -> int | None:
         """The newest proposal of this pull request (a reopened one gets a new proposal)."""

@@ -277,7 +277,7 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
         pull = session.github.pull_request_of(proposal.id) if forge else None
     try:
         if forge is not None and pull is not None:
-            report.merge_sha = _merge_on_github(ws, forge, pull["number"], proposal, applied, message)
+            report.merge_sha = _merge_on_github(ws, forge, pull.number, proposal, applied, message)
         else:
             report.merge_sha = _merge_locally(ws, proposal, main_sha, applied, message)
     except (Conflict, BackendError, NotFound) as exc:
@@ -292,7 +292,7 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
             session.proposals.save(current)
             session.audit.append(actor, "merged", {
                 "branch": proposal.branch, "into": ws.main_branch(), "merge_sha": report.merge_sha,
-                "on": f"{forge.settings.name.lower()} #{pull['number']}" if pull and forge else "gateway",
+                "on": f"{forge.settings.name.lower()} #{pull.number}" if pull and forge else "gateway",
                 "applied_commit": {stack: proposal.head_sha for stack in proposal.stacks}}, proposal.id, proposal.stacks)
         elif current.status == ProposalStatus.APPLYING:
             current.move(Transition.BLOCK_MERGE, actor, {"reason": report.unmerged})

@@ -16,7 +16,7 @@ from gateway.domain.apply_blockers import standing_blockers
 from gateway.domain.approvals import approver_groups, required_approvals
 from gateway.domain.audit import AuditEvent
 from gateway.domain.errors import GatewayError, InputError, NotFound
-from gateway.domain.github import PullRequestView, not_counted, pull_request_checks, render_comment
+from gateway.domain.github import PullRequestLink, PullRequestView, not_counted, pull_request_checks, render_comment
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
@@ -88,28 +88,28 @@ def publish(ws: Workspace, proposal_id: int) -> int | None:
         if proposal.status not in DECIDABLE or proposal.kind == ProposalKind.DRIFT_REVERT:  # nothing to review there
             return None
         link = _open_pull_request(ws, forge, proposal)
-    comment_id = link["comment_id"]
+    comment_id = link.comment_id
     try:
         if proposal.proposer.is_agent and proposal.status in DECIDABLE:
             forge.sync_branch(proposal.branch)  # the agent's newest commits reach the pull request
         view = pull_request_view(ws, proposal)
         body, checks = render_comment(view), pull_request_checks(view)
         digest = hashlib.sha256(repr((proposal.head_sha, body, checks)).encode()).hexdigest()
-        if digest != link["published_digest"] or comment_id is None:  # GitHub's rate limits: write only news
-            comment_id = forge.upsert_comment(link["number"], comment_id, body)
+        if digest != link.published_digest or comment_id is None:  # GitHub's rate limits: write only news
+            comment_id = forge.upsert_comment(link.number, comment_id, body)
             forge.set_checks(proposal.head_sha, checks, view.page_url)
     except GatewayError as exc:
         with ws.store.session() as session:  # a comment posted before the failure stays the one to edit next time
             session.github.mark_published(proposal_id, seq, comment_id, error=str(exc))
-        ws.metrics.publish_finished(failed=True, retry=bool(link.get("publish_error")))
+        ws.metrics.publish_finished(failed=True, retry=bool(link.publish_error))
         raise
     with ws.store.session() as session:
         session.github.mark_published(proposal_id, seq, comment_id, digest=digest)
-    ws.metrics.publish_finished(failed=False, retry=bool(link.get("publish_error")))
-    return int(link["number"])
+    ws.metrics.publish_finished(failed=False, retry=bool(link.publish_error))
+    return link.number
 
 
-def _open_pull_request(ws: Workspace, forge: Forge, proposal: Proposal) -> dict:
+def _open_pull_request(ws: Workspace, forge: Forge, proposal: Proposal) -> PullRequestLink:
     """Push the proposal's branch and open its pull request (or adopt the open one), asking its approver teams."""
     forge.push(proposal.branch, proposal.head_sha)
     title = proposal.reason.strip().splitlines()[0][:120]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from gateway.domain.errors import AuthError, GatewayError, InputError, MalformedDelivery, NotFound, Refused
@@ -98,8 +97,8 @@ def _receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) ->
         handle = True  # the worker records the refusal, naming the field, where the pull request's trail is
     with ws.store.session() as session:
         if not session.github.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
-            known = session.github.delivery(delivery) or {}
-            return {"delivery": delivery, "duplicate": True, "job": known.get("job_id")}
+            known = session.github.delivery(delivery)
+            return {"delivery": delivery, "duplicate": True, "job": known.job_id if known else None}
         job_id = None
         if handle:
             number = _pull_number(payload)
@@ -132,23 +131,21 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
     if delivery is None:
         raise NotFound(f"job {job.id} names no recorded delivery")
     try:
-        event = parse_event(delivery["event"], json.loads(delivery["payload"]))
+        event = parse_event(delivery.event, json.loads(delivery.payload))
     except MalformedDelivery as exc:
         with ws.store.session() as session:
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
             session.audit.append(GITHUB, f"github.{exc.event}.refused", {
-                "delivery": delivery["delivery_id"], "reasons": exc.reasons}, job.proposal_id, proposal.stacks if proposal else ())
+                "delivery": delivery.id, "reasons": exc.reasons}, job.proposal_id, proposal.stacks if proposal else ())
         raise Refused(exc.reasons) from exc
     if event is None:
-        return {"ignored": f"{delivery['event']} deliveries are recorded, not handled"}
+        return {"ignored": f"{delivery.event} deliveries are recorded, not handled"}
     forge = forge_of(ws)
     if forge is None or event.repository.full_name != forge.settings.repository:
         return {"ignored": f"a delivery for {event.repository.full_name}, which is not this gateway's repository"}
     _, result = _dispatch(ws, forge, event)
-    received = delivery.get("received_at")
-    if isinstance(received, datetime):
-        lag = ws.clock.now() - (received if received.tzinfo else received.replace(tzinfo=UTC))
-        ws.metrics.webhook_handled(webhook_event_label(delivery["event"]), max(0.0, lag.total_seconds()))
+    lag = ws.clock.now() - delivery.received_at
+    ws.metrics.webhook_handled(webhook_event_label(delivery.event), max(0.0, lag.total_seconds()))
     return result
 
 
@@ -390,7 +387,7 @@ def _command_ask(ws: Workspace, forge: Forge, person: Principal, account: GitHub
         with ws.store.session(readonly=True) as session:
             pull = session.github.pull_request_of(proposal.id)
         assert pull is not None  # the command came from this proposal's pull request
-        forge.reply(int(pull["number"]), f"The agent asks @{account.login}: {outcome.question}\n\n"
+        forge.reply(pull.number, f"The agent asks @{account.login}: {outcome.question}\n\n"
                     "Answer with `/gateway ask <your answer>`.")
     return {"asked": conversation.id, "stopped": outcome.stopped, "changed_files": outcome.changed_files,
             "question": outcome.question}

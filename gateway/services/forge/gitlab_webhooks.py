@@ -13,7 +13,6 @@ import hmac
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any, NoReturn, cast
 
 from gateway.domain.errors import AuthError, GatewayError, InputError, MalformedDelivery, NotFound, Refused
@@ -110,8 +109,8 @@ def _receive(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str
         again = [a for a in aliases if not session.github.add_delivery(a, "resend", None, json.dumps(
             {"delivery": delivery}))]
         if not first or again:
-            known = session.github.delivery(delivery if not first else _resent(session, again[0])) or {}
-            return {"delivery": delivery, "duplicate": True, "job": known.get("job_id")}
+            known = session.github.delivery(delivery if not first else _resent(session, again[0]))
+            return {"delivery": delivery, "duplicate": True, "job": known.job_id if known else None}
         job_id = None
         if handle:
             number = _merge_request_number(payload)
@@ -125,9 +124,9 @@ def _receive(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str
 
 def _resent(session: Any, alias: str) -> str:
     """The delivery an Idempotency-Key was first seen with."""
-    row = session.github.delivery(alias) or {}
+    row = session.github.delivery(alias)
     try:
-        return str(json.loads(row.get("payload") or "{}").get("delivery") or alias)
+        return str(json.loads(row.payload if row else "{}").get("delivery") or alias)
     except ValueError:
         return alias
 
@@ -150,27 +149,25 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
         delivery = session.github.delivery(str(job.args.get("delivery")))
     if delivery is None:
         raise NotFound(f"job {job.id} names no recorded delivery")
-    hook = {name: hook for hook, name in EVENT_NAMES.items()}.get(delivery["event"], delivery["event"])
+    hook = {name: hook for hook, name in EVENT_NAMES.items()}.get(delivery.event, delivery.event)
     try:
-        event = parse_event(hook, json.loads(delivery["payload"]))
+        event = parse_event(hook, json.loads(delivery.payload))
     except MalformedDelivery as exc:
         with ws.store.session() as session:
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
             session.audit.append(GITLAB, f"gitlab.{exc.event}.refused", {
-                "delivery": delivery["delivery_id"], "reasons": exc.reasons}, job.proposal_id,
+                "delivery": delivery.id, "reasons": exc.reasons}, job.proposal_id,
                 proposal.stacks if proposal else ())
         raise Refused(exc.reasons) from exc
     if event is None:
-        return {"ignored": f"{delivery['event']} deliveries are recorded, not handled"}
+        return {"ignored": f"{delivery.event} deliveries are recorded, not handled"}
     settings = ws.repo_settings().gitlab
     if settings is None or event.project.path_with_namespace != settings.repository:
         return {"ignored": f"a delivery for {event.project.path_with_namespace}, which is not this gateway's project"}
     forge = cast(ApprovalForge, forge_of(ws))
     result = _dispatch(ws, forge, event)
-    received = delivery.get("received_at")
-    if isinstance(received, datetime):
-        lag = ws.clock.now() - (received if received.tzinfo else received.replace(tzinfo=UTC))
-        ws.metrics.webhook_handled(webhook_event_label(delivery["event"]), max(0.0, lag.total_seconds()))
+    lag = ws.clock.now() - delivery.received_at
+    ws.metrics.webhook_handled(webhook_event_label(delivery.event), max(0.0, lag.total_seconds()))
     return result
 
 
@@ -392,7 +389,7 @@ def _command_ask(ws: Workspace, forge: ApprovalForge, person: Principal, account
     assert conversation is not None and link is not None
     outcome = submit_request(ws, person, command.argument, conversation.id)
     if outcome.question:
-        forge.reply(int(link["number"]), f"The agent asks @{account.username}: {outcome.question}\n\n"
+        forge.reply(link.number, f"The agent asks @{account.username}: {outcome.question}\n\n"
                     "Answer with `/gateway ask <your answer>`.")
     return {"asked": conversation.id, "stopped": outcome.stopped, "changed_files": outcome.changed_files,
             "question": outcome.question}

@@ -30,10 +30,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.adapters.sandbox.engine import SandboxEngine  # noqa: E402
-from gateway.adapters.sandbox.functions import FUNCTIONS  # noqa: E402
-from gateway.adapters.sandbox.store import SqlSandboxStore  # noqa: E402
-from gateway.adapters.sql_store import Database  # noqa: E402
+from gateway.adapters.engines.sandbox.engine import SandboxEngine  # noqa: E402
+from gateway.adapters.engines.sandbox.functions import FUNCTIONS  # noqa: E402
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore  # noqa: E402
+from gateway.adapters.store.schema import Database  # noqa: E402
 from gateway.domain.plan import Plan  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
 from gateway.services.change.planning import plan_stack  # noqa: E402

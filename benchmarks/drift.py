@@ -21,7 +21,7 @@ import git
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.adapters.git_repo import committer_env  # noqa: E402
+from gateway.adapters.git.repo import committer_env  # noqa: E402
 from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.domain.principals import Role  # noqa: E402

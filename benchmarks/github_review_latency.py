@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scratch_db import scratch_database  # noqa: E402  (a sibling: this script's directory is on the path)
 
 from gateway import worker as worker_module  # noqa: E402
-from gateway.adapters import github_forge  # noqa: E402
-from gateway.adapters.sql_store import decisions  # noqa: E402
+from gateway.adapters.forges import github as github_forge  # noqa: E402
+from gateway.adapters.store.schema import decisions  # noqa: E402
 from gateway.api.app import create_app  # noqa: E402
 from gateway.composition import create_workspace, open_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402

@@ -35,7 +35,7 @@ from sqlalchemy import select
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway import worker as worker_module  # noqa: E402
-from gateway.adapters.sql_store import decisions  # noqa: E402
+from gateway.adapters.store.schema import decisions  # noqa: E402
 from gateway.api.app import create_app  # noqa: E402
 from gateway.composition import create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402

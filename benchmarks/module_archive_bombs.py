@@ -40,7 +40,7 @@ FETCH = """
 import json, resource, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from gateway.adapters.module_fetch import ModuleAccess, ModuleFetcher, PackageSource, ModuleUnreachable  # in every tree
+from gateway.adapters.modules.fetch import ModuleAccess, ModuleFetcher, PackageSource, ModuleUnreachable  # in every tree
 url, port = sys.argv[2], sys.argv[3]
 # listed both ways: an older tree admits a host at every port, the newer one a host:port
 access = ModuleAccess(allowed_hosts=("127.0.0.1", f"127.0.0.1:{port}"), timeout=600.0)

@@ -20,7 +20,7 @@ from typing import Any
 
 import git
 
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import GATEWAY

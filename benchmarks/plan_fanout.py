@@ -23,11 +23,11 @@ from collections import Counter
 from pathlib import Path
 
 import git
-from sqlalchemy import select
 from scratch_db import scratch_database  # a sibling: this script's directory is on the path
+from sqlalchemy import select
 
-from gateway.adapters.git_repo import committer_env
-from gateway.adapters.sql_store import jobs
+from gateway.adapters.git.repo import committer_env
+from gateway.adapters.store.schema import jobs
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.jobs import JobKind

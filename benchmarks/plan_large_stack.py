@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout this script is in, not an installed copy
 
-from gateway.adapters.hcl import _parser
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.hcl.reading import _parser
+from gateway.adapters.store.schema import Database
 from gateway.domain.plan import load_plan
 from gateway.domain.preview import build_preview, render_text
 from gateway.ports import StackInputs

@@ -26,8 +26,8 @@ from reads import load, queues  # siblings: this script's directory is on the pa
 from scratch_db import scratch_database
 from sqlalchemy import bindparam, create_engine, event, select, text
 
-from gateway.adapters.git_repo import committer_env
-from gateway.adapters.sql_store import principals
+from gateway.adapters.git.repo import committer_env
+from gateway.adapters.store.schema import principals
 from gateway.api.routes import proposal_document
 from gateway.composition import create_workspace
 from gateway.config import Settings

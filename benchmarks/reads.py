@@ -27,8 +27,8 @@ import git
 import httpx
 from sqlalchemy import func, select
 
-from gateway.adapters.git_repo import committer_env
-from gateway.adapters.sql_store import audit_events, plans
+from gateway.adapters.git.repo import committer_env
+from gateway.adapters.store.schema import audit_events, plans
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role

@@ -25,7 +25,7 @@ import git
 import httpx
 
 from benchmarks.reads import cpu_seconds, queues, wait_until_up
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role

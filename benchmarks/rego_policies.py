@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from regopy import Interpreter  # noqa: E402
 
-from gateway.adapters import rego as rego_adapter  # noqa: E402
-from gateway.adapters.rego import RegoEvaluator  # noqa: E402
+from gateway.adapters.policy import rego as rego_adapter  # noqa: E402
+from gateway.adapters.policy.rego import RegoEvaluator  # noqa: E402
 from gateway.domain.rego import RegoModule, RegoPolicies, masked_input  # noqa: E402
 
 CHANGES, PACKAGES, RULES_PER_PACKAGE = 5000, 4, 5

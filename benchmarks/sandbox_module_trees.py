@@ -55,7 +55,7 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "alice", "GIT_AUTHOR_EMAIL": "alice@example.c
 FLOOR = """
 import hashlib, sys
 from pathlib import Path
-from gateway.adapters.hcl import _parser
+from gateway.adapters.hcl.reading import _parser
 texts = {}
 for path in sorted(Path(sys.argv[1]).rglob("*.tf")):
     text = path.read_text(encoding="utf-8")
@@ -66,8 +66,8 @@ for text in texts.values():
 FLOOR_KEPT = """
 import hashlib, sys
 from pathlib import Path
-from gateway.adapters.hcl import parse_tree
-from gateway.adapters.parsed_trees import keep_parsed_trees_in
+from gateway.adapters.hcl.reading import parse_tree
+from gateway.adapters.hcl.parsed_trees import keep_parsed_trees_in
 keep_parsed_trees_in(Path(sys.argv[2]))
 texts = {}
 for path in sorted(Path(sys.argv[1]).rglob("*.tf")):

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import git
 
-from gateway.adapters.git_repo import committer_env
-from gateway.adapters.terraform_state import SealedLocalState
+from gateway.adapters.engines.terraform.state import SealedLocalState
+from gateway.adapters.git.repo import committer_env
 from gateway.composition import create_workspace, open_workspace, terraform_setup
 from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role

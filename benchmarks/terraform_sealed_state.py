@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
+from gateway.adapters.engines.terraform.state import SealedLocalState
 from gateway.adapters.sealing import UNSEALED, Sealer
-from gateway.adapters.terraform import TerraformEngine, TerraformSetup
-from gateway.adapters.terraform_state import SealedLocalState
 from gateway.logs import configure_logging
 from gateway.ports import StackInputs
 

@@ -22,8 +22,8 @@ import git
 from scratch_db import scratch_database  # a sibling: this script's directory is on the path
 from sqlalchemy import select
 
-from gateway.adapters.git_repo import committer_env
-from gateway.adapters.sql_store import applies, jobs
+from gateway.adapters.git.repo import committer_env
+from gateway.adapters.store.schema import applies, jobs
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.jobs import JobKind

@@ -22,24 +22,24 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.adapters.clock import SystemClock
 from gateway.adapters.declarations import HclDeclarations
-from gateway.adapters.engine_router import EngineByStack
+from gateway.adapters.engines.router import EngineByStack
+from gateway.adapters.engines.sandbox.cloud import SandboxCloud
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.gateway_yaml import parse_repo_settings
-from gateway.adapters.git_repo import GitDeclarationRepo
+from gateway.adapters.git.repo import GitDeclarationRepo
+from gateway.adapters.git.working_copy import GitWorkingCopies
+from gateway.adapters.hcl.parsed_trees import keep_parsed_trees_in
 from gateway.adapters.keyfiles import private_key_file
-from gateway.adapters.module_access import ModuleAccess
-from gateway.adapters.module_fetch import ModuleFetcher
-from gateway.adapters.module_installer import ModuleInstaller
+from gateway.adapters.modules.access import ModuleAccess
+from gateway.adapters.modules.fetch import ModuleFetcher
+from gateway.adapters.modules.installer import ModuleInstaller
 from gateway.adapters.notifiers import ChannelSenders
-from gateway.adapters.parsed_trees import keep_parsed_trees_in
-from gateway.adapters.policy_engines import CheckovScanner, RegoInterpreter
-from gateway.adapters.sandbox.cloud import SandboxCloud
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
+from gateway.adapters.policy.engines import CheckovScanner, RegoInterpreter
 from gateway.adapters.sealing import Sealer
 from gateway.adapters.signing import FileSigner
-from gateway.adapters.sql_store import Database
+from gateway.adapters.store.schema import Database
 from gateway.adapters.store.unit_of_work import SqlStore
-from gateway.adapters.working_copy import GitWorkingCopies
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
@@ -52,11 +52,11 @@ from gateway.ports import Engine, Forge, IdentityProvider
 from gateway.services.workspace import JobHandler, Reactions, Workspace, read_repo_settings
 
 if TYPE_CHECKING:
-    from gateway.adapters.cloudformation.engine import CloudFormationEngine
-    from gateway.adapters.git_http_backend import GitHttpBackend
-    from gateway.adapters.github_forge import GitHubCredentials
+    from gateway.adapters.engines.cloudformation.engine import CloudFormationEngine
+    from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
+    from gateway.adapters.forges.github import GitHubCredentials
+    from gateway.adapters.git.http_backend import GitHttpBackend
     from gateway.adapters.metrics import PrometheusMetrics
-    from gateway.adapters.terraform import TerraformEngine, TerraformSetup
 
 SAMPLES = {"sandbox": "sample_repo", "terraform": "sample_repo_terraform", "cloudformation": "sample_repo_cloudformation"}
 SAMPLE_SECRETS = {  # None: generate a random value at init
@@ -70,7 +70,7 @@ SAMPLE_SECRETS = {  # None: generate a random value at init
 
 def github_credentials(settings: Settings) -> GitHubCredentials:
     """The GitHub App's or the token's credentials, from the settings (never from the declaration repo)."""
-    from gateway.adapters.github_forge import GitHubCredentials
+    from gateway.adapters.forges.github import GitHubCredentials
 
     s = settings
     key = s.github_app_private_key.get_secret_value() if s.github_app_private_key else None
@@ -103,7 +103,7 @@ def forge_opener(settings: Settings) -> Callable[[ForgeSettings], Forge]:
 
 def git_http_backend(settings: Settings) -> GitHttpBackend:
     """The declaration repo's git endpoint: `git http-backend` with the gateway's hooks (kept in its home)."""
-    from gateway.adapters.git_http_backend import GitHttpBackend
+    from gateway.adapters.git.http_backend import GitHttpBackend
 
     return GitHttpBackend(settings.repo_path, settings.home / "git-hooks")
 
@@ -111,13 +111,13 @@ def git_http_backend(settings: Settings) -> GitHttpBackend:
 def _new_forge(settings: Settings, forge_settings: ForgeSettings) -> Forge:
     """The client of one forge (PyGithub or python-gitlab imported only where that forge is configured)."""
     if isinstance(forge_settings, GitLabSettings):
-        from gateway.adapters.gitlab_forge import GitLabForge
+        from gateway.adapters.forges.gitlab import GitLabForge
 
         if settings.gitlab_token is None:
             raise NotConfigured("GitLab has no credentials: set GATEWAY_GITLAB_TOKEN (an access token with the api "
                                 "scope, of a bot or service account with the Developer role or more)")
         return GitLabForge(forge_settings, settings.gitlab_token.get_secret_value(), settings.repo_path)
-    from gateway.adapters.github_forge import GitHubForge
+    from gateway.adapters.forges.github import GitHubForge
 
     return GitHubForge(forge_settings, github_credentials(settings), settings.repo_path)
 
@@ -321,7 +321,7 @@ def module_installer(settings: Settings) -> ModuleInstaller:
 
 def terraform_engine(settings: Settings, sealer: Sealer) -> TerraformEngine:
     """The terraform engine (imported only when a stack first needs it)."""
-    from gateway.adapters.terraform import TerraformEngine
+    from gateway.adapters.engines.terraform.engine import TerraformEngine
 
     return TerraformEngine(terraform_setup(settings), sealer)
 
@@ -333,7 +333,7 @@ def cloudformation_engine(repo: GitDeclarationRepo) -> CloudFormationEngine:
         raise NotConfigured("the cloudformation engine is not installed here (no " + ", ".join(missing) + "): "
                             "pip install 'change-gateway[cloudformation]', or build the image with "
                             "--build-arg ENGINE=cloudformation")
-    from gateway.adapters.cloudformation.engine import CloudFormationEngine
+    from gateway.adapters.engines.cloudformation.engine import CloudFormationEngine
 
     return CloudFormationEngine(lambda stack: _cloudformation_settings(repo, stack))
 
@@ -354,7 +354,7 @@ def terraform_setup(settings: Settings) -> TerraformSetup:
                                         else Path(shutil.which("terraform") or "terraform"))
     config = settings.terraform_cli_config or (installed / "terraformrc" if (installed / "terraformrc").exists()
                                                else None)
-    from gateway.adapters.terraform import TerraformSetup
+    from gateway.adapters.engines.terraform.engine import TerraformSetup
 
     # where the Terraform sample's test provider keeps its objects, unless the environment says otherwise
     provider_env = {"SIM_PROVIDER_DIR": str(settings.home.resolve() / "sim-objects")}

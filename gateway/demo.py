@@ -12,7 +12,7 @@ import click
 import git
 
 from agents.llm import NOT_CONFIGURED
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.approvals import approval_shortfall

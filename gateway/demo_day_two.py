@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import git
 
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.adapters.store.rows import now
 from gateway.composition import create_workspace
 from gateway.config import Settings

@@ -16,7 +16,7 @@ import git
 import pytest
 from sqlalchemy import create_engine, text
 
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.principals import Principal, PrincipalKind, Role

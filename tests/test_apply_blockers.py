@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.api.app import create_app
 from gateway.domain.apply_blockers import ApplyFacts, MainPush, TeamCheck, apply_blockers, standing_blockers
 from gateway.domain.break_glass import BreakGlassWindow

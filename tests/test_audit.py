@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, select, update
 
-from gateway.adapters.sql_store import audit_events, audit_head
 from gateway.adapters.store.rows import as_event
+from gateway.adapters.store.schema import audit_events, audit_head
 from gateway.api.app import create_app
 from gateway.domain.audit import GENESIS, EventQuery, event_bytes, event_hash
 from gateway.domain.errors import Refused

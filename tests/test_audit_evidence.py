@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.adapters.store.rows import now
 from gateway.api.app import create_app
 from gateway.domain.change_population import Scope

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, insert, inspect, select, text, update
 
-from gateway.adapters.sql_store import MIGRATIONS, Database, audit_event_addresses, audit_events, audit_head
 from gateway.adapters.store.audit import SqlAuditLog
+from gateway.adapters.store.schema import MIGRATIONS, Database, audit_event_addresses, audit_events, audit_head
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, EventQuery, event_addresses, event_hash, verify_chain
 from gateway.domain.plan import canonical_json

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from gateway.adapters.sql_store import plans
 from gateway.adapters.store.rows import now
+from gateway.adapters.store.schema import plans
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Decision, ProposalStatus

@@ -130,7 +130,7 @@ def test_the_whole_path_through_the_command(workspace: Workspace, people: People
 def test_verify_exits_1_naming_the_broken_event(workspace: Workspace, people: People) -> None:
     from sqlalchemy import update
 
-    from gateway.adapters.sql_store import audit_events
+    from gateway.adapters.store.schema import audit_events
 
     with workspace.store.session() as session:
         session.conn.execute(update(audit_events).where(audit_events.c.seq == 3).values(actor="mallory"))
@@ -191,7 +191,7 @@ def test_one_list_for_the_command_and_the_api_waiting_for_you_first(workspace: W
 def schema_versions(ws: Workspace) -> set[int]:
     from sqlalchemy import select
 
-    from gateway.adapters.sql_store import schema_version
+    from gateway.adapters.store.schema import schema_version
 
     with ws.store.session(readonly=True) as session:
         return set(session.conn.scalars(select(schema_version.c.version)))

@@ -30,13 +30,13 @@ HEAVY = ("sqlalchemy", "git", "github", "pydantic_settings", "structlog", "gatew
 # agent, the web app and the job handlers; GitPython (a read uses libgit2), HTTP clients (and the rich console
 # httpx brings), the cipher (previews are stored masked, not sealed), on SQLite, the PostgreSQL dialect, and
 # pydantic-settings (the settings read the environment themselves).
-NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2", "gateway.adapters.hcl",
+NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2", "gateway.adapters.hcl.reading",
                   "pydantic_settings", "dotenv",
-                  "gateway.adapters.terraform", "regopy", "checkov",
+                  "gateway.adapters.engines.terraform.engine", "regopy", "checkov",
                   "structlog", "github", "openai", "langgraph", "fastapi", "gateway.api",
                   "git", "httpx", "rich", "cryptography", "sqlalchemy.dialects.postgresql",
-                  "gateway.adapters.sandbox.planner", "gateway.adapters.sandbox.applier",
-                  "gateway.adapters.sandbox.hcl_eval", "gateway.adapters.github_forge", "gateway.services.change.jobs",
+                  "gateway.adapters.engines.sandbox.planner", "gateway.adapters.engines.sandbox.applier",
+                  "gateway.adapters.engines.sandbox.hcl_eval", "gateway.adapters.forges.github", "gateway.services.change.jobs",
                   "gateway.services.change.runner", "gateway.services.forge.github_webhooks",
                   "gateway.services.agents.agent_runs")
 

@@ -17,8 +17,8 @@ from typing import Any
 import boto3
 import pytest
 
-from gateway.adapters.cloudformation.plan import change_set_plan
-from gateway.adapters.cloudformation.template import Resolver, parse_template
+from gateway.adapters.engines.cloudformation.plan import change_set_plan
+from gateway.adapters.engines.cloudformation.template import Resolver, parse_template
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import BackendError, ConfigError, PlanError, Refused, Unavailable

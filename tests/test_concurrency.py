@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert
 
-from gateway.adapters.sql_store import stack_locks
 from gateway.adapters.store.rows import now
+from gateway.adapters.store.schema import stack_locks
 from gateway.domain.errors import LockTimeout
 from gateway.domain.principals import SystemActor
 from gateway.domain.proposal import Decision, ProposalStatus, Transition

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from gateway import evidence_verifier
-from gateway.adapters.sql_store import audit_events
+from gateway.adapters.store.schema import audit_events
 from gateway.api.app import create_app
 from gateway.domain.audit import event_bytes, event_hash
 from gateway.domain.errors import Conflict, Refused

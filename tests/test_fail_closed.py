@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from gateway.adapters.hcl_sensitivity import find_literal_secrets
+from gateway.adapters.hcl.sensitivity import find_literal_secrets
 from gateway.api.app import create_app
 from gateway.domain.errors import ConfigError
 from gateway.services.change.proposals import open_proposal

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from gateway.adapters.sql_store import Database
+from gateway.adapters.store.schema import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
 from gateway.domain.drift import DriftStatus

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from gateway.adapters.sql_store import sandbox_objects
+from gateway.adapters.store.schema import sandbox_objects
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.fault_points import ENVIRONMENT_VARIABLE, EXIT_STATUS

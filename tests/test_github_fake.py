@@ -378,7 +378,7 @@ def test_the_fake_can_fail_for_a_while_and_recover(fake: FakeGitHub, gh: Github)
 def test_a_sticky_comment_posted_but_never_recorded_is_taken_up_not_posted_twice(
         fake: FakeGitHub, gh: Github, tmp_path: Path, as_app: bool) -> None:
     # a worker posted the comment and died before recording its id: the retry must edit that one
-    from gateway.adapters.github_forge import GitHubCredentials, GitHubForge
+    from gateway.adapters.forges.github import GitHubCredentials, GitHubForge
     from gateway.domain.github import MARKER
     from gateway.domain.repo_settings import GitHubSettings
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gateway import worker as worker_module
-from gateway.adapters import github_forge
+from gateway.adapters.forges import github as github_forge
 from gateway.services.change.proposals import get_proposal
 
 from .test_github import World, github_world, open_pull_on_github, proposal_of, wait_for

@@ -213,7 +213,7 @@ def test_an_agent_request_becomes_a_merge_request_approved_applied_and_merged_wi
 
 def test_the_merge_names_the_approved_sha_and_gitlab_refuses_a_moved_head(world: World) -> None:
     """GitLab's merge with `sha`: a push that lands between the gateway's checks and the merge is never merged."""
-    from gateway.adapters.gitlab_forge import GitLabForge
+    from gateway.adapters.forges.gitlab import GitLabForge
     from gateway.domain.errors import Conflict
 
     iid = open_mr_on_gitlab(world)

@@ -82,7 +82,7 @@ def test_a_job_queued_by_another_process_wakes_the_worker_on_postgres(tmp_path: 
     worker = idle_worker(ws)
     try:
         script = textwrap.dedent(f"""
-            from gateway.adapters.sql_store import Database
+            from gateway.adapters.store.schema import Database
             from gateway.adapters.store.unit_of_work import SqlStore
             from gateway.domain.jobs import JobKind
             from gateway.domain.principals import GATEWAY

@@ -17,8 +17,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from gateway.adapters.git_repo import committer_env
-from gateway.adapters.sql_store import audit_events, plans
+from gateway.adapters.git.repo import committer_env
+from gateway.adapters.store.schema import audit_events, plans
 from gateway.api.app import create_app
 from gateway.domain.errors import LockTimeout, Refused
 from gateway.domain.lifecycle import FINAL, TRANSITIONS, ProposalStatus, Transition, next_status, ways_out
@@ -180,7 +180,7 @@ def _keys_assigned(name: str, function: ast.AST) -> dict[str, ast.expr]:
     ("a dict argument", "def close(c):\n    c.execute(update(proposals).values({'status': 'x'}))\n", ["update in close"]),
     ("the table's own method", "def close(c):\n    c.execute(proposals.update().values(status='x'))\n",
      ["update in close"]),
-    ("the table under another name", "from gateway.adapters.sql_store import proposals as p\n"
+    ("the table under another name", "from gateway.adapters.store.schema import proposals as p\n"
                                      "def close(c):\n    c.execute(update(p).values(status='x'))\n", ["update in close"]),
     ("raw SQL", "def close(c):\n    c.execute(text('UPDATE proposals SET status = :s WHERE id = :i'))\n",
      ["raw SQL in close"]),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, func, select, text
 
-from gateway.adapters.sql_store import sandbox_faults
+from gateway.adapters.store.schema import sandbox_faults
 from gateway.domain.proposal import Decision, ProposalStatus
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
 from gateway.services.change.runner import ApplyReport, apply_proposal, merge_unmerged

@@ -19,9 +19,9 @@ from pathlib import Path
 import git
 import pytest
 
-from gateway.adapters.module_access import ArchiveLimits, ModuleAccess
-from gateway.adapters.module_fetch import ModuleFetcher
-from gateway.adapters.module_installer import ModuleInstaller
+from gateway.adapters.modules.access import ArchiveLimits, ModuleAccess
+from gateway.adapters.modules.fetch import ModuleFetcher
+from gateway.adapters.modules.installer import ModuleInstaller
 from gateway.domain.errors import ConfigError
 
 from .module_bombs import MiB, tar_gz_bomb, zip_bomb

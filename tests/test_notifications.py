@@ -34,7 +34,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
-from gateway.adapters.git_repo import committer_env
+from gateway.adapters.git.repo import committer_env
 from gateway.adapters.metrics import PrometheusMetrics
 from gateway.api.app import create_app
 from gateway.composition import create_workspace

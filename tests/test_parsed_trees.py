@@ -1,4 +1,4 @@
-"""Parsed HCL trees kept on disk (gateway/adapters/parsed_trees.py): what one process parsed, the next reads
+"""Parsed HCL trees kept on disk (gateway/adapters/hcl/parsed_trees.py): what one process parsed, the next reads
 back, and only what is sound: a changed file is parsed again, a damaged entry is ignored and rewritten. Each
 run is its own process (the in-memory cache of one process would hide the disk), the parser's calls counted.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters.parsed_trees import FORMAT
+from gateway.adapters.hcl.parsed_trees import FORMAT
 from gateway.services.change.planning import plan_stack
 from gateway.services.workspace import Workspace, stack_secrets
 
@@ -28,8 +28,8 @@ READ = """
 import json, sys
 from pathlib import Path
 from lark import Lark, Token, Tree
-from gateway.adapters import hcl
-from gateway.adapters.parsed_trees import keep_parsed_trees_in
+from gateway.adapters.hcl import reading as hcl
+from gateway.adapters.hcl.parsed_trees import keep_parsed_trees_in
 
 keep_parsed_trees_in(Path(sys.argv[1]) if sys.argv[1] else None)
 parsed = []

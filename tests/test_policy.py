@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters import checkov as checkov_adapter
-from gateway.adapters.checkov import parse_checkov_report, run_checkov
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database
+from gateway.adapters.policy import checkov as checkov_adapter
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.policy.checkov import parse_checkov_report, run_checkov
 from gateway.adapters.store.rows import now
+from gateway.adapters.store.schema import Database
 from gateway.domain.errors import Refused
 from gateway.domain.plan import Plan, decode_plan_bytes, load_plan
 from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severity, evaluate_plan

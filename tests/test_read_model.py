@@ -8,7 +8,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from gateway.adapters.sql_store import metadata
+from gateway.adapters.store.schema import metadata
 from gateway.api.app import create_app
 from gateway.domain.scrubbing import REDACTED, Scrubber
 from gateway.services.change.proposals import open_proposal, sync_proposal

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.adapters import rego as rego_adapter
+from gateway.adapters.policy import rego as rego_adapter
 from gateway.adapters.store.rows import now
 from gateway.domain.errors import Refused
 from gateway.domain.policy import Severity

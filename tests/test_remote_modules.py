@@ -28,14 +28,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gateway.adapters.engine_router import EngineByStack
-from gateway.adapters.module_access import ModuleAccess, ModuleUnreachable
-from gateway.adapters.module_fetch import ModuleFetcher, PackageSource, RegistrySource, parse_source
-from gateway.adapters.module_installer import PINS_KEY, ModuleInstaller, pins_of
-from gateway.adapters.module_versions import Constraint
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database
+from gateway.adapters.engines.router import EngineByStack
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.modules.access import ModuleAccess, ModuleUnreachable
+from gateway.adapters.modules.fetch import ModuleFetcher, PackageSource, RegistrySource, parse_source
+from gateway.adapters.modules.installer import PINS_KEY, ModuleInstaller, pins_of
+from gateway.adapters.modules.versions import Constraint
+from gateway.adapters.store.schema import Database
 from gateway.cli import cli
 from gateway.composition import create_workspace
 from gateway.config import Settings
@@ -674,7 +674,7 @@ def test_the_terraform_engine_plans_with_the_laid_out_modules_without_reaching_a
     binary = terraform_binary()
     if binary is None:
         pytest.skip("no Terraform here: run `make terraform`")
-    from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+    from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
 
     folder = write(tmp_path / "marker", {"main.tf": 'variable "name" {\n  type = string\n}\n'
                                          'output "greeting" {\n  value = "hello ${var.name}"\n}\n'})

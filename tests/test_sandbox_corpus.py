@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database
-from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
+from gateway.adapters.store.schema import Database
 from gateway.domain.plan import ChangeKind
 from gateway.services.workspace import Workspace
 

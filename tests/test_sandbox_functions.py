@@ -20,12 +20,12 @@ from typing import Any
 import hcl2
 import pytest
 
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.functions import CallContext, documented_names, supported_names
-from gateway.adapters.sandbox.hcl_eval import UNKNOWN, Evaluator
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sandbox.values import Secret, Sensitive
-from gateway.adapters.sql_store import Database
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.functions import CallContext, documented_names, supported_names
+from gateway.adapters.engines.sandbox.hcl_eval import UNKNOWN, Evaluator
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.engines.sandbox.values import Secret, Sensitive
+from gateway.adapters.store.schema import Database
 from gateway.domain.errors import ConfigError
 from gateway.domain.plan import ChangeKind
 from gateway.ports import EnginePlan, StackInputs

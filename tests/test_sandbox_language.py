@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database
-from gateway.adapters.terraform import TerraformEngine, TerraformSetup, declared_backend
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
+from gateway.adapters.hcl.backend import declared_backend
+from gateway.adapters.store.schema import Database
 from gateway.domain.errors import ConfigError
 from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.preview import build_preview, render_text

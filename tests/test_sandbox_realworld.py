@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.store.schema import Database
 from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
@@ -680,7 +680,7 @@ resource "null_resource" "watch" {
 
 
 def _terraform_engine(tmp_path: Path):  # type: ignore[no-untyped-def]
-    from gateway.adapters.terraform import TerraformEngine, TerraformSetup
+    from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
 
     return TerraformEngine(TerraformSetup(TERRAFORM / "bin" / "terraform", TERRAFORM / "terraformrc",
                                           tmp_path / "tf-state", 300, {}))
@@ -728,7 +728,7 @@ resource "null_resource" "n" {
 
 
 def test_the_parse_cache_is_capped_by_bytes() -> None:
-    from gateway.adapters.hcl import _ParseCache, parse_hcl
+    from gateway.adapters.hcl.reading import _ParseCache, parse_hcl
 
     cache = _ParseCache(max_bytes=100)
     trees = {name: parse_hcl(f"{name}.tf", f'{name} = "{"x" * 30}"\n') for name in ("a", "b", "c", "d")}

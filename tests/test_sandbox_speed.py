@@ -18,10 +18,10 @@ import pytest
 from lark import Lark
 from sqlalchemy import event, func, select
 
-from gateway.adapters.sandbox.engine import SandboxEngine
-from gateway.adapters.sandbox.state import StackState
-from gateway.adapters.sandbox.store import SqlSandboxStore
-from gateway.adapters.sql_store import Database, sandbox_objects
+from gateway.adapters.engines.sandbox.engine import SandboxEngine
+from gateway.adapters.engines.sandbox.state import StackState
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.store.schema import Database, sandbox_objects
 from gateway.domain.plan import ChangeKind, load_plan
 from gateway.ports import StackInputs
 from gateway.services.change.planning import plan_stack

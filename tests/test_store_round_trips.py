@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 
-from gateway.adapters.sql_store import Database
+from gateway.adapters.store.schema import Database
 from gateway.api.app import create_app
 from gateway.domain.errors import BackendError
 from gateway.services.change.proposals import open_proposal

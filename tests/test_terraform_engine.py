@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
+from gateway.adapters.engines.terraform.data_dir import KEPT_DATA_DIRS, MANIFEST, KeptDataDirs
+from gateway.adapters.engines.terraform.engine import UNKNOWN_SCHEMA, TerraformEngine, TerraformSetup
+from gateway.adapters.engines.terraform.schemas import KEPT_DIR, LOCK_FILE, KeptSchemas
 from gateway.adapters.store.rows import now
-from gateway.adapters.terraform import UNKNOWN_SCHEMA, TerraformEngine, TerraformSetup
-from gateway.adapters.terraform_data_dir import KEPT_DATA_DIRS, MANIFEST, KeptDataDirs
-from gateway.adapters.terraform_schemas import KEPT_DIR, LOCK_FILE, KeptSchemas
 from gateway.composition import create_workspace, open_workspace, terraform_setup
 from gateway.config import Settings
 from gateway.domain.approvals import approval_blockers

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
+from gateway.adapters.engines.terraform.state import LIVE_FILE, LOCK_FILE, SEALED_FILE, SealedLocalState
 from gateway.adapters.sealing import BYTES_MARK, Sealer
-from gateway.adapters.terraform import TerraformEngine, TerraformSetup
-from gateway.adapters.terraform_state import LIVE_FILE, LOCK_FILE, SEALED_FILE, SealedLocalState
 from gateway.composition import create_workspace
 from gateway.config import Settings
 from gateway.domain.errors import BackendError

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from gateway.adapters.sql_store import sandbox_faults
+from gateway.adapters.store.schema import sandbox_faults
 from gateway.domain.applies import ApplyRecord
 from gateway.domain.errors import Refused
 from gateway.domain.jobs import JobKind, JobStatus

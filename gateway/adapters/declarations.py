@@ -14,32 +14,32 @@ from gateway.domain.declarations import LiteralSecret, Unmasking
 
 class HclDeclarations:
     def sensitive_variables(self, files: Mapping[str, str]) -> frozenset[str]:
-        from gateway.adapters.hcl_sensitivity import declared_sensitive_variables
+        from gateway.adapters.hcl.sensitivity import declared_sensitive_variables
 
         return declared_sensitive_variables(files)
 
     def unmaskings(self, files: Mapping[str, str], secret_variables: frozenset[str], main_sensitive: frozenset[str],
                    sensitive_attributes: Callable[[str], frozenset[str]]) -> list[Unmasking]:
-        from gateway.adapters.hcl_sensitivity import find_unmaskings
+        from gateway.adapters.hcl.sensitivity import find_unmaskings
 
         return find_unmaskings(files, secret_variables, main_sensitive, sensitive_attributes)
 
     def outside_reads(self, files: Mapping[str, str]) -> list[Unmasking]:
-        from gateway.adapters.hcl_sensitivity import find_outside_reads
+        from gateway.adapters.hcl.sensitivity import find_outside_reads
 
         return find_outside_reads(files)
 
     def literal_secrets(self, files: Mapping[str, str]) -> list[LiteralSecret]:
-        from gateway.adapters.hcl_sensitivity import find_literal_secrets
+        from gateway.adapters.hcl.sensitivity import find_literal_secrets
 
         return find_literal_secrets(files)
 
     def backend(self, files: Mapping[str, str]) -> dict[str, Any] | None:
-        from gateway.adapters.terraform import declared_backend
+        from gateway.adapters.hcl.backend import declared_backend
 
         return declared_backend(files)
 
     def local_modules(self, stack_path: str, root: Path) -> tuple[str, ...]:
-        from gateway.adapters.module_sources import local_module_directories, read_directory_on_disk
+        from gateway.adapters.modules.sources import local_module_directories, read_directory_on_disk
 
         return local_module_directories(stack_path, read_directory_on_disk(root))

@@ -176,7 +176,7 @@ def build_preview(plan: Plan, engine: str | None = None, findings: tuple[Finding
 
 
 def module_versions(document: Mapping[str, Any]) -> tuple[ModuleVersion, ...]:
-    """The pins a plan document carries under `gateway_modules` (adapters/module_installer.py writes them)."""
+    """The pins a plan document carries under `gateway_modules` (adapters/modules/installer.py writes them)."""
     pins = document.get("gateway_modules")
     if not isinstance(pins, list):
         return ()

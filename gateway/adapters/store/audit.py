@@ -41,7 +41,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ColumnElement, Select
 
 from gateway.adapters.collector import collector_paused
-from gateway.adapters.sql_store import (
+from gateway.adapters.store.rows import MAX_ID, Records, as_event, now
+from gateway.adapters.store.schema import (
     audit_checkpoints,
     audit_event_addresses,
     audit_event_stacks,
@@ -51,7 +52,6 @@ from gateway.adapters.sql_store import (
     audit_tree_blocks,
     dumps,
 )
-from gateway.adapters.store.rows import MAX_ID, Records, as_event, now
 from gateway.domain.audit import (
     AuditEvent,
     ChainLink,

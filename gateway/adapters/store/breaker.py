@@ -6,14 +6,14 @@ from datetime import datetime
 
 from sqlalchemy import RowMapping, delete, insert, select
 
-from gateway.adapters.sql_store import (
-    breaker_changes,
-    breaker_states,
-)
 from gateway.adapters.store.rows import (
     Records,
     aware,
     now,
+)
+from gateway.adapters.store.schema import (
+    breaker_changes,
+    breaker_states,
 )
 from gateway.domain.breaker import BreakerState, CapacityChange
 

@@ -8,16 +8,16 @@ from typing import Any
 
 from sqlalchemy import RowMapping, func, insert, or_, select, update
 
-from gateway.adapters.sql_store import (
-    agent_runs,
-    conversations,
-    jobs,
-)
 from gateway.adapters.store.rows import (
     Records,
     as_agent_run,
     aware,
     now,
+)
+from gateway.adapters.store.schema import (
+    agent_runs,
+    conversations,
+    jobs,
 )
 from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus, Conversation
 from gateway.domain.jobs import Job, JobKind, JobStatus

@@ -8,15 +8,15 @@ from typing import Any
 
 from sqlalchemy import bindparam, insert, select, update
 
-from gateway.adapters.sql_store import (
-    break_glass_windows,
-    drift_records,
-)
 from gateway.adapters.store.rows import (
     Records,
     as_drift_record,
     aware_row,
     now,
+)
+from gateway.adapters.store.schema import (
+    break_glass_windows,
+    drift_records,
 )
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, DriftStatus, entries_to_json

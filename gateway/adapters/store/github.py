@@ -9,16 +9,16 @@ from typing import Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.adapters.sql_store import (
-    audit_events,
-    proposals,
-    pull_requests,
-    webhook_deliveries,
-)
 from gateway.adapters.store.rows import (
     Records,
     aware,
     now,
+)
+from gateway.adapters.store.schema import (
+    audit_events,
+    proposals,
+    pull_requests,
+    webhook_deliveries,
 )
 from gateway.domain.github import Delivery, PullRequestLink
 from gateway.domain.proposal import ProposalKind, ProposalStatus

@@ -9,10 +9,6 @@ from typing import Any
 from sqlalchemy import bindparam, case, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.adapters.sql_store import (
-    Database,
-    jobs,
-)
 from gateway.adapters.store.job_signal import CHANNEL, signal_for
 from gateway.adapters.store.rows import (
     MAX_ID,
@@ -20,6 +16,10 @@ from gateway.adapters.store.rows import (
     as_job,
     aware,
     now,
+)
+from gateway.adapters.store.schema import (
+    Database,
+    jobs,
 )
 from gateway.domain.errors import NotFound
 from gateway.domain.jobs import FINISHED, Job, JobKind, JobStatus

@@ -8,14 +8,14 @@ from datetime import timedelta
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.adapters.sql_store import (
-    Database,
-    stack_locks,
-)
 from gateway.adapters.store.rows import (
     NEVER,
     as_stack_lock,
     now,
+)
+from gateway.adapters.store.schema import (
+    Database,
+    stack_locks,
 )
 from gateway.domain.locks import LockAttempt, StackLock, unmerged_holder
 

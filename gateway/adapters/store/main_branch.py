@@ -7,13 +7,13 @@ from typing import Any
 
 from sqlalchemy import RowMapping, bindparam, insert, select, update
 
-from gateway.adapters.sql_store import (
-    main_pushes,
-    markers,
-)
 from gateway.adapters.store.rows import (
     Records,
     now,
+)
+from gateway.adapters.store.schema import (
+    main_pushes,
+    markers,
 )
 from gateway.domain.apply_blockers import MainPush
 

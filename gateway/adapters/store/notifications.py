@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.adapters.sql_store import notifications
 from gateway.adapters.store.rows import MAX_ID, Records, aware, now
+from gateway.adapters.store.schema import notifications
 from gateway.domain.errors import NotFound
 from gateway.domain.notifications import (
     Channel,

@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 
-from gateway.adapters.sql_store import plan_round_stacks, plan_rounds
 from gateway.adapters.store.rows import Records, aware, now
+from gateway.adapters.store.schema import plan_round_stacks, plan_rounds
 from gateway.domain.errors import NotFound
 from gateway.domain.plan_rounds import UNFINISHED, PlanRound, RoundState, StackProgress, StackStatus, StagedPlan
 from gateway.domain.policy import Finding

@@ -9,16 +9,16 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, select, update
 
-from gateway.adapters.sql_store import (
-    github_accounts,
-    gitlab_accounts,
-    principals,
-)
 from gateway.adapters.store.rows import (
     Records,
     as_principal,
     aware,
     now,
+)
+from gateway.adapters.store.schema import (
+    github_accounts,
+    gitlab_accounts,
+    principals,
 )
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.principals import Credentials, Principal, PrincipalKind, Role

@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, Text, bindparam, insert, select, type_coerce, update
 
-from gateway.adapters.sql_store import (
-    applies,
-    decisions,
-    overrides,
-    plans,
-    principals,
-    proposals,
-)
 from gateway.adapters.store.rows import (
     MAX_ID,
     Records,
     as_principal,
     aware,
     now,
+)
+from gateway.adapters.store.schema import (
+    applies,
+    decisions,
+    overrides,
+    plans,
+    principals,
+    proposals,
 )
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.errors import Conflict, NotFound

@@ -7,14 +7,14 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
-from gateway.adapters.sql_store import (
+from gateway.adapters.store.rows import Records, as_principal, aware, now
+from gateway.adapters.store.schema import (
     oidc_identities,
     principals,
     sign_in_flows,
     sign_in_refusal_tallies,
     web_sessions,
 )
-from gateway.adapters.store.rows import Records, as_principal, aware, now
 from gateway.domain.errors import NotFound
 from gateway.domain.principals import Principal
 from gateway.domain.sign_in import PendingSignIn, RefusalTally, WebSession

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gateway.adapters.sql_store import stack_serials
 from gateway.adapters.store.rows import Records
+from gateway.adapters.store.schema import stack_serials
 
 
 class SqlStackRecords(Records):

@@ -15,7 +15,6 @@ from contextvars import ContextVar
 from sqlalchemy import Connection
 
 from gateway.adapters.sealing import UNSEALED, Sealer
-from gateway.adapters.sql_store import SCHEMA_VERSION, Database
 from gateway.adapters.store.audit import SqlAuditLog
 from gateway.adapters.store.breaker import SqlBreakerRecords
 from gateway.adapters.store.conversations import SqlConversations
@@ -28,6 +27,7 @@ from gateway.adapters.store.notifications import SqlNotifications
 from gateway.adapters.store.plan_rounds import SqlPlanRounds
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
+from gateway.adapters.store.schema import SCHEMA_VERSION, Database
 from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.adapters.store.stacks import SqlStackRecords
 from gateway.adapters.store.workers import SqlWorkerRegistry

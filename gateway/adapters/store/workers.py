@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
-from gateway.adapters.sql_store import Database, workers
 from gateway.adapters.store.rows import aware, now
+from gateway.adapters.store.schema import Database, workers
 from gateway.domain.workers import FORGET_AFTER, WorkerRecord, live_until
 
 

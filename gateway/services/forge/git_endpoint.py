@@ -1,7 +1,7 @@
 """The gateway's own git endpoint, for teams without a forge: who may clone and push, which branches a push may
 not touch, and what a push does (`propose_on_push` in main's gateway.yaml: open or update its branch's proposal).
 
-The protocol is git's own (`adapters/git_http_backend.py`); the rules here are the gateway's: a person's gateway
+The protocol is git's own (`adapters/git/http_backend.py`); the rules here are the gateway's: a person's gateway
 token is the password (HTTP basic), anyone who may read fetches, anyone who may request a change pushes branches,
 nobody pushes to main or to the gateway's own refs (the hooks refuse it, naming why), and a push is recorded in the
 trail as `git.pushed` by the person who made it.

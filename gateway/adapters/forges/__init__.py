@@ -1,0 +1,1 @@
+"""The code hosts behind the Forge port: GitHub (PyGithub) and GitLab (python-gitlab)."""

@@ -95,3 +95,8 @@ def hash_token(token: str) -> str:
     """Tokens are 256-bit random strings, so one SHA-256 is enough to store them safely."""
     return hashlib.sha256(token.encode()).hexdigest()
 
+
+def not_linked(host: str, login: str) -> str:
+    """Why a code host's account counts for nothing: nobody linked it to a gateway person (`host`: GitHub, GitLab)."""
+    return (f"{host} user {login} is not linked to a gateway person "
+            f"(an admin runs `gateway users link NAME --{host.lower()} {login}`)")

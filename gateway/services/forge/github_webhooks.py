@@ -36,7 +36,7 @@ from gateway.domain.github_rules import (
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.operations import webhook_event_label
-from gateway.domain.principals import GITHUB, Principal, SystemActor
+from gateway.domain.principals import GITHUB, Principal, SystemActor, not_linked
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
 from gateway.ports import Forge
@@ -211,8 +211,7 @@ def _on_opened(ws: Workspace, forge: Forge, event: PullRequestEvent, proposal_id
         return ours, {"linked": ours}
     login = pr.user.login
     if author is None and not reasons:
-        reasons.append(f"GitHub user {login} is not linked to a gateway person "
-                       f"(an admin runs `gateway users link NAME --github {login}`)")
+        reasons.append(not_linked("GitHub", login))
     if not reasons:
         assert author is not None
         forge.fetch_main(ws.main_branch())
@@ -453,8 +452,7 @@ def _pushes(ws: Workspace, proposal_id: int) -> list[Push]:
 def _identity_refusals(account: GitHubAccount, person: Principal | None) -> list[str]:
     reasons = bot_refusals(account)
     if not reasons and person is None:
-        reasons.append(f"GitHub user {account.login} is not linked to a gateway person "
-                       f"(an admin runs `gateway users link NAME --github {account.login}`)")
+        reasons.append(not_linked("GitHub", account.login))
     return reasons
 
 

@@ -28,7 +28,7 @@ from gateway.domain.gitlab_rules import (
 from gateway.domain.jobs import Job, JobKind
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.operations import webhook_event_label
-from gateway.domain.principals import Principal, SystemActor
+from gateway.domain.principals import Principal, SystemActor, not_linked
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
 from gateway.logs import get_logger
 from gateway.ports import ApprovalForge
@@ -465,8 +465,7 @@ def _pushes(ws: Workspace, proposal_id: int) -> list[Push]:
 def _identity_refusals(account: GitLabAccount, person: Principal | None) -> list[str]:
     reasons = bot_refusals(account)
     if not reasons and person is None:
-        reasons.append(f"GitLab user {account.username} is not linked to a gateway person "
-                       f"(an admin runs `gateway users link NAME --gitlab {account.username}`)")
+        reasons.append(not_linked("GitLab", account.username))
     return reasons
 
 

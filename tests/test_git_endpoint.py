@@ -17,8 +17,12 @@ import pytest
 
 from gateway.composition import create_workspace
 from gateway.config import Settings
+from gateway.domain.errors import Refused
+from gateway.domain.principals import Role
+from gateway.domain.proposal import Decision
 from gateway.services.admin.bootstrap import bootstrap_simulator
-from gateway.services.admin.users import disable_principal
+from gateway.services.admin.users import add_principal, disable_principal
+from gateway.services.change.proposals import decide, get_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
@@ -191,3 +195,31 @@ def test_the_branch_of_an_open_proposal_is_not_deleted(served: Served) -> None:
     wait_for("the proposal", lambda: served.events("proposal.opened"))
     deleted = served.git("push", "origin", "--delete", "feature/keep", cwd=clone, check=False)
     assert deleted.returncode != 0 and "an open proposal stands on it" in deleted.stderr, deleted.stderr
+
+
+def test_whoever_pushed_commits_of_a_change_through_the_endpoint_cannot_approve_it(served: Served) -> None:
+    paul, token = add_principal(served.ws, served.people.admin, "paul", frozenset({Role.REQUESTER, Role.APPROVER}),
+                                frozenset({"platform"}))
+    clone = served.clone("alice", "alice")
+    served.git("checkout", "-q", "-b", "feature/refunds", cwd=clone)
+    served.commit(clone, "stacks/app-staging/queue.tf", QUEUE, "Add a refunds queue")
+    served.git("push", "-q", "origin", "feature/refunds", cwd=clone)
+
+    def opened() -> int | None:
+        with served.ws.store.session(readonly=True) as session:
+            return session.proposals.open_for_branch("feature/refunds")
+    pid = wait_for("the proposal of the pushed branch", opened)
+
+    helping = served.clone("paul", "paul", token)  # an approver who may also request adds a commit to alice's change
+    served.git("checkout", "-q", "feature/refunds", cwd=helping)
+    his = served.commit(helping, "stacks/app-staging/dlq.tf", QUEUE.replace("refunds", "dlq"), "and a DLQ")
+    served.git("push", "-q", "origin", "feature/refunds", cwd=helping)
+    wait_for("the re-plan of paul's commit", lambda: get_proposal(served.ws, pid).head_sha == his)
+
+    with pytest.raises(Refused, match=f"paul pushed commit {his[:12]} of this change through the gateway's git "
+                                      "endpoint and cannot approve or reject it"):
+        decide(served.ws, paul, pid, Decision.APPROVE, "looks good")
+    [refused] = served.events("approve.refused")
+    assert refused.actor == "paul" and any("pushed commit" in r for r in refused.payload["reasons"])
+    approved = decide(served.ws, served.people.bob, pid, Decision.APPROVE, "")  # who only reviewed still may
+    assert [d.principal.name for d in approved.current_approvals] == ["bob"]

@@ -80,8 +80,10 @@ def protected_destroys(proposal: Proposal, settings: RepoSettings) -> list[str]:
 
 def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSettings, now: datetime,
                       decision: Decision = Decision.APPROVE, seen_sha: str | None = None,
-                      seen_digests: Mapping[str, str] | None = None) -> list[str]:
-    """Why `principal` may not approve or reject `proposal` now (empty: they may)."""
+                      seen_digests: Mapping[str, str] | None = None,
+                      pushed: Mapping[str, str] | None = None) -> list[str]:
+    """Why `principal` may not approve or reject `proposal` now (empty: they may). `pushed`: who pushed commits of
+    the proposal through the gateway's git endpoint (name -> the last commit they pushed)."""
     who = refusals(principal, Action.DECIDE, proposal)
     if principal.is_agent:  # the table's one sentence: nothing else could make an agent's decision count
         return who
@@ -89,6 +91,9 @@ def decision_refusals(principal: Principal, proposal: Proposal, settings: RepoSe
     if proposal.status not in DECIDABLE:
         reasons.append(f"proposal {proposal.id} is {proposal.status.value}; it takes no more decisions")
     reasons += who
+    if pushed and principal.name in pushed:  # they wrote part of the change, as a requester or proposer did
+        reasons.append(f"{principal.name} pushed commit {pushed[principal.name][:12]} of this change through the "
+                       "gateway's git endpoint and cannot approve or reject it")
     approvers = approver_groups(proposal, settings)
     for stack, allowed in approvers.stacks.items():
         if not principal.groups & allowed:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from gateway.domain.approvals import decision_refusals, override_refusals, required_approvals
 from gateway.domain.claims import check_claim
-from gateway.domain.errors import Conflict, InputError, NotFound, Refused
+from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
 from gateway.domain.plan import load_plan
@@ -239,13 +239,16 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     if decision == Decision.REJECT and not comment:
         raise InputError("a rejection needs a reason (-m)")
     settings = ws.repo_settings()
-    if decision_refusals(actor, get_proposal(ws, proposal_id), settings, ws.clock.now(), decision):
+    before = get_proposal(ws, proposal_id)
+    if decision_refusals(actor, before, settings, ws.clock.now(), decision, pushed=pushed_by(ws, before)):
         changes: list[str] = []  # refused whatever the branch did: do not let this call re-plan anything
     else:
         _, changes = sync_proposal(ws, proposal_id)
+    pushed = pushed_by(ws, get_proposal(ws, proposal_id))
     with ws.store.session() as session:
         proposal = session.proposals.get(proposal_id, lock=True)
-        reasons = decision_refusals(actor, proposal, settings, ws.clock.now(), decision, seen_sha, seen_digests)
+        reasons = decision_refusals(actor, proposal, settings, ws.clock.now(), decision, seen_sha, seen_digests,
+                                    pushed)
         if changes and not reasons:  # the decider has not seen what the proposal is now
             reasons = [f"the proposal changed before your decision was recorded ({'; '.join(changes)}); "
                        f"review it again with `gateway show {proposal_id}`"]
@@ -262,6 +265,28 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     if reasons:
         raise Refused(reasons)
     return proposal
+
+
+def pushed_by(ws: Workspace, proposal: Proposal) -> dict[str, str]:
+    """Who pushed commits of the proposal through the gateway's git endpoint (name -> the last commit they pushed):
+    a push recorded under the proposal, or one to its branch before it was opened whose commit is part of it."""
+    with ws.store.session(readonly=True) as session:
+        pushes = session.audit.events(kind="git.pushed")
+    ref, pushed = f"refs/heads/{proposal.branch}", {}
+    for push in pushes:
+        after = str(push.payload.get("after") or "")
+        if push.payload.get("ref") != ref or not after.strip("0"):
+            continue
+        if push.proposal_id == proposal.id or (push.proposal_id is None and _part_of(ws, proposal, after)):
+            pushed[push.actor] = after
+    return pushed
+
+
+def _part_of(ws: Workspace, proposal: Proposal, sha: str) -> bool:
+    try:
+        return ws.repo.is_ancestor(sha, proposal.head_sha) and not ws.repo.is_ancestor(sha, proposal.base_sha)
+    except GatewayError:  # a commit the repository no longer has is part of nothing
+        return False
 
 
 def withdraw_decisions(ws: Workspace, actor: Actor, person: Principal, proposal_id: int,

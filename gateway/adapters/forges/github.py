@@ -8,7 +8,6 @@ HTTP header passed in the environment, so no token lands in a command line, a re
 from __future__ import annotations
 
 import base64
-import os
 import re
 import time
 from collections.abc import Callable
@@ -18,21 +17,17 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
-import git
 from github import Auth, Github, GithubException, RateLimitExceededException, UnknownObjectException
 from github.IssueComment import IssueComment
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
+from gateway.adapters.forges.remote import GitRemote
 from gateway.domain.errors import BackendError, Conflict, NotConfigured, NotFound, Unavailable
 from gateway.domain.github import MARKER, Check, CheckState, PullInfo
 from gateway.domain.repo_settings import GitHubSettings
 
 T = TypeVar("T")
-# git's words when the far side or the network failed, not the request (then the same command later may work)
-GIT_TRANSIENT = re.compile(r"returned error: (5\d\d|429)|could not resolve host|failed to connect|connection "
-                           r"(timed out|reset|refused)|operation timed out|early eof|rpc failed|remote end hung up",
-                           re.IGNORECASE)
 STATUS_STATES = {CheckState.PENDING: "pending", CheckState.SUCCESS: "success", CheckState.FAILURE: "failure",
                  CheckState.NEUTRAL: "error"}
 
@@ -61,8 +56,10 @@ class GitHubCredentials:
                             "(or _FILE) and GATEWAY_GITHUB_INSTALLATION_ID, or GATEWAY_GITHUB_TOKEN")
 
 
-class GitHubForge:
+class GitHubForge(GitRemote):
     """One repository on GitHub. Not thread-safe: one per thread (PyGithub's sessions are not shared)."""
+
+    host = "GitHub"
 
     def __init__(self, settings: GitHubSettings, credentials: GitHubCredentials, local_repo: Path):
         self.settings = settings
@@ -86,42 +83,8 @@ class GitHubForge:
 
     # --- git ---------------------------------------------------------------------------------
 
-    def fetch_main(self, main: str) -> None:
-        """Make the gateway's main exactly GitHub's (with a forge, GitHub's main is the truth)."""
-        self._git("fetch", "--quiet", "--update-head-ok", "--no-tags", self.settings.clone_url(),
-                  f"+refs/heads/{main}:refs/heads/{main}")
-
-    def sync_branch(self, branch: str) -> str:
-        """Bring a pull request's branch and the gateway's copy together; returns the head both now have.
-
-        GitHub ahead: take it. The gateway ahead (the agent's commits not yet pushed): push them.
-        Diverged (a force-push on GitHub): GitHub's wins, the pull request is what people review.
-        """
-        remote = f"refs/remotes/github/{branch}"
-        self._git("fetch", "--quiet", "--no-tags", self.settings.clone_url(), f"+refs/heads/{branch}:{remote}")
-        repo = git.Repo(self.local_repo)
-        theirs = repo.commit(remote).hexsha
-        local = f"refs/heads/{branch}"
-        ours = repo.commit(local).hexsha if branch in {h.name for h in repo.branches} else None
-        if ours is not None and ours != theirs and repo.is_ancestor(theirs, ours):
-            self.push(branch, ours)
-            return ours
-        repo.git.update_ref(local, theirs)
-        return theirs
-
-    def push(self, branch: str, sha: str) -> None:
-        """Publish a branch the gateway made (never forced: a branch someone else moved is not overwritten)."""
-        self._git("push", "--quiet", self.settings.clone_url(), f"{sha}:refs/heads/{branch}")
-
-    def _git(self, *args: str) -> None:
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **self._git_auth_env()}
-        try:
-            git.Repo(self.local_repo).git.execute(["git", *args], env=env)
-        except git.GitCommandError as exc:
-            why = str(exc.stderr).strip() or str(exc.status)
-            if GIT_TRANSIENT.search(why):
-                raise Unavailable(f"GitHub is unavailable (git {args[0]}): {why}") from exc
-            raise BackendError(f"git {args[0]} with GitHub failed: {why}") from exc
+    def clone_url(self) -> str:
+        return self.settings.clone_url()
 
     def _git_auth_env(self) -> dict[str, str]:
         if not self.settings.clone_url().startswith("https://"):

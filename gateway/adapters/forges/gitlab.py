@@ -13,28 +13,24 @@ membership is asked by the numeric user id, including members inherited from par
 from __future__ import annotations
 
 import base64
-import os
 import re
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
-import git
 import gitlab
 import requests
 from gitlab.exceptions import GitlabAuthenticationError, GitlabError, GitlabGetError, GitlabHttpError
 from gitlab.v4.objects import Project, ProjectMergeRequest, ProjectMergeRequestNote
 
+from gateway.adapters.forges.remote import GitRemote
 from gateway.domain.errors import BackendError, Conflict, NotFound, Unavailable
 from gateway.domain.github import MARKER, Check, CheckState, PullInfo
 from gateway.domain.gitlab_rules import GitLabAccount
 from gateway.domain.repo_settings import GitLabSettings
 
 T = TypeVar("T")
-GIT_TRANSIENT = re.compile(r"returned error: (5\d\d|429)|could not resolve host|failed to connect|connection "
-                           r"(timed out|reset|refused)|operation timed out|early eof|rpc failed|remote end hung up",
-                           re.IGNORECASE)
 STATUS_STATES = {CheckState.PENDING: "pending", CheckState.SUCCESS: "success", CheckState.FAILURE: "failed",
                  CheckState.NEUTRAL: "canceled"}
 DESCRIPTION_LIMIT = 255  # GitLab keeps a commit status's description to this many characters
@@ -43,8 +39,10 @@ NO_WAIT: dict[str, Any] = {"obey_rate_limit": False}  # a 429 is the job queue's
 _MARKER = re.compile(re.escape(MARKER).replace(re.escape("{id}"), r"\d+"))
 
 
-class GitLabForge:
+class GitLabForge(GitRemote):
     """One project on GitLab. Not thread-safe: one per thread (python-gitlab's session is not shared)."""
+
+    host = "GitLab"
 
     def __init__(self, settings: GitLabSettings, token: str, local_repo: Path, timeout: float = 30.0):
         self.settings = settings
@@ -67,42 +65,8 @@ class GitLabForge:
 
     # --- git ---------------------------------------------------------------------------------
 
-    def fetch_main(self, main: str) -> None:
-        """Make the gateway's main exactly GitLab's (with a forge, GitLab's main is the truth)."""
-        self._git("fetch", "--quiet", "--update-head-ok", "--no-tags", self.settings.clone_url(),
-                  f"+refs/heads/{main}:refs/heads/{main}")
-
-    def sync_branch(self, branch: str) -> str:
-        """Bring a merge request's branch and the gateway's copy together; returns the head both now have.
-
-        GitLab ahead: take it. The gateway ahead (the agent's commits not yet pushed): push them. Diverged (a
-        force-push on GitLab): GitLab's wins, the merge request is what people review.
-        """
-        remote = f"refs/remotes/gitlab/{branch}"
-        self._git("fetch", "--quiet", "--no-tags", self.settings.clone_url(), f"+refs/heads/{branch}:{remote}")
-        repo = git.Repo(self.local_repo)
-        theirs = repo.commit(remote).hexsha
-        local = f"refs/heads/{branch}"
-        ours = repo.commit(local).hexsha if branch in {h.name for h in repo.branches} else None
-        if ours is not None and ours != theirs and repo.is_ancestor(theirs, ours):
-            self.push(branch, ours)
-            return ours
-        repo.git.update_ref(local, theirs)
-        return theirs
-
-    def push(self, branch: str, sha: str) -> None:
-        """Publish a branch the gateway made (never forced: a branch someone else moved is not overwritten)."""
-        self._git("push", "--quiet", self.settings.clone_url(), f"{sha}:refs/heads/{branch}")
-
-    def _git(self, *args: str) -> None:
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **self._git_auth_env()}
-        try:
-            git.Repo(self.local_repo).git.execute(["git", *args], env=env)
-        except git.GitCommandError as exc:
-            why = str(exc.stderr).strip() or str(exc.status)
-            if GIT_TRANSIENT.search(why):
-                raise Unavailable(f"GitLab is unavailable (git {args[0]}): {why}") from exc
-            raise BackendError(f"git {args[0]} with GitLab failed: {why}") from exc
+    def clone_url(self) -> str:
+        return self.settings.clone_url()
 
     def _git_auth_env(self) -> dict[str, str]:
         if not self.settings.clone_url().startswith(("https://", "http://")):

@@ -36,7 +36,8 @@ NOT_FOR_A_READ = ("prometheus_client", "gateway.adapters.metrics", "lark", "hcl2
                   "structlog", "github", "openai", "langgraph", "fastapi", "gateway.api",
                   "git", "httpx", "rich", "cryptography", "sqlalchemy.dialects.postgresql",
                   "gateway.adapters.engines.sandbox.planner", "gateway.adapters.engines.sandbox.applier",
-                  "gateway.adapters.engines.sandbox.hcl_eval", "gateway.adapters.forges.github", "gateway.services.change.jobs",
+                  "gateway.adapters.engines.sandbox.hcl_eval", "gateway.adapters.forges.github",
+                  "gateway.services.change.jobs",
                   "gateway.services.change.runner", "gateway.services.forge.github_webhooks",
                   "gateway.services.agents.agent_runs")
 

@@ -153,7 +153,7 @@ def echo_approval_state(ws: Workspace, proposal: Proposal) -> None:
         merged = f", merged as {proposal.merge_sha[:12]}" if proposal.merge_sha else ""
         click.echo(f"  status: {proposal.status.value}{merged}")
         return
-    shortfall = standing_blockers(gather_apply_facts(ws, proposal))  # what the runner would refuse on
+    shortfall = standing_blockers(gather_apply_facts(ws, proposal, hash_saved_plans=False))  # what the runner would refuse on
     rejection = proposal.current_rejection
     if rejection:
         click.echo(f"  status: rejected by {rejection.principal.name}; stopped until a new commit")

@@ -16,14 +16,17 @@ from gateway.services.workspace import Workspace
 
 
 def gather_apply_facts(ws: Workspace, proposal: Proposal, actor: Principal | None = None,
-                       ask_github: bool = False, check_plans: bool = True) -> ApplyFacts:
+                       ask_github: bool = False, check_plans: bool = True,
+                       hash_saved_plans: bool = True) -> ApplyFacts:
     """What stands around the proposal now, as recorded; reads only, unless `ask_github` (the apply alone).
 
     Pushes to main count as far as the gateway has seen them (the runner watches main first; a view does
     not, since a read never writes). `ask_github` asks GitHub for the team membership of every GitHub
     approver and records the answers; without it the last recorded answers are used. `check_plans` hashes the
     saved plans again and merges the branch into main (in a scratch object directory), as the runner does before
-    it applies: a list of proposals leaves that to each proposal's own view.
+    it applies: a list of proposals leaves that to each proposal's own view. Without `hash_saved_plans` the saved
+    plans are not unsealed and hashed (a read: a saved plan edited where it is kept is the runner's to find, before it
+    applies anything; a read stays clear of the sealing key and of reading every plan's bytes).
     """
     appliable = next_status(proposal.status, Transition.START_APPLY) is not None
     look = check_plans and appliable
@@ -31,7 +34,7 @@ def gather_apply_facts(ws: Workspace, proposal: Proposal, actor: Principal | Non
                       pushes=unacknowledged_pushes(ws), windows=windows_on(ws, proposal),
                       team_checks=github_team_checks(ws, proposal, ask_github),
                       drift=_open_drift(ws, proposal) if appliable else (),
-                      saved_digests=saved_digests(ws, proposal) if look else None,
+                      saved_digests=saved_digests(ws, proposal) if look and hash_saved_plans else None,
                       merge=merge_check(ws, proposal) if look else None)
 
 

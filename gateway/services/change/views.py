@@ -114,7 +114,7 @@ def view_proposal(ws: Workspace, viewer: Principal, proposal_id: int) -> Proposa
 def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: int) -> ProposalView:
     proposal = get_proposal(ws, proposal_id)
     jobs = session.jobs.of_proposal(proposal_id)
-    facts = gather_apply_facts(ws, proposal, viewer)
+    facts = gather_apply_facts(ws, proposal, viewer, hash_saved_plans=False)
     settings, moment = facts.settings, facts.now
     failure = standing_plan_failure(ws, proposal, jobs)
     return ProposalView(

@@ -158,7 +158,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
         proposal=proposal,
         previews=proposal_previews(ws, proposal),
         required_approvals=required_approvals(proposal, settings),
-        blocked_by=standing_blockers(gather_apply_facts(ws, proposal)) if proposal.status in DECIDABLE else [],
+        blocked_by=standing_blockers(gather_apply_facts(ws, proposal, hash_saved_plans=False)) if proposal.status in DECIDABLE else [],
         claim_issues=claim_issues(ws, proposal),
         pending=pending_changes(ws, proposal),
         approvers=approver_groups(proposal, settings),

@@ -250,7 +250,7 @@ def test_a_read_whose_token_use_waits_for_the_write_lock_holds_up_no_other_read(
         writer.execute("BEGIN IMMEDIATE")
         try:
             bobs = other.submit(client.get, url, headers=bob)
-            time.sleep(0.3)  # bob's read is done; his token's use waits for the write lock
+            time.sleep(1.5)  # bob's read is done (a loaded machine too); his token's use waits for the write lock
             started = time.monotonic()
             carols = client.get(url, headers=carol)
             took = time.monotonic() - started

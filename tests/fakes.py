@@ -402,6 +402,9 @@ class FakeDayTwoRecords(_Faked, DayTwoRecords):
     def open_drift_record(self, stack: str) -> DriftRecord | None:
         return next(iter(self.drift_records(stack, only_open=True)), None)
 
+    def open_drift_records(self, stacks: Collection[str]) -> dict[str, DriftRecord]:
+        return {s: r for s in stacks if (r := self.open_drift_record(s)) is not None}
+
     def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]:
         return [r for r in sorted(self.t.drift_records.values(), key=lambda r: -r.id)
                 if stack in (None, r.stack) and (not only_open or r.status == DriftStatus.OPEN)][:500]

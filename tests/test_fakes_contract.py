@@ -154,6 +154,8 @@ def test_one_open_drift_record_per_stack_updated_then_closed(store: Store) -> No
         assert (newest.status, closed.status, closed.closed_reason, closed.break_glass_id) == (
             DriftStatus.OPEN, DriftStatus.CLOSED, "a check finds no drift any more", 7)
         assert session.day_two.drift_records("data") == [] and len(session.day_two.drift_records(only_open=True)) == 1
+        assert session.day_two.open_drift_records(["data", "app"]) == {"app": newest}  # the open one, of each stack
+        assert session.day_two.open_drift_records([]) == {}
 
 
 def test_windows_open_at_once_or_on_confirmation_and_are_marked_once(store: Store) -> None:

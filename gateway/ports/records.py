@@ -355,6 +355,11 @@ class DayTwoRecords(Protocol):
 
     def open_drift_record(self, stack: str) -> DriftRecord | None: ...
 
+    def open_drift_records(self, stacks: Collection[str]) -> dict[str, DriftRecord]:
+        """The open drift record of each of `stacks` that has one, in one read (a read of a proposal asks for all its
+        stacks at once)."""
+        ...
+
     def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]: ...
 
     def add_drift_record(self, stack: str, resources: Sequence[DriftEntry], expected: bool,

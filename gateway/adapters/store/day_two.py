@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +29,12 @@ _OPEN_DRIFT = (
     .where(drift_records.c.stack == bindparam("stack"), drift_records.c.status == DriftStatus.OPEN.value)
     .order_by(drift_records.c.id.desc())
 )
+_OPEN_DRIFT_ON = (
+    select(drift_records)
+    .where(drift_records.c.stack.in_(bindparam("stacks", expanding=True)),
+           drift_records.c.status == DriftStatus.OPEN.value)
+    .order_by(drift_records.c.id.desc())
+)
 _WINDOWS = select(break_glass_windows).order_by(break_glass_windows.c.id.desc()).limit(500)
 _WINDOWS_OF_STACK = (
     select(break_glass_windows)
@@ -44,6 +50,14 @@ class SqlDayTwoRecords(Records):
     def open_drift_record(self, stack: str) -> DriftRecord | None:
         row = self.conn.execute(_OPEN_DRIFT, {"stack": stack}).mappings().first()
         return as_drift_record(row) if row else None
+
+    def open_drift_records(self, stacks: Collection[str]) -> dict[str, DriftRecord]:
+        if not stacks:
+            return {}
+        found: dict[str, DriftRecord] = {}
+        for row in self.conn.execute(_OPEN_DRIFT_ON, {"stacks": sorted(set(stacks))}).mappings():
+            found.setdefault(row["stack"], as_drift_record(row))  # newest first, as `open_drift_record` takes it
+        return found
 
     def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]:
         query = select(drift_records).order_by(drift_records.c.id.desc())

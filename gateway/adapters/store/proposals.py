@@ -10,7 +10,18 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, Text, bindparam, insert, select, type_coerce, update
+from sqlalchemy import (
+    Select,
+    Text,
+    bindparam,
+    insert,
+    literal_column,
+    null,
+    select,
+    type_coerce,
+    union_all,
+    update,
+)
 
 from gateway.adapters.store.rows import (
     MAX_ID,
@@ -72,21 +83,32 @@ def _person(row: Mapping[str, Any], prefix: str, named: str) -> Principal:
 _PROPOSAL = _with_person(_with_person(select(proposals), proposals.c.requester_id, "requester__"),
                          proposals.c.proposer_id, "proposer__").where(proposals.c.id == bindparam("id"))
 _PROPOSAL_LOCKED = _PROPOSAL.with_for_update(of=proposals)  # the proposal's row only, never its people's
-# Which plans are current: only columns stored before `document`. SQLite reaches a column stored after a big one by
-# walking that one's overflow pages (a 2,000-resource plan's document is megabytes): reading `summary` or `main_sha`
-# of every current plan on every read cost most of a big proposal's read.
-_PLAN_HEADS = (
-    select(plans.c.id, plans.c.stack, plans.c.head_sha, plans.c.digest)
-    .where(plans.c.proposal_id == bindparam("proposal_id"), plans.c.head_sha == bindparam("head_sha"))
-    .order_by(plans.c.id)
-)
+# Which plans are current (the plans part of `_CHILDREN` below): only columns stored before `document`. SQLite
+# reaches a column stored after a big one by walking that one's overflow pages (a 2,000-resource plan's document is
+# megabytes): reading `summary` or `main_sha` of every current plan on every read cost most of a big proposal's read;
+# those are read once per saved plan, by its id.
 _PLAN_BODIES = select(
     plans.c.id, plans.c.state_serial, plans.c.main_sha, plans.c.created_at, type_coerce(plans.c.summary, Text)
 ).where(plans.c.id.in_(bindparam("ids", expanding=True)))
-_DECISIONS = _with_person(select(decisions), decisions.c.principal_id, "by__").where(
-    decisions.c.proposal_id == bindparam("proposal_id")).order_by(decisions.c.id)
-_OVERRIDES = _with_person(select(overrides), overrides.c.principal_id, "by__").where(
-    overrides.c.proposal_id == bindparam("proposal_id")).order_by(overrides.c.id)
+# What hangs off a proposal, in one statement (on PostgreSQL each statement is a round trip): its decisions and
+# overrides, each with the person who made it, and its plans at its head (which are current), as the parts of one
+# union, in a shape they share; the columns' types are the first part's (a decision's). Each part oldest first.
+_NO_PERSON = [null().label("by__" + c) for c in _PERSON]
+_CHILDREN = union_all(
+    _with_person(select(
+        literal_column("'decision'").label("part"), decisions.c.id.label("id"), decisions.c.principal_id,
+        decisions.c.decision.label("c1"), decisions.c.head_sha.label("c2"), decisions.c.comment.label("c3"),
+        decisions.c.auth.label("c4"), decisions.c.digests, decisions.c.created_at.label("at"),
+    ), decisions.c.principal_id, "by__").where(decisions.c.proposal_id == bindparam("proposal_id")),
+    _with_person(select(
+        literal_column("'override'"), overrides.c.id, overrides.c.principal_id, overrides.c.finding_key,
+        overrides.c.reason, null(), null(), null(), overrides.c.expires_at,
+    ), overrides.c.principal_id, "by__").where(overrides.c.proposal_id == bindparam("proposal_id")),
+    select(  # the plans at the head the proposal's row says (read just before)
+        literal_column("'plan'"), plans.c.id, null(), plans.c.stack, plans.c.head_sha, plans.c.digest, null(),
+        null(), null(), *_NO_PERSON,
+    ).where(plans.c.proposal_id == bindparam("proposal_id"), plans.c.head_sha == bindparam("head_sha")),
+).order_by(literal_column("part"), literal_column("id"))
 _PLAN_PREVIEW = select(plans.c.preview).where(plans.c.id == bindparam("id"))
 
 
@@ -172,8 +194,9 @@ class SqlProposals(Records):
         row = self.conn.execute(_PROPOSAL_LOCKED if lock else _PROPOSAL, {"id": proposal_id}).mappings().first()
         if row is None:
             raise NotFound(f"no proposal {proposal_id}")
-        decision_rows = self.conn.execute(_DECISIONS, {"proposal_id": proposal_id}).mappings().all()
-        override_rows = self.conn.execute(_OVERRIDES, {"proposal_id": proposal_id}).mappings().all()
+        parts: dict[str, list[Mapping[str, Any]]] = {"decision": [], "override": [], "plan": []}
+        for child in self.conn.execute(_CHILDREN, {"proposal_id": proposal_id, "head_sha": row["head_sha"]}).mappings():
+            parts[child["part"]].append(child)
         proposal = Proposal(
             id=row["id"],
             branch=row["branch"],
@@ -190,11 +213,12 @@ class SqlProposals(Records):
             applied_sha=row["applied_sha"],
             kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
         )
-        proposal.plans = self._current_plans(proposal_id, proposal.head_sha)
-        proposal.decisions = [_decision(r, _person(r, "by__", "principal_id")) for r in decision_rows]
+        heads = [(r["id"], r["c1"], r["c2"], r["c3"]) for r in parts["plan"]]  # id, stack, head, digest
+        proposal.plans = self._current_plans(heads)
+        proposal.decisions = [_decision(r, _person(r, "by__", "principal_id")) for r in parts["decision"]]
         proposal.overrides = [
-            Override(r["finding_key"], _person(r, "by__", "principal_id").name, r["reason"], aware(r["expires_at"]))
-            for r in override_rows
+            Override(r["c1"], _person(r, "by__", "principal_id").name, r["c2"], aware(r["at"]))
+            for r in parts["override"]
         ]
         return proposal
 
@@ -315,8 +339,8 @@ class SqlProposals(Records):
             raise NotFound(f"no saved plan {plan_id}")
         return self.sealer.open_text(str(document))
 
-    def _current_plans(self, proposal_id: int, head_sha: str) -> dict[str, StackPlan]:
-        heads = self.conn.execute(_PLAN_HEADS, {"proposal_id": proposal_id, "head_sha": head_sha}).all()
+    def _current_plans(self, heads: Sequence[tuple[int, str, str, str]]) -> dict[str, StackPlan]:
+        """The stacks' current plans from their plans at the proposal's head (id, stack, head, digest), oldest first."""
         newest = {stack: (plan_id, stack, head, digest) for plan_id, stack, head, digest in heads}  # the last wins
         database = self.conn.engine.url  # a value, not the engine: the cache keeps no engine (nor its pool) alive
         current = {stack: _SAVED_PLANS.find((database, *key)) for stack, key in newest.items()}
@@ -411,15 +435,16 @@ class SqlProposals(Records):
 
 
 def _decision(row: Mapping[str, Any], principal: Principal) -> DecisionRecord:
+    """A decision from its part of `_CHILDREN` (c1..c4: decision, head, comment, how it was authenticated)."""
     return DecisionRecord(
         id=row["id"],
         principal=principal,
-        decision=Decision(row["decision"]),
-        head_sha=row["head_sha"],
+        decision=Decision(row["c1"]),
+        head_sha=row["c2"],
         digests=row["digests"],
-        comment=row["comment"],
-        auth=row["auth"],
-        at=aware(row["created_at"]),
+        comment=row["c3"],
+        auth=row["c4"],
+        at=aware(row["at"]),
     )
 
 

@@ -62,6 +62,6 @@ def rollback_notices(of: Proposal, doomed: list[str]) -> list[str]:
 def open_drift_by_stack(ws: Workspace, stacks: Sequence[str]) -> dict[str, DriftRecord]:
     """The open drift record of each of `stacks` that has one."""
     with ws.store.session(readonly=True) as session:
-        found = {s: session.day_two.open_drift_record(s) for s in stacks}
-    return {s: r for s, r in found.items() if r is not None}
+        found = session.day_two.open_drift_records(stacks)
+    return {s: found[s] for s in stacks if s in found}
 

@@ -355,7 +355,7 @@ class DayTwoRecords(Protocol):
 
     def open_drift_record(self, stack: str) -> DriftRecord | None: ...
 
-    def open_drift_records(self, stacks: Collection[str]) -> dict[str, DriftRecord]:
+    def open_drift_records(self, stacks: Collection[str]) -> Mapping[str, DriftRecord]:
         """The open drift record of each of `stacks` that has one, in one read (a read of a proposal asks for all its
         stacks at once)."""
         ...

@@ -510,6 +510,14 @@ class FakeMainRecords(_Faked, MainRecords):
         return [MainPush(p["sha"], p["author"], frozenset(p["stacks"]))
                 for p in sorted(self.t.pushes.values(), key=lambda p: p["detected_at"]) if p["acknowledged_at"] is None]
 
+    def acknowledge_push(self, sha: str, by: str, reason: str) -> MainPush | None:
+        self._writing()
+        found = [p for p in self.t.pushes.values() if p["sha"].startswith(sha) and p["acknowledged_at"] is None]
+        if len(found) != 1:  # none, or a prefix that names more than one: the SQL one answers None too
+            return None
+        found[0].update(acknowledged_at=self.clock.now(), acknowledged_by=by, reason=reason)
+        return MainPush(found[0]["sha"], found[0]["author"], frozenset(found[0]["stacks"]))
+
 
 @only_what_is_faked
 class FakeAuditLog(_Faked, AuditLog):

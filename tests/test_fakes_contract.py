@@ -216,3 +216,19 @@ def test_a_stacks_serial_is_the_newest_reading(store: Store) -> None:
     with store.session(readonly=True) as session:
         assert session.stacks.serials(["app", "data", "network"]) == {"app": 3, "data": 1}
         assert session.stacks.serials([]) == {}
+
+
+def test_a_push_to_main_is_acknowledged_once_by_an_unambiguous_prefix(store: Store) -> None:
+    with store.session() as session:
+        assert session.main.add_push("abc1230000", ["app"], ["stacks/app/main.tf"], "mallory")
+        assert not session.main.add_push("abc1230000", ["app"], [], "mallory")  # seen once
+        session.main.add_push("abc1240000", ["data"], ["stacks/data/main.tf"], "mallory")
+    with store.session() as session:
+        assert session.main.acknowledge_push("abc12", "bob", "kept") is None  # names two pushes
+        assert session.main.acknowledge_push("fff", "bob", "kept") is None
+        push = session.main.acknowledge_push("abc123", "bob", "kept")
+        assert push is not None
+        assert (push.sha, push.author, push.stacks) == ("abc1230000", "mallory", frozenset({"app"}))
+        assert session.main.acknowledge_push("abc123", "bob", "again") is None  # acknowledged already
+    with store.session(readonly=True) as session:
+        assert [p.sha for p in session.main.unacknowledged_pushes()] == ["abc1240000"]

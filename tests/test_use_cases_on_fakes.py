@@ -1,7 +1,9 @@
 """Use cases whose rules need no git, no database and no engine, run on tests/fakes.py's unit of work: who may decide
-on a proposal (and what the trail says of a refusal), abandoning and withdrawing, and break-glass windows from
-request to acknowledgement. The clock is a FakeClock: a deadline passes by moving it, not by sleeping. What needs
-a real repository, plan or apply stays in test_change_path.py and test_day_two.py."""
+on a proposal (and what the trail says of a refusal), abandoning and withdrawing, break-glass windows from request to
+acknowledgement, what stands before an apply (a rejection, risk's approvals, policy overrides, a push to main, an
+overdue window), and what the notifications outbox queues for whom. The clock is a FakeClock: a deadline passes by
+moving it, not by sleeping. What needs a real repository, plan, apply or receiver stays in test_change_path.py,
+test_day_two.py, test_policy.py and test_notifications.py."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import pytest
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.audit import EventQuery
 from gateway.domain.errors import InputError, NotFound, Refused
+from gateway.domain.jobs import JobKind
+from gateway.domain.notifications import OUTBOX_MARKER, NotificationStatus
 from gateway.domain.policy import Finding, Severity
 from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus
@@ -35,6 +39,7 @@ from gateway.services.day_two.break_glass import (
     sweep_break_glass,
 )
 from gateway.services.day_two.drift_records import CHECKED
+from gateway.services.notifications.outbox import queue_notifications
 from gateway.services.workspace import Workspace
 
 from .fakes import SAMPLE_GATEWAY_YAML, FakeClock, FakeDeclarationRepo, fake_workspace, person
@@ -356,3 +361,99 @@ def test_an_overdue_break_glass_window_holds_applies_on_its_stack_until_acknowle
     assert f"`gateway break-glass acknowledge {window.id} -m why`" in held
     acknowledge_break_glass(ws, team.paul, window.id, "codify ticket OPS-12")
     assert blockers(ws, pid, team.alice) == []
+
+
+# The notifications outbox (from test_notifications.py, whose stories deliver to real receivers): which trail events
+# tell what to which channels, once, and what an event that cannot be told leaves.
+
+NOTIFYING = SAMPLE_GATEWAY_YAML + """
+notifications:
+  channels:
+    ops-slack: {slack: {}}
+    platform-mail: {email: {to: [platform@example.com]}}
+    audit-hook: {webhook: {}}
+    app-hook: {webhook: {}}
+  routes:
+    - groups: [platform]
+      channels: [ops-slack, platform-mail, audit-hook]
+    - groups: [app]
+      events: [applied]
+      channels: [app-hook, audit-hook]
+"""
+
+
+def notifying() -> Workspace:
+    ws = fake_workspace(NOTIFYING)
+    assert queue_notifications(ws) == []  # the first pass places the outbox at the trail's head: it tells from now
+    return ws
+
+
+def queued(ws: Workspace, status: NotificationStatus | None = None) -> list[tuple[str, str, str]]:
+    """(event, channel, title) of each notification, oldest first."""
+    with ws.store.session(readonly=True) as session:
+        return [(n.event.value, n.channel.name, n.notice.title) for n in reversed(session.notifications.list(status))]
+
+
+def test_a_plan_wanting_approvers_is_told_once_to_each_channel_routed_to_them_then_a_rejection() -> None:
+    ws = notifying()
+    team = Team(ws)
+    pid = proposed(ws, team.alice)
+    with ws.store.session() as session:  # what planning writes, twice (a re-plan to the same digests)
+        session.audit.append(GATEWAY, "plan", {"stack": "app-staging"}, pid, ["app-staging"])
+        session.audit.append(GATEWAY, "plan", {"stack": "app-staging"}, pid, ["app-staging"])
+    ids = queue_notifications(ws)
+    wanted = f"Approval wanted: proposal {pid}, more memory"
+    assert queued(ws) == [("approval_wanted", c, wanted) for c in ("ops-slack", "platform-mail", "audit-hook")]
+    with ws.store.session(readonly=True) as session:  # each with its delivery job; app-hook is for applies only
+        hook = session.notifications.get(ids[-1])
+        assert [j["kind"] for j in ws.store.tables.jobs.values()] == [JobKind.NOTIFY] * 3  # type: ignore[attr-defined]
+    assert hook.job_id is not None and hook.notice.link == f"http://127.0.0.1:8000/proposals/{pid}"
+    assert ("Approvers", "groups app, platform") in hook.notice.facts
+    decide(ws, team.carol, pid, Decision.REJECT, "wait for the freeze")
+    with ws.store.session() as session:  # planned again: a rejected proposal wants no approvers
+        session.audit.append(GATEWAY, "plan", {"stack": "app-staging"}, pid, ["app-staging"])
+    assert len(queue_notifications(ws)) == 3 and queue_notifications(ws) == []
+    assert queued(ws)[3:] == [("rejected", c, f"Rejected by carol: proposal {pid}, more memory")
+                              for c in ("ops-slack", "platform-mail", "audit-hook")]
+
+
+def test_an_event_that_cannot_be_told_is_skipped_once_per_channel_and_holds_back_no_other() -> None:
+    ws = notifying()
+    team = Team(ws)
+    with ws.store.session() as session:  # a trail event the notices cannot read: it names a proposal that is not
+        unreadable = session.audit.append(GATEWAY, "breaker.tripped", {"agent": "agent-x", "reason": "too many",
+                                                                       "proposal": 999})
+    pid = proposed(ws, team.alice)
+    with ws.store.session() as session:
+        session.audit.append(GATEWAY, "plan", {"stack": "app-staging"}, pid, ["app-staging"])
+    assert len(queue_notifications(ws)) == 3  # the proposal's, told
+    with ws.store.session(readonly=True) as session:
+        skipped = session.audit.events(kind="notification.skipped")
+        rows = session.notifications.list(NotificationStatus.SKIPPED)
+    # the channels a route sends breaker_tripped to (whom it concerns could not be read): each once
+    assert sorted(e.payload["target"] for e in skipped) == ["audit-hook", "ops-slack", "platform-mail"]  # not app-hook
+    assert all(e.payload["trail_event"] == unreadable.seq and e.payload["trail_kind"] == "breaker.tripped"
+               and "no proposal 999" in e.payload["reason"] for e in skipped)
+    assert sorted(n.channel.name for n in rows) == sorted(e.payload["target"] for e in skipped)
+    assert all(n.job_id is None and n.attempts == 0 for n in rows)
+    with ws.store.session() as session:  # a pass over the whole trail again records no new skip
+        session.main.set_marker(OUTBOX_MARKER, "0")
+    assert queue_notifications(ws) == []
+    with ws.store.session(readonly=True) as session:
+        assert len(session.audit.events(kind="notification.skipped")) == 3
+
+
+def test_a_skip_is_recorded_with_the_outbox_move_or_not_at_all() -> None:
+    """Of two passes over one batch, one moves the place: the other records no skip (nothing rolled back is told)."""
+    ws = notifying()
+    with ws.store.session() as session:
+        session.audit.append(GATEWAY, "breaker.tripped", {"agent": "agent-x", "reason": "r", "proposal": 999})
+        place = session.main.marker(OUTBOX_MARKER)
+    with ws.store.session() as session:  # another worker took the batch a moment ago
+        head = session.audit.chain_head()
+        assert head is not None
+        assert session.main.swap_marker(OUTBOX_MARKER, place, str(head[0]))
+    assert queue_notifications(ws) == []
+    with ws.store.session(readonly=True) as session:
+        assert session.audit.events(kind="notification.skipped") == []
+        assert session.notifications.list(NotificationStatus.SKIPPED) == []

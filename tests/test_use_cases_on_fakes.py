@@ -457,3 +457,23 @@ def test_a_skip_is_recorded_with_the_outbox_move_or_not_at_all() -> None:
     with ws.store.session(readonly=True) as session:
         assert session.audit.events(kind="notification.skipped") == []
         assert session.notifications.list(NotificationStatus.SKIPPED) == []
+
+
+def test_destroying_a_protected_resource_waits_for_a_second_approver(ws: Workspace, team: Team) -> None:
+    replaced = PlanSummary(counts={"replace": 1}, destructive=("aws_lb.web",))
+    pid = proposed(ws, team.alice, stack="app-prod", summary=replaced)
+    decide(ws, team.bob, pid, Decision.APPROVE, "")
+    [waiting] = blockers(ws, pid, team.alice)
+    assert "needs 2 approval(s)" in waiting and "protected app-prod:aws_lb.web" in waiting
+    decide(ws, team.carol, pid, Decision.APPROVE, "")
+    assert blockers(ws, pid, team.alice) == []
+
+
+def test_a_decision_names_the_commit_its_maker_saw(ws: Workspace, team: Team) -> None:
+    pid = proposed(ws, team.alice)
+    with pytest.raises(Refused, match="the branch moved to .* since you looked at"):
+        decide(ws, team.bob, pid, Decision.APPROVE, "", seen_sha="head-0")
+    assert get_proposal(ws, pid).current_approvals == []
+    approved = decide(ws, team.bob, pid, Decision.APPROVE, "", seen_sha="head-1")
+    assert [a.head_sha for a in approved.current_approvals] == ["head-1"]
+    assert trail(ws, proposal_id=pid) == [("bob", "approve.refused"), ("bob", "approval")]

@@ -7,6 +7,9 @@ test_day_two.py, test_policy.py and test_notifications.py."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from datetime import timedelta
 
 import pytest
@@ -20,6 +23,7 @@ from gateway.domain.policy import Finding, Severity
 from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus
 from gateway.domain.risk import Risk, RiskLevel
+from gateway.services.admin import audit as audit_service
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.main_watch import acknowledge_push
 from gateway.services.change.proposals import (
@@ -477,3 +481,32 @@ def test_a_decision_names_the_commit_its_maker_saw(ws: Workspace, team: Team) ->
     approved = decide(ws, team.bob, pid, Decision.APPROVE, "", seen_sha="head-1")
     assert [a.head_sha for a in approved.current_approvals] == ["head-1"]
     assert trail(ws, proposal_id=pid) == [("bob", "approve.refused"), ("bob", "approval")]
+
+
+# Reading the trail (from test_audit.py, which ran a whole change on both databases for these)
+
+def decided(ws: Workspace, team: Team) -> int:
+    """A proposal whose requester's approval was refused and an approver's taken: a trail to read."""
+    pid = proposed(ws, team.alice)
+    with pytest.raises(Refused):
+        decide(ws, team.alice, pid, Decision.APPROVE, "")
+    decide(ws, team.bob, pid, Decision.APPROVE, "looks right")
+    return pid
+
+
+def test_only_auditors_and_admins_read_the_trail(ws: Workspace, team: Team) -> None:
+    decided(ws, team)
+    with pytest.raises(Refused, match="bob is not an auditor"):
+        audit_service.list_events(ws, team.bob)
+    assert [e.kind for e in audit_service.list_events(ws, team.dana)] == ["approve.refused", "approval"]
+
+
+def test_export_in_jsonl_and_csv_carries_the_hashes(ws: Workspace, team: Team) -> None:
+    events = audit_service.list_events(ws, team.dana, proposal_id=decided(ws, team))
+    lines = audit_service.export_events(events, "jsonl").splitlines()
+    assert [json.loads(line)["hash"] for line in lines] == [e.hash for e in events]
+    rows = list(csv.DictReader(io.StringIO(audit_service.export_events(events, "csv"))))
+    assert [r["kind"] for r in rows] == [e.kind for e in events] == ["approve.refused", "approval"]
+    assert rows[0]["prev_hash"] and rows[0]["hash"].startswith("sha256:")
+    with pytest.raises(InputError, match="unknown export format 'xml'"):
+        audit_service.export_events(events, "xml")

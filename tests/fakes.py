@@ -26,8 +26,10 @@ from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, ev
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, DriftStatus
 from gateway.domain.errors import BackendError, Conflict, NotFound
+from gateway.domain.jobs import JobKind
 from gateway.domain.lifecycle import ACTIVE, INITIAL
 from gateway.domain.locks import LockAttempt, StackLock, unmerged_holder
+from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
 from gateway.domain.policy import Override
 from gateway.domain.preview import DriftEntry
 from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
@@ -48,7 +50,9 @@ from gateway.ports import (
     DayTwoRecords,
     DeclarationRepo,
     Engine,
+    Jobs,
     MainRecords,
+    Notifications,
     Principals,
     Proposals,
     StackLocks,
@@ -217,6 +221,8 @@ class Tables:
     markers: dict[str, str] = field(default_factory=dict)
     pushes: dict[str, dict[str, Any]] = field(default_factory=dict)
     serials: dict[str, tuple[int, datetime]] = field(default_factory=dict)
+    notifications: dict[int, Notification] = field(default_factory=dict)
+    jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
     events: list[AuditEvent] = field(default_factory=list)
     head: tuple[int, str] | None = None
 
@@ -513,6 +519,14 @@ class FakeMainRecords(_Faked, MainRecords):
         return [MainPush(p["sha"], p["author"], frozenset(p["stacks"]))
                 for p in sorted(self.t.pushes.values(), key=lambda p: p["detected_at"]) if p["acknowledged_at"] is None]
 
+    def acknowledge_push(self, sha: str, by: str, reason: str) -> MainPush | None:
+        self._writing()
+        found = [p for p in self.t.pushes.values() if p["sha"].startswith(sha) and p["acknowledged_at"] is None]
+        if len(found) != 1:  # none, or a prefix that names more than one: the SQL one answers None too
+            return None
+        found[0].update(acknowledged_at=self.clock.now(), acknowledged_by=by, reason=reason)
+        return MainPush(found[0]["sha"], found[0]["author"], frozenset(found[0]["stacks"]))
+
 
 @only_what_is_faked
 class FakeAuditLog(_Faked, AuditLog):
@@ -589,6 +603,60 @@ class FakeStackRecords(_Faked, StackRecords):
         return {s: self.t.serials[s][0] for s in stacks if s in self.t.serials}
 
 
+@only_what_is_faked
+class FakeNotifications(_Faked, Notifications):
+    """The outbox's rows, one per dedupe key; the notice kept as the SQL one reads it back (its JSON), unscrubbed:
+    what a notice hides of a secret is tested on a workspace (test_notifications.py)."""
+
+    def add(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None) -> int | None:
+        return self._insert(key, channel, notice, NotificationStatus.QUEUED, None)
+
+    def skip(self, key: str, channel: Channel, notice: Notice, audit_seq: int | None, reason: str) -> int | None:
+        return self._insert(key, channel, notice, NotificationStatus.SKIPPED, reason)
+
+    def _insert(self, key: str, channel: Channel, notice: Notice, status: NotificationStatus,
+                error: str | None) -> int | None:
+        self._writing()
+        if any(n.dedupe_key == key for n in self.t.notifications.values()):
+            return None
+        nid = self._next(self.t.notifications)
+        self.t.notifications[nid] = Notification(nid, key, notice.event, Channel.from_json(channel.to_json()),
+                                                 Notice.from_json(notice.to_json()), status, 0, self.clock.now(),
+                                                 error=error)
+        return nid
+
+    def set_job(self, notification_id: int, job_id: int) -> None:
+        self._writing()
+        if notification_id in self.t.notifications:
+            self.t.notifications[notification_id] = replace(self.t.notifications[notification_id], job_id=job_id)
+
+    def get(self, notification_id: int) -> Notification:
+        if notification_id not in self.t.notifications:
+            raise NotFound(f"no notification {notification_id}")
+        return self.t.notifications[notification_id]
+
+    def list(self, status: NotificationStatus | None = None, limit: int = 100) -> list[Notification]:
+        return [n for n in sorted(self.t.notifications.values(), key=lambda n: -n.id)
+                if status in (None, n.status)][:limit]
+
+
+@only_what_is_faked
+class FakeJobs(_Faked, Jobs):
+    """Jobs queued by a use case; nothing claims or runs them here (the worker is tested on a workspace)."""
+
+    def add(self, kind: JobKind, proposal_id: int | None, requested_by: Actor,
+            args: Mapping[str, Any] | None = None) -> int:
+        self._writing()
+        jid = self._next(self.t.jobs)
+        self.t.jobs[jid] = {"id": jid, "kind": kind, "proposal_id": proposal_id, "requested_by": requested_by.name,
+                            "args": dict(args or {}), "created_at": self.clock.now()}
+        return jid
+
+    def queued(self, kind: JobKind, proposal_id: int, running_too: bool = True) -> int | None:
+        return next((j["id"] for j in self.t.jobs.values() if j["kind"] == kind and j["proposal_id"] == proposal_id),
+                    None)  # every job here is queued: none runs
+
+
 class FakeEngine(Engine):
     """An engine that knows each stack's state serial and nothing else: a use case that plans or applies fails."""
 
@@ -625,7 +693,9 @@ class FakeUnitOfWork(UnitOfWork):
         self.main = FakeMainRecords(tables, clock, readonly)
         self.audit = FakeAuditLog(tables, clock, readonly)
         self.stacks = FakeStackRecords(tables, clock, readonly)
-        for name in ("conversations", "jobs", "github", "breaker", "sign_in", "notifications"):
+        self.notifications = FakeNotifications(tables, clock, readonly)
+        self.jobs = FakeJobs(tables, clock, readonly)
+        for name in ("conversations", "github", "breaker", "sign_in"):
             setattr(self, name, _Unfaked(name))
 
     def write_new_events(self, proposal: Proposal) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import gc
-import io
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -74,22 +72,6 @@ def test_filters_by_actor_stack_and_time(audited: tuple[Workspace, People, int])
     assert audit_service.list_events(ws, people.dana, since="2999-01-01T00:00") == []
     with pytest.raises(Exception, match="not an ISO 8601 time"):
         audit_service.list_events(ws, people.dana, since="yesterday")
-
-
-def test_only_auditors_and_admins_read_the_trail(audited: tuple[Workspace, People, int]) -> None:
-    ws, people, _ = audited
-    with pytest.raises(Refused, match="bob is not an auditor"):
-        audit_service.list_events(ws, people.bob)
-
-
-def test_export_in_jsonl_and_csv_carries_the_hashes(audited: tuple[Workspace, People, int]) -> None:
-    ws, people, pid = audited
-    events = audit_service.proposal_story(ws, people.dana, pid)
-    lines = audit_service.export_events(events, "jsonl").splitlines()
-    assert [json.loads(line)["hash"] for line in lines] == [e.hash for e in events]
-    rows = list(csv.DictReader(io.StringIO(audit_service.export_events(events, "csv"))))
-    assert [r["kind"] for r in rows] == [e.kind for e in events]
-    assert rows[0]["prev_hash"] and rows[0]["hash"].startswith("sha256:")
 
 
 def test_intact_chain_verifies(audited: tuple[Workspace, People, int]) -> None:

@@ -57,18 +57,6 @@ def bigger(workspace: Workspace, clone: Clone) -> Clone:
     return clone
 
 
-def test_agent_can_never_approve_reject_or_apply(workspace: Workspace, people: People, bigger: Clone) -> None:
-    proposal = open_proposal(workspace, people.agent, "bigger", "agent work", requester=people.alice)
-    assert proposal.proposer.name == "infra-agent" and proposal.requester.name == "alice"
-    for decision in Decision:
-        with pytest.raises(Refused, match="infra-agent is an agent; agents can never approve or reject"):
-            decide(workspace, people.agent, proposal.id, decision, "x")
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
-    with pytest.raises(Refused, match="agents can never apply"):
-        apply_proposal(workspace, people.agent, proposal.id)
-    assert get_proposal(workspace, proposal.id).status == ProposalStatus.OPEN
-
-
 def test_new_commit_makes_approval_stale_and_blocks_apply(workspace: Workspace, people: People, bigger: Clone) -> None:
     proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
     first_sha = proposal.head_sha

@@ -16,6 +16,8 @@ from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
 from gateway.domain.drift import DriftStatus
 from gateway.domain.errors import Conflict, NotFound, Refused
+from gateway.domain.jobs import JobKind
+from gateway.domain.notifications import Channel, ChannelKind, Notice, NotificationEvent, NotificationStatus
 from gateway.domain.principals import GATEWAY, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
 from gateway.ports import Store
@@ -218,3 +220,54 @@ def test_a_stacks_serial_is_the_newest_reading(store: Store) -> None:
     with store.session(readonly=True) as session:
         assert session.stacks.serials(["app", "data", "network"]) == {"app": 3, "data": 1}
         assert session.stacks.serials([]) == {}
+
+
+def test_a_push_to_main_is_acknowledged_once_by_an_unambiguous_prefix(store: Store) -> None:
+    with store.session() as session:
+        assert session.main.add_push("abc1230000", ["app"], ["stacks/app/main.tf"], "mallory")
+        assert not session.main.add_push("abc1230000", ["app"], [], "mallory")  # seen once
+        session.main.add_push("abc1240000", ["data"], ["stacks/data/main.tf"], "mallory")
+    with store.session() as session:
+        assert session.main.acknowledge_push("abc12", "bob", "kept") is None  # names two pushes
+        assert session.main.acknowledge_push("fff", "bob", "kept") is None
+        push = session.main.acknowledge_push("abc123", "bob", "kept")
+        assert push is not None
+        assert (push.sha, push.author, push.stacks) == ("abc1230000", "mallory", frozenset({"app"}))
+        assert session.main.acknowledge_push("abc123", "bob", "again") is None  # acknowledged already
+    with store.session(readonly=True) as session:
+        assert [p.sha for p in session.main.unacknowledged_pushes()] == ["abc1240000"]
+
+
+def test_a_notification_is_queued_or_skipped_once_per_dedupe_key_and_names_its_job(store: Store) -> None:
+    mail = Channel("platform-mail", ChannelKind.EMAIL, ("platform@example.com",))
+    notice = Notice(NotificationEvent.APPROVAL_WANTED, "Approval wanted", (("Stacks", "app"),), "https://g/p/1", 1,
+                    ("app",))
+    with store.session() as session:
+        queued = session.notifications.add("approval_wanted:plans-1:platform-mail", mail, notice, 3)
+        assert queued is not None
+        assert session.notifications.add("approval_wanted:plans-1:platform-mail", mail, notice, 4) is None
+        skipped = session.notifications.skip("breaker_tripped:trail-2-skipped:platform-mail", mail, notice, 2,
+                                             "no proposal 999")
+        assert skipped is not None and skipped != queued
+        assert session.notifications.skip("breaker_tripped:trail-2-skipped:platform-mail", mail, notice, 2, "x") is None
+        job = session.jobs.add(JobKind.NOTIFY, None, GATEWAY, {"notification": queued})
+        session.notifications.set_job(queued, job)
+    with store.session(readonly=True) as session:
+        sent = session.notifications.get(queued)
+        assert (sent.status, sent.job_id, sent.attempts, sent.channel, sent.notice) == (
+            NotificationStatus.QUEUED, job, 0, mail, notice)
+        assert (session.notifications.get(skipped).status, session.notifications.get(skipped).error) == (
+            NotificationStatus.SKIPPED, "no proposal 999")
+        assert [n.id for n in session.notifications.list()] == [skipped, queued]  # newest first
+        assert [n.id for n in session.notifications.list(NotificationStatus.SKIPPED)] == [skipped]
+        with pytest.raises(NotFound, match="no notification 99"):
+            session.notifications.get(99)
+
+
+def test_a_queued_job_is_found_for_its_proposal_and_kind(store: Store) -> None:
+    pid = _proposal(store)
+    with store.session() as session:
+        plan = session.jobs.add(JobKind.PLAN, pid, GATEWAY)
+        assert session.jobs.add(JobKind.NOTIFY, None, GATEWAY, {"notification": 1}) != plan
+    with store.session(readonly=True) as session:
+        assert session.jobs.queued(JobKind.PLAN, pid) == plan and session.jobs.queued(JobKind.APPLY, pid) is None

@@ -704,18 +704,3 @@ def test_an_event_that_cannot_be_told_is_recorded_as_skipped_once_per_channel(
         assert all("no proposal 999" in (n["error"] or "") for n in answer.json())
     verified = run_cli(["audit", "verify"], ws.settings.home, people.tokens["dana"])
     assert verified.returncode == 0, verified.stdout + verified.stderr
-
-
-def test_a_skip_is_recorded_with_the_outbox_move_or_not_at_all(ws: Workspace, team: tuple[People, Clone]) -> None:
-    """Of two passes over one batch, one moves the place: the other records no skip (nothing rolled back is told)."""
-    with ws.store.session() as session:
-        session.audit.append(GATEWAY, "breaker.tripped", {"agent": "agent-x", "reason": "r", "proposal": 999})
-        place = session.main.marker(OUTBOX_MARKER)
-    with ws.store.session() as session:  # another worker took the batch a moment ago
-        head = session.audit.chain_head()
-        assert head is not None
-        assert session.main.swap_marker(OUTBOX_MARKER, place, str(head[0]))
-    assert queue_notifications(ws) == []
-    with ws.store.session(readonly=True) as session:
-        assert not [e for e in session.audit.events() if e.kind == "notification.skipped"]
-        assert session.notifications.list(NotificationStatus.SKIPPED) == []

@@ -22,7 +22,7 @@ from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severi
 from gateway.domain.proposal import Decision
 from gateway.domain.risk import RiskLevel, assess_risk
 from gateway.ports import StackInputs
-from gateway.services.change.proposals import decide, get_proposal, open_proposal, override_finding
+from gateway.services.change.proposals import decide, open_proposal, override_finding
 from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
@@ -316,19 +316,6 @@ def test_deny_blocks_approval_and_apply_until_overridden(workspace: Workspace, p
     with workspace.store.session() as session:
         events = [e for e in session.audit.events(proposal_id=proposal.id) if e.kind == "policy.override"]
     assert {e.payload["finding"] for e in events} == keys and all(e.actor == "frank" for e in events)
-
-
-def test_an_expired_override_no_longer_counts(workspace: Workspace, people: People, clone: Clone) -> None:
-    clone.branch("open").write("stacks/app-staging/open.tf", PUBLIC_BUCKET).push()
-    proposal = open_proposal(workspace, people.alice, "open", "public bucket")
-    keys = sorted(f.key for f in proposal.blocking_findings(now()))
-    with pytest.raises(Refused, match="expiry must be in the future"):
-        override_finding(workspace, people.frank, proposal.id, keys[0], "x", now() - timedelta(minutes=1))
-    for key in keys:
-        override_finding(workspace, people.frank, proposal.id, key, "for one hour", now() + timedelta(hours=1))
-    proposal = get_proposal(workspace, proposal.id)
-    assert proposal.blocking_findings(now()) == []
-    assert {f.key for f in proposal.blocking_findings(now() + timedelta(hours=2))} == set(keys)
 
 
 def test_risk_sets_how_many_approvers(workspace: Workspace, people: People, clone: Clone) -> None:

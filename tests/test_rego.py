@@ -81,6 +81,7 @@ def test_the_sample_policies_warn_with_data_and_an_agent_only_rule_denies_until_
     assert rego(by_person) == []  # a person may propose IAM changes
     clone.branch("agent-role").write("stacks/platform/ci.tf", ROLE).push()
     by_agent = open_proposal(workspace, people.agent, "agent-role", "a role for CI", requester=people.alice)
+    assert by_agent.proposer.name == "infra-agent" and by_agent.requester.name == "alice"
     assert rego(by_agent) == [("agent-iam", "deny", "aws_iam_role.ci")]
     key = "platform:agent-iam:aws_iam_role.ci"
     with pytest.raises(Refused, match=f"policy denies {key}"):

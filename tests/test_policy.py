@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gateway.adapters.policy import checkov as checkov_adapter
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
 from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.policy import checkov as checkov_adapter
 from gateway.adapters.policy.checkov import parse_checkov_report, run_checkov
 from gateway.adapters.store.rows import now
 from gateway.adapters.store.schema import Database

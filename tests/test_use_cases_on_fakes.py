@@ -74,8 +74,11 @@ def team(ws: Workspace) -> Team:
     return Team(ws)
 
 
+AN_UPDATE = PlanSummary(counts={"update": 1})
+
+
 def proposed(ws: Workspace, requester: Principal, proposer: Principal | None = None, stack: str = "app-staging",
-             summary: PlanSummary = PlanSummary(counts={"update": 1})) -> int:
+             summary: PlanSummary = AN_UPDATE) -> int:
     """A proposal of branch `bigger` on `stack`, planned at its head onto main (what open_proposal leaves)."""
     assert isinstance(ws.repo, FakeDeclarationRepo)
     ws.repo.refs["bigger"] = "head-1"

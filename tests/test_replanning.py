@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from gateway.api.app import create_app
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.proposal import Decision
+from gateway.services.change.breaker import open_breaker, reset_breaker
 from gateway.services.change.jobs import enqueue_moved_proposals, run_job
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
 from gateway.services.change.runner import apply_proposal
@@ -102,3 +103,25 @@ def test_why_a_proposal_cannot_be_planned_is_shown_by_the_command_the_api_and_th
 
     sync = run_cli(["sync", str(conflicted)], ws.settings.home, token=people.tokens["alice"])
     assert sync.returncode == 1 and "does not merge cleanly into main" in sync.stderr  # a person may try again
+
+
+def test_an_agents_change_its_open_breaker_refuses_is_tried_once_until_a_breaker_moves(
+        workspace: Workspace, people: People, clone: Clone) -> None:
+    clone.write("gateway.yaml", clone.read("gateway.yaml") + "\nbreaker:\n  resetters: [platform]\n")
+    clone.push("a breaker", author="admin")
+    clone.branch("agent-queue").write("stacks/app-staging/queue.tf", 'resource "aws_sqs_queue" "q" {}\n').push()
+    agents = open_proposal(workspace, people.agent, "agent-queue", "a queue", requester=people.alice).id
+    open_breaker(workspace, people.admin, None, "incident 7: agents off")
+    moved = clone.write("stacks/app-staging/dlq.tf", 'resource "aws_sqs_queue" "dlq" {}\n').push("and a DLQ")
+
+    assert [len(housekeeping_pass(workspace)) for _ in range(4)] == [1, 0, 0, 0]  # refused once, not every pass
+    [job] = workspace.store.queue.of_proposal(agents)[-1:]
+    assert job.status == JobStatus.REFUSED and "incident 7: agents off" in (job.error or "")
+    with workspace.store.session(readonly=True) as session:
+        assert len(session.audit.events(kind="breaker.refused")) == 1
+    why = view_proposal(workspace, people.dana, agents).cannot_plan
+    assert why is not None and "the circuit breaker for every agent is open" in why
+
+    reset_breaker(workspace, people.bob, None, "incident 7 is over")
+    assert [len(housekeeping_pass(workspace)) for _ in range(2)] == [1, 0]  # the breaker moved: planned, and it plans
+    assert get_proposal(workspace, agents).head_sha == moved

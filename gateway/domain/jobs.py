@@ -83,18 +83,22 @@ PLANNED_FROM = "planned_from"  # in a failed plan job's result: the branch head 
 class PlanFailure:
     """A proposal's latest plan job failed on what it planned from: its branch head and main's head.
 
-    The same inputs fail the same way (a branch that conflicts with main, a malformed declaration), so the
-    workers do not plan it again until one of the two moves; a person's `gateway sync` still does.
+    The same inputs fail the same way (a branch that conflicts with main, a malformed declaration, an agent's change
+    its open circuit breaker refuses), so the workers do not plan it again until one of the two moves, or a breaker
+    is opened, tripped or reset; a person's `gateway sync` still does.
     """
 
     job_id: int
     error: str
     head_sha: str | None  # None: the branch was gone
     main_sha: str
+    at: datetime | None = None  # when the job ended
 
-    def holds(self, head_sha: str | None, main_sha: str) -> bool:
-        """Whether a plan now would start from the same inputs (and so fail the same way)."""
-        return self.head_sha == head_sha and self.main_sha == main_sha
+    def holds(self, head_sha: str | None, main_sha: str, breakers_changed: datetime | None = None) -> bool:
+        """Whether a plan now would start from the same inputs (and so fail the same way): the same heads, and no
+        breaker changed since (`breakers_changed`: the newest change of any)."""
+        moved = breakers_changed is not None and self.at is not None and breakers_changed > self.at
+        return self.head_sha == head_sha and self.main_sha == main_sha and not moved
 
     def describe(self, proposal_id: int) -> str:
         """One sentence: why it cannot be planned, and what plans it again."""
@@ -110,7 +114,9 @@ def plan_failure(jobs: Sequence[Job]) -> PlanFailure | None:
         return None
     last = max(finished, key=lambda j: j.id)
     basis = last.result.get(PLANNED_FROM)
-    if last.status != JobStatus.FAILED or not isinstance(basis, dict) or not basis.get("main_sha"):
+    ended = last.status in (JobStatus.FAILED, JobStatus.REFUSED)
+    if not ended or not isinstance(basis, dict) or not basis.get("main_sha"):
         return None  # interrupted, or failed on something passing (a dependency down): planned again as before
     head = basis.get("head_sha")
-    return PlanFailure(last.id, last.error or "failed", str(head) if head else None, str(basis["main_sha"]))
+    return PlanFailure(last.id, last.error or "failed", str(head) if head else None, str(basis["main_sha"]),
+                       last.finished_at)

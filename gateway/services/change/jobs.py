@@ -165,12 +165,15 @@ def run_plan_job(ws: Workspace, job: Job, runner: str,
     progress(f"re-planning proposal {job.proposal_id}")
     proposal_id = proposal_id_of(job)
     head_sha, main_sha = plan_inputs(ws, get_proposal(ws, proposal_id).branch)
+    planned_from = {PLANNED_FROM: {"head_sha": head_sha, "main_sha": main_sha}}
     try:
         _, changes = sync_proposal(ws, proposal_id)
-    except (Refused, Unavailable, LockTimeout):
+    except (Unavailable, LockTimeout):
         raise
+    except Refused as exc:  # an open breaker refuses the same change the same way until it is reset
+        return JobStatus.REFUSED, {"reasons": exc.reasons, **planned_from}, "; ".join(exc.reasons)
     except GatewayError as exc:
-        return JobStatus.FAILED, {PLANNED_FROM: {"head_sha": head_sha, "main_sha": main_sha}}, str(exc)
+        return JobStatus.FAILED, planned_from, str(exc)
     for change in changes:
         progress(change)
     return JobStatus.SUCCEEDED, {"changes": changes}, None
@@ -268,6 +271,7 @@ def enqueue_moved_proposals(ws: Workspace) -> list[int]:
     with ws.store.session(readonly=True) as session:
         bases = session.proposals.plan_bases(DECIDABLE)
         waiting = session.jobs.proposals_with_unfinished(JobKind.PLAN)
+        breakers_changed = max((state.changed_at for state in session.breaker.states()), default=None)
     main_sha = ws.repo.resolve(ws.main_branch())
     bases = [basis for basis in bases if basis.proposal_id not in waiting]  # a queued plan job re-plans them
     serials = read_serials(ws, sorted({stack for basis in bases for stack in basis.plans}))
@@ -277,7 +281,7 @@ def enqueue_moved_proposals(ws: Workspace) -> list[int]:
     for basis in bases:
         last = last_plans.get(basis.proposal_id)
         failure = plan_failure([last]) if last is not None else None
-        if failure is not None and failure.holds(*plan_inputs(ws, basis.branch, main_sha)):
+        if failure is not None and failure.holds(*plan_inputs(ws, basis.branch, main_sha), breakers_changed):
             continue  # it would fail the same way again: wait for its branch or main to move
         if changes_since_plans(ws, basis, main_sha, serials.__getitem__):
             queued.append(enqueue_job(ws, GATEWAY, JobKind.PLAN, basis.proposal_id).id)

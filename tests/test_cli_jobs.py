@@ -111,6 +111,9 @@ def test_with_no_worker_live_the_command_queues_nothing_and_says_so(pg: tuple[Wo
     code, out, err = _cli(ws, people, "apply", str(pid), "--no-wait")  # queued for whichever worker comes
     assert code == 0 and "follow it with `gateway job 1 --wait`" in out
     assert ws.store.queue.get(1).status == JobStatus.QUEUED
+    code, out, err = _cli(ws, people, "job", "1", "--wait")  # following it gives up while no worker is there
+    assert code == 1 and "job 1 is still queued and no worker is live to take it: it runs when one starts" in err
+    assert ws.store.queue.get(1).status == JobStatus.QUEUED
 
 
 def test_the_command_stops_following_a_queued_job_once_no_worker_is_live(pg: tuple[Workspace, People, Clone]) -> None:

@@ -25,7 +25,7 @@ group = click.Group("jobs")  # this module's commands; gateway.cli registers eac
 @pass_ctx
 def job(ctx: Context, job_id: int, wait: bool) -> None:
     """Show a job: kind, status, progress, and its result once finished."""
-    from gateway.services.change.jobs import follow_job
+    from gateway.services.change.jobs import follow_on_workers
 
     ctx.actor()
     found = ctx.ws.store.queue.get(job_id)
@@ -35,7 +35,11 @@ def job(ctx: Context, job_id: int, wait: bool) -> None:
     click.echo(f"job {found.id}: {found.kind.value} of {subject} [{found.status.value}]"
                + (f" on {found.runner}" if found.runner else ""))
     if wait and not found.finished:
-        found = follow_job(ctx.ws, job_id, lambda line: click.echo(f"  {line}", err=True))
+        found = follow_on_workers(ctx.ws, found, lambda line: click.echo(f"  {line}", err=True))
+        if not found.finished:
+            click.echo(f"error: job {job_id} is still queued and no worker is live to take it: it runs when one "
+                       "starts (`gateway worker`)", err=True)
+            sys.exit(1)
     else:
         for line in found.progress:
             click.echo(f"  {line}")

@@ -23,6 +23,7 @@ from gateway.domain.proposal import Decision
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.admin.users import add_principal, disable_principal
 from gateway.services.change.proposals import decide, get_proposal
+from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
@@ -216,6 +217,9 @@ def test_whoever_pushed_commits_of_a_change_through_the_endpoint_cannot_approve_
     served.git("push", "-q", "origin", "feature/refunds", cwd=helping)
     wait_for("the re-plan of paul's commit", lambda: get_proposal(served.ws, pid).head_sha == his)
 
+    page = view_proposal(served.ws, paul, pid)  # his page offers him no decision, and bob's does
+    assert (page.can_approve, page.can_reject) == (False, False)
+    assert view_proposal(served.ws, served.people.bob, pid).can_approve
     with pytest.raises(Refused, match=f"paul pushed commit {his[:12]} of this change through the gateway's git "
                                       "endpoint and cannot approve or reject it"):
         decide(served.ws, paul, pid, Decision.APPROVE, "looks good")

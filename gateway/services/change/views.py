@@ -12,6 +12,7 @@ from gateway.domain.apply_blockers import apply_blockers, standing_blockers
 from gateway.domain.approvals import approver_groups, decision_refusals, required_approvals
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.lifecycle import DECIDABLE
+from gateway.domain.permissions import Action, refusals
 from gateway.domain.plan_rounds import PlanRound, RoundState
 from gateway.domain.preview import Preview, preview_from_json
 from gateway.domain.principals import Principal
@@ -21,7 +22,13 @@ from gateway.domain.scrubbing import Scrubber
 from gateway.ports import UnitOfWork
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.plan_failures import standing_plan_failure
-from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, stored_previews
+from gateway.services.change.proposals import (
+    claim_issues,
+    get_proposal,
+    pending_changes,
+    pushed_by,
+    stored_previews,
+)
 from gateway.services.change.read_model import scrubbed_bytes
 from gateway.services.workspace import Workspace
 
@@ -115,6 +122,8 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
     proposal = get_proposal(ws, proposal_id)
     jobs = session.jobs.of_proposal(proposal_id)
     facts = gather_apply_facts(ws, proposal, viewer, hash_saved_plans=False)
+    # only who may request may push through the git endpoint: nobody else's view asks who pushed (a decision does)
+    pushed = pushed_by(ws, proposal) if not refusals(viewer, Action.REQUEST) else None
     settings, moment = facts.settings, facts.now
     failure = standing_plan_failure(ws, proposal, jobs)
     return ProposalView(
@@ -123,8 +132,8 @@ def _view(ws: Workspace, session: UnitOfWork, viewer: Principal, proposal_id: in
         required_approvals=required_approvals(proposal, settings),
         blocked_by=standing_blockers(facts) if proposal.status in DECIDABLE else [],
         claim_issues=claim_issues(ws, proposal),
-        can_approve=not decision_refusals(viewer, proposal, settings, moment, Decision.APPROVE),
-        can_reject=not decision_refusals(viewer, proposal, settings, moment, Decision.REJECT),
+        can_approve=not decision_refusals(viewer, proposal, settings, moment, Decision.APPROVE, pushed=pushed),
+        can_reject=not decision_refusals(viewer, proposal, settings, moment, Decision.REJECT, pushed=pushed),
         apply_blockers=apply_blockers(facts),
         diff=ws.repo.diff(proposal.base_sha, proposal.head_sha),
         pending=pending_changes(ws, proposal),

@@ -19,6 +19,7 @@ from gateway.domain.preview import Preview, build_preview, preview_from_json, pr
 from gateway.domain.principals import GATEWAY, Actor, Principal
 from gateway.domain.proposal import Decision, PlanBasis, Proposal, ProposalKind, Transition
 from gateway.domain.risk import Risk
+from gateway.logs import get_logger
 from gateway.ports import UnitOfWork
 from gateway.services.change.annotations import annotate_previews
 from gateway.services.change.breaker import guard_agent_change
@@ -37,6 +38,8 @@ from gateway.services.change.read_model import saved_preview
 from gateway.services.workspace import Workspace
 
 MAX_REASON = 4000
+
+log = get_logger(__name__)
 
 
 def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
@@ -283,10 +286,13 @@ def pushed_by(ws: Workspace, proposal: Proposal) -> dict[str, str]:
 
 
 def _part_of(ws: Workspace, proposal: Proposal, sha: str) -> bool:
+    """Whether a pushed commit is part of the proposal; a check git cannot make counts it in (fails closed: the
+    pusher is barred from deciding rather than let through)."""
     try:
         return ws.repo.is_ancestor(sha, proposal.head_sha) and not ws.repo.is_ancestor(sha, proposal.base_sha)
-    except GatewayError:  # a commit the repository no longer has is part of nothing
-        return False
+    except GatewayError as exc:
+        log.warning("push.ancestry_unknown", proposal=proposal.id, sha=sha, error=str(exc))
+        return True
 
 
 def withdraw_decisions(ws: Workspace, actor: Actor, person: Principal, proposal_id: int,

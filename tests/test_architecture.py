@@ -224,3 +224,84 @@ def test_the_rules_see_real_imports(rule: str) -> None:
     seen = {i for n, p in MODULES.items() if n.startswith(prefix) for i in _imports(n, p)}
     assert any(i.startswith(prefix) for i in seen)
     assert "gateway.ports" in {i for n, p in MODULES.items() if n.startswith("gateway.services") for i in _imports(n, p)}
+
+
+# What each narrow dependency of services/workspace.py holds: a use case takes the narrowest that holds what it
+# touches, and the whole `Workspace` only when none does (cosmicpython's handlers take their dependencies).
+NARROW = ("Records", "Configured", "MainRules", "Signed", "Identified", "Delivering")
+WHOLE = frozenset({"*"})
+# Rooms not yet read with this rule, until they are. The list only shrinks.
+NOT_YET_NARROWED = ("gateway.services.forge.", "gateway.services.change.views.", "gateway.services.change.read_model.",
+                    "gateway.services.change.plan_rounds.", "gateway.services.change.jobs.")
+
+
+def test_use_cases_take_what_they_use() -> None:
+    """A service function that takes the whole `Workspace` touches more of it than any narrow dependency holds (or
+    hands it on whole): what it reads of it, and what the service functions it hands it to read, to the bottom."""
+    from gateway.services import workspace
+
+    holds = {name: _members(getattr(workspace, name)) for name in NARROW}
+    functions = _service_functions()
+    assert len(functions) > 250, "the scan sees the use cases"
+    touched: dict[str, frozenset[str]] = {}
+    too_wide = []
+    for name, (_, _, annotation) in sorted(functions.items()):
+        if annotation != "Workspace" or name.startswith(NOT_YET_NARROWED):
+            continue
+        uses = _touches(name, functions, touched)
+        narrow = next((n for n in NARROW if uses <= holds[n]), None)
+        if narrow is not None:
+            too_wide.append(f"{name} touches only {', '.join(sorted(uses)) or 'nothing'} of its workspace: take {narrow}")
+    assert too_wide == [], "use cases taking the whole workspace:\n" + "\n".join(too_wide)
+
+
+def _members(protocol: type) -> frozenset[str]:
+    return frozenset(n for klass in protocol.__mro__ if klass.__module__ == "gateway.services.workspace"
+                     for n in vars(klass) if not n.startswith("_"))
+
+
+def _service_functions() -> dict[str, tuple[ast.FunctionDef, str, str]]:
+    """Every function of services/ with a workspace parameter, by `module.function`: the parameter and its type."""
+    found: dict[str, tuple[ast.FunctionDef, str, str]] = {}
+    for module, path in MODULES.items():
+        if not module.startswith("gateway.services."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for argument in node.args.args + node.args.kwonlyargs:
+                annotation = ast.unparse(argument.annotation) if argument.annotation else ""
+                if annotation == "Workspace" or annotation in NARROW:
+                    found[f"{module}.{node.name}"] = (node, argument.arg, annotation)
+                    break
+    return found
+
+
+def _touches(name: str, functions: dict[str, tuple[ast.FunctionDef, str, str]],
+             touched: dict[str, frozenset[str]], depth: int = 0) -> frozenset[str]:
+    """What `name` touches of its workspace: attributes it reads, and what the service functions it hands the
+    workspace to touch; anything else done with it (kept, handed to a callable we cannot see) counts as all of it."""
+    if name in touched:
+        return touched[name]
+    function, parameter, _ = functions[name]
+    if depth > 40:
+        return WHOLE
+    by_short = {n.rpartition(".")[2]: n for n in functions}
+    uses: set[str] = set()
+    handed = {id(a) for call in ast.walk(function) if isinstance(call, ast.Call)
+              for a in [*call.args, *(k.value for k in call.keywords)]
+              if isinstance(a, ast.Name) and a.id == parameter}
+    read = {id(n.value) for n in ast.walk(function) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name) and n.value.id == parameter}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Attribute) and id(node.value) in read:
+            uses.add(node.attr)
+        elif isinstance(node, ast.Call):
+            callee = node.func.id if isinstance(node.func, ast.Name) else None
+            if any(id(a) in handed for a in [*node.args, *(k.value for k in node.keywords)]):
+                uses |= _touches(by_short[callee], functions, touched, depth + 1) if callee in by_short else WHOLE
+        elif isinstance(node, ast.Name) and node.id == parameter and id(node) not in handed | read \
+                and isinstance(node.ctx, ast.Load):
+            uses |= WHOLE  # returned, kept or compared: the whole of it
+    touched[name] = frozenset(uses)
+    return touched[name]

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.config import Settings
 from gateway.domain.jobs import Job, JobKind, JobStatus
@@ -49,6 +49,56 @@ class Reactions:
 
     applied: Callable[[Workspace, Proposal], object] = _nothing  # every stack applied: settle the drift it reverted
     recovering: Callable[[Workspace], list[str]] = lambda ws: []  # dead workers' work recovered: and their agent turns
+
+
+class Records(Protocol):
+    """What a use case on records alone takes: the store and the time. A use case takes the narrowest of these
+    that holds what it touches (cosmicpython's handlers take their dependencies, not the bootstrap's bag); a
+    `Workspace` is each of them, and a test may hand one a smaller thing."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def clock(self) -> Clock: ...
+
+
+class Configured(Records, Protocol):
+    """... and the gateway's own settings (never the declaration repo's)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+class MainRules(Records, Protocol):
+    """... and the declaration repo, whose main's gateway.yaml binds every proposal."""
+
+    @property
+    def repo(self) -> DeclarationRepo: ...
+    def repo_settings(self, ref: str | None = None) -> RepoSettings: ...
+    def main_branch(self) -> str: ...
+
+
+class Signed(Configured, Protocol):
+    """... and the audit checkpoints' key."""
+
+    @property
+    def signer(self) -> Signer | None: ...
+
+
+class Identified(Configured, Protocol):
+    """... and the identity providers people sign in with."""
+
+    @property
+    def identity_providers(self) -> Mapping[str, IdentityProvider]: ...
+
+
+class Delivering(Configured, Protocol):
+    """... and what sends notifications and counts them."""
+
+    @property
+    def notifier(self) -> NotificationSender | None: ...
+    @property
+    def metrics(self) -> Metrics: ...
 
 
 @dataclass

@@ -16,14 +16,14 @@ from gateway.domain.permissions import Action, require
 from gateway.domain.principals import Principal
 from gateway.domain.trail_tree import BLOCK, TrailTree, as_text, from_text, leaf_hash, leaves_wanted, subtree_root
 from gateway.ports import AuditLog, Signer
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records, Signed
 
 
 def require_auditor(actor: Principal) -> None:
     require(actor, Action.READ_TRAIL)
 
 
-def list_events(ws: Workspace, actor: Principal, proposal_id: int | None = None, actor_name: str | None = None,
+def list_events(ws: Records, actor: Principal, proposal_id: int | None = None, actor_name: str | None = None,
                 stack: str | None = None, since: str | None = None, until: str | None = None,
                 address: str | None = None, action: str | None = None, outcome: str | None = None,
                 after: int = 0, limit: int | None = None) -> list[AuditEvent]:
@@ -45,7 +45,7 @@ def _iso(value: str, name: str) -> str:
         raise InputError(f"{name} {value!r} is not an ISO 8601 time such as 2026-11-29T10:00") from None
 
 
-def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[AuditEvent]:
+def proposal_story(ws: Records, actor: Principal, proposal_id: int) -> list[AuditEvent]:
     """The change's events, with the agent's work for it (its conversation's requests, model and tool calls)."""
     events = list_events(ws, actor, proposal_id=proposal_id)
     if not events:
@@ -57,7 +57,7 @@ def proposal_story(ws: Workspace, actor: Principal, proposal_id: int) -> list[Au
     return sorted({e.seq: e for e in events + ours}.values(), key=lambda e: e.seq)
 
 
-def verify_trail(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None]:
+def verify_trail(ws: Records, actor: Principal) -> tuple[int, ChainBreak | None]:
     """The whole chain, streamed: memory stays flat however long the trail. Returns the events proven."""
     require_auditor(actor)
     with ws.store.session(readonly=True) as session:
@@ -75,14 +75,14 @@ def _verify(audit: AuditLog, head: tuple[int, str] | None, start: tuple[int, str
     return max(0, (broken.seq or upto + 1) - start[0] - 1), broken
 
 
-def audit_signer(ws: Workspace) -> Signer:
+def audit_signer(ws: Signed) -> Signer:
     """The key that signs checkpoints and evidence (a clear error when none is configured)."""
     if ws.signer is None:
         raise ConfigError("no audit signing key is configured for this workspace")
     return ws.signer
 
 
-def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint:
+def sign_checkpoint(ws: Signed, actor: Principal | None = None) -> Checkpoint:
     """Sign the chain's head now, with the root of the trail's Merkle tree, and keep the checkpoint (an auditor keeps
     the printed copy, too). The tree's new complete blocks are kept first, each batch in a transaction of its own:
     the head's write lock is never held while the trail is hashed."""
@@ -102,7 +102,7 @@ def sign_checkpoint(ws: Workspace, actor: Principal | None = None) -> Checkpoint
 TREE_BATCH = 1024  # blocks hashed and kept per transaction when a checkpoint extends the tree
 
 
-def trail_tree(ws: Workspace, size: int, leaves: Iterable[int] = (), keep: bool = False) -> TrailTree:
+def trail_tree(ws: Records, size: int, leaves: Iterable[int] = (), keep: bool = False) -> TrailTree:
     """The Merkle tree of the first `size` events, able to give the paths of the `leaves` asked (0-based). Blocks
     not kept yet are hashed from their events: kept (`keep`, when a checkpoint is signed) or only used (a read)."""
     wanted = size // BLOCK
@@ -122,7 +122,7 @@ def trail_tree(ws: Workspace, size: int, leaves: Iterable[int] = (), keep: bool 
     return TrailTree(size, roots, known)
 
 
-def _leaves(ws: Workspace, lo: int, hi: int) -> list[bytes]:
+def _leaves(ws: Records, lo: int, hi: int) -> list[bytes]:
     """The leaf hashes of events lo+1..hi (leaves lo..hi-1); a missing event is refused, never hashed around."""
     with ws.store.session(readonly=True) as session:
         hashes = session.audit.hashes(lo, hi)
@@ -132,7 +132,7 @@ def _leaves(ws: Workspace, lo: int, hi: int) -> list[bytes]:
     return [leaf_hash(h) for h in hashes]
 
 
-def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainBreak | None, Checkpoint | None]:
+def verify_from_checkpoint(ws: Signed, actor: Principal) -> tuple[int, ChainBreak | None, Checkpoint | None]:
     """Resume: prove the chain after the newest checkpoint this gateway signed (its signature checked with the
     gateway's key), and that the checkpoint's event still ends in the signed hash. Returns events verified."""
     require_auditor(actor)
@@ -153,7 +153,7 @@ def verify_from_checkpoint(ws: Workspace, actor: Principal) -> tuple[int, ChainB
     return count, broken, checkpoint
 
 
-def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -> tuple[int, ChainBreak | None]:
+def verify_checkpoint(ws: Signed, actor: Principal, checkpoint: Checkpoint) -> tuple[int, ChainBreak | None]:
     """The trail up to a checkpoint an auditor kept: its signature, and the chain ending where it signed."""
     require_auditor(actor)
     if not audit_signer(ws).valid(checkpoint.public_key, checkpoint.message(), checkpoint.signature):
@@ -163,7 +163,7 @@ def verify_checkpoint(ws: Workspace, actor: Principal, checkpoint: Checkpoint) -
             return checkpoint.seq, verify_against(links, checkpoint, session.audit.decode)
 
 
-def checkpoint_if_due(ws: Workspace) -> Checkpoint | None:
+def checkpoint_if_due(ws: Signed) -> Checkpoint | None:
     """For workers: sign a checkpoint when the newest is older than the interval and the chain moved since."""
     with ws.store.session(readonly=True) as session:
         kept = session.audit.checkpoints()

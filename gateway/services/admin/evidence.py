@@ -38,7 +38,7 @@ from gateway.domain.preview import preview_from_json, render_text
 from gateway.domain.principals import Principal
 from gateway.domain.trail_tree import as_text
 from gateway.services.admin.audit import audit_signer, require_auditor, trail_tree
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Records, Signed, Workspace
 
 MAX_SAMPLE = 1000
 SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # DER prefix of an Ed25519 SubjectPublicKeyInfo
@@ -46,7 +46,7 @@ SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")  # DER prefix of an Ed2
 CATCH_UP = 20_000  # the most new events a kept period reads to catch up; past it, the period is read afresh
 
 
-def resolve_period(ws: Workspace, period: str | None = None, since: str | None = None,
+def resolve_period(ws: Records, period: str | None = None, since: str | None = None,
                    until: str | None = None) -> Period:
     """The period an auditor named (`2026-Q3`, `2026-07-01..2026-09-30`), or its ends, or the last 90 days."""
     try:
@@ -61,7 +61,7 @@ def repository_name(ws: Workspace) -> str:
     return github.repository if github is not None else ws.settings.repo_path.name
 
 
-def stack_environments(ws: Workspace) -> dict[str, str | None]:
+def stack_environments(ws: MainRules) -> dict[str, str | None]:
     """Each stack's environment tag, as main's gateway.yaml says now."""
     return {name: stack.environment for name, stack in ws.repo_settings().stacks.items()}
 
@@ -179,7 +179,7 @@ def sample_changes(ws: Workspace, actor: Principal, period: Period, scope: Scope
     return sample
 
 
-def public_key(ws: Workspace) -> tuple[str, str]:
+def public_key(ws: Signed) -> tuple[str, str]:
     """The audit key's public half: base64 (as checkpoints name it) and PEM (what the verifier takes either of)."""
     raw = audit_signer(ws).public_key()
     der = base64.b64encode(SPKI_ED25519 + base64.b64decode(raw)).decode()

@@ -16,10 +16,10 @@ from gateway.domain.breaker import ALL_AGENTS
 from gateway.domain.errors import GatewayError
 from gateway.domain.operations import ReadinessCheck, ServiceGauges
 from gateway.services.change.workers import live_workers
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Records, Workspace
 
 
-def read_gauges(ws: Workspace) -> ServiceGauges:
+def read_gauges(ws: Configured) -> ServiceGauges:
     """Every scrape-time figure, in one read-only transaction plus the queue's own query."""
     queue = tuple(ws.store.queue.depth())
     ended = tuple(ws.store.queue.ended())
@@ -45,7 +45,7 @@ def read_gauges(ws: Workspace) -> ServiceGauges:
                          audit_events=head[0] if head else 0, locks_expired=expired, workers_alive=alive)
 
 
-def _seconds_since(ws: Workspace, at: str) -> float:
+def _seconds_since(ws: Records, at: str) -> float:
     return max(0.0, (ws.clock.now() - datetime.fromisoformat(at)).total_seconds())
 
 
@@ -60,7 +60,7 @@ def check_readiness(ws: Workspace) -> list[ReadinessCheck]:
     return checks
 
 
-def _database(ws: Workspace) -> ReadinessCheck:
+def _database(ws: Records) -> ReadinessCheck:
     try:
         with ws.store.session(readonly=True) as session:
             session.principals.count()
@@ -69,7 +69,7 @@ def _database(ws: Workspace) -> ReadinessCheck:
     return ReadinessCheck("database")
 
 
-def _migrations(ws: Workspace) -> ReadinessCheck:
+def _migrations(ws: Records) -> ReadinessCheck:
     try:
         pending = ws.store.pending_migrations()
     except GatewayError as exc:
@@ -90,7 +90,7 @@ def _declarations(ws: Workspace) -> ReadinessCheck:
     return ReadinessCheck("workspace")
 
 
-def _keys(ws: Workspace) -> ReadinessCheck:
+def _keys(ws: Configured) -> ReadinessCheck:
     problems = [p for p in (_readable(ws.settings.data_key_path, "data key", must_exist=True),
                             _readable(ws.settings.signing_key_path, "audit signing key", must_exist=False)) if p]
     return ReadinessCheck("keys", "; ".join(problems) if problems else None)

@@ -35,7 +35,7 @@ from gateway.domain.sign_in import (
 from gateway.domain.sign_in import suggested_name as _suggested_name
 from gateway.ports import IdentityProvider, UnitOfWork
 from gateway.services.admin.users import authenticate_person
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Identified, Records, Workspace
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,12 @@ class SignedIn:
     claimed_groups: frozenset[str] | None  # what the provider named at sign-in (None: it names no groups)
 
 
-def provider_choices(ws: Workspace) -> list[tuple[str, str]]:
+def provider_choices(ws: Identified) -> list[tuple[str, str]]:
     """(name, label) of each configured provider, for the sign-in page."""
     return [(p.name, p.label) for p in ws.identity_providers.values()]
 
 
-def start_sign_in(ws: Workspace, provider: str, redirect_uri: str, browser_key: str) -> str:
+def start_sign_in(ws: Identified, provider: str, redirect_uri: str, browser_key: str) -> str:
     """Where to send the person to sign in with `provider`; what its callback must match waits here, under the
     sign-in's state, for the browser whose cookie holds `browser_key`."""
     chosen = _provider(ws, provider)
@@ -70,7 +70,7 @@ def start_sign_in(ws: Workspace, provider: str, redirect_uri: str, browser_key: 
     return started.url
 
 
-def finish_sign_in(ws: Workspace, provider: str, browser_key: str | None,
+def finish_sign_in(ws: Identified, provider: str, browser_key: str | None,
                    callback: Mapping[str, str]) -> tuple[str, SignedIn]:
     """Verify the provider's answer and open a session for the linked principal: (session id, who)."""
     chosen = _provider(ws, provider)
@@ -88,12 +88,12 @@ def finish_sign_in(ws: Workspace, provider: str, browser_key: str | None,
     return _open_session(ws, principal, identity.auth_method, identity.groups, details)
 
 
-def sign_in_with_token(ws: Workspace, token: str) -> tuple[str, SignedIn]:
+def sign_in_with_token(ws: Configured, token: str) -> tuple[str, SignedIn]:
     """A page session from an API token (people only)."""
     return _open_session(ws, authenticate_person(ws, token), TOKEN_AUTH, None, {})
 
 
-def signed_in(ws: Workspace, session_id: str | None) -> SignedIn:
+def signed_in(ws: Records, session_id: str | None) -> SignedIn:
     """Who a session cookie signs in; an ended, expired or disabled person's session is refused (and recorded)."""
     if not session_id:
         raise AuthError("sign in first")
@@ -115,7 +115,7 @@ def signed_in(ws: Workspace, session_id: str | None) -> SignedIn:
     return SignedIn(narrowed, record.auth_method, record.claimed_groups)
 
 
-def sign_out(ws: Workspace, session_id: str | None) -> None:
+def sign_out(ws: Records, session_id: str | None) -> None:
     """End the session at once (a copy of the cookie signs no one in afterwards)."""
     if not session_id:
         return
@@ -151,7 +151,7 @@ def decide_signed_in(ws: Workspace, who: SignedIn, proposal_id: int, decision: D
                seen_digests=seen_digests)
 
 
-def link_identity(ws: Workspace, actor: Principal, name: str, issuer: str, subject: str) -> Principal:
+def link_identity(ws: Records, actor: Principal, name: str, issuer: str, subject: str) -> Principal:
     """An admin links an OIDC identity (issuer and subject, never an e-mail) to a person."""
     require(actor, Action.LINK_ACCOUNTS)
     issuer, subject = issuer.strip(), subject.strip()  # the issuer exactly as its ID tokens name it
@@ -171,7 +171,7 @@ def link_identity(ws: Workspace, actor: Principal, name: str, issuer: str, subje
 # -----------------------------------------------------------------------------------------------------
 
 
-def _provider(ws: Workspace, name: str) -> IdentityProvider:
+def _provider(ws: Identified, name: str) -> IdentityProvider:
     provider = ws.identity_providers.get(name)
     if provider is None:
         raise NotFound(f"no sign-in provider {name!r} is configured "
@@ -179,7 +179,7 @@ def _provider(ws: Workspace, name: str) -> IdentityProvider:
     return provider
 
 
-def _principal_for(ws: Workspace, identity: Identity) -> Principal:
+def _principal_for(ws: Configured, identity: Identity) -> Principal:
     """The principal an identity is linked to (or one an admission rule makes now); refused otherwise."""
     with ws.store.session() as session:
         if identity.issuer == GITHUB_ISSUER:
@@ -200,7 +200,7 @@ def _principal_for(ws: Workspace, identity: Identity) -> Principal:
     return principal
 
 
-def _admit(ws: Workspace, session: UnitOfWork, identity: Identity) -> Principal | None:
+def _admit(ws: Configured, session: UnitOfWork, identity: Identity) -> Principal | None:
     """A requester for an unlinked identity that a configured rule admits (None: no rule does)."""
     rule = AdmissionRule(_listed(ws.settings.admit_domains.lower()), _listed(ws.settings.admit_groups))
     why = rule.admits(identity)
@@ -217,7 +217,7 @@ def _admit(ws: Workspace, session: UnitOfWork, identity: Identity) -> Principal 
     return principal
 
 
-def _use_pending(ws: Workspace, provider: str, browser_key: str | None, state: str) -> Mapping[str, str]:
+def _use_pending(ws: Records, provider: str, browser_key: str | None, state: str) -> Mapping[str, str]:
     """What the sign-in named by the callback's state kept, used now: it was started here, with this provider, in
     this browser, not long ago, and never used. Checked before anything else in the answer is believed."""
     if not state:
@@ -233,7 +233,7 @@ def _use_pending(ws: Workspace, provider: str, browser_key: str | None, state: s
     return flow.secrets
 
 
-def _open_session(ws: Workspace, principal: Principal, auth_method: str, claimed: frozenset[str] | None,
+def _open_session(ws: Configured, principal: Principal, auth_method: str, claimed: frozenset[str] | None,
                   details: dict[str, object]) -> tuple[str, SignedIn]:
     session_id = secrets.token_urlsafe(32)
     moment = ws.clock.now()
@@ -248,7 +248,7 @@ def _open_session(ws: Workspace, principal: Principal, auth_method: str, claimed
     return session_id, SignedIn(replace(principal, groups=counted), auth_method, claimed)
 
 
-def _record_refusal(ws: Workspace, provider: str, exc: SignInRefused, identity: Identity | None) -> None:
+def _record_refusal(ws: Records, provider: str, exc: SignInRefused, identity: Identity | None) -> None:
     """In the trail, the first few of each kind (provider and check) a minute; the rest are counted there later."""
     payload: dict[str, object] = {"provider": provider, "check": exc.check, "reason": str(exc)}
     if identity is not None:

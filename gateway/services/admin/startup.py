@@ -16,12 +16,12 @@ from importlib import metadata
 from gateway.domain.backoff import Backoff
 from gateway.domain.errors import BackendError
 from gateway.logs import get_logger
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Identified, Records
 
 log = get_logger(__name__)
 
 
-def log_start(ws: Workspace, process: str, **fields: object) -> None:
+def log_start(ws: Identified, process: str, **fields: object) -> None:
     """The line a process starts with: what runs, and the settings an operator checks first (never a secret: no
     URL that may hold credentials, no key, only whether a part is configured)."""
     s = ws.settings
@@ -38,7 +38,7 @@ def _version() -> str:
         return "unknown"
 
 
-def bring_database_up(ws: Workspace, process: str, stop: threading.Event, backoff: Backoff | None = None,
+def bring_database_up(ws: Records, process: str, stop: threading.Event, backoff: Backoff | None = None,
                       attempts: int | None = None) -> bool:
     """Until the database answers at this code's schema (migrating it), `stop` is set, or `attempts` are spent;
     whether it answered."""

@@ -19,12 +19,12 @@ from gateway.domain.principals import (
     new_token,
 )
 from gateway.ports import UnitOfWork
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Records
 
 LAST_USE_GRANULARITY = timedelta(minutes=1)  # a token's last use is written at most once a minute
 
 
-def add_principal(ws: Workspace, actor: Principal | None, name: str, roles: frozenset[Role],
+def add_principal(ws: Configured, actor: Principal | None, name: str, roles: frozenset[Role],
                   groups: frozenset[str] = frozenset(), kind: PrincipalKind = PrincipalKind.PERSON,
                   acting_for: str | None = None) -> tuple[Principal, str]:
     """Create a principal and return it with its token, which is shown this once and stored hashed.
@@ -65,7 +65,7 @@ class UserRecord:
     identities: tuple[tuple[str, str], ...]  # (issuer, subject) it signs in as
 
 
-def list_users(ws: Workspace, actor: Principal) -> list[UserRecord]:
+def list_users(ws: Records, actor: Principal) -> list[UserRecord]:
     """Every principal with its roles, groups, token expiry and sign-in identities, by name.
 
     What the trail records of every user, so it needs what reading the trail needs (auditors and admins): the
@@ -81,7 +81,7 @@ def list_users(ws: Workspace, actor: Principal) -> list[UserRecord]:
         return records
 
 
-def authenticate(ws: Workspace, token: str | None) -> Principal:
+def authenticate(ws: Records, token: str | None) -> Principal:
     """The principal a token belongs to: not disabled, the token not expired; its last use is kept (to the minute),
     after the read has ended: a write never waits on a read its own thread holds open."""
     with token_read(ws, token) as (principal, used):
@@ -95,7 +95,7 @@ LastUse = tuple[str, datetime]  # a principal's id, and the moment its token was
 
 
 @contextmanager
-def token_read(ws: Workspace, token: str | None) -> Iterator[tuple[Principal, LastUse | None]]:
+def token_read(ws: Records, token: str | None) -> Iterator[tuple[Principal, LastUse | None]]:
     """`authenticate` without the write: the token's principal inside one read unit of work (which the caller's reads
     join), and its last use when that is to be recorded (`record_use`, once the read has ended; None: recorded
     within the minute)."""
@@ -106,13 +106,13 @@ def token_read(ws: Workspace, token: str | None) -> Iterator[tuple[Principal, La
         yield _checked(ws, session.principals.token_holder(hash_token(token.strip())))
 
 
-def record_use(ws: Workspace, used: LastUse) -> None:
+def record_use(ws: Records, used: LastUse) -> None:
     """Keep a token's last use (a write: it may wait for the database's write lock)."""
     with ws.store.session() as session:
         session.principals.touch(*used)
 
 
-def _checked(ws: Workspace, found: tuple[Principal, Credentials] | None
+def _checked(ws: Records, found: tuple[Principal, Credentials] | None
              ) -> tuple[Principal, LastUse | None]:
     """The token's holder if it may act, and (id, now) when its last use is to be recorded."""
     if found is None:
@@ -132,7 +132,7 @@ def _checked(ws: Workspace, found: tuple[Principal, Credentials] | None
 # --- credentials with a lifecycle: every change by an admin, in the trail -------------------------
 
 
-def disable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
+def disable_principal(ws: Records, actor: Principal, name: str, reason: str) -> Principal:
     """Nobody signs in as them any more, and their page sessions end; their approvals stop counting (an apply
     checks again)."""
     def disable(session: UnitOfWork, pid: str) -> None:
@@ -144,12 +144,12 @@ def disable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -
     return _change(ws, actor, name, "principal.disabled", {"reason": _why(reason)}, disable)
 
 
-def enable_principal(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
+def enable_principal(ws: Records, actor: Principal, name: str, reason: str) -> Principal:
     return _change(ws, actor, name, "principal.enabled", {"reason": _why(reason)},
                    lambda session, pid: session.principals.set_disabled(pid, None))
 
 
-def rotate_token(ws: Workspace, actor: Principal, name: str) -> str:
+def rotate_token(ws: Configured, actor: Principal, name: str) -> str:
     """A new token (shown this once); the old one stops working at once."""
     token = new_token()
     _change(ws, actor, name, "principal.token_rotated", {},
@@ -157,13 +157,13 @@ def rotate_token(ws: Workspace, actor: Principal, name: str) -> str:
     return token
 
 
-def revoke_token(ws: Workspace, actor: Principal, name: str, reason: str) -> Principal:
+def revoke_token(ws: Records, actor: Principal, name: str, reason: str) -> Principal:
     """No token works for them until an admin rotates one."""
     return _change(ws, actor, name, "principal.token_revoked", {"reason": _why(reason)},
                    lambda session, pid: session.principals.set_token(pid, hash_token(new_token()), None))
 
 
-def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role] | None,
+def set_access(ws: Records, actor: Principal, name: str, roles: frozenset[Role] | None,
                groups: frozenset[str] | None) -> Principal:
     """Change someone's roles and/or approver groups."""
     with ws.store.session(readonly=True) as session:
@@ -179,7 +179,7 @@ def set_access(ws: Workspace, actor: Principal, name: str, roles: frozenset[Role
         lambda session, pid: session.principals.set_access(pid, new_roles, new_groups))
 
 
-def _change(ws: Workspace, actor: Principal, name: str, kind: str, payload: dict,
+def _change(ws: Records, actor: Principal, name: str, kind: str, payload: dict,
             write: Callable[[UnitOfWork, str], None]) -> Principal:
     """One admin's change to a user, with its event; never the last enabled admin away."""
     require(actor, Action.CHANGE_USERS)
@@ -201,12 +201,12 @@ def _why(reason: str) -> str:
     return reason.strip()[:1000]
 
 
-def _expiry(ws: Workspace) -> datetime | None:
+def _expiry(ws: Configured) -> datetime | None:
     days = ws.settings.token_ttl_days
     return ws.clock.now() + timedelta(days=days) if days else None
 
 
-def authenticate_person(ws: Workspace, token: str | None) -> Principal:
+def authenticate_person(ws: Records, token: str | None) -> Principal:
     """Sign-in to the review pages: people only; an agent's token opens no session."""
     principal = authenticate(ws, token)
     require(principal, Action.SIGN_IN)

@@ -29,7 +29,7 @@ from gateway.ports import WorkingCopy
 from gateway.services.change.breaker import agent_stop_reason
 from gateway.services.change.planning import ChangeOrigin, plan_directory
 from gateway.services.change.proposals import claim_issues, open_proposal, sync_proposal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Records, Workspace
 
 AGENT_NAME = BUILTIN_AGENT_NAME
 MAX_REQUEST = 8000
@@ -50,13 +50,13 @@ class RequestOutcome:
     opened: bool = False  # this turn opened the proposal (rather than adding a commit to it)
 
 
-def model_from_settings(ws: Workspace) -> ChatModel:
+def model_from_settings(ws: Configured) -> ChatModel:
     s = ws.settings
     return ChatModel(s.openai_base_url, s.openai_api_key.get_secret_value() if s.openai_api_key else None, s.model,
                      s.model_timeout, s.model_retries, s.model_max_tokens)
 
 
-def agent_principal(ws: Workspace) -> Principal:
+def agent_principal(ws: Records) -> Principal:
     """The agent's own principal (created on first use): kind agent, requester role only."""
     with ws.store.session() as session:
         agent = session.principals.by_name(AGENT_NAME)
@@ -96,7 +96,7 @@ def submit_request(ws: Workspace, person: Principal, text: str, conversation_id:
         return _run_turn(ws, person, agent, conversation, text, model, progress, hold)
 
 
-def open_conversation(ws: Workspace, person: Principal) -> str:
+def open_conversation(ws: Records, person: Principal) -> str:
     """A new conversation of `person` with the agent, on a branch of its own; its id."""
     return _conversation(ws, person, None).id
 
@@ -112,7 +112,7 @@ class _Conversation:
 class _Hold:
     """A turn's hold on its conversation: a lease under the turn's own id, renewed at every model and tool call.
     Once it lapsed and another turn took the conversation over, it is lost for good: this turn stops."""
-    ws: Workspace
+    ws: Configured
     conversation_id: str
     turn: str
     lost: bool = False
@@ -133,7 +133,7 @@ class _Hold:
 
 
 @contextmanager
-def _holding(ws: Workspace, conversation_id: str, turn: str) -> Iterator[_Hold]:
+def _holding(ws: Configured, conversation_id: str, turn: str) -> Iterator[_Hold]:
     """One turn at a time per conversation: a second concurrent turn is refused, not interleaved."""
     hold = _Hold(ws, conversation_id, turn)
     with ws.store.session() as session:
@@ -147,7 +147,7 @@ def _holding(ws: Workspace, conversation_id: str, turn: str) -> Iterator[_Hold]:
             session.conversations.release(conversation_id, hold.turn)  # never another turn's hold
 
 
-def check_conversation_free(ws: Workspace, person: Principal, conversation_id: str) -> None:
+def check_conversation_free(ws: Records, person: Principal, conversation_id: str) -> None:
     """Refuse at once (before queueing a turn) a conversation that is not the person's, or that a turn holds or
     waits to run in."""
     _conversation(ws, person, conversation_id)
@@ -161,7 +161,7 @@ def _busy(conversation_id: str) -> str:
             "wait for that turn to end, then send yours")
 
 
-def _hold_until(ws: Workspace) -> datetime:
+def _hold_until(ws: Configured) -> datetime:
     """A turn holds its conversation this long past its last model or tool call (a crashed turn lets go by itself)."""
     return datetime.now(UTC) + timedelta(seconds=ws.settings.agent_turn_hold_seconds)
 
@@ -301,7 +301,7 @@ def _drop_work(clone: WorkingCopy, conversation_id: str) -> None:
     clone.delete_remote(_wip_ref(conversation_id))
 
 
-def _conversation(ws: Workspace, person: Principal, conversation_id: str | None) -> _Conversation:
+def _conversation(ws: Records, person: Principal, conversation_id: str | None) -> _Conversation:
     with ws.store.session() as session:
         if conversation_id is None:
             conversation_id = uuid.uuid4().hex[:12]
@@ -365,7 +365,7 @@ def _trail_of_calls(turn: _Turn) -> Callable[[str, dict], None]:
     return record
 
 
-def _record_request(ws: Workspace, person: Principal, agent: Principal, text: str, outcome: RequestOutcome,
+def _record_request(ws: Records, person: Principal, agent: Principal, text: str, outcome: RequestOutcome,
                     prompt_version: str, model: str, failed: str | None = None) -> None:
     """The turn in the trail: what was asked and how it ended (`failed`: the error that ended it)."""
     with ws.store.session() as session:

@@ -21,7 +21,7 @@ from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.principals import GATEWAY, Principal
 from gateway.logs import get_logger
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records, Workspace
 
 if TYPE_CHECKING:
     from gateway.services.agents.agent_requests import RequestOutcome
@@ -128,14 +128,14 @@ def run_agent_turn(ws: Workspace, job: Job, progress: Callable[[str], None]) -> 
     return JobStatus.SUCCEEDED, {"run": run_id, **asdict(result)}
 
 
-def _finish(ws: Workspace, run_id: str, status: AgentRunStatus, message: str | None,
+def _finish(ws: Records, run_id: str, status: AgentRunStatus, message: str | None,
             proposal_id: int | None = None) -> None:
     with ws.store.session() as session:
         if not session.conversations.finish_run(run_id, status, message, proposal_id):
             log.warning("agent_run.already_ended", run=run_id, status=status.value)
 
 
-def interrupt_abandoned_turns(ws: Workspace) -> list[str]:
+def interrupt_abandoned_turns(ws: Records) -> list[str]:
     """Runs whose job ended without them (their worker died mid-turn): recorded interrupted, and their
     conversation let go at once (its hold would otherwise lapse only after `agent_turn_hold_seconds`)."""
     recovered = []
@@ -155,7 +155,7 @@ def interrupt_abandoned_turns(ws: Workspace) -> list[str]:
     return recovered
 
 
-def get_agent_run(ws: Workspace, person: Principal, run_id: str) -> AgentRun:
+def get_agent_run(ws: Records, person: Principal, run_id: str) -> AgentRun:
     """A run, for its requester (and admins and auditors)."""
     with ws.store.session(readonly=True) as session:
         run = session.conversations.run(run_id)

@@ -31,7 +31,7 @@ from gateway.ports import WorkingCopy
 from gateway.services.change.planning import ChangeOrigin, plan_directory
 from gateway.services.change.proposals import get_proposal, open_proposal
 from gateway.services.change.views import view_proposal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, MainRules, Records, Workspace
 
 T = TypeVar("T")
 MAX_CHANGES = 50
@@ -43,7 +43,7 @@ class Caller:
     person: Principal
 
 
-def caller_of(ws: Workspace, principal: Principal) -> Caller:
+def caller_of(ws: Records, principal: Principal) -> Caller:
     """The agent and the person it acts for, as the store holds them now; anything else is refused."""
     if not principal.is_agent:
         raise Refused([f"{principal.name} is not an agent: the MCP server is for agents acting for a person"])
@@ -74,7 +74,7 @@ def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any],
                 "outcome": ws.scrubber.scrub(outcome)[:500]})
 
 
-def _require_standing(ws: Workspace, caller: Caller) -> None:
+def _require_standing(ws: Records, caller: Caller) -> None:
     """At every call, read again: a person disabled or stripped of the role since the agent connected (a stdio
     session lasts as long as its client likes) stops the agent's very next call, reads included."""
     with ws.store.session(readonly=True) as session:
@@ -86,7 +86,7 @@ def _require_standing(ws: Workspace, caller: Caller) -> None:
         raise Refused([f"{agent.name} acts for {person.name}, who may not request changes: {'; '.join(reasons)}"])
 
 
-def _rate_limit(ws: Workspace, agent: Principal) -> None:
+def _rate_limit(ws: Configured, agent: Principal) -> None:
     """Counted from the trail's `mcp.call` events, so every process serving agents (stdio, each API process)
     shares one limit per agent; refused calls count too."""
     limit = ws.settings.mcp_calls_per_minute
@@ -100,7 +100,7 @@ def _rate_limit(ws: Workspace, agent: Principal) -> None:
 # --- reading ------------------------------------------------------------------------------------
 
 
-def list_stacks(ws: Workspace) -> list[dict[str, Any]]:
+def list_stacks(ws: MainRules) -> list[dict[str, Any]]:
     settings = ws.repo_settings()
     return [{"name": s.name, "path": s.path, "engine": s.engine, "approver_groups": sorted(s.approver_groups),
              "protected": sorted(s.protected)} for s in settings.stacks.values()]
@@ -122,12 +122,12 @@ def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = N
         return ws.scrubber.scrub(_tool(lambda: tools.tool_search(pattern)))
 
 
-def conventions(ws: Workspace) -> str:
+def conventions(ws: MainRules) -> str:
     """Main's gateway.yaml: the stacks, approvers, protected paths and policy settings a change meets."""
     return ws.repo.read_file(ws.repo.resolve(ws.main_branch()), "gateway.yaml")
 
 
-def policy_rules(ws: Workspace) -> str:
+def policy_rules(ws: MainRules) -> str:
     """The built-in rules, and main's Rego policies as they are."""
     main = ws.repo.resolve(ws.main_branch())
     rego = {path: text for path, text in ws.repo.read_tree(main, "policies").items() if path.endswith(".rego")}
@@ -191,7 +191,7 @@ def proposal_status(ws: Workspace, caller: Caller, proposal_id: int) -> dict[str
 # -------------------------------------------------------------------------------------------------
 
 
-def _own(ws: Workspace, caller: Caller, proposal_id: int) -> Proposal:
+def _own(ws: Records, caller: Caller, proposal_id: int) -> Proposal:
     try:
         proposal = get_proposal(ws, proposal_id)
     except NotFound:
@@ -201,7 +201,7 @@ def _own(ws: Workspace, caller: Caller, proposal_id: int) -> Proposal:
     return proposal
 
 
-def _ref(ws: Workspace, caller: Caller, proposal_id: int | None) -> str:
+def _ref(ws: MainRules, caller: Caller, proposal_id: int | None) -> str:
     return ws.main_branch() if proposal_id is None else _own(ws, caller, proposal_id).head_sha
 
 

@@ -12,12 +12,12 @@ from gateway.domain.drift import DriftRecord, entries_to_json, open_drift_notice
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.preview import DriftEntry, OpenDrift
 from gateway.domain.proposal import Proposal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records
 
 ROLLBACK_OF = "rollback_of:"  # marker: proposal id -> the proposal it rolls back, and why
 
 
-def annotate_previews(ws: Workspace, proposal: Proposal, previews: dict[str, str]) -> dict[str, str]:
+def annotate_previews(ws: Records, proposal: Proposal, previews: dict[str, str]) -> dict[str, str]:
     """Each stack's stored preview (public JSON) with what must be read first put in front."""
     with ws.store.session(readonly=True) as session:
         rollback_of = session.main.marker(f"{ROLLBACK_OF}{proposal.id}")
@@ -59,7 +59,7 @@ def rollback_notices(of: Proposal, doomed: list[str]) -> list[str]:
     return lines
 
 
-def open_drift_by_stack(ws: Workspace, stacks: Sequence[str]) -> dict[str, DriftRecord]:
+def open_drift_by_stack(ws: Records, stacks: Sequence[str]) -> dict[str, DriftRecord]:
     """The open drift record of each of `stacks` that has one."""
     with ws.store.session(readonly=True) as session:
         found = session.day_two.open_drift_records(stacks)

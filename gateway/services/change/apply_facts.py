@@ -12,7 +12,7 @@ from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
 from gateway.services.change.code_host import github_team_checks
 from gateway.services.change.main_watch import unacknowledged_pushes
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Records, Workspace
 
 
 def gather_apply_facts(ws: Workspace, proposal: Proposal, actor: Principal | None = None,
@@ -38,12 +38,12 @@ def gather_apply_facts(ws: Workspace, proposal: Proposal, actor: Principal | Non
                       merge=merge_check(ws, proposal) if look else None)
 
 
-def _open_drift(ws: Workspace, proposal: Proposal) -> tuple[DriftRecord, ...]:
+def _open_drift(ws: Records, proposal: Proposal) -> tuple[DriftRecord, ...]:
     with ws.store.session(readonly=True) as session:
         return tuple(r for r in session.day_two.drift_records(only_open=True) if r.stack in proposal.plans)
 
 
-def saved_digests(ws: Workspace, proposal: Proposal) -> Mapping[str, str]:
+def saved_digests(ws: Records, proposal: Proposal) -> Mapping[str, str]:
     """Stack -> the digest its saved plan (the JSON plan and the engine's plan file, as stored) hashes to now; a plan
     no longer stored hashes to nothing (fails closed)."""
     with ws.store.session(readonly=True) as session:
@@ -51,7 +51,7 @@ def saved_digests(ws: Workspace, proposal: Proposal) -> Mapping[str, str]:
     return {stack: found.get(plan.plan_id, "none stored") for stack, plan in proposal.plans.items()}
 
 
-def merge_check(ws: Workspace, proposal: Proposal) -> MergeCheck:
+def merge_check(ws: MainRules, proposal: Proposal) -> MergeCheck:
     """Whether the proposal's branch, as it is now, merges into main as it is now (writing nothing)."""
     if not ws.repo.branch_exists(proposal.branch):
         return MergeCheck(branch_exists=False)
@@ -59,12 +59,12 @@ def merge_check(ws: Workspace, proposal: Proposal) -> MergeCheck:
     return MergeCheck(branch_exists=True, conflict=ws.repo.merge_conflict(main, ws.repo.resolve(proposal.branch)))
 
 
-def windows_on(ws: Workspace, proposal: Proposal) -> tuple[BreakGlassWindow, ...]:
+def windows_on(ws: Records, proposal: Proposal) -> tuple[BreakGlassWindow, ...]:
     """The break-glass windows on the proposal's stacks (the apply rule decides which are overdue)."""
     return tuple(w for w in windows_of(ws) if w.stack in proposal.stacks)
 
 
-def windows_of(ws: Workspace, stack: str | None = None) -> list[BreakGlassWindow]:
+def windows_of(ws: Records, stack: str | None = None) -> list[BreakGlassWindow]:
     """The break-glass windows, of one stack or all (opened and recorded by services/day_two/break_glass.py)."""
     with ws.store.session(readonly=True) as session:
         return session.day_two.break_glass_windows(stack)

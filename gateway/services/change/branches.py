@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules
 
 
-def free_branch_name(ws: Workspace, base: str) -> str:
+def free_branch_name(ws: MainRules, base: str) -> str:
     """`base`, or `base-2`, `base-3`…: the first name no branch holds, so an abandoned attempt never blocks a retry."""
     if not ws.repo.branch_exists(base):
         return base

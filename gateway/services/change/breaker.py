@@ -13,10 +13,10 @@ from gateway.domain.permissions import Action, require
 from gateway.domain.principals import BUILTIN_AGENT_NAME, GATEWAY, Principal, PrincipalKind
 from gateway.ports import UnitOfWork
 from gateway.services.change.planning import StackPlanResult
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Records
 
 
-def guard_agent_change(ws: Workspace, agent: Principal, proposal_id: int | None,
+def guard_agent_change(ws: MainRules, agent: Principal, proposal_id: int | None,
                        results: Sequence[StackPlanResult]) -> CapacityChange:
     """Refuse the change if the agent's breaker (or every agent's) is open, or if this change trips it.
 
@@ -79,13 +79,13 @@ def open_breaker_reason(session: UnitOfWork, agent: Principal) -> str | None:
     return None
 
 
-def agent_stop_reason(ws: Workspace, agent: Principal) -> str | None:
+def agent_stop_reason(ws: Records, agent: Principal) -> str | None:
     """For a running agent request, between its steps: stop when its breaker is open."""
     with ws.store.session(readonly=True) as session:
         return open_breaker_reason(session, agent)
 
 
-def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason: str) -> str:
+def open_breaker(ws: Records, actor: Principal, agent_name: str | None, reason: str) -> str:
     """The kill switch: an admin opens one agent's breaker, or every agent's; running requests stop."""
     require(actor, Action.OPEN_BREAKER)
     reason = _reason(reason)
@@ -98,7 +98,7 @@ def open_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason
     return scope
 
 
-def reset_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reason: str) -> str:
+def reset_breaker(ws: MainRules, actor: Principal, agent_name: str | None, reason: str) -> str:
     """A person in a resetter group closes a tripped breaker, with a reason; the window starts again."""
     settings = ws.repo_settings().breaker
     require(actor, Action.RESET_BREAKER)
@@ -118,7 +118,7 @@ def reset_breaker(ws: Workspace, actor: Principal, agent_name: str | None, reaso
     return scope
 
 
-def breaker_status(ws: Workspace) -> list[dict[str, Any]]:
+def breaker_status(ws: Records) -> list[dict[str, Any]]:
     """Every breaker that was ever tripped, opened or reset, with names for the scopes."""
     with ws.store.session(readonly=True) as session:
         names = {p.id: p.name for p in session.principals.list()}

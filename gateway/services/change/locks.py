@@ -17,7 +17,7 @@ from gateway.domain.proposal import Proposal
 from gateway.logs import get_logger
 from gateway.ports import StackLocks
 from gateway.services.change.heartbeat import Heartbeat
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules
 
 log = get_logger(__name__)
 
@@ -28,7 +28,7 @@ def runner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def lock_names(ws: Workspace, proposal: Proposal) -> list[str]:
+def lock_names(ws: MainRules, proposal: Proposal) -> list[str]:
     """The locks an apply holds: its stacks, and the repo lock when it changes files outside them."""
     settings = ws.repo_settings()
     outside = [p for p in proposal.changed_paths

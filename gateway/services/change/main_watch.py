@@ -9,7 +9,7 @@ from gateway.domain.apply_blockers import MainPush
 from gateway.domain.errors import InputError, NotFound
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Principal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Records
 
 SEEN = "main_seen"  # the last main commit the gateway looked at
 
@@ -18,13 +18,13 @@ def own_commit(sha: str) -> str:
     return f"gateway_commit:{sha}"
 
 
-def record_own_commit(ws: Workspace, sha: str) -> None:
+def record_own_commit(ws: Records, sha: str) -> None:
     """Before main moves to a commit the gateway made (a merge), so that it is never taken for a push."""
     with ws.store.session() as session:
         session.main.set_marker(own_commit(sha), "merge")
 
 
-def watch_main(ws: Workspace) -> list[dict[str, Any]]:
+def watch_main(ws: MainRules) -> list[dict[str, Any]]:
     """Record each commit on main's first-parent line since the gateway last looked that it did not make."""
     main_sha = ws.repo.resolve(ws.main_branch())
     with ws.store.session(readonly=True) as session:
@@ -48,7 +48,7 @@ def watch_main(ws: Workspace) -> list[dict[str, Any]]:
     return found
 
 
-def _known(ws: Workspace, sha: str) -> bool:
+def _known(ws: MainRules, sha: str) -> bool:
     try:
         ws.repo.resolve(sha)
     except NotFound:
@@ -56,17 +56,17 @@ def _known(ws: Workspace, sha: str) -> bool:
     return True
 
 
-def unacknowledged_pushes(ws: Workspace) -> tuple[MainPush, ...]:
+def unacknowledged_pushes(ws: Records) -> tuple[MainPush, ...]:
     """Every push to main outside the gateway that no person has acknowledged yet (the apply rule picks stacks)."""
     return tuple(unacknowledged(ws))
 
 
-def unacknowledged(ws: Workspace) -> list[MainPush]:
+def unacknowledged(ws: Records) -> list[MainPush]:
     with ws.store.session(readonly=True) as session:
         return session.main.unacknowledged_pushes()
 
 
-def acknowledge_push(ws: Workspace, actor: Principal, sha: str, reason: str) -> MainPush:
+def acknowledge_push(ws: Records, actor: Principal, sha: str, reason: str) -> MainPush:
     """An approver or admin has looked at a push to main (reverted it, or applied it through a proposal)."""
     require(actor, Action.ACKNOWLEDGE_PUSH)
     reason = reason.strip()

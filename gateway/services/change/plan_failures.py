@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from gateway.domain.jobs import Job, PlanFailure, plan_failure
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.proposal import Proposal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules
 
 
-def plan_inputs(ws: Workspace, branch: str, main_sha: str | None = None) -> tuple[str | None, str]:
+def plan_inputs(ws: MainRules, branch: str, main_sha: str | None = None) -> tuple[str | None, str]:
     """What a plan of a proposal starts from now: its branch's head (None: gone) and main's head."""
     head = ws.repo.resolve(branch) if ws.repo.branch_exists(branch) else None
     return head, main_sha or ws.repo.resolve(ws.main_branch())
 
 
-def standing_plan_failure(ws: Workspace, proposal: Proposal, jobs: Sequence[Job]) -> PlanFailure | None:
+def standing_plan_failure(ws: MainRules, proposal: Proposal, jobs: Sequence[Job]) -> PlanFailure | None:
     """Why the proposal cannot be planned, while a plan now would start from what its last plan job failed on."""
     failure = plan_failure(jobs)
     if failure is None or proposal.status not in DECIDABLE:

@@ -35,7 +35,7 @@ from gateway.services.change.plan_rounds import (
 from gateway.services.change.plan_rounds import record_commits as _record_commits
 from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.change.read_model import saved_preview
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, MainRules, Records, Workspace
 
 MAX_REASON = 4000
 
@@ -115,7 +115,7 @@ def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
     return main_sha, [unstage(plan) for plan in staged]
 
 
-def pending_changes(ws: Workspace, proposal: Proposal) -> list[str]:
+def pending_changes(ws: MainRules, proposal: Proposal) -> list[str]:
     """What moved since the proposal's plans, in words (empty when nothing did), as the records have it: a read
     never asks an engine or a cloud; workers read the stacks' state serials and record them (`record_serials`)."""
     if proposal.status not in DECIDABLE:
@@ -147,7 +147,7 @@ def read_serials(ws: Workspace, stacks: Sequence[str]) -> dict[str, int]:
     return serials
 
 
-def changes_since_plans(ws: Workspace, basis: PlanBasis, main_sha: str, serial_of: Callable[[str], int]) -> list[str]:
+def changes_since_plans(ws: MainRules, basis: PlanBasis, main_sha: str, serial_of: Callable[[str], int]) -> list[str]:
     """The words for what moved since `basis`: the branch, main under its stacks or settings, a stack's state."""
     if not ws.repo.branch_exists(basis.branch):
         return [f"branch {basis.branch} no longer exists"]
@@ -164,7 +164,7 @@ def changes_since_plans(ws: Workspace, basis: PlanBasis, main_sha: str, serial_o
     return changes
 
 
-def _main_moved_under(ws: Workspace, basis: PlanBasis, main_sha: str) -> bool:
+def _main_moved_under(ws: MainRules, basis: PlanBasis, main_sha: str) -> bool:
     """Whether main changed, since the plans, a file the plans depend on: the proposal's stacks or the settings.
 
     Main moving elsewhere (another stack's files, a README) leaves these plans as they are; the apply
@@ -270,7 +270,7 @@ def decide(ws: Workspace, actor: Principal, proposal_id: int, decision: Decision
     return proposal
 
 
-def pushed_by(ws: Workspace, proposal: Proposal) -> dict[str, str]:
+def pushed_by(ws: MainRules, proposal: Proposal) -> dict[str, str]:
     """Who pushed commits of the proposal through the gateway's git endpoint (name -> the last commit they pushed):
     a push recorded under the proposal, or one to its branch before it was opened whose commit is part of it."""
     with ws.store.session(readonly=True) as session:
@@ -285,7 +285,7 @@ def pushed_by(ws: Workspace, proposal: Proposal) -> dict[str, str]:
     return pushed
 
 
-def _part_of(ws: Workspace, proposal: Proposal, sha: str) -> bool:
+def _part_of(ws: MainRules, proposal: Proposal, sha: str) -> bool:
     """Whether a pushed commit is part of the proposal; a check git cannot make counts it in (fails closed: the
     pusher is barred from deciding rather than let through)."""
     try:
@@ -295,7 +295,7 @@ def _part_of(ws: Workspace, proposal: Proposal, sha: str) -> bool:
         return True
 
 
-def withdraw_decisions(ws: Workspace, actor: Actor, person: Principal, proposal_id: int,
+def withdraw_decisions(ws: Records, actor: Actor, person: Principal, proposal_id: int,
                        reason: str, made_by: str | None = None) -> Proposal:
     """Take back `person`'s current decisions (those `made_by` one review, when given); the trail says who and why."""
     with ws.store.session() as session:
@@ -337,7 +337,7 @@ def override_finding(ws: Workspace, actor: Principal, proposal_id: int, finding_
     return proposal
 
 
-def abandon_proposal(ws: Workspace, actor: Principal, proposal_id: int, reason: str) -> Proposal:
+def abandon_proposal(ws: Records, actor: Principal, proposal_id: int, reason: str) -> Proposal:
     """Withdraw a proposal that will not be applied; its branch may then be proposed again."""
     reason = reason.strip()
     if not reason:
@@ -361,7 +361,7 @@ def _origin(proposal: Proposal, paths: Sequence[str]) -> ChangeOrigin:
     return ChangeOrigin(proposal.proposer.is_agent, proposal.requester.name, tuple(paths))
 
 
-def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:
+def stored_previews(ws: Configured, proposal: Proposal) -> dict[str, str]:
     """Each stack's masked preview as stored with its current plan, in the public JSON shape.
 
     Plans saved before previews were stored are rendered from their documents.
@@ -377,7 +377,7 @@ def stored_previews(ws: Workspace, proposal: Proposal) -> dict[str, str]:
     return annotate_previews(ws, proposal, previews)
 
 
-def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
+def proposal_previews(ws: Configured, proposal: Proposal) -> dict[str, Preview]:
     """The preview of each stack's current saved plan, with its policy findings and risk."""
     return {stack: preview_from_json(text) for stack, text in stored_previews(ws, proposal).items()}
 
@@ -385,7 +385,7 @@ def proposal_previews(ws: Workspace, proposal: Proposal) -> dict[str, Preview]:
 _CLAIM_ISSUES: dict[tuple[str, str, tuple[int, ...]], list[str]] = {}  # saved plans never change
 
 
-def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
+def claim_issues(ws: Configured, proposal: Proposal) -> list[str]:
     """Where the agent's summary disagrees with the engine's plans (remembered per database, claim and plans)."""
     if not proposal.agent_claim:
         return []
@@ -400,6 +400,6 @@ def claim_issues(ws: Workspace, proposal: Proposal) -> list[str]:
     return list(_CLAIM_ISSUES[key])
 
 
-def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
+def get_proposal(ws: Records, proposal_id: int) -> Proposal:
     with ws.store.session(readonly=True) as session:
         return session.proposals.get(proposal_id)

@@ -29,7 +29,7 @@ from gateway.services.change.code_host import forge_of
 from gateway.services.change.locks import HeldLocks, runner_name
 from gateway.services.change.plan_rounds import requeue_stack_job
 from gateway.services.change.proposals import get_proposal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records, Workspace
 
 log = get_logger(__name__)
 
@@ -90,7 +90,7 @@ def recover_holder(ws: Workspace, dead: str) -> list[str]:
     return [f"lock of stack {lock.stack} held by {dead}" for lock in taken]
 
 
-def _proposal_of(ws: Workspace, lock: StackLock) -> int | None:
+def _proposal_of(ws: Records, lock: StackLock) -> int | None:
     if lock.proposal_id is not None:
         return lock.proposal_id
     if lock.apply_id is None:  # a lock taken before locks named their proposal, and before its apply started

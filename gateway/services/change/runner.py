@@ -52,7 +52,7 @@ from gateway.services.change.locks import HeldLocks, lock_names, runner_name
 from gateway.services.change.main_watch import record_own_commit, watch_main
 from gateway.services.change.proposals import get_proposal, replan_proposal, sync_proposal
 from gateway.services.change.recovery import recover_holder
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Records, Workspace
 
 log = get_logger(__name__)
 
@@ -135,7 +135,7 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
     return report
 
 
-def _stop_without_locks(ws: Workspace, actor: Principal, proposal: Proposal, locks: HeldLocks, report: ApplyReport,
+def _stop_without_locks(ws: Records, actor: Principal, proposal: Proposal, locks: HeldLocks, report: ApplyReport,
                         why: str) -> None:
     """The locks lapsed: stop, and record a state with a way out.
 
@@ -196,7 +196,7 @@ def merge_unmerged(ws: Workspace, actor: Principal, proposal_id: int, acknowledg
     return get_proposal(ws, proposal_id)
 
 
-def _refuse(ws: Workspace, actor: Principal, proposal: Proposal, reasons: list[str]) -> NoReturn:
+def _refuse(ws: Records, actor: Principal, proposal: Proposal, reasons: list[str]) -> NoReturn:
     with ws.store.session() as session:
         session.audit.append(actor, "apply.refused", {"reasons": reasons, "head_sha": proposal.head_sha},
                              proposal.id, proposal.stacks)
@@ -299,7 +299,7 @@ def _merge(ws: Workspace, actor: Principal, proposal: Proposal, main_sha: str, a
             session.proposals.save(current)
 
 
-def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: str, message: str) -> str:
+def _merge_locally(ws: MainRules, proposal: Proposal, main_sha: str, applied: str, message: str) -> str:
     main = ws.main_branch()
     for _ in range(3):  # a race with a push elsewhere in the repo is retried on the new main
         current = ws.repo.resolve(main)
@@ -314,7 +314,7 @@ def _merge_locally(ws: Workspace, proposal: Proposal, main_sha: str, applied: st
     raise Conflict(f"{main} kept moving while merging")
 
 
-def _merge_on_github(ws: Workspace, forge: Forge, number: int, proposal: Proposal, applied: str,
+def _merge_on_github(ws: MainRules, forge: Forge, number: int, proposal: Proposal, applied: str,
                      message: str) -> str:
     main = ws.main_branch()
     forge.fetch_main(main)
@@ -328,7 +328,7 @@ def _merge_on_github(ws: Workspace, forge: Forge, number: int, proposal: Proposa
     return merge_sha
 
 
-def _refuse_changed_stacks(ws: Workspace, proposal: Proposal, current: str, main_sha: str, applied: str) -> None:
+def _refuse_changed_stacks(ws: MainRules, proposal: Proposal, current: str, main_sha: str, applied: str) -> None:
     """Main must take the merge without changing a stack from what was applied."""
     settings = ws.repo_settings()
     candidate = applied if current == main_sha else ws.repo.merge_preview(current, proposal.head_sha)
@@ -345,7 +345,7 @@ def _unmerged_reason(proposal: Proposal, why: str) -> str:
             f"hand and run `gateway merge {proposal.id} --acknowledge -m \"how\"`")
 
 
-def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: Actor,
+def _transition(ws: Records, proposal_id: int, transition: Transition, actor: Actor,
                 payload: dict) -> None:
     with ws.store.session() as session:
         proposal = session.proposals.get(proposal_id, lock=True)
@@ -353,7 +353,7 @@ def _transition(ws: Workspace, proposal_id: int, transition: Transition, actor: 
         session.proposals.save(proposal)
 
 
-def _record_crash(ws: Workspace, actor: Principal, proposal_id: int, error: str) -> None:
+def _record_crash(ws: Records, actor: Principal, proposal_id: int, error: str) -> None:
     """An unexpected end: running apply rows and the proposal are recorded failed, with what was done."""
     with ws.store.session() as session:
         for record in session.proposals.applies_of(proposal_id):

@@ -11,12 +11,12 @@ from gateway.domain.errors import GatewayError
 from gateway.domain.workers import WorkerRecord
 from gateway.logs import get_logger
 from gateway.services.change.heartbeat import Heartbeat
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Records
 
 log = get_logger(__name__)
 
 
-def live_workers(ws: Workspace) -> list[WorkerRecord]:
+def live_workers(ws: Records) -> list[WorkerRecord]:
     """The workers running now (registered, not stopped, beaten within `LIVE_BEATS` of their intervals), by name."""
     return ws.store.workers.live()
 
@@ -24,7 +24,7 @@ def live_workers(ws: Workspace) -> list[WorkerRecord]:
 class Presence:
     """One worker's entry in the registry, kept alive by its beats from `start` until `stop`."""
 
-    def __init__(self, ws: Workspace, name: str):
+    def __init__(self, ws: Configured, name: str):
         self.ws, self.name = ws, name
         self.beat_seconds = ws.settings.worker_beat_seconds
         self._beat = Heartbeat(f"presence-{name}", self.beat_seconds, self._renew)

@@ -24,14 +24,14 @@ from gateway.logs import get_logger
 from gateway.services.admin import audit as audit_service
 from gateway.services.change.apply_facts import windows_of
 from gateway.services.day_two.drift_records import CHECKED, check_drift
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Records, Workspace
 
 log = get_logger(__name__)
 
 ACTIVE_STATES = (WindowState.AWAITING_CONFIRMATION, WindowState.OPEN)
 
 
-def open_break_glass(ws: Workspace, actor: Principal, stack: str, reason: str,
+def open_break_glass(ws: MainRules, actor: Principal, stack: str, reason: str,
                      duration: timedelta) -> BreakGlassWindow:
     """Ask for a window on `stack`; it opens at once, or on a protected stack when a second person confirms."""
     settings = ws.repo_settings()
@@ -56,7 +56,7 @@ def open_break_glass(ws: Workspace, actor: Principal, stack: str, reason: str,
     return window
 
 
-def confirm_break_glass(ws: Workspace, actor: Principal, window_id: int) -> BreakGlassWindow:
+def confirm_break_glass(ws: MainRules, actor: Principal, window_id: int) -> BreakGlassWindow:
     """A second person of the break-glass group opens a window asked for on a protected stack."""
     settings = ws.repo_settings()
     window = get_window(ws, window_id)
@@ -95,7 +95,7 @@ def close_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str
     return get_window(ws, window_id)
 
 
-def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, note: str) -> BreakGlassWindow:
+def acknowledge_break_glass(ws: MainRules, actor: Principal, window_id: int, note: str) -> BreakGlassWindow:
     """The break-glass group has looked at an overdue window: applies on its stack go on."""
     settings = ws.repo_settings()
     if not note.strip():
@@ -114,7 +114,7 @@ def acknowledge_break_glass(ws: Workspace, actor: Principal, window_id: int, not
     return get_window(ws, window_id)
 
 
-def _sweep_settings(ws: Workspace) -> BreakGlassSettings:
+def _sweep_settings(ws: MainRules) -> BreakGlassSettings:
     """Main's break-glass settings. When main's gateway.yaml does not parse (pushed outside the gateway, which holds
     applies until acknowledged), time keeps running on open windows by the last gateway.yaml on main that did."""
     try:
@@ -163,7 +163,7 @@ def sweep_break_glass(ws: Workspace, moment: datetime | None = None) -> list[str
     return done
 
 
-def _checked_since(ws: Workspace, stack: str, moment: datetime) -> bool:
+def _checked_since(ws: Records, stack: str, moment: datetime) -> bool:
     """Whether a drift check of `stack` completed at or after `moment`."""
     with ws.store.session(readonly=True) as session:
         marker = session.main.marker(CHECKED + stack)
@@ -187,19 +187,19 @@ def _check_after_window(ws: Workspace, window: BreakGlassWindow) -> bool:
     return True
 
 
-def overdue_windows(ws: Workspace, moment: datetime | None = None) -> list[BreakGlassWindow]:
+def overdue_windows(ws: MainRules, moment: datetime | None = None) -> list[BreakGlassWindow]:
     """Windows past their codify deadline with drift not codified and not acknowledged: flagged on every page."""
     moment = moment or ws.clock.now()
     settings = ws.repo_settings().break_glass
     return [w for w in windows_of(ws) if w.state(moment, settings) == WindowState.OVERDUE]
 
 
-def get_window(ws: Workspace, window_id: int) -> BreakGlassWindow:
+def get_window(ws: Records, window_id: int) -> BreakGlassWindow:
     with ws.store.session(readonly=True) as session:
         return session.day_two.break_glass(window_id)
 
 
-def break_glass_story(ws: Workspace, actor: Principal, window_id: int) -> list[AuditEvent]:
+def break_glass_story(ws: Records, actor: Principal, window_id: int) -> list[AuditEvent]:
     """The whole episode: the window, the drift it made, and the proposals that codified or reverted it."""
     window = get_window(ws, window_id)
     with ws.store.session(readonly=True) as session:

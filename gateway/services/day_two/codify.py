@@ -21,7 +21,7 @@ from gateway.domain.template_edit import TEMPLATE_NAMES, set_template_property
 from gateway.services.change.branches import free_branch_name
 from gateway.services.change.planning import ChangeOrigin, plan_stack
 from gateway.services.change.proposals import open_proposal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Workspace
 
 _ADDRESS = re.compile(r"^([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)(\[[^\]]+\])?$")
 
@@ -98,7 +98,7 @@ def _codify_entry(entry: DriftEntry, files: dict[str, str], changed: dict[str, s
 # --- CloudFormation: the drifted properties written into the template -------------------------------------------
 
 
-def _template_files(ws: Workspace, sha: str, path: str) -> dict[str, str]:
+def _template_files(ws: MainRules, sha: str, path: str) -> dict[str, str]:
     files = {**ws.repo.read_files(sha, path, ".yaml"), **ws.repo.read_files(sha, path, ".yml"),
              **ws.repo.read_files(sha, path, ".json")}
     return {name: text for name, text in files.items() if name.rsplit("/", 1)[-1] in TEMPLATE_NAMES}

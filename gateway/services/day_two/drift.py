@@ -23,7 +23,7 @@ from gateway.services.change.breaker import guard_agent_change
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.change.proposals import get_proposal, record_plans, stored_previews
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records, Workspace
 
 
 @dataclass
@@ -37,7 +37,7 @@ class DriftOutcome:
     replanned: bool = False  # ... and planned again: the drift it was planned against is not the drift now
 
 
-def system_principal(ws: Workspace) -> Principal:
+def system_principal(ws: Records) -> Principal:
     """The gateway's own principal (made on first use): it proposes and applies reverts a setting allows."""
     with ws.store.session() as session:
         gateway = session.principals.by_name(SYSTEM_NAME)

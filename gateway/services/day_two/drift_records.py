@@ -22,7 +22,7 @@ from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.domain.scrubbing import Scrubber
 from gateway.logs import get_logger
 from gateway.services.change.planning import ChangeOrigin, plan_stack
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records, Workspace
 
 log = get_logger(__name__)
 
@@ -160,7 +160,7 @@ def settle_drift_after_apply(ws: Workspace, proposal: Proposal) -> list[DriftChe
     return checks
 
 
-def list_drift_records(ws: Workspace, actor: Principal, stack: str | None = None,
+def list_drift_records(ws: Records, actor: Principal, stack: str | None = None,
                        only_open: bool = False) -> list[DriftRecord]:
     """Drift records, newest first (any signed-in person may read them)."""
     del actor  # authenticated by the caller; reading needs no role

@@ -15,17 +15,17 @@ from gateway.domain.jobs import Job, JobStatus, RetryPolicy
 from gateway.domain.notifications import Notification, NotificationStatus
 from gateway.domain.permissions import Action, require
 from gateway.domain.principals import GATEWAY, Principal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Delivering, Records
 
 Result = tuple[JobStatus, dict[str, Any], str | None]
 
 
-def retry_policy(ws: Workspace) -> RetryPolicy:
+def retry_policy(ws: Configured) -> RetryPolicy:
     s = ws.settings
     return RetryPolicy(s.notify_retry_seconds, s.notify_retry_max_seconds, s.notify_attempts, s.notify_max_age_seconds)
 
 
-def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Callable[[str], None]) -> Result:
+def run_notify_job(ws: Delivering, job: Job, runner: str, progress: Callable[[str], None]) -> Result:
     """Deliver the job's notification, unless it was delivered or reported already."""
     notification_id = int(job.args["notification"])
     with ws.store.session(readonly=True) as session:
@@ -66,7 +66,7 @@ def run_notify_job(ws: Workspace, job: Job, runner: str, progress: Callable[[str
     return JobStatus.SUCCEEDED, {"notification": notification_id, "receipt": receipt}, None
 
 
-def _report(ws: Workspace, notification: Notification, attempt: int, error: str) -> Result:
+def _report(ws: Delivering, notification: Notification, attempt: int, error: str) -> Result:
     with ws.store.session() as session:
         if session.notifications.finish(notification.id, NotificationStatus.FAILED, attempt, error=error):
             session.audit.append(GATEWAY, "notification.failed", trail_payload(notification, attempt, error=error),
@@ -84,7 +84,7 @@ def trail_payload(notification: Notification, attempts: int, **extra: Any) -> di
             **extra}
 
 
-def list_notifications(ws: Workspace, actor: Principal, status: NotificationStatus | None = None,
+def list_notifications(ws: Records, actor: Principal, status: NotificationStatus | None = None,
                        limit: int = 100) -> list[Notification]:
     """Notifications, newest first (who may read the trail may read these)."""
     require(actor, Action.READ_TRAIL)

@@ -197,7 +197,8 @@ def _unfaked(port: type, name: str) -> Callable[..., Any]:
 def only_what_is_faked(cls: type[T]) -> type[T]:
     """Every method of the port `cls` subclasses that `cls` does not define raises NotImplementedError (inherited
     from a Protocol, it would return None: an answer no adapter gives)."""
-    ports = [b for b in cls.__mro__[1:] if getattr(b, "_is_protocol", False) and b.__module__ == "gateway.ports"]
+    ports = [b for b in cls.__mro__[1:]  # the ports live in gateway.ports' modules (records, forge, ...)
+             if getattr(b, "_is_protocol", False) and b.__module__.startswith("gateway.ports")]
     for port in ports:
         for name, member in vars(port).items():
             if callable(member) and not name.startswith("_") and not any(name in vars(c) for c in cls.__mro__

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -696,7 +697,7 @@ class FakeUnitOfWork(UnitOfWork):
     """One transaction over the fake tables; a saved proposal's events go to the trail, as in SqlUnitOfWork."""
 
     def __init__(self, tables: Tables, clock: Clock, readonly: bool = False):
-        self.principals = FakeLinkedPrincipals(tables, clock, readonly)
+        self.principals = FakePrincipals(tables, clock, readonly)
         self.proposals = FakeProposals(tables, clock, readonly, saved=self.write_new_events)
         self.day_two = FakeDayTwoRecords(tables, clock, readonly)
         self.main = FakeMainRecords(tables, clock, readonly)
@@ -704,9 +705,9 @@ class FakeUnitOfWork(UnitOfWork):
         self.stacks = FakeStackRecords(tables, clock, readonly)
         self.notifications = FakeNotifications(tables, clock, readonly)
         self.jobs = FakeJobs(tables, clock, readonly)
-        self.github = FakeGitHubRecords(tables, clock, readonly)
-        for name in ("conversations", "breaker", "sign_in"):
+        for name in ("conversations", "github", "breaker", "sign_in"):
             setattr(self, name, _Unfaked(name))
+        wire_forge_fakes(self, tables, clock, readonly)
 
     def write_new_events(self, proposal: Proposal) -> None:
         moved = list(proposal.events)
@@ -863,10 +864,11 @@ class FakeGitHubRecords(_Faked, GitHubRecords):
                     if (link.repository, link.number) == (repository, number)), default=None)
 
 
-@only_what_is_faked
-class FakeLinkedPrincipals(FakePrincipals):
-    """FakePrincipals, and the GitHub and GitLab account each person is linked to (one each way: linking again
-    replaces the person's account and the account's person, as the SQL one deletes both rows first)."""
+class LinkedAccounts(_Faked):
+    """The GitHub and GitLab account each person is linked to, for a principal repository (one each way: linking
+    again replaces the person's account and the account's person, as the SQL one deletes both rows first)."""
+
+    get: Callable[[str], Principal]
 
     def link_github(self, principal: Principal, github_id: int, login: str) -> None:
         self._link(self.t.forge.github_accounts, principal, github_id, login)
@@ -894,6 +896,19 @@ class FakeLinkedPrincipals(FakePrincipals):
         for old in [uid for uid, (pid, _) in accounts.items() if pid == principal.id or uid == account_id]:
             del accounts[old]
         accounts[account_id] = (principal.id, name)
+
+
+@cache
+def with_linked_accounts(principals: type[FakePrincipals]) -> type[FakePrincipals]:
+    """`principals` (FakePrincipals, or another section's subclass of it) that also keeps linked forge accounts."""
+    return only_what_is_faked(type(f"Linked{principals.__name__}", (LinkedAccounts, principals), {}))
+
+
+def wire_forge_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:
+    """This section's repositories in a fake unit of work, in place of the ones that said they were not faked; run it
+    after any other section's wiring replaces the principal repository, whose class it adds linked accounts to."""
+    uow.github = FakeGitHubRecords(tables, clock, readonly)
+    uow.principals = with_linked_accounts(type(uow.principals))(tables, clock, readonly)
 
 
 class FakeHostedRepo(FakeDeclarationRepo):

@@ -232,6 +232,20 @@ def test_the_requester_and_the_agent_never_count(gh: GitHubWorld, name: str, rea
     assert isinstance(gh.handled[-1], Refused)
 
 
+def test_whoever_proposed_the_change_does_not_count(gh: GitHubWorld) -> None:
+    pid = gh.propose(requester="alice", proposer="bob")
+    gh.review("bob")
+    assert "bob proposed this change and cannot approve or reject it" in gh.refusal(pid)
+
+
+def test_an_agent_whose_github_account_is_not_marked_a_bot_still_never_counts(gh: GitHubWorld) -> None:
+    pid = gh.propose(proposer="gateway-agent")
+    gh.gh.members["platform-team"].add("gateway-bot")
+    gh.account = lambda name, account=gh.account: {**account(name), "type": "User"}  # type: ignore[method-assign]
+    gh.review("gateway-agent")
+    assert "gateway-agent is an agent; agents can never approve or reject a change" in gh.refusal(pid)
+
+
 def test_an_account_not_linked_does_not_count(gh: GitHubWorld) -> None:
     pid = gh.propose()
     gh.review("mallory")
@@ -465,12 +479,16 @@ class GitLabWorld(Forged):
         return self.deliver("Merge Request Hook", self.merge_request_event("approval", name))
 
     def note(self, name: str, body: str, **attributes: Any) -> dict[str, Any]:
+        """`name` writes a note on the merge request; GitLab tells the gateway."""
+        return self.deliver("Note Hook", self.note_payload(name, body, **attributes))
+
+    def note_payload(self, name: str, body: str, **attributes: Any) -> dict[str, Any]:
         note_id = self.gl.add_comment(body, self.ids[name])
         payload = self.project(fixture("gitlab/webhooks/note_merge_request.json"))
         payload["user"] = self.user(name)
         payload["object_attributes"].update(id=note_id, note=body, **attributes)
         payload["merge_request"].update(iid=self.number, source_branch=BRANCH, target_branch="main")
-        return self.deliver("Note Hook", payload)
+        return payload
 
 
 @pytest.fixture
@@ -568,6 +586,16 @@ def test_a_gateway_approve_note_names_the_current_plan_and_needs_the_approver_ro
     gl.note("bob", f"/gateway approve {fingerprint}")
     [approval] = gl.proposal(pid).current_approvals
     assert approval.auth.startswith("gitlab-note:bob#")
+
+
+def test_a_note_edited_on_gitlab_since_it_was_delivered_is_not_a_command(gl: GitLabWorld) -> None:
+    pid = gl.propose()
+    payload = gl.note_payload("bob", "/gateway reject not now")
+    note_id = payload["object_attributes"]["id"]
+    gl.gl.comments[note_id] = ("/gateway reject", gl.ids["bob"])
+    gl.deliver("Note Hook", payload)
+    assert f"note {note_id} reads differently on GitLab now" in gl.refusal(pid)
+    assert gl.proposal(pid).current_rejection is None
 
 
 def test_system_notes_edited_notes_other_projects_and_malformed_deliveries(gl: GitLabWorld) -> None:

@@ -56,6 +56,7 @@ from gateway.ports import (
     DayTwoRecords,
     DeclarationRepo,
     Engine,
+    Forge,
     GitHubRecords,
     Jobs,
     MainRecords,
@@ -918,25 +919,25 @@ class FakeHostedRepo(FakeDeclarationRepo):
 
     def __init__(self, gateway_yaml: str, branches: Mapping[str, str] | None = None):
         super().__init__(gateway_yaml, branches)
-        self.commits: dict[str, tuple[str, tuple[str, ...]]] = {}  # sha -> (parent, paths changed)
+        self.parents: dict[str, tuple[str, tuple[str, ...]]] = {}  # sha -> (parent, paths changed)
 
     def resolve(self, ref: str) -> str:
-        return ref if ref in self.commits and ref not in self.refs else super().resolve(ref)
+        return ref if ref in self.parents and ref not in self.refs else super().resolve(ref)
 
     def repo_settings(self, sha: str) -> RepoSettings:
-        while sha in self.commits:
-            sha = self.commits[sha][0]
+        while sha in self.parents:
+            sha = self.parents[sha][0]
         return super().repo_settings(sha)
 
     def changed_paths(self, base: str, head: str) -> list[str]:
         paths: list[str] = []
-        while head != base and head in self.commits:
-            head, changed = self.commits[head]
+        while head != base and head in self.parents:
+            head, changed = self.parents[head]
             paths = [p for p in changed if p not in paths] + paths
         return paths
 
-    def module_directories(self, sha: str, path: str) -> list[str]:
-        return []  # no stack of these tests calls a local module
+    def module_directories(self, sha: str, path: str) -> tuple[str, ...]:
+        return ()  # no stack of these tests calls a local module
 
 
 class FakeCodeHost:
@@ -959,7 +960,7 @@ class FakeCodeHost:
     def push_commit(self, branch: str, paths: Sequence[str]) -> str:
         """Someone pushes a commit to `branch` on the host; the gateway sees it once it fetches."""
         sha = f"{branch.replace('/', '-')}-{next(self._ids)}"
-        self.repo.commits[sha] = (self.heads[branch], tuple(paths))
+        self.repo.parents[sha] = (self.heads[branch], tuple(paths))
         self.heads[branch] = sha
         return sha
 
@@ -1060,9 +1061,9 @@ def forge_workspace(forge_yaml: str, secrets: Mapping[str, str], clock: FakeCloc
     (`ws.open_forge(settings)` answers the one FakeGitHubForge or FakeGitLabForge, made at the first call)."""
     base = fake_workspace(clock=clock)
     repo = FakeHostedRepo(SAMPLE_GATEWAY_YAML + forge_yaml)
-    hosts: dict[str, FakeCodeHost] = {}
+    hosts: dict[str, Forge] = {}
 
-    def open_forge(settings: ForgeSettings) -> FakeCodeHost:
+    def open_forge(settings: ForgeSettings) -> Forge:
         if "host" not in hosts:
             hosts["host"] = FakeGitLabForge(settings, repo) if isinstance(settings, GitLabSettings) \
                 else FakeGitHubForge(settings, repo)

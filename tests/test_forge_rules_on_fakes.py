@@ -28,7 +28,7 @@ from gateway.services.change.proposals import get_proposal
 from gateway.services.forge import github_webhooks, gitlab_webhooks
 
 from .conftest import FIXTURES
-from .fakes import FakeGitHubForge, FakeGitLabForge, FakeHostedRepo, forge_workspace, person
+from .fakes import FakeCodeHost, FakeGitHubForge, FakeGitLabForge, FakeHostedRepo, forge_workspace, person
 from .github_fake import webhook_delivery
 from .gitlab_fake import FakeGitLab as GitLabServer
 
@@ -47,11 +47,13 @@ def fixture(name: str) -> dict[str, Any]:
 
 
 class Forged:
-    """A gateway whose main names a forge, its people (linked to forge accounts by numeric id), one open proposal of
-    BRANCH by alice planned at `head-1`, and the deliveries it was sent with what handling each came to."""
+    """A gateway on fakes whose main names a forge (the host a FakeGitHubForge or FakeGitLabForge), its people
+    (linked to forge accounts by numeric id; mallory is not), the proposals `propose` opens, and what the handling of
+    each delivery came to (`handled`: the job's result, or the refusal it ended with)."""
 
     forge_yaml = ""
     secrets: dict[str, str] = {}
+    number = 0  # the pull (merge) request of every proposal here
     ids = {"alice": 101, "bob": 102, "carol": 103, "dana": 104, "gateway-agent": 199, "mallory": 666}
 
     def __init__(self) -> None:
@@ -60,7 +62,9 @@ class Forged:
         self.repo = self.ws.repo
         settings = self.ws.repo_settings().forge
         assert settings is not None
-        self.host = self.ws.open_forge(settings)
+        host = self.ws.open_forge(settings)
+        assert isinstance(host, FakeCodeHost)
+        self.host = host
 
         def add(name: str, role: Role, *groups: str, kind: PrincipalKind = PrincipalKind.PERSON) -> Principal:
             return person(name, role, groups=groups, kind=kind, store=self.ws.store)
@@ -75,7 +79,7 @@ class Forged:
         return name
 
     def propose(self, head: str = "head-1", requester: str = "alice", proposer: str | None = None) -> int:
-        """An open proposal of BRANCH at `head`, planned, and its pull (merge) request NUMBER linked."""
+        """An open proposal of BRANCH at `head` (there and on the host), planned, linked to pull request `number`."""
         self.repo.refs[BRANCH] = self.host.heads[BRANCH] = head
         with self.ws.store.session() as session:
             pid = session.proposals.add(BRANCH, "main-1", head, self.people[requester],
@@ -85,8 +89,6 @@ class Forged:
                                        PlanSummary(counts={"create": 1}), "preview")
             session.github.link_pull_request(pid, self.host.settings.repository, self.number)
         return pid
-
-    number = 0
 
     def run_job(self, job_id: int) -> dict[str, Any] | GatewayError:
         """What a worker does with the webhook job: handle the delivery; a refusal is the job's end."""
@@ -129,6 +131,7 @@ class GitHubWorld(Forged):
     secrets = {"github_webhook_secret": GITHUB_SECRET}
     number = 2  # the examples' pull request
     logins = {"gateway-agent": "gateway-bot"}
+    agent_type = "Bot"  # what GitHub says the agent's account is
 
     def __init__(self) -> None:
         super().__init__()
@@ -144,8 +147,7 @@ class GitHubWorld(Forged):
 
     def account(self, name: str) -> dict[str, Any]:
         user = fixture("github/pull_request__opened.payload.json")["sender"]
-        bot = name == "gateway-agent"
-        user.update(login=self.login(name), id=self.ids[name], type="Bot" if bot else "User")
+        user.update(login=self.login(name), id=self.ids[name], type=self.agent_type if name == "gateway-agent" else "User")
         return user
 
     def deliver(self, event: str, payload: dict[str, Any], delivery: str | None = None,
@@ -241,7 +243,7 @@ def test_whoever_proposed_the_change_does_not_count(gh: GitHubWorld) -> None:
 def test_an_agent_whose_github_account_is_not_marked_a_bot_still_never_counts(gh: GitHubWorld) -> None:
     pid = gh.propose(proposer="gateway-agent")
     gh.gh.members["platform-team"].add("gateway-bot")
-    gh.account = lambda name, account=gh.account: {**account(name), "type": "User"}  # type: ignore[method-assign]
+    gh.agent_type = "User"
     gh.review("gateway-agent")
     assert "gateway-agent is an agent; agents can never approve or reject a change" in gh.refusal(pid)
 

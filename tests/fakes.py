@@ -15,8 +15,11 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
+
+from pydantic import SecretStr
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.config import Settings
@@ -26,6 +29,8 @@ from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, ev
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.drift import DriftRecord, DriftStatus
 from gateway.domain.errors import BackendError, Conflict, NotFound
+from gateway.domain.github import Check, Delivery, PullRequestLink
+from gateway.domain.gitlab_rules import GitLabAccount
 from gateway.domain.jobs import JobKind
 from gateway.domain.lifecycle import ACTIVE, INITIAL
 from gateway.domain.locks import LockAttempt, StackLock, unmerged_holder
@@ -42,19 +47,23 @@ from gateway.domain.proposal import (
     ProposalKind,
     StackPlan,
 )
-from gateway.domain.repo_settings import RepoSettings
+from gateway.domain.repo_settings import ForgeSettings, GitHubSettings, GitLabSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
+    ApprovalForge,
     AuditLog,
     Clock,
     DayTwoRecords,
     DeclarationRepo,
     Engine,
+    Forge,
+    GitHubRecords,
     Jobs,
     MainRecords,
     Notifications,
     Principals,
     Proposals,
+    ReviewForge,
     StackLocks,
     StackRecords,
     Store,
@@ -197,7 +206,8 @@ def _unfaked(port: type, name: str) -> Callable[..., Any]:
 def only_what_is_faked(cls: type[T]) -> type[T]:
     """Every method of the port `cls` subclasses that `cls` does not define raises NotImplementedError (inherited
     from a Protocol, it would return None: an answer no adapter gives)."""
-    ports = [b for b in cls.__mro__[1:] if getattr(b, "_is_protocol", False) and b.__module__ == "gateway.ports"]
+    ports = [b for b in cls.__mro__[1:]  # the ports live in gateway.ports' modules (records, forge, ...)
+             if getattr(b, "_is_protocol", False) and b.__module__.startswith("gateway.ports")]
     for port in ports:
         for name, member in vars(port).items():
             if callable(member) and not name.startswith("_") and not any(name in vars(c) for c in cls.__mro__
@@ -225,6 +235,7 @@ class Tables:
     jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
     events: list[AuditEvent] = field(default_factory=list)
     head: tuple[int, str] | None = None
+    forge: ForgeTables = field(default_factory=lambda: ForgeTables())  # see "forges" below
 
 
 class _Faked:
@@ -697,6 +708,7 @@ class FakeUnitOfWork(UnitOfWork):
         self.jobs = FakeJobs(tables, clock, readonly)
         for name in ("conversations", "github", "breaker", "sign_in"):
             setattr(self, name, _Unfaked(name))
+        wire_forge_fakes(self, tables, clock, readonly)
 
     def write_new_events(self, proposal: Proposal) -> None:
         moved = list(proposal.events)
@@ -799,3 +811,263 @@ def person(name: str, *roles: Role, groups: Sequence[str] = (), kind: PrincipalK
         return Principal(f"id-{name}", name, kind, frozenset(roles), frozenset(groups))
     with store.session() as session:
         return session.principals.add(name, kind, frozenset(roles), frozenset(groups), "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# forges
+# The code host's records (webhook deliveries, each proposal's pull request, people's linked GitHub and GitLab
+# accounts) and the code host itself (FakeGitHubForge, FakeGitLabForge: comments, checks, team members, reviews,
+# approvals, branch heads), so a webhook's rules run with no HTTP server and no git. What only the real path shows
+# (signatures over HTTP, PyGithub and python-gitlab, git fetches, the sticky comment's rendering) stays in
+# tests/test_github.py and tests/test_gitlab.py.
+
+
+@dataclass
+class ForgeTables:
+    """The forge's rows: deliveries by id, each proposal's pull request, linked accounts by the forge's user id."""
+
+    deliveries: dict[str, Delivery] = field(default_factory=dict)
+    pull_requests: dict[int, PullRequestLink] = field(default_factory=dict)
+    github_accounts: dict[int, tuple[str, str]] = field(default_factory=dict)  # github id -> (principal id, login)
+    gitlab_accounts: dict[int, tuple[str, str]] = field(default_factory=dict)  # gitlab id -> (principal id, username)
+
+
+@only_what_is_faked
+class FakeGitHubRecords(_Faked, GitHubRecords):
+    """Deliveries recorded once by their id, and one pull request per proposal (what is published there is not
+    faked: test_github.py keeps the sticky comment)."""
+
+    def add_delivery(self, delivery_id: str, event: str, action: str | None, payload: str) -> bool:
+        self._writing()
+        if delivery_id in self.t.forge.deliveries:
+            return False
+        self.t.forge.deliveries[delivery_id] = Delivery(delivery_id, event, action, payload, None, self.clock.now())
+        return True
+
+    def set_delivery_job(self, delivery_id: str, job_id: int) -> None:
+        self._writing()
+        if delivery_id in self.t.forge.deliveries:
+            self.t.forge.deliveries[delivery_id] = replace(self.t.forge.deliveries[delivery_id], job_id=job_id)
+
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        return self.t.forge.deliveries.get(delivery_id)
+
+    def link_pull_request(self, proposal_id: int, repository: str, number: int) -> None:
+        self._writing()
+        self.t.forge.pull_requests.setdefault(proposal_id, PullRequestLink(proposal_id, repository, number, None, 0,
+                                                                           None, None, None))
+
+    def pull_request_of(self, proposal_id: int) -> PullRequestLink | None:
+        return self.t.forge.pull_requests.get(proposal_id)
+
+    def proposal_for_pull_request(self, repository: str, number: int) -> int | None:
+        return max((link.proposal_id for link in self.t.forge.pull_requests.values()
+                    if (link.repository, link.number) == (repository, number)), default=None)
+
+
+class LinkedAccounts(_Faked):
+    """The GitHub and GitLab account each person is linked to, for a principal repository (one each way: linking
+    again replaces the person's account and the account's person, as the SQL one deletes both rows first)."""
+
+    get: Callable[[str], Principal]
+
+    def link_github(self, principal: Principal, github_id: int, login: str) -> None:
+        self._link(self.t.forge.github_accounts, principal, github_id, login)
+
+    def by_github_id(self, github_id: int) -> Principal | None:
+        linked = self.t.forge.github_accounts.get(github_id)
+        return self.get(linked[0]) if linked else None
+
+    def github_login_of(self, principal_id: str) -> str | None:
+        return next((login for pid, login in self.t.forge.github_accounts.values() if pid == principal_id), None)
+
+    def link_gitlab(self, principal: Principal, gitlab_id: int, username: str) -> None:
+        self._link(self.t.forge.gitlab_accounts, principal, gitlab_id, username)
+
+    def by_gitlab_id(self, gitlab_id: int) -> Principal | None:
+        linked = self.t.forge.gitlab_accounts.get(gitlab_id)
+        return self.get(linked[0]) if linked else None
+
+    def gitlab_account_of(self, principal_id: str) -> tuple[int, str] | None:
+        return next(((uid, name) for uid, (pid, name) in self.t.forge.gitlab_accounts.items() if pid == principal_id),
+                    None)
+
+    def _link(self, accounts: dict[int, tuple[str, str]], principal: Principal, account_id: int, name: str) -> None:
+        self._writing()
+        for old in [uid for uid, (pid, _) in accounts.items() if pid == principal.id or uid == account_id]:
+            del accounts[old]
+        accounts[account_id] = (principal.id, name)
+
+
+@cache
+def with_linked_accounts(principals: type[FakePrincipals]) -> type[FakePrincipals]:
+    """`principals` (FakePrincipals, or another section's subclass of it) that also keeps linked forge accounts."""
+    return only_what_is_faked(type(f"Linked{principals.__name__}", (LinkedAccounts, principals), {}))
+
+
+def wire_forge_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:
+    """This section's repositories in a fake unit of work, in place of the ones that said they were not faked; run it
+    after any other section's wiring replaces the principal repository, whose class it adds linked accounts to."""
+    uow.github = FakeGitHubRecords(tables, clock, readonly)
+    uow.principals = with_linked_accounts(type(uow.principals))(tables, clock, readonly)
+
+
+class FakeHostedRepo(FakeDeclarationRepo):
+    """The declaration repo of a gateway with a forge: commits pushed to the host (`FakeCodeHost.push_commit`) reach
+    it by the forge's fetch_main and sync_branch, each knowing its parent and the paths it changed (gateway.yaml is
+    its parent's)."""
+
+    def __init__(self, gateway_yaml: str, branches: Mapping[str, str] | None = None):
+        super().__init__(gateway_yaml, branches)
+        self.parents: dict[str, tuple[str, tuple[str, ...]]] = {}  # sha -> (parent, paths changed)
+
+    def resolve(self, ref: str) -> str:
+        return ref if ref in self.parents and ref not in self.refs else super().resolve(ref)
+
+    def repo_settings(self, sha: str) -> RepoSettings:
+        while sha in self.parents:
+            sha = self.parents[sha][0]
+        return super().repo_settings(sha)
+
+    def changed_paths(self, base: str, head: str) -> list[str]:
+        paths: list[str] = []
+        while head != base and head in self.parents:
+            head, changed = self.parents[head]
+            paths = [p for p in changed if p not in paths] + paths
+        return paths
+
+    def module_directories(self, sha: str, path: str) -> tuple[str, ...]:
+        return ()  # no stack of these tests calls a local module
+
+
+class FakeCodeHost:
+    """What GitHub and GitLab share here: branch heads on the host, comments as the host has them now, one-off
+    replies, the sticky comment, checks, team members (and each membership asked, by whom: `team_checks`); `fetches`
+    names each branch fetched. Opening and merging pull requests is not faked (test_github.py, test_gitlab.py)."""
+
+    def __init__(self, repo: FakeHostedRepo):
+        self.repo = repo
+        self.heads: dict[str, str] = dict(repo.refs)
+        self.members: dict[str, set[Any]] = {}  # team -> logins (GitHub) or user ids (GitLab)
+        self.comments: dict[int, tuple[str, int]] = {}  # comment id -> (body, author id), as the host has it now
+        self.replies: list[tuple[int, str]] = []
+        self.sticky: dict[int, str] = {}
+        self.checks: dict[str, list[Check]] = {}
+        self.fetches: list[str] = []
+        self.team_checks: list[tuple[str, Any]] = []  # (team, login or user id) as asked
+        self._ids = iter(range(1000, 10**9))
+
+    def push_commit(self, branch: str, paths: Sequence[str]) -> str:
+        """Someone pushes a commit to `branch` on the host; the gateway sees it once it fetches."""
+        sha = f"{branch.replace('/', '-')}-{next(self._ids)}"
+        self.repo.parents[sha] = (self.heads[branch], tuple(paths))
+        self.heads[branch] = sha
+        return sha
+
+    def add_comment(self, body: str, author_id: int) -> int:
+        comment_id = next(self._ids)
+        self.comments[comment_id] = (body, author_id)
+        return comment_id
+
+    # the port
+    def close(self) -> None:
+        pass
+
+    def fetch_main(self, main: str) -> None:
+        self.fetches.append(main)
+        self.repo.refs[main] = self.heads[main]
+
+    def sync_branch(self, branch: str) -> str:
+        self.fetches.append(branch)
+        if branch in self.heads:
+            self.repo.refs[branch] = self.heads[branch]
+        return self.repo.refs[branch]
+
+    def push(self, branch: str, sha: str) -> None:
+        self.heads[branch] = sha
+
+    def upsert_comment(self, number: int, comment_id: int | None, body: str) -> int:
+        self.sticky[number] = body
+        return comment_id or next(self._ids)
+
+    def comment(self, number: int, comment_id: int) -> tuple[str, int]:
+        if comment_id not in self.comments:
+            raise NotFound(f"no comment {comment_id}")
+        return self.comments[comment_id]
+
+    def reply(self, number: int, body: str) -> None:
+        self.replies.append((number, body))
+
+    def set_checks(self, sha: str, checks: list[Check], details_url: str) -> None:
+        self.checks[sha] = list(checks)
+
+    def is_team_member(self, team: str, login: str, account_id: int | None) -> bool:
+        who = account_id if account_id is not None else login  # GitLab asks by the numeric id, GitHub by login
+        self.team_checks.append((team, who))
+        return who in self.members.get(team, set())
+
+
+@only_what_is_faked
+class FakeGitHubForge(FakeCodeHost, ReviewForge):
+    """GitHub: reviews as GitHub has them now (a dismissed one says so), team members by login."""
+
+    def __init__(self, settings: GitHubSettings, repo: FakeHostedRepo):
+        super().__init__(repo)
+        self.settings = settings
+        self.reviews: dict[int, tuple[str, str | None, int]] = {}  # id -> (STATE, commit, author id)
+
+    def add_review(self, author_id: int, state: str, commit_id: str | None) -> int:
+        review_id = next(self._ids)
+        self.reviews[review_id] = (state.upper(), commit_id, author_id)
+        return review_id
+
+    def dismiss_review(self, review_id: int) -> None:
+        _, commit_id, author_id = self.reviews[review_id]
+        self.reviews[review_id] = ("DISMISSED", commit_id, author_id)
+
+    def review(self, number: int, review_id: int) -> tuple[str, str | None, int]:
+        if review_id not in self.reviews:
+            raise NotFound(f"no review {review_id}")
+        return self.reviews[review_id]
+
+
+@only_what_is_faked
+class FakeGitLabForge(FakeCodeHost, ApprovalForge):
+    """GitLab: who approves each merge request now (its approvals API), users as its users API has them (bots
+    included), group members by numeric user id."""
+
+    def __init__(self, settings: GitLabSettings, repo: FakeHostedRepo):
+        super().__init__(repo)
+        self.settings = settings
+        self.users: dict[int, GitLabAccount] = {}
+        self.approvals: dict[int, set[int]] = {}  # merge request iid -> approvers' ids
+
+    def add_user(self, user_id: int, username: str, bot: bool = False) -> GitLabAccount:
+        self.users[user_id] = GitLabAccount(user_id, username, bot)
+        return self.users[user_id]
+
+    def approver_ids(self, number: int) -> frozenset[int]:
+        return frozenset(self.approvals.get(number, ()))
+
+    def account(self, user_id: int) -> GitLabAccount:
+        if user_id not in self.users:
+            raise NotFound(f"no GitLab user {user_id}")
+        return self.users[user_id]
+
+
+def forge_workspace(forge_yaml: str, secrets: Mapping[str, str], clock: FakeClock | None = None) -> Workspace:
+    """fake_workspace whose main's gateway.yaml adds `forge_yaml` (forge: github or gitlab), with the webhook
+    secrets given (github_webhook_secret, gitlab_webhook_secret) and the fake code host as its forge
+    (`ws.open_forge(settings)` answers the one FakeGitHubForge or FakeGitLabForge, made at the first call)."""
+    base = fake_workspace(clock=clock)
+    repo = FakeHostedRepo(SAMPLE_GATEWAY_YAML + forge_yaml)
+    hosts: dict[str, Forge] = {}
+
+    def open_forge(settings: ForgeSettings) -> Forge:
+        if "host" not in hosts:
+            hosts["host"] = FakeGitLabForge(settings, repo) if isinstance(settings, GitLabSettings) \
+                else FakeGitHubForge(settings, repo)
+        return hosts["host"]
+
+    settings = base.settings.model_copy(update={k: SecretStr(v) for k, v in secrets.items()})
+    return replace(base, settings=settings, repo=repo, open_forge=open_forge)

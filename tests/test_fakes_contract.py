@@ -271,3 +271,59 @@ def test_a_queued_job_is_found_for_its_proposal_and_kind(store: Store) -> None:
         assert session.jobs.add(JobKind.NOTIFY, None, GATEWAY, {"notification": 1}) != plan
     with store.session(readonly=True) as session:
         assert session.jobs.queued(JobKind.PLAN, pid) == plan and session.jobs.queued(JobKind.APPLY, pid) is None
+
+
+# forges: webhook deliveries, each proposal's pull request, linked GitHub and GitLab accounts
+
+def test_a_delivery_is_recorded_once_by_its_id_and_names_its_job(store: Store) -> None:
+    with store.session() as session:
+        assert session.github.add_delivery("d-1", "pull_request_review", "submitted", '{"a": 1}')
+        assert not session.github.add_delivery("d-1", "pull_request_review", "submitted", '{"a": 2}')  # redelivered
+        assert session.github.add_delivery("gitlab:d-2", "merge_request", None, "{}")
+        job = session.jobs.add(JobKind.WEBHOOK, None, GATEWAY, {"delivery": "d-1"})
+        session.github.set_delivery_job("d-1", job)
+    with store.session(readonly=True) as session:
+        first, second = session.github.delivery("d-1"), session.github.delivery("gitlab:d-2")
+        assert first is not None and second is not None and session.github.delivery("d-3") is None
+        assert (first.id, first.event, first.action, first.payload, first.job_id) == (
+            "d-1", "pull_request_review", "submitted", '{"a": 1}', job)  # the first body is kept
+        assert (second.action, second.job_id) == (None, None)
+
+
+def test_a_proposal_has_one_pull_request_and_a_pull_request_names_its_newest_proposal(store: Store) -> None:
+    first = _proposal(store)
+    with store.session() as session:
+        alice = session.principals.by_name("alice")
+        assert alice is not None
+        second = session.proposals.add("change", "base", "head2", alice, alice, "again", ["app"], [])
+        session.github.link_pull_request(first, "acme/infra", 7)
+        session.github.link_pull_request(first, "acme/infra", 8)  # linked already: nothing changes
+        session.github.link_pull_request(second, "acme/infra", 7)  # the pull request reopened
+    with store.session(readonly=True) as session:
+        link = session.github.pull_request_of(first)
+        assert link is not None and session.github.pull_request_of(999) is None
+        assert (link.repository, link.number, link.comment_id, link.published_seq, link.publish_error) == (
+            "acme/infra", 7, None, 0, None)
+        assert session.github.proposal_for_pull_request("acme/infra", 7) == second
+        assert session.github.proposal_for_pull_request("acme/infra", 8) is None
+        assert session.github.proposal_for_pull_request("acme/other", 7) is None
+
+
+def test_a_person_is_linked_to_one_forge_account_and_an_account_to_one_person(store: Store) -> None:
+    with store.session() as session:
+        bob = session.principals.add("bob", PrincipalKind.PERSON, frozenset({Role.APPROVER}), frozenset(), "h1")
+        carol = session.principals.add("carol", PrincipalKind.PERSON, frozenset({Role.APPROVER}), frozenset(), "h2")
+        session.principals.link_github(bob, 11, "bob-gh")
+        session.principals.link_github(bob, 12, "bob-new")  # bob's new account replaces the old one
+        session.principals.link_github(carol, 11, "carol-gh")  # the old account is carol's now
+        session.principals.link_gitlab(bob, 21, "bob-gl")
+    with store.session(readonly=True) as session:
+        found = session.principals.by_github_id(12)
+        assert found is not None and found.name == "bob" and session.principals.github_login_of(bob.id) == "bob-new"
+        again = session.principals.by_github_id(11)
+        assert again is not None and again.name == "carol"
+        assert session.principals.by_github_id(13) is None and session.principals.github_login_of("nobody") is None
+        gitlab = session.principals.by_gitlab_id(21)
+        assert gitlab is not None and gitlab.name == "bob"
+        assert session.principals.gitlab_account_of(bob.id) == (21, "bob-gl")
+        assert session.principals.gitlab_account_of(carol.id) is None and session.principals.by_gitlab_id(11) is None

@@ -1,6 +1,9 @@
 """Pull requests on GitHub, end to end: the real app and its worker, PyGithub talking to a fake GitHub over
 real HTTP (its answers validated against GitHub's REST description), signed webhook deliveries built
 from the fake's state (validated against the webhook description), and real git on both sides.
+
+The decision rules themselves (which approvals do not count and why, dismissals, pushers, ignored deliveries, forks)
+run on fakes in tests/test_forge_rules_on_fakes.py; each family keeps an end-to-end case here or in test_gitlab.py.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from gateway.services.forge import github as github_service
 from gateway.services.forge.github import link_account
 from gateway.services.workspace import Workspace
 
-from .conftest import FIXTURES, Clone, People, add_people
+from .conftest import Clone, People, add_people
 from .github_fake import FakeGitHub
 from .model_stub import ModelStub, tool_call
 
@@ -410,18 +413,6 @@ def push_after_approval(world: World) -> None:
     assert get_proposal(world.ws, pid).status.value == "open"
 
 
-def test_a_pull_request_from_a_fork_is_not_planned(world: World) -> None:
-    world.gh.push_commit("feature/fork", {"stacks/app-staging/queue.tf": QUEUE}, "queue", author_login="alice")
-    number = world.gh.open_pull("feature/fork", "From a fork", "", "alice", fork=True)
-    world.deliver("pull_request", world.gh.pull_request_event(number, "opened", sender="alice"))
-    reply = wait_for("the reply", lambda: [c["body"] for c in world.gh.comments(number)])
-    assert "comes from the fork" in reply[0]
-    refusal = world.events(kind="github.pull_request.refused")[0]
-    assert "comes from the fork" in refusal.payload["reasons"][0]
-    with world.ws.store.session(readonly=True) as session:
-        assert session.github.proposal_for_pull_request(world.gh.full_name, number) is None
-
-
 def test_with_a_github_app_the_checks_are_check_runs_and_the_whole_plan_is_in_the_plan_check(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
@@ -438,25 +429,6 @@ def test_with_a_github_app_the_checks_are_check_runs_and_the_whole_plan_is_in_th
         assert not world.gh.statuses(head)  # an App writes checks, not statuses
         assert any(body and body.get("permissions") is not None for method, path, body in world.gh.requests
                    if path.endswith("/access_tokens"))  # authenticated as the App's installation
-
-
-def test_a_dismissed_review_withdraws_the_approval_and_changes_requested_rejects(world: World) -> None:
-    number = open_pull_on_github(world)
-    pid = proposal_of(world, number)
-    review = world.gh.add_review(number, "carol", "APPROVED")
-    world.deliver("pull_request_review", world.gh.review_event(review))
-    wait_for("carol's approval", lambda: get_proposal(world.ws, pid).current_approvals)
-    world.gh.dismiss_review(number, review["id"], "not so fast")
-    world.deliver("pull_request_review", world.gh.review_event(review, action="dismissed", sender="bob"))
-    wait_for("the withdrawal", lambda: not get_proposal(world.ws, pid).current_approvals)
-    [withdrawn] = world.events(pid, kind="decision.withdrawn")
-    assert withdrawn.actor == "github:bob" and withdrawn.payload["by"] == "carol"
-
-    changes = world.gh.add_review(number, "bob", "CHANGES_REQUESTED", body="name the queue after the team")
-    world.deliver("pull_request_review", world.gh.review_event(changes))
-    rejection = wait_for("bob's rejection", lambda: get_proposal(world.ws, pid).current_rejection)
-    assert rejection.principal.name == "bob" and rejection.comment == "name the queue after the team"
-    wait_for("the comment to say so", lambda: "rejected by **bob**: name the queue" in world.sticky(number))
 
 
 def test_a_merge_by_hand_on_github_before_any_apply_is_reported_loudly(world: World) -> None:
@@ -508,50 +480,6 @@ def test_gateway_plain_words_ask_the_agent_to_revise_its_branch_and_only_the_req
     wait_for("the agent's question on the pull request", lambda: any(
         "The agent asks @alice: How many days should dead letters be kept?" in c["body"]
         for c in world.gh.comments(number)))
-
-
-def test_edited_comments_bot_comments_and_other_repositories_do_nothing(world: World) -> None:
-    number = open_pull_on_github(world)
-    pid = proposal_of(world, number)
-    comment = world.gh.add_comment(number, "carol", "looks good")
-    world.gh.edit_comment(comment["id"], "/gateway apply")
-    edited = world.deliver("issue_comment", world.gh.comment_event(comment, action="edited")).json()
-    bot = world.deliver("issue_comment", world.gh.comment_event(world.gh.add_comment(
-        number, "gateway-bot", "/gateway apply"))).json()
-    review = json.loads((FIXTURES / "github" / "pull_request_review__submitted.payload.json").read_text())
-    commented = world.deliver("pull_request_review", review).json()  # GitHub's own example: a comment-only review
-    assert edited["job"] is bot["job"] is commented["job"] is None  # recorded, and nothing to do
-    opened = json.loads((FIXTURES / "github" / "pull_request__opened.payload.json").read_text())
-    other = world.deliver("pull_request", opened).json()  # GitHub's own example, for Codertocat/Hello-World
-    job = wait_for("the job", lambda: (lambda j: j if j.finished else None)(world.ws.store.queue.get(other["job"])))
-    assert job.status.value == "succeeded" and "not this gateway's repository" in job.result["ignored"]
-    with world.ws.store.session(readonly=True) as session:
-        assert session.github.delivery(edited["delivery"]).event == "issue_comment"
-    assert not [j for j in world.ws.store.queue.of_proposal(pid) if j.kind.value == "apply"]
-
-
-def test_whoever_pushes_to_the_branch_and_a_review_github_dismissed_do_not_count(world: World) -> None:
-    number = open_pull_on_github(world)
-    pid = proposal_of(world, number)
-    gh = world.gh
-    late = gh.add_review(number, "bob", "APPROVED")
-    submitted = gh.review_event(late)
-    gh.dismiss_review(number, late["id"], "stale")
-    world.deliver("pull_request_review", gh.review_event(late, action="dismissed", sender="carol"))
-    world.deliver("pull_request_review", submitted)  # the submission arrives after its dismissal
-    refusal = wait_for("bob's refusal", lambda: world.events(pid, kind="approve.refused"))[0]
-    assert f"GitHub shows review {late['id']} as dismissed" in refusal.payload["reasons"][0]
-
-    before = gh.pull(number)["head"]["sha"]
-    after = gh.push_commit("feature/refunds", {"stacks/app-staging/extra.tf": QUEUE.replace("refunds", "extra")},
-                           "carol's addition", author_login="carol")
-    world.deliver("pull_request", gh.pull_request_event(number, "synchronize", sender="carol", before=before,
-                                                        after=after))
-    wait_for("the re-plan", lambda: get_proposal(world.ws, pid).head_sha == after)
-    world.deliver("pull_request_review", gh.review_event(gh.add_review(number, "carol", "APPROVED")))
-    refusal = wait_for("carol's refusal", lambda: world.events(pid, kind="approve.refused")[1:])[0]
-    assert f"carol pushed commit {after[:12]} to this pull request" in refusal.payload["reasons"][0]
-    assert not get_proposal(world.ws, pid).current_approvals
 
 
 def test_a_push_to_main_outside_the_gateway_is_recorded_loudly(world: World) -> None:

@@ -5,6 +5,8 @@ deliveries built from the fake's state in the shape of GitLab's documented paylo
 The scenarios GitHub's path passes (tests/test_github.py), on GitLab; and one test per rule GitLab does otherwise:
 approvals read back from the approvals API, group membership by numeric user id, X-Gitlab-Token, dedup by
 X-Gitlab-Event-UUID (and Idempotency-Key), the merge with `sha`, commit statuses that only move by a change of state.
+The decision rules themselves (approvals that do not count and why, a push to main outside the gateway, ...) run on
+fakes in tests/test_forge_rules_on_fakes.py; each family keeps an end-to-end case here or in test_github.py.
 """
 
 from __future__ import annotations
@@ -157,16 +159,6 @@ def proposal_of(world: World, iid: int) -> int:
     return wait_for(f"a proposal for merge request !{iid}", probe)
 
 
-def refused(world: World, pid: int, deliver: Callable[[], Any], reason: str, iid: int) -> None:
-    count = len([e for e in world.events(pid) if e.kind.endswith(".refused")])
-    assert deliver().status_code == 202
-    event = wait_for(f"the refusal naming {reason!r}", lambda: [
-        e for e in world.events(pid) if e.kind.endswith(".refused")][count:])[0]
-    assert reason in "; ".join(event.payload["reasons"]), event.payload
-    wait_for(f"the note to say {reason!r}", lambda: reason in world.sticky(iid))
-    assert not get_proposal(world.ws, pid).current_approvals
-
-
 # --- the scenarios GitHub's path passes ----------------------------------------------------------------------
 
 
@@ -251,33 +243,6 @@ def test_a_merge_request_opened_on_gitlab_is_a_proposal_and_a_push_makes_the_app
     world.gl.close_merge_request(iid)
     world.mr_event(iid, "close", "alice")
     wait_for("the abandon", lambda: get_proposal(world.ws, proposal.id).status.value == "abandoned")
-
-
-def test_approvals_that_do_not_count_are_refused_with_the_reason_in_the_trail_and_the_note(world: World) -> None:
-    iid = open_mr_on_gitlab(world)
-    pid = proposal_of(world, iid)
-    gl = world.gl
-    refused(world, pid, lambda: world.approve(iid, "alice"), "alice requested this change", iid)
-    refused(world, pid, lambda: world.approve(iid, "project_7_bot_4f2a"), "project_7_bot_4f2a is a bot account", iid)
-    refused(world, pid, lambda: world.approve(iid, "mallory"), "GitLab user mallory is not linked", iid)
-    gl.remove_member("acme/platform-team", "bob")
-    refused(world, pid, lambda: world.approve(iid, "bob"), "bob is not in an approver group of stack app-staging",
-            iid)
-    check = world.events(pid, kind="gitlab.group_check")[-1].payload
-    assert check["not_member"] == ["platform"] and check["gitlab_id"] == gl.user("bob").id
-    old = gl.head(iid)
-    stale = gl.merge_request_event(iid, "approval", "carol")  # carol approves; GitLab's delivery is slow to come
-    gl.approve(iid, "carol")
-    gl.push_commit(BRANCH, {"stacks/app-staging/more.tf": QUEUE.replace("refunds", "more")}, "more", author="alice")
-    world.mr_event(iid, "update", "alice", oldrev=old)
-    wait_for("the re-plan", lambda: get_proposal(world.ws, pid).head_sha != old)
-    refused(world, pid, lambda: world.deliver("Merge Request Hook", stale), f"the approval was given on commit "
-            f"{old[:12]}", iid)
-    refused(world, pid, lambda: world.note(iid, "dana", "/gateway approve 0000000"), "does not name the current plan",
-            iid)
-    fingerprint = plan_fingerprint(get_proposal(world.ws, pid).current_digests)[:12]
-    refused(world, pid, lambda: world.note(iid, "dana", f"/gateway approve {fingerprint}"),
-            "dana does not have the approver role", iid)
 
 
 def test_a_rejection_blocks_the_apply_and_an_unapproval_withdraws(world: World) -> None:
@@ -503,11 +468,3 @@ def test_a_merge_request_from_a_fork_is_not_planned(world: World) -> None:
     assert "comes from a fork" in world.events(kind="gitlab.merge_request.refused")[0].payload["reasons"][0]
 
 
-def test_a_push_to_main_outside_the_gateway_is_recorded_loudly(world: World) -> None:
-    before = world.gl.branch_sha("main")
-    after = world.gl.push_commit("main", {"stacks/app-staging/hotfix.tf": QUEUE.replace("refunds", "hotfix")},
-                                 "hotfix straight to main", author="bob")
-    world.deliver("Push Hook", world.gl.push_event("main", before or "", after, "bob"))
-    [pushed] = wait_for("the warning", lambda: world.events(kind="gitlab.main_pushed"))
-    assert pushed.payload["stacks"] == ["app-staging"] and "never applied" in pushed.payload["warning"]
-    assert world.ws.repo.resolve("main") == after  # GitLab's main is the truth

@@ -20,12 +20,14 @@ from typing import Any, TypeVar
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.config import Settings
+from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.apply_blockers import MainPush
 from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome
 from gateway.domain.break_glass import BreakGlassWindow
+from gateway.domain.breaker import BreakerState, CapacityChange
 from gateway.domain.drift import DriftRecord, DriftStatus
-from gateway.domain.errors import BackendError, Conflict, NotFound
+from gateway.domain.errors import BackendError, Conflict, NotFound, SignInRefused
 from gateway.domain.jobs import JobKind
 from gateway.domain.lifecycle import ACTIVE, INITIAL
 from gateway.domain.locks import LockAttempt, StackLock, unmerged_holder
@@ -44,17 +46,23 @@ from gateway.domain.proposal import (
 )
 from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.scrubbing import Scrubber
+from gateway.domain.sign_in import Identity, PendingSignIn, RefusalTally, WebSession
 from gateway.ports import (
     AuditLog,
+    BreakerRecords,
     Clock,
+    Conversations,
     DayTwoRecords,
     DeclarationRepo,
     Engine,
+    IdentityProvider,
     Jobs,
     MainRecords,
     Notifications,
     Principals,
     Proposals,
+    SignInRecords,
+    SignInStart,
     StackLocks,
     StackRecords,
     Store,
@@ -697,6 +705,7 @@ class FakeUnitOfWork(UnitOfWork):
         self.jobs = FakeJobs(tables, clock, readonly)
         for name in ("conversations", "github", "breaker", "sign_in"):
             setattr(self, name, _Unfaked(name))
+        wire_sign_in_fakes(self, tables, clock, readonly)
 
     def write_new_events(self, proposal: Proposal) -> None:
         moved = list(proposal.events)
@@ -799,3 +808,216 @@ def person(name: str, *roles: Role, groups: Sequence[str] = (), kind: PrincipalK
         return Principal(f"id-{name}", name, kind, frozenset(roles), frozenset(groups))
     with store.session() as session:
         return session.principals.add(name, kind, frozenset(roles), frozenset(groups), "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# day two, breaker, sign-in: the circuit breaker's records, sign-in's records (linked identities, page sessions,
+# sign-ins in progress, refusal tallies), agent requests as far as the breaker stops them, a principal repository
+# that knows the enabled admins, and an identity provider that vouches for whom a test says.
+
+
+@dataclass
+class SignInTables:
+    """The rows of this section's tables; kept on `Tables` (see `_more`), so a rolled-back write restores them too."""
+
+    breaker_changes: dict[int, CapacityChange] = field(default_factory=dict)  # by proposal
+    breaker_states: dict[str, BreakerState] = field(default_factory=dict)  # by scope
+    identities: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (issuer, subject) -> (pid, display)
+    sessions: dict[str, WebSession] = field(default_factory=dict)  # by the hash of the session id
+    flows: dict[str, PendingSignIn] = field(default_factory=dict)  # by the hash of the state
+    tallies: dict[str, RefusalTally] = field(default_factory=dict)  # by provider:check
+    runs: dict[str, AgentRun] = field(default_factory=dict)
+
+
+def _more(tables: Tables) -> SignInTables:
+    """This section's rows, made on first use inside the tables' own attributes (FakeStore copies and restores them
+    with the rest)."""
+    more = tables.__dict__.get("sign_in_tables")
+    if more is None:
+        more = tables.__dict__["sign_in_tables"] = SignInTables()
+    return more
+
+
+@only_what_is_faked
+class FakeBreakerRecords(_Faked, BreakerRecords):
+    """Each agent change's capacity figures (a re-plan replaces the proposal's earlier ones) and each breaker's state."""
+
+    def record_change(self, change: CapacityChange) -> None:
+        self._writing()
+        _more(self.t).breaker_changes.pop(change.proposal_id, None)  # the newest goes last, as a new row would
+        _more(self.t).breaker_changes[change.proposal_id] = replace(change, before=dict(change.before))
+
+    def changes(self, principal_id: str | None, since: datetime) -> list[CapacityChange]:
+        return sorted((c for c in _more(self.t).breaker_changes.values()
+                       if c.at >= since and principal_id in (None, c.principal_id)), key=lambda c: c.at)
+
+    def state(self, scope: str) -> BreakerState | None:
+        return _more(self.t).breaker_states.get(scope)
+
+    def states(self) -> list[BreakerState]:
+        return sorted(_more(self.t).breaker_states.values(), key=lambda s: s.scope)
+
+    def set(self, scope: str, is_open: bool, reason: str, by: str) -> None:
+        self._writing()
+        _more(self.t).breaker_states[scope] = BreakerState(scope, is_open, reason, by, self.clock.now())
+
+
+@only_what_is_faked
+class FakeSignInRecords(_Faked, SignInRecords):
+    """Linked identities, page sessions, sign-ins in progress (used once) and refusal tallies, as the SQL tables."""
+
+    def link_identity(self, principal: Principal, issuer: str, subject: str, display: str) -> None:
+        self._writing()
+        _more(self.t).identities[(issuer, subject)] = (principal.id, display[:200])
+
+    def principal_of(self, issuer: str, subject: str) -> Principal | None:
+        link = _more(self.t).identities.get((issuer, subject))
+        return None if link is None else FakePrincipals(self.t, self.clock, True).get(link[0])
+
+    def identities_of(self, principal_id: str) -> list[tuple[str, str]]:
+        return sorted(key for key, (pid, _) in _more(self.t).identities.items() if pid == principal_id)
+
+    def open_session(self, id_hash: str, session: WebSession) -> None:
+        self._writing()
+        if id_hash in _more(self.t).sessions:
+            raise FakeIntegrityError("UNIQUE constraint failed: web_sessions.id_hash")
+        _more(self.t).sessions[id_hash] = session
+
+    def get_session(self, id_hash: str) -> WebSession | None:
+        return _more(self.t).sessions.get(id_hash)
+
+    def end_session(self, id_hash: str, at: datetime) -> None:
+        self._writing()
+        found = _more(self.t).sessions.get(id_hash)
+        if found is not None and found.ended_at is None:
+            _more(self.t).sessions[id_hash] = replace(found, ended_at=at)
+
+    def end_sessions_of(self, principal_id: str, at: datetime) -> int:
+        self._writing()
+        sessions = _more(self.t).sessions
+        ending = [h for h, s in sessions.items() if s.principal_id == principal_id and s.ended_at is None]
+        for id_hash in ending:
+            sessions[id_hash] = replace(sessions[id_hash], ended_at=at)
+        return len(ending)
+
+    def add_flow(self, state_hash: str, flow: PendingSignIn) -> None:
+        self._writing()
+        if state_hash in _more(self.t).flows:
+            raise FakeIntegrityError("UNIQUE constraint failed: sign_in_flows.state_hash")
+        _more(self.t).flows[state_hash] = replace(flow, secrets=dict(flow.secrets))
+
+    def get_flow(self, state_hash: str) -> PendingSignIn | None:
+        return _more(self.t).flows.get(state_hash)
+
+    def use_flow(self, state_hash: str, at: datetime) -> bool:
+        self._writing()
+        flow = _more(self.t).flows.get(state_hash)
+        if flow is None or flow.used_at is not None:
+            return False
+        _more(self.t).flows[state_hash] = replace(flow, used_at=at, secrets={})  # the secrets go with the use
+        return True
+
+    def forget_flows(self, expired_by: datetime) -> int:
+        self._writing()
+        flows = _more(self.t).flows
+        expired = [h for h, f in flows.items() if f.expires_at <= expired_by]
+        for state_hash in expired:
+            del flows[state_hash]
+        return len(expired)
+
+    def refusal_tally(self, kind: str) -> RefusalTally | None:
+        self._writing()  # the SQL one makes the row when it is missing
+        tally = _more(self.t).tallies.setdefault(kind, RefusalTally(self.clock.now()))
+        return None if tally.recorded == 0 and tally.unrecorded == 0 else tally
+
+    def save_refusal_tally(self, kind: str, tally: RefusalTally) -> None:
+        self._writing()
+        if kind in _more(self.t).tallies:  # an UPDATE: a tally never read is not made here
+            _more(self.t).tallies[kind] = tally
+
+
+@only_what_is_faked
+class FakeConversations(_Faked, Conversations):
+    """Agent requests: queued, begun and stopped by the breaker (the agent's turns are tested on a workspace)."""
+
+    def add_run(self, run_id: str, requester: Principal, request: str, conversation_id: str, job_id: int) -> None:
+        self._writing()
+        if run_id in _more(self.t).runs:
+            raise FakeIntegrityError("UNIQUE constraint failed: agent_runs.id")
+        moment = self.clock.now()
+        _more(self.t).runs[run_id] = AgentRun(run_id, requester.id, request, conversation_id, AgentRunStatus.QUEUED,
+                                              (), None, None, job_id, moment, moment)
+
+    def begin_run(self, run_id: str) -> bool:
+        return self._move(run_id, {AgentRunStatus.QUEUED}, status=AgentRunStatus.RUNNING)
+
+    def run(self, run_id: str) -> AgentRun | None:
+        return _more(self.t).runs.get(run_id)
+
+    def stop_runs(self, reason: str) -> list[str]:
+        self._writing()
+        running = [r.id for r in _more(self.t).runs.values() if r.status in UNFINISHED]
+        for run_id in running:
+            self._move(run_id, UNFINISHED, status=AgentRunStatus.STOPPED, message=reason)
+        return running
+
+    def _move(self, run_id: str, from_statuses: Collection[AgentRunStatus], **values: Any) -> bool:
+        self._writing()
+        found = _more(self.t).runs.get(run_id)
+        if found is None or found.status not in from_statuses:
+            return False
+        _more(self.t).runs[run_id] = replace(found, updated_at=self.clock.now(), **values)
+        return True
+
+
+@only_what_is_faked
+class FakePeople(FakePrincipals):
+    """FakePrincipals, and which of them are enabled admins (a use case that disables someone asks)."""
+
+    def enabled_admins(self) -> list[str]:
+        return [p.id for p in self.t.principals.values() if Role.ADMIN in p.roles and not p.disabled]
+
+
+def wire_sign_in_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:
+    """This section's repositories in a fake unit of work, in place of the ones that said they were not faked."""
+    uow.principals = FakePeople(tables, clock, readonly)
+    uow.breaker = FakeBreakerRecords(tables, clock, readonly)
+    uow.sign_in = FakeSignInRecords(tables, clock, readonly)
+    uow.conversations = FakeConversations(tables, clock, readonly)
+
+
+class FakeIdentityProvider(IdentityProvider):
+    """A provider that vouches for whom `sign_in_as` names, or refuses the answer as `refuse` says (the checks of a
+    real provider's answer are tested against a provider on loopback in test_sign_in.py). Each `start` hands out a
+    new state; `callback()` is what the provider sends the browser back with."""
+
+    def __init__(self, name: str = "oidc", issuer: str = "https://idp.example.com"):
+        self.name, self.label, self.issuer = name, f"Test {name}", issuer
+        self.identity: Identity | None = None
+        self.refusal: SignInRefused | None = None
+        self.started: list[str] = []  # the states handed out, newest last
+
+    def sign_in_as(self, subject: str, email: str | None = None, verified: bool = True,
+                   groups: Collection[str] | None = None, display: str | None = None) -> None:
+        self.identity = Identity(self.name, self.issuer, subject, display or email or subject, email, verified,
+                                 None if groups is None else frozenset(groups))
+        self.refusal = None
+
+    def refuse(self, check: str, message: str) -> None:
+        self.refusal = SignInRefused(check, message)
+
+    def start(self, redirect_uri: str) -> SignInStart:
+        state = f"state-{len(self.started) + 1}"
+        self.started.append(state)
+        return SignInStart(f"{self.issuer}/authorize?state={state}",
+                           {"state": state, "nonce": f"nonce-{state}", "redirect_uri": redirect_uri})
+
+    def callback(self, state: str | None = None) -> dict[str, str]:
+        return {"state": state or self.started[-1], "code": "a-code"}
+
+    def finish(self, pending: Mapping[str, str], callback: Mapping[str, str]) -> Identity:
+        if self.refusal is not None:
+            raise self.refusal
+        if self.identity is None or pending.get("nonce") != f"nonce-{callback.get('state')}":
+            raise SignInRefused("nonce", "the ID token's nonce is not valid")
+        return self.identity

@@ -5,6 +5,7 @@ answer the database would never give."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,13 +14,16 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.store.schema import Database
 from gateway.adapters.store.unit_of_work import SqlStore
+from gateway.domain.agent_runs import AgentRunStatus
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
+from gateway.domain.breaker import CapacityChange
 from gateway.domain.drift import DriftStatus
 from gateway.domain.errors import Conflict, NotFound, Refused
 from gateway.domain.jobs import JobKind
 from gateway.domain.notifications import Channel, ChannelKind, Notice, NotificationEvent, NotificationStatus
-from gateway.domain.principals import GATEWAY, PrincipalKind, Role
+from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
+from gateway.domain.sign_in import PendingSignIn, RefusalTally, WebSession
 from gateway.ports import Store
 
 from .fakes import FakeIntegrityError, FakeStore, ReadOnlyWrite
@@ -271,3 +275,140 @@ def test_a_queued_job_is_found_for_its_proposal_and_kind(store: Store) -> None:
         assert session.jobs.add(JobKind.NOTIFY, None, GATEWAY, {"notification": 1}) != plan
     with store.session(readonly=True) as session:
         assert session.jobs.queued(JobKind.PLAN, pid) == plan and session.jobs.queued(JobKind.APPLY, pid) is None
+
+
+# --- day two, breaker, sign-in ---------------------------------------------------------------------------------
+
+T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+def _people(store: Store) -> tuple[Principal, Principal]:
+    with store.session() as session:
+        return (session.principals.add("bob", PrincipalKind.PERSON, frozenset({Role.APPROVER}), frozenset(), "hb"),
+                session.principals.add("admin", PrincipalKind.PERSON, frozenset({Role.ADMIN}), frozenset(), "ha"))
+
+
+def test_a_proposals_capacity_figures_are_its_latest_and_read_by_agent_and_time(store: Store) -> None:
+    with store.session() as session:
+        session.breaker.record_change(CapacityChange(1, "agent-a", {"app": 50.0}, 2.0, 0, T0))
+        session.breaker.record_change(CapacityChange(2, "agent-b", {"app": 50.0}, 3.0, 1, T0 + timedelta(seconds=2)))
+        session.breaker.record_change(CapacityChange(1, "agent-a", {"app": 50.0}, 5.0, 0, T0 + timedelta(seconds=3)))
+    with store.session(readonly=True) as session:
+        assert session.breaker.changes(None, T0) == [
+            CapacityChange(2, "agent-b", {"app": 50.0}, 3.0, 1, T0 + timedelta(seconds=2)),
+            CapacityChange(1, "agent-a", {"app": 50.0}, 5.0, 0, T0 + timedelta(seconds=3))]  # a re-plan replaces
+        assert [c.proposal_id for c in session.breaker.changes("agent-b", T0)] == [2]
+        assert session.breaker.changes(None, T0 + timedelta(seconds=4)) == []
+
+
+def test_a_breakers_state_is_its_last_setting(store: Store) -> None:
+    with store.session() as session:
+        assert session.breaker.state("*") is None and session.breaker.states() == []
+        session.breaker.set("agent-a", True, "tripped", "gateway")
+        session.breaker.set("*", True, "kill switch", "admin")
+        session.breaker.set("agent-a", False, "planned", "bob")
+    with store.session(readonly=True) as session:
+        assert [(s.scope, s.open, s.reason, s.changed_by) for s in session.breaker.states()] == [
+            ("*", True, "kill switch", "admin"), ("agent-a", False, "planned", "bob")]
+        state = session.breaker.state("agent-a")
+        assert state is not None and state.changed_at.tzinfo is not None
+
+
+def test_an_identity_maps_to_one_person_and_a_new_link_replaces_the_old(store: Store) -> None:
+    bob, admin = _people(store)
+    with store.session() as session:
+        session.sign_in.link_identity(bob, "https://idp", "sub-1", "bob")
+        session.sign_in.link_identity(bob, "https://other", "sub-9", "bob")
+        session.sign_in.link_identity(admin, "https://idp", "sub-1", "admin")  # the subject moves to admin
+    with store.session(readonly=True) as session:
+        assert session.sign_in.principal_of("https://idp", "sub-1") == admin
+        assert session.sign_in.principal_of("https://idp", "sub-2") is None
+        assert session.sign_in.identities_of(bob.id) == [("https://other", "sub-9")]
+        assert session.sign_in.identities_of(admin.id) == [("https://idp", "sub-1")]
+
+
+def test_a_session_is_found_by_its_hash_and_ends_once(store: Store) -> None:
+    bob, admin = _people(store)
+    opened = WebSession(bob.id, "oidc:https://idp", frozenset({"platform"}), T0, T0 + timedelta(hours=8))
+    with store.session() as session:
+        session.sign_in.open_session("h1", opened)
+        session.sign_in.open_session("h2", WebSession(bob.id, "web-session", None, T0, T0 + timedelta(hours=8)))
+        session.sign_in.open_session("h3", WebSession(admin.id, "github", None, T0, T0 + timedelta(hours=8)))
+    with store.session() as session, pytest.raises((IntegrityError, FakeIntegrityError)):  # one session per id
+        session.sign_in.open_session("h1", opened)
+    with store.session() as session:
+        assert session.sign_in.get_session("h1") == opened and session.sign_in.get_session("nope") is None
+        session.sign_in.end_session("h1", T0 + timedelta(minutes=1))
+        session.sign_in.end_session("h1", T0 + timedelta(minutes=2))  # ended already: kept as it was
+        assert session.sign_in.end_sessions_of(bob.id, T0 + timedelta(minutes=3)) == 1  # h2 only
+        assert session.sign_in.end_sessions_of(bob.id, T0 + timedelta(minutes=4)) == 0
+    with store.session(readonly=True) as session:
+        assert session.sign_in.get_session("h1") == replace(opened, ended_at=T0 + timedelta(minutes=1))
+        assert [session.sign_in.get_session(h).ended_at for h in ("h2", "h3")] == [T0 + timedelta(minutes=3), None]
+
+
+def test_a_sign_in_in_progress_is_used_once_and_forgotten_when_expired(store: Store) -> None:
+    flow = PendingSignIn("oidc", "browser", {"nonce": "n", "code_verifier": "v"}, T0, T0 + timedelta(minutes=10))
+    with store.session() as session:
+        session.sign_in.add_flow("s1", flow)
+        session.sign_in.add_flow("s2", replace(flow, expires_at=T0 + timedelta(minutes=20)))
+    with store.session() as session:
+        assert session.sign_in.get_flow("s1") == flow and session.sign_in.get_flow("nope") is None
+        assert session.sign_in.use_flow("s1", T0 + timedelta(minutes=1))
+        assert not session.sign_in.use_flow("s1", T0 + timedelta(minutes=2))
+        assert not session.sign_in.use_flow("nope", T0)
+        used = session.sign_in.get_flow("s1")
+        assert used is not None and used.used_at == T0 + timedelta(minutes=1) and dict(used.secrets) == {}
+        assert session.sign_in.forget_flows(T0 + timedelta(minutes=10)) == 1
+    with store.session(readonly=True) as session:
+        assert session.sign_in.get_flow("s1") is None and session.sign_in.get_flow("s2") is not None
+
+
+def test_a_refusal_tally_is_none_until_one_is_saved(store: Store) -> None:
+    with store.session() as session:
+        assert session.sign_in.refusal_tally("oidc:state") is None
+        session.sign_in.save_refusal_tally("oidc:state", RefusalTally(T0, 5, 2, T0 + timedelta(seconds=5)))
+        session.sign_in.save_refusal_tally("oidc:nonce", RefusalTally(T0, 1))  # never read: nothing to update
+    with store.session() as session:
+        assert session.sign_in.refusal_tally("oidc:state") == RefusalTally(T0, 5, 2, T0 + timedelta(seconds=5))
+        assert session.sign_in.refusal_tally("oidc:nonce") is None
+
+
+def test_sign_in_rows_written_by_a_unit_of_work_that_raises_are_not_kept(store: Store) -> None:
+    bob, _ = _people(store)
+    with store.session() as session:
+        session.sign_in.open_session("h1", WebSession(bob.id, "github", None, T0, T0 + timedelta(hours=8)))
+    with pytest.raises(RuntimeError), store.session() as session:
+        session.sign_in.end_sessions_of(bob.id, T0)
+        session.breaker.set("*", True, "kill switch", "admin")
+        raise RuntimeError("the use case fails after writing")
+    with store.session(readonly=True) as session:
+        found = session.sign_in.get_session("h1")
+        assert found is not None and found.ended_at is None and session.breaker.states() == []
+
+
+def test_the_breaker_stops_queued_and_running_agent_requests_only(store: Store) -> None:
+    bob, _ = _people(store)
+    with store.session() as session:
+        for run_id in ("q", "r", "s"):
+            session.conversations.add_run(run_id, bob, "add a queue", "c-1", 1)
+        assert session.conversations.begin_run("r") and session.conversations.begin_run("s")
+        assert not session.conversations.begin_run("r")  # running already
+        assert sorted(session.conversations.stop_runs("first")) == ["q", "r", "s"]
+        session.conversations.add_run("later", bob, "add a topic", "c-2", 2)
+    with store.session() as session:
+        assert session.conversations.stop_runs("second") == ["later"]  # the stopped ones are not stopped again
+        assert not session.conversations.begin_run("q")  # a stopped request never starts
+        stopped = session.conversations.run("q")
+        assert session.conversations.run("nope") is None
+    assert stopped is not None and (stopped.status, stopped.message, stopped.requester_id, stopped.job_id) == (
+        AgentRunStatus.STOPPED, "first", bob.id, 1)
+
+
+def test_the_enabled_admins_are_the_admins_not_disabled(store: Store) -> None:
+    bob, admin = _people(store)
+    with store.session() as session:
+        other = session.principals.add("root", PrincipalKind.PERSON, frozenset({Role.ADMIN}), frozenset(), "hr")
+        assert sorted(session.principals.enabled_admins()) == sorted([admin.id, other.id])
+        session.principals.set_disabled(other.id, T0)
+        assert session.principals.enabled_admins() == [admin.id]

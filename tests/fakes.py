@@ -34,7 +34,7 @@ from gateway.domain.locks import LockAttempt, StackLock, unmerged_holder
 from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
 from gateway.domain.policy import Override
 from gateway.domain.preview import DriftEntry
-from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
+from gateway.domain.principals import Actor, Credentials, Principal, PrincipalKind, Role
 from gateway.domain.proposal import (
     Decision,
     DecisionRecord,
@@ -827,6 +827,7 @@ class SignInTables:
     flows: dict[str, PendingSignIn] = field(default_factory=dict)  # by the hash of the state
     tallies: dict[str, RefusalTally] = field(default_factory=dict)  # by provider:check
     runs: dict[str, AgentRun] = field(default_factory=dict)
+    credentials: dict[str, dict[str, Any]] = field(default_factory=dict)  # by principal: token hash, expiry, uses
 
 
 def _more(tables: Tables) -> SignInTables:
@@ -972,10 +973,50 @@ class FakeConversations(_Faked, Conversations):
 
 @only_what_is_faked
 class FakePeople(FakePrincipals):
-    """FakePrincipals, and which of them are enabled admins (a use case that disables someone asks)."""
+    """FakePrincipals with their credentials: the hash of each token, when it expires and was last used, when the
+    principal was disabled; and which of them are enabled admins."""
+
+    def add(self, name: str, kind: PrincipalKind, roles: frozenset[Role], groups: frozenset[str],
+            token_hash: str = "", acting_for: str | None = None) -> Principal:
+        principal = super().add(name, kind, roles, groups, token_hash, acting_for)
+        _more(self.t).credentials[principal.id] = {"token_hash": token_hash, **dict.fromkeys(
+            ("disabled_at", "token_expires_at", "last_used_at"))}
+        return principal
+
+    def token_holder(self, token_hash: str) -> tuple[Principal, Credentials] | None:
+        pid = next((pid for pid, c in _more(self.t).credentials.items() if c["token_hash"] == token_hash), None)
+        return None if pid is None else (self.get(pid), self.credentials(pid))
+
+    def credentials(self, pid: str) -> Credentials:
+        self.get(pid)  # NotFound, as the SQL one
+        row = _more(self.t).credentials.get(pid, {})
+        return Credentials(row.get("disabled_at"), row.get("token_expires_at"), row.get("last_used_at"))
+
+    def set_token(self, pid: str, token_hash: str, expires_at: datetime | None) -> None:
+        self._credential(pid, token_hash=token_hash, token_expires_at=expires_at)
+
+    def set_token_expiry(self, pid: str, expires_at: datetime | None) -> None:
+        self._credential(pid, token_expires_at=expires_at)
+
+    def set_disabled(self, pid: str, at: datetime | None) -> None:
+        super().set_disabled(pid, at)
+        self._credential(pid, disabled_at=at)
+
+    def set_access(self, pid: str, roles: frozenset[Role], groups: frozenset[str]) -> None:
+        self._writing()
+        if pid in self.t.principals:
+            self.t.principals[pid] = replace(self.t.principals[pid], roles=frozenset(roles), groups=frozenset(groups))
+
+    def touch(self, pid: str, at: datetime) -> None:
+        self._credential(pid, last_used_at=at)
 
     def enabled_admins(self) -> list[str]:
         return [p.id for p in self.t.principals.values() if Role.ADMIN in p.roles and not p.disabled]
+
+    def _credential(self, pid: str, **values: Any) -> None:
+        self._writing()
+        if pid in self.t.principals:  # an UPDATE of no row changes nothing
+            _more(self.t).credentials.setdefault(pid, {"token_hash": ""}).update(values)
 
 
 def wire_sign_in_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:

@@ -21,7 +21,7 @@ from gateway.domain.drift import DriftStatus
 from gateway.domain.errors import Conflict, NotFound, Refused
 from gateway.domain.jobs import JobKind
 from gateway.domain.notifications import Channel, ChannelKind, Notice, NotificationEvent, NotificationStatus
-from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role
+from gateway.domain.principals import GATEWAY, Credentials, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
 from gateway.domain.sign_in import PendingSignIn, RefusalTally, WebSession
 from gateway.ports import Store
@@ -412,3 +412,25 @@ def test_the_enabled_admins_are_the_admins_not_disabled(store: Store) -> None:
         assert sorted(session.principals.enabled_admins()) == sorted([admin.id, other.id])
         session.principals.set_disabled(other.id, T0)
         assert session.principals.enabled_admins() == [admin.id]
+
+
+def test_a_principals_credentials_follow_each_change_and_its_token_finds_it(store: Store) -> None:
+    with store.session() as session:
+        eve = session.principals.add("eve", PrincipalKind.PERSON, frozenset({Role.REQUESTER}), frozenset({"app"}), "h1")
+        assert session.principals.credentials(eve.id) == Credentials()
+        session.principals.set_token_expiry(eve.id, T0)
+        session.principals.touch(eve.id, T0 - timedelta(hours=1))
+    with store.session() as session:
+        assert session.principals.token_holder("h1") == (eve, Credentials(None, T0, T0 - timedelta(hours=1)))
+        session.principals.set_token(eve.id, "h2", None)
+        session.principals.set_disabled(eve.id, T0)
+        session.principals.set_access(eve.id, frozenset({Role.APPROVER}), frozenset({"data"}))
+        session.principals.touch("no-such-id", T0)  # no row: nothing changes
+    with store.session(readonly=True) as session:
+        assert session.principals.token_holder("h1") is None
+        holder = session.principals.token_holder("h2")
+        assert holder is not None and holder[1] == Credentials(T0, None, T0 - timedelta(hours=1))
+        assert (holder[0].disabled, holder[0].roles, holder[0].groups) == (True, frozenset({Role.APPROVER}),
+                                                                          frozenset({"data"}))
+        with pytest.raises(NotFound, match="unknown principal"):
+            session.principals.credentials("no-such-id")

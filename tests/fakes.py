@@ -59,6 +59,7 @@ from gateway.ports import (
     Jobs,
     MainRecords,
     Notifications,
+    NotificationSender,
     Principals,
     Proposals,
     SignInRecords,
@@ -1019,12 +1020,35 @@ class FakePeople(FakePrincipals):
             _more(self.t).credentials.setdefault(pid, {"token_hash": ""}).update(values)
 
 
+@only_what_is_faked
+class FakeOutbox(FakeNotifications):
+    """FakeNotifications with their deliveries: an attempt that failed (it stays queued), and the end, once."""
+
+    def record_attempt(self, notification_id: int, attempts: int, error: str | None) -> None:
+        self._writing()
+        found = self.t.notifications.get(notification_id)
+        if found is not None and found.status == NotificationStatus.QUEUED:
+            self.t.notifications[notification_id] = replace(found, attempts=attempts, error=error)
+
+    def finish(self, notification_id: int, status: NotificationStatus, attempts: int, error: str | None = None,
+               receipt: str | None = None) -> bool:
+        self._writing()
+        found = self.t.notifications.get(notification_id)
+        if found is None or found.status != NotificationStatus.QUEUED:
+            return False
+        delivered = self.clock.now() if status == NotificationStatus.DELIVERED else None
+        self.t.notifications[notification_id] = replace(found, status=status, attempts=attempts, error=error,
+                                                        delivered_at=delivered)
+        return True
+
+
 def wire_sign_in_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:
     """This section's repositories in a fake unit of work, in place of the ones that said they were not faked."""
     uow.principals = FakePeople(tables, clock, readonly)
     uow.breaker = FakeBreakerRecords(tables, clock, readonly)
     uow.sign_in = FakeSignInRecords(tables, clock, readonly)
     uow.conversations = FakeConversations(tables, clock, readonly)
+    uow.notifications = FakeOutbox(tables, clock, readonly)
 
 
 class FakeIdentityProvider(IdentityProvider):
@@ -1062,3 +1086,21 @@ class FakeIdentityProvider(IdentityProvider):
         if self.identity is None or pending.get("nonce") != f"nonce-{callback.get('state')}":
             raise SignInRefused("nonce", "the ID token's nonce is not valid")
         return self.identity
+
+
+class FakeNotificationSender(NotificationSender):
+    """The receivers as the sender meets them: each channel named in `answers` gives its answers in turn and then
+    its last one for good (an exception is raised, a string is the receipt); any other channel takes every
+    notice. Every attempt is kept."""
+
+    def __init__(self, answers: Mapping[str, Sequence[str | Exception]] | None = None):
+        self.answers = {name: list(said) for name, said in (answers or {}).items()}
+        self.attempts: list[tuple[str, str, str]] = []  # (channel, title, delivery id)
+
+    def send(self, channel: Channel, notice: Notice, delivery_id: str) -> str:
+        self.attempts.append((channel.name, notice.title, delivery_id))
+        said = self.answers.get(channel.name)
+        answer = (said.pop(0) if len(said) > 1 else said[0]) if said else f"ok {channel.name}"
+        if isinstance(answer, Exception):
+            raise answer
+        return answer

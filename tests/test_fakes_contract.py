@@ -434,3 +434,26 @@ def test_a_principals_credentials_follow_each_change_and_its_token_finds_it(stor
                                                                           frozenset({"data"}))
         with pytest.raises(NotFound, match="unknown principal"):
             session.principals.credentials("no-such-id")
+
+
+def test_a_delivery_attempt_keeps_it_queued_and_it_ends_once(store: Store) -> None:
+    hook = Channel("audit-hook", ChannelKind.WEBHOOK)
+    notice = Notice(NotificationEvent.BREAKER_TRIPPED, "Breaker tripped", (), None, None, ())
+    with store.session() as session:
+        nid = session.notifications.add("breaker_tripped:trail-1:audit-hook", hook, notice, 1)
+        other = session.notifications.add("breaker_tripped:trail-1:ops", replace(hook, name="ops"), notice, 1)
+        assert nid is not None and other is not None
+        session.notifications.record_attempt(nid, 1, "HTTP 503")
+    with store.session() as session:
+        waiting = session.notifications.get(nid)
+        assert (waiting.status, waiting.attempts, waiting.error) == (NotificationStatus.QUEUED, 1, "HTTP 503")
+        assert session.notifications.finish(nid, NotificationStatus.FAILED, 3, error="gave up")
+        assert not session.notifications.finish(nid, NotificationStatus.DELIVERED, 4, receipt="late")
+        session.notifications.record_attempt(nid, 9, "after the end")  # an ended one keeps its end
+        assert session.notifications.finish(other, NotificationStatus.DELIVERED, 1, receipt="200")
+    with store.session(readonly=True) as session:
+        failed, delivered = session.notifications.get(nid), session.notifications.get(other)
+    assert (failed.status, failed.attempts, failed.error, failed.delivered_at) == (
+        NotificationStatus.FAILED, 3, "gave up", None)
+    assert (delivered.status, delivered.attempts, delivered.error) == (NotificationStatus.DELIVERED, 1, None)
+    assert delivered.delivered_at is not None

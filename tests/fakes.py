@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.config import Settings
-from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus
+from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus, Conversation
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.apply_blockers import MainPush
 from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome
@@ -828,6 +828,8 @@ class SignInTables:
     flows: dict[str, PendingSignIn] = field(default_factory=dict)  # by the hash of the state
     tallies: dict[str, RefusalTally] = field(default_factory=dict)  # by provider:check
     runs: dict[str, AgentRun] = field(default_factory=dict)
+    conversations: dict[str, Conversation] = field(default_factory=dict)
+    github_accounts: dict[int, tuple[str, str]] = field(default_factory=dict)  # GitHub's id -> (principal, login)
     credentials: dict[str, dict[str, Any]] = field(default_factory=dict)  # by principal: token hash, expiry, uses
 
 
@@ -940,7 +942,18 @@ class FakeSignInRecords(_Faked, SignInRecords):
 
 @only_what_is_faked
 class FakeConversations(_Faked, Conversations):
-    """Agent requests: queued, begun and stopped by the breaker (the agent's turns are tested on a workspace)."""
+    """Conversations as a request opens them, and agent requests: queued, begun and stopped by the breaker (the
+    agent's turns and their holds on a conversation are tested on a workspace)."""
+
+    def add(self, conversation_id: str, requester: Principal, branch: str) -> None:
+        self._writing()
+        if conversation_id in _more(self.t).conversations:
+            raise FakeIntegrityError("UNIQUE constraint failed: conversations.id")
+        _more(self.t).conversations[conversation_id] = Conversation(conversation_id, requester.id, branch, None,
+                                                                    self.clock.now())
+
+    def get(self, conversation_id: str) -> Conversation | None:
+        return _more(self.t).conversations.get(conversation_id)
 
     def add_run(self, run_id: str, requester: Principal, request: str, conversation_id: str, job_id: int) -> None:
         self._writing()
@@ -975,7 +988,7 @@ class FakeConversations(_Faked, Conversations):
 @only_what_is_faked
 class FakePeople(FakePrincipals):
     """FakePrincipals with their credentials: the hash of each token, when it expires and was last used, when the
-    principal was disabled; and which of them are enabled admins."""
+    principal was disabled; which of them are enabled admins; the GitHub account each is linked to (by its id)."""
 
     def add(self, name: str, kind: PrincipalKind, roles: frozenset[Role], groups: frozenset[str],
             token_hash: str = "", acting_for: str | None = None) -> Principal:
@@ -1013,6 +1026,20 @@ class FakePeople(FakePrincipals):
 
     def enabled_admins(self) -> list[str]:
         return [p.id for p in self.t.principals.values() if Role.ADMIN in p.roles and not p.disabled]
+
+    def link_github(self, principal: Principal, github_id: int, login: str) -> None:
+        self._writing()
+        links = _more(self.t).github_accounts  # one account per person, one person per account
+        for gid in [g for g, (pid, _) in links.items() if g == github_id or pid == principal.id]:
+            del links[gid]
+        links[github_id] = (principal.id, login)
+
+    def by_github_id(self, github_id: int) -> Principal | None:
+        link = _more(self.t).github_accounts.get(github_id)
+        return self.get(link[0]) if link else None
+
+    def github_login_of(self, principal_id: str) -> str | None:
+        return next((login for pid, login in _more(self.t).github_accounts.values() if pid == principal_id), None)
 
     def _credential(self, pid: str, **values: Any) -> None:
         self._writing()

@@ -17,6 +17,7 @@ from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.principals import BUILTIN_AGENT_NAME, Principal, PrincipalKind, Role
 from gateway.ports import EnginePlan
+from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
 from gateway.services.change.breaker import (
     agent_stop_reason,
     breaker_status,
@@ -199,3 +200,22 @@ def test_another_agents_breaker_leaves_the_built_in_agents_requests_running(ws: 
     assert run is not None and run.status == AgentRunStatus.STOPPED
     with pytest.raises(NotFound, match="no agent bob"):  # a person has no breaker
         open_breaker(ws, team.admin, "bob", "why not")
+
+
+def test_the_kill_switch_stops_a_queued_agent_request_and_refuses_new_ones(ws: Workspace, team: Team) -> None:
+    ws.settings.openai_base_url, ws.settings.model = "http://127.0.0.1:9/v1", "stub"  # never called here
+    alice = person("alice", Role.REQUESTER, groups=["app"], store=ws.store)
+    queued = start_agent_run(ws, alice, "add a queue")  # no worker has taken it yet
+    assert queued.status == AgentRunStatus.QUEUED and queued.job_id is not None
+    open_breaker(ws, team.admin, None, "incident 43: agents off")
+    run = get_agent_run(ws, alice, queued.id)
+    assert run.status == AgentRunStatus.STOPPED and "incident 43" in (run.message or "")
+    with ws.store.session() as session:
+        [opened] = session.audit.query(EventQuery(kind="breaker.opened"))
+        assert not session.conversations.begin_run(queued.id)  # a worker that takes its job now does not start it
+    assert opened.payload["stopped_requests"] == [queued.id]
+    with pytest.raises(Refused, match="the circuit breaker for every agent is open since .*incident 43"):
+        start_agent_run(ws, alice, "anything")
+    later(ws, 1)
+    reset_breaker(ws, team.bob, None, "incident over")
+    assert start_agent_run(ws, alice, "add a queue, now").status == AgentRunStatus.QUEUED

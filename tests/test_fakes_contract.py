@@ -457,3 +457,27 @@ def test_a_delivery_attempt_keeps_it_queued_and_it_ends_once(store: Store) -> No
         NotificationStatus.FAILED, 3, "gave up", None)
     assert (delivered.status, delivered.attempts, delivered.error) == (NotificationStatus.DELIVERED, 1, None)
     assert delivered.delivered_at is not None
+
+
+def test_a_conversation_is_found_by_its_id(store: Store) -> None:
+    bob, _ = _people(store)
+    with store.session() as session:
+        session.conversations.add("c-1", bob, "agent/c-1")
+    with store.session(readonly=True) as session:
+        found = session.conversations.get("c-1")
+        assert session.conversations.get("c-2") is None
+    assert found is not None and (found.id, found.requester_id, found.branch, found.proposal_id) == (
+        "c-1", bob.id, "agent/c-1", None)
+
+
+def test_a_github_account_links_one_person_by_its_id(store: Store) -> None:
+    bob, admin = _people(store)
+    with store.session() as session:
+        session.principals.link_github(bob, 4242, "bob-gh")
+        session.principals.link_github(bob, 4343, "bob-new")  # bob's new account replaces the old
+        session.principals.link_github(admin, 777, "root-gh")
+        session.principals.link_github(admin, 4343, "taken-over")  # the account moves to admin
+    with store.session(readonly=True) as session:
+        assert session.principals.by_github_id(4242) is None and session.principals.by_github_id(4343) == admin
+        assert session.principals.github_login_of(bob.id) is None
+        assert session.principals.github_login_of(admin.id) == "taken-over"

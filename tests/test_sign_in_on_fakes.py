@@ -13,9 +13,11 @@ import pytest
 
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused, SignInRefused
 from gateway.domain.principals import Principal, PrincipalKind, Role
-from gateway.domain.sign_in import REFUSALS_PER_WINDOW
+from gateway.domain.proposal import Decision, PlanSummary
+from gateway.domain.sign_in import GITHUB_ISSUER, REFUSALS_PER_WINDOW
 from gateway.services.admin.sign_in import (
     SignedIn,
+    decide_signed_in,
     finish_sign_in,
     link_identity,
     provider_choices,
@@ -26,7 +28,7 @@ from gateway.services.admin.sign_in import (
 from gateway.services.admin.users import disable_principal
 from gateway.services.workspace import Workspace
 
-from .fakes import FakeClock, FakeIdentityProvider, fake_workspace, person
+from .fakes import FakeClock, FakeDeclarationRepo, FakeIdentityProvider, fake_workspace, person
 
 ISSUER = "https://idp.example.com"
 CALLBACK = "https://gateway.example.com/auth/oidc/callback"
@@ -268,3 +270,53 @@ def test_refusals_are_recorded_a_few_a_minute_and_the_rest_counted_into_the_next
     last = events(ws, "sign_in.refused")[-1]
     assert (last["check"], last["unrecorded_before"]) == ("unlinked", 20 - REFUSALS_PER_WINDOW)
 
+
+
+def test_a_github_account_signs_in_by_its_numeric_id_never_its_login(ws: Workspace, admin: Principal) -> None:
+    github = FakeIdentityProvider("github", GITHUB_ISSUER)
+    ws.identity_providers = {"github": github}
+    bob = person("bob", Role.APPROVER, groups=["platform"], store=ws.store)
+    agent = person("infra-agent", Role.REQUESTER, kind=PrincipalKind.AGENT, store=ws.store)
+    with ws.store.session() as session:
+        session.principals.link_github(bob, 4242, "bob-gh")
+        session.principals.link_github(agent, 777, "infra-bot")
+
+    def as_github(github_id: int, login: str, email: str | None = None) -> tuple[str, SignedIn]:
+        github.sign_in_as(str(github_id), email, display=login)
+        start_sign_in(ws, "github", CALLBACK, "browser-a")
+        return finish_sign_in(ws, "github", "browser-a", github.callback())
+
+    _, who = as_github(4242, "renamed-bob")  # a renamed login is still bob: the id maps
+    assert (who.principal.name, who.auth_method) == ("bob", "github")
+    with pytest.raises(SignInRefused, match="not linked to a gateway user.*gateway users link NAME LOGIN --github-id"):
+        as_github(999, "bob-gh")  # another account that took bob's old login: no access
+    with pytest.raises(SignInRefused, match="agents cannot sign in to the review pages"):
+        as_github(777, "infra-bot")
+    ws.settings.admit_domains = "example.com"  # admission rules are for OIDC identities, never GitHub accounts
+    with pytest.raises(SignInRefused, match="not linked"):
+        as_github(555, "newcomer", "newcomer@example.com")
+    assert refused(ws) == ["unlinked", "not_a_person", "unlinked"]
+
+
+def test_a_decision_made_in_a_session_counts_the_groups_the_provider_named(ws: Workspace, idp: FakeIdentityProvider,
+                                                                          bob: Principal) -> None:
+    alice = person("alice", Role.REQUESTER, groups=["app"], store=ws.store)
+    assert isinstance(ws.repo, FakeDeclarationRepo)
+    ws.repo.refs["bigger"] = "head-1"
+    with ws.store.session() as session:  # what opening a proposal leaves: planned at its head
+        pid = session.proposals.add("bigger", "main-1", "head-1", alice, alice, "more memory", ["app-staging"], [])
+        session.proposals.add_plan(pid, "app-staging", "head-1", "main-1", "sha256:p", "{}", 0, "lineage",
+                                   PlanSummary(counts={"update": 1}), "preview")
+    idp.sign_in_as("bob-sub", groups=["engineering"])  # the provider no longer puts bob in platform
+    _, narrowed = signed(ws)
+    with pytest.raises(Refused, match="not in an approver group of stack app-staging"):
+        decide_signed_in(ws, narrowed, pid, Decision.APPROVE, "ok", "head-1", None)
+    check = events(ws, "sign_in.group_check")[-1]
+    assert (check["claimed"], check["active"], check["not_member"]) == (["engineering"], [], ["data", "platform"])
+
+    idp.sign_in_as("bob-sub", groups=["platform"])
+    _, counted = signed(ws)
+    decide_signed_in(ws, counted, pid, Decision.APPROVE, "ok", "head-1", None)
+    approval = events(ws, "approval")[-1]
+    assert (approval["actor"], approval["authenticated_by"]) == ("bob", f"oidc:{ISSUER}")
+    assert events(ws, "sign_in.group_check")[-1]["active"] == ["platform"]

@@ -1086,7 +1086,8 @@ class FakeIdentityProvider(IdentityProvider):
     def __init__(self, name: str = "oidc", issuer: str = "https://idp.example.com"):
         self.name, self.label, self.issuer = name, f"Test {name}", issuer
         self.identity: Identity | None = None
-        self.refusal: SignInRefused | None = None
+        self.refusal: SignInRefused | None = None  # what `finish` raises
+        self.unreachable = False  # `start` cannot reach the provider
         self.started: list[str] = []  # the states handed out, newest last
 
     def sign_in_as(self, subject: str, email: str | None = None, verified: bool = True,
@@ -1099,6 +1100,8 @@ class FakeIdentityProvider(IdentityProvider):
         self.refusal = SignInRefused(check, message)
 
     def start(self, redirect_uri: str) -> SignInStart:
+        if self.unreachable:
+            raise SignInRefused("provider_unreachable", f"the identity provider at {self.issuer} could not be reached")
         state = f"state-{len(self.started) + 1}"
         self.started.append(state)
         return SignInStart(f"{self.issuer}/authorize?state={state}",

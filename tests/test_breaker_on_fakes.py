@@ -219,3 +219,22 @@ def test_the_kill_switch_stops_a_queued_agent_request_and_refuses_new_ones(ws: W
     later(ws, 1)
     reset_breaker(ws, team.bob, None, "incident over")
     assert start_agent_run(ws, alice, "add a queue, now").status == AgentRunStatus.QUEUED
+
+
+def test_an_agents_deletions_trip_the_breaker_too(ws: Workspace, team: Team) -> None:
+    def teardown(n: int) -> StackPlanResult:
+        document = {"format_version": "1.2", "resource_changes": [{
+            "address": f"aws_sqs_queue.q{i}", "type": "aws_sqs_queue", "name": f"q{i}",
+            "change": {"actions": ["delete"], "before": {"name": f"q{i}"}, "after": None}} for i in range(n)]}
+        return StackPlanResult("app-staging", "head", EnginePlan(document, 1, "lineage"), load_plan(document),
+                               "sha256:x", "{}")
+
+    for n, count in ((1, 2), (2, 1)):
+        change = guard_agent_change(ws, team.agent, n, [teardown(count)])
+        with ws.store.session() as session:
+            session.breaker.record_change(change)
+    with pytest.raises(Refused, match=r"3 change\(s\) by this agent in 5 minutes delete or replace 4 resources "
+                                      r"\(limit 3\)"):
+        guard_agent_change(ws, team.agent, 3, [teardown(1)])
+    with pytest.raises(Refused, match="the circuit breaker for infra-agent is open"):
+        guard_agent_change(ws, team.agent, 4, [teardown(0)])

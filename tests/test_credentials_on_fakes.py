@@ -175,3 +175,22 @@ def test_a_token_signs_people_in_to_the_pages_and_a_disabled_persons_session_end
     with pytest.raises(AuthError, match="your account is disabled; your session has ended"):
         signed_in(ws, session_id)
     assert kinds(ws, "sign_in") == ["sign_in", "sign_in.sessions_ended"]  # ended by the disable, not by the read
+
+
+def test_what_a_user_change_refuses_before_it_writes(ws: Workspace, team: Team) -> None:
+    with pytest.raises(InputError, match="an agent cannot hold the admin role"):
+        set_access(ws, team.admin, "infra-agent", frozenset({Role.ADMIN}), None)
+    with pytest.raises(InputError, match="a principal needs at least one role"):
+        set_access(ws, team.admin, "carol", frozenset(), None)
+    with pytest.raises(NotFound, match="no user zed"):
+        set_access(ws, team.admin, "zed", None, frozenset({"data"}))
+    with pytest.raises(NotFound, match="no user zed"):
+        rotate_token(ws, team.admin, "zed")
+    with pytest.raises(InputError, match="say why"):
+        enable_principal(ws, team.admin, "bob", "")
+    with pytest.raises(InputError, match="invalid name 'two words'"):
+        add_principal(ws, team.admin, "two words", frozenset({Role.REQUESTER}))
+    with pytest.raises(InputError, match="'gateway' is the gateway's own name"):
+        add_principal(ws, team.admin, "gateway", frozenset({Role.REQUESTER}))
+    assert set_access(ws, team.admin, "carol", None, frozenset({"data"})).roles == frozenset({Role.APPROVER})
+    assert [k for k in kinds(ws) if k != "principal.added"] == ["principal.access_changed"]

@@ -23,10 +23,11 @@ from gateway.services.day_two.break_glass import (
     get_window,
     open_break_glass,
     overdue_windows,
+    sweep_break_glass,
 )
 from gateway.services.day_two.codify import codify_drift
 from gateway.services.day_two.drift import revert_drift
-from gateway.services.day_two.drift_records import check_drift, list_drift_records
+from gateway.services.day_two.drift_records import CHECKED, check_drift, list_drift_records
 from gateway.services.day_two.imports import import_resource
 from gateway.services.day_two.rollback import rollback_proposal
 from gateway.services.workspace import Workspace
@@ -226,3 +227,16 @@ def test_the_story_of_a_window_is_its_events_its_drift_and_what_settled_it_for_t
         break_glass_story(ws, team.olga, window.id)
     story = [(e.kind, e.proposal_id) for e in break_glass_story(ws, team.dana, window.id)]
     assert story == [("break_glass.opened", None), ("drift.opened", None), ("merged", 7)]
+
+
+def test_time_runs_on_for_open_windows_by_the_last_gateway_yaml_on_main_that_parsed(ws: Workspace,
+                                                                                     team: Team) -> None:
+    window = open_break_glass(ws, team.olga, "app-staging", "incident 15", timedelta(minutes=10))
+    with ws.store.session() as session:  # the window's drift, as a check during it records it
+        session.day_two.add_drift_record("app-staging", [], True, window.id)
+    assert isinstance(ws.repo, FakeDeclarationRepo) and isinstance(ws.clock, FakeClock)
+    ws.repo.set_main("stacks: [this is not what gateway.yaml holds\n")  # pushed outside the gateway
+    ws.clock.advance(10 * 60 + 3600 + 1)  # past the window's end and its codify deadline (1h)
+    with ws.store.session() as session:
+        session.main.set_marker(CHECKED + "app-staging", ws.clock.now().isoformat())
+    assert sweep_break_glass(ws) == [f"window {window.id} overdue"]

@@ -142,3 +142,28 @@ def test_who_reads_the_notifications(ws: Workspace) -> None:
     with pytest.raises(Refused, match="alice is not an auditor"):
         list_notifications(ws, person("alice", Role.REQUESTER, store=ws.store))
 
+
+
+def test_a_receivers_asked_wait_is_kept_within_the_cap(ws: Workspace) -> None:
+    ws.settings.notify_retry_max_seconds = 120
+    ws.notifier = FakeNotificationSender({"ops-slack": [Unavailable("HTTP 429", 60), Unavailable("HTTP 429", 3600),
+                                                        "ok"]})
+    ids = tripped(ws)
+    waits = []
+    for n in (1, 2):
+        with pytest.raises(RetryLater) as retry:
+            attempt(ws, ids["ops-slack"], n)
+        waits.append(retry.value.retry_after)
+    assert waits == [60, 120]  # what the rate limit asked for, never more than notify_retry_max_seconds
+    assert attempt(ws, ids["ops-slack"], 3)[0] == JobStatus.SUCCEEDED
+
+
+def test_a_delivery_too_old_to_try_again_is_reported(ws: Workspace) -> None:
+    ws.settings.notify_attempts, ws.settings.notify_max_age_seconds = 10, 60
+    ws.notifier = FakeNotificationSender({"audit-hook": [Unavailable("cannot connect")]})
+    ids = tripped(ws)
+    with pytest.raises(RetryLater):
+        attempt(ws, ids["audit-hook"], 1)
+    later(ws, 58)  # the next wait would end past the notification's age limit
+    status, _, error = attempt(ws, ids["audit-hook"], 2)
+    assert status == JobStatus.FAILED and (error or "").startswith("gave up after 2 attempt(s) over 58 s")

@@ -320,3 +320,27 @@ def test_a_decision_made_in_a_session_counts_the_groups_the_provider_named(ws: W
     approval = events(ws, "approval")[-1]
     assert (approval["actor"], approval["authenticated_by"]) == ("bob", f"oidc:{ISSUER}")
     assert events(ws, "sign_in.group_check")[-1]["active"] == ["platform"]
+
+
+def test_a_provider_that_cannot_be_reached_is_a_recorded_refusal_and_leaves_no_sign_in_waiting(
+        ws: Workspace, idp: FakeIdentityProvider) -> None:
+    idp.unreachable = True
+    with pytest.raises(SignInRefused, match="could not be reached"):
+        start_sign_in(ws, "oidc", CALLBACK, "browser-a")
+    assert refused(ws) == ["provider_unreachable"]
+    with ws.store.session(readonly=True) as session:
+        assert session.sign_in.get_flow("anything") is None
+    assert events(ws, "sign_in.refused")[0]["provider"] == "oidc"
+
+
+def test_an_admission_rule_by_group_makes_a_new_person_under_a_name_not_taken(ws: Workspace,
+                                                                              idp: FakeIdentityProvider) -> None:
+    ws.settings.admit_groups = "staff"
+    person("nina", Role.APPROVER, store=ws.store)  # another nina, who signs in otherwise
+    idp.sign_in_as("nina-sub", "nina@elsewhere.example", verified=False, groups=["Staff"], display="nina@elsewhere")
+    with pytest.raises(SignInRefused, match="not linked"):  # groups are matched exactly
+        signed(ws)
+    idp.sign_in_as("nina-sub", "nina@elsewhere.example", verified=False, groups=["staff"], display="nina@elsewhere")
+    _, who = signed(ws)
+    assert (who.principal.name, who.principal.roles) == ("nina-2", frozenset({Role.REQUESTER}))
+    assert events(ws, "principal.admitted")[0]["because"] == "group staff"

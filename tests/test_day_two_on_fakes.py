@@ -240,3 +240,12 @@ def test_time_runs_on_for_open_windows_by_the_last_gateway_yaml_on_main_that_par
     with ws.store.session() as session:
         session.main.set_marker(CHECKED + "app-staging", ws.clock.now().isoformat())
     assert sweep_break_glass(ws) == [f"window {window.id} overdue"]
+
+
+def test_an_import_is_refused_where_the_engine_cannot_prove_it() -> None:
+    ws = fake_workspace(SAMPLE_GATEWAY_YAML.replace("engine: sandbox ", "engine: terraform", 1))
+    alice = person("alice", Role.REQUESTER, groups=["app"], store=ws.store)
+    with pytest.raises(InputError, match="stack app-staging runs on the terraform engine: Terraform 1.0.3 has no "
+                                         "import blocks"):
+        import_resource(ws, alice, "app-staging", "aws_security_group.admin", "sg-1")
+    assert branches(ws) == {"main"}

@@ -167,3 +167,13 @@ def test_a_delivery_too_old_to_try_again_is_reported(ws: Workspace) -> None:
     later(ws, 58)  # the next wait would end past the notification's age limit
     status, _, error = attempt(ws, ids["audit-hook"], 2)
     assert status == JobStatus.FAILED and (error or "").startswith("gave up after 2 attempt(s) over 58 s")
+
+
+def test_a_sender_that_crashes_leaves_the_notification_reported_and_the_crash_to_the_queue(ws: Workspace) -> None:
+    ws.notifier = FakeNotificationSender({"ops-slack": [KeyError("channel")]})
+    ids = tripped(ws)
+    with pytest.raises(KeyError):
+        attempt(ws, ids["ops-slack"], 1)
+    crashed = row(ws, ids["ops-slack"])
+    assert crashed.status == NotificationStatus.FAILED and crashed.error == "internal error: KeyError: 'channel'"
+    assert trail(ws) == [("notification.failed", "ops-slack", 1)]

@@ -344,3 +344,17 @@ def test_an_admission_rule_by_group_makes_a_new_person_under_a_name_not_taken(ws
     _, who = signed(ws)
     assert (who.principal.name, who.principal.roles) == ("nina-2", frozenset({Role.REQUESTER}))
     assert events(ws, "principal.admitted")[0]["because"] == "group staff"
+
+
+def test_a_person_may_sign_in_in_several_tabs_at_once(ws: Workspace, idp: FakeIdentityProvider,
+                                                      bob: Principal) -> None:
+    idp.sign_in_as("bob-sub")
+    start_sign_in(ws, "oidc", CALLBACK, "browser-a")
+    first = idp.callback()
+    start_sign_in(ws, "oidc", CALLBACK, "browser-a")  # another tab, before the first came back
+    second = idp.callback()
+    tab_two, _ = finish_sign_in(ws, "oidc", "browser-a", second)
+    tab_one, _ = finish_sign_in(ws, "oidc", "browser-a", first)
+    assert tab_one != tab_two
+    sign_out(ws, tab_one)  # each session ends on its own
+    assert signed_in(ws, tab_two).principal.name == "bob"

@@ -238,3 +238,19 @@ def test_an_agents_deletions_trip_the_breaker_too(ws: Workspace, team: Team) -> 
         guard_agent_change(ws, team.agent, 3, [teardown(1)])
     with pytest.raises(Refused, match="the circuit breaker for infra-agent is open"):
         guard_agent_change(ws, team.agent, 4, [teardown(0)])
+
+
+def test_a_trip_of_the_built_in_agents_breaker_stops_its_running_requests(ws: Workspace, team: Team) -> None:
+    with ws.store.session() as session:
+        session.conversations.add_run("r1", team.bob, "add workers", "c-1", 1)
+        session.conversations.begin_run("r1")
+    for n in range(1, 6):
+        agent_change(ws, team.builtin, n)
+    with pytest.raises(Refused, match=r"6 change\(s\) by this agent"):
+        agent_change(ws, team.builtin, 6)
+    with ws.store.session(readonly=True) as session:
+        [tripped] = session.audit.query(EventQuery(kind="breaker.tripped"))
+        run = session.conversations.run("r1")
+    assert tripped.payload["stopped_requests"] == ["r1"]
+    assert run is not None and run.status == AgentRunStatus.STOPPED and (run.message or "").startswith(
+        "circuit breaker: 6 change(s)")

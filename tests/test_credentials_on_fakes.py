@@ -5,14 +5,17 @@ show of these stays in test_credentials.py."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from datetime import timedelta
 
 import pytest
 
+from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.audit import EventQuery
 from gateway.domain.errors import AuthError, InputError, NotFound, Refused
 from gateway.domain.principals import Principal, PrincipalKind, Role
+from gateway.domain.proposal import Decision, PlanSummary
 from gateway.services.admin.sign_in import sign_in_with_token, signed_in
 from gateway.services.admin.users import (
     add_principal,
@@ -24,9 +27,11 @@ from gateway.services.admin.users import (
     rotate_token,
     set_access,
 )
+from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.proposals import decide, get_proposal
 from gateway.services.workspace import Workspace
 
-from .fakes import FakeClock, fake_workspace
+from .fakes import FakeClock, FakeDeclarationRepo, fake_workspace
 
 
 class Team:
@@ -194,3 +199,23 @@ def test_what_a_user_change_refuses_before_it_writes(ws: Workspace, team: Team) 
         add_principal(ws, team.admin, "gateway", frozenset({Role.REQUESTER}))
     assert set_access(ws, team.admin, "carol", None, frozenset({"data"})).roles == frozenset({Role.APPROVER})
     assert [k for k in kinds(ws) if k != "principal.added"] == ["principal.access_changed"]
+
+
+def test_a_disabled_approvers_approval_stops_counting_until_they_are_enabled(ws: Workspace, team: Team) -> None:
+    assert isinstance(ws.repo, FakeDeclarationRepo)
+    ws.repo.refs["tags"] = "head-1"
+    with ws.store.session() as session:  # what opening the proposal leaves: planned at its head
+        pid = session.proposals.add("tags", "main-1", "head-1", team.alice, team.alice, "cost centre moved",
+                                    ["app-staging"], [])
+        session.proposals.add_plan(pid, "app-staging", "head-1", "main-1", "sha256:p", "{}", 0, "lineage",
+                                   PlanSummary(counts={"update": 1}), "preview")
+    decide(ws, team.bob, pid, Decision.APPROVE, "ok")
+
+    def blockers() -> list[str]:
+        return apply_blockers(gather_apply_facts(ws, get_proposal(ws, pid), team.alice, check_plans=False))
+
+    assert blockers() == []
+    disable_principal(ws, team.admin, "bob", "left the company")
+    assert any(re.search(r"needs 1 approval\(s\).*has 0", b) for b in blockers()), blockers()
+    enable_principal(ws, team.admin, "bob", "back")
+    assert blockers() == []

@@ -17,6 +17,7 @@ from gateway.domain.principals import GATEWAY, Principal, PrincipalKind, Role
 from gateway.domain.proposal import PlanSummary, ProposalKind, ProposalStatus, Transition
 from gateway.services.change.apply_facts import windows_of
 from gateway.services.day_two.break_glass import (
+    acknowledge_break_glass,
     break_glass_story,
     close_break_glass,
     confirm_break_glass,
@@ -249,3 +250,14 @@ def test_an_import_is_refused_where_the_engine_cannot_prove_it() -> None:
                                          "import blocks"):
         import_resource(ws, alice, "app-staging", "aws_security_group.admin", "sg-1")
     assert branches(ws) == {"main"}
+
+
+def test_agents_neither_confirm_close_nor_acknowledge_a_window(ws: Workspace, team: Team) -> None:
+    window = open_break_glass(ws, team.olga, "app-prod", "incident 16", timedelta(hours=1))
+    with pytest.raises(Refused, match="infra-agent is an agent; only people may confirm a break-glass window"):
+        confirm_break_glass(ws, team.agent, window.id)
+    with pytest.raises(Refused, match="infra-agent may not close break-glass window"):
+        close_break_glass(ws, team.agent, window.id, "over")
+    with pytest.raises(Refused, match="infra-agent is an agent; only people may acknowledge"):
+        acknowledge_break_glass(ws, team.agent, window.id, "seen")
+    assert get_window(ws, window.id).opened_at is None and get_window(ws, window.id).closed_at is None

@@ -25,7 +25,7 @@ from gateway.services.admin.sign_in import (
     signed_in,
     start_sign_in,
 )
-from gateway.services.admin.users import disable_principal
+from gateway.services.admin.users import disable_principal, enable_principal
 from gateway.services.workspace import Workspace
 
 from .fakes import FakeClock, FakeDeclarationRepo, FakeIdentityProvider, fake_workspace, person
@@ -358,3 +358,30 @@ def test_a_person_may_sign_in_in_several_tabs_at_once(ws: Workspace, idp: FakeId
     assert tab_one != tab_two
     sign_out(ws, tab_one)  # each session ends on its own
     assert signed_in(ws, tab_two).principal.name == "bob"
+
+
+def test_an_identity_is_linked_by_its_exact_issuer_and_subject_and_moves_when_linked_again(
+        ws: Workspace, idp: FakeIdentityProvider, admin: Principal, bob: Principal) -> None:
+    carol = person("carol", Role.APPROVER, store=ws.store)
+    with pytest.raises(InputError, match="GitHub accounts are linked with `gateway users link NAME LOGIN`"):
+        link_identity(ws, admin, "carol", GITHUB_ISSUER, "4242")
+    with pytest.raises(InputError, match="at most 255"):
+        link_identity(ws, admin, "carol", ISSUER, "s" * 256)
+    link_identity(ws, admin, "carol", f"  {ISSUER} ", " bob-sub ")  # bob's subject, now carol's
+    with ws.store.session(readonly=True) as session:
+        assert session.sign_in.identities_of(bob.id) == []
+        assert session.sign_in.identities_of(carol.id) == [(ISSUER, "bob-sub")]
+    idp.sign_in_as("bob-sub")
+    assert signed(ws)[1].principal.name == "carol"
+
+
+def test_a_person_enabled_again_signs_in_again_and_their_old_sessions_stay_ended(
+        ws: Workspace, idp: FakeIdentityProvider, admin: Principal, bob: Principal) -> None:
+    idp.sign_in_as("bob-sub")
+    old, _ = signed(ws)
+    disable_principal(ws, admin, "bob", "on leave")
+    enable_principal(ws, admin, "bob", "back from leave")
+    with pytest.raises(AuthError, match="your session has ended"):
+        signed_in(ws, old)
+    new, _ = signed(ws)
+    assert signed_in(ws, new).principal.name == "bob"

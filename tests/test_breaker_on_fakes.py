@@ -254,3 +254,16 @@ def test_a_trip_of_the_built_in_agents_breaker_stops_its_running_requests(ws: Wo
     assert tripped.payload["stopped_requests"] == ["r1"]
     assert run is not None and run.status == AgentRunStatus.STOPPED and (run.message or "").startswith(
         "circuit breaker: 6 change(s)")
+
+
+def test_the_status_names_every_breaker_ever_opened_tripped_or_reset(ws: Workspace, team: Team) -> None:
+    assert breaker_status(ws) == []
+    open_breaker(ws, team.admin, "ci-bot", "ci-bot misbehaves")
+    open_breaker(ws, team.admin, None, "incident 44")
+    later(ws, 1)
+    reset_breaker(ws, team.bob, "ci-bot", "fixed")
+    status = {s["agent"]: (s["open"], s["changed_by"], s["reason"]) for s in breaker_status(ws)}
+    assert status == {"every agent": (True, "admin", "opened by admin: incident 44"),
+                      "ci-bot": (False, "bob", "fixed")}
+    assert "ci-bot" not in (agent_stop_reason(ws, team.other) or "")  # its own is reset; every agent's is open
+    assert "for every agent" in (agent_stop_reason(ws, team.other) or "")

@@ -219,3 +219,14 @@ def test_a_disabled_approvers_approval_stops_counting_until_they_are_enabled(ws:
     assert any(re.search(r"needs 1 approval\(s\).*has 0", b) for b in blockers()), blockers()
     enable_principal(ws, team.admin, "bob", "back")
     assert blockers() == []
+
+
+def test_the_first_principal_is_added_without_a_token_and_is_its_own_actor() -> None:
+    ws = fake_workspace()
+    first, token = add_principal(ws, None, "root", frozenset({Role.ADMIN}))
+    assert authenticate(ws, token) == first
+    with ws.store.session(readonly=True) as session:
+        [added] = session.audit.query(EventQuery(kind="principal.added"))
+    assert (added.actor, added.payload["name"], added.payload["roles"]) == ("root", "root", ["admin"])
+    with pytest.raises(AuthError, match="set GATEWAY_TOKEN to an admin's token to add users"):
+        add_principal(ws, None, "second", frozenset({Role.ADMIN}))

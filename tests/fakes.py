@@ -234,6 +234,7 @@ class Tables:
     jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
     events: list[AuditEvent] = field(default_factory=list)
     head: tuple[int, str] | None = None
+    more: MoreTables = field(default_factory=lambda: MoreTables())  # day two, breaker, sign-in (at the end)
 
 
 class _Faked:
@@ -706,7 +707,7 @@ class FakeUnitOfWork(UnitOfWork):
         self.jobs = FakeJobs(tables, clock, readonly)
         for name in ("conversations", "github", "breaker", "sign_in"):
             setattr(self, name, _Unfaked(name))
-        wire_sign_in_fakes(self, tables, clock, readonly)
+        wire_breaker_and_sign_in_fakes(self, tables, clock, readonly)
 
     def write_new_events(self, proposal: Proposal) -> None:
         moved = list(proposal.events)
@@ -812,14 +813,16 @@ def person(name: str, *roles: Role, groups: Sequence[str] = (), kind: PrincipalK
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# day two, breaker, sign-in: the circuit breaker's records, sign-in's records (linked identities, page sessions,
-# sign-ins in progress, refusal tallies), agent requests as far as the breaker stops them, a principal repository
-# that knows the enabled admins, and an identity provider that vouches for whom a test says.
+# day two, breaker, sign-in: the circuit breaker's records; sign-in's records (linked identities, page sessions,
+# sign-ins in progress, refusal tallies); conversations and agent requests as far as a request opens them and the
+# breaker stops them; principals with their credentials and GitHub accounts; the outbox's deliveries. Wired into
+# FakeUnitOfWork by `wire_breaker_and_sign_in_fakes` (in place of the `_Unfaked` it made first). Beside them, an
+# identity provider that vouches for whom a test says and a notification sender whose receivers answer as told.
 
 
 @dataclass
-class SignInTables:
-    """The rows of this section's tables; kept on `Tables` (see `_more`), so a rolled-back write restores them too."""
+class MoreTables:
+    """The rows of this section's tables (`Tables.more`: a rolled-back write restores them with the rest)."""
 
     breaker_changes: dict[int, CapacityChange] = field(default_factory=dict)  # by proposal
     breaker_states: dict[str, BreakerState] = field(default_factory=dict)  # by scope
@@ -833,13 +836,8 @@ class SignInTables:
     credentials: dict[str, dict[str, Any]] = field(default_factory=dict)  # by principal: token hash, expiry, uses
 
 
-def _more(tables: Tables) -> SignInTables:
-    """This section's rows, made on first use inside the tables' own attributes (FakeStore copies and restores them
-    with the rest)."""
-    more = tables.__dict__.get("sign_in_tables")
-    if more is None:
-        more = tables.__dict__["sign_in_tables"] = SignInTables()
-    return more
+def _more(tables: Tables) -> MoreTables:
+    return tables.more
 
 
 @only_what_is_faked
@@ -1069,7 +1067,7 @@ class FakeOutbox(FakeNotifications):
         return True
 
 
-def wire_sign_in_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:
+def wire_breaker_and_sign_in_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:
     """This section's repositories in a fake unit of work, in place of the ones that said they were not faked."""
     uow.principals = FakePeople(tables, clock, readonly)
     uow.breaker = FakeBreakerRecords(tables, clock, readonly)

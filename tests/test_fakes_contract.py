@@ -375,6 +375,9 @@ def test_a_refusal_tally_is_none_until_one_is_saved(store: Store) -> None:
 
 
 def test_sign_in_rows_written_by_a_unit_of_work_that_raises_are_not_kept(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.session() as session:  # the store's very first write
+        session.breaker.set("*", True, "kill switch", "admin")
+        raise RuntimeError("the use case fails after writing")
     bob, _ = _people(store)
     with store.session() as session:
         session.sign_in.open_session("h1", WebSession(bob.id, "github", None, T0, T0 + timedelta(hours=8)))

@@ -23,12 +23,14 @@ from pydantic import SecretStr
 
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.config import Settings
+from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus, Conversation
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.apply_blockers import MainPush
 from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome
 from gateway.domain.break_glass import BreakGlassWindow
+from gateway.domain.breaker import BreakerState, CapacityChange
 from gateway.domain.drift import DriftRecord, DriftStatus
-from gateway.domain.errors import BackendError, Conflict, NotFound
+from gateway.domain.errors import BackendError, Conflict, NotFound, SignInRefused
 from gateway.domain.github import Check, Delivery, PullRequestLink
 from gateway.domain.gitlab_rules import GitLabAccount
 from gateway.domain.jobs import JobKind
@@ -37,7 +39,7 @@ from gateway.domain.locks import LockAttempt, StackLock, unmerged_holder
 from gateway.domain.notifications import Channel, Notice, Notification, NotificationStatus
 from gateway.domain.policy import Override
 from gateway.domain.preview import DriftEntry
-from gateway.domain.principals import Actor, Principal, PrincipalKind, Role
+from gateway.domain.principals import Actor, Credentials, Principal, PrincipalKind, Role
 from gateway.domain.proposal import (
     Decision,
     DecisionRecord,
@@ -49,21 +51,28 @@ from gateway.domain.proposal import (
 )
 from gateway.domain.repo_settings import ForgeSettings, GitHubSettings, GitLabSettings, RepoSettings
 from gateway.domain.scrubbing import Scrubber
+from gateway.domain.sign_in import Identity, PendingSignIn, RefusalTally, WebSession
 from gateway.ports import (
     ApprovalForge,
     AuditLog,
+    BreakerRecords,
     Clock,
+    Conversations,
     DayTwoRecords,
     DeclarationRepo,
     Engine,
     Forge,
     GitHubRecords,
+    IdentityProvider,
     Jobs,
     MainRecords,
     Notifications,
+    NotificationSender,
     Principals,
     Proposals,
     ReviewForge,
+    SignInRecords,
+    SignInStart,
     StackLocks,
     StackRecords,
     Store,
@@ -236,6 +245,7 @@ class Tables:
     events: list[AuditEvent] = field(default_factory=list)
     head: tuple[int, str] | None = None
     forge: ForgeTables = field(default_factory=lambda: ForgeTables())  # see "forges" below
+    more: MoreTables = field(default_factory=lambda: MoreTables())  # day two, breaker, sign-in (at the end)
 
 
 class _Faked:
@@ -708,6 +718,7 @@ class FakeUnitOfWork(UnitOfWork):
         self.jobs = FakeJobs(tables, clock, readonly)
         for name in ("conversations", "github", "breaker", "sign_in"):
             setattr(self, name, _Unfaked(name))
+        wire_breaker_and_sign_in_fakes(self, tables, clock, readonly)
         wire_forge_fakes(self, tables, clock, readonly)
 
     def write_new_events(self, proposal: Proposal) -> None:
@@ -1071,3 +1082,322 @@ def forge_workspace(forge_yaml: str, secrets: Mapping[str, str], clock: FakeCloc
 
     settings = base.settings.model_copy(update={k: SecretStr(v) for k, v in secrets.items()})
     return replace(base, settings=settings, repo=repo, open_forge=open_forge)
+# day two, breaker, sign-in: the circuit breaker's records; sign-in's records (linked identities, page sessions,
+# sign-ins in progress, refusal tallies); conversations and agent requests as far as a request opens them and the
+# breaker stops them; principals with their credentials and GitHub accounts; the outbox's deliveries. Wired into
+# FakeUnitOfWork by `wire_breaker_and_sign_in_fakes` (in place of the `_Unfaked` it made first). Beside them, an
+# identity provider that vouches for whom a test says and a notification sender whose receivers answer as told.
+
+
+@dataclass
+class MoreTables:
+    """The rows of this section's tables (`Tables.more`: a rolled-back write restores them with the rest)."""
+
+    breaker_changes: dict[int, CapacityChange] = field(default_factory=dict)  # by proposal
+    breaker_states: dict[str, BreakerState] = field(default_factory=dict)  # by scope
+    identities: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (issuer, subject) -> (pid, display)
+    sessions: dict[str, WebSession] = field(default_factory=dict)  # by the hash of the session id
+    flows: dict[str, PendingSignIn] = field(default_factory=dict)  # by the hash of the state
+    tallies: dict[str, RefusalTally] = field(default_factory=dict)  # by provider:check
+    runs: dict[str, AgentRun] = field(default_factory=dict)
+    conversations: dict[str, Conversation] = field(default_factory=dict)
+    github_accounts: dict[int, tuple[str, str]] = field(default_factory=dict)  # GitHub's id -> (principal, login)
+    credentials: dict[str, dict[str, Any]] = field(default_factory=dict)  # by principal: token hash, expiry, uses
+
+
+def _more(tables: Tables) -> MoreTables:
+    return tables.more
+
+
+@only_what_is_faked
+class FakeBreakerRecords(_Faked, BreakerRecords):
+    """Each agent change's capacity figures (a re-plan replaces the proposal's earlier ones) and each breaker's state."""
+
+    def record_change(self, change: CapacityChange) -> None:
+        self._writing()
+        _more(self.t).breaker_changes.pop(change.proposal_id, None)  # the newest goes last, as a new row would
+        _more(self.t).breaker_changes[change.proposal_id] = replace(change, before=dict(change.before))
+
+    def changes(self, principal_id: str | None, since: datetime) -> list[CapacityChange]:
+        return sorted((c for c in _more(self.t).breaker_changes.values()
+                       if c.at >= since and principal_id in (None, c.principal_id)), key=lambda c: c.at)
+
+    def state(self, scope: str) -> BreakerState | None:
+        return _more(self.t).breaker_states.get(scope)
+
+    def states(self) -> list[BreakerState]:
+        return sorted(_more(self.t).breaker_states.values(), key=lambda s: s.scope)
+
+    def set(self, scope: str, is_open: bool, reason: str, by: str) -> None:
+        self._writing()
+        _more(self.t).breaker_states[scope] = BreakerState(scope, is_open, reason, by, self.clock.now())
+
+
+@only_what_is_faked
+class FakeSignInRecords(_Faked, SignInRecords):
+    """Linked identities, page sessions, sign-ins in progress (used once) and refusal tallies, as the SQL tables."""
+
+    def link_identity(self, principal: Principal, issuer: str, subject: str, display: str) -> None:
+        self._writing()
+        _more(self.t).identities[(issuer, subject)] = (principal.id, display[:200])
+
+    def principal_of(self, issuer: str, subject: str) -> Principal | None:
+        link = _more(self.t).identities.get((issuer, subject))
+        return None if link is None else FakePrincipals(self.t, self.clock, True).get(link[0])
+
+    def identities_of(self, principal_id: str) -> list[tuple[str, str]]:
+        return sorted(key for key, (pid, _) in _more(self.t).identities.items() if pid == principal_id)
+
+    def open_session(self, id_hash: str, session: WebSession) -> None:
+        self._writing()
+        if id_hash in _more(self.t).sessions:
+            raise FakeIntegrityError("UNIQUE constraint failed: web_sessions.id_hash")
+        _more(self.t).sessions[id_hash] = session
+
+    def get_session(self, id_hash: str) -> WebSession | None:
+        return _more(self.t).sessions.get(id_hash)
+
+    def end_session(self, id_hash: str, at: datetime) -> None:
+        self._writing()
+        found = _more(self.t).sessions.get(id_hash)
+        if found is not None and found.ended_at is None:
+            _more(self.t).sessions[id_hash] = replace(found, ended_at=at)
+
+    def end_sessions_of(self, principal_id: str, at: datetime) -> int:
+        self._writing()
+        sessions = _more(self.t).sessions
+        ending = [h for h, s in sessions.items() if s.principal_id == principal_id and s.ended_at is None]
+        for id_hash in ending:
+            sessions[id_hash] = replace(sessions[id_hash], ended_at=at)
+        return len(ending)
+
+    def add_flow(self, state_hash: str, flow: PendingSignIn) -> None:
+        self._writing()
+        if state_hash in _more(self.t).flows:
+            raise FakeIntegrityError("UNIQUE constraint failed: sign_in_flows.state_hash")
+        _more(self.t).flows[state_hash] = replace(flow, secrets=dict(flow.secrets))
+
+    def get_flow(self, state_hash: str) -> PendingSignIn | None:
+        return _more(self.t).flows.get(state_hash)
+
+    def use_flow(self, state_hash: str, at: datetime) -> bool:
+        self._writing()
+        flow = _more(self.t).flows.get(state_hash)
+        if flow is None or flow.used_at is not None:
+            return False
+        _more(self.t).flows[state_hash] = replace(flow, used_at=at, secrets={})  # the secrets go with the use
+        return True
+
+    def forget_flows(self, expired_by: datetime) -> int:
+        self._writing()
+        flows = _more(self.t).flows
+        expired = [h for h, f in flows.items() if f.expires_at <= expired_by]
+        for state_hash in expired:
+            del flows[state_hash]
+        return len(expired)
+
+    def refusal_tally(self, kind: str) -> RefusalTally | None:
+        self._writing()  # the SQL one makes the row when it is missing
+        tally = _more(self.t).tallies.setdefault(kind, RefusalTally(self.clock.now()))
+        return None if tally.recorded == 0 and tally.unrecorded == 0 else tally
+
+    def save_refusal_tally(self, kind: str, tally: RefusalTally) -> None:
+        self._writing()
+        if kind in _more(self.t).tallies:  # an UPDATE: a tally never read is not made here
+            _more(self.t).tallies[kind] = tally
+
+
+@only_what_is_faked
+class FakeConversations(_Faked, Conversations):
+    """Conversations as a request opens them, and agent requests: queued, begun and stopped by the breaker (the
+    agent's turns and their holds on a conversation are tested on a workspace)."""
+
+    def add(self, conversation_id: str, requester: Principal, branch: str) -> None:
+        self._writing()
+        if conversation_id in _more(self.t).conversations:
+            raise FakeIntegrityError("UNIQUE constraint failed: conversations.id")
+        _more(self.t).conversations[conversation_id] = Conversation(conversation_id, requester.id, branch, None,
+                                                                    self.clock.now())
+
+    def get(self, conversation_id: str) -> Conversation | None:
+        return _more(self.t).conversations.get(conversation_id)
+
+    def add_run(self, run_id: str, requester: Principal, request: str, conversation_id: str, job_id: int) -> None:
+        self._writing()
+        if run_id in _more(self.t).runs:
+            raise FakeIntegrityError("UNIQUE constraint failed: agent_runs.id")
+        moment = self.clock.now()
+        _more(self.t).runs[run_id] = AgentRun(run_id, requester.id, request, conversation_id, AgentRunStatus.QUEUED,
+                                              (), None, None, job_id, moment, moment)
+
+    def begin_run(self, run_id: str) -> bool:
+        return self._move(run_id, {AgentRunStatus.QUEUED}, status=AgentRunStatus.RUNNING)
+
+    def run(self, run_id: str) -> AgentRun | None:
+        return _more(self.t).runs.get(run_id)
+
+    def stop_runs(self, reason: str) -> list[str]:
+        self._writing()
+        running = [r.id for r in _more(self.t).runs.values() if r.status in UNFINISHED]
+        for run_id in running:
+            self._move(run_id, UNFINISHED, status=AgentRunStatus.STOPPED, message=reason)
+        return running
+
+    def _move(self, run_id: str, from_statuses: Collection[AgentRunStatus], **values: Any) -> bool:
+        self._writing()
+        found = _more(self.t).runs.get(run_id)
+        if found is None or found.status not in from_statuses:
+            return False
+        _more(self.t).runs[run_id] = replace(found, updated_at=self.clock.now(), **values)
+        return True
+
+
+@only_what_is_faked
+class FakePeople(FakePrincipals):
+    """FakePrincipals with their credentials: the hash of each token, when it expires and was last used, when the
+    principal was disabled; which of them are enabled admins; the GitHub account each is linked to (by its id)."""
+
+    def add(self, name: str, kind: PrincipalKind, roles: frozenset[Role], groups: frozenset[str],
+            token_hash: str = "", acting_for: str | None = None) -> Principal:
+        principal = super().add(name, kind, roles, groups, token_hash, acting_for)
+        _more(self.t).credentials[principal.id] = {"token_hash": token_hash, **dict.fromkeys(
+            ("disabled_at", "token_expires_at", "last_used_at"))}
+        return principal
+
+    def token_holder(self, token_hash: str) -> tuple[Principal, Credentials] | None:
+        pid = next((pid for pid, c in _more(self.t).credentials.items() if c["token_hash"] == token_hash), None)
+        return None if pid is None else (self.get(pid), self.credentials(pid))
+
+    def credentials(self, pid: str) -> Credentials:
+        self.get(pid)  # NotFound, as the SQL one
+        row = _more(self.t).credentials.get(pid, {})
+        return Credentials(row.get("disabled_at"), row.get("token_expires_at"), row.get("last_used_at"))
+
+    def set_token(self, pid: str, token_hash: str, expires_at: datetime | None) -> None:
+        self._credential(pid, token_hash=token_hash, token_expires_at=expires_at)
+
+    def set_token_expiry(self, pid: str, expires_at: datetime | None) -> None:
+        self._credential(pid, token_expires_at=expires_at)
+
+    def set_disabled(self, pid: str, at: datetime | None) -> None:
+        super().set_disabled(pid, at)
+        self._credential(pid, disabled_at=at)
+
+    def set_access(self, pid: str, roles: frozenset[Role], groups: frozenset[str]) -> None:
+        self._writing()
+        if pid in self.t.principals:
+            self.t.principals[pid] = replace(self.t.principals[pid], roles=frozenset(roles), groups=frozenset(groups))
+
+    def touch(self, pid: str, at: datetime) -> None:
+        self._credential(pid, last_used_at=at)
+
+    def enabled_admins(self) -> list[str]:
+        return [p.id for p in self.t.principals.values() if Role.ADMIN in p.roles and not p.disabled]
+
+    def link_github(self, principal: Principal, github_id: int, login: str) -> None:
+        self._writing()
+        links = _more(self.t).github_accounts  # one account per person, one person per account
+        for gid in [g for g, (pid, _) in links.items() if g == github_id or pid == principal.id]:
+            del links[gid]
+        links[github_id] = (principal.id, login)
+
+    def by_github_id(self, github_id: int) -> Principal | None:
+        link = _more(self.t).github_accounts.get(github_id)
+        return self.get(link[0]) if link else None
+
+    def github_login_of(self, principal_id: str) -> str | None:
+        return next((login for pid, login in _more(self.t).github_accounts.values() if pid == principal_id), None)
+
+    def _credential(self, pid: str, **values: Any) -> None:
+        self._writing()
+        if pid in self.t.principals:  # an UPDATE of no row changes nothing
+            _more(self.t).credentials.setdefault(pid, {"token_hash": ""}).update(values)
+
+
+@only_what_is_faked
+class FakeOutbox(FakeNotifications):
+    """FakeNotifications with their deliveries: an attempt that failed (it stays queued), and the end, once."""
+
+    def record_attempt(self, notification_id: int, attempts: int, error: str | None) -> None:
+        self._writing()
+        found = self.t.notifications.get(notification_id)
+        if found is not None and found.status == NotificationStatus.QUEUED:
+            self.t.notifications[notification_id] = replace(found, attempts=attempts, error=error)
+
+    def finish(self, notification_id: int, status: NotificationStatus, attempts: int, error: str | None = None,
+               receipt: str | None = None) -> bool:
+        self._writing()
+        found = self.t.notifications.get(notification_id)
+        if found is None or found.status != NotificationStatus.QUEUED:
+            return False
+        delivered = self.clock.now() if status == NotificationStatus.DELIVERED else None
+        self.t.notifications[notification_id] = replace(found, status=status, attempts=attempts, error=error,
+                                                        delivered_at=delivered)
+        return True
+
+
+def wire_breaker_and_sign_in_fakes(uow: FakeUnitOfWork, tables: Tables, clock: Clock, readonly: bool) -> None:
+    """This section's repositories in a fake unit of work, in place of the ones that said they were not faked."""
+    uow.principals = FakePeople(tables, clock, readonly)
+    uow.breaker = FakeBreakerRecords(tables, clock, readonly)
+    uow.sign_in = FakeSignInRecords(tables, clock, readonly)
+    uow.conversations = FakeConversations(tables, clock, readonly)
+    uow.notifications = FakeOutbox(tables, clock, readonly)
+
+
+class FakeIdentityProvider(IdentityProvider):
+    """A provider that vouches for whom `sign_in_as` names, or refuses the answer as `refuse` says (the checks of a
+    real provider's answer are tested against a provider on loopback in test_sign_in.py). Each `start` hands out a
+    new state; `callback()` is what the provider sends the browser back with."""
+
+    def __init__(self, name: str = "oidc", issuer: str = "https://idp.example.com"):
+        self.name, self.label, self.issuer = name, f"Test {name}", issuer
+        self.identity: Identity | None = None
+        self.refusal: SignInRefused | None = None  # what `finish` raises
+        self.unreachable = False  # `start` cannot reach the provider
+        self.started: list[str] = []  # the states handed out, newest last
+
+    def sign_in_as(self, subject: str, email: str | None = None, verified: bool = True,
+                   groups: Collection[str] | None = None, display: str | None = None) -> None:
+        self.identity = Identity(self.name, self.issuer, subject, display or email or subject, email, verified,
+                                 None if groups is None else frozenset(groups))
+        self.refusal = None
+
+    def refuse(self, check: str, message: str) -> None:
+        self.refusal = SignInRefused(check, message)
+
+    def start(self, redirect_uri: str) -> SignInStart:
+        if self.unreachable:
+            raise SignInRefused("provider_unreachable", f"the identity provider at {self.issuer} could not be reached")
+        state = f"state-{len(self.started) + 1}"
+        self.started.append(state)
+        return SignInStart(f"{self.issuer}/authorize?state={state}",
+                           {"state": state, "nonce": f"nonce-{state}", "redirect_uri": redirect_uri})
+
+    def callback(self, state: str | None = None) -> dict[str, str]:
+        return {"state": state or self.started[-1], "code": "a-code"}
+
+    def finish(self, pending: Mapping[str, str], callback: Mapping[str, str]) -> Identity:
+        if self.refusal is not None:
+            raise self.refusal
+        if self.identity is None or pending.get("nonce") != f"nonce-{callback.get('state')}":
+            raise SignInRefused("nonce", "the ID token's nonce is not valid")
+        return self.identity
+
+
+class FakeNotificationSender(NotificationSender):
+    """The receivers as the sender meets them: each channel named in `answers` gives its answers in turn and then
+    its last one for good (an exception is raised, a string is the receipt); any other channel takes every
+    notice. Every attempt is kept."""
+
+    def __init__(self, answers: Mapping[str, Sequence[str | Exception]] | None = None):
+        self.answers = {name: list(said) for name, said in (answers or {}).items()}
+        self.attempts: list[tuple[str, str, str]] = []  # (channel, title, delivery id)
+
+    def send(self, channel: Channel, notice: Notice, delivery_id: str) -> str:
+        self.attempts.append((channel.name, notice.title, delivery_id))
+        said = self.answers.get(channel.name)
+        answer = (said.pop(0) if len(said) > 1 else said[0]) if said else f"ok {channel.name}"
+        if isinstance(answer, Exception):
+            raise answer
+        return answer

@@ -88,15 +88,6 @@ def test_small_agent_changes_trip_the_breaker_at_the_right_one_until_a_resetter_
     assert (state["agent"], state["open"], state["changed_by"]) == ("infra-agent", False, "bob")
 
 
-def test_the_window_slides_past_old_changes(workspace: Workspace, people: People, clone: Clone) -> None:
-    with_workers(workspace, clone, window=0.05)  # three seconds
-    for n in range(1, 6):
-        agent_change(workspace, people, clone, n)
-    time.sleep(3.2)
-    for n in range(6, 11):
-        agent_change(workspace, people, clone, n)  # the first five left the window
-
-
 def _run_to_its_end(workspace: Workspace, people: People, stub: ModelStub, text: str, timeout: float) -> AgentRun:
     """Queue alice's request and let a worker run it, as `gateway serve` does."""
     workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub"

@@ -5,6 +5,7 @@ answer the database would never give."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,13 +14,16 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.adapters.store.schema import Database
 from gateway.adapters.store.unit_of_work import SqlStore
+from gateway.domain.agent_runs import AgentRunStatus
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
+from gateway.domain.breaker import CapacityChange
 from gateway.domain.drift import DriftStatus
 from gateway.domain.errors import Conflict, NotFound, Refused
 from gateway.domain.jobs import JobKind
 from gateway.domain.notifications import Channel, ChannelKind, Notice, NotificationEvent, NotificationStatus
-from gateway.domain.principals import GATEWAY, PrincipalKind, Role
+from gateway.domain.principals import GATEWAY, Credentials, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
+from gateway.domain.sign_in import PendingSignIn, RefusalTally, WebSession
 from gateway.ports import Store
 
 from .fakes import FakeIntegrityError, FakeStore, ReadOnlyWrite
@@ -327,3 +331,212 @@ def test_a_person_is_linked_to_one_forge_account_and_an_account_to_one_person(st
         assert gitlab is not None and gitlab.name == "bob"
         assert session.principals.gitlab_account_of(bob.id) == (21, "bob-gl")
         assert session.principals.gitlab_account_of(carol.id) is None and session.principals.by_gitlab_id(11) is None
+
+
+# --- day two, breaker, sign-in ---------------------------------------------------------------------------------
+
+T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
+
+
+def _people(store: Store) -> tuple[Principal, Principal]:
+    with store.session() as session:
+        return (session.principals.add("bob", PrincipalKind.PERSON, frozenset({Role.APPROVER}), frozenset(), "hb"),
+                session.principals.add("admin", PrincipalKind.PERSON, frozenset({Role.ADMIN}), frozenset(), "ha"))
+
+
+def test_a_proposals_capacity_figures_are_its_latest_and_read_by_agent_and_time(store: Store) -> None:
+    with store.session() as session:
+        session.breaker.record_change(CapacityChange(1, "agent-a", {"app": 50.0}, 2.0, 0, T0))
+        session.breaker.record_change(CapacityChange(2, "agent-b", {"app": 50.0}, 3.0, 1, T0 + timedelta(seconds=2)))
+        session.breaker.record_change(CapacityChange(1, "agent-a", {"app": 50.0}, 5.0, 0, T0 + timedelta(seconds=3)))
+    with store.session(readonly=True) as session:
+        assert session.breaker.changes(None, T0) == [
+            CapacityChange(2, "agent-b", {"app": 50.0}, 3.0, 1, T0 + timedelta(seconds=2)),
+            CapacityChange(1, "agent-a", {"app": 50.0}, 5.0, 0, T0 + timedelta(seconds=3))]  # a re-plan replaces
+        assert [c.proposal_id for c in session.breaker.changes("agent-b", T0)] == [2]
+        assert session.breaker.changes(None, T0 + timedelta(seconds=4)) == []
+
+
+def test_a_breakers_state_is_its_last_setting(store: Store) -> None:
+    with store.session() as session:
+        assert session.breaker.state("*") is None and session.breaker.states() == []
+        session.breaker.set("agent-a", True, "tripped", "gateway")
+        session.breaker.set("*", True, "kill switch", "admin")
+        session.breaker.set("agent-a", False, "planned", "bob")
+    with store.session(readonly=True) as session:
+        assert [(s.scope, s.open, s.reason, s.changed_by) for s in session.breaker.states()] == [
+            ("*", True, "kill switch", "admin"), ("agent-a", False, "planned", "bob")]
+        state = session.breaker.state("agent-a")
+        assert state is not None and state.changed_at.tzinfo is not None
+
+
+def test_an_identity_maps_to_one_person_and_a_new_link_replaces_the_old(store: Store) -> None:
+    bob, admin = _people(store)
+    with store.session() as session:
+        session.sign_in.link_identity(bob, "https://idp", "sub-1", "bob")
+        session.sign_in.link_identity(bob, "https://other", "sub-9", "bob")
+        session.sign_in.link_identity(admin, "https://idp", "sub-1", "admin")  # the subject moves to admin
+    with store.session(readonly=True) as session:
+        assert session.sign_in.principal_of("https://idp", "sub-1") == admin
+        assert session.sign_in.principal_of("https://idp", "sub-2") is None
+        assert session.sign_in.identities_of(bob.id) == [("https://other", "sub-9")]
+        assert session.sign_in.identities_of(admin.id) == [("https://idp", "sub-1")]
+
+
+def test_a_session_is_found_by_its_hash_and_ends_once(store: Store) -> None:
+    bob, admin = _people(store)
+    opened = WebSession(bob.id, "oidc:https://idp", frozenset({"platform"}), T0, T0 + timedelta(hours=8))
+    with store.session() as session:
+        session.sign_in.open_session("h1", opened)
+        session.sign_in.open_session("h2", WebSession(bob.id, "web-session", None, T0, T0 + timedelta(hours=8)))
+        session.sign_in.open_session("h3", WebSession(admin.id, "github", None, T0, T0 + timedelta(hours=8)))
+    with store.session() as session, pytest.raises((IntegrityError, FakeIntegrityError)):  # one session per id
+        session.sign_in.open_session("h1", opened)
+    with store.session() as session:
+        assert session.sign_in.get_session("h1") == opened and session.sign_in.get_session("nope") is None
+        session.sign_in.end_session("h1", T0 + timedelta(minutes=1))
+        session.sign_in.end_session("h1", T0 + timedelta(minutes=2))  # ended already: kept as it was
+        assert session.sign_in.end_sessions_of(bob.id, T0 + timedelta(minutes=3)) == 1  # h2 only
+        assert session.sign_in.end_sessions_of(bob.id, T0 + timedelta(minutes=4)) == 0
+    with store.session(readonly=True) as session:
+        assert session.sign_in.get_session("h1") == replace(opened, ended_at=T0 + timedelta(minutes=1))
+        assert [session.sign_in.get_session(h).ended_at for h in ("h2", "h3")] == [T0 + timedelta(minutes=3), None]
+
+
+def test_a_sign_in_in_progress_is_used_once_and_forgotten_when_expired(store: Store) -> None:
+    flow = PendingSignIn("oidc", "browser", {"nonce": "n", "code_verifier": "v"}, T0, T0 + timedelta(minutes=10))
+    with store.session() as session:
+        session.sign_in.add_flow("s1", flow)
+        session.sign_in.add_flow("s2", replace(flow, expires_at=T0 + timedelta(minutes=20)))
+    with store.session() as session:
+        assert session.sign_in.get_flow("s1") == flow and session.sign_in.get_flow("nope") is None
+        assert session.sign_in.use_flow("s1", T0 + timedelta(minutes=1))
+        assert not session.sign_in.use_flow("s1", T0 + timedelta(minutes=2))
+        assert not session.sign_in.use_flow("nope", T0)
+        used = session.sign_in.get_flow("s1")
+        assert used is not None and used.used_at == T0 + timedelta(minutes=1) and dict(used.secrets) == {}
+        assert session.sign_in.forget_flows(T0 + timedelta(minutes=10)) == 1
+    with store.session(readonly=True) as session:
+        assert session.sign_in.get_flow("s1") is None and session.sign_in.get_flow("s2") is not None
+
+
+def test_a_refusal_tally_is_none_until_one_is_saved(store: Store) -> None:
+    with store.session() as session:
+        assert session.sign_in.refusal_tally("oidc:state") is None
+        session.sign_in.save_refusal_tally("oidc:state", RefusalTally(T0, 5, 2, T0 + timedelta(seconds=5)))
+        session.sign_in.save_refusal_tally("oidc:nonce", RefusalTally(T0, 1))  # never read: nothing to update
+    with store.session() as session:
+        assert session.sign_in.refusal_tally("oidc:state") == RefusalTally(T0, 5, 2, T0 + timedelta(seconds=5))
+        assert session.sign_in.refusal_tally("oidc:nonce") is None
+
+
+def test_sign_in_rows_written_by_a_unit_of_work_that_raises_are_not_kept(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.session() as session:  # the store's very first write
+        session.breaker.set("*", True, "kill switch", "admin")
+        raise RuntimeError("the use case fails after writing")
+    bob, _ = _people(store)
+    with store.session() as session:
+        session.sign_in.open_session("h1", WebSession(bob.id, "github", None, T0, T0 + timedelta(hours=8)))
+    with pytest.raises(RuntimeError), store.session() as session:
+        session.sign_in.end_sessions_of(bob.id, T0)
+        session.breaker.set("*", True, "kill switch", "admin")
+        raise RuntimeError("the use case fails after writing")
+    with store.session(readonly=True) as session:
+        found = session.sign_in.get_session("h1")
+        assert found is not None and found.ended_at is None and session.breaker.states() == []
+
+
+def test_the_breaker_stops_queued_and_running_agent_requests_only(store: Store) -> None:
+    bob, _ = _people(store)
+    with store.session() as session:
+        for run_id in ("q", "r", "s"):
+            session.conversations.add_run(run_id, bob, "add a queue", "c-1", 1)
+        assert session.conversations.begin_run("r") and session.conversations.begin_run("s")
+        assert not session.conversations.begin_run("r")  # running already
+        assert sorted(session.conversations.stop_runs("first")) == ["q", "r", "s"]
+        session.conversations.add_run("later", bob, "add a topic", "c-2", 2)
+    with store.session() as session:
+        assert session.conversations.stop_runs("second") == ["later"]  # the stopped ones are not stopped again
+        assert not session.conversations.begin_run("q")  # a stopped request never starts
+        stopped = session.conversations.run("q")
+        assert session.conversations.run("nope") is None
+    assert stopped is not None and (stopped.status, stopped.message, stopped.requester_id, stopped.job_id) == (
+        AgentRunStatus.STOPPED, "first", bob.id, 1)
+
+
+def test_the_enabled_admins_are_the_admins_not_disabled(store: Store) -> None:
+    bob, admin = _people(store)
+    with store.session() as session:
+        other = session.principals.add("root", PrincipalKind.PERSON, frozenset({Role.ADMIN}), frozenset(), "hr")
+        assert sorted(session.principals.enabled_admins()) == sorted([admin.id, other.id])
+        session.principals.set_disabled(other.id, T0)
+        assert session.principals.enabled_admins() == [admin.id]
+
+
+def test_a_principals_credentials_follow_each_change_and_its_token_finds_it(store: Store) -> None:
+    with store.session() as session:
+        eve = session.principals.add("eve", PrincipalKind.PERSON, frozenset({Role.REQUESTER}), frozenset({"app"}), "h1")
+        assert session.principals.credentials(eve.id) == Credentials()
+        session.principals.set_token_expiry(eve.id, T0)
+        session.principals.touch(eve.id, T0 - timedelta(hours=1))
+    with store.session() as session:
+        assert session.principals.token_holder("h1") == (eve, Credentials(None, T0, T0 - timedelta(hours=1)))
+        session.principals.set_token(eve.id, "h2", None)
+        session.principals.set_disabled(eve.id, T0)
+        session.principals.set_access(eve.id, frozenset({Role.APPROVER}), frozenset({"data"}))
+        session.principals.touch("no-such-id", T0)  # no row: nothing changes
+    with store.session(readonly=True) as session:
+        assert session.principals.token_holder("h1") is None
+        holder = session.principals.token_holder("h2")
+        assert holder is not None and holder[1] == Credentials(T0, None, T0 - timedelta(hours=1))
+        assert (holder[0].disabled, holder[0].roles, holder[0].groups) == (True, frozenset({Role.APPROVER}),
+                                                                          frozenset({"data"}))
+        with pytest.raises(NotFound, match="unknown principal"):
+            session.principals.credentials("no-such-id")
+
+
+def test_a_delivery_attempt_keeps_it_queued_and_it_ends_once(store: Store) -> None:
+    hook = Channel("audit-hook", ChannelKind.WEBHOOK)
+    notice = Notice(NotificationEvent.BREAKER_TRIPPED, "Breaker tripped", (), None, None, ())
+    with store.session() as session:
+        nid = session.notifications.add("breaker_tripped:trail-1:audit-hook", hook, notice, 1)
+        other = session.notifications.add("breaker_tripped:trail-1:ops", replace(hook, name="ops"), notice, 1)
+        assert nid is not None and other is not None
+        session.notifications.record_attempt(nid, 1, "HTTP 503")
+    with store.session() as session:
+        waiting = session.notifications.get(nid)
+        assert (waiting.status, waiting.attempts, waiting.error) == (NotificationStatus.QUEUED, 1, "HTTP 503")
+        assert session.notifications.finish(nid, NotificationStatus.FAILED, 3, error="gave up")
+        assert not session.notifications.finish(nid, NotificationStatus.DELIVERED, 4, receipt="late")
+        session.notifications.record_attempt(nid, 9, "after the end")  # an ended one keeps its end
+        assert session.notifications.finish(other, NotificationStatus.DELIVERED, 1, receipt="200")
+    with store.session(readonly=True) as session:
+        failed, delivered = session.notifications.get(nid), session.notifications.get(other)
+    assert (failed.status, failed.attempts, failed.error, failed.delivered_at) == (
+        NotificationStatus.FAILED, 3, "gave up", None)
+    assert (delivered.status, delivered.attempts, delivered.error) == (NotificationStatus.DELIVERED, 1, None)
+    assert delivered.delivered_at is not None
+
+
+def test_a_conversation_is_found_by_its_id(store: Store) -> None:
+    bob, _ = _people(store)
+    with store.session() as session:
+        session.conversations.add("c-1", bob, "agent/c-1")
+    with store.session(readonly=True) as session:
+        found = session.conversations.get("c-1")
+        assert session.conversations.get("c-2") is None
+    assert found is not None and (found.id, found.requester_id, found.branch, found.proposal_id) == (
+        "c-1", bob.id, "agent/c-1", None)
+
+
+def test_a_github_account_links_one_person_by_its_id(store: Store) -> None:
+    bob, admin = _people(store)
+    with store.session() as session:
+        session.principals.link_github(bob, 4242, "bob-gh")
+        session.principals.link_github(bob, 4343, "bob-new")  # bob's new account replaces the old
+        session.principals.link_github(admin, 777, "root-gh")
+        session.principals.link_github(admin, 4343, "taken-over")  # the account moves to admin
+    with store.session(readonly=True) as session:
+        assert session.principals.by_github_id(4242) is None and session.principals.by_github_id(4343) == admin
+        assert session.principals.github_login_of(bob.id) is None
+        assert session.principals.github_login_of(admin.id) == "taken-over"

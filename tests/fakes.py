@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from gateway.adapters.engines.sandbox.state import SandboxStore, StackState
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.config import Settings
 from gateway.domain.applies import ApplyRecord, ApplyStatus
@@ -799,3 +800,88 @@ def person(name: str, *roles: Role, groups: Sequence[str] = (), kind: PrincipalK
         return Principal(f"id-{name}", name, kind, frozenset(roles), frozenset(groups))
     with store.session() as session:
         return session.principals.add(name, kind, frozenset(roles), frozenset(groups), "")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sandbox
+# The sandbox engine's store in memory: a SandboxEngine over a FakeSandboxStore plans and applies a folder of files
+# with no database; tests/test_fakes_contract.py holds it to what SqlSandboxStore answers.
+
+
+class FakeSandboxStore(SandboxStore):
+    """Each stack's state and the simulated cloud's objects as dicts, JSON-copied in and out as the SQL store's rows
+    are (a caller's later edit of what it wrote or read changes nothing here); the serial is compare-and-swapped."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}  # stack -> the state as JSON
+        self.objects: dict[tuple[str, str], str] = {}  # (type, id) -> attributes as JSON
+        self.faults: dict[tuple[str, str], str] = {}  # (stack, address) -> message
+
+    def read_serial(self, stack: str) -> int:
+        state = self.read_state(stack)
+        return state.serial if state else 0
+
+    def read_state(self, stack: str) -> StackState | None:
+        return StackState.from_json(json.loads(self.states[stack])) if stack in self.states else None
+
+    def write_state(self, stack: str, state: StackState, expected_serial: int,
+                    changed: Collection[str] | None = None) -> None:
+        self._write_state(stack, state, expected_serial, changed)
+
+    def write_apply(self, stack: str, state: StackState, expected_serial: int, changed: Collection[str],
+                    objects: Mapping[tuple[str, str], Mapping[str, Any] | None]) -> None:
+        before = dict(self.objects)
+        for key, attributes in objects.items():
+            self.objects.pop(key, None)
+            if attributes is not None:
+                self.objects[key] = _sandbox_json(attributes)
+        try:
+            self._write_state(stack, state, expected_serial, changed)
+        except BackendError:
+            self.objects = before  # one transaction: the objects go back with the refused state
+            raise
+
+    def _write_state(self, stack: str, state: StackState, expected_serial: int,
+                     changed: Collection[str] | None) -> None:
+        stored = json.loads(self.states[stack]) if stack in self.states else None
+        if (stored["serial"] if stored else 0) != expected_serial:
+            raise BackendError(f"state of stack {stack} changed underneath this write "
+                               f"(expected serial {expected_serial})")
+        resources = {} if stored is None or changed is None else stored["resources"]
+        for address in (state.resources if changed is None else changed):
+            resources.pop(address, None)
+            if address in state.resources:
+                resources[address] = vars(state.resources[address])
+        self.states[stack] = _sandbox_json({"lineage": state.lineage, "serial": state.serial,
+                                            "outputs": state.outputs, "resources": resources})
+
+    def fault_addresses(self, stack: str) -> frozenset[str]:
+        return frozenset(address for s, address in self.faults if s == stack)
+
+    def get_objects(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {key: json.loads(self.objects[key]) for key in set(keys) if key in self.objects}
+
+    def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
+        body = self.objects.get((rtype, rid))
+        return json.loads(body) if body is not None else None
+
+    def put_object(self, rtype: str, rid: str, attributes: Mapping[str, Any]) -> None:
+        self.objects[(rtype, rid)] = _sandbox_json(attributes)
+
+    def delete_object(self, rtype: str, rid: str) -> None:
+        self.objects.pop((rtype, rid), None)
+
+    def inject_fault(self, stack: str, address: str, message: str) -> None:
+        self.faults[(stack, address)] = message
+
+    def inject_delay(self, stack: str, address: str, seconds: float) -> None:
+        from gateway.adapters.engines.sandbox.applier import DELAY_PREFIX
+
+        self.inject_fault(stack, address, f"{DELAY_PREFIX}{seconds}")
+
+    def take_fault(self, stack: str, address: str) -> str | None:
+        return self.faults.pop((stack, address), None)
+
+
+def _sandbox_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))  # as the SQL store encodes its rows

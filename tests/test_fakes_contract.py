@@ -7,22 +7,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.exc import IntegrityError
 
+from gateway.adapters.engines.sandbox.applier import DELAY_PREFIX
+from gateway.adapters.engines.sandbox.state import SandboxStore, StackState, StateResource
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.store.schema import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
 from gateway.domain.drift import DriftStatus
-from gateway.domain.errors import Conflict, NotFound, Refused
+from gateway.domain.errors import BackendError, Conflict, NotFound, Refused
 from gateway.domain.jobs import JobKind
 from gateway.domain.notifications import Channel, ChannelKind, Notice, NotificationEvent, NotificationStatus
 from gateway.domain.principals import GATEWAY, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
 from gateway.ports import Store
 
-from .fakes import FakeIntegrityError, FakeStore, ReadOnlyWrite
+from .fakes import FakeIntegrityError, FakeSandboxStore, FakeStore, ReadOnlyWrite
 
 SUMMARY = PlanSummary(counts={"update": 1})
 FAR = datetime(2099, 1, 1, tzinfo=UTC)
@@ -271,3 +275,100 @@ def test_a_queued_job_is_found_for_its_proposal_and_kind(store: Store) -> None:
         assert session.jobs.add(JobKind.NOTIFY, None, GATEWAY, {"notification": 1}) != plan
     with store.session(readonly=True) as session:
         assert session.jobs.queued(JobKind.PLAN, pid) == plan and session.jobs.queued(JobKind.APPLY, pid) is None
+
+
+# --- sandbox ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["fake", "sqlite"])
+def sandbox_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SandboxStore]:
+    if request.param == "fake":
+        yield FakeSandboxStore()
+        return
+    db = Database(f"sqlite:///{tmp_path / 'gateway.db'}")
+    db.migrate()
+    yield SqlSandboxStore(db)
+    db.dispose()
+
+
+def _resource(rid: str, **attributes: Any) -> StateResource:
+    return StateResource("aws_sqs_queue", rid, None, rid, dict(attributes), ["secret"], ["aws_vpc.main"])
+
+
+def test_a_stack_state_is_written_on_its_serial_and_read_back_whole(sandbox_store: SandboxStore) -> None:
+    assert sandbox_store.read_state("app") is None and sandbox_store.read_serial("app") == 0
+    first = StackState("lin-1", 1, {"aws_sqs_queue.a": _resource("a", name="a"), "aws_sqs_queue.b": _resource("b")},
+                       {"url": "https://a"})
+    sandbox_store.write_state("app", first, 0)
+    assert sandbox_store.read_serial("app") == 1 and sandbox_store.read_serial("data") == 0
+    assert sandbox_store.read_state("app") == first
+    first.resources["aws_sqs_queue.a"].attributes["name"] = "edited after the write"
+    assert sandbox_store.read_state("app").resources["aws_sqs_queue.a"].attributes == {"name": "a"}  # type: ignore[union-attr]
+    with pytest.raises(BackendError, match="state of stack app changed underneath this write"):
+        sandbox_store.write_state("app", StackState("lin-1", 2), 0)
+    with pytest.raises(BackendError, match="expected serial 5"):
+        sandbox_store.write_state("data", StackState("lin-2", 6), 5)
+    assert sandbox_store.read_state("data") is None and sandbox_store.read_serial("app") == 1
+
+
+def test_a_write_of_some_addresses_keeps_the_others(sandbox_store: SandboxStore) -> None:
+    sandbox_store.write_state("app", StackState("lin", 1, {"aws_sqs_queue.a": _resource("a"),
+                                                           "aws_sqs_queue.b": _resource("b")}), 0)
+    second = StackState("lin", 2, {"aws_sqs_queue.b": _resource("b", name="b2"), "aws_sqs_queue.c": _resource("c")},
+                        {"o": 1})
+    sandbox_store.write_state("app", second, 1, changed=["aws_sqs_queue.b", "aws_sqs_queue.c"])
+    kept = sandbox_store.read_state("app")
+    assert kept is not None and (kept.serial, kept.outputs) == (2, {"o": 1})
+    assert sorted(kept.resources) == ["aws_sqs_queue.a", "aws_sqs_queue.b", "aws_sqs_queue.c"]
+    assert kept.resources["aws_sqs_queue.b"].attributes == {"name": "b2"}
+    sandbox_store.write_state("app", StackState("lin", 3, {"aws_sqs_queue.a": _resource("a")}), 2,
+                              changed=["aws_sqs_queue.b"])  # b removed from the state, c untouched
+    assert sorted(sandbox_store.read_state("app").resources) == ["aws_sqs_queue.a", "aws_sqs_queue.c"]  # type: ignore[union-attr]
+    sandbox_store.write_state("app", StackState("lin", 4, {"aws_sqs_queue.a": _resource("a")}), 3)  # every address
+    assert sorted(sandbox_store.read_state("app").resources) == ["aws_sqs_queue.a"]  # type: ignore[union-attr]
+
+
+def test_objects_and_the_state_of_an_apply_are_written_together_or_not_at_all(sandbox_store: SandboxStore) -> None:
+    sandbox_store.put_object("aws_sqs_queue", "old", {"name": "old"})
+    sandbox_store.put_object("aws_sqs_queue", "gone", {"name": "gone"})
+    sandbox_store.write_apply("app", StackState("lin", 1, {"aws_sqs_queue.a": _resource("a")}), 0, ["aws_sqs_queue.a"],
+                              {("aws_sqs_queue", "a"): {"name": "a", "tags": {"x": "1"}},
+                               ("aws_sqs_queue", "gone"): None, ("aws_sqs_queue", "old"): {"name": "new"}})
+    assert sandbox_store.get_objects([("aws_sqs_queue", "a"), ("aws_sqs_queue", "gone"), ("aws_sqs_queue", "old"),
+                                      ("aws_vpc", "a")]) == {("aws_sqs_queue", "a"): {"name": "a", "tags": {"x": "1"}},
+                                                             ("aws_sqs_queue", "old"): {"name": "new"}}
+    assert sandbox_store.read_serial("app") == 1
+    with pytest.raises(BackendError, match="changed underneath"):
+        sandbox_store.write_apply("app", StackState("lin", 2), 0, [], {("aws_sqs_queue", "b"): {"name": "b"},
+                                                                       ("aws_sqs_queue", "a"): None})
+    assert sandbox_store.get_object("aws_sqs_queue", "b") is None  # the refused write left no object behind
+    assert sandbox_store.get_object("aws_sqs_queue", "a") == {"name": "a", "tags": {"x": "1"}}
+
+
+def test_objects_are_put_read_and_deleted_by_type_and_id(sandbox_store: SandboxStore) -> None:
+    attributes = {"name": "q", "nested": [{"a": 1}]}
+    sandbox_store.put_object("aws_sqs_queue", "q", attributes)
+    attributes["name"] = "edited after the put"
+    sandbox_store.put_object("aws_sns_topic", "q", {"name": "topic"})
+    read = sandbox_store.get_object("aws_sqs_queue", "q")
+    assert read == {"name": "q", "nested": [{"a": 1}]}
+    read["name"] = "edited after the read"  # type: ignore[index]
+    assert sandbox_store.get_object("aws_sqs_queue", "q") == {"name": "q", "nested": [{"a": 1}]}
+    sandbox_store.put_object("aws_sqs_queue", "q", {"name": "replaced"})
+    sandbox_store.delete_object("aws_sqs_queue", "q")
+    sandbox_store.delete_object("aws_sqs_queue", "never-there")
+    assert sandbox_store.get_object("aws_sqs_queue", "q") is None
+    assert sandbox_store.get_object("aws_sns_topic", "q") == {"name": "topic"}
+
+
+def test_a_fault_waits_for_its_stack_and_address_and_is_taken_once(sandbox_store: SandboxStore) -> None:
+    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "first")  # type: ignore[attr-defined]
+    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "the provider timed out")  # type: ignore[attr-defined]
+    sandbox_store.inject_delay("app", "aws_sqs_queue.b", 0.5)  # type: ignore[attr-defined]
+    sandbox_store.inject_fault("data", "aws_sqs_queue.a", "elsewhere")  # type: ignore[attr-defined]
+    assert sandbox_store.fault_addresses("app") == {"aws_sqs_queue.a", "aws_sqs_queue.b"}
+    assert sandbox_store.take_fault("app", "aws_sqs_queue.a") == "the provider timed out"
+    assert sandbox_store.take_fault("app", "aws_sqs_queue.a") is None
+    assert sandbox_store.take_fault("app", "aws_sqs_queue.b") == f"{DELAY_PREFIX}0.5"
+    assert sandbox_store.fault_addresses("app") == frozenset() and sandbox_store.fault_addresses("data") == {
+        "aws_sqs_queue.a"}

@@ -8,7 +8,9 @@ way to make the dependency fail the way production's does (a database that stops
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -885,3 +887,169 @@ class FakeSandboxStore(SandboxStore):
 
 def _sandbox_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))  # as the SQL store encodes its rows
+
+
+class FakeFilesRepo(FakeDeclarationRepo):
+    """A declaration repo whose commits hold whole trees of files (path -> bytes), in memory: the engine is handed
+    a commit's files on disk as from git, with no git. Commits are made by `commit` (FakeClone pushes through it)."""
+
+    def __init__(self, files: Mapping[str, bytes]):
+        super().__init__(files["gateway.yaml"].decode())
+        self.trees: dict[str, dict[str, bytes]] = {"main-1": dict(files)}
+        self.parents: dict[str, str | None] = {"main-1": None}
+
+    def commit(self, branch: str, files: Mapping[str, bytes]) -> str:
+        """A commit of `files` on top of `branch`'s head (a new branch starts from main); the branch moves to it."""
+        sha = f"commit-{len(self.trees) + 1}"
+        self.parents[sha] = self.refs.get(branch, self.refs["main"])
+        self.trees[sha] = dict(files)
+        self.yaml[sha] = files["gateway.yaml"].decode() if "gateway.yaml" in files else ""
+        self.refs[branch] = sha
+        return sha
+
+    def set_main(self, gateway_yaml: str) -> str:
+        return self.commit("main", {**self.trees[self.refs["main"]], "gateway.yaml": gateway_yaml.encode()})
+
+    def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]:
+        found, sha = [], self.resolve(ref)
+        while sha is not None and len(found) < limit:
+            parent = self.parents[sha]
+            if parent is None or self._under(sha, path) != self._under(parent, path):
+                found.append(sha)
+            sha = parent
+        return found
+
+    def _under(self, sha: str, subdir: str) -> dict[str, bytes]:
+        top = subdir.strip("/")
+        tree = self.trees[self.resolve(sha)]
+        return {path: data for path, data in tree.items() if not top or path == top or path.startswith(top + "/")}
+
+    def read_file(self, sha: str, path: str) -> str:
+        tree = self.trees[self.resolve(sha)]
+        if path not in tree:
+            raise NotFound(f"{path} does not exist at {sha[:12]}")
+        return tree[path].decode()
+
+    def read_files(self, sha: str, subdir: str, suffix: str) -> dict[str, str]:
+        top = subdir.strip("/")
+        return {path: data.decode() for path, data in self._under(sha, subdir).items()
+                if path.rpartition("/")[0] == top and path.endswith(suffix)}
+
+    def read_tree(self, sha: str, subdir: str) -> dict[str, str]:
+        found = {}
+        for path, data in self._under(sha, subdir).items():
+            try:
+                found[path] = data.decode()
+            except UnicodeDecodeError:
+                continue
+        return found
+
+    def tree_of(self, sha: str, subdir: str) -> str | None:
+        files = self._under(sha, subdir)
+        return hashlib.sha1(repr(sorted(files.items())).encode()).hexdigest() if files else None  # noqa: S324
+
+    def export(self, sha: str, subdir: str, dest: Path) -> Path:
+        files = self._under(sha, subdir)
+        if not files:
+            raise NotFound(f"{subdir} does not exist at {sha[:12]}")
+        top = subdir.strip("/")
+        dest.mkdir(parents=True, exist_ok=True)
+        for path, data in files.items():
+            target = dest / (path[len(top) + 1:] if top else path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return dest
+
+    def module_directories(self, sha: str, stack_path: str) -> tuple[str, ...]:
+        from gateway.adapters.modules.sources import local_module_directories
+
+        return local_module_directories(stack_path, lambda directory: self.read_files(sha, directory, ".tf"))
+
+    def export_stack(self, sha: str, stack_path: str, dest: Path) -> Path:
+        directory = self.export(sha, stack_path, dest / stack_path)
+        for module in self.module_directories(sha, stack_path):
+            try:
+                self.export(sha, module, dest / module)
+            except NotFound:
+                continue  # the engine names the call whose source does not exist
+        (dest / "gateway.yaml").write_bytes(self.trees[self.resolve(sha)].get("gateway.yaml", b""))
+        return directory
+
+
+class FakeClone:
+    """A developer's clone of a FakeFilesRepo, as tests/conftest.py's Clone of a git repo: branch, edit, push."""
+
+    def __init__(self, repo: FakeFilesRepo):
+        self.repo = repo
+        self.branch_name = "main"
+        self.files = dict(repo.trees[repo.resolve("main")])
+
+    def branch(self, name: str) -> FakeClone:
+        self.branch_name, self.files = name, dict(self.repo.trees[self.repo.resolve("main")])
+        return self
+
+    def write(self, relative: str, content: str) -> FakeClone:
+        self.files[relative] = content.encode()
+        return self
+
+    def edit(self, relative: str, old: str, new: str) -> FakeClone:
+        text_before = self.read(relative)
+        assert old in text_before, f"{old!r} not in {relative}"
+        return self.write(relative, text_before.replace(old, new))
+
+    def remove(self, relative: str) -> FakeClone:
+        del self.files[relative]
+        return self
+
+    def read(self, relative: str) -> str:
+        return self.files[relative].decode()
+
+    def push(self) -> str:
+        return self.repo.commit(self.branch_name, self.files)
+
+
+SAMPLE_REPO = Path(__file__).parent.parent / "gateway" / "sample_repo"
+_sample_cloud: dict[str, Any] = {}  # the sample's stacks applied once per process: each workspace starts from a copy
+
+
+def sandbox_workspace(home: Path) -> Workspace:
+    """A workspace of the sample repo whose engine is the real SandboxEngine over a FakeSandboxStore, main's stacks
+    applied to it, its repo a FakeFilesRepo and its store a FakeStore: plan_stack runs as it does on a workspace (the
+    HCL reader, the policy checks, main's Rego), with no git, no database and no job."""
+    from gateway.adapters.declarations import HclDeclarations  # the engine's imports only where it is used
+    from gateway.adapters.engines.sandbox.cloud import SandboxCloud
+    from gateway.adapters.engines.sandbox.engine import SandboxEngine
+    from gateway.adapters.policy.engines import CheckovScanner, RegoInterpreter
+
+    files = {str(p.relative_to(SAMPLE_REPO)): p.read_bytes() for p in sorted(SAMPLE_REPO.rglob("*")) if p.is_file()}
+    settings = Settings(home=home, token=None)
+    settings.secrets_path.mkdir(parents=True, exist_ok=True)
+    if not _sample_cloud:
+        _sample_cloud["secrets"] = {"data": {"db_password": uuid.uuid4().hex[:24]}}
+    for stack, values in _sample_cloud["secrets"].items():
+        (settings.secrets_path / f"{stack}.tfvars.json").write_text(json.dumps(values))
+    store = FakeSandboxStore()
+    engine = SandboxEngine(store)
+    clock = FakeClock()
+    absent = _Unfaked
+    ws = Workspace(settings=settings, store=FakeStore(clock), repo=FakeFilesRepo(files), engine=engine,
+                   scrubber=Scrubber(), simulator=SandboxCloud(engine, store), clock=clock,  # type: ignore[arg-type]
+                   open_forge=absent("forge"), declarations=HclDeclarations(), scanner=CheckovScanner(),
+                   rego=RegoInterpreter(), working_copies=absent("working_copies"),  # type: ignore[arg-type]
+                   open_checkpointer=absent("checkpointer"))  # type: ignore[arg-type]
+    if "states" not in _sample_cloud:
+        _apply_main(ws)
+        _sample_cloud.update(states=dict(store.states), objects=dict(store.objects))
+    store.states, store.objects = dict(_sample_cloud["states"]), dict(_sample_cloud["objects"])
+    return ws
+
+
+def _apply_main(ws: Workspace) -> None:
+    """Every stack of main applied, as `gateway init` starts the simulated cloud."""
+    sha = ws.repo.resolve("main")
+    for stack, stack_settings in sorted(ws.repo_settings().stacks.items()):
+        with tempfile.TemporaryDirectory(prefix=f"gw-fake-{stack}-") as tmp:
+            directory = ws.repo.export_stack(sha, stack_settings.path, Path(tmp))
+            planned = ws.engine.plan(stack, directory, ws.stack_inputs(stack))
+            outcome = ws.engine.apply(stack, directory, planned.document, planned.state_serial, ws.stack_inputs(stack))
+        assert outcome.succeeded, f"the sample's stack {stack} did not apply: {outcome.error}"

@@ -50,6 +50,7 @@ from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
     AuditLog,
     Clock,
+    CommitInfo,
     DayTwoRecords,
     DeclarationRepo,
     Engine,
@@ -891,33 +892,83 @@ def _sandbox_json(value: Any) -> str:
 
 class FakeFilesRepo(FakeDeclarationRepo):
     """A declaration repo whose commits hold whole trees of files (path -> bytes), in memory: the engine is handed
-    a commit's files on disk as from git, with no git. Commits are made by `commit` (FakeClone pushes through it)."""
+    a commit's files on disk as from git, with no git. Commits are made by `commit` (FakeClone pushes through it);
+    history is a graph of parents, merged file by file as git would merge trees that touch different files."""
 
     def __init__(self, files: Mapping[str, bytes]):
         super().__init__(files["gateway.yaml"].decode())
         self.trees: dict[str, dict[str, bytes]] = {"main-1": dict(files)}
-        self.parents: dict[str, str | None] = {"main-1": None}
+        self.parents: dict[str, tuple[str, ...]] = {"main-1": ()}
+        self.infos: dict[str, CommitInfo] = {"main-1": CommitInfo("main-1", "change-gateway", "gateway@localhost",
+                                                                  "the sample repo")}
 
-    def commit(self, branch: str, files: Mapping[str, bytes]) -> str:
+    def commit(self, branch: str, files: Mapping[str, bytes], message: str = "change", author: str = "alice",
+               parents: tuple[str, ...] | None = None) -> str:
         """A commit of `files` on top of `branch`'s head (a new branch starts from main); the branch moves to it."""
         sha = f"commit-{len(self.trees) + 1}"
-        self.parents[sha] = self.refs.get(branch, self.refs["main"])
+        self.parents[sha] = parents or (self.refs.get(branch, self.refs["main"]),)
         self.trees[sha] = dict(files)
         self.yaml[sha] = files["gateway.yaml"].decode() if "gateway.yaml" in files else ""
-        self.refs[branch] = sha
+        self.infos[sha] = CommitInfo(sha, author, f"{author}@example.com", message)
+        if branch:
+            self.refs[branch] = sha
         return sha
 
     def set_main(self, gateway_yaml: str) -> str:
         return self.commit("main", {**self.trees[self.refs["main"]], "gateway.yaml": gateway_yaml.encode()})
 
-    def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]:
-        found, sha = [], self.resolve(ref)
-        while sha is not None and len(found) < limit:
-            parent = self.parents[sha]
-            if parent is None or self._under(sha, path) != self._under(parent, path):
-                found.append(sha)
-            sha = parent
+    def _ancestry(self, sha: str) -> list[str]:
+        """`sha` and every commit before it, nearest first."""
+        seen, order, frontier = set(), [], [self.resolve(sha)]
+        while frontier:
+            nxt: list[str] = []
+            for c in frontier:
+                if c not in seen:
+                    seen.add(c)
+                    order.append(c)
+                    nxt += self.parents[c]
+            frontier = nxt
+        return order
+
+    def merge_base(self, a: str, b: str) -> str:
+        of_a = set(self._ancestry(a))
+        found = next((c for c in self._ancestry(b) if c in of_a), None)
+        if found is None:
+            raise Conflict(f"{a} and {b} have no common history")
         return found
+
+    def changed_paths(self, base: str, head: str) -> list[str]:
+        old, new = self.trees[self.resolve(base)], self.trees[self.resolve(head)]
+        return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+
+    def commits(self, base: str, head: str) -> list[CommitInfo]:
+        hidden = set(self._ancestry(base))
+        return [self.infos[c] for c in reversed(self._ancestry(head)) if c not in hidden]
+
+    def merge_preview(self, main_sha: str, head_sha: str) -> str:
+        base = self.trees[self.merge_base(main_sha, head_sha)]
+        ours, theirs = self.trees[self.resolve(main_sha)], self.trees[self.resolve(head_sha)]
+        merged, conflicts = dict(ours), []
+        for path in sorted(base.keys() | ours.keys() | theirs.keys()):
+            if theirs.get(path) == base.get(path) or theirs.get(path) == ours.get(path):
+                continue
+            if ours.get(path) != base.get(path):
+                conflicts.append(path)
+            elif path in theirs:
+                merged[path] = theirs[path]
+            else:
+                merged.pop(path, None)
+        if conflicts:
+            raise Conflict(f"the branch does not merge cleanly into main: {', '.join(conflicts)} changed on both")
+        return self.commit("", merged, "merge preview", "change-gateway", (main_sha, head_sha))
+
+    def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]:
+        found = []
+        for sha in self._ancestry(ref):
+            parents = self.parents[sha]
+            if not parents or any(self._under(sha, path) != self._under(p, path) for p in parents):
+                found.append(sha)
+        return found[:limit]
 
     def _under(self, sha: str, subdir: str) -> dict[str, bytes]:
         top = subdir.strip("/")
@@ -1004,8 +1055,8 @@ class FakeClone:
     def read(self, relative: str) -> str:
         return self.files[relative].decode()
 
-    def push(self) -> str:
-        return self.repo.commit(self.branch_name, self.files)
+    def push(self, message: str = "change", author: str = "alice") -> str:
+        return self.repo.commit(self.branch_name, self.files, message, author)
 
 
 SAMPLE_REPO = Path(__file__).parent.parent / "gateway" / "sample_repo"

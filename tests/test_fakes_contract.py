@@ -281,7 +281,7 @@ def test_a_queued_job_is_found_for_its_proposal_and_kind(store: Store) -> None:
 
 
 @pytest.fixture(params=["fake", "sqlite"])
-def sandbox_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SandboxStore]:
+def sandbox_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeSandboxStore | SqlSandboxStore]:
     if request.param == "fake":
         yield FakeSandboxStore()
         return
@@ -289,6 +289,12 @@ def sandbox_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sa
     db.migrate()
     yield SqlSandboxStore(db)
     db.dispose()
+
+
+def _state(store: SandboxStore, stack: str = "app") -> StackState:
+    state = store.read_state(stack)
+    assert state is not None
+    return state
 
 
 def _resource(rid: str, **attributes: Any) -> StateResource:
@@ -303,7 +309,7 @@ def test_a_stack_state_is_written_on_its_serial_and_read_back_whole(sandbox_stor
     assert sandbox_store.read_serial("app") == 1 and sandbox_store.read_serial("data") == 0
     assert sandbox_store.read_state("app") == first
     first.resources["aws_sqs_queue.a"].attributes["name"] = "edited after the write"
-    assert sandbox_store.read_state("app").resources["aws_sqs_queue.a"].attributes == {"name": "a"}  # type: ignore[union-attr]
+    assert _state(sandbox_store).resources["aws_sqs_queue.a"].attributes == {"name": "a"}
     with pytest.raises(BackendError, match="state of stack app changed underneath this write"):
         sandbox_store.write_state("app", StackState("lin-1", 2), 0)
     with pytest.raises(BackendError, match="expected serial 5"):
@@ -317,15 +323,15 @@ def test_a_write_of_some_addresses_keeps_the_others(sandbox_store: SandboxStore)
     second = StackState("lin", 2, {"aws_sqs_queue.b": _resource("b", name="b2"), "aws_sqs_queue.c": _resource("c")},
                         {"o": 1})
     sandbox_store.write_state("app", second, 1, changed=["aws_sqs_queue.b", "aws_sqs_queue.c"])
-    kept = sandbox_store.read_state("app")
-    assert kept is not None and (kept.serial, kept.outputs) == (2, {"o": 1})
+    kept = _state(sandbox_store)
+    assert (kept.serial, kept.outputs) == (2, {"o": 1})
     assert sorted(kept.resources) == ["aws_sqs_queue.a", "aws_sqs_queue.b", "aws_sqs_queue.c"]
     assert kept.resources["aws_sqs_queue.b"].attributes == {"name": "b2"}
     sandbox_store.write_state("app", StackState("lin", 3, {"aws_sqs_queue.a": _resource("a")}), 2,
                               changed=["aws_sqs_queue.b"])  # b removed from the state, c untouched
-    assert sorted(sandbox_store.read_state("app").resources) == ["aws_sqs_queue.a", "aws_sqs_queue.c"]  # type: ignore[union-attr]
+    assert sorted(_state(sandbox_store).resources) == ["aws_sqs_queue.a", "aws_sqs_queue.c"]
     sandbox_store.write_state("app", StackState("lin", 4, {"aws_sqs_queue.a": _resource("a")}), 3)  # every address
-    assert sorted(sandbox_store.read_state("app").resources) == ["aws_sqs_queue.a"]  # type: ignore[union-attr]
+    assert sorted(_state(sandbox_store).resources) == ["aws_sqs_queue.a"]
 
 
 def test_objects_and_the_state_of_an_apply_are_written_together_or_not_at_all(sandbox_store: SandboxStore) -> None:
@@ -352,7 +358,8 @@ def test_objects_are_put_read_and_deleted_by_type_and_id(sandbox_store: SandboxS
     sandbox_store.put_object("aws_sns_topic", "q", {"name": "topic"})
     read = sandbox_store.get_object("aws_sqs_queue", "q")
     assert read == {"name": "q", "nested": [{"a": 1}]}
-    read["name"] = "edited after the read"  # type: ignore[index]
+    assert read is not None
+    read["name"] = "edited after the read"
     assert sandbox_store.get_object("aws_sqs_queue", "q") == {"name": "q", "nested": [{"a": 1}]}
     sandbox_store.put_object("aws_sqs_queue", "q", {"name": "replaced"})
     sandbox_store.delete_object("aws_sqs_queue", "q")
@@ -361,11 +368,12 @@ def test_objects_are_put_read_and_deleted_by_type_and_id(sandbox_store: SandboxS
     assert sandbox_store.get_object("aws_sns_topic", "q") == {"name": "topic"}
 
 
-def test_a_fault_waits_for_its_stack_and_address_and_is_taken_once(sandbox_store: SandboxStore) -> None:
-    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "first")  # type: ignore[attr-defined]
-    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "the provider timed out")  # type: ignore[attr-defined]
-    sandbox_store.inject_delay("app", "aws_sqs_queue.b", 0.5)  # type: ignore[attr-defined]
-    sandbox_store.inject_fault("data", "aws_sqs_queue.a", "elsewhere")  # type: ignore[attr-defined]
+def test_a_fault_waits_for_its_stack_and_address_and_is_taken_once(
+        sandbox_store: FakeSandboxStore | SqlSandboxStore) -> None:
+    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "first")
+    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "the provider timed out")
+    sandbox_store.inject_delay("app", "aws_sqs_queue.b", 0.5)
+    sandbox_store.inject_fault("data", "aws_sqs_queue.a", "elsewhere")
     assert sandbox_store.fault_addresses("app") == {"aws_sqs_queue.a", "aws_sqs_queue.b"}
     assert sandbox_store.take_fault("app", "aws_sqs_queue.a") == "the provider timed out"
     assert sandbox_store.take_fault("app", "aws_sqs_queue.a") is None

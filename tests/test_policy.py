@@ -11,11 +11,9 @@ from typing import Any
 import pytest
 
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
-from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.policy import checkov as checkov_adapter
 from gateway.adapters.policy.checkov import parse_checkov_report, run_checkov
 from gateway.adapters.store.rows import now
-from gateway.adapters.store.schema import Database
 from gateway.domain.errors import Refused
 from gateway.domain.plan import Plan, decode_plan_bytes, load_plan
 from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severity, evaluate_plan
@@ -27,16 +25,15 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People
+from .fakes import FakeSandboxStore
 
 TAGS = 'tags = { owner = "team", "cost-centre" = "cc-1" }'
 SETTINGS = PolicySettings(approved_instance_types=frozenset({"t3.small", "t3.medium"}), max_deletes=3)
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> SandboxEngine:
-    db = Database(f"sqlite:///{tmp_path / 'policy.db'}")
-    db.migrate()
-    return SandboxEngine(SqlSandboxStore(db))
+def engine() -> SandboxEngine:
+    return SandboxEngine(FakeSandboxStore())  # its store in memory: the rules judge what it plans
 
 
 def sandbox_plan(engine: SandboxEngine, tmp_path: Path, hcl: str) -> Plan:

@@ -893,7 +893,8 @@ def _sandbox_json(value: Any) -> str:
 class FakeFilesRepo(FakeDeclarationRepo):
     """A declaration repo whose commits hold whole trees of files (path -> bytes), in memory: the engine is handed
     a commit's files on disk as from git, with no git. Commits are made by `commit` (FakeClone pushes through it);
-    history is a graph of parents, merged file by file as git would merge trees that touch different files."""
+    history is a graph of parents, merged file by file (a file changed on both sides is a conflict, even where git
+    would merge its lines)."""
 
     def __init__(self, files: Mapping[str, bytes]):
         super().__init__(files["gateway.yaml"].decode())
@@ -913,6 +914,19 @@ class FakeFilesRepo(FakeDeclarationRepo):
         if branch:
             self.refs[branch] = sha
         return sha
+
+    def commit_to_new_branch(self, base_sha: str, branch: str, files: Mapping[str, str], message: str,
+                             author: str) -> str:
+        if self.branch_exists(branch):
+            raise Conflict(f"branch {branch} already exists in the declaration repo")
+        base = self.resolve(base_sha)
+        tree = {**self.trees[base], **{path: text.encode() for path, text in files.items()}}
+        sha = self.commit(branch, tree, message, author, (base,))
+        self.infos[sha] = replace(self.infos[sha], author_email=f"{author}@gateway")
+        return sha
+
+    def set_branch(self, branch: str, sha: str) -> None:
+        self.refs[branch] = self.resolve(sha)
 
     def set_main(self, gateway_yaml: str) -> str:
         return self.commit("main", {**self.trees[self.refs["main"]], "gateway.yaml": gateway_yaml.encode()})
@@ -959,7 +973,8 @@ class FakeFilesRepo(FakeDeclarationRepo):
             else:
                 merged.pop(path, None)
         if conflicts:
-            raise Conflict(f"the branch does not merge cleanly into main: {', '.join(conflicts)} changed on both")
+            raise Conflict(f"the branch does not merge cleanly into main (conflicts in {', '.join(conflicts)}); "
+                           "rebase it on main and push again")
         return self.commit("", merged, "merge preview", "change-gateway", (main_sha, head_sha))
 
     def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]:

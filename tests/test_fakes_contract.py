@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from gateway.adapters.engines.sandbox.applier import DELAY_PREFIX
 from gateway.adapters.engines.sandbox.state import SandboxStore, StackState, StateResource
 from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.git.repo import GitDeclarationRepo
 from gateway.adapters.store.schema import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
@@ -24,9 +25,9 @@ from gateway.domain.jobs import JobKind
 from gateway.domain.notifications import Channel, ChannelKind, Notice, NotificationEvent, NotificationStatus
 from gateway.domain.principals import GATEWAY, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
-from gateway.ports import Store
+from gateway.ports import DeclarationRepo, Store
 
-from .fakes import FakeIntegrityError, FakeSandboxStore, FakeStore, ReadOnlyWrite
+from .fakes import SAMPLE_REPO, FakeFilesRepo, FakeIntegrityError, FakeSandboxStore, FakeStore, ReadOnlyWrite
 
 SUMMARY = PlanSummary(counts={"update": 1})
 FAR = datetime(2099, 1, 1, tzinfo=UTC)
@@ -380,3 +381,71 @@ def test_a_fault_waits_for_its_stack_and_address_and_is_taken_once(
     assert sandbox_store.take_fault("app", "aws_sqs_queue.b") == f"{DELAY_PREFIX}0.5"
     assert sandbox_store.fault_addresses("app") == frozenset() and sandbox_store.fault_addresses("data") == {
         "aws_sqs_queue.a"}
+
+
+@pytest.fixture(params=["fake", "git"])
+def declaration_repo(request: pytest.FixtureRequest, tmp_path: Path) -> DeclarationRepo:
+    if request.param == "fake":
+        return FakeFilesRepo({str(p.relative_to(SAMPLE_REPO)): p.read_bytes()
+                              for p in sorted(SAMPLE_REPO.rglob("*")) if p.is_file()})
+    return GitDeclarationRepo.create(tmp_path / "declarations.git", SAMPLE_REPO)
+
+
+QUEUES = {"stacks/app-staging/queues.tf": 'module "net" {\n  source = "../network"\n}\n',  # into folders that exist:
+          "stacks/network/queue.tf": 'resource "aws_sqs_queue" "q" {\n  name = "q"\n}\n'}  # as the gateway commits
+
+
+def test_a_branch_commit_reads_back_as_files_and_history(declaration_repo: DeclarationRepo) -> None:
+    main = declaration_repo.resolve("main")
+    head = declaration_repo.commit_to_new_branch(main, "queues", QUEUES, "add queues", "alice")
+    assert declaration_repo.branch_exists("queues") and declaration_repo.resolve("queues") == head
+    assert declaration_repo.read_file(head, "stacks/network/queue.tf") == QUEUES["stacks/network/queue.tf"]
+    with pytest.raises(NotFound, match="stacks/network/queue.tf does not exist at"):
+        declaration_repo.read_file(main, "stacks/network/queue.tf")
+    own = declaration_repo.read_files(head, "stacks/app-staging", ".tf")
+    assert "stacks/app-staging/queues.tf" in own and "stacks/app-staging/main.tf" in own
+    assert "policies/data/classification.json" not in declaration_repo.read_files(main, "policies", ".json")
+    assert "policies/data/classification.json" in declaration_repo.read_tree(main, "policies")  # and below it
+    assert declaration_repo.read_files(head, "stacks/nowhere", ".tf") == {}
+    assert declaration_repo.changed_paths(main, head) == sorted(QUEUES)
+    assert declaration_repo.merge_base(main, head) == main
+    [commit] = declaration_repo.commits(main, head)
+    assert (commit.sha, commit.author_name, commit.author_email, commit.message.strip()) == (
+        head, "alice", "alice@gateway", "add queues")
+    assert declaration_repo.tree_of(head, "stacks/data") == declaration_repo.tree_of(main, "stacks/data")
+    assert declaration_repo.tree_of(head, "stacks/network") != declaration_repo.tree_of(main, "stacks/network")
+    assert declaration_repo.tree_of(main, "modules") is None
+    with pytest.raises(Conflict, match="branch queues already exists in the declaration repo"):
+        declaration_repo.commit_to_new_branch(main, "queues", QUEUES, "again", "alice")
+
+
+def test_a_stack_export_holds_the_stack_its_local_modules_and_gateway_yaml(declaration_repo: DeclarationRepo,
+                                                                          tmp_path: Path) -> None:
+    head = declaration_repo.commit_to_new_branch(declaration_repo.resolve("main"), "queues", QUEUES, "queues", "bob")
+    assert declaration_repo.module_directories(head, "stacks/app-staging") == ("stacks/network",)
+    directory = declaration_repo.export_stack(head, "stacks/app-staging", tmp_path / "export")
+    assert directory == tmp_path / "export" / "stacks" / "app-staging"
+    assert (directory / "queues.tf").read_text() == QUEUES["stacks/app-staging/queues.tf"]
+    assert (directory / "main.tf").is_file()
+    assert (tmp_path / "export" / "stacks" / "network" / "queue.tf").read_text() == QUEUES["stacks/network/queue.tf"]
+    assert (tmp_path / "export" / "gateway.yaml").read_text() == declaration_repo.read_file(head, "gateway.yaml")
+    assert not (tmp_path / "export" / "stacks" / "data").exists() and not (tmp_path / "export" / "policies").exists()
+
+
+def test_a_merge_preview_holds_both_sides_or_names_the_conflict(declaration_repo: DeclarationRepo) -> None:
+    base = declaration_repo.resolve("main")
+    staging = declaration_repo.read_file(base, "stacks/app-staging/main.tf")
+    head = declaration_repo.commit_to_new_branch(base, "bigger", {
+        "stacks/app-staging/main.tf": staging.replace('"t3.small"', '"t3.medium"')}, "bigger", "alice")
+    moved = declaration_repo.commit_to_new_branch(base, "elsewhere", {"stacks/network/extra.tf": "# main moved\n"},
+                                                  "main moves", "bob")
+    declaration_repo.set_branch("main", moved)
+    merged = declaration_repo.merge_preview(moved, head)
+    assert declaration_repo.read_file(merged, "stacks/network/extra.tf") == "# main moved\n"
+    assert '"t3.medium"' in declaration_repo.read_file(merged, "stacks/app-staging/main.tf")
+    assert declaration_repo.merge_base(moved, head) == base and declaration_repo.resolve("main") == moved
+    clash = declaration_repo.commit_to_new_branch(base, "smaller", {
+        "stacks/app-staging/main.tf": staging.replace('"t3.small"', '"t3.micro"')}, "smaller", "carol")
+    declaration_repo.set_branch("main", head)
+    with pytest.raises(Conflict, match=r"does not merge cleanly into main \(conflicts in stacks/app-staging/main.tf\)"):
+        declaration_repo.merge_preview(head, clash)

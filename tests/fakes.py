@@ -8,7 +8,9 @@ way to make the dependency fail the way production's does (a database that stops
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import SecretStr
 
+from gateway.adapters.engines.sandbox.state import SandboxStore, StackState
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.config import Settings
 from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus, Conversation
@@ -57,6 +60,7 @@ from gateway.ports import (
     AuditLog,
     BreakerRecords,
     Clock,
+    CommitInfo,
     Conversations,
     DayTwoRecords,
     DeclarationRepo,
@@ -1401,3 +1405,316 @@ class FakeNotificationSender(NotificationSender):
         if isinstance(answer, Exception):
             raise answer
         return answer
+# sandbox
+# The sandbox engine's store in memory: a SandboxEngine over a FakeSandboxStore plans and applies a folder of files
+# with no database; tests/test_fakes_contract.py holds it to what SqlSandboxStore answers.
+
+
+class FakeSandboxStore(SandboxStore):
+    """Each stack's state and the simulated cloud's objects as dicts, JSON-copied in and out as the SQL store's rows
+    are (a caller's later edit of what it wrote or read changes nothing here); the serial is compare-and-swapped."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, str] = {}  # stack -> the state as JSON
+        self.objects: dict[tuple[str, str], str] = {}  # (type, id) -> attributes as JSON
+        self.faults: dict[tuple[str, str], str] = {}  # (stack, address) -> message
+
+    def read_serial(self, stack: str) -> int:
+        state = self.read_state(stack)
+        return state.serial if state else 0
+
+    def read_state(self, stack: str) -> StackState | None:
+        return StackState.from_json(json.loads(self.states[stack])) if stack in self.states else None
+
+    def write_state(self, stack: str, state: StackState, expected_serial: int,
+                    changed: Collection[str] | None = None) -> None:
+        self._write_state(stack, state, expected_serial, changed)
+
+    def write_apply(self, stack: str, state: StackState, expected_serial: int, changed: Collection[str],
+                    objects: Mapping[tuple[str, str], Mapping[str, Any] | None]) -> None:
+        before = dict(self.objects)
+        for key, attributes in objects.items():
+            self.objects.pop(key, None)
+            if attributes is not None:
+                self.objects[key] = _sandbox_json(attributes)
+        try:
+            self._write_state(stack, state, expected_serial, changed)
+        except BackendError:
+            self.objects = before  # one transaction: the objects go back with the refused state
+            raise
+
+    def _write_state(self, stack: str, state: StackState, expected_serial: int,
+                     changed: Collection[str] | None) -> None:
+        stored = json.loads(self.states[stack]) if stack in self.states else None
+        if (stored["serial"] if stored else 0) != expected_serial:
+            raise BackendError(f"state of stack {stack} changed underneath this write "
+                               f"(expected serial {expected_serial})")
+        resources = {} if stored is None or changed is None else stored["resources"]
+        for address in (state.resources if changed is None else changed):
+            resources.pop(address, None)
+            if address in state.resources:
+                resources[address] = vars(state.resources[address])
+        self.states[stack] = _sandbox_json({"lineage": state.lineage, "serial": state.serial,
+                                            "outputs": state.outputs, "resources": resources})
+
+    def fault_addresses(self, stack: str) -> frozenset[str]:
+        return frozenset(address for s, address in self.faults if s == stack)
+
+    def get_objects(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        return {key: json.loads(self.objects[key]) for key in set(keys) if key in self.objects}
+
+    def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
+        body = self.objects.get((rtype, rid))
+        return json.loads(body) if body is not None else None
+
+    def put_object(self, rtype: str, rid: str, attributes: Mapping[str, Any]) -> None:
+        self.objects[(rtype, rid)] = _sandbox_json(attributes)
+
+    def delete_object(self, rtype: str, rid: str) -> None:
+        self.objects.pop((rtype, rid), None)
+
+    def inject_fault(self, stack: str, address: str, message: str) -> None:
+        self.faults[(stack, address)] = message
+
+    def inject_delay(self, stack: str, address: str, seconds: float) -> None:
+        from gateway.adapters.engines.sandbox.applier import DELAY_PREFIX
+
+        self.inject_fault(stack, address, f"{DELAY_PREFIX}{seconds}")
+
+    def take_fault(self, stack: str, address: str) -> str | None:
+        return self.faults.pop((stack, address), None)
+
+
+def _sandbox_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))  # as the SQL store encodes its rows
+
+
+class FakeFilesRepo(FakeDeclarationRepo):
+    """A declaration repo whose commits hold whole trees of files (path -> bytes), in memory: the engine is handed
+    a commit's files on disk as from git, with no git. Commits are made by `commit` (FakeClone pushes through it);
+    history is a graph of parents, merged file by file (a file changed on both sides is a conflict, even where git
+    would merge its lines)."""
+
+    def __init__(self, files: Mapping[str, bytes]):
+        super().__init__(files["gateway.yaml"].decode())
+        self.trees: dict[str, dict[str, bytes]] = {"main-1": dict(files)}
+        self.parents: dict[str, tuple[str, ...]] = {"main-1": ()}
+        self.infos: dict[str, CommitInfo] = {"main-1": CommitInfo("main-1", "change-gateway", "gateway@localhost",
+                                                                  "the sample repo")}
+
+    def commit(self, branch: str, files: Mapping[str, bytes], message: str = "change", author: str = "alice",
+               parents: tuple[str, ...] | None = None) -> str:
+        """A commit of `files` on top of `branch`'s head (a new branch starts from main); the branch moves to it."""
+        sha = f"commit-{len(self.trees) + 1}"
+        self.parents[sha] = parents or (self.refs.get(branch, self.refs["main"]),)
+        self.trees[sha] = dict(files)
+        self.yaml[sha] = files["gateway.yaml"].decode() if "gateway.yaml" in files else ""
+        self.infos[sha] = CommitInfo(sha, author, f"{author}@example.com", message)
+        if branch:
+            self.refs[branch] = sha
+        return sha
+
+    def commit_to_new_branch(self, base_sha: str, branch: str, files: Mapping[str, str], message: str,
+                             author: str) -> str:
+        if self.branch_exists(branch):
+            raise Conflict(f"branch {branch} already exists in the declaration repo")
+        base = self.resolve(base_sha)
+        tree = {**self.trees[base], **{path: text.encode() for path, text in files.items()}}
+        sha = self.commit(branch, tree, message, author, (base,))
+        self.infos[sha] = replace(self.infos[sha], author_email=f"{author}@gateway")
+        return sha
+
+    def set_branch(self, branch: str, sha: str) -> None:
+        self.refs[branch] = self.resolve(sha)
+
+    def set_main(self, gateway_yaml: str) -> str:
+        return self.commit("main", {**self.trees[self.refs["main"]], "gateway.yaml": gateway_yaml.encode()})
+
+    def _ancestry(self, sha: str) -> list[str]:
+        """`sha` and every commit before it, nearest first."""
+        seen, order, frontier = set(), [], [self.resolve(sha)]
+        while frontier:
+            nxt: list[str] = []
+            for c in frontier:
+                if c not in seen:
+                    seen.add(c)
+                    order.append(c)
+                    nxt += self.parents[c]
+            frontier = nxt
+        return order
+
+    def merge_base(self, a: str, b: str) -> str:
+        of_a = set(self._ancestry(a))
+        found = next((c for c in self._ancestry(b) if c in of_a), None)
+        if found is None:
+            raise Conflict(f"{a} and {b} have no common history")
+        return found
+
+    def changed_paths(self, base: str, head: str) -> list[str]:
+        old, new = self.trees[self.resolve(base)], self.trees[self.resolve(head)]
+        return sorted(path for path in old.keys() | new.keys() if old.get(path) != new.get(path))
+
+    def commits(self, base: str, head: str) -> list[CommitInfo]:
+        hidden = set(self._ancestry(base))
+        return [self.infos[c] for c in reversed(self._ancestry(head)) if c not in hidden]
+
+    def merge_preview(self, main_sha: str, head_sha: str) -> str:
+        base = self.trees[self.merge_base(main_sha, head_sha)]
+        ours, theirs = self.trees[self.resolve(main_sha)], self.trees[self.resolve(head_sha)]
+        merged, conflicts = dict(ours), []
+        for path in sorted(base.keys() | ours.keys() | theirs.keys()):
+            if theirs.get(path) == base.get(path) or theirs.get(path) == ours.get(path):
+                continue
+            if ours.get(path) != base.get(path):
+                conflicts.append(path)
+            elif path in theirs:
+                merged[path] = theirs[path]
+            else:
+                merged.pop(path, None)
+        if conflicts:
+            raise Conflict(f"the branch does not merge cleanly into main (conflicts in {', '.join(conflicts)}); "
+                           "rebase it on main and push again")
+        return self.commit("", merged, "merge preview", "change-gateway", (main_sha, head_sha))
+
+    def commits_touching(self, ref: str, path: str, limit: int = 20) -> list[str]:
+        found = []
+        for sha in self._ancestry(ref):
+            parents = self.parents[sha]
+            if not parents or any(self._under(sha, path) != self._under(p, path) for p in parents):
+                found.append(sha)
+        return found[:limit]
+
+    def _under(self, sha: str, subdir: str) -> dict[str, bytes]:
+        top = subdir.strip("/")
+        tree = self.trees[self.resolve(sha)]
+        return {path: data for path, data in tree.items() if not top or path == top or path.startswith(top + "/")}
+
+    def read_file(self, sha: str, path: str) -> str:
+        tree = self.trees[self.resolve(sha)]
+        if path not in tree:
+            raise NotFound(f"{path} does not exist at {sha[:12]}")
+        return tree[path].decode()
+
+    def read_files(self, sha: str, subdir: str, suffix: str) -> dict[str, str]:
+        top = subdir.strip("/")
+        return {path: data.decode() for path, data in self._under(sha, subdir).items()
+                if path.rpartition("/")[0] == top and path.endswith(suffix)}
+
+    def read_tree(self, sha: str, subdir: str) -> dict[str, str]:
+        found = {}
+        for path, data in self._under(sha, subdir).items():
+            try:
+                found[path] = data.decode()
+            except UnicodeDecodeError:
+                continue
+        return found
+
+    def tree_of(self, sha: str, subdir: str) -> str | None:
+        files = self._under(sha, subdir)
+        return hashlib.sha1(repr(sorted(files.items())).encode()).hexdigest() if files else None  # noqa: S324
+
+    def export(self, sha: str, subdir: str, dest: Path) -> Path:
+        files = self._under(sha, subdir)
+        if not files:
+            raise NotFound(f"{subdir} does not exist at {sha[:12]}")
+        top = subdir.strip("/")
+        dest.mkdir(parents=True, exist_ok=True)
+        for path, data in files.items():
+            target = dest / (path[len(top) + 1:] if top else path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return dest
+
+    def module_directories(self, sha: str, stack_path: str) -> tuple[str, ...]:
+        from gateway.adapters.modules.sources import local_module_directories
+
+        return local_module_directories(stack_path, lambda directory: self.read_files(sha, directory, ".tf"))
+
+    def export_stack(self, sha: str, stack_path: str, dest: Path) -> Path:
+        directory = self.export(sha, stack_path, dest / stack_path)
+        for module in self.module_directories(sha, stack_path):
+            try:
+                self.export(sha, module, dest / module)
+            except NotFound:
+                continue  # the engine names the call whose source does not exist
+        (dest / "gateway.yaml").write_bytes(self.trees[self.resolve(sha)].get("gateway.yaml", b""))
+        return directory
+
+
+class FakeClone:
+    """A developer's clone of a FakeFilesRepo, as tests/conftest.py's Clone of a git repo: branch, edit, push."""
+
+    def __init__(self, repo: FakeFilesRepo):
+        self.repo = repo
+        self.branch_name = "main"
+        self.files = dict(repo.trees[repo.resolve("main")])
+
+    def branch(self, name: str) -> FakeClone:
+        self.branch_name, self.files = name, dict(self.repo.trees[self.repo.resolve("main")])
+        return self
+
+    def write(self, relative: str, content: str) -> FakeClone:
+        self.files[relative] = content.encode()
+        return self
+
+    def edit(self, relative: str, old: str, new: str) -> FakeClone:
+        text_before = self.read(relative)
+        assert old in text_before, f"{old!r} not in {relative}"
+        return self.write(relative, text_before.replace(old, new))
+
+    def remove(self, relative: str) -> FakeClone:
+        del self.files[relative]
+        return self
+
+    def read(self, relative: str) -> str:
+        return self.files[relative].decode()
+
+    def push(self, message: str = "change", author: str = "alice") -> str:
+        return self.repo.commit(self.branch_name, self.files, message, author)
+
+
+SAMPLE_REPO = Path(__file__).parent.parent / "gateway" / "sample_repo"
+_sample_cloud: dict[str, Any] = {}  # the sample's stacks applied once per process: each workspace starts from a copy
+
+
+def sandbox_workspace(home: Path) -> Workspace:
+    """A workspace of the sample repo whose engine is the real SandboxEngine over a FakeSandboxStore, main's stacks
+    applied to it, its repo a FakeFilesRepo and its store a FakeStore: plan_stack runs as it does on a workspace (the
+    HCL reader, the policy checks, main's Rego), with no git, no database and no job."""
+    from gateway.adapters.declarations import HclDeclarations  # the engine's imports only where it is used
+    from gateway.adapters.engines.sandbox.cloud import SandboxCloud
+    from gateway.adapters.engines.sandbox.engine import SandboxEngine
+    from gateway.adapters.policy.engines import CheckovScanner, RegoInterpreter
+
+    files = {str(p.relative_to(SAMPLE_REPO)): p.read_bytes() for p in sorted(SAMPLE_REPO.rglob("*")) if p.is_file()}
+    settings = Settings(home=home, token=None)
+    settings.secrets_path.mkdir(parents=True, exist_ok=True)
+    if not _sample_cloud:
+        _sample_cloud["secrets"] = {"data": {"db_password": uuid.uuid4().hex[:24]}}
+    for stack, values in _sample_cloud["secrets"].items():
+        (settings.secrets_path / f"{stack}.tfvars.json").write_text(json.dumps(values))
+    store = FakeSandboxStore()
+    engine = SandboxEngine(store)
+    clock = FakeClock()
+    absent = _Unfaked
+    ws = Workspace(settings=settings, store=FakeStore(clock), repo=FakeFilesRepo(files), engine=engine,
+                   scrubber=Scrubber(), simulator=SandboxCloud(engine, store), clock=clock,  # type: ignore[arg-type]
+                   open_forge=absent("forge"), declarations=HclDeclarations(), scanner=CheckovScanner(),
+                   rego=RegoInterpreter(), working_copies=absent("working_copies"),  # type: ignore[arg-type]
+                   open_checkpointer=absent("checkpointer"))  # type: ignore[arg-type]
+    if "states" not in _sample_cloud:
+        _apply_main(ws)
+        _sample_cloud.update(states=dict(store.states), objects=dict(store.objects))
+    store.states, store.objects = dict(_sample_cloud["states"]), dict(_sample_cloud["objects"])
+    return ws
+
+
+def _apply_main(ws: Workspace) -> None:
+    """Every stack of main applied, as `gateway init` starts the simulated cloud."""
+    sha = ws.repo.resolve("main")
+    for stack, stack_settings in sorted(ws.repo_settings().stacks.items()):
+        with tempfile.TemporaryDirectory(prefix=f"gw-fake-{stack}-") as tmp:
+            directory = ws.repo.export_stack(sha, stack_settings.path, Path(tmp))
+            planned = ws.engine.plan(stack, directory, ws.stack_inputs(stack))
+            outcome = ws.engine.apply(stack, directory, planned.document, planned.state_serial, ws.stack_inputs(stack))
+        assert outcome.succeeded, f"the sample's stack {stack} did not apply: {outcome.error}"

@@ -8,25 +8,30 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.exc import IntegrityError
 
+from gateway.adapters.engines.sandbox.applier import DELAY_PREFIX
+from gateway.adapters.engines.sandbox.state import SandboxStore, StackState, StateResource
+from gateway.adapters.engines.sandbox.store import SqlSandboxStore
+from gateway.adapters.git.repo import GitDeclarationRepo
 from gateway.adapters.store.schema import Database
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.agent_runs import AgentRunStatus
 from gateway.domain.audit import GENESIS, EventQuery, event_hash
 from gateway.domain.breaker import CapacityChange
 from gateway.domain.drift import DriftStatus
-from gateway.domain.errors import Conflict, NotFound, Refused
+from gateway.domain.errors import BackendError, Conflict, NotFound, Refused
 from gateway.domain.jobs import JobKind
 from gateway.domain.notifications import Channel, ChannelKind, Notice, NotificationEvent, NotificationStatus
 from gateway.domain.principals import GATEWAY, Credentials, Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, PlanSummary, ProposalStatus, Transition
 from gateway.domain.sign_in import PendingSignIn, RefusalTally, WebSession
-from gateway.ports import Store
+from gateway.ports import DeclarationRepo, Store
 
-from .fakes import FakeIntegrityError, FakeStore, ReadOnlyWrite
+from .fakes import SAMPLE_REPO, FakeFilesRepo, FakeIntegrityError, FakeSandboxStore, FakeStore, ReadOnlyWrite
 
 SUMMARY = PlanSummary(counts={"update": 1})
 FAR = datetime(2099, 1, 1, tzinfo=UTC)
@@ -540,3 +545,174 @@ def test_a_github_account_links_one_person_by_its_id(store: Store) -> None:
         assert session.principals.by_github_id(4242) is None and session.principals.by_github_id(4343) == admin
         assert session.principals.github_login_of(bob.id) is None
         assert session.principals.github_login_of(admin.id) == "taken-over"
+# --- sandbox ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["fake", "sqlite"])
+def sandbox_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FakeSandboxStore | SqlSandboxStore]:
+    if request.param == "fake":
+        yield FakeSandboxStore()
+        return
+    db = Database(f"sqlite:///{tmp_path / 'gateway.db'}")
+    db.migrate()
+    yield SqlSandboxStore(db)
+    db.dispose()
+
+
+def _state(store: SandboxStore, stack: str = "app") -> StackState:
+    state = store.read_state(stack)
+    assert state is not None
+    return state
+
+
+def _resource(rid: str, **attributes: Any) -> StateResource:
+    return StateResource("aws_sqs_queue", rid, None, rid, dict(attributes), ["secret"], ["aws_vpc.main"])
+
+
+def test_a_stack_state_is_written_on_its_serial_and_read_back_whole(sandbox_store: SandboxStore) -> None:
+    assert sandbox_store.read_state("app") is None and sandbox_store.read_serial("app") == 0
+    first = StackState("lin-1", 1, {"aws_sqs_queue.a": _resource("a", name="a"), "aws_sqs_queue.b": _resource("b")},
+                       {"url": "https://a"})
+    sandbox_store.write_state("app", first, 0)
+    assert sandbox_store.read_serial("app") == 1 and sandbox_store.read_serial("data") == 0
+    assert sandbox_store.read_state("app") == first
+    first.resources["aws_sqs_queue.a"].attributes["name"] = "edited after the write"
+    assert _state(sandbox_store).resources["aws_sqs_queue.a"].attributes == {"name": "a"}
+    with pytest.raises(BackendError, match="state of stack app changed underneath this write"):
+        sandbox_store.write_state("app", StackState("lin-1", 2), 0)
+    with pytest.raises(BackendError, match="expected serial 5"):
+        sandbox_store.write_state("data", StackState("lin-2", 6), 5)
+    assert sandbox_store.read_state("data") is None and sandbox_store.read_serial("app") == 1
+
+
+def test_a_write_of_some_addresses_keeps_the_others(sandbox_store: SandboxStore) -> None:
+    sandbox_store.write_state("app", StackState("lin", 1, {"aws_sqs_queue.a": _resource("a"),
+                                                           "aws_sqs_queue.b": _resource("b")}), 0)
+    second = StackState("lin", 2, {"aws_sqs_queue.b": _resource("b", name="b2"), "aws_sqs_queue.c": _resource("c")},
+                        {"o": 1})
+    sandbox_store.write_state("app", second, 1, changed=["aws_sqs_queue.b", "aws_sqs_queue.c"])
+    kept = _state(sandbox_store)
+    assert (kept.serial, kept.outputs) == (2, {"o": 1})
+    assert sorted(kept.resources) == ["aws_sqs_queue.a", "aws_sqs_queue.b", "aws_sqs_queue.c"]
+    assert kept.resources["aws_sqs_queue.b"].attributes == {"name": "b2"}
+    sandbox_store.write_state("app", StackState("lin", 3, {"aws_sqs_queue.a": _resource("a")}), 2,
+                              changed=["aws_sqs_queue.b"])  # b removed from the state, c untouched
+    assert sorted(_state(sandbox_store).resources) == ["aws_sqs_queue.a", "aws_sqs_queue.c"]
+    sandbox_store.write_state("app", StackState("lin", 4, {"aws_sqs_queue.a": _resource("a")}), 3)  # every address
+    assert sorted(_state(sandbox_store).resources) == ["aws_sqs_queue.a"]
+
+
+def test_objects_and_the_state_of_an_apply_are_written_together_or_not_at_all(sandbox_store: SandboxStore) -> None:
+    sandbox_store.put_object("aws_sqs_queue", "old", {"name": "old"})
+    sandbox_store.put_object("aws_sqs_queue", "gone", {"name": "gone"})
+    sandbox_store.write_apply("app", StackState("lin", 1, {"aws_sqs_queue.a": _resource("a")}), 0, ["aws_sqs_queue.a"],
+                              {("aws_sqs_queue", "a"): {"name": "a", "tags": {"x": "1"}},
+                               ("aws_sqs_queue", "gone"): None, ("aws_sqs_queue", "old"): {"name": "new"}})
+    assert sandbox_store.get_objects([("aws_sqs_queue", "a"), ("aws_sqs_queue", "gone"), ("aws_sqs_queue", "old"),
+                                      ("aws_vpc", "a")]) == {("aws_sqs_queue", "a"): {"name": "a", "tags": {"x": "1"}},
+                                                             ("aws_sqs_queue", "old"): {"name": "new"}}
+    assert sandbox_store.read_serial("app") == 1
+    with pytest.raises(BackendError, match="changed underneath"):
+        sandbox_store.write_apply("app", StackState("lin", 2), 0, [], {("aws_sqs_queue", "b"): {"name": "b"},
+                                                                       ("aws_sqs_queue", "a"): None})
+    assert sandbox_store.get_object("aws_sqs_queue", "b") is None  # the refused write left no object behind
+    assert sandbox_store.get_object("aws_sqs_queue", "a") == {"name": "a", "tags": {"x": "1"}}
+
+
+def test_objects_are_put_read_and_deleted_by_type_and_id(sandbox_store: SandboxStore) -> None:
+    attributes = {"name": "q", "nested": [{"a": 1}]}
+    sandbox_store.put_object("aws_sqs_queue", "q", attributes)
+    attributes["name"] = "edited after the put"
+    sandbox_store.put_object("aws_sns_topic", "q", {"name": "topic"})
+    read = sandbox_store.get_object("aws_sqs_queue", "q")
+    assert read == {"name": "q", "nested": [{"a": 1}]}
+    assert read is not None
+    read["name"] = "edited after the read"
+    assert sandbox_store.get_object("aws_sqs_queue", "q") == {"name": "q", "nested": [{"a": 1}]}
+    sandbox_store.put_object("aws_sqs_queue", "q", {"name": "replaced"})
+    sandbox_store.delete_object("aws_sqs_queue", "q")
+    sandbox_store.delete_object("aws_sqs_queue", "never-there")
+    assert sandbox_store.get_object("aws_sqs_queue", "q") is None
+    assert sandbox_store.get_object("aws_sns_topic", "q") == {"name": "topic"}
+
+
+def test_a_fault_waits_for_its_stack_and_address_and_is_taken_once(
+        sandbox_store: FakeSandboxStore | SqlSandboxStore) -> None:
+    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "first")
+    sandbox_store.inject_fault("app", "aws_sqs_queue.a", "the provider timed out")
+    sandbox_store.inject_delay("app", "aws_sqs_queue.b", 0.5)
+    sandbox_store.inject_fault("data", "aws_sqs_queue.a", "elsewhere")
+    assert sandbox_store.fault_addresses("app") == {"aws_sqs_queue.a", "aws_sqs_queue.b"}
+    assert sandbox_store.take_fault("app", "aws_sqs_queue.a") == "the provider timed out"
+    assert sandbox_store.take_fault("app", "aws_sqs_queue.a") is None
+    assert sandbox_store.take_fault("app", "aws_sqs_queue.b") == f"{DELAY_PREFIX}0.5"
+    assert sandbox_store.fault_addresses("app") == frozenset() and sandbox_store.fault_addresses("data") == {
+        "aws_sqs_queue.a"}
+
+
+@pytest.fixture(params=["fake", "git"])
+def declaration_repo(request: pytest.FixtureRequest, tmp_path: Path) -> DeclarationRepo:
+    if request.param == "fake":
+        return FakeFilesRepo({str(p.relative_to(SAMPLE_REPO)): p.read_bytes()
+                              for p in sorted(SAMPLE_REPO.rglob("*")) if p.is_file()})
+    return GitDeclarationRepo.create(tmp_path / "declarations.git", SAMPLE_REPO)
+
+
+QUEUES = {"stacks/app-staging/queues.tf": 'module "net" {\n  source = "../network"\n}\n',  # into folders that exist:
+          "stacks/network/queue.tf": 'resource "aws_sqs_queue" "q" {\n  name = "q"\n}\n'}  # as the gateway commits
+
+
+def test_a_branch_commit_reads_back_as_files_and_history(declaration_repo: DeclarationRepo) -> None:
+    main = declaration_repo.resolve("main")
+    head = declaration_repo.commit_to_new_branch(main, "queues", QUEUES, "add queues", "alice")
+    assert declaration_repo.branch_exists("queues") and declaration_repo.resolve("queues") == head
+    assert declaration_repo.read_file(head, "stacks/network/queue.tf") == QUEUES["stacks/network/queue.tf"]
+    with pytest.raises(NotFound, match="stacks/network/queue.tf does not exist at"):
+        declaration_repo.read_file(main, "stacks/network/queue.tf")
+    own = declaration_repo.read_files(head, "stacks/app-staging", ".tf")
+    assert "stacks/app-staging/queues.tf" in own and "stacks/app-staging/main.tf" in own
+    assert "policies/data/classification.json" not in declaration_repo.read_files(main, "policies", ".json")
+    assert "policies/data/classification.json" in declaration_repo.read_tree(main, "policies")  # and below it
+    assert declaration_repo.read_files(head, "stacks/nowhere", ".tf") == {}
+    assert declaration_repo.changed_paths(main, head) == sorted(QUEUES)
+    assert declaration_repo.merge_base(main, head) == main
+    [commit] = declaration_repo.commits(main, head)
+    assert (commit.sha, commit.author_name, commit.author_email, commit.message.strip()) == (
+        head, "alice", "alice@gateway", "add queues")
+    assert declaration_repo.tree_of(head, "stacks/data") == declaration_repo.tree_of(main, "stacks/data")
+    assert declaration_repo.tree_of(head, "stacks/network") != declaration_repo.tree_of(main, "stacks/network")
+    assert declaration_repo.tree_of(main, "modules") is None
+    with pytest.raises(Conflict, match="branch queues already exists in the declaration repo"):
+        declaration_repo.commit_to_new_branch(main, "queues", QUEUES, "again", "alice")
+
+
+def test_a_stack_export_holds_the_stack_its_local_modules_and_gateway_yaml(declaration_repo: DeclarationRepo,
+                                                                          tmp_path: Path) -> None:
+    head = declaration_repo.commit_to_new_branch(declaration_repo.resolve("main"), "queues", QUEUES, "queues", "bob")
+    assert declaration_repo.module_directories(head, "stacks/app-staging") == ("stacks/network",)
+    directory = declaration_repo.export_stack(head, "stacks/app-staging", tmp_path / "export")
+    assert directory == tmp_path / "export" / "stacks" / "app-staging"
+    assert (directory / "queues.tf").read_text() == QUEUES["stacks/app-staging/queues.tf"]
+    assert (directory / "main.tf").is_file()
+    assert (tmp_path / "export" / "stacks" / "network" / "queue.tf").read_text() == QUEUES["stacks/network/queue.tf"]
+    assert (tmp_path / "export" / "gateway.yaml").read_text() == declaration_repo.read_file(head, "gateway.yaml")
+    assert not (tmp_path / "export" / "stacks" / "data").exists() and not (tmp_path / "export" / "policies").exists()
+
+
+def test_a_merge_preview_holds_both_sides_or_names_the_conflict(declaration_repo: DeclarationRepo) -> None:
+    base = declaration_repo.resolve("main")
+    staging = declaration_repo.read_file(base, "stacks/app-staging/main.tf")
+    head = declaration_repo.commit_to_new_branch(base, "bigger", {
+        "stacks/app-staging/main.tf": staging.replace('"t3.small"', '"t3.medium"')}, "bigger", "alice")
+    moved = declaration_repo.commit_to_new_branch(base, "elsewhere", {"stacks/network/extra.tf": "# main moved\n"},
+                                                  "main moves", "bob")
+    declaration_repo.set_branch("main", moved)
+    merged = declaration_repo.merge_preview(moved, head)
+    assert declaration_repo.read_file(merged, "stacks/network/extra.tf") == "# main moved\n"
+    assert '"t3.medium"' in declaration_repo.read_file(merged, "stacks/app-staging/main.tf")
+    assert declaration_repo.merge_base(moved, head) == base and declaration_repo.resolve("main") == moved
+    clash = declaration_repo.commit_to_new_branch(base, "smaller", {
+        "stacks/app-staging/main.tf": staging.replace('"t3.small"', '"t3.micro"')}, "smaller", "carol")
+    declaration_repo.set_branch("main", head)
+    with pytest.raises(Conflict, match=r"does not merge cleanly into main \(conflicts in stacks/app-staging/main.tf\)"):
+        declaration_repo.merge_preview(head, clash)

@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
-from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.policy import checkov as checkov_adapter
 from gateway.adapters.policy.checkov import parse_checkov_report, run_checkov
 from gateway.adapters.store.rows import now
-from gateway.adapters.store.schema import Database
 from gateway.domain.errors import Refused
 from gateway.domain.plan import Plan, decode_plan_bytes, load_plan
 from gateway.domain.policy import Finding, PolicyContext, PolicySettings, Severity, evaluate_plan
+from gateway.domain.principals import Role
 from gateway.domain.proposal import Decision
 from gateway.domain.risk import RiskLevel, assess_risk
 from gateway.ports import StackInputs
@@ -27,16 +26,15 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import FIXTURES, Clone, People
+from .fakes import FakeClone, FakeSandboxStore, person, sandbox_workspace
 
 TAGS = 'tags = { owner = "team", "cost-centre" = "cc-1" }'
 SETTINGS = PolicySettings(approved_instance_types=frozenset({"t3.small", "t3.medium"}), max_deletes=3)
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> SandboxEngine:
-    db = Database(f"sqlite:///{tmp_path / 'policy.db'}")
-    db.migrate()
-    return SandboxEngine(SqlSandboxStore(db))
+def engine() -> SandboxEngine:
+    return SandboxEngine(FakeSandboxStore())  # its store in memory: the rules judge what it plans
 
 
 def sandbox_plan(engine: SandboxEngine, tmp_path: Path, hcl: str) -> Plan:
@@ -346,16 +344,18 @@ def test_a_change_to_the_policy_config_is_itself_a_proposal(workspace: Workspace
     assert workspace.repo_settings().policy.max_deletes == 50
 
 
-def test_a_literal_secret_in_the_configuration_is_denied_without_quoting_it(workspace: Workspace, people: People,
-                                                                            clone: Clone) -> None:
+def test_a_literal_secret_in_the_configuration_is_denied_without_quoting_it(tmp_path: Path) -> None:
+    ws = sandbox_workspace(tmp_path / "home")  # the sample in memory: the check reads the files it plans
+    alice = person("alice", Role.REQUESTER, groups=["app"], store=ws.store)
+    clone = FakeClone(ws.repo)  # type: ignore[arg-type]
     literal = "Hunter2-not-from-a-secret-store"
     clone.branch("literal").edit("stacks/data/main.tf", "password                = var.db_password",
                                  f'password                = "{literal}"').push()
-    proposal = open_proposal(workspace, people.alice, "literal", "simpler password handling")
+    proposal = open_proposal(ws, alice, "literal", "simpler password handling")
     [finding] = [f for f in proposal.findings if f.rule == "literal-secret"]
     assert finding.severity == Severity.DENY and finding.address == "aws_db_instance.orders"
     assert finding.message.startswith("password is set from a literal")
     assert literal not in json.dumps([f.to_json() for f in proposal.findings])
     clone.branch("from-var").edit("stacks/data/main.tf", '"16.3"', '"17.2"').push()
-    assert not [f for f in open_proposal(workspace, people.alice, "from-var", "pg 17").findings
+    assert not [f for f in open_proposal(ws, alice, "from-var", "pg 17").findings
                 if f.rule == "literal-secret"]

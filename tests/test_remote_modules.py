@@ -30,12 +30,10 @@ from click.testing import CliRunner
 
 from gateway.adapters.engines.router import EngineByStack
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
-from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.modules.access import ModuleAccess, ModuleUnreachable
 from gateway.adapters.modules.fetch import ModuleFetcher, PackageSource, RegistrySource, parse_source
 from gateway.adapters.modules.installer import PINS_KEY, ModuleInstaller, pins_of
 from gateway.adapters.modules.versions import Constraint
-from gateway.adapters.store.schema import Database
 from gateway.cli import cli
 from gateway.composition import create_workspace
 from gateway.config import Settings
@@ -44,6 +42,7 @@ from gateway.domain.plan import ChangeKind, load_plan
 from gateway.ports import StackInputs
 
 from .conftest import add_people, run_cli
+from .fakes import FakeSandboxStore
 from .module_registry import Registry, make_tls_files, pack, serve_registry
 
 CORPUS = Path(__file__).parent / "fixtures" / "corpus_remote"
@@ -435,7 +434,7 @@ module "network" {{
                                                  "Dir": ".terraform/modules/network/modules/logs"}
         assert manifest["network.key"]["Version"] == "4.2.0"
         assert manifest["network.key"]["Dir"] == ".terraform/modules/network.key"
-        plan = load_plan(sandbox(tmp_path).plan("app", work, StackInputs()).document)
+        plan = load_plan(sandbox().plan("app", work, StackInputs()).document)
     commit = git.Repo(bare).commit("v1.0.0").hexsha
     assert [(p.key, p.version) for p in pins] == [("network", commit), ("network.key", "4.2.0")]
     created = {rc.address for rc in plan.resource_changes if rc.kind == ChangeKind.CREATE}
@@ -543,10 +542,8 @@ def test_http_archives_with_a_subdir(registry: Registry, tmp_path: Path) -> None
 
 # --- plan-bound: the apply installs what was planned ----------------------------------------
 
-def sandbox(tmp_path: Path) -> SandboxEngine:
-    db = Database(f"sqlite:///{tmp_path / 'sandbox.db'}")
-    db.migrate()
-    return SandboxEngine(SqlSandboxStore(db))
+def sandbox() -> SandboxEngine:
+    return SandboxEngine(FakeSandboxStore())  # its store in memory: what is planned and applied, not how it is kept
 
 
 def test_the_plan_records_the_pins_and_the_apply_refuses_a_changed_package(registry: Registry, tmp_path: Path) -> None:
@@ -554,7 +551,7 @@ def test_the_plan_records_the_pins_and_the_apply_refuses_a_changed_package(regis
     shutil.copytree(Path(__file__).parent / "fixtures/registry/terraform-aws-modules/kms/aws/1.5.0", folder)
     registry.packages[("acme/key/aws", "1.0.0")] = folder
     stack = stack_repo(tmp_path, {"main.tf": 'module "key" {\n  source  = "acme/key/aws"\n  version = "1.0.0"\n}\n'})
-    simulator = sandbox(tmp_path)
+    simulator = sandbox()
     engine = EngineByStack({"sandbox": lambda: simulator}, lambda _: "sandbox", installer(registry, tmp_path / "c"))
     planned = engine.plan("app", stack, StackInputs())
     pins = pins_of(planned.document)

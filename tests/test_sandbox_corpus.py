@@ -15,14 +15,13 @@ from pathlib import Path
 import pytest
 
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
-from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
-from gateway.adapters.store.schema import Database
 from gateway.domain.plan import ChangeKind
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone
 from .corpus import CorpusEntry, created_addresses, load_corpus, plan_entry
+from .fakes import FakeSandboxStore
 
 # The first error of each entry the sandbox cannot plan today, as measured (one line each); after a change to
 # the engine, `python benchmarks/corpus_coverage.py --known-gaps` prints this dict as it then stands.
@@ -42,11 +41,9 @@ def _param(entry: CorpusEntry) -> object:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> SandboxEngine:
+def engine() -> SandboxEngine:
     """One simulated cloud for the module: each entry plans its own stack (named after it) from empty state."""
-    db = Database(f"sqlite:///{tmp_path_factory.mktemp('corpus') / 'corpus.db'}")
-    db.migrate()
-    return SandboxEngine(SqlSandboxStore(db))
+    return SandboxEngine(FakeSandboxStore())  # in memory: what the engine plans, not how SQL keeps it
 
 
 def test_the_corpus_is_big_enough_and_every_entry_is_sourced() -> None:

@@ -23,9 +23,7 @@ import pytest
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
 from gateway.adapters.engines.sandbox.functions import CallContext, documented_names, supported_names
 from gateway.adapters.engines.sandbox.hcl_eval import UNKNOWN, Evaluator
-from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.engines.sandbox.values import Secret, Sensitive
-from gateway.adapters.store.schema import Database
 from gateway.domain.errors import ConfigError
 from gateway.domain.plan import ChangeKind
 from gateway.ports import EnginePlan, StackInputs
@@ -33,6 +31,7 @@ from gateway.services.change.planning import plan_stack
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone
+from .fakes import FakeSandboxStore
 
 DOC = Path(__file__).parent.parent / "docs" / "SANDBOX_FUNCTIONS.md"
 
@@ -453,10 +452,9 @@ def test_the_same_expressions_give_the_same_values_in_real_terraform(tmp_path: P
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> SandboxEngine:
-    db = Database(f"sqlite:///{tmp_path}/sandbox.db")
-    db.migrate()
-    return SandboxEngine(SqlSandboxStore(db))
+def engine() -> SandboxEngine:
+    """The engine over its store in memory: what it plans from the files in a folder, no database."""
+    return SandboxEngine(FakeSandboxStore())
 
 
 def write_stack(root: Path, files: dict[str, str | bytes]) -> Path:

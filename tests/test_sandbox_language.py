@@ -12,21 +12,20 @@ from pathlib import Path
 import pytest
 
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
-from gateway.adapters.engines.sandbox.store import SqlSandboxStore
 from gateway.adapters.engines.terraform.engine import TerraformEngine, TerraformSetup
 from gateway.adapters.hcl.backend import declared_backend
-from gateway.adapters.store.schema import Database
 from gateway.domain.errors import ConfigError
 from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.preview import build_preview, render_text
 from gateway.ports import EnginePlan, StackInputs
 
+from .fakes import FakeSandboxStore
+
 
 @pytest.fixture
-def engine(tmp_path: Path) -> SandboxEngine:
-    db = Database(f"sqlite:///{tmp_path / 'sandbox.db'}")
-    db.migrate()
-    return SandboxEngine(SqlSandboxStore(db))
+def engine() -> SandboxEngine:
+    """The engine over its store in memory: what it plans from the files in a folder, no database."""
+    return SandboxEngine(FakeSandboxStore())
 
 
 def write(root: Path, files: dict[str, str]) -> Path:

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from gateway.adapters.engines.sandbox.engine import SandboxEngine
-from gateway.adapters.engines.sandbox.store import SqlSandboxStore
-from gateway.adapters.store.schema import Database
 from gateway.domain.errors import ConfigError, PlanError
 from gateway.domain.plan import ChangeKind, Plan, load_plan
 from gateway.domain.policy import PolicyContext, PolicySettings, evaluate_plan
@@ -21,13 +19,13 @@ from gateway.services.change.planning import plan_stack
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone
+from .fakes import FakeSandboxStore
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> SandboxEngine:
-    db = Database(f"sqlite:///{tmp_path / 'sandbox.db'}")
-    db.migrate()
-    return SandboxEngine(SqlSandboxStore(db))
+def engine() -> SandboxEngine:
+    """The engine over its store in memory: what it plans from the files in a folder, no database."""
+    return SandboxEngine(FakeSandboxStore())
 
 
 def write(root: Path, files: dict[str, str]) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -17,13 +18,14 @@ from fastapi.testclient import TestClient
 from gateway.api.app import create_app
 from gateway.composition import open_workspace
 from gateway.domain.errors import ConfigError
-from gateway.domain.principals import GATEWAY
+from gateway.domain.principals import GATEWAY, Principal, Role
 from gateway.domain.scrubbing import REDACTED, Scrubber
 from gateway.logs import configure_logging, install_log_scrubber
 from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People, run_cli
+from .fakes import FakeClone, person, sandbox_workspace
 
 NO_SCRUB = {"GATEWAY_SCRUB_KNOWN_SECRETS": "false"}
 UNMASK = 'output "c" {\n  value = nonsensitive(var.db_password)\n}\n'
@@ -66,7 +68,7 @@ output "c" {
 ]
 
 
-def _attack(clone: Clone, name: str, files: dict[str, str], drop_sensitive: bool = True) -> str:
+def _attack(clone: Clone | FakeClone, name: str, files: dict[str, str], drop_sensitive: bool = True) -> str:
     clone.branch(name)
     if drop_sensitive:
         clone.edit("stacks/data/variables.tf", "  sensitive   = true\n", "")
@@ -82,6 +84,25 @@ def unscrubbed(workspace: Workspace) -> Iterator[Workspace]:
     assert not ws.scrubber
     yield ws
     ws.close()
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """The sample repo in memory (tests/fakes.py's sandbox_workspace): the real engine planning, no scrubber at all,
+    no git and no database; proposals open through the same use case."""
+    sample = sandbox_workspace(tmp_path / "home")
+    assert not sample.scrubber
+    return sample
+
+
+@pytest.fixture
+def checkout(ws: Workspace) -> FakeClone:
+    return FakeClone(ws.repo)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def alice(ws: Workspace) -> Principal:
+    return person("alice", Role.REQUESTER, groups=["app"], store=ws.store)
 
 
 def _password(ws: Workspace) -> str:
@@ -146,18 +167,17 @@ def test_the_attack_through_the_api(workspace: Workspace, people: People, clone:
 
 
 @pytest.mark.parametrize(("name", "files", "addresses"), ATTACKS, ids=[a[0] for a in ATTACKS])
-def test_variations_stay_masked_and_are_denied(workspace: Workspace, people: People, clone: Clone,
-                                               unscrubbed: Workspace, name: str, files: dict[str, str],
-                                               addresses: set[str]) -> None:
-    password = _password(workspace)
-    _attack(clone, name, files, drop_sensitive=name != "schema-sensitive-attribute")
-    proposal = open_proposal(unscrubbed, people.alice, name, "innocent")
+def test_variations_stay_masked_and_are_denied(ws: Workspace, alice: Principal, checkout: FakeClone, name: str,
+                                               files: dict[str, str], addresses: set[str]) -> None:
+    password = _password(ws)
+    _attack(checkout, name, files, drop_sensitive=name != "schema-sensitive-attribute")
+    proposal = open_proposal(ws, alice, name, "innocent")
     from gateway.domain.preview import RENDERERS
     from gateway.services.change.proposals import proposal_previews
 
-    previews = proposal_previews(unscrubbed, proposal)
+    previews = proposal_previews(ws, proposal)
     rendered = [render(p) for p in previews.values() for render in RENDERERS.values()]
-    with unscrubbed.store.session() as session:
+    with ws.store.session() as session:
         trail = json.dumps([e.payload for e in session.audit.events()])
     _assert_hidden(password, *rendered, trail)
     denied = {f.address for f in proposal.plans["data"].findings if f.rule == "secret-unmasked"}
@@ -166,9 +186,9 @@ def test_variations_stay_masked_and_are_denied(workspace: Workspace, people: Peo
 
 
 def test_adding_sensitivity_is_fine_and_declared_marks_still_follow_terraform(
-        workspace: Workspace, people: People, clone: Clone) -> None:
+        ws: Workspace, alice: Principal, checkout: FakeClone) -> None:
     """nonsensitive() of a value the branch itself marked sensitive unmasks, as in Terraform; no finding."""
-    clone.branch("own-marks").write("stacks/data/own.tf", '''
+    checkout.branch("own-marks").write("stacks/data/own.tf", '''
 variable "region_note" {
   type      = string
   default   = "eu-west-1 primary"
@@ -179,23 +199,23 @@ output "note" {
   value = nonsensitive(var.region_note)
 }
 ''').push()
-    proposal = open_proposal(workspace, people.alice, "own-marks", "a note")
+    proposal = open_proposal(ws, alice, "own-marks", "a note")
     assert not [f for f in proposal.plans["data"].findings if f.rule == "secret-unmasked"]
     from gateway.services.change.proposals import proposal_previews
 
-    preview = proposal_previews(workspace, proposal)["data"]
+    preview = proposal_previews(ws, proposal)["data"]
     from gateway.domain.preview import render_text
 
     assert "eu-west-1 primary" in render_text(preview)
 
 
 def test_removing_sensitive_alone_is_denied_and_changes_nothing_shown(
-        workspace: Workspace, people: People, clone: Clone, unscrubbed: Workspace) -> None:
-    _attack(clone, "drop-mark", {})
-    proposal = open_proposal(unscrubbed, people.alice, "drop-mark", "tidy up")
+        ws: Workspace, alice: Principal, checkout: FakeClone) -> None:
+    _attack(checkout, "drop-mark", {})
+    proposal = open_proposal(ws, alice, "drop-mark", "tidy up")
     findings = [f for f in proposal.plans["data"].findings if f.rule == "secret-unmasked"]
     assert [f.address for f in findings] == ["var.db_password"]
-    assert _password(workspace) not in findings[0].message
+    assert _password(ws) not in findings[0].message
 
 
 # --- the scrubber, the last line of defence ---------------------------------------------------
@@ -254,42 +274,40 @@ SIDE_CHANNELS = [  # what a secret decides must be as secret as the secret (foun
 
 
 @pytest.mark.parametrize(("name", "hcl"), SIDE_CHANNELS, ids=[c[0] for c in SIDE_CHANNELS])
-def test_what_a_secret_decides_stays_masked(workspace: Workspace, people: People, clone: Clone,
-                                            unscrubbed: Workspace, name: str, hcl: str) -> None:
-    password = _password(workspace)
-    clone.branch(name).write("stacks/data/leak.tf", hcl).push()
-    proposal = open_proposal(unscrubbed, people.alice, name, "innocent")
+def test_what_a_secret_decides_stays_masked(ws: Workspace, alice: Principal, checkout: FakeClone, name: str, hcl: str) -> None:
+    password = _password(ws)
+    checkout.branch(name).write("stacks/data/leak.tf", hcl).push()
+    proposal = open_proposal(ws, alice, name, "innocent")
     from gateway.domain.preview import render_text
     from gateway.services.change.proposals import proposal_previews
 
-    text = render_text(proposal_previews(unscrubbed, proposal)["data"])
+    text = render_text(proposal_previews(ws, proposal)["data"])
     assert "c = (sensitive)" in text, text
     _assert_hidden(password, text)
     assert "output.c" in {f.address for f in proposal.plans["data"].findings if f.rule == "secret-unmasked"}
 
 
-def test_a_secret_cannot_name_instances(workspace: Workspace, people: People, clone: Clone) -> None:
-    password = _password(workspace)
-    clone.branch("keys").write("stacks/data/leak.tf", 'resource "aws_sqs_queue" "q" {\n'
+def test_a_secret_cannot_name_instances(ws: Workspace, alice: Principal, checkout: FakeClone) -> None:
+    password = _password(ws)
+    checkout.branch("keys").write("stacks/data/leak.tf", 'resource "aws_sqs_queue" "q" {\n'
                                '  for_each = toset([lower(var.db_password)])\n  name = "q"\n  tags = local.tags\n}\n').push()
     with pytest.raises(Exception, match="for_each cannot be derived from a sensitive value") as refused:
-        open_proposal(workspace, people.alice, "keys", "innocent")
+        open_proposal(ws, alice, "keys", "innocent")
     assert password.lower() not in str(refused.value)
 
 
-def test_an_ignored_secret_attribute_stays_masked(workspace: Workspace, people: People, clone: Clone,
-                                                 unscrubbed: Workspace) -> None:
-    password = _password(workspace)
-    clone.branch("ignore").edit("stacks/data/main.tf", "    prevent_destroy = true\n",
+def test_an_ignored_secret_attribute_stays_masked(ws: Workspace, alice: Principal, checkout: FakeClone) -> None:
+    password = _password(ws)
+    checkout.branch("ignore").edit("stacks/data/main.tf", "    prevent_destroy = true\n",
                                 "    prevent_destroy = true\n    ignore_changes  = [password]\n")
-    clone.edit("stacks/data/main.tf", "backup_retention_period = 7", "backup_retention_period = 14")
-    clone.write("stacks/data/leak.tf", 'resource "aws_sqs_queue" "q" {\n'
+    checkout.edit("stacks/data/main.tf", "backup_retention_period = 7", "backup_retention_period = 14")
+    checkout.write("stacks/data/leak.tf", 'resource "aws_sqs_queue" "q" {\n'
                 '  name = "q-${aws_db_instance.orders.password}"\n  tags = local.tags\n}\n').push()
-    proposal = open_proposal(unscrubbed, people.alice, "ignore", "innocent")
+    proposal = open_proposal(ws, alice, "ignore", "innocent")
     from gateway.domain.preview import RENDERERS
     from gateway.services.change.proposals import proposal_previews
 
-    _assert_hidden(password, *[r(p) for p in proposal_previews(unscrubbed, proposal).values() for r in RENDERERS.values()])
+    _assert_hidden(password, *[r(p) for p in proposal_previews(ws, proposal).values() for r in RENDERERS.values()])
 
 
 @pytest.mark.parametrize(("path", "text", "says"), [
@@ -299,20 +317,20 @@ def test_an_ignored_secret_attribute_stays_masked(workspace: Workspace, people: 
     ("stacks/data/up.tf", 'locals {\n  s = file("../../secrets/data.tfvars.json")\n}\n', "not a plain relative path"),
     ("stacks/data/m/main.tf", 'variable "x" {}\noutput "y" {\n  value = nonsensitive(var.x)\n}\n', "in a module"),
 ], ids=["tf-json", "override", "environ", "dotdot", "module"])
-def test_what_the_checks_cannot_read_is_refused_before_planning(workspace: Workspace, people: People, clone: Clone,
+def test_what_the_checks_cannot_read_is_refused_before_planning(ws: Workspace, alice: Principal, checkout: FakeClone,
                                                                path: str, text: str, says: str) -> None:
-    clone.branch("sneaky").write(path, text).push()
+    checkout.branch("sneaky").write(path, text).push()
     with pytest.raises(ConfigError, match=says):
-        open_proposal(workspace, people.alice, "sneaky", "innocent")
-    with workspace.store.session() as session:
+        open_proposal(ws, alice, "sneaky", "innocent")
+    with ws.store.session() as session:
         assert session.proposals.list() == []
 
 
-def test_try_does_not_turn_a_secret_into_a_yes_or_no(workspace: Workspace, people: People, clone: Clone) -> None:
-    clone.branch("try").write("stacks/data/leak.tf", 'output "c" {\n'
+def test_try_does_not_turn_a_secret_into_a_yes_or_no(ws: Workspace, alice: Principal, checkout: FakeClone) -> None:
+    checkout.branch("try").write("stacks/data/leak.tf", 'output "c" {\n'
                               '  value = try(tonumber(var.db_password), "not a number")\n}\n').push()
-    proposal = open_proposal(workspace, people.alice, "try", "innocent")
+    proposal = open_proposal(ws, alice, "try", "innocent")
     from gateway.domain.preview import render_text
     from gateway.services.change.proposals import proposal_previews
 
-    assert "c = (sensitive)" in render_text(proposal_previews(workspace, proposal)["data"])
+    assert "c = (sensitive)" in render_text(proposal_previews(ws, proposal)["data"])

@@ -9,7 +9,6 @@ shows it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
@@ -34,14 +33,16 @@ from gateway.services.forge.github_events import (
     GitHubEvent,
     PullRequestEvent,
     ReviewEvent,
+    parse_delivery,
     parse_event,
+    repository_of,
 )
 from gateway.services.workspace import Workspace
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
 TERMS = review_flow.ForgeTerms(
-    name="GitHub", prefix="github", request="pull request", sign="#", note="comment",
-    membership_check="github.team_check", members_by_id=False, names_branch_pushers=False,
+    name="GitHub", settings=lambda repo: repo.github, home="repository", prefix="github", request="pull request",
+    sign="#", note="comment", membership_check="github.team_check", members_by_id=False, names_branch_pushers=False,
     person=lambda session, github_id: session.principals.by_github_id(github_id),
     commit_refusals=review_commit_refusals, note_replay_refusals=comment_replay_refusals)
 
@@ -99,17 +100,8 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
     the housekeeping loop's publish jobs (the trail moved), refusals included.
 
     A malformed delivery is refused, naming each field, in `github.<event>.refused` (and the job's end)."""
-    return webhook_intake.handle_recorded(
-        ws, job, GITHUB, lambda delivery: parse_event(delivery.event, json.loads(delivery.payload)),
-        lambda event: _elsewhere(ws, event), lambda event: _dispatch(ws, cast(ReviewForge, forge_of(ws)), event))
-
-
-def _elsewhere(ws: Workspace, event: GitHubEvent) -> str | None:
-    """The repository a delivery is for, when it is not this gateway's."""
-    settings = ws.repo_settings().forge
-    if settings is None or event.repository.full_name != settings.repository:
-        return f"{event.repository.full_name}, which is not this gateway's repository"
-    return None
+    return webhook_intake.handle_recorded(ws, job, TERMS, parse_delivery, repository_of,
+                                          lambda event: _dispatch(ws, cast(ReviewForge, forge_of(ws)), event))
 
 
 def _dispatch(ws: Workspace, forge: ReviewForge, event: GitHubEvent) -> dict[str, Any]:

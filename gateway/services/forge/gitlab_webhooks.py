@@ -34,7 +34,9 @@ from gateway.services.forge.gitlab_events import (
     GitLabEvent,
     MergeRequestEvent,
     NoteEvent,
+    parse_delivery,
     parse_event,
+    repository_of,
 )
 from gateway.services.workspace import Workspace
 
@@ -44,8 +46,8 @@ APPROVE_ACTIONS = frozenset({"approval", "approved"})  # a person approved (and,
 UNAPPROVE_ACTIONS = frozenset({"unapproval", "unapproved"})
 GITLAB = SystemActor("gitlab")
 TERMS = review_flow.ForgeTerms(
-    name="GitLab", prefix="gitlab", request="merge request", sign="!", note="note",
-    membership_check="gitlab.group_check", members_by_id=True, names_branch_pushers=True,
+    name="GitLab", settings=lambda repo: repo.gitlab, home="project", prefix="gitlab", request="merge request",
+    sign="!", note="note", membership_check="gitlab.group_check", members_by_id=True, names_branch_pushers=True,
     person=lambda session, gitlab_id: session.principals.by_gitlab_id(gitlab_id),
     commit_refusals=approval_head_refusals, note_replay_refusals=note_replay_refusals)
 
@@ -125,19 +127,8 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
     """The worker's side: act on one recorded delivery. What it records reaches the merge request through the
     housekeeping loop's publish jobs; a malformed delivery is refused, naming each field, in
     `gitlab.<event>.refused`."""
-    hooks = {name: hook for hook, name in EVENT_NAMES.items()}
-    return webhook_intake.handle_recorded(
-        ws, job, GITLAB, lambda delivery: parse_event(hooks.get(delivery.event, delivery.event),
-                                                      json.loads(delivery.payload)),
-        lambda event: _elsewhere(ws, event), lambda event: _dispatch(ws, cast(ApprovalForge, forge_of(ws)), event))
-
-
-def _elsewhere(ws: Workspace, event: GitLabEvent) -> str | None:
-    """The project a delivery is for, when it is not this gateway's."""
-    settings = ws.repo_settings().gitlab
-    if settings is None or event.project.path_with_namespace != settings.repository:
-        return f"{event.project.path_with_namespace}, which is not this gateway's project"
-    return None
+    return webhook_intake.handle_recorded(ws, job, TERMS, parse_delivery, repository_of,
+                                          lambda event: _dispatch(ws, cast(ApprovalForge, forge_of(ws)), event))
 
 
 def _dispatch(ws: Workspace, forge: ApprovalForge, event: GitLabEvent) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from gateway.domain.jobs import JobKind
 from gateway.domain.lifecycle import ACTIVE, DECIDABLE
 from gateway.domain.principals import Principal, SystemActor, not_linked
 from gateway.domain.proposal import Decision, Proposal, ProposalKind, ProposalStatus, Transition
+from gateway.domain.repo_settings import ForgeSettings, RepoSettings
 from gateway.logs import get_logger
 from gateway.ports import Forge, UnitOfWork
 from gateway.services.change.code_host import verified_groups
@@ -34,9 +35,11 @@ Result = dict[str, Any]
 
 @dataclass(frozen=True)
 class ForgeTerms:
-    """A forge's own words and the few rules only it has, for the one flow."""
+    """A forge's settings, own words and the few rules only it has, for the one flow."""
 
     name: str  # GitHub
+    settings: Callable[[RepoSettings], ForgeSettings | None]  # the forge's settings in main's gateway.yaml, if it is
+    home: str  # what the forge calls what a proposal's branch lives in: repository
     prefix: str  # github: of the trail's event kinds and of the actor a forge account acts as
     request: str  # pull request
     sign: str  # what stands before a request's number: #

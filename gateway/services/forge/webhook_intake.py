@@ -14,6 +14,7 @@ from gateway.domain.github import Delivery
 from gateway.domain.jobs import Job
 from gateway.domain.operations import webhook_event_label
 from gateway.domain.principals import SystemActor
+from gateway.services.forge.review_flow import ForgeTerms
 from gateway.services.workspace import Workspace
 
 Event = TypeVar("Event")
@@ -51,10 +52,10 @@ def worth_a_job(parse: Callable[[], Event | None], needs_handling: Callable[[Eve
         return True
 
 
-def handle_recorded(ws: Workspace, job: Job, forge: SystemActor, parse: Callable[[Delivery], Event | None],
-                    elsewhere: Callable[[Event], str | None], act: Callable[[Event], dict[str, Any]]) -> dict[str, Any]:
-    """The worker's side: load the job's delivery, `parse` it, and `act` on it unless it is for another repository
-    (`elsewhere` says which). A malformed delivery is refused, naming each field, in `<forge>.<event>.refused`."""
+def handle_recorded(ws: Workspace, job: Job, terms: ForgeTerms, parse: Callable[[Delivery], Event | None],
+                    repository_of: Callable[[Event], str], act: Callable[[Event], dict[str, Any]]) -> dict[str, Any]:
+    """The worker's side: load the job's delivery, `parse` it, and `act` on it if it is about this gateway's
+    repository. A malformed delivery is refused, naming each field, in `<forge>.<event>.refused`."""
     with ws.store.session(readonly=True) as session:
         delivery = session.github.delivery(str(job.args.get("delivery")))
     if delivery is None:
@@ -64,14 +65,14 @@ def handle_recorded(ws: Workspace, job: Job, forge: SystemActor, parse: Callable
     except MalformedDelivery as exc:
         with ws.store.session() as session:
             proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
-            session.audit.append(forge, f"{forge.name}.{exc.event}.refused", {
+            session.audit.append(SystemActor(terms.prefix), f"{terms.prefix}.{exc.event}.refused", {
                 "delivery": delivery.id, "reasons": exc.reasons}, job.proposal_id, proposal.stacks if proposal else ())
         raise Refused(exc.reasons) from exc
     if event is None:
         return {"ignored": f"{delivery.event} deliveries are recorded, not handled"}
-    repository = elsewhere(event)
-    if repository is not None:
-        return {"ignored": f"a delivery for {repository}"}
+    ours, theirs = terms.settings(ws.repo_settings()), repository_of(event)
+    if ours is None or theirs != ours.repository:
+        return {"ignored": f"a delivery for {theirs}, which is not this gateway's {terms.home}"}
     result = act(event)
     lag = ws.clock.now() - delivery.received_at
     ws.metrics.webhook_handled(webhook_event_label(delivery.event), max(0.0, lag.total_seconds()))

@@ -38,7 +38,7 @@ class ForgeTerms:
     """A forge's settings, own words and the few rules only it has, for the one flow."""
 
     name: str  # GitHub
-    settings: Callable[[RepoSettings], ForgeSettings | None]  # the forge's settings in main's gateway.yaml, if it is
+    settings: Callable[[RepoSettings], ForgeSettings | None]  # its settings, when main's gateway.yaml names it
     home: str  # what the forge calls what a proposal's branch lives in: repository
     prefix: str  # github: of the trail's event kinds and of the actor a forge account acts as
     request: str  # pull request
@@ -48,7 +48,7 @@ class ForgeTerms:
     members_by_id: bool  # membership is asked (and recorded) by the account's numeric id, not only its login
     names_branch_pushers: bool  # a push hook to a proposal's branch names its pusher (GitLab); else only `synchronize`
     person: Callable[[UnitOfWork, int], Principal | None]  # the gateway person linked to a forge account id
-    commit_refusals: Callable[[str | None, str], list[str]]  # a decision of another commit than the plans' counts not
+    commit_refusals: Callable[[str | None, str], list[str]]  # why a decision not of the planned commit is none
     note_replay_refusals: Callable[[int, tuple[str, int], tuple[str, int]], list[str]]  # an edited command is none
 
     @property

@@ -30,13 +30,16 @@ class GitHubAccount:
 
 
 class ForgeAccount(Protocol):
-    """An account on any forge: its numeric id and the name it goes by."""
+    """An account on any forge: its numeric id, the name it goes by, and whether it is a bot."""
 
     @property
     def id(self) -> int: ...
 
     @property
     def login(self) -> str: ...
+
+    @property
+    def is_bot(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,9 @@ class ReviewState:
     author_id: int
 
 
-def bot_refusals(account: GitHubAccount) -> list[str]:
-    """Bots never count: an App or a bot account can be driven by whatever drives it, agents included."""
+def bot_refusals(account: ForgeAccount) -> list[str]:
+    """Bots never count: an App, a bot account or an access token's bot user can be driven by whatever drives it,
+    agents included."""
     if account.is_bot:
         return [f"{account.login} is a bot account; bots never approve, reject or command changes"]
     return []

@@ -16,6 +16,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from gateway.domain.github_rules import ForgeAccount
+
 # GitLab's bot users when the API cannot say (an old instance): project and group access tokens' bots, GitLab's own
 BOT_USERNAME = re.compile(r"^(project|group)_\d+_bot(_[0-9a-f]+)?$|^(ghost|support-bot|alert-bot|visual-review-bot)$")
 
@@ -38,13 +40,6 @@ class GitLabAccount:
         return self.bot or bool(BOT_USERNAME.match(self.username))
 
 
-def bot_refusals(account: GitLabAccount) -> list[str]:
-    """Bots never count: an access token's bot user acts for whatever holds the token, agents included."""
-    if account.is_bot:
-        return [f"{account.username} is a bot account; bots never approve, reject or command changes"]
-    return []
-
-
 def approval_head_refusals(approved_head: str | None, head_sha: str) -> list[str]:
     """Only an approval given while the merge request's head was the planned commit counts: the plans are of it."""
     if approved_head is None:
@@ -56,11 +51,11 @@ def approval_head_refusals(approved_head: str | None, head_sha: str) -> list[str
     return []
 
 
-def approval_replay_refusals(account: GitLabAccount, number: int, approvers_now: Collection[int]) -> list[str]:
+def approval_replay_refusals(account: ForgeAccount, number: int, approvers_now: Collection[int]) -> list[str]:
     """A delivery can be late or replayed: the approval counts only while GitLab's approvals API still lists it."""
     if account.id in approvers_now:
         return []
-    return [f"GitLab shows no approval by {account.username} on !{number} now; only approvals as they stand count"]
+    return [f"GitLab shows no approval by {account.login} on !{number} now; only approvals as they stand count"]
 
 
 def note_replay_refusals(note_id: int, delivered: tuple[str, int], now: tuple[str, int]) -> list[str]:

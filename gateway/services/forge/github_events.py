@@ -7,11 +7,13 @@ strict (no "5" for 5) and ignore every field the gateway does not read.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.domain.errors import MalformedDelivery
+from gateway.domain.github import Delivery
 from gateway.domain.github_rules import GitHubAccount, ReviewState
 
 MAX_REASONS = 10  # a payload wrong everywhere is not worth more lines than this
@@ -137,6 +139,16 @@ def parse_event(event: str, payload: Any) -> GitHubEvent | None:
         return model.model_validate(payload)
     except ValidationError as exc:
         raise MalformedDelivery(event, [_reason(error) for error in exc.errors()[:MAX_REASONS]]) from exc
+
+
+def parse_delivery(delivery: Delivery) -> GitHubEvent | None:
+    """A recorded delivery as its model (see `parse_event`)."""
+    return parse_event(delivery.event, json.loads(delivery.payload))
+
+
+def repository_of(event: GitHubEvent) -> str:
+    """The repository a delivery is about."""
+    return event.repository.full_name
 
 
 def _reason(error: Any) -> str:

@@ -8,11 +8,13 @@ still input: a field missing or of the wrong type is a `MalformedDelivery` namin
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.domain.errors import MalformedDelivery
+from gateway.domain.github import Delivery
 
 MAX_REASONS = 10
 EVENT_NAMES = {"Merge Request Hook": "merge_request", "Note Hook": "note", "Push Hook": "push"}
@@ -112,6 +114,17 @@ def parse_event(event: str, payload: Any) -> GitLabEvent | None:
         return model.model_validate(payload)
     except ValidationError as exc:
         raise MalformedDelivery(EVENT_NAMES[event], [_reason(e) for e in exc.errors()[:MAX_REASONS]]) from exc
+
+
+def parse_delivery(delivery: Delivery) -> GitLabEvent | None:
+    """A recorded delivery as its model (see `parse_event`); it is recorded under the event's short name."""
+    hooks = {name: hook for hook, name in EVENT_NAMES.items()}
+    return parse_event(hooks.get(delivery.event, delivery.event), json.loads(delivery.payload))
+
+
+def repository_of(event: GitLabEvent) -> str:
+    """The project a delivery is about."""
+    return event.project.path_with_namespace
 
 
 def _reason(error: Any) -> str:

@@ -1,0 +1,79 @@
+"""What every forge's webhook does alike, around what only the forge knows (its signature or token, its headers, its
+payloads): the route counts each delivery and reads the body as a JSON object; the worker loads the recorded
+delivery, refuses a malformed one in the trail, and counts what it handled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from gateway.domain.errors import GatewayError, InputError, MalformedDelivery, NotFound, Refused
+from gateway.domain.github import Delivery
+from gateway.domain.jobs import Job
+from gateway.domain.operations import webhook_event_label
+from gateway.domain.principals import SystemActor
+from gateway.services.forge.review_flow import ForgeTerms
+from gateway.services.workspace import Workspace
+
+Event = TypeVar("Event")
+
+
+def counted(ws: Workspace, label: str, receive: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Receive a delivery, counting it as refused, a duplicate or accepted under the event's `label`."""
+    try:
+        received = receive()
+    except GatewayError:
+        ws.metrics.webhook_received(label, "refused")
+        raise
+    ws.metrics.webhook_received(label, "duplicate" if received["duplicate"] else "accepted")
+    return received
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """The delivery's body, which must be a JSON object."""
+    try:
+        payload = json.loads(body)
+    except ValueError as exc:
+        raise InputError("the delivery's body is not JSON") from exc
+    if not isinstance(payload, dict):
+        raise InputError("the delivery's body is not a JSON object")
+    return payload
+
+
+def worth_a_job(parse: Callable[[], Event | None], needs_handling: Callable[[Event], bool]) -> bool:
+    """Whether a worker should act on the delivery: one the gateway handles and can do something with, or one it
+    cannot parse (the worker records the refusal, naming the field, where the request's trail is)."""
+    try:
+        parsed = parse()
+        return parsed is not None and needs_handling(parsed)
+    except MalformedDelivery:
+        return True
+
+
+def handle_recorded(ws: Workspace, job: Job, terms: ForgeTerms, parse: Callable[[Delivery], Event | None],
+                    repository_of: Callable[[Event], str], act: Callable[[Event], dict[str, Any]]) -> dict[str, Any]:
+    """The worker's side: load the job's delivery, `parse` it, and `act` on it if it is about this gateway's
+    repository. A malformed delivery is refused, naming each field, in `<forge>.<event>.refused`."""
+    with ws.store.session(readonly=True) as session:
+        delivery = session.github.delivery(str(job.args.get("delivery")))
+    if delivery is None:
+        raise NotFound(f"job {job.id} names no recorded delivery")
+    try:
+        event = parse(delivery)
+    except MalformedDelivery as exc:
+        with ws.store.session() as session:
+            proposal = session.proposals.get(job.proposal_id) if job.proposal_id else None
+            session.audit.append(SystemActor(terms.prefix), f"{terms.prefix}.{exc.event}.refused", {
+                "delivery": delivery.id, "reasons": exc.reasons}, job.proposal_id, proposal.stacks if proposal else ())
+        raise Refused(exc.reasons) from exc
+    if event is None:
+        return {"ignored": f"{delivery.event} deliveries are recorded, not handled"}
+    ours, theirs = terms.settings(ws.repo_settings()), repository_of(event)
+    if ours is None or theirs != ours.repository:
+        return {"ignored": f"a delivery for {theirs}, which is not this gateway's {terms.home}"}
+    result = act(event)
+    lag = ws.clock.now() - delivery.received_at
+    ws.metrics.webhook_handled(webhook_event_label(delivery.event), max(0.0, lag.total_seconds()))
+    return result

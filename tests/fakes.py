@@ -43,6 +43,7 @@ from gateway.domain.proposal import (
     StackPlan,
 )
 from gateway.domain.repo_settings import RepoSettings
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
     AuditLog,
@@ -684,7 +685,10 @@ class _Unfaked:
 
 
 class FakeUnitOfWork(UnitOfWork):
-    """One transaction over the fake tables; a saved proposal's events go to the trail, as in SqlUnitOfWork."""
+    """One transaction over the fake tables; a saved proposal's events go to the trail, as in SqlUnitOfWork. It works
+    in the default repository only (two repositories' isolation is the SQL store's, tested on it)."""
+
+    repository = DEFAULT_REPOSITORY
 
     def __init__(self, tables: Tables, clock: Clock, readonly: bool = False):
         self.principals = FakePrincipals(tables, clock, readonly)
@@ -695,7 +699,7 @@ class FakeUnitOfWork(UnitOfWork):
         self.stacks = FakeStackRecords(tables, clock, readonly)
         self.notifications = FakeNotifications(tables, clock, readonly)
         self.jobs = FakeJobs(tables, clock, readonly)
-        for name in ("conversations", "github", "breaker", "sign_in"):
+        for name in ("conversations", "github", "breaker", "sign_in", "repositories"):
             setattr(self, name, _Unfaked(name))
 
     def write_new_events(self, proposal: Proposal) -> None:
@@ -710,6 +714,7 @@ class FakeStore(Store):
 
     dialect = "fake"
     schema_version = 0
+    repository = DEFAULT_REPOSITORY
 
     def __init__(self, clock: Clock | None = None):
         self.clock = clock or FakeClock()
@@ -720,6 +725,11 @@ class FakeStore(Store):
 
     def close(self) -> None:
         pass
+
+    def for_repository(self, name: str) -> FakeStore:
+        if name != DEFAULT_REPOSITORY:
+            raise NotImplementedError("the fake store holds the default repository only")
+        return self
 
     @contextmanager
     def session(self, readonly: bool = False) -> Iterator[FakeUnitOfWork]:
@@ -744,6 +754,8 @@ class FakeStore(Store):
 class FakeDeclarationRepo(DeclarationRepo):
     """A declaration repo of one commit on main holding `gateway_yaml`; `set_main` pushes another. Enough for use
     cases that read main's rules and resolve branches, and nothing that reads trees or merges."""
+
+    repository = DEFAULT_REPOSITORY
 
     def __init__(self, gateway_yaml: str, branches: Mapping[str, str] | None = None):
         self.yaml = {"main-1": gateway_yaml}

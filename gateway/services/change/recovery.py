@@ -178,7 +178,7 @@ def read_stack(ws: Workspace, proposal: Proposal, stack: str) -> StackReading:
 def _remaining_changes(ws: Workspace, stack: str, sha: str) -> list[str]:
     """The addresses a plan of `sha` would still change on `stack`, against its state as it is now."""
     settings = ws.repo_settings()
-    with tempfile.TemporaryDirectory(prefix=f"gw-recover-{stack}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"gw-recover-{stack.replace('/', '-')}-") as tmp:
         directory = ws.repo.export_stack(sha, settings.stacks[stack].path, Path(tmp) / "repo")
         document = ws.engine.plan(stack, directory, ws.stack_inputs(stack)).document
     return [rc.address for rc in load_plan(document).changes]

@@ -246,7 +246,7 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
             "state_serial": plan.state_serial}, proposal.id, [stack])
     ws.store.locks.set_apply(stack, runner, apply_id)
     settings = ws.repo_settings()
-    with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack.replace('/', '-')}-") as tmp:
         directory = ws.repo.export_stack(merged, settings.stacks[stack].path, Path(tmp) / "repo")
         result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack), artifact,
                                  progress)

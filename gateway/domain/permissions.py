@@ -17,6 +17,7 @@
     reset_breaker            any                          never         -
     open_breaker             admin                        never         -
     add_users                admin                        never         -
+    manage_repositories      admin                        never         -
     change_users             admin                        never         -
     link_accounts            admin                        never         -
     edit_simulator           admin                        never         -

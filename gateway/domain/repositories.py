@@ -64,3 +64,9 @@ def qualified(settings: RepoSettings, repository: str) -> RepoSettings:
 def unqualified(stack: str, repository: str) -> str:
     """The name the repository's own files give `stack` (its gateway.yaml, its policies)."""
     return stack.removeprefix(stack_prefix(repository))
+
+
+def holds_stack(repository: str, stack: str) -> bool:
+    """Whether `stack`, as the gateway names it, is one of `repository`'s (the default one's have no `repo/`)."""
+    prefix = stack_prefix(repository)
+    return stack.startswith(prefix) if prefix else "/" not in stack

@@ -39,7 +39,7 @@ from gateway.adapters.store.schema import (
     proposals,
 )
 from gateway.domain.applies import ApplyRecord, ApplyStatus
-from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.errors import Conflict, InAnotherRepository, NotFound
 from gateway.domain.lifecycle import ACTIVE, INITIAL
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.policy import Override
@@ -197,7 +197,8 @@ class SqlProposals(Records):
         if row is None:
             raise NotFound(f"no proposal {proposal_id}")
         if row["repository"] != self.repository:  # another repository's: as if it were not there
-            raise NotFound(f"no proposal {proposal_id} in repository {self.repository} (it is in {row['repository']})")
+            raise InAnotherRepository(f"no proposal {proposal_id} in repository {self.repository} (it is in "
+                                      f"{row['repository']}: --repo {row['repository']})", row["repository"])
         parts: dict[str, list[Mapping[str, Any]]] = {"decision": [], "override": [], "plan": []}
         for child in self.conn.execute(_CHILDREN, {"proposal_id": proposal_id, "head_sha": row["head_sha"]}).mappings():
             parts[child["part"]].append(child)

@@ -110,10 +110,8 @@ class RepoSettings:
         return self.github or self.gitlab
 
     def require_stack(self, name: str) -> StackSettings:
-        """The stack called `name` (in an added repository, `repo/name` or the repository's own `name`); an unknown
-        name is refused, listing the stacks there are."""
-        if self.repository is not None and name not in self.stacks and f"{self.repository}/{name}" in self.stacks:
-            name = f"{self.repository}/{name}"
+        """The stack called `name` (in an added repository, `repo/stack`); an unknown name is refused, listing the
+        stacks there are."""
         if name not in self.stacks:
             raise NotFound(f"unknown stack {name!r} (stacks: {', '.join(sorted(self.stacks))})")
         return self.stacks[name]

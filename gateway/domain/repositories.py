@@ -4,7 +4,7 @@ The repository a workspace was made with is the default one, `declarations`: its
 gateway.yaml gives them, so a workspace made before there were several repositories reads the same. Every repository
 added later names its stacks `repo/stack` wherever the gateway keeps or shows them (locks, plans, drift, break-glass,
 the trail), so two repositories may both have a `network` stack and no record of one is ever read as the other's;
-its gateway.yaml still says `network`, and a person may too where the repository is known.
+its gateway.yaml and policies still say `network`.
 """
 
 from __future__ import annotations

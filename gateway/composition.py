@@ -16,6 +16,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,8 +44,10 @@ from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import CloudFormationSettings, ForgeSettings, GitLabSettings
+from gateway.domain.repositories import DEFAULT_REPOSITORY, Repository, check_name, stack_prefix
 from gateway.domain.scrubbing import Scrubber
 from gateway.domain.sign_in import insecure_url
 from gateway.logs import install_log_scrubber
@@ -177,22 +180,25 @@ def open_workspace(settings: Settings, migrate: bool = True) -> Workspace:
     elif pending := db.pending_migrations():
         raise ConfigError(f"the database is behind this gateway: migration(s) {', '.join(map(str, pending))} not run, "
                           "and a read changes nothing; run `gateway migrate` (or any command that changes something)")
-    return _wire(settings, db, GitDeclarationRepo(settings.repo_path))
+    return _wire(settings, db, GitDeclarationRepo(settings.repo_path, settings.repository_name))
 
 
 def open_service_workspace(settings: Settings) -> Workspace:
     """The workspace of a long-running process (the API, `gateway worker`), opened without reaching the database:
     it starts whatever the database is doing, and brings it up (`services.admin.startup`) when it answers."""
     require_workspace(settings)
-    return _wire(settings, Database(settings.db_url), GitDeclarationRepo(settings.repo_path))
+    return _wire(settings, Database(settings.db_url), GitDeclarationRepo(settings.repo_path, settings.repository_name))
 
 
 def require_workspace(settings: Settings) -> None:
     """An initialised workspace this process may write; a clear error naming the path and the user otherwise."""
     if settings.home.is_dir():
         _require_writable(settings.home)
-    if not settings.repo_path.exists():
+    if not settings.in_repository(DEFAULT_REPOSITORY).repo_path.exists():
         raise NotFound(f"no gateway workspace at {settings.home}: run `gateway init` first")
+    if not settings.repo_path.exists():
+        raise NotFound(f"no repository {settings.repository_name} in the gateway workspace at {settings.home} "
+                       "(`gateway repos list`; `gateway repos add NAME` adds one)")
 
 
 def _writable(folder: Path) -> bool:
@@ -232,14 +238,12 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
     scrubber = Scrubber(known_secret_values(settings) if settings.scrub_known_secrets else ())
     install_log_scrubber(scrubber)
     simulator = SandboxEngine(sandbox)
-    engines: dict[str, Callable[[], Engine]] = {  # each made, and imported, when a stack first needs it
-        "sandbox": lambda: simulator, "terraform": lambda: terraform_engine(settings, sealer),
-        "cloudformation": lambda: cloudformation_engine(repo.reopen())}
-    main_settings = repo.reopen()  # reads only, from any thread (a libgit2 handle per thread)
+    shared: dict[str, Callable[[], Engine]] = {  # each made, and imported, when a stack first needs it
+        "sandbox": lambda: simulator, "terraform": functools.cache(lambda: terraform_engine(settings, sealer))}
     modules = module_installer(settings)
-    engine = EngineByStack(engines, lambda stack: _engine_name(main_settings, stack), modules)
-    return Workspace(
-        settings=settings, store=SqlStore(db, scrubber, sealer), repo=repo, engine=engine, scrubber=scrubber,
+    ws = Workspace(
+        settings=settings, store=SqlStore(db, scrubber, sealer, repo.repository), repo=repo,
+        engine=_engines(shared, repo, modules), scrubber=scrubber,
         simulator=SandboxCloud(simulator, sandbox), clock=SystemClock(), open_forge=forge_opener(settings),
         declarations=HclDeclarations(), scanner=CheckovScanner(), rego=RegoInterpreter(),
         working_copies=GitWorkingCopies(settings.repo_path),
@@ -247,6 +251,51 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         reactions=reactions(),
         signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
         notifier=ChannelSenders(settings), modules=modules)
+    ws.open_repository = _repository_opener(ws, shared)
+    return ws
+
+
+def _engines(shared: dict[str, Callable[[], Engine]], repo: GitDeclarationRepo,
+             modules: ModuleInstaller) -> EngineByStack:
+    """The engines of one repository's stacks, as its main's gateway.yaml names them (the sandbox and Terraform
+    shared by every repository: their state is kept by stack, and stacks are named by repository)."""
+    main_settings = repo.reopen()  # reads only, from any thread (a libgit2 handle per thread)
+    engines = {**shared, "cloudformation": lambda: cloudformation_engine(repo.reopen())}
+    return EngineByStack(engines, lambda stack: _engine_name(main_settings, stack), modules)
+
+
+def _repository_opener(base: Workspace, shared: dict[str, Callable[[], Engine]]) -> Callable[[str], Workspace]:
+    """Opens the workspace of another repository of the gateway: the base's database, engines and keys, that
+    repository's git, settings and records. Each one opened once per process; each call a git handle of its own."""
+    opened: dict[str, Workspace] = {}
+    lock = threading.Lock()
+
+    def open_repository(name: str) -> Workspace:
+        with lock:
+            if name not in opened:
+                settings = base.settings.in_repository(name)
+                with base.store.session(readonly=True) as session:
+                    known = session.repositories.get(name)
+                if known is None or not settings.repo_path.exists():
+                    names = ", ".join(sorted(r.name for r in _repositories(base) if r.active))
+                    raise NotFound(f"no repository {name} in this gateway (repositories: {names})")
+                repo = GitDeclarationRepo(settings.repo_path, name)
+                assert base.modules is None or isinstance(base.modules, ModuleInstaller)
+                opened[name] = replace(
+                    base, settings=settings, store=base.store.for_repository(name), repo=repo,
+                    engine=_engines(shared, repo, base.modules or module_installer(settings)),
+                    open_forge=forge_opener(settings), working_copies=GitWorkingCopies(settings.repo_path))
+                opened[name].open_repository = open_repository
+        return opened[name].for_request()
+
+    base_name = base.repository
+    opened[base_name] = base
+    return open_repository
+
+
+def _repositories(ws: Workspace) -> list[Repository]:
+    with ws.store.session(readonly=True) as session:
+        return session.repositories.list()
 
 
 def identity_providers(settings: Settings) -> dict[str, IdentityProvider]:
@@ -373,7 +422,7 @@ def known_secret_values(settings: Settings) -> list[Any]:
     channels += ModuleAccess.from_settings(tokens, None, None, False).tokens.values()
     if not settings.secrets_path.is_dir():
         return channels
-    return [value for path in sorted(settings.secrets_path.glob("*.tfvars.json"))
+    return [value for path in sorted(settings.secrets_path.rglob("*.tfvars.json"))
             for value in json.loads(path.read_text()).values()] + channels
 
 
@@ -397,8 +446,59 @@ def sample_repo_path(sample: str = "sandbox") -> Path:
     return Path(str(resources.files("gateway") / SAMPLES[sample]))
 
 
+def add_repository(ws: Workspace, actor: Principal, name: str, content: Path | None = None,
+                   sample: str = "sandbox") -> Repository:
+    """Add declaration repository `name` to the gateway: a bare repository in the workspace's `repos/` whose first
+    commit holds `content` (the sample by default), registered and recorded; nothing is left of it if a step fails."""
+    from gateway.services.admin.repositories import add_repository as register
+
+    check_name(name)
+    settings = ws.settings.in_repository(name)
+    source = content or sample_repo_path(sample)
+    if not (source / "gateway.yaml").is_file():
+        raise NotFound(f"{source} holds no gateway.yaml: a declaration repository starts with one")
+    parse_repo_settings((source / "gateway.yaml").read_text())  # a bad gateway.yaml creates nothing
+
+    def create() -> str:
+        if settings.repo_path.exists():
+            raise Conflict(f"{settings.repo_path} exists but is not a registered repository: move it away first")
+        settings.repo_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            repo = GitDeclarationRepo.create(settings.repo_path, source, repository=name)
+        except Exception:
+            shutil.rmtree(settings.repo_path, ignore_errors=True)
+            raise
+        if content is None:
+            _sample_secrets(settings, sample, stack_prefix(name))
+        return repo.resolve(repo.main_branch())
+
+    try:
+        return register(ws, actor, name, create)
+    except BaseException:
+        if settings.repo_path.exists() and not _registered(ws, name):
+            shutil.rmtree(settings.repo_path, ignore_errors=True)
+        raise
+
+
+def _registered(ws: Workspace, name: str) -> bool:
+    with ws.store.session(readonly=True) as session:
+        return session.repositories.get(name) is not None
+
+
+def _sample_secrets(settings: Settings, sample: str, prefix: str = "") -> None:
+    """The sample's secrets (random values) in the workspace's secrets, never in the repository."""
+    settings.secrets_path.mkdir(mode=0o700, exist_ok=True)
+    for stack, values in SAMPLE_SECRETS[sample].items():
+        path = settings.secrets_path / f"{prefix}{stack}.tfvars.json"
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        resolved = {k: v or secrets.token_urlsafe(18) for k, v in values.items()}
+        path.write_text(json.dumps(resolved))
+        path.chmod(0o600)
+
+
 def create_workspace(settings: Settings, content: Path | None = None, sample: str = "sandbox") -> Workspace:
     """Create the workspace with a declaration repo (the sample one by default) and its secrets."""
+    settings = settings.in_repository(DEFAULT_REPOSITORY)
     if settings.home.is_dir():
         _require_writable(settings.home)
     if settings.repo_path.exists():
@@ -417,9 +517,6 @@ def create_workspace(settings: Settings, content: Path | None = None, sample: st
     settings.secrets_path.mkdir(mode=0o700, exist_ok=True)
     with SqlStore(db).session() as session:  # main as created: what later pushes to main are compared with
         session.main.set_marker("main_seen", repo.resolve(repo.main_branch()))
-    for stack, values in SAMPLE_SECRETS[sample].items() if content is None else ():
-        path = settings.secrets_path / f"{stack}.tfvars.json"
-        resolved = {k: v or secrets.token_urlsafe(18) for k, v in values.items()}
-        path.write_text(json.dumps(resolved))
-        path.chmod(0o600)
+    if content is None:
+        _sample_secrets(settings, sample)
     return _wire(settings, db, repo)

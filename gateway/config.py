@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from gateway.domain.errors import ConfigError
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -51,6 +52,8 @@ class Settings(BaseModel):
             raise ConfigError("invalid settings: " + "; ".join(_refusal(type(self), e) for e in exc.errors())) from None
 
     home: Path = Field(default=Path(".gateway"), description="workspace: database, repo, secrets")
+    repository: str | None = Field(default=None, description="the declaration repository a command works in "
+                                   "(`gateway repos list`); unset: the one the workspace was made with")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite in home when unset")
     token: SecretStr | None = Field(default=None, description="API token of the principal acting")
     lock_wait_seconds: float = Field(default=30.0, description="how long an apply waits for a stack lock")
@@ -217,9 +220,20 @@ class Settings(BaseModel):
         return self.read_threads or (1 if self.db_url.startswith("sqlite") else 2)
 
     @property
+    def repository_name(self) -> str:
+        """The declaration repository this process works in (`repository`, else the one made with the workspace)."""
+        return self.repository or DEFAULT_REPOSITORY
+
+    @property
     def repo_path(self) -> Path:
-        """The declaration repo (bare): people clone it, push branches and propose them."""
-        return self.home / "declarations.git"
+        """The declaration repo (bare): people clone it, push branches and propose them. The workspace's first one
+        is `declarations.git` in its home; each repository added later is in `repos/`."""
+        name = self.repository_name
+        return self.home / "declarations.git" if name == DEFAULT_REPOSITORY else self.home / "repos" / f"{name}.git"
+
+    def in_repository(self, name: str) -> Settings:
+        """The same settings, working in repository `name`."""
+        return self.model_copy(update={"repository": name})
 
     @property
     def module_cache(self) -> Path:

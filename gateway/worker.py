@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway.domain.backoff import Backoff
-from gateway.domain.errors import DatabaseUnavailable
+from gateway.domain.errors import DatabaseUnavailable, GatewayError
 from gateway.domain.jobs import Job, JobKind
 from gateway.domain.operations import failed_checks
 from gateway.domain.principals import GATEWAY
@@ -211,14 +211,32 @@ HOUSEKEEPING: tuple[tuple[str, Callable[[Workspace], object]], ...] = (
 
 def run_housekeeping(ws: Workspace) -> list[str]:
     """One pass of every housekeeping step, each on its own: one that fails (a broken gateway.yaml pushed to
-    main, a database hiccup, a race lost) is logged and never stops the others. The steps that failed."""
+    main, a database hiccup, a race lost) is logged and never stops the others. A step of one repository's (its
+    main, its proposals, its stacks) runs in each active repository in turn. The steps that failed."""
     failed = []
     for name, step in HOUSEKEEPING:
-        try:
-            step(ws)
-        except DatabaseUnavailable:
-            raise  # no step runs without it: the loop waits it out, saying so once per backoff step
-        except Exception:
-            log.exception("worker.housekeeping_error", step=name)
-            failed.append(name)
+        for target in [ws] if name in GATEWAY_WIDE else _active_repositories(ws):
+            try:
+                step(target)
+            except DatabaseUnavailable:
+                raise  # no step runs without it: the loop waits it out, saying so once per backoff step
+            except Exception:
+                log.exception("worker.housekeeping_error", step=name, repository=target.repository)
+                failed.append(name if target is ws else f"{name} ({target.repository})")
     return failed
+
+
+GATEWAY_WIDE = frozenset({"recover", "checkpoint"})  # the queue, the locks and the trail are the gateway's
+
+
+def _active_repositories(ws: Workspace) -> list[Workspace]:
+    """This workspace, and that of every other active repository of the gateway."""
+    with ws.store.session(readonly=True) as session:
+        names = [r.name for r in session.repositories.list() if r.active and r.name != ws.repository]
+    others = []
+    for name in names:
+        try:
+            others.append(ws.in_repository(name))
+        except GatewayError as exc:  # its folder gone: said once a pass, the others go on
+            log.warning("worker.repository_unavailable", repository=name, error=str(exc))
+    return [ws, *others]

@@ -53,6 +53,7 @@ from gateway.domain.proposal import (
     StackPlan,
 )
 from gateway.domain.repo_settings import ForgeSettings, GitHubSettings, GitLabSettings, RepoSettings
+from gateway.domain.repositories import DEFAULT_REPOSITORY, Repository
 from gateway.domain.scrubbing import Scrubber
 from gateway.domain.sign_in import Identity, PendingSignIn, RefusalTally, WebSession
 from gateway.ports import (
@@ -74,6 +75,7 @@ from gateway.ports import (
     NotificationSender,
     Principals,
     Proposals,
+    Repositories,
     ReviewForge,
     SignInRecords,
     SignInStart,
@@ -318,6 +320,9 @@ class FakeProposals(_Faked, Proposals):
             "prompt_version": prompt_version, "model": model, "merge_sha": None, "applied_sha": None,
             "created_at": self.clock.now()}
         return pid
+
+    def repository_of(self, proposal_id: int) -> str | None:
+        return DEFAULT_REPOSITORY if proposal_id in self.t.proposals else None
 
     def open_for_branch(self, branch: str) -> int | None:
         return next((r["id"] for r in self.t.proposals.values() if r["branch"] == branch and r["status"] in ACTIVE),
@@ -708,8 +713,41 @@ class _Unfaked:
         raise NotImplementedError(f"the fake unit of work has no {self.name} repository ({self.name}.{method})")
 
 
+@only_what_is_faked
+class FakeRepositories(_Faked, Repositories):
+    """The registry: the default repository, there from the start, and any added."""
+
+    def _rows(self) -> dict[str, Repository]:
+        found: dict[str, Repository] = self.t.__dict__.setdefault("repositories", {})
+        found.setdefault(DEFAULT_REPOSITORY, Repository(DEFAULT_REPOSITORY, self.clock.now(), "gateway"))
+        return found
+
+    def add(self, name: str, by: str) -> Repository:
+        self._writing()
+        if name in self._rows():
+            raise Conflict(f"repository {name} is already registered")
+        self._rows()[name] = Repository(name, self.clock.now(), by)
+        return self._rows()[name]
+
+    def get(self, name: str) -> Repository | None:
+        return self._rows().get(name)
+
+    def list(self) -> list[Repository]:
+        return [self._rows()[name] for name in sorted(self._rows())]
+
+    def remove(self, name: str, by: str) -> None:
+        self._writing()
+        known = self._rows().get(name)
+        if known is None or not known.active:
+            raise NotFound(f"no repository {name} to remove")
+        self._rows()[name] = replace(known, removed_at=self.clock.now(), removed_by=by)
+
+
 class FakeUnitOfWork(UnitOfWork):
-    """One transaction over the fake tables; a saved proposal's events go to the trail, as in SqlUnitOfWork."""
+    """One transaction over the fake tables; a saved proposal's events go to the trail, as in SqlUnitOfWork. It works
+    in the default repository only (two repositories' isolation is the SQL store's, tested on it)."""
+
+    repository = DEFAULT_REPOSITORY
 
     def __init__(self, tables: Tables, clock: Clock, readonly: bool = False):
         self.principals = FakePrincipals(tables, clock, readonly)
@@ -720,6 +758,7 @@ class FakeUnitOfWork(UnitOfWork):
         self.stacks = FakeStackRecords(tables, clock, readonly)
         self.notifications = FakeNotifications(tables, clock, readonly)
         self.jobs = FakeJobs(tables, clock, readonly)
+        self.repositories = FakeRepositories(tables, clock, readonly)
         for name in ("conversations", "github", "breaker", "sign_in"):
             setattr(self, name, _Unfaked(name))
         wire_breaker_and_sign_in_fakes(self, tables, clock, readonly)
@@ -737,6 +776,7 @@ class FakeStore(Store):
 
     dialect = "fake"
     schema_version = 0
+    repository = DEFAULT_REPOSITORY
 
     def __init__(self, clock: Clock | None = None):
         self.clock = clock or FakeClock()
@@ -747,6 +787,11 @@ class FakeStore(Store):
 
     def close(self) -> None:
         pass
+
+    def for_repository(self, name: str) -> FakeStore:
+        if name != DEFAULT_REPOSITORY:
+            raise NotImplementedError("the fake store holds the default repository only")
+        return self
 
     @contextmanager
     def session(self, readonly: bool = False) -> Iterator[FakeUnitOfWork]:
@@ -771,6 +816,8 @@ class FakeStore(Store):
 class FakeDeclarationRepo(DeclarationRepo):
     """A declaration repo of one commit on main holding `gateway_yaml`; `set_main` pushes another. Enough for use
     cases that read main's rules and resolve branches, and nothing that reads trees or merges."""
+
+    repository = DEFAULT_REPOSITORY
 
     def __init__(self, gateway_yaml: str, branches: Mapping[str, str] | None = None):
         self.yaml = {"main-1": gateway_yaml}

@@ -98,6 +98,7 @@ ALLOWED: dict[Action, set[str]] = {
     Action.RESET_BREAKER: PEOPLE,
     Action.OPEN_BREAKER: {"admin"},
     Action.ADD_USERS: {"admin"},
+    Action.MANAGE_REPOSITORIES: {"admin"},
     Action.CHANGE_USERS: {"admin"},
     Action.LINK_ACCOUNTS: {"admin"},
     Action.EDIT_SIMULATOR: {"admin"},

@@ -14,15 +14,16 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.middleware.sessions import SessionMiddleware
 from uvicorn.config import STARTUP_FAILURE
 
-from gateway.api import audit, day_two, git_http, notifications, pages, routes
+from gateway.api import audit, day_two, git_http, notifications, pages, repositories, routes
 from gateway.api.access_log import AccessLog
-from gateway.api.deps import read_lane
+from gateway.api.deps import read_lane, repository_asked
 from gateway.api.errors import error_body, invalid_request, status_for
+from gateway.api.repositories import RepositoryPrefix, elsewhere
 from gateway.api.scrubbing import ScrubResponses
 from gateway.composition import install_prometheus, open_service_workspace, session_secret
 from gateway.config import Settings
 from gateway.domain.backoff import Backoff
-from gateway.domain.errors import AuthError, GatewayError, Refused
+from gateway.domain.errors import AuthError, GatewayError, InAnotherRepository, Refused
 from gateway.logs import configure_service_logging, get_logger
 from gateway.mcp_server import McpMount
 from gateway.services.admin.startup import bring_database_up, log_start
@@ -70,7 +71,9 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
                        same_site="lax", https_only=settings.cookies_secure,
                        max_age=None)  # ends with the browser; the server-side session's expiry is what counts
     app.add_middleware(ScrubResponses, scrubber=app.state.workspace.scrubber)
+    app.add_middleware(RepositoryPrefix)  # /api/v1/repos/NAME/...: the same routes, in repository NAME
     app.add_middleware(AccessLog)  # outermost: its line has the status the client got, after every other layer
+    app.include_router(repositories.api)
     app.include_router(routes.router)
     app.include_router(pages.router)
     app.include_router(day_two.api)
@@ -89,6 +92,8 @@ def create_app(settings: Settings | None = None, workers: int = 1) -> FastAPI:
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+        if isinstance(exc, InAnotherRepository) and repository_asked(request) is None:
+            return elsewhere(request.url.path, request.url.query, exc)  # asked where it is not: sent where it is
         if request.url.path.startswith("/api/"):
             headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, AuthError) else None
             return JSONResponse(error_body(exc), status_code=status_for(exc), headers=headers)

@@ -23,9 +23,20 @@ T = TypeVar("T")
 bearer = HTTPBearer(auto_error=False, description="the API token `gateway users add` printed")
 
 
+REPOSITORY_KEY = "repository"  # in the request's state: the repository its path's prefix names
+
+
+def repository_asked(request: Request) -> str | None:
+    """The repository a request names: by its path's prefix (`/api/v1/repos/NAME/...`), else `?repo=NAME`."""
+    return getattr(request.state, REPOSITORY_KEY, None) or request.query_params.get("repo")
+
+
 def request_workspace(request: Request) -> Workspace:
-    """This request's workspace, with its own git handle; kept on the request so its page chrome reuses it."""
-    ws: Workspace = request.app.state.workspace.for_request()
+    """This request's workspace, in the repository it names, with its own git handle; kept on the request so its
+    page chrome reuses it."""
+    base: Workspace = request.app.state.workspace
+    name = repository_asked(request)
+    ws = base.in_repository(name) if name else base.for_request()
     request.state.workspace = ws
     return ws
 

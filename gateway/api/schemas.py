@@ -85,6 +85,14 @@ class StackPlanPublic(BaseModel):
     preview: dict[str, Any]
 
 
+class RepositoryPublic(BaseModel):
+    name: str
+    active: bool
+    added_at: datetime
+    added_by: str
+    removed_at: datetime | None = None
+
+
 class ProposalSummary(BaseModel):
     id: int
     branch: str

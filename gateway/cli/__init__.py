@@ -49,6 +49,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preview": ("plans", "Render any Terraform/OpenTofu plan (`show -json` output) for a person."),
     "propose": ("proposals", "Open a proposal from a branch of the declaration repo: plan every stack it touches."),
     "reject": ("proposals", "Reject the proposal; it stays stopped until a new commit."),
+    "repos": ("repos", "The declaration repositories the gateway serves (`gateway --repo NAME ...` works in one)."),
     "request": ("agents", "Ask the agent for a change in plain words; it opens a proposal you cannot approve "
                           "yourself."),
     "rollback": ("proposals", "Open a proposal that reverts the merge of an applied change, planned and approved "
@@ -91,7 +92,10 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="change-gateway")
-def cli() -> None:
+@click.option("--repo", "repository", default=None, metavar="NAME",
+              help="the declaration repository to work in (default: GATEWAY_REPOSITORY, else the repository the "
+                   "current directory is a clone of, else the workspace's own)")
+def cli(repository: str | None) -> None:
     """The change gateway: the one path by which agents and people change infrastructure."""
     # Logging is configured by the commands that act (gateway.cli.context.Context), not here: this runs
     # before a command's own --help is parsed, and structlog alone costs more than that help.

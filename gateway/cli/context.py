@@ -8,9 +8,11 @@ and the approval rules are imported when a command first needs them, so `gateway
 
 from __future__ import annotations
 
+import configparser
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -40,6 +42,11 @@ class Context:
 
         configure_logging()
         self.settings: Settings = Settings()
+        chosen = click.get_current_context().find_root().params.get("repository")
+        if chosen or self.settings.repository is None:
+            found = chosen or repository_of_clone(self.settings.home, Path.cwd())
+            if found:
+                self.settings = self.settings.in_repository(found)
         self.reads_only = False  # set by `pass_reader`: the command changes nothing, not even the schema
         self._ws: Workspace | None = None
 
@@ -72,6 +79,29 @@ class Context:
 
 
 pass_ctx = click.make_pass_decorator(Context, ensure=True)
+
+
+def repository_of_clone(home: Path, folder: Path) -> str | None:
+    """The repository of the gateway in `home` whose clone `folder` is in (its `origin` is that repository's bare
+    repository in `home/repos`), or None. Read from the clone's .git/config: no git process."""
+    for at in (folder, *folder.parents):
+        config = at / ".git" / "config"
+        if config.is_file():
+            break
+    else:
+        return None
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    try:
+        parser.read_string(config.read_text())
+    except (configparser.Error, OSError, UnicodeDecodeError):
+        return None
+    url = parser.get('remote "origin"', "url", fallback="")
+    origin = Path(url.removeprefix("file://"))
+    origin = (origin if origin.is_absolute() else at / origin).resolve()
+    repos = (home / "repos").resolve()
+    if origin.parent != repos or origin.suffix != ".git":
+        return None
+    return origin.stem
 
 
 def pass_reader(command: Callable[..., R]) -> Callable[..., R]:

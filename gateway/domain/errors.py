@@ -57,6 +57,14 @@ class NotFound(InputError):
     pass
 
 
+class InAnotherRepository(NotFound):
+    """What was asked for is there, in another declaration repository of the gateway (`repository`)."""
+
+    def __init__(self, message: str, repository: str):
+        super().__init__(message)
+        self.repository = repository
+
+
 class Conflict(InputError):
     pass
 

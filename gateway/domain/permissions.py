@@ -17,6 +17,7 @@
     reset_breaker            any                          never         -
     open_breaker             admin                        never         -
     add_users                admin                        never         -
+    manage_repositories      admin                        never         -
     change_users             admin                        never         -
     link_accounts            admin                        never         -
     edit_simulator           admin                        never         -
@@ -57,6 +58,7 @@ class Action(StrEnum):
     RESET_BREAKER = "reset_breaker"  # close a tripped circuit breaker (resetters, by group)
     OPEN_BREAKER = "open_breaker"  # the kill switch, by hand
     ADD_USERS = "add_users"
+    MANAGE_REPOSITORIES = "manage_repositories"  # add or remove a declaration repository of the gateway
     CHANGE_USERS = "change_users"  # disable, enable, rotate or revoke a token, change roles and groups
     LINK_ACCOUNTS = "link_accounts"  # link a person to a GitHub account
     EDIT_SIMULATOR = "edit_simulator"  # change the simulated cloud directly
@@ -160,6 +162,7 @@ RULES: dict[Action, Rule] = {
                           "{name} is an agent; agents never reset the breaker"),
     A.OPEN_BREAKER: _admin_only("open the breaker by hand"),
     A.ADD_USERS: _admin_only("add users"),
+    A.MANAGE_REPOSITORIES: _admin_only("add or remove repositories"),
     A.CHANGE_USERS: _admin_only("change users"),
     A.LINK_ACCOUNTS: _admin_only("link accounts"),
     A.EDIT_SIMULATOR: _admin_only("act on the simulated cloud directly"),

@@ -11,6 +11,7 @@ from gateway.domain.errors import Refused
 from gateway.domain.lifecycle import ProposalStatus, Transition, next_status, ways_out
 from gateway.domain.policy import Finding, Override, unresolved_denies
 from gateway.domain.principals import Actor, Principal
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 from gateway.domain.risk import Risk, RiskLevel
 
 __all__ = ["Decision", "DecisionRecord", "PlanSummary", "Proposal", "ProposalKind", "ProposalMoved", "ProposalStatus",
@@ -136,6 +137,7 @@ class Proposal:
     agent_claim: str | None = None
     applied_sha: str | None = None  # the commit (the branch merged onto main) the last apply ran
     kind: ProposalKind = ProposalKind.CHANGE
+    repository: str = DEFAULT_REPOSITORY  # the declaration repository it changes
     # transitions taken since the proposal was last saved (cosmicpython's `Product.events`)
     events: list[ProposalMoved] = field(default_factory=list, compare=False, repr=False)
 

@@ -102,6 +102,7 @@ class RepoSettings:
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     break_glass: BreakGlassSettings = field(default_factory=BreakGlassSettings)
     notifications: NotificationSettings = field(default_factory=NotificationSettings)  # who is told what
+    repository: str | None = None  # a repository added to the gateway: its stacks are named `repository/stack`
 
     @property
     def forge(self) -> ForgeSettings | None:
@@ -109,7 +110,8 @@ class RepoSettings:
         return self.github or self.gitlab
 
     def require_stack(self, name: str) -> StackSettings:
-        """The stack called `name`; an unknown name is refused, listing the stacks there are."""
+        """The stack called `name` (in an added repository, `repo/stack`); an unknown name is refused, listing the
+        stacks there are."""
         if name not in self.stacks:
             raise NotFound(f"unknown stack {name!r} (stacks: {', '.join(sorted(self.stacks))})")
         return self.stacks[name]

@@ -32,6 +32,7 @@ from gateway.domain.proposal import (
     ProposalKind,
     ProposalStatus,
 )
+from gateway.domain.repositories import Repository
 from gateway.domain.sign_in import PendingSignIn, RefusalTally, WebSession
 from gateway.domain.workers import WorkerRecord
 
@@ -198,6 +199,10 @@ class Proposals(Protocol):
 
     def merged_as(self, sha: str) -> int | None:
         """The proposal whose merge made commit `sha` (None: the gateway did not make it)."""
+        ...
+
+    def repository_of(self, proposal_id: int) -> str | None:
+        """The repository proposal `proposal_id` changes, whichever it is (None: no such proposal)."""
         ...
 
     def start_apply(self, proposal_id: int, stack: str, plan_id: int, runner: str, commit_sha: str) -> int: ...
@@ -662,9 +667,30 @@ class WorkerRegistry(Protocol):
         ...
 
 
-class UnitOfWork(Protocol):
-    """One transaction: what a use case writes through these repositories commits together, or not at all."""
+class Repositories(Protocol):
+    """The declaration repositories the gateway serves; every unit of work sees them all."""
 
+    def add(self, name: str, by: str) -> Repository:
+        """Register `name` (a Conflict when it is there, removed or not: a removed one's trail keeps its name)."""
+        ...
+
+    def get(self, name: str) -> Repository | None: ...
+
+    def list(self) -> list[Repository]:
+        """Every repository, removed ones too, by name."""
+        ...
+
+    def remove(self, name: str, by: str) -> None:
+        """Mark it removed: nothing new is proposed or applied there; its records stay."""
+        ...
+
+
+class UnitOfWork(Protocol):
+    """One transaction: what a use case writes through these repositories commits together, or not at all. It works
+    in one declaration repository (`repository`): its proposals, pushes, markers and breakers are that one's."""
+
+    repository: str
+    repositories: Repositories
     principals: Principals
     proposals: Proposals
     conversations: Conversations
@@ -687,11 +713,16 @@ class Store(Protocol):
     locks: StackLocks
     queue: JobQueue
     workers: WorkerRegistry
+    repository: str  # the declaration repository its units of work work in
     dialect: str  # sqlite, postgresql
     schema_version: int  # the schema this code reads and writes (its newest migration)
 
     def close(self) -> None:
         """Let go of every connection."""
+        ...
+
+    def for_repository(self, name: str) -> Store:
+        """The same records, working in repository `name` (sharing this one's connections, locks and queue)."""
         ...
 
     def session(self, readonly: bool = False) -> AbstractContextManager[UnitOfWork]:

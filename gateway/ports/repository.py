@@ -23,6 +23,7 @@ class DeclarationRepo(Protocol):
     """The declaration repo. Reads name exact commits (what is at a commit never changes); refs are resolved fresh."""
 
     path: Path
+    repository: str  # the repository's name among the gateway's (its stacks are `repository/stack` but the default's)
 
     def reopen(self) -> DeclarationRepo:
         """A handle of its own on the same repo, for another thread."""
@@ -41,7 +42,7 @@ class DeclarationRepo(Protocol):
     def branch_exists(self, branch: str) -> bool: ...
 
     def repo_settings(self, sha: str) -> RepoSettings:
-        """gateway.yaml as of commit `sha`."""
+        """gateway.yaml as of commit `sha`, its stacks named as the gateway keeps them (`repository/stack`)."""
         ...
 
     def merge_base(self, a: str, b: str) -> str: ...

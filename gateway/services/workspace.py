@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gateway.config import Settings
+from gateway.domain.errors import NotConfigured
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import ForgeSettings, RepoSettings
@@ -123,6 +124,35 @@ class Workspace:
     identity_providers: Mapping[str, IdentityProvider] = field(default_factory=dict)  # sign-in: oidc, github
     notifier: NotificationSender | None = None  # Slack, e-mail, webhooks (wired by the composition root)
     modules: RemoteModules | None = None  # remote module sources, resolved as `terraform init` resolves them
+    # the workspace of another declaration repository of this gateway, sharing this one's database and engines
+    # (wired by the composition root; None: this process serves one repository)
+    open_repository: Callable[[str], Workspace] | None = None
+
+    @property
+    def repository(self) -> str:
+        """The declaration repository this workspace works in."""
+        return self.repo.repository
+
+    def in_repository(self, name: str) -> Workspace:
+        """The workspace of repository `name` (this one when it is this one's); a repository the gateway does not
+        serve is a NotFound naming those it does."""
+        if name == self.repository:
+            return self
+        if self.open_repository is None:
+            raise NotConfigured(f"this process serves repository {self.repository} only, not {name}")
+        return self.open_repository(name)
+
+    def for_proposal(self, proposal_id: int) -> Workspace:
+        """The workspace of the repository proposal `proposal_id` changes (this one when there is no such proposal:
+        reading it then says so)."""
+        with self.store.session(readonly=True) as session:
+            name = session.proposals.repository_of(proposal_id)
+        return self if name is None else self.in_repository(name)
+
+    def for_job(self, job: Job) -> Workspace:
+        """The workspace of the repository the job works in (named in its arguments when not the default one)."""
+        name = (job.args or {}).get("repository")
+        return self.in_repository(str(name)) if name else self
 
     def repo_settings(self, ref: str | None = None) -> RepoSettings:
         """gateway.yaml as of `ref` (default: the main branch, whose rules bind every proposal)."""

@@ -26,6 +26,7 @@ from pygit2.enums import DiffOption, FileMode, ObjectType, RepositoryOpenFlag, S
 from gateway.adapters.gateway_yaml import parse_repo_settings
 from gateway.domain.errors import BackendError, Conflict, NotFound, RefMoved
 from gateway.domain.repo_settings import RepoSettings
+from gateway.domain.repositories import DEFAULT_REPOSITORY, qualified
 from gateway.ports import CommitInfo
 
 if TYPE_CHECKING:
@@ -37,12 +38,13 @@ _T = TypeVar("_T")
 class GitDeclarationRepo:
     """Reads are safe from any thread (a libgit2 handle per thread); writes are not (GitPython's handle)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, repository: str = DEFAULT_REPOSITORY):
         try:
             _open(path)
         except pygit2.GitError:
             raise NotFound(f"no declaration repo at {path}: run `gateway init` first") from None
         self.path = path
+        self.repository = repository  # whose stacks gateway.yaml names (`repo/stack` but in the default one)
         self._local = threading.local()
         self._writer: git.Repo | None = None
         self._pins: dict[tuple[str, ...], Any] | None = None  # a pinned read's refs, as first read
@@ -68,7 +70,8 @@ class GitDeclarationRepo:
         return reader
 
     @classmethod
-    def create(cls, path: Path, content: Path, main_branch: str = "main") -> GitDeclarationRepo:
+    def create(cls, path: Path, content: Path, main_branch: str = "main",
+               repository: str = DEFAULT_REPOSITORY) -> GitDeclarationRepo:
         """A new bare repo whose first commit on `main_branch` holds the files of `content`."""
         import git
 
@@ -80,13 +83,14 @@ class GitDeclarationRepo:
             clone.git.add("-A")
             clone.git.execute(["git", "commit", "-q", "-m", "Initial declarations"], env=committer_env())
             clone.git.push("origin", main_branch)
-        return cls(path)
+        return cls(path, repository)
 
     def reopen(self) -> GitDeclarationRepo:
         """A handle of its own for writes (GitPython's are not thread-safe); its reads share this one's libgit2
         handles, one per thread, so a request opens no repository (opening one costs a small read a tenth)."""
         twin = object.__new__(GitDeclarationRepo)
         twin.path, twin._local, twin._writer, twin._pins = self.path, self._local, None, None
+        twin.repository = self.repository
         return twin
 
     def pinned(self) -> GitDeclarationRepo:
@@ -137,7 +141,7 @@ class GitDeclarationRepo:
         blob = self._entry(self._commit(sha).tree, "gateway.yaml")
         if blob is None or blob.type != ObjectType.BLOB:
             raise NotFound(f"gateway.yaml does not exist at {sha[:12]}")
-        return _SETTINGS.get(self._reader, str(blob.id))  # type: ignore[no-any-return]
+        return _SETTINGS.get(self._reader, str(blob.id), self.repository)  # type: ignore[no-any-return]
 
     def merge_base(self, a: str, b: str) -> str:
         base = self._reader.merge_base(self._commit(a).id, self._commit(b).id)
@@ -432,8 +436,8 @@ class _ByObjectId:
         return value
 
 
-def _settings_of_blob(reader: pygit2.Repository, blob: str) -> RepoSettings:
-    return parse_repo_settings(_text(reader[blob]))
+def _settings_of_blob(reader: pygit2.Repository, blob: str, repository: str) -> RepoSettings:
+    return qualified(parse_repo_settings(_text(reader[blob])), repository)
 
 
 def _changed_paths(reader: pygit2.Repository, base: str, head: str) -> tuple[str, ...]:

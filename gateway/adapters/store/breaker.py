@@ -14,12 +14,18 @@ from gateway.adapters.store.rows import (
 from gateway.adapters.store.schema import (
     breaker_changes,
     breaker_states,
+    proposals,
 )
 from gateway.domain.breaker import BreakerState, CapacityChange
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 
 
 class SqlBreakerRecords(Records):
-    """The circuit breaker: each agent change's capacity figures, and each breaker's state."""
+    """The circuit breaker: each agent change's capacity figures, and each breaker's state, of the unit of work's
+    repository (an added repository's breakers are kept under `repo:` before their scope)."""
+
+    def _scoped(self, scope: str) -> str:
+        return scope if self.repository == DEFAULT_REPOSITORY else f"{self.repository}:{scope}"
 
     def record_change(self, change: CapacityChange) -> None:
         """A proposal's latest capacity figures, at the time of its latest plans (a re-plan replaces the earlier)."""
@@ -37,7 +43,9 @@ class SqlBreakerRecords(Records):
 
     def changes(self, principal_id: str | None, since: datetime) -> list[CapacityChange]:
         """Agent changes since `since`, oldest first: one agent's, or every agent's (None)."""
-        query = select(breaker_changes).where(breaker_changes.c.at >= since).order_by(breaker_changes.c.at)
+        mine = select(proposals.c.id).where(proposals.c.repository == self.repository)
+        query = select(breaker_changes).where(breaker_changes.c.at >= since, breaker_changes.c.proposal_id.in_(mine))\
+            .order_by(breaker_changes.c.at)
         if principal_id is not None:
             query = query.where(breaker_changes.c.principal_id == principal_id)
         return [
@@ -53,18 +61,27 @@ class SqlBreakerRecords(Records):
         ]
 
     def state(self, scope: str) -> BreakerState | None:
-        row = self.conn.execute(select(breaker_states).where(breaker_states.c.scope == scope)).mappings().first()
-        return _state(row) if row else None
+        row = self.conn.execute(select(breaker_states).where(breaker_states.c.scope == self._scoped(scope))) \
+            .mappings().first()
+        return self._state(row) if row else None
 
     def states(self) -> list[BreakerState]:
-        return [_state(r) for r in self.conn.execute(select(breaker_states).order_by(breaker_states.c.scope)).mappings()]
+        rows = self.conn.execute(select(breaker_states).order_by(breaker_states.c.scope)).mappings()
+        return [self._state(r) for r in rows if self._mine(r["scope"])]
 
     def set(self, scope: str, is_open: bool, reason: str, by: str) -> None:
-        self.conn.execute(delete(breaker_states).where(breaker_states.c.scope == scope))
+        scoped = self._scoped(scope)
+        self.conn.execute(delete(breaker_states).where(breaker_states.c.scope == scoped))
         self.conn.execute(
-            insert(breaker_states).values(scope=scope, open=is_open, reason=reason, changed_by=by, changed_at=now())
+            insert(breaker_states).values(scope=scoped, open=is_open, reason=reason, changed_by=by, changed_at=now())
         )
 
+    def _mine(self, scope: str) -> bool:
+        """Whether a stored scope is this repository's (the default's have no `repo:` before them)."""
+        if self.repository == DEFAULT_REPOSITORY:
+            return ":" not in scope
+        return scope.startswith(f"{self.repository}:")
 
-def _state(row: RowMapping) -> BreakerState:
-    return BreakerState(row["scope"], row["open"], row["reason"], row["changed_by"], aware(row["changed_at"]))
+    def _state(self, row: RowMapping) -> BreakerState:
+        scope = str(row["scope"]).split(":", 1)[-1] if self.repository != DEFAULT_REPOSITORY else row["scope"]
+        return BreakerState(scope, row["open"], row["reason"], row["changed_by"], aware(row["changed_at"]))

@@ -25,6 +25,7 @@ from gateway.domain.errors import NotFound
 from gateway.domain.jobs import FINISHED, Job, JobKind, JobStatus
 from gateway.domain.operations import EndedJobs, QueueDepth
 from gateway.domain.principals import Actor, Principal
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 
 _JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
 
@@ -50,6 +51,8 @@ class SqlJobs(Records):
         args: Mapping[str, Any] | None = None,
     ) -> int:
         who = requested_by.id if isinstance(requested_by, Principal) else requested_by.name
+        if self.repository != DEFAULT_REPOSITORY:  # the worker that claims it works in this repository
+            args = {**(args or {}), "repository": self.repository}
         result = self.conn.execute(
             insert(jobs).values(
                 kind=kind.value,

@@ -16,29 +16,36 @@ from gateway.adapters.store.schema import (
     markers,
 )
 from gateway.domain.apply_blockers import MainPush
+from gateway.domain.repositories import stack_prefix
 
 # asked by every read of a proposal and every page: built once
 _MARKER = select(markers.c.value).where(markers.c.name == bindparam("name"))
 _UNACKNOWLEDGED = (
-    select(main_pushes).where(main_pushes.c.acknowledged_at.is_(None)).order_by(main_pushes.c.detected_at)
+    select(main_pushes).where(main_pushes.c.repository == bindparam("repository"),
+                              main_pushes.c.acknowledged_at.is_(None)).order_by(main_pushes.c.detected_at)
 )
 
 
 class SqlMainRecords(Records):
-    """What the gateway last saw of main, and the pushes made to it outside the gateway."""
+    """What the gateway last saw of main, and the pushes made to it outside the gateway: the unit of work's
+    repository's (an added repository's markers are kept under `repo/` before their names)."""
+
+    def _named(self, name: str) -> str:
+        return stack_prefix(self.repository) + name
 
     def marker(self, name: str) -> str | None:
-        return self.conn.scalar(_MARKER, {"name": name})
+        return self.conn.scalar(_MARKER, {"name": self._named(name)})
 
     def set_marker(self, name: str, value: str) -> None:
         """One upsert: two workers setting the same marker at once (both saw main move) both succeed, the later
         value kept (a delete then an insert let the second fail on the first's row, under READ COMMITTED)."""
-        statement = self._insert_marker(name, value)
+        statement = self._insert_marker(self._named(name), value)
         self.conn.execute(statement.on_conflict_do_update(index_elements=["name"], set_={"value": value}))
 
     def swap_marker(self, name: str, expected: str | None, value: str) -> bool:
         """Set the marker to `value` only if it still holds `expected` (None: absent); False when another
         worker changed it first. A compare-and-set: of workers racing for the same claim, one wins."""
+        name = self._named(name)
         if expected is not None:
             done = self.conn.execute(
                 update(markers).where(markers.c.name == name, markers.c.value == expected).values(value=value)
@@ -62,18 +69,20 @@ class SqlMainRecords(Records):
             return False
         self.conn.execute(
             insert(main_pushes).values(
-                sha=sha, stacks=list(stacks), paths=list(paths)[:500], author=author[:200], detected_at=now()
+                sha=sha, stacks=list(stacks), paths=list(paths)[:500], author=author[:200], detected_at=now(),
+                repository=self.repository,
             )
         )
         return True
 
     def unacknowledged_pushes(self) -> list[MainPush]:
-        return [_push(r) for r in self.conn.execute(_UNACKNOWLEDGED).mappings()]
+        return [_push(r) for r in self.conn.execute(_UNACKNOWLEDGED, {"repository": self.repository}).mappings()]
 
     def acknowledge_push(self, sha: str, by: str, reason: str) -> MainPush | None:
         row = (
             self.conn.execute(
                 select(main_pushes).where(
+                    main_pushes.c.repository == self.repository,
                     main_pushes.c.sha.startswith(sha, autoescape=True), main_pushes.c.acknowledged_at.is_(None)
                 )
             )

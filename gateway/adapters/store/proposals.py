@@ -39,7 +39,7 @@ from gateway.adapters.store.schema import (
     proposals,
 )
 from gateway.domain.applies import ApplyRecord, ApplyStatus
-from gateway.domain.errors import Conflict, NotFound
+from gateway.domain.errors import Conflict, InAnotherRepository, NotFound
 from gateway.domain.lifecycle import ACTIVE, INITIAL
 from gateway.domain.plan import decode_plan_bytes, plan_digest
 from gateway.domain.policy import Override
@@ -138,6 +138,7 @@ class SqlProposals(Records):
         result = self.conn.execute(
             insert(proposals).values(
                 kind=kind.value,
+                repository=self.repository,
                 branch=branch,
                 base_sha=base_sha,
                 head_sha=head_sha,
@@ -159,7 +160,8 @@ class SqlProposals(Records):
     def open_for_branch(self, branch: str) -> int | None:
         return self.conn.scalar(
             select(proposals.c.id).where(
-                proposals.c.branch == branch, proposals.c.status.in_([s.value for s in ACTIVE])
+                proposals.c.repository == self.repository, proposals.c.branch == branch,
+                proposals.c.status.in_([s.value for s in ACTIVE])
             )
         )
 
@@ -169,7 +171,7 @@ class SqlProposals(Records):
         rows = (
             self.conn.execute(
                 select(proposals.c.id, proposals.c.branch, proposals.c.head_sha, proposals.c.stacks).where(
-                    proposals.c.status.in_([s.value for s in statuses])
+                    proposals.c.repository == self.repository, proposals.c.status.in_([s.value for s in statuses])
                 )
             )
             .mappings()
@@ -194,6 +196,9 @@ class SqlProposals(Records):
         row = self.conn.execute(_PROPOSAL_LOCKED if lock else _PROPOSAL, {"id": proposal_id}).mappings().first()
         if row is None:
             raise NotFound(f"no proposal {proposal_id}")
+        if row["repository"] != self.repository:  # another repository's: as if it were not there
+            raise InAnotherRepository(f"no proposal {proposal_id} in repository {self.repository} (it is in "
+                                      f"{row['repository']}: --repo {row['repository']})", row["repository"])
         parts: dict[str, list[Mapping[str, Any]]] = {"decision": [], "override": [], "plan": []}
         for child in self.conn.execute(_CHILDREN, {"proposal_id": proposal_id, "head_sha": row["head_sha"]}).mappings():
             parts[child["part"]].append(child)
@@ -212,6 +217,7 @@ class SqlProposals(Records):
             changed_paths=tuple(row["changed_paths"]),
             applied_sha=row["applied_sha"],
             kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
+            repository=row["repository"],
         )
         heads = [(r["id"], r["c1"], r["c2"], r["c3"]) for r in parts["plan"]]  # id, stack, head, digest
         proposal.plans = self._current_plans(heads)
@@ -224,7 +230,8 @@ class SqlProposals(Records):
 
     def list(self, status: str | None = None) -> list[ListedProposal]:
         query = select(proposals.c.id, proposals.c.status, proposals.c.created_at, proposals.c.model,
-                       proposals.c.prompt_version).order_by(proposals.c.id.desc())
+                       proposals.c.prompt_version).where(proposals.c.repository == self.repository)\
+            .order_by(proposals.c.id.desc())
         if status:
             query = query.where(proposals.c.status == status)
         return [ListedProposal(r["id"], ProposalStatus(r["status"]), aware(r["created_at"]), r["model"],
@@ -393,7 +400,13 @@ class SqlProposals(Records):
 
     def merged_as(self, sha: str) -> int | None:
         """The proposal whose merge made commit `sha` (None: the gateway did not make it)."""
-        return self.conn.scalar(select(proposals.c.id).where(proposals.c.merge_sha == sha).limit(1)) if sha else None
+        return self.conn.scalar(select(proposals.c.id).where(proposals.c.repository == self.repository,
+                                                             proposals.c.merge_sha == sha).limit(1)) if sha else None
+
+    def repository_of(self, proposal_id: int) -> str | None:
+        if not 0 < proposal_id <= MAX_ID:
+            return None
+        return self.conn.scalar(select(proposals.c.repository).where(proposals.c.id == proposal_id))
 
     def start_apply(self, proposal_id: int, stack: str, plan_id: int, runner: str, commit_sha: str) -> int:
         result = self.conn.execute(

@@ -119,10 +119,12 @@ def as_event(row: Mapping[str, Any]) -> AuditEvent:
 
 
 class Records:
-    """What every repository of one unit of work shares: its connection, scrubber and sealer (not its siblings: a
-    repository is a collection of one aggregate; what spans several is the unit of work's, or a use case's)."""
+    """What every repository of one unit of work shares: its connection, scrubber and sealer, and the declaration
+    repository it works in (not its siblings: a repository is a collection of one aggregate; what spans several is
+    the unit of work's, or a use case's)."""
 
     def __init__(self, uow: SqlUnitOfWork):
         self.conn = uow.conn
         self.scrubber = uow.scrubber
         self.sealer = uow.sealer
+        self.repository = uow.repository

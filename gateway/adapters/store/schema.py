@@ -43,6 +43,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError, SQLAlche
 from gateway.domain.audit import GENESIS, event_addresses, event_bytes, event_outcome
 from gateway.domain.errors import BackendError, ConfigError, DatabaseUnavailable
 from gateway.domain.notifications import OUTBOX_MARKER
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 
 metadata = MetaData()
 
@@ -87,6 +88,9 @@ proposals = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("applied_sha", String(40), nullable=True),  # migration 5: the merged commit an apply ran
     Column("kind", String(20), nullable=True),  # migration 8: change | drift_revert (NULL: change)
+    # migration 32: the declaration repository it changes (the workspace's first one for older proposals)
+    Column("repository", String(63), nullable=False, server_default=DEFAULT_REPOSITORY),
+    Index("proposals_by_repository", "repository", "status"),
 )
 
 plans = Table(
@@ -393,7 +397,8 @@ breaker_changes = Table(
 
 breaker_states = Table(
     "breaker_states", metadata,
-    Column("scope", String(36), primary_key=True),  # an agent principal's id, or "*" for every agent
+    # an agent principal's id, or "*" for every agent; in an added repository `repo:` before it (migration 32: wider)
+    Column("scope", String(100), primary_key=True),
     Column("open", Boolean, nullable=False),
     Column("reason", Text, nullable=False),
     Column("changed_by", String(100), nullable=False),
@@ -430,6 +435,7 @@ main_pushes = Table(
     Column("acknowledged_by", String(100), nullable=True),
     Column("acknowledged_at", DateTime(timezone=True), nullable=True),
     Column("reason", Text, nullable=True),
+    Column("repository", String(63), nullable=False, server_default=DEFAULT_REPOSITORY),  # migration 32
 )
 
 # Day two (migration 14): drift records per stack, and break-glass windows.
@@ -514,8 +520,18 @@ sign_in_refusal_tallies = Table(
 
 markers = Table(  # small facts the gateway keeps: the last main commit it has looked at
     "markers", metadata,
-    Column("name", String(60), primary_key=True),
+    Column("name", String(200), primary_key=True),  # in an added repository, `repo/` before it (migration 32: wider)
     Column("value", String(200), nullable=False),
+)
+
+# The declaration repositories the gateway serves (migration 32); a removed one keeps its row, proposals and trail.
+repositories = Table(
+    "repositories", metadata,
+    Column("name", String(63), primary_key=True),
+    Column("added_at", DateTime(timezone=True), nullable=False),
+    Column("added_by", String(100), nullable=False),
+    Column("removed_at", DateTime(timezone=True), nullable=True),
+    Column("removed_by", String(100), nullable=True),
 )
 
 # Notifications (migration 20): one row per (event, subject, channel), delivered once by a notify job.
@@ -795,6 +811,22 @@ def _workers(conn: Connection) -> None:
     workers.create(conn, checkfirst=True)
 
 
+def _repositories(conn: Connection) -> None:
+    """Many declaration repositories under one gateway: the registry (the workspace's first one in it), and the
+    repository of each proposal and each push to main (the first one for those made before)."""
+    repositories.create(conn, checkfirst=True)
+    if conn.scalar(select(repositories.c.name).where(repositories.c.name == DEFAULT_REPOSITORY)) is None:
+        conn.execute(repositories.insert().values(name=DEFAULT_REPOSITORY, added_at=_now(), added_by="gateway"))
+    for table in ("proposals", "main_pushes"):
+        if "repository" not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN repository VARCHAR(63) NOT NULL "
+                              f"DEFAULT '{DEFAULT_REPOSITORY}'"))
+    next(i for i in proposals.indexes if i.name == "proposals_by_repository").create(conn, checkfirst=True)
+    if conn.dialect.name == "postgresql":  # SQLite keeps any length
+        conn.execute(text("ALTER TABLE breaker_states ALTER COLUMN scope TYPE VARCHAR(100)"))
+        conn.execute(text("ALTER TABLE markers ALTER COLUMN name TYPE VARCHAR(200)"))
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -823,6 +855,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (28, _gitlab_accounts),  # GitLab accounts linked to people
     (29, _workers),  # the worker registry: who runs, by their beats
     (30, _plan_rounds),  # a proposal's stacks planned as jobs of their own, gathered in rounds
+    (32, _repositories),  # many declaration repositories: the registry, and each proposal's and push's repository
 ]
 
 

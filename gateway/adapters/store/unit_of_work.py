@@ -8,6 +8,7 @@ queue and the worker registry commit on their own, since other processes must se
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -27,11 +28,13 @@ from gateway.adapters.store.notifications import SqlNotifications
 from gateway.adapters.store.plan_rounds import SqlPlanRounds
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
+from gateway.adapters.store.repositories import SqlRepositories
 from gateway.adapters.store.schema import SCHEMA_VERSION, Database
 from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.adapters.store.stacks import SqlStackRecords
 from gateway.adapters.store.workers import SqlWorkerRegistry
 from gateway.domain.proposal import Proposal
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import NO_METRICS, Metrics
 
@@ -39,10 +42,13 @@ from gateway.ports import NO_METRICS, Metrics
 class SqlUnitOfWork:
     """One transaction's view of the records, a repository per aggregate."""
 
-    def __init__(self, conn: Connection, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
+    def __init__(self, conn: Connection, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED,
+                 repository: str = DEFAULT_REPOSITORY):
         self.conn = conn
         self.scrubber = scrubber or Scrubber()
         self.sealer = sealer
+        self.repository = repository
+        self.repositories = SqlRepositories(self)
         self.principals = SqlPrincipals(self)
         self.proposals = SqlProposals(self, saved=self.write_new_events)
         self.conversations = SqlConversations(self)
@@ -68,8 +74,10 @@ class SqlUnitOfWork:
 class SqlStore:
     """Units of work over one database, and the stack locks, job queue and worker registry that commit on their own."""
 
-    def __init__(self, db: Database, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
+    def __init__(self, db: Database, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED,
+                 repository: str = DEFAULT_REPOSITORY):
         self.db = db
+        self.repository = repository
         self.scrubber = scrubber or Scrubber()
         self.sealer = sealer  # saved plans hold secrets in clear: sealed at rest
         self.locks = SqlStackLocks(db)
@@ -78,6 +86,14 @@ class SqlStore:
         self.dialect = db.engine.dialect.name
         self.schema_version = SCHEMA_VERSION
         self.metrics: Metrics = NO_METRICS  # the composition root sets the process's metrics
+
+    def for_repository(self, name: str) -> SqlStore:
+        """The same records, working in repository `name`: this store's connections, locks, queue and metrics."""
+        if name == self.repository:
+            return self
+        twin = copy.copy(self)
+        twin.repository = name
+        return twin
 
     def pending_migrations(self) -> list[int]:
         return self.db.pending_migrations()
@@ -101,7 +117,7 @@ class SqlStore:
             yield outer[1]
             return
         with self.db.transaction(readonly) as conn:
-            uow = SqlUnitOfWork(conn, self.scrubber, self.sealer)
+            uow = SqlUnitOfWork(conn, self.scrubber, self.sealer, self.repository)
             joined = _READING.set((self, uow)) if readonly else None
             try:
                 yield uow

@@ -16,7 +16,7 @@ def bootstrap_simulator(ws: Workspace) -> int:
     sha = ws.repo.resolve(ws.main_branch())
     created = 0
     for stack, stack_settings in sorted(settings.stacks.items()):
-        with tempfile.TemporaryDirectory(prefix=f"gw-boot-{stack}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"gw-boot-{stack.replace('/', '-')}-") as tmp:
             directory = ws.repo.export_stack(sha, stack_settings.path, Path(tmp) / "repo")
             inputs = ws.stack_inputs(stack)
             plan = ws.engine.plan(stack, directory, inputs)

@@ -77,7 +77,15 @@ def approve_proposal(ws: Workspace, actor: Principal, proposal_id: int, comment:
 
 
 def run_job(ws: Workspace, job: Job, runner: str, on_progress: Progress | None = None) -> Job:
-    """Run one claimed job to its end, heart-beating meanwhile; every way out is recorded."""
+    """Run one claimed job to its end, heart-beating meanwhile, in the workspace of the repository it works in;
+    every way out is recorded."""
+    try:
+        ws = ws.for_job(job)
+    except GatewayError as exc:  # a repository removed from under its queued job, or its folder gone
+        with ws.store.session() as session:
+            session.jobs.finish(job.id, JobStatus.FAILED, {}, str(exc))
+        return ws.store.queue.get(job.id)
+
     def progress(line: str) -> None:
         ws.store.queue.add_progress(job.id, line)
         if on_progress:

@@ -65,7 +65,7 @@ def plan_stack(ws: Workspace, stack: str, ref: str, origin: ChangeOrigin = Chang
     sha = ws.repo.resolve(ref)
     settings = ws.repo_settings()
     settings.require_stack(stack)
-    with tempfile.TemporaryDirectory(prefix=f"gw-{stack}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"gw-{stack.replace('/', '-')}-") as tmp:
         directory = ws.repo.export_stack(sha, settings.stacks[stack].path, Path(tmp) / "repo")
         return plan_directory(ws, settings, stack, directory, sha, origin)
 

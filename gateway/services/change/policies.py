@@ -10,6 +10,7 @@ from gateway.domain.plan import load_plan
 from gateway.domain.policy import Finding, PolicyContext
 from gateway.domain.rego import RegoPolicies, findings_from, masked_input, policy_error
 from gateway.domain.repo_settings import RepoSettings
+from gateway.domain.repositories import unqualified
 from gateway.domain.risk import Risk, assess_risk
 from gateway.ports import StackInputs
 from gateway.services.workspace import Workspace
@@ -30,7 +31,8 @@ def rego_findings(ws: Workspace, settings: RepoSettings, document: Mapping[str, 
     chosen = settings.stacks[stack].policies if stack in settings.stacks else None
     queries = policies.queries(chosen)
     unknown = sorted(set(chosen or ()) - set(policies.packages))
-    gateway_input = {"stack": stack, "proposer_kind": "agent" if context.proposed_by_agent else "person",
+    # the repository's policies name its stacks as its gateway.yaml does (`network`, never `repo/network`)
+    gateway_input = {"stack": unqualified(stack, ws.repository), "repository": ws.repository, "proposer_kind": "agent" if context.proposed_by_agent else "person",
                      "requester": context.requester, "changed_paths": list(context.changed_paths),
                      "risk": risk.to_json()}
     document_input = {**masked_input(document, inputs.secret), "gateway": gateway_input}

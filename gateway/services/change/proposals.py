@@ -93,6 +93,15 @@ def _require_may_propose(session: UnitOfWork, actor: Principal, requester: Princ
     actor, requester = session.principals.get(actor.id), session.principals.get(requester.id)
     require(actor, Action.PROPOSE)
     require(requester, Action.REQUEST)
+    require_active_repository(session)
+
+
+def require_active_repository(session: UnitOfWork) -> None:
+    """A repository removed from the gateway takes nothing new: no proposal, plan or apply (its records stay)."""
+    known = session.repositories.get(session.repository)
+    if known is not None and not known.active:
+        raise Refused([f"repository {known.name} was removed from the gateway by {known.removed_by}: nothing new "
+                       "is proposed, planned or applied there"])
 
 
 def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,

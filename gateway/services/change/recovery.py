@@ -50,7 +50,7 @@ def interrupt_stale_jobs(ws: Workspace) -> list[str]:
     recovered: list[str] = []
     for job in ws.store.queue.stale(ws.settings.lock_ttl_seconds):
         if job.kind == JobKind.PLAN_STACK:  # planned again from the start; its round waits for it
-            done = requeue_stack_job(ws, job)
+            done = requeue_stack_job(ws.for_job(job), job)
             recovered += [done] if done else []
             continue
         with ws.store.session() as session:
@@ -102,6 +102,7 @@ def _proposal_of(ws: Records, lock: StackLock) -> int | None:
 
 def _settle(ws: Workspace, proposal_id: int, dead: str, locks: list[StackLock]) -> ProposalStatus:
     """Record how the dead runner's apply of `proposal_id` ended; the proposal's status afterwards."""
+    ws = ws.for_proposal(proposal_id)  # read and settled in its own repository
     proposal = get_proposal(ws, proposal_id)
     settlement = None
     readings: list[StackReading] = []
@@ -178,7 +179,7 @@ def read_stack(ws: Workspace, proposal: Proposal, stack: str) -> StackReading:
 def _remaining_changes(ws: Workspace, stack: str, sha: str) -> list[str]:
     """The addresses a plan of `sha` would still change on `stack`, against its state as it is now."""
     settings = ws.repo_settings()
-    with tempfile.TemporaryDirectory(prefix=f"gw-recover-{stack}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"gw-recover-{stack.replace('/', '-')}-") as tmp:
         directory = ws.repo.export_stack(sha, settings.stacks[stack].path, Path(tmp) / "repo")
         document = ws.engine.plan(stack, directory, ws.stack_inputs(stack)).document
     return [rc.address for rc in load_plan(document).changes]

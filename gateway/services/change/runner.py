@@ -50,7 +50,12 @@ from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.code_host import forge_of, refresh_from_github
 from gateway.services.change.locks import HeldLocks, lock_names, runner_name
 from gateway.services.change.main_watch import record_own_commit, watch_main
-from gateway.services.change.proposals import get_proposal, replan_proposal, sync_proposal
+from gateway.services.change.proposals import (
+    get_proposal,
+    replan_proposal,
+    require_active_repository,
+    sync_proposal,
+)
 from gateway.services.change.recovery import recover_holder
 from gateway.services.workspace import MainRules, Records, Workspace
 
@@ -84,6 +89,8 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
     """Apply an approved proposal stack by stack, then merge its branch into main, all under its locks."""
     runner = runner or runner_name()
     say = progress or (lambda _: None)
+    with ws.store.session(readonly=True) as session:
+        require_active_repository(session)
     proposal = get_proposal(ws, proposal_id)
     if actor.is_agent:  # refused before any lock is taken; a person's standing is checked under them, with the rest
         _refuse(ws, actor, proposal, refusals(actor, Action.APPLY))
@@ -246,7 +253,7 @@ def _apply_stack(ws: Workspace, actor: Principal, proposal: Proposal, stack: str
             "state_serial": plan.state_serial}, proposal.id, [stack])
     ws.store.locks.set_apply(stack, runner, apply_id)
     settings = ws.repo_settings()
-    with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"gw-apply-{stack.replace('/', '-')}-") as tmp:
         directory = ws.repo.export_stack(merged, settings.stacks[stack].path, Path(tmp) / "repo")
         result = ws.engine.apply(stack, directory, document, plan.state_serial, ws.stack_inputs(stack), artifact,
                                  progress)

@@ -29,6 +29,7 @@ from gateway.domain.notifications import (
     first_line,
 )
 from gateway.domain.principals import GATEWAY
+from gateway.domain.repositories import DEFAULT_REPOSITORY, holds_stack
 from gateway.logs import get_logger
 from gateway.ports import UnitOfWork
 from gateway.services.notifications.delivery import trail_payload
@@ -61,6 +62,7 @@ def queue_notifications(ws: Workspace) -> list[int]:
         if not notifications.routes:
             return []
         context = NoticeContext(session, settings, ws.settings.public_url, ws.scrubber.scrub, ws.clock.now())
+        events = _of_repository(session, ws.repository, events)
         for event in events:
             try:
                 told = notices_for(context, event)
@@ -79,6 +81,25 @@ def queue_notifications(ws: Workspace) -> list[int]:
                                                                         {"notification": nid}))
                     queued.append(nid)
     return queued
+
+
+def _of_repository(session: UnitOfWork, repository: str, events: list[AuditEvent]) -> list[AuditEvent]:
+    """The events of `repository`, which its own routes tell (each repository's outbox reads the whole trail): by
+    their stacks, else by their proposal's repository; an event of neither is the default repository's to tell."""
+    of_proposal: dict[int, str | None] = {}
+    mine = []
+    for event in events:
+        if event.stacks:
+            belongs = all(holds_stack(repository, stack) for stack in event.stacks)
+        elif event.proposal_id is not None:
+            if event.proposal_id not in of_proposal:
+                of_proposal[event.proposal_id] = session.proposals.repository_of(event.proposal_id)
+            belongs = of_proposal[event.proposal_id] == repository
+        else:
+            belongs = repository == DEFAULT_REPOSITORY
+        if belongs:
+            mine.append(event)
+    return mine
 
 
 def _record_skipped(session: UnitOfWork, notifications: NotificationSettings, event: AuditEvent, reason: str) -> None:

@@ -43,9 +43,9 @@ class SqlBreakerRecords(Records):
 
     def changes(self, principal_id: str | None, since: datetime) -> list[CapacityChange]:
         """Agent changes since `since`, oldest first: one agent's, or every agent's (None)."""
-        mine = select(proposals.c.id).where(proposals.c.repository == self.repository)
-        query = select(breaker_changes).where(breaker_changes.c.at >= since, breaker_changes.c.proposal_id.in_(mine))\
-            .order_by(breaker_changes.c.at)
+        others = select(proposals.c.id).where(proposals.c.repository != self.repository)  # their breakers' own
+        query = select(breaker_changes).where(breaker_changes.c.at >= since,
+                                              breaker_changes.c.proposal_id.not_in(others)).order_by(breaker_changes.c.at)
         if principal_id is not None:
             query = query.where(breaker_changes.c.principal_id == principal_id)
         return [

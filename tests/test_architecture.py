@@ -231,7 +231,7 @@ def test_the_rules_see_real_imports(rule: str) -> None:
 NARROW = ("Records", "Configured", "MainRules", "Signed", "Identified", "Delivering")
 WHOLE = frozenset({"*"})
 # Rooms not yet read with this rule, until they are. The list only shrinks.
-NOT_YET_NARROWED = ("gateway.services.forge.", "gateway.services.change.views.", "gateway.services.change.read_model.",
+NOT_YET_NARROWED = ("gateway.services.change.views.", "gateway.services.change.read_model.",
                     "gateway.services.change.plan_rounds.", "gateway.services.change.jobs.")
 
 

@@ -21,12 +21,12 @@ from gateway.logs import get_logger
 from gateway.services.admin.users import authenticate
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.proposals import open_proposal
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records, Workspace
 
 log = get_logger(__name__)
 
 
-def git_principal(ws: Workspace, authorization: str | None, pushing: bool) -> Principal:
+def git_principal(ws: Records, authorization: str | None, pushing: bool) -> Principal:
     """The person a request's HTTP basic credentials (the gateway token as the password) belong to.
 
     No or unreadable credentials, an unknown or expired token, a disabled person: AuthError. Pushing needs the
@@ -44,7 +44,7 @@ def git_principal(ws: Workspace, authorization: str | None, pushing: bool) -> Pr
     return principal
 
 
-def held_branches(ws: Workspace) -> list[str]:
+def held_branches(ws: Records) -> list[str]:
     """Branches an open proposal stands on: a push may move them, never delete them."""
     with ws.store.session(readonly=True) as session:
         return sorted({basis.branch for basis in session.proposals.plan_bases(ACTIVE)})

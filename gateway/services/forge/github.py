@@ -30,7 +30,7 @@ from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.breaker import open_breaker_reason
 from gateway.services.change.code_host import forge_of
 from gateway.services.change.proposals import claim_issues, get_proposal, pending_changes, proposal_previews
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, MainRules, Records, Workspace
 
 log = get_logger(__name__)
 
@@ -59,7 +59,7 @@ def link_account(ws: Workspace, actor: Principal, name: str, login: str, github_
 # --- keeping the pull request in step --------------------------------------------------------
 
 
-def queue_behind(ws: Workspace) -> list[int]:
+def queue_behind(ws: MainRules) -> list[int]:
     """Queue a publish job for every proposal whose pull request shows less than its trail (housekeeping)."""
     if ws.repo_settings().forge is None:
         return []
@@ -136,7 +136,7 @@ def approver_teams(settings: RepoSettings, proposal: Proposal) -> list[str]:
     return sorted({teams[g] for g in approver_groups(proposal, settings).groups() if g in teams})
 
 
-def page_url(ws: Workspace, proposal_id: int) -> str:
+def page_url(ws: Configured, proposal_id: int) -> str:
     return f"{ws.settings.public_url.rstrip('/')}/proposals/{proposal_id}"
 
 
@@ -172,7 +172,7 @@ def pull_request_view(ws: Workspace, proposal: Proposal) -> PullRequestView:
     )
 
 
-def _planning_notices(ws: Workspace, proposal: Proposal) -> list[str]:
+def _planning_notices(ws: Records, proposal: Proposal) -> list[str]:
     """Its stacks being planned (how many of how many), or which stack's plan failed and why."""
     with ws.store.session(readonly=True) as session:
         current = session.plan_rounds.latest(proposal.id)

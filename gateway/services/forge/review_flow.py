@@ -26,7 +26,7 @@ from gateway.ports import Forge, UnitOfWork
 from gateway.services.change.code_host import verified_groups
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, open_proposal, sync_proposal, withdraw_decisions
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import MainRules, Records, Workspace
 
 log = get_logger(__name__)
 
@@ -160,7 +160,7 @@ class _Asked:
     made_by: str
 
 
-def proposal_of(ws: Workspace, forge: Forge, number: int) -> int | None:
+def proposal_of(ws: Records, forge: Forge, number: int) -> int | None:
     """The proposal of the forge's pull (merge) request `number`, if it has one."""
     with ws.store.session(readonly=True) as session:
         return session.github.proposal_for_pull_request(forge.settings.repository, number)
@@ -213,7 +213,7 @@ def on_opened(ws: Workspace, forge: Forge, terms: ForgeTerms, proposal_id: int |
     return {"refused": reasons}
 
 
-def on_closed(ws: Workspace, terms: ForgeTerms, proposal_id: int, closed: Closed) -> Result:
+def on_closed(ws: Records, terms: ForgeTerms, proposal_id: int, closed: Closed) -> Result:
     """A request closed: its proposal is abandoned; merged without the gateway's apply, that is said loudly."""
     number, who = closed.number, closed.by
     actor = terms.actor(who)
@@ -259,7 +259,7 @@ def on_branch_pushed(ws: Workspace, forge: Forge, terms: ForgeTerms, proposal_id
     return {"changes": changes}
 
 
-def on_push(ws: Workspace, forge: Forge, terms: ForgeTerms, pushed: Pushed) -> Result:
+def on_push(ws: MainRules, forge: Forge, terms: ForgeTerms, pushed: Pushed) -> Result:
     """Main moved on the forge: fetch it, and say so loudly when the gateway did not merge it; the housekeeping loop
     re-plans the proposals whose plans it touched."""
     main = ws.main_branch()
@@ -283,7 +283,7 @@ def on_push(ws: Workspace, forge: Forge, terms: ForgeTerms, pushed: Pushed) -> R
     return {"fetched": main}
 
 
-def _on_branch_push(ws: Workspace, terms: ForgeTerms, pushed: Pushed) -> Result:
+def _on_branch_push(ws: Records, terms: ForgeTerms, pushed: Pushed) -> Result:
     """A push to a proposal's branch names its pusher, who then shares in proposing it (the request's own event
     re-plans)."""
     branch = pushed.ref.removeprefix("refs/heads/")
@@ -295,7 +295,7 @@ def _on_branch_push(ws: Workspace, terms: ForgeTerms, pushed: Pushed) -> Result:
     return {"recorded_pusher": proposal_id} if proposal_id else {"ignored": f"push to {pushed.ref}"}
 
 
-def _record_pusher(ws: Workspace, terms: ForgeTerms, proposal_id: int, pushed: BranchPushed) -> None:
+def _record_pusher(ws: Records, terms: ForgeTerms, proposal_id: int, pushed: BranchPushed) -> None:
     number = {} if pushed.number is None else {"number": pushed.number}
     with ws.store.session() as session:
         session.audit.append(terms.actor(pushed.pusher), f"{terms.prefix}.pushed", {
@@ -303,7 +303,7 @@ def _record_pusher(ws: Workspace, terms: ForgeTerms, proposal_id: int, pushed: B
             "head_sha": pushed.head_sha}, proposal_id)
 
 
-def _pushes(ws: Workspace, terms: ForgeTerms, proposal_id: int) -> list[Push]:
+def _pushes(ws: Records, terms: ForgeTerms, proposal_id: int) -> list[Push]:
     """Every push to the request's branch the forge told of, from the trail, oldest first."""
     with ws.store.session(readonly=True) as session:
         events = session.audit.events(proposal_id=proposal_id, kind=f"{terms.prefix}.pushed")
@@ -345,7 +345,7 @@ def on_decided(ws: Workspace, forge: Forge, terms: ForgeTerms, proposal_id: int,
     return {decided.decision.value: person.name}
 
 
-def on_withdrawn(ws: Workspace, terms: ForgeTerms, proposal_id: int, withdrawn: Withdrawn) -> Result:
+def on_withdrawn(ws: Records, terms: ForgeTerms, proposal_id: int, withdrawn: Withdrawn) -> Result:
     """A decision taken back on the forge no longer counts."""
     with ws.store.session(readonly=True) as session:
         person = terms.person(session, withdrawn.account_id)
@@ -392,7 +392,7 @@ def _identity_refusals(terms: ForgeTerms, account: ForgeAccount, person: Princip
     return reasons
 
 
-def _refuse(ws: Workspace, terms: ForgeTerms, account: ForgeAccount, proposal: Proposal,
+def _refuse(ws: Records, terms: ForgeTerms, account: ForgeAccount, proposal: Proposal,
             what: Decision | CommandKind, reasons: list[str], made_by: str) -> NoReturn:
     with ws.store.session() as session:
         session.audit.append(terms.actor(account.login), f"{what.value}.refused", {

@@ -15,12 +15,12 @@ from gateway.domain.jobs import Job
 from gateway.domain.operations import webhook_event_label
 from gateway.domain.principals import SystemActor
 from gateway.services.forge.review_flow import ForgeTerms
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Delivering, Workspace
 
 Event = TypeVar("Event")
 
 
-def counted(ws: Workspace, label: str, receive: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def counted(ws: Delivering, label: str, receive: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Receive a delivery, counting it as refused, a duplicate or accepted under the event's `label`."""
     try:
         received = receive()

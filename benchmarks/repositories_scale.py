@@ -46,7 +46,7 @@ import httpx
 from audit_trail import BATCH, KINDS, PEOPLE, payload  # siblings: this script's directory is on the path
 from reads import load, wait_until_up
 from scratch_db import scratch_database
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import event, func, insert, select, text
 
 from gateway.adapters.git.repo import committer_env
 from gateway.adapters.store.schema import plan_round_stacks, plan_rounds, plans, proposals
@@ -55,8 +55,9 @@ from gateway.config import Settings
 from gateway.domain.principals import PrincipalKind, Role
 from gateway.logs import configure_logging
 from gateway.services.admin import audit as audit_service
-from gateway.services.admin.users import add_principal
+from gateway.services.admin.users import add_principal, token_read
 from gateway.services.change.proposals import open_proposal
+from gateway.services.change.views import inbox, view_proposal
 from gateway.services.workspace import Workspace
 
 STACKS = 50
@@ -223,6 +224,40 @@ def route_cost(ws: Workspace, names: list[str]) -> None:
           f"(goal p95 ≤ {READ_GOAL:.0f} ms); {load()}")
 
 
+def in_process(ws: Workspace, name: str, proposal_id: int, token: str) -> None:
+    """The proposal read and the inbox in this process, as the API runs them (the token's check, then the view, in
+    one read unit of work), without HTTP: statements per call and CPU per call, figures the machine's load moves
+    less than latencies."""
+    request = ws.in_repository(name).for_request()
+
+    def read() -> object:
+        with token_read(request, token) as (actor, _):
+            return view_proposal(request, actor, proposal_id).public_body(request.scrubber)
+
+    def queue() -> object:
+        with token_read(request, token) as (actor, _):
+            return inbox(request, actor)
+
+    for label, call in ((f"proposal {proposal_id} of {name}", read), (f"inbox of {name}", queue)):
+        call()
+        statements: list[int] = []
+
+        def counted(*_: object, seen: list[int] = statements) -> None:
+            seen.append(1)
+
+        event.listen(ws.store.db.engine, "before_cursor_execute", counted)
+        call()
+        event.remove(ws.store.db.engine, "before_cursor_execute", counted)
+        rounds = []
+        for _ in range(5):
+            cpu = time.process_time()
+            for _ in range(10):
+                call()
+            rounds.append((time.process_time() - cpu) / 10 * 1000)
+        print(f"in process, {label}: {len(statements)} statements, CPU {statistics.median(rounds):.1f} ms a call "
+              f"(median of 5 rounds of 10); {load()}")
+
+
 def main() -> None:
     configure_logging("warning")
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -288,6 +323,7 @@ def measure(ws: Workspace, home: Path, url: str | None, names: list[str], ids: d
             figure(f"inbox of {last} ({len(waiting.json())} waiting)", timings(f"{base}/api/v1/repos/{last}/inbox",
                                                                               approver, clients), None, floor, clients)
         route_cost(ws, names)
+        in_process(ws, last, ids[last][-1], approver)
         last_id = max(max(v) for v in ids.values())
         cases: dict[str, Callable[[], dict[str, Any]]] = {
             "audit filter: stack": lambda: {"stack": rng.choice(stacks)},

@@ -62,11 +62,10 @@ from gateway.services.workspace import Workspace
 
 STACKS = 50
 CLIENTS = (1, 8)
-SECONDS_PER_LEVEL = 3.0
 READ_GOAL, FILTER_GOAL = 20.0, 50.0  # ms, p95
 PAGE = 100
-FULL = {"repositories": 20, "proposals": 2000, "events": 1_000_000}
-SMALL = {"repositories": 3, "proposals": 200, "events": 50_000}
+FULL = {"repositories": 20, "proposals": 2000, "events": 1_000_000, "seconds": 3}
+SMALL = {"repositories": 3, "proposals": 200, "events": 50_000, "seconds": 1}  # seconds of GETs a figure
 
 
 def declarations(directory: Path) -> Path:
@@ -162,8 +161,8 @@ def append_trail(ws: Workspace, events: int, stacks: list[str], last_proposal: i
     print(f"audit trail: {events:,} events appended in {wall:.1f} s ({events / wall:,.0f}/s), then ANALYZE; {load()}")
 
 
-def timings(url: str, token: str, clients: int, params: Callable[[], dict[str, Any]] | None = None,
-            seconds: float = SECONDS_PER_LEVEL) -> list[float]:
+def timings(url: str, token: str, clients: int, seconds: float,
+            params: Callable[[], dict[str, Any]] | None = None) -> list[float]:
     """Latencies (ms) of GETs of `url` by `clients` threads for `seconds`."""
     latencies: list[float] = []
     lock = threading.Lock()
@@ -293,12 +292,12 @@ def run(tmp: Path, url: str | None, size: dict[str, int]) -> None:
     ids = build(ws, names, size["proposals"], alice, tmp)
     stacks = [f"s{i:02}" if name == ws.repository else f"{name}/s{i:02}" for name in names for i in range(STACKS)]
     append_trail(ws, size["events"], stacks, max(max(v) for v in ids.values()))
-    measure(ws, home, url, names, ids, stacks, bob, dana, size["events"])
+    measure(ws, home, url, names, ids, stacks, bob, dana, size["events"], size["seconds"])
     ws.close()
 
 
 def measure(ws: Workspace, home: Path, url: str | None, names: list[str], ids: dict[str, list[int]],
-            stacks: list[str], approver: str, auditor: str, events: int) -> None:
+            stacks: list[str], approver: str, auditor: str, events: int, seconds: float) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -314,7 +313,7 @@ def measure(ws: Workspace, home: Path, url: str | None, names: list[str], ids: d
         print(f"floors: SELECT 1 through the store's engine, median {select_one(ws):.2f} ms; {load()}")
         floor = {}
         for clients in CLIENTS:
-            latencies = timings(f"{base}/api/v1/no-such-route", approver, clients)
+            latencies = timings(f"{base}/api/v1/no-such-route", approver, clients, seconds)
             floor[clients] = statistics.quantiles(latencies, n=20)[-1]
             figure("floor: a 404 of the same app", latencies, None, None, clients)
         last, first = names[-1], names[0]
@@ -324,12 +323,13 @@ def measure(ws: Workspace, home: Path, url: str | None, names: list[str], ids: d
                  (f"GET /api/v1/proposals/{{id}} ({first}, a copy)", f"/api/v1/proposals/{ids[first][-1]}")]
         for label, path in reads:
             for clients in CLIENTS:
-                figure(label, timings(base + path, approver, clients), READ_GOAL, floor, clients)
+                figure(label, timings(base + path, approver, clients, seconds), READ_GOAL, floor, clients)
         waiting = httpx.get(f"{base}/api/v1/repos/{last}/inbox", headers={"Authorization": f"Bearer {approver}"})
         assert waiting.status_code == 200, waiting.text[:200]
+        inbox_url = f"{base}/api/v1/repos/{last}/inbox"
         for clients in CLIENTS:
-            figure(f"inbox of {last} ({len(waiting.json())} waiting)", timings(f"{base}/api/v1/repos/{last}/inbox",
-                                                                              approver, clients), None, floor, clients)
+            figure(f"inbox of {last} ({len(waiting.json())} waiting)", timings(inbox_url, approver, clients, seconds),
+                   None, floor, clients)
         route_cost(ws, names)
         in_process(ws, last, ids[last][-1], approver)
         last_id = max(max(v) for v in ids.values())
@@ -340,7 +340,7 @@ def measure(ws: Workspace, home: Path, url: str | None, names: list[str], ids: d
         }
         for label, make in cases.items():
             for clients in CLIENTS:
-                figure(label, timings(f"{base}/api/v1/audit/events", auditor, clients,
+                figure(label, timings(f"{base}/api/v1/audit/events", auditor, clients, seconds,
                                       lambda make=make: make() | {"after": rng.randrange(events), "limit": PAGE}),
                        FILTER_GOAL, floor, clients)
         by_repository = [p for p in inspect.signature(audit_service.list_events).parameters if "repo" in p]

@@ -247,14 +247,22 @@ def in_process(ws: Workspace, name: str, proposal_id: int, token: str) -> None:
 
     for label, call in ((f"proposal {proposal_id} of {name}", read), (f"inbox of {name}", queue)):
         call()
-        statements: list[int] = []
+        statements: list[tuple[str, float]] = []  # each statement, and the wall time from its start to the next's
+        started = time.perf_counter()
 
-        def counted(*_: object, seen: list[int] = statements) -> None:
-            seen.append(1)
+        def counted(conn: object, cursor: object, statement: str, *_: object,
+                    seen: list[tuple[str, float]] = statements) -> None:
+            now = time.perf_counter()
+            seen.append((" ".join(statement.split())[:90], now))
 
         event.listen(ws.store.db.engine, "before_cursor_execute", counted)
         call()
+        ended = time.perf_counter()
         event.remove(ws.store.db.engine, "before_cursor_execute", counted)
+        starts = [at for _, at in statements] + [ended]
+        slowest = sorted(((starts[n + 1] - at, text) for n, (text, at) in enumerate(statements)), reverse=True)[:3]
+        print(f"in process, {label}: {(ended - started) * 1000:.1f} ms wall once; its slowest statements (start to "
+              f"the next's): " + "; ".join(f"{ms * 1000:.1f} ms {text}" for ms, text in slowest))
         rounds = []
         for _ in range(5):
             cpu = time.process_time()

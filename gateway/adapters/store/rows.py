@@ -126,3 +126,4 @@ class Records:
         self.conn = uow.conn
         self.scrubber = uow.scrubber
         self.sealer = uow.sealer
+        self.ahead = uow.read_ahead  # a read unit of work's records read ahead (None in a write)

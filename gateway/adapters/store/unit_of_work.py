@@ -27,6 +27,7 @@ from gateway.adapters.store.notifications import SqlNotifications
 from gateway.adapters.store.plan_rounds import SqlPlanRounds
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
+from gateway.adapters.store.read_ahead import ReadAhead
 from gateway.adapters.store.schema import SCHEMA_VERSION, Database
 from gateway.adapters.store.sign_in import SqlSignInRecords
 from gateway.adapters.store.stacks import SqlStackRecords
@@ -39,8 +40,11 @@ from gateway.ports import NO_METRICS, Metrics
 class SqlUnitOfWork:
     """One transaction's view of the records, a repository per aggregate."""
 
-    def __init__(self, conn: Connection, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED):
+    def __init__(self, conn: Connection, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED,
+                 readonly: bool = False):
         self.conn = conn
+        # a read's snapshot cannot change while it is open: what it read ahead answers its later questions
+        self.read_ahead = ReadAhead() if readonly else None
         self.scrubber = scrubber or Scrubber()
         self.sealer = sealer
         self.principals = SqlPrincipals(self)
@@ -101,7 +105,7 @@ class SqlStore:
             yield outer[1]
             return
         with self.db.transaction(readonly) as conn:
-            uow = SqlUnitOfWork(conn, self.scrubber, self.sealer)
+            uow = SqlUnitOfWork(conn, self.scrubber, self.sealer, readonly)
             joined = _READING.set((self, uow)) if readonly else None
             try:
                 yield uow

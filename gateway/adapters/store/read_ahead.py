@@ -20,23 +20,25 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    ColumnElement,
+    CompoundSelect,
     Connection,
     DateTime,
     Integer,
+    Select,
     String,
     Text,
     cast,
     literal_column,
     null,
+    select,
+    union_all,
 )
-from sqlalchemy import select as sql_select
-from sqlalchemy.sql import ColumnElement, CompoundSelect, Select, union_all
-from sqlalchemy.types import TypeEngine
 
 Row = dict[str, Any]
 
 
-def _slot_type(column: ColumnElement[Any]) -> tuple[str, TypeEngine[Any]]:
+def _slot_type(column: ColumnElement[Any]) -> tuple[str, Any]:
     """The slot kind a column goes in, and the type its NULL is cast to elsewhere."""
     kind = column.type
     if isinstance(kind, Boolean):
@@ -60,7 +62,7 @@ class Parts:
         self.order, self.descending = order, descending
         subqueries = {name: query.subquery(f"part_{name}") for name, query in parts}
         self._columns: dict[str, list[tuple[str, str]]] = {}  # part -> (column, slot)
-        slots: dict[str, TypeEngine[Any]] = {}
+        slots: dict[str, Any] = {}
         for name, sub in subqueries.items():
             used: dict[str, int] = {}
             self._columns[name] = []
@@ -73,7 +75,7 @@ class Parts:
         selects = []
         for name, sub in subqueries.items():
             own = {slot: sub.c[column] for column, slot in self._columns[name]}
-            selects.append(sql_select(literal_column(f"'{name}'").label("part"), *(
+            selects.append(select(literal_column(f"'{name}'").label("part"), *(
                 (own[slot] if slot in own else cast(null(), slot_type)).label(slot) for slot, slot_type in slots.items()
             )))
         self.statement: CompoundSelect = union_all(*selects)

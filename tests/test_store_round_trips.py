@@ -185,6 +185,8 @@ def test_a_read_unit_of_work_answers_a_views_questions_from_one_statement_as_the
     # the proposal and what its view asks, in one statement; the marker and serial nobody read ahead, one each
     assert ahead == asked and len(sent) == 3 and sum("UNION" in s for s in sent) == 1, sent
     assert [r.stack for r in ahead[4]] == ["net", "app"] and ahead[6] == str(other) and ahead[8] == {"app": 6}  # type: ignore
+    second = [s for s in statements if "UNION" in s][1]
+    assert "proposals" in second and "main_pushes" not in second and "break_glass_windows" not in second
     with store.session() as session:
         assert again == _what_a_view_asks(session, other)
     db.dispose()

@@ -27,7 +27,7 @@ from gateway.domain.operations import EndedJobs, QueueDepth
 from gateway.domain.principals import Actor, Principal
 from gateway.domain.repositories import DEFAULT_REPOSITORY
 
-_JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
+JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
 
 
 class SqlJobs(Records):
@@ -36,7 +36,10 @@ class SqlJobs(Records):
     moved = False  # a job was queued or finished here: idle workers are woken once this transaction commits
 
     def of_proposal(self, proposal_id: int) -> list[Job]:
-        return [as_job(r) for r in self.conn.execute(_JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
+        ahead = self.ahead.rows("job", proposal_id) if self.ahead else None
+        if ahead is not None:
+            return [as_job(r) for r in ahead]
+        return [as_job(r) for r in self.conn.execute(JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
 
     def _moved(self) -> None:
         if not self.moved and self.conn.dialect.name == "postgresql":  # delivered at the commit, to every process
@@ -259,7 +262,7 @@ class SqlJobQueue:
 
     def of_proposal(self, proposal_id: int) -> list[Job]:
         with self.db.transaction(readonly=True) as conn:
-            return [as_job(r) for r in conn.execute(_JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
+            return [as_job(r) for r in conn.execute(JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
 
     def get(self, job_id: int) -> Job:
         with self.db.transaction(readonly=True) as conn:

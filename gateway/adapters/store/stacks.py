@@ -27,6 +27,9 @@ class SqlStackRecords(Records):
     def serials(self, stacks: Collection[str]) -> dict[str, int]:
         if not stacks:
             return {}
+        ahead = self.ahead.serials(set(stacks)) if self.ahead else None
+        if ahead is not None:
+            return ahead
         rows = self.conn.execute(select(stack_serials.c.stack, stack_serials.c.serial)
                                  .where(stack_serials.c.stack.in_(sorted(stacks))))
         return {stack: int(serial) for stack, serial in rows}

@@ -29,8 +29,8 @@ from gateway.domain.proposal import Decision
 from gateway.services.admin.repositories import list_repositories, remove_repository
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.breaker import open_breaker, open_breaker_reason
-from gateway.services.change.main_watch import watch_main
 from gateway.services.change.jobs import enqueue_job
+from gateway.services.change.main_watch import watch_main
 from gateway.services.change.proposals import decide, get_proposal, open_proposal, override_finding
 from gateway.services.change.runner import apply_proposal
 from gateway.services.day_two.break_glass import open_break_glass

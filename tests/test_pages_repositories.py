@@ -5,6 +5,7 @@ both, each entry naming its repository and linking straight to it; the proposal 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from gateway.services.admin.repositories import remove_repository
 from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
-from .conftest import sign_in_client
+from .conftest import run_cli, sign_in_client
 from .test_repositories import QUEUE, Two, _two
 
 LINK = re.compile(r'(?:href|action)="(/[^"]*)"')
@@ -111,3 +112,25 @@ def test_a_proposal_page_of_the_workspace_own_repository_names_it_when_there_are
     page = erin.get(f"/proposals/{mine}").text
     assert '<strong id="repository">declarations</strong>' in page
     assert not [link for link in LINK.findall(page.replace(_picker(page), "")) if link.startswith("/repos/")]
+
+
+def test_the_api_inbox_names_the_repository_and_gathers_every_one_when_asked(two: Two, erin: TestClient) -> None:
+    mine = _propose(two, two.ws, "data", "orders-api")
+    theirs = _propose(two, two.data, "network", "data-api-inbox")
+    token = {"Authorization": f"Bearer {two.people.tokens['erin']}"}
+
+    def listed(path: str) -> list[tuple[int, str]]:
+        answer = erin.get(path, headers=token)
+        assert answer.status_code == 200, answer.text
+        return [(i["id"], i["repository"]) for i in answer.json()]
+
+    assert listed("/api/v1/inbox") == [(mine, "declarations")]  # the repository asked, as before
+    assert listed("/api/v1/repos/data/inbox") == [(theirs, "data")]
+    everywhere = [(mine, "declarations"), (theirs, "data")]
+    assert listed("/api/v1/inbox?all_repositories=true") == everywhere
+    assert listed("/api/v1/repos/data/inbox?all_repositories=true") == everywhere
+
+    printed = run_cli(["inbox", "--all-repositories", "--format", "json"], two.ws.settings.home,
+                      two.people.tokens["erin"])  # the command prints the same document
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout) == erin.get("/api/v1/inbox?all_repositories=true", headers=token).json()

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.domain.principals import Principal
 from gateway.services.change.views import InboxItem, inbox
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Records, Workspace
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class RepositoryInboxItem:
         return {**self.item.to_public(), "repository": self.repository}
 
 
-def active_repositories(ws: Workspace) -> list[str]:
+def active_repositories(ws: Records) -> list[str]:
     """The names of the repositories the gateway serves now (removed ones left out), by name."""
     with ws.store.session(readonly=True) as session:
         return [r.name for r in session.repositories.list() if r.active]

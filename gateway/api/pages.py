@@ -219,11 +219,12 @@ def _proposal_page(request: Request, proposal_id: int, ws: Workspace, page: int)
 
 @functools.lru_cache(maxsize=32)
 def _changes_html(previews: tuple[tuple[str, str], ...], page: int, proposal_id: int, root: str) -> Markup:
-    """A page of the changes as HTML: a pure function of the stored previews' text (kept by it) and the page, rendered
-    once per them (fifty changes and their attributes were most of a big proposal's page)."""
+    """A page of the changes as HTML: a pure function of the stored previews' text (kept by it), the page and where
+    the repository's pages are, rendered once per them (fifty changes and their attributes were most of a big
+    proposal's page)."""
     changes = review_page(dict(previews), page).changes
-    return Markup(templates.get_template("proposal_changes.html").render(changes=changes, proposal_id=proposal_id,
-                                                                                 root=root))
+    template = templates.get_template("proposal_changes.html")
+    return Markup(template.render(changes=changes, proposal_id=proposal_id, root=root))
 
 
 @router.get("/proposals/{proposal_id}/diff")

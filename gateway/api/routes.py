@@ -38,6 +38,7 @@ from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.operations import check_readiness
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
+from gateway.services.change.inbox_all import RepositoryInboxItem, inbox_everywhere
 from gateway.services.change.jobs import approve_proposal, enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, override_finding, proposal_previews
 from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
@@ -91,10 +92,16 @@ def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None)
             for r in list_proposal_rows(ws, actor, status)]
 
 
+EveryRepository = Annotated[bool, Query(description="what waits in every active repository of the gateway, not "
+                                                  "only in the one asked")]
+
+
 @router.get("/inbox", response_model=list[InboxEntry], tags=["proposals"])
-def read_inbox(ws: WorkspaceDep, actor: ActorDep) -> list[InboxEntry]:
+def read_inbox(ws: WorkspaceDep, actor: ActorDep, all_repositories: EveryRepository = False) -> list[InboxEntry]:
     """Waiting for you: what you can approve or reject now, and why each needs you (group, risk tier, quorum)."""
-    return [InboxEntry(**item.to_public()) for item in inbox(ws, actor)]
+    items = (inbox_everywhere(ws, actor) if all_repositories
+             else [RepositoryInboxItem(ws.repository, item) for item in inbox(ws, actor)])
+    return [InboxEntry(**item.to_public()) for item in items]
 
 
 def proposal_document(ws: WorkspaceDep, actor: ActorDep, proposal_id: int) -> Response:

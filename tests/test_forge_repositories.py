@@ -7,7 +7,8 @@ accounts alike, so a person is one GitHub account on both); the real app and its
 approved on each lands on the right proposal in the right repository, by that repository's rules. A delivery for a
 GitHub repository no gateway.yaml names, or one GATEWAY_GITHUB_REPOSITORIES leaves out, is refused and said in the
 trail once; the App's installation events are recorded and admit nothing; a gateway.yaml that does not parse stops
-routing to no other repository.
+routing to no other repository. GitLab's deliveries go the same way: to a repository whose gateway.yaml names the
+project, though the workspace's own repository has no forge at all.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.change.proposals import get_proposal
 from gateway.services.forge import routing
 from gateway.services.forge.github import link_account
+from gateway.services.forge.gitlab_webhooks import link_account as link_gitlab_account
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
 from .github_fake import FakeGitHub
+from .gitlab_fake import FakeGitLab
 from .test_github import QUEUE, make_github_the_forge, wait_for
 
 SECRET = "one secret for the App's deliveries"
@@ -52,8 +55,7 @@ DATA_MAIN_QUEUE = """resource "aws_sqs_queue" "events" {
 """
 
 
-def _data_yaml(gh: FakeGitHub) -> str:
-    return f"""\
+DATA_RULES = """\
 engine: sandbox
 approvals:
   required: 1
@@ -63,13 +65,12 @@ stacks:
     path: stacks/network
     approvers: [data]
 protected_paths: [gateway.yaml]
-forge: github
-github:
-  repository: {gh.full_name}
-  api_url: {gh.url}
-  git_url: {gh.git_url}
-  teams: {{data: data-team}}
 """
+
+
+def _data_yaml(gh: FakeGitHub) -> str:
+    return DATA_RULES + (f"forge: github\ngithub:\n  repository: {gh.full_name}\n  api_url: {gh.url}\n"
+                         f"  git_url: {gh.git_url}\n  teams: {{data: data-team}}\n")
 
 
 @dataclass
@@ -135,11 +136,11 @@ def both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Both]:
                                                                              gh.unhandled)
 
 
-def _proposal(ws: Workspace, gh: FakeGitHub, number: int) -> int:
+def _proposal(ws: Workspace, forge_repository: str, number: int) -> int:
     def probe() -> int | None:
         with ws.store.session(readonly=True) as session:
-            return session.github.proposal_for_pull_request(gh.full_name, number)
-    return wait_for(f"a proposal for {gh.full_name}#{number}", probe, timeout=60)
+            return session.github.proposal_for_pull_request(forge_repository, number)
+    return wait_for(f"a proposal for {forge_repository}#{number}", probe, timeout=60)
 
 
 def test_each_repositorys_pull_request_and_review_land_in_that_repository(both: Both) -> None:
@@ -154,7 +155,7 @@ def test_each_repositorys_pull_request_and_review_land_in_that_repository(both: 
     jobs = [both.ws.store.queue.get(a.json()["job"]) for a in answers]
     assert [j.args.get("repository") for j in jobs] == [None, "data"]  # the webhook job works where it was routed
 
-    mine, theirs = _proposal(both.ws, both.infra_gh, 1), _proposal(both.data, both.data_gh, 1)
+    mine, theirs = _proposal(both.ws, "acme/infra", 1), _proposal(both.data, "acme/data", 1)
     assert get_proposal(both.ws, mine).stacks == ("app-staging",)
     assert get_proposal(both.data, theirs).stacks == ("data/network",)  # planned by data's own gateway.yaml
     with pytest.raises(InAnotherRepository):
@@ -232,3 +233,47 @@ def test_the_apps_installation_events_are_recorded_and_admit_nothing(both: Both)
 def _open(gh: FakeGitHub) -> int:
     gh.push_commit("feature/queue", {"stacks/app-staging/queue.tf": QUEUE}, "a queue", author_login="alice")
     return gh.open_pull("feature/queue", "A queue", "", "alice")
+
+
+def test_a_gitlab_delivery_goes_to_the_repository_naming_its_project(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
+    with FakeGitLab(tmp_path / "gitlab", "acme", "lake") as gl:
+        settings = Settings(home=tmp_path / "home", token=None, lock_wait_seconds=2, gitlab_webhook_secret=SECRET,
+                            gitlab_token=gl.token, public_url="http://gateway.test")
+        ws = create_workspace(settings)  # its own repository, the sample, names no forge
+        bootstrap_simulator(ws)
+        people = add_people(ws)
+        folder = tmp_path / "lake-content"
+        (folder / "stacks" / "network").mkdir(parents=True)
+        (folder / "gateway.yaml").write_text(DATA_RULES + (
+            f"forge: gitlab\ngitlab:\n  repository: {gl.full_name}\n  api_url: {gl.url}\n  git_url: {gl.git_url}\n"
+            "  groups: {data: acme/data-team}\n"))
+        (folder / "stacks" / "network" / "main.tf").write_text(DATA_MAIN_QUEUE)
+        add_repository(ws, people.admin, "lake", folder)
+        lake = ws.in_repository("lake")
+        lake.repo.repo.git.push(gl.git_url, "+main:main")  # type: ignore[attr-defined]
+        for name in ("alice", "erin"):
+            link_gitlab_account(ws, people.admin, name, name, gl.add_user(name))
+        gl.add_group("acme")
+        gl.add_group("acme/data-team", ["erin"])
+        gl.push_commit("feature/queue", {"stacks/network/extra.tf": DATA_QUEUE}, "a queue", author="alice")
+        iid = gl.open_merge_request("feature/queue", "A data queue", "", "alice")
+        with TestClient(create_app(settings, workers=1)) as client:
+            def deliver(payload: dict[str, Any]) -> Any:
+                headers = FakeGitLab.delivery_headers("Merge Request Hook", SECRET)
+                return client.post("/api/v1/gitlab/webhook", content=json.dumps(payload).encode(), headers=headers)
+
+            opened = deliver(gl.merge_request_event(iid, "open", "alice"))
+            assert opened.status_code == 202, opened.text
+            assert ws.store.queue.get(opened.json()["job"]).args["repository"] == "lake"
+            pid = _proposal(lake, gl.full_name, iid)
+            assert get_proposal(lake, pid).stacks == ("lake/network",)
+            wait_for("the plan", lambda: get_proposal(lake, pid).plans, timeout=60)
+            gl.approve(iid, "erin")
+            assert deliver(gl.merge_request_event(iid, "approval", "erin")).status_code == 202
+            approved = wait_for("erin's approval", lambda: get_proposal(lake, pid).current_approvals, timeout=60)
+            assert [d.principal.name for d in approved] == ["erin"]
+        ws.close()
+    assert not (gl.schema_errors or gl.request_errors or gl.unhandled), (gl.schema_errors, gl.request_errors,
+                                                                         gl.unhandled)

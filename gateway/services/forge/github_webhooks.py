@@ -37,7 +37,7 @@ from gateway.services.forge.github_events import (
     parse_event,
     repository_of,
 )
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Workspace
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
 INSTALLATION_EVENTS = frozenset({"installation", "installation_repositories"})  # about the App, not one repository
@@ -97,7 +97,7 @@ def _webhook_secret(ws: Workspace) -> str:
     raise NotFound("no GitHub forge is configured in gateway.yaml")
 
 
-def _record_installation(ws: Workspace, delivery: str, event: str, action: str | None, payload: Mapping[str, Any],
+def _record_installation(ws: Configured, delivery: str, event: str, action: str | None, payload: Mapping[str, Any],
                          body: bytes) -> dict[str, Any]:
     """The App was installed, removed, or given or denied repositories: recorded (which ones, and those outside
     GATEWAY_GITHUB_REPOSITORIES), never a job: a repository is served once a gateway.yaml names it."""

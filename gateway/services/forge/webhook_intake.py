@@ -17,7 +17,7 @@ from gateway.domain.operations import webhook_event_label
 from gateway.domain.principals import SystemActor
 from gateway.services.forge import routing
 from gateway.services.forge.review_flow import ForgeTerms
-from gateway.services.workspace import Delivering, Workspace
+from gateway.services.workspace import Delivering, Records, Workspace
 
 Event = TypeVar("Event")
 
@@ -57,7 +57,7 @@ def routed(ws: Workspace, terms: ForgeTerms, named: str | None, delivery: str, e
     refuse_delivery(ws, terms, delivery, event, action, body, {terms.home: named}, route.refusal)
 
 
-def refuse_delivery(ws: Workspace, terms: ForgeTerms, delivery: str, event: str, action: str | None, body: bytes,
+def refuse_delivery(ws: Records, terms: ForgeTerms, delivery: str, event: str, action: str | None, body: bytes,
                     about: dict[str, Any], reason: str) -> NoReturn:
     """Record the delivery and, the first time, `<forge>.delivery.refused` naming what it is `about`; then refuse."""
     with ws.store.session() as session:

@@ -178,7 +178,7 @@ def test_each_repositorys_pull_request_and_review_land_in_that_repository(both: 
 
 def test_a_delivery_for_a_repository_the_gateway_may_not_take_is_refused_in_the_trail_once(both: Both) -> None:
     payload = both.infra_gh.pull_request_event(_open(both.infra_gh), "opened", sender="alice")
-    unknown = json.loads(json.dumps(payload).replace('"acme/infra"', '"acme/unknown"'))
+    unknown = json.loads(json.dumps(payload).replace('"acme/infra"', '"acme/unknown"')) | {"action": "closed"}
     delivery = str(uuid.uuid4())
     for _ in range(2):  # a redelivery is refused again, silently
         refused = both.deliver("pull_request", unknown, delivery)
@@ -196,6 +196,17 @@ def test_a_delivery_for_a_repository_the_gateway_may_not_take_is_refused_in_the_
     with both.ws.store.session(readonly=True) as session:
         assert session.github.proposal_for_pull_request("acme/unknown", 1) is None
         assert session.github.proposal_for_pull_request("elsewhere/legacy", 1) is None
+
+    # the App was on acme/unknown before a repository of the gateway named it: GitHub's redelivery is taken now
+    late = both.add_repository("late", _data_yaml(both.data_gh).replace(both.data_gh.full_name, "acme/unknown"))
+    taken = both.deliver("pull_request", unknown, delivery)
+    assert taken.status_code == 202 and taken.json()["duplicate"] is False
+    assert both.ws.store.queue.get(taken.json()["job"]).args["repository"] == "late"
+    with late.store.session(readonly=True) as session:
+        assert session.github.delivery(delivery) is not None
+    job = wait_for("the job", lambda: (lambda j: j if j.finished else None)(both.ws.store.queue.get(
+        taken.json()["job"])), timeout=60)
+    assert job.result == {"ignored": "pull request #1 has no proposal"}  # handled in late, by late's gateway.yaml
 
 
 def test_a_gateway_yaml_that_does_not_parse_stops_routing_to_no_other_repository(both: Both) -> None:

@@ -20,6 +20,7 @@ from gateway.services.forge.review_flow import ForgeTerms
 from gateway.services.workspace import Delivering, Records, Workspace
 
 Event = TypeVar("Event")
+REFUSED = "refused:"  # the id a refused delivery is recorded under, beside its own
 
 
 def counted(ws: Delivering, label: str, receive: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -59,9 +60,10 @@ def routed(ws: Workspace, terms: ForgeTerms, named: str | None, delivery: str, e
 
 def refuse_delivery(ws: Records, terms: ForgeTerms, delivery: str, event: str, action: str | None, body: bytes,
                     about: dict[str, Any], reason: str) -> NoReturn:
-    """Record the delivery and, the first time, `<forge>.delivery.refused` naming what it is `about`; then refuse."""
+    """Record the delivery as refused and, the first time, `<forge>.delivery.refused` naming what it is `about`; then
+    refuse. It is kept under an id of its own: redelivered once a repository may take it, it is taken."""
     with ws.store.session() as session:
-        if session.github.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
+        if session.github.add_delivery(REFUSED + delivery, event, action, body.decode("utf-8", "replace")):
             session.audit.append(SystemActor(terms.prefix), f"{terms.prefix}.delivery.refused", {
                 "delivery": delivery, "event": event, **about, "reasons": [reason]})
     raise Refused([reason])

@@ -141,7 +141,8 @@ def current_changes(ws: Workspace, proposal: Proposal) -> list[str]:
 def read_serials(ws: Workspace, stacks: Sequence[str]) -> dict[str, int]:
     """The stacks' state serials from their engines, recorded as read now (a worker's or a write's, never a read's)."""
     read_at = ws.clock.now()
-    serials = {stack: ws.engine.state_serial(stack) for stack in stacks}
+    with ws.store.session(readonly=True):  # one snapshot: an engine reading the store reads it in this transaction
+        serials = {stack: ws.engine.state_serial(stack) for stack in stacks}
     if serials:
         with ws.store.session() as session:
             session.stacks.record_serials(serials, read_at)

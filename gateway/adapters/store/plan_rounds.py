@@ -46,9 +46,12 @@ class SqlPlanRounds(Records):
             for i, stack in enumerate(stacks)])
         return round_id
 
-    def link_job(self, round_id: int, stack: str, job_id: int) -> None:
-        self.conn.execute(update(plan_round_stacks).where(
-            plan_round_stacks.c.round_id == round_id, plan_round_stacks.c.stack == stack).values(job_id=job_id))
+    def link_jobs(self, round_id: int, jobs: Mapping[str, int]) -> None:
+        if jobs:
+            self.conn.execute(update(plan_round_stacks).where(
+                plan_round_stacks.c.round_id == round_id, plan_round_stacks.c.stack == bindparam("linked_stack"))
+                .values(job_id=bindparam("linked_job")),
+                [{"linked_stack": stack, "linked_job": job_id} for stack, job_id in jobs.items()])
 
     def get(self, round_id: int, with_stacks: bool = True) -> PlanRound:
         row = self.conn.execute(select(plan_rounds).where(plan_rounds.c.id == round_id)).mappings().first()

@@ -60,10 +60,10 @@ def start_round(ws: Workspace, stacks: Sequence[str], head: str, main_sha: str, 
         if proposal_id is not None:
             session.plan_rounds.supersede(proposal_id)  # their queued jobs find it so and end without planning
         round_id = session.plan_rounds.add(proposal_id, head, main_sha, merged, stacks, spec)
-        for stack in stacks:
-            job_id = session.jobs.add(JobKind.PLAN_STACK, None, GATEWAY,
-                                      {"round": round_id, "stack": stack, "proposal": proposal_id})
-            session.plan_rounds.link_job(round_id, stack, job_id)
+        session.plan_rounds.link_jobs(round_id, {
+            stack: session.jobs.add(JobKind.PLAN_STACK, None, GATEWAY,
+                                    {"round": round_id, "stack": stack, "proposal": proposal_id})
+            for stack in stacks})
     return round_id
 
 

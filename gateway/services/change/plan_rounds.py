@@ -337,7 +337,8 @@ def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, plans:
         events.append((GATEWAY, "plan", {
             "head_sha": head, "main_sha": main_sha, "merged_sha": p.sha, "digest": p.digest, "engine": p.engine,
             "state_serial": p.state_serial, **p.summary.to_json()}, pid, [p.stack]))
-    session.audit.append_many(events)
+    if events:  # none: the trail's head is not even locked
+        session.audit.append_many(events)
 
 
 def _engine_label(result: StackPlanResult) -> str:

@@ -5,7 +5,9 @@ starts a round, a `plan_stack` job per stack, then plans its round's stacks itse
 any worker, while other workers claim the rest; with no worker at all it plans every stack, as it always did. The
 job that ends a round's last stack finishes the round: a proposal's plans are written together from the staged
 ones (`assemble_round`, compare-and-set on the round, under the proposal's row lock), so two workers ending the last
-two stacks at once write them once. A stack whose plan fails fails the round: the proposal keeps the plans it had
+two stacks at once write them once. Each stack's job stages its plan as the proposal records it (`stage`: the
+canonical document, its summary and masked preview), so that last job, which no other worker can help, parses and
+renders nothing: it writes. A stack whose plan fails fails the round: the proposal keeps the plans it had
 and says which stack failed and why. A worker killed mid-plan leaves its stack running; recovery queues its job
 again (a worker's housekeeping, or the round's own asker), and the stack is planned again from the start.
 """

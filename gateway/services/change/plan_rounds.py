@@ -101,8 +101,8 @@ def _plan_queued_stacks(ws: Workspace, current: PlanRound, runner: str, also_run
     for stack in current.stacks:
         if stack.status in wanted and stack.job_id is not None:
             job = ws.store.queue.claim(runner, job_id=stack.job_id)
-            if job is None and planned:  # workers took the next ones while this one planned: read the round again
-                return True              # rather than try, one claim each, the rest of a list read a plan ago
+            if job is None and planned and not also_running:  # workers took the next ones while this one planned:
+                return True  # read the round again rather than try, one claim each, the rest of a list read a plan ago
             if job is not None:
                 run_stack_job_here(ws, job, runner)
                 planned = True

@@ -462,7 +462,9 @@ class PlanRounds(Protocol):
         """A round in `planning`, each of its stacks queued."""
         ...
 
-    def link_job(self, round_id: int, stack: str, job_id: int) -> None: ...
+    def link_jobs(self, round_id: int, jobs: Mapping[str, int]) -> None:
+        """Each stack's job (stack -> job id), written together."""
+        ...
 
     def get(self, round_id: int, with_stacks: bool = True) -> PlanRound:
         """The round; without its stacks when only what it plans is wanted (a stack's job: one row, not a hundred)."""

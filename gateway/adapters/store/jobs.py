@@ -221,7 +221,7 @@ class SqlJobQueue:
                 return None
             try:
                 with conn.begin_nested():  # the unique index refuses a second running job for one proposal
-                    conn.execute(
+                    row = conn.execute(
                         update(jobs)
                         .where(jobs.c.id == row["id"])
                         .values(
@@ -231,10 +231,10 @@ class SqlJobQueue:
                             heartbeat_at=now(),
                             attempts=jobs.c.attempts + 1,
                         )
-                    )
+                        .returning(*jobs.c)
+                    ).mappings().one()
             except IntegrityError:
                 return None
-            row = conn.execute(select(jobs).where(jobs.c.id == row["id"])).mappings().one()
         return as_job(row)
 
     def heartbeat(self, job_id: int, runner: str) -> bool:

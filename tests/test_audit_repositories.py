@@ -36,9 +36,11 @@ def _check_each_repository_s_events(two: Two) -> tuple[int, int]:
 
     assert sorted(_of(ours) + _of(data)) == _of(everything)  # each event is one repository's
     assert {e.proposal_id for e in data if e.proposal_id} == {theirs}
+    assert set(_of(list_events(two.ws, dana, proposal_id=theirs))) <= set(_of(data))  # its proposal's, every one
     assert all(s.startswith("data/") for e in data for s in e.stacks) and any(e.stacks for e in data)
     assert [e.payload["repository"] for e in data if e.kind == "repository.added"] == ["data"]
     assert {e.proposal_id for e in ours if e.proposal_id} == {mine}
+    assert set(_of(list_events(two.ws, dana, proposal_id=mine))) <= set(_of(ours))
     assert not any("/" in s for e in ours for s in e.stacks) and any(e.stacks for e in ours)
     assert not any(e.kind == "repository.added" for e in ours)  # the one that added data is data's
 
@@ -116,6 +118,8 @@ def test_an_old_trail_gets_its_repositories_and_still_verifies(tmp_path: Path, d
 
 
 def test_the_metrics_show_each_repository_s_proposals_and_queue(tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
     from gateway.adapters.metrics import PrometheusMetrics
 
     two = _two(tmp_path / "home", tmp_path)
@@ -132,6 +136,8 @@ def test_the_metrics_show_each_repository_s_proposals_and_queue(tmp_path: Path) 
         assert 'gateway_repository_jobs{kind="plan",repository="data",status="queued"} 1.0' in scrape
         assert 'gateway_repository_jobs{kind="plan",repository="declarations",status="queued"} 1.0' in scrape
         assert 'gateway_jobs{kind="plan",status="queued"} 2.0' in scrape  # every repository's, as before
-        assert "nope" not in scrape
+        named = {s.labels["repository"] for family in text_string_to_metric_families(scrape) for s in family.samples
+                 if "repository" in s.labels}
+        assert named == {"declarations", "data"}  # the registered repositories, no other name
     finally:
         two.ws.close()

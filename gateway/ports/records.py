@@ -205,7 +205,7 @@ class Proposals(Protocol):
         """The repository proposal `proposal_id` changes, whichever it is (None: no such proposal)."""
         ...
 
-    def unfinished_by_repository(self) -> dict[tuple[str, str], int]:
+    def unfinished_by_repository(self) -> Mapping[tuple[str, str], int]:
         """How many proposals not yet applied or abandoned each repository has, by status: (repository, status) ->
         count (every repository's, the one read that spans them: what metrics show)."""
         ...

@@ -409,7 +409,7 @@ class SqlProposals(Records):
             return None
         return self.conn.scalar(select(proposals.c.repository).where(proposals.c.id == proposal_id))
 
-    def unfinished_by_repository(self) -> dict[tuple[str, str], int]:
+    def unfinished_by_repository(self) -> Mapping[tuple[str, str], int]:
         p = proposals.c
         rows = self.conn.execute(select(p.repository, p.status, func.count())
                                  .where(p.status.in_(sorted(s.value for s in ACTIVE))).group_by(p.repository, p.status))

@@ -840,7 +840,7 @@ def _audit_by_repository(conn: Connection) -> None:
     an old trail. Putting it in the bytes would cover it for new events only, and would change the event format every
     export, evidence bundle and offline verifier reads. Like the stack and address tables, it is an index: verify
     does not check it, and an edit of it can hide an event from this filter (never from the chain, nor from the
-    stack, proposal or kind filters, which the bytes back). Existing events are the default repository's, except
+    proposal, person, kind, outcome or time filters, whose columns verify checks against the bytes). Existing events are the default repository's, except
     those an added repository's stacks or proposals, or its repository.added/removed events, say are its."""
     if "repository" not in {c["name"] for c in inspect(conn).get_columns("audit_events")}:
         conn.execute(text(f"ALTER TABLE audit_events ADD COLUMN repository VARCHAR(63) NOT NULL "
@@ -848,10 +848,11 @@ def _audit_by_repository(conn: Connection) -> None:
     added = [name for name in conn.scalars(select(repositories.c.name)) if name != DEFAULT_REPOSITORY]
     for name in added:  # a trail kept since migration 32 may hold added repositories' events already
         e, s, p = audit_events.c, audit_event_stacks.c, proposals.c
-        theirs = or_(e.seq.in_(select(s.seq).where(s.stack >= f"{name}/", s.stack < f"{name}0")),
+        # LIKE, not a range: a collation other than C may not order `/` before `0` (a one-time scan, in a migration)
+        theirs = or_(e.seq.in_(select(s.seq).where(s.stack.startswith(f"{name}/", autoescape=True))),
                      e.proposal_id.in_(select(p.id).where(p.repository == name)),
                      and_(e.kind.in_(["repository.added", "repository.removed"]),
-                          e.canonical.like(f'%"repository":"{name}"%')))
+                          e.canonical.contains(f'"repository":"{name}"', autoescape=True)))
         conn.execute(audit_events.update().where(theirs).values(repository=name))
     AUDIT_BY_REPOSITORY.create(conn, checkfirst=True)
 

@@ -2,7 +2,8 @@
 (`append_many`: the hash chain, the head row lock, the stack, address and proposal-address index rows), 2,000 to
 a transaction; then the auditor's filters through the API (`GET /api/v1/audit/events`, one page of 100 from a
 random `after`), and `verify` over the whole trail. On PostgreSQL (default) or SQLite (`sqlite`). One event in ten is
-of an added declaration repository, `data` (its stacks `data/stack-NN`): the `repo` filter finds them.
+of an added declaration repository, `data` (its stacks `data/stack-NN`), one in a thousand of `rare`: the `repo` filter
+finds them.
 
 Every figure is printed beside its floor, measured in the same run, and the machine's load:
 - append: events/s, and the CPU the process spent per event beside what encoding and hashing one event costs;
@@ -83,6 +84,7 @@ def run(home: Path, url: str | None, events: int, plans: bool, filtered: bool = 
     admin, _ = add_principal(ws, None, "admin", frozenset({Role.ADMIN}), frozenset(), PrincipalKind.PERSON)
     _, token = add_principal(ws, admin, "dana", frozenset({Role.AUDITOR}), frozenset(), PrincipalKind.PERSON)
     add_repository(ws, admin, "data")
+    add_repository(ws, admin, "rare")
     append(ws, events)
     with ws.store.db.transaction() as conn:  # a write: a pooled SQLite connection that served reads is query_only
         conn.execute(text("ANALYZE"))
@@ -123,8 +125,8 @@ def append(ws: Any, events: int) -> None:
 
 
 def stack_of(i: int) -> str:
-    """Event i's stack: one in ten of repository `data`'s."""
-    return ("data/" if i % 10 == 0 else "") + STACKS[i % len(STACKS)]
+    """Event i's stack: one in ten of repository `data`'s, one in a thousand of `rare`'s."""
+    return ("data/" if i % 10 == 0 else "rare/" if i % 1000 == 1 else "") + STACKS[i % len(STACKS)]
 
 
 def backend_cpu(conn: Any) -> Callable[[], float] | None:
@@ -197,6 +199,8 @@ def filters(ws: Any, client: TestClient, events: int, plans: bool) -> None:
         "person+action+stack": lambda: person() | {"action": "apply"} | stack(),
         "repo (data, 10%)": lambda: {"repo": "data"},
         "repo (declarations)": lambda: {"repo": "declarations"},
+        "repo (rare, 0.1%)": lambda: {"repo": "rare"},
+        "repo (rare)+action": lambda: {"repo": "rare", "action": "apply"},
         "repo+person": lambda: {"repo": "data"} | person(),
         "repo+action": lambda: {"repo": "data", "action": "apply"},
         "repo+outcome": lambda: {"repo": "data", "outcome": "refused"},

@@ -29,7 +29,7 @@ from gateway.config import Settings
 from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus, Conversation
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.apply_blockers import MainPush
-from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome
+from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome, event_repository
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.breaker import BreakerState, CapacityChange
 from gateway.domain.drift import DriftRecord, DriftStatus
@@ -249,6 +249,7 @@ class Tables:
     notifications: dict[int, Notification] = field(default_factory=dict)
     jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
     events: list[AuditEvent] = field(default_factory=list)
+    event_repositories: dict[int, str] = field(default_factory=dict)  # each event's repository (an index, as in SQL)
     head: tuple[int, str] | None = None
     forge: ForgeTables = field(default_factory=lambda: ForgeTables())  # see "forges" below
     more: MoreTables = field(default_factory=lambda: MoreTables())  # day two, breaker, sign-in (at the end)
@@ -578,6 +579,8 @@ class FakeAuditLog(_Faked, AuditLog):
             event = AuditEvent(seq + 1, content["id"], content["at"], actor.name, actor.kind.value, kind, proposal_id,
                                tuple(stacks), content["payload"], prev, event_hash(prev, content))
             self.t.events.append(event)
+            self.t.event_repositories[event.seq] = event_repository(kind, content["payload"], stacks,
+                                                                                   DEFAULT_REPOSITORY)
             self.t.head = (event.seq, event.hash)
             out.append(event)
         return out
@@ -598,7 +601,8 @@ class FakeAuditLog(_Faked, AuditLog):
     def query(self, q: EventQuery, after: int = 0, limit: int | None = None) -> list[AuditEvent]:
         if q.address:
             raise NotImplementedError("FakeAuditLog does not search by address: test that on a workspace")
-        found = [e for e in self.t.events if e.seq > after and _matches(e, q)]
+        found = [e for e in self.t.events if e.seq > after and _matches(e, q)
+                 and q.repository in (None, "", self.t.event_repositories[e.seq])]
         return found[:limit] if limit is not None else found
 
     def count(self, q: EventQuery) -> int:

@@ -216,6 +216,15 @@ def test_the_trail_is_chained_and_filtered_alike(store: Store) -> None:
         assert [e.seq for e in session.audit.query(EventQuery(outcome="failed"))] == [2]
         assert [e.seq for e in session.audit.query(EventQuery(), after=1, limit=1)] == [2]
         assert session.audit.count(EventQuery(proposal_id=1)) == 2
+        assert session.audit.query(EventQuery(repository="ops")) == []
+    with store.session() as session:  # an added repository's stacks, and its repository.added, are its events
+        session.audit.append_many([(GATEWAY, "repository.added", {"repository": "ops"}, None, []),
+                                   (GATEWAY, "plan", {"n": 5}, None, ["ops/app"]),
+                                   (GATEWAY, "plan", {"n": 6}, None, [])])
+    with store.session(readonly=True) as session:
+        assert [e.seq for e in session.audit.query(EventQuery(repository="ops"))] == [4, 5]
+        assert [e.seq for e in session.audit.query(EventQuery(repository="declarations", stack="app"))] == [1, 3]
+        assert [e.seq for e in session.audit.query(EventQuery(repository="declarations"), after=3)] == [6]
     previous = GENESIS
     for event in events:
         assert event.prev_hash == previous and event.hash == event_hash(previous, event.content())

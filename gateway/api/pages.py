@@ -23,6 +23,7 @@ from gateway.api.deps import (
     clear_session,
     in_read_lane,
     page_actor,
+    repository_asked,
     request_workspace,
     signed_in_person,
 )
@@ -270,7 +271,10 @@ AUDIT_FILTERS = ("since", "until", "stack", "address", "person", "action", "outc
 
 
 def _audit_query(request: Request) -> dict[str, str]:
-    return {k: v for k in AUDIT_FILTERS if (v := request.query_params.get(k, "").strip())}
+    """The page's filters; `repo` is the repository the request names (`?repo=NAME` or the `/repos/NAME/` prefix)."""
+    q = {k: v for k in AUDIT_FILTERS if (v := request.query_params.get(k, "").strip())}
+    repository = repository_asked(request)
+    return {**q, "repo": repository} if repository else q
 
 
 @router.get("/audit/events")
@@ -303,4 +307,4 @@ def _filtered_events(ws: WorkspaceDep, actor: Principal, q: dict[str, str], afte
         raise InputError(f"proposal {proposal!r} is not a number")
     return audit_service.list_events(ws, actor, int(proposal) if proposal else None, q.get("person"), q.get("stack"),
                                      q.get("since"), q.get("until"), q.get("address"), q.get("action"), q.get("outcome"),
-                                     after, limit)
+                                     after, limit, q.get("repo"))

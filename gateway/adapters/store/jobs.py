@@ -272,24 +272,27 @@ class SqlJobQueue:
         return as_job(row)
 
     def depth(self) -> list[QueueDepth]:
-        """Queued and running jobs by kind, with the age of the oldest of each: a queued job's since it was queued (or
-        since its retry became due), a running one's since it started."""
+        """Queued and running jobs by repository and kind, with the age of the oldest of each: a queued job's since it
+        was queued (or since its retry became due), a running one's since it started."""
         unfinished = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+        # an added repository's jobs name it in their args; the default repository's name none
+        repository = func.coalesce(jobs.c.args["repository"].as_string(), DEFAULT_REPOSITORY)
         query = (
             select(jobs.c.kind, jobs.c.status, func.count(), func.min(jobs.c.created_at), func.min(jobs.c.started_at),
-                   func.min(jobs.c.run_after))
+                   func.min(jobs.c.run_after), repository)
             .where(jobs.c.status.in_(unfinished))
-            .group_by(jobs.c.kind, jobs.c.status)
+            .group_by(jobs.c.kind, jobs.c.status, repository)
         )
         moment = now()
         with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(query).all()
         found = []
-        for kind, status, count, created, started, run_after in rows:
+        for kind, status, count, created, started, run_after, repository_name in rows:
             since = aware(started) if status == JobStatus.RUNNING.value and started else aware(created)
             if status == JobStatus.QUEUED.value and run_after is not None and count == 1:
                 since = max(since, aware(run_after))  # one job waiting for its retry: it is due only from then
-            found.append(QueueDepth(kind, status, int(count), max(0.0, (moment - since).total_seconds())))
+            found.append(QueueDepth(kind, status, int(count), max(0.0, (moment - since).total_seconds()),
+                                    str(repository_name)))
         return found
 
     def ended(self) -> list[EndedJobs]:

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Select,
     Text,
     bindparam,
+    func,
     insert,
     literal_column,
     null,
@@ -467,6 +468,12 @@ class SqlProposals(Records):
         if not 0 < proposal_id <= MAX_ID:
             return None
         return self.conn.scalar(select(proposals.c.repository).where(proposals.c.id == proposal_id))
+
+    def unfinished_by_repository(self) -> Mapping[tuple[str, str], int]:
+        p = proposals.c
+        rows = self.conn.execute(select(p.repository, p.status, func.count())
+                                 .where(p.status.in_(sorted(s.value for s in ACTIVE))).group_by(p.repository, p.status))
+        return {(repository, status): int(count) for repository, status, count in rows}
 
     def start_apply(self, proposal_id: int, stack: str, plan_id: int, runner: str, commit_sha: str) -> int:
         result = self.conn.execute(

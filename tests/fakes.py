@@ -1765,3 +1765,89 @@ def _apply_main(ws: Workspace) -> None:
             planned = ws.engine.plan(stack, directory, ws.stack_inputs(stack))
             outcome = ws.engine.apply(stack, directory, planned.document, planned.state_serial, ws.stack_inputs(stack))
         assert outcome.succeeded, f"the sample's stack {stack} did not apply: {outcome.error}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# more
+# What an apply reaches past opening and deciding, so the whole path (open, decide, apply, merge) runs on
+# sandbox_workspace: the saved plan's digest and artifact as stored (a row edited in place hashes differently, as
+# SqlProposals' does), and a merge into main that moves the branch only if nobody moved it meanwhile (git's
+# update-ref compare-and-swap). Added to the fakes above, which leave them unfaked; tests/test_fakes_contract.py holds
+# them to the SQL store and to git. Beside them, the sample's people (conftest's `people`) kept in a fake store.
+
+
+def _saved_plan_digests(self: FakeProposals, plan_ids: Collection[int]) -> dict[int, str]:
+    from gateway.domain.plan import decode_plan_bytes, plan_digest
+
+    rows = {i: self.t.plans[i] for i in plan_ids if i in self.t.plans}
+    return {i: plan_digest(decode_plan_bytes(str(row["document"]).encode()), row["artifact"])
+            for i, row in rows.items()}
+
+
+def _plan_artifact(self: FakeProposals, plan_id: int) -> bytes | None:
+    row = self.t.plans.get(plan_id)
+    return row["artifact"] if row is not None else None
+
+
+FakeProposals.saved_plan_digests = _saved_plan_digests  # type: ignore[method-assign]
+FakeProposals.plan_artifact = _plan_artifact  # type: ignore[method-assign]
+
+
+def _merge(self: FakeFilesRepo, main_sha: str, head_sha: str, into: str, message: str,
+           before_moving: Callable[[str], None] | None = None) -> str:
+    from gateway.domain.errors import RefMoved
+
+    sha = self.merge_preview(main_sha, head_sha)  # a conflict is refused before any commit is named
+    self.infos[sha] = replace(self.infos[sha], message=message)
+    if before_moving is not None:
+        before_moving(sha)
+    if self.refs.get(into) != self.resolve(main_sha):
+        raise RefMoved(f"{into} moved while merging; it is no longer at {main_sha[:12]}")
+    self.refs[into] = sha
+    return sha
+
+
+def _is_ancestor(self: FakeFilesRepo, older: str, newer: str) -> bool:
+    return self.resolve(older) in self._ancestry(newer)
+
+
+def _first_parent_commits(self: FakeFilesRepo, since: str, until: str) -> list[tuple[str, str | None, str]]:
+    hidden, line, sha = set(self._ancestry(since)), [], self.resolve(until)
+    while sha not in hidden:
+        parents = self.parents[sha]
+        info = self.infos[sha]
+        line.append((sha, parents[0] if parents else None, f"{info.author_name} <{info.author_email}>"))
+        if not parents:
+            break
+        sha = parents[0]
+    return line[::-1]
+
+
+FakeFilesRepo.merge = _merge  # type: ignore[method-assign]
+FakeFilesRepo.is_ancestor = _is_ancestor  # type: ignore[method-assign]
+FakeFilesRepo.first_parent_commits = _first_parent_commits  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class SamplePeople:
+    """conftest's `people` (the same names, roles and groups) in a fake store, with no tokens."""
+
+    admin: Principal
+    alice: Principal  # requester, app group
+    bob: Principal  # approver, platform
+    carol: Principal  # approver, platform
+    erin: Principal  # approver, data group only
+    dana: Principal  # auditor
+    frank: Principal  # policy owner (security group)
+    agent: Principal  # an agent acting for alice
+
+
+def sample_people(store: Store) -> SamplePeople:
+    def add(name: str, role: Role, *groups: str, kind: PrincipalKind = PrincipalKind.PERSON) -> Principal:
+        return person(name, role, groups=groups, kind=kind, store=store)
+
+    return SamplePeople(admin=add("admin", Role.ADMIN), alice=add("alice", Role.REQUESTER, "app"),
+                        bob=add("bob", Role.APPROVER, "platform"), carol=add("carol", Role.APPROVER, "platform"),
+                        erin=add("erin", Role.APPROVER, "data"), dana=add("dana", Role.AUDITOR),
+                        frank=add("frank", Role.APPROVER, "security"),
+                        agent=add("infra-agent", Role.REQUESTER, kind=PrincipalKind.AGENT))

@@ -101,7 +101,8 @@ def test_approval_names_the_sha_it_saw(ws: Workspace, team: SamplePeople, bigger
     assert approved.current_approvals[0].digests == approved.current_digests
 
 
-def test_one_rejection_stops_the_proposal_until_a_new_commit(ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+def test_one_rejection_stops_the_proposal_until_a_new_commit(
+        ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
     proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
     decide(ws, team.carol, proposal.id, Decision.REJECT, "wait for the freeze to end")

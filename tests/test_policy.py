@@ -310,7 +310,8 @@ def checkout(ws: Workspace) -> FakeClone:
 PUBLIC_BUCKET = f'resource "aws_s3_bucket" "open" {{\n  bucket = "open-staging"\n  acl = "public-read"\n  {TAGS}\n}}\n'
 
 
-def test_deny_blocks_approval_and_apply_until_overridden(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_deny_blocks_approval_and_apply_until_overridden(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
     checkout.branch("open").write("stacks/app-staging/open.tf", PUBLIC_BUCKET).push()
     proposal = open_proposal(ws, team.alice, "open", "public bucket for the website")
     keys = {f.key for f in proposal.blocking_findings(now())}
@@ -348,7 +349,8 @@ def test_risk_sets_how_many_approvers(ws: Workspace, team: SamplePeople, checkou
     assert apply_proposal(ws, team.alice, high.id).succeeded
 
 
-def test_a_change_to_the_policy_config_is_itself_a_proposal(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_a_change_to_the_policy_config_is_itself_a_proposal(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
     checkout.branch("looser").edit("gateway.yaml", "max_deletes: 10", "max_deletes: 50").push()
     proposal = open_proposal(ws, team.alice, "looser", "allow bigger teardowns")
     assert proposal.stacks == () and proposal.changed_paths == ("gateway.yaml",)

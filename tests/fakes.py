@@ -1823,6 +1823,49 @@ def _first_parent_commits(self: FakeFilesRepo, since: str, until: str) -> list[t
     return line[::-1]
 
 
+def _diff(self: FakeFilesRepo, base: str, head: str) -> str:
+    import difflib
+
+    old, new = self.trees[self.resolve(base)], self.trees[self.resolve(head)]
+    lines: list[str] = []
+    for path in self.changed_paths(base, head):
+        before = old[path].decode().splitlines(keepends=True) if path in old else []
+        after = new[path].decode().splitlines(keepends=True) if path in new else []
+        lines += [f"diff --git a/{path} b/{path}\n"]
+        lines += difflib.unified_diff(before, after, f"a/{path}" if path in old else "/dev/null",
+                                      f"b/{path}" if path in new else "/dev/null")
+    return "".join(lines)
+
+
+def _revert_merge_to_new_branch(self: FakeFilesRepo, merge_sha: str, onto_sha: str, branch: str, message: str,
+                                author: str) -> str:
+    """The merge's changes (against its first parent, the mainline) undone on `onto_sha`, file by file: a file
+    changed since the merge is a conflict, as where git's revert would not apply."""
+    if self.branch_exists(branch):
+        raise Conflict(f"branch {branch} already exists in the declaration repo")
+    merged, mainline = self.trees[self.resolve(merge_sha)], self.trees[self.parents[self.resolve(merge_sha)][0]]
+    onto = self.resolve(onto_sha)
+    tree = dict(self.trees[onto])
+    for path in self.changed_paths(self.parents[self.resolve(merge_sha)][0], merge_sha):
+        if tree.get(path) != merged.get(path):
+            raise Conflict(f"the merge {merge_sha[:12]} no longer reverts cleanly on main (later changes touch the "
+                           "same lines); write the rollback by hand")
+        if path in mainline:
+            tree[path] = mainline[path]
+        else:
+            tree.pop(path, None)
+    sha = self.commit(branch, tree, message, author, (onto,))
+    self.infos[sha] = replace(self.infos[sha], author_email=f"{author}@gateway")
+    return sha
+
+
+def _delete_branch(self: FakeFilesRepo, branch: str) -> None:
+    self.refs.pop(branch, None)
+
+
+FakeFilesRepo.diff = _diff  # type: ignore[method-assign]
+FakeFilesRepo.revert_merge_to_new_branch = _revert_merge_to_new_branch  # type: ignore[method-assign]
+FakeFilesRepo.delete_branch = _delete_branch  # type: ignore[method-assign]
 FakeFilesRepo.merge = _merge  # type: ignore[method-assign]
 FakeFilesRepo.is_ancestor = _is_ancestor  # type: ignore[method-assign]
 FakeFilesRepo.first_parent_commits = _first_parent_commits  # type: ignore[method-assign]

@@ -1859,6 +1859,25 @@ def _revert_merge_to_new_branch(self: FakeFilesRepo, merge_sha: str, onto_sha: s
     return sha
 
 
+def _merge_conflict(self: FakeFilesRepo, main_sha: str, head_sha: str) -> str | None:
+    """merge_preview's refusal, in its words, with no commit made (None: it merges)."""
+    base = self.trees[self.merge_base(main_sha, head_sha)]
+    ours, theirs = self.trees[self.resolve(main_sha)], self.trees[self.resolve(head_sha)]
+    conflicts = [path for path in sorted(base.keys() | ours.keys() | theirs.keys())
+                 if theirs.get(path) not in (base.get(path), ours.get(path)) and ours.get(path) != base.get(path)]
+    if not conflicts:
+        return None
+    return (f"the branch does not merge cleanly into main (conflicts in {', '.join(conflicts)}); rebase it on main "
+            "and push again")
+
+
+def _pinned(self: FakeFilesRepo) -> FakeFilesRepo:
+    """The same commits with the refs as they are now: a push after this does not move what the read sees."""
+    pinned = copy.copy(self)
+    pinned.refs = dict(self.refs)
+    return pinned
+
+
 def _delete_branch(self: FakeFilesRepo, branch: str) -> None:
     self.refs.pop(branch, None)
 
@@ -1866,9 +1885,22 @@ def _delete_branch(self: FakeFilesRepo, branch: str) -> None:
 FakeFilesRepo.diff = _diff  # type: ignore[method-assign]
 FakeFilesRepo.revert_merge_to_new_branch = _revert_merge_to_new_branch  # type: ignore[method-assign]
 FakeFilesRepo.delete_branch = _delete_branch  # type: ignore[method-assign]
+FakeFilesRepo.merge_conflict = _merge_conflict  # type: ignore[method-assign]
+FakeFilesRepo.pinned = _pinned  # type: ignore[method-assign]
 FakeFilesRepo.merge = _merge  # type: ignore[method-assign]
 FakeFilesRepo.is_ancestor = _is_ancestor  # type: ignore[method-assign]
 FakeFilesRepo.first_parent_commits = _first_parent_commits  # type: ignore[method-assign]
+
+
+def _jobs_of_proposal(self: FakeJobs, proposal_id: int) -> list[Any]:
+    from gateway.domain.jobs import Job, JobStatus
+
+    return [Job(j["id"], j["kind"], j["proposal_id"], j["requested_by"], JobStatus.QUEUED, args=dict(j["args"]),
+                created_at=j["created_at"]) for j in sorted(self.t.jobs.values(), key=lambda j: j["id"])
+            if j["proposal_id"] == proposal_id]  # every job here is queued: none runs
+
+
+FakeJobs.of_proposal = _jobs_of_proposal  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)

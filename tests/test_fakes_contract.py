@@ -716,6 +716,10 @@ def test_a_merge_preview_holds_both_sides_or_names_the_conflict(declaration_repo
     declaration_repo.set_branch("main", head)
     with pytest.raises(Conflict, match=r"does not merge cleanly into main \(conflicts in stacks/app-staging/main.tf\)"):
         declaration_repo.merge_preview(head, clash)
+    assert declaration_repo.merge_conflict(head, clash) == (
+        "the branch does not merge cleanly into main (conflicts in stacks/app-staging/main.tf); rebase it on main and "
+        "push again")
+    assert declaration_repo.merge_conflict(moved, head) is None
 
 
 # --- more: what an apply reaches on the store and on the repo -------------------------------------------------------
@@ -767,3 +771,23 @@ def test_a_merge_moves_main_only_from_where_it_was_and_reverts_cleanly(declarati
         declaration_repo.revert_merge_to_new_branch(merged, merged, "rollback/1", "again", "alice")
     declaration_repo.delete_branch("rollback/1")
     assert not declaration_repo.branch_exists("rollback/1")
+    pinned = declaration_repo.pinned()
+    assert pinned.resolve("main") == merged
+    declaration_repo.set_branch("main", other)  # a push while the read goes on
+    assert pinned.resolve("main") == merged and declaration_repo.resolve("main") == other
+
+
+def test_a_proposals_jobs_are_listed_oldest_first_and_queued(store: Store) -> None:
+    from gateway.domain.jobs import JobStatus
+
+    pid, other = _proposal(store), None
+    with store.session() as session:
+        plan = session.jobs.add(JobKind.PLAN, pid, GATEWAY)
+        apply = session.jobs.add(JobKind.APPLY, pid, GATEWAY, {"runner": "r"})
+        other = session.jobs.add(JobKind.NOTIFY, None, GATEWAY)
+    with store.session(readonly=True) as session:
+        jobs = session.jobs.of_proposal(pid)
+        assert session.jobs.of_proposal(pid + 100) == []
+    assert [(j.id, j.kind, j.proposal_id, j.status, j.args) for j in jobs] == [
+        (plan, JobKind.PLAN, pid, JobStatus.QUEUED, {}), (apply, JobKind.APPLY, pid, JobStatus.QUEUED, {"runner": "r"})]
+    assert other not in [j.id for j in jobs]

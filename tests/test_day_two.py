@@ -33,6 +33,7 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.change.views import view_proposal
 from gateway.services.day_two.break_glass import (
     acknowledge_break_glass,
+    break_glass_story,
     close_break_glass,
     confirm_break_glass,
     open_break_glass,
@@ -458,32 +459,30 @@ def on_call(ws: Workspace, people: People | SamplePeople, name: str) -> tuple[Pr
     return add_principal(ws, people.admin, name, frozenset({Role.REQUESTER}), frozenset({"oncall"}))
 
 
-def test_a_break_glass_window_codified_in_time_is_one_clean_story(workspace: Workspace, people: People,
-                                                                   clone: Clone) -> None:
-    break_glass_rules(clone, "1h")
-    olga, _ = on_call(workspace, people, "olga")
+def test_a_break_glass_window_codified_in_time_is_one_clean_story(ws: Workspace, team: SamplePeople,
+                                                                   checkout: FakeClone) -> None:
+    break_glass_rules(checkout, "1h")
+    olga, _ = on_call(ws, team, "olga")
     with pytest.raises(Refused, match="alice is not in a break-glass group"):
-        open_break_glass(workspace, people.alice, "app-staging", "incident 7", timedelta(hours=2))
+        open_break_glass(ws, team.alice, "app-staging", "incident 7", timedelta(hours=2))
     with pytest.raises(Refused, match="only people may break the glass"):
-        open_break_glass(workspace, people.agent, "app-staging", "incident 7", timedelta(hours=2))
-    window = open_break_glass(workspace, olga, "app-staging", "incident 7: web tier saturated", timedelta(hours=2))
+        open_break_glass(ws, team.agent, "app-staging", "incident 7", timedelta(hours=2))
+    window = open_break_glass(ws, olga, "app-staging", "incident 7: web tier saturated", timedelta(hours=2))
     assert window.opened_at is not None  # app-staging protects nothing: no second person needed
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
-    close_break_glass(workspace, olga, window.id, "load is back to normal")
-    [record] = list_drift_records(workspace, people.bob, only_open=True)
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
+    close_break_glass(ws, olga, window.id, "load is back to normal")
+    [record] = list_drift_records(ws, team.bob, only_open=True)
     assert record.expected and record.break_glass_id == window.id
-    codify = codify_drift(workspace, olga, "app-staging")
-    assert "expected: made during a break-glass window" in render_text(proposal_previews(workspace, codify)["app-staging"])
-    approve_and_apply(workspace, people, codify.id)
-    assert sweep_break_glass(workspace) == [f"window {window.id} settled"]
-    assert overdue_windows(workspace) == []
+    codify = codify_drift(ws, olga, "app-staging")
+    assert "expected: made during a break-glass window" in render_text(proposal_previews(ws, codify)["app-staging"])
+    approve_and_apply(ws, team, codify.id)
+    assert sweep_break_glass(ws) == [f"window {window.id} settled"]
+    assert overdue_windows(ws) == []
 
-    story = run_cli(["audit", "show", "--break-glass", str(window.id)], workspace.settings.home, people.tokens["dana"])
-    assert story.returncode == 0, story.stderr
-    kinds = [line.split()[3] for line in story.stdout.splitlines() if line[:5].strip().isdigit()]
+    kinds = [e.kind for e in break_glass_story(ws, team.dana, window.id)]  # `gateway audit show --break-glass`
     for kind in ("break_glass.opened", "drift.opened", "break_glass.closed", "proposal.opened", "approval",
                  "apply.succeeded", "merged", "drift.closed", "break_glass.settled"):
-        assert kind in kinds, (kind, story.stdout)
+        assert kind in kinds, (kind, kinds)
     assert kinds.index("break_glass.opened") < kinds.index("drift.opened") < kinds.index("drift.closed")
 
 
@@ -524,6 +523,10 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
                            workspace.settings.home, paul_token)
     assert acknowledged.returncode == 0, acknowledged.stderr
     assert apply_proposal(workspace, people.alice, change.id).succeeded
+    story = run_cli(["audit", "show", "--break-glass", str(window.id)], workspace.settings.home, people.tokens["dana"])
+    assert story.returncode == 0, story.stderr
+    kinds = [line.split()[3] for line in story.stdout.splitlines() if line[:5].strip().isdigit()]
+    assert kinds.index("break_glass.opened") < kinds.index("break_glass.overdue"), story.stdout
 
 
 

@@ -369,11 +369,19 @@ def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(ws: Works
         "app-staging": ["aws_security_group.exports"]}
 
 
-def test_only_an_applied_change_is_rolled_back(workspace: Workspace, people: People, clone: Clone) -> None:
+def test_only_an_applied_change_is_rolled_back(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    waiting = open_proposal(ws, team.alice, "bigger", "bigger web")
+    branches = dict(ws.repo.refs)  # type: ignore[attr-defined]
+    with pytest.raises(Refused, match=f"proposal {waiting.id} is open; only an applied, merged change"):
+        rollback_proposal(ws, team.alice, waiting.id, "changed my mind")
+    assert ws.repo.refs == branches  # type: ignore[attr-defined]  # nothing half-written
+
+
+def test_the_rollback_command_refuses_what_was_not_applied_in_one_line(workspace: Workspace, people: People,
+                                                                       clone: Clone) -> None:
     clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
     waiting = open_proposal(workspace, people.alice, "bigger", "bigger web")
-    with pytest.raises(Refused, match=f"proposal {waiting.id} is open; only an applied, merged change"):
-        rollback_proposal(workspace, people.alice, waiting.id, "changed my mind")
     done = run_cli(["rollback", str(waiting.id), "-m", "why"], workspace.settings.home, people.tokens["alice"])
     assert done.returncode == 1 and "only an applied, merged change is rolled back" in done.stderr
 
@@ -410,13 +418,16 @@ def test_an_import_with_zero_diff_is_proposed_and_applied(ws: Workspace, team: S
     assert ws.simulator.get_object("aws_security_group", rid) == before  # brought under management as it was
 
 
-def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Workspace, people: People) -> None:
-    rid = made_in_the_console(workspace)
+def test_an_import_with_a_diff_is_refused_naming_the_attributes(ws: Workspace, team: SamplePeople) -> None:
+    rid = made_in_the_console(ws)
     with pytest.raises(Refused, match=r"not zero-diff: the plan would also update it, changing tags.owner "
                                       r'\("app-team" -> "someone-else"\)'):
-        import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid,
+        import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid,
                         {"tags": {"owner": "someone-else", "cost-centre": "cc-3003", "stack": "app-staging"}})
-    assert not workspace.repo.branch_exists("import/app-staging-admin")  # nothing half-written
+    assert not ws.repo.branch_exists("import/app-staging-admin")  # nothing half-written
+
+
+def test_the_import_command_names_an_object_that_does_not_exist(workspace: Workspace, people: People) -> None:
     missing = run_cli(["import", "--stack", "app-staging", "aws_security_group.other", "sg-nope"],
                       workspace.settings.home, people.tokens["alice"])
     assert missing.returncode == 1 and "no aws_security_group with id 'sg-nope' exists" in missing.stderr

@@ -245,36 +245,49 @@ def test_page_views_at_once_each_read_git_through_their_own_handle(workspace: Wo
         assert len(finished) == len(threads)
 
 
-def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(workspace: Workspace, people: People,
-                                                                            clone: Clone) -> None:
-    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
-    proposal = open_proposal(workspace, people.alice, "tags", "new cost centre")
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
-    assert view_proposal(workspace, people.admin, proposal.id).can_apply
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
-    record = check_drift(workspace, people.admin, "app-staging").record
+def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(ws: Workspace, team: SamplePeople,
+                                                                            checkout: FakeClone) -> None:
+    checkout.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(ws, team.alice, "tags", "new cost centre")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
+    assert view_proposal(ws, team.admin, proposal.id).can_apply
+    ws.clock.advance(60)  # type: ignore[attr-defined]  # a minute later
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
+    record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
-    before = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
+    before = render_text(proposal_previews(ws, get_proposal(ws, proposal.id))["app-staging"])
     assert "the plan predates this drift (recorded after it): the apply refuses and re-plans: aws_instance.web[0]" in (
         before) and "this apply keeps" not in before
     row = (f"drift record {record.id} on stack app-staging (aws_instance.web[0] (instance_type)) was recorded after "
            f"the plan was made: the apply would revert it unseen; a new plan shows it, and needs approval (an apply "
            f"plans again first)")
-    # the page offers no Apply, and says why in the runner's words
-    with TestClient(create_app(workspace.settings, workers=0)) as client:
+    assert view_proposal(ws, team.admin, proposal.id).apply_blockers == [row]
+    with pytest.raises(Refused) as refused:
+        apply_proposal(ws, team.admin, proposal.id)
+    assert refused.value.reasons == [row]
+    live = ws.simulator.get_object("aws_instance", _instance_id(ws))
+    assert live is not None and live["instance_type"] == "t3.large"
+    text = render_text(proposal_previews(ws, get_proposal(ws, proposal.id))["app-staging"])
+    assert "this apply would revert: aws_instance.web[0]" in text
+    with pytest.raises(Refused, match="approval"):  # the new plan reverts the drift: it needs its own approval
+        apply_proposal(ws, team.admin, proposal.id)
+
+
+def test_the_page_offers_no_apply_over_drift_recorded_after_the_plan(workspace: Workspace, people: People,
+                                                                    clone: Clone) -> None:
+    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "tags", "new cost centre")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    row = (f"drift record {record.id} on stack app-staging (aws_instance.web[0] (instance_type)) was recorded after "
+           f"the plan was made: the apply would revert it unseen; a new plan shows it, and needs approval (an apply "
+           f"plans again first)")
+    with TestClient(create_app(workspace.settings, workers=0)) as client:  # in the runner's words
         sign_in(client, people.tokens["admin"])
         page = client.get(f"/proposals/{proposal.id}").text
     assert 'id="apply"' not in page and "Not ready to apply" in page and html.escape(row, quote=False) in page
-    assert view_proposal(workspace, people.admin, proposal.id).apply_blockers == [row]
-    with pytest.raises(Refused) as refused:
-        apply_proposal(workspace, people.admin, proposal.id)
-    assert refused.value.reasons == [row]
-    live = workspace.simulator.get_object("aws_instance", _instance_id(workspace))
-    assert live is not None and live["instance_type"] == "t3.large"
-    text = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
-    assert "this apply would revert: aws_instance.web[0]" in text
-    with pytest.raises(Refused, match="approval"):  # the new plan reverts the drift: it needs its own approval
-        apply_proposal(workspace, people.admin, proposal.id)
 
 
 def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(ws: Workspace,
@@ -635,16 +648,25 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
         assert not session.day_two.mark_break_glass(wid, "codified_at", now())
 
 
-def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database(workspace: Workspace,
-                                                                                 people: People) -> None:
+def test_drift_of_a_secret_stays_masked_in_the_record_and_the_trail(ws: Workspace, team: SamplePeople) -> None:
     leaked = "console-typed-Pa55word-9172"
-    workspace.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
-    record = check_drift(workspace, people.admin, "data").record
+    ws.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
+    record = check_drift(ws, team.admin, "data").record
     assert record is not None
     [attribute] = record.resources[0].attributes
     assert (attribute.path, attribute.before, attribute.after) == ("password", "(sensitive)", "(sensitive)")
     with pytest.raises(Refused, match=r"aws_db_instance.orders.password: its value is sensitive"):
-        codify_drift(workspace, people.alice, "data")
+        codify_drift(ws, team.alice, "data")
+    with ws.store.session(readonly=True) as session:
+        kept = [session.day_two.drift_records(), [e.payload for e in session.audit.events()]]
+    assert leaked not in str(kept)
+
+
+def test_drift_of_a_secret_stays_masked_in_the_command_and_the_database(workspace: Workspace,
+                                                                        people: People) -> None:
+    leaked = "console-typed-Pa55word-9172"
+    workspace.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
+    assert check_drift(workspace, people.admin, "data").record is not None
     listed = run_cli(["drift", "list"], workspace.settings.home, people.tokens["dana"])
     assert listed.returncode == 0 and leaked not in listed.stdout
     with workspace.store.db.engine.connect() as conn:

@@ -34,6 +34,7 @@ from .conftest import Clone, People, add_people, run_cli
 from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
 
 STAGING = "stacks/app-staging/main.tf"
+QUEUE = 'resource "aws_sqs_queue" "orders" {\n  name = "orders-staging"\n  tags = local.tags\n}\n'
 NETWORK = "stacks/network/main.tf"
 GATEWAY = Path(__file__).parent.parent / "gateway"
 
@@ -420,8 +421,26 @@ def test_cli_show_only_reads_sync_replans_and_abandon_frees_the_branch(workspace
     assert run_cli(["abandon", "1", "-m", "twice"], home, t["alice"]).returncode == 1
 
 
-def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Workspace, people: People,
-                                                               clone: Clone) -> None:
+def test_an_approval_names_the_plan_it_saw_not_just_the_commit(ws: Workspace, team: SamplePeople,
+                                                               checkout: FakeClone) -> None:
+    checkout.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(ws, team.alice, "bigger", "more memory")
+    seen = proposal.current_digests
+    other = _approved(ws, team, checkout, "queue", [], {"stacks/app-staging/queue.tf": QUEUE})
+    assert apply_proposal(ws, team.alice, other).succeeded  # the state moves: same commit, a different plan
+    from gateway.services.change.proposals import sync_proposal
+
+    replanned, _ = sync_proposal(ws, proposal.id)
+    assert replanned.head_sha == proposal.head_sha and replanned.current_digests != seen
+    with pytest.raises(Refused, match="the plan changed since you looked at it"):
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha, seen_digests=seen)
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha,
+           seen_digests=replanned.current_digests)
+    assert get_proposal(ws, proposal.id).current_approvals
+
+
+def test_the_api_refuses_an_approval_of_a_plan_that_changed_since_it_was_seen(workspace: Workspace, people: People,
+                                                                            clone: Clone) -> None:
     ws = workspace
     clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     proposal = open_proposal(ws, people.alice, "bigger", "more memory")
@@ -431,9 +450,6 @@ def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Worksp
     from gateway.services.change.proposals import sync_proposal
 
     replanned, _ = sync_proposal(ws, proposal.id)
-    assert replanned.head_sha == proposal.head_sha and replanned.current_digests != seen
-    with pytest.raises(Refused, match="the plan changed since you looked at it"):
-        decide(ws, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha, seen_digests=seen)
     with TestClient(create_app(ws.settings, workers=0)) as client:
         stale = client.post(f"/api/v1/proposals/{proposal.id}/approve", json={"digests": seen},
                             headers={"Authorization": f"Bearer {people.tokens['bob']}"})

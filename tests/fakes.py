@@ -1769,11 +1769,14 @@ def _apply_main(ws: Workspace) -> None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # more
-# What an apply reaches past opening and deciding, so the whole path (open, decide, apply, merge) runs on
-# sandbox_workspace: the saved plan's digest and artifact as stored (a row edited in place hashes differently, as
-# SqlProposals' does), and a merge into main that moves the branch only if nobody moved it meanwhile (git's
-# update-ref compare-and-swap). Added to the fakes above, which leave them unfaked; tests/test_fakes_contract.py holds
-# them to the SQL store and to git. Beside them, the sample's people (conftest's `people`) kept in a fake store.
+# What an apply and day two reach past opening and deciding, so the whole path (open, decide, apply, merge, watch
+# main, codify, roll back) runs on sandbox_workspace: the saved plan's digest and artifact as stored (a row edited
+# in place hashes differently, as SqlProposals' does), a proposal's queued jobs, and on FakeFilesRepo a merge into
+# main that moves the branch only if nobody moved it meanwhile (git's update-ref compare-and-swap), main's
+# first-parent line, ancestry, a text diff, a merge's revert onto a new branch, a conflict named without a commit,
+# a pinned read and a deleted branch. Added to the fakes above, which leave them unfaked (or to the Protocol's
+# silent None); tests/test_fakes_contract.py holds them to the SQL store and to git. Beside them, the sample's
+# people (conftest's `people`) kept in a fake store.
 
 
 def _saved_plan_digests(self: FakeProposals, plan_ids: Collection[int]) -> dict[int, str]:

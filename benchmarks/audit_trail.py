@@ -1,7 +1,9 @@
 """The audit trail at scale: N events (default 1,000,000) appended through the real append path
 (`append_many`: the hash chain, the head row lock, the stack, address and proposal-address index rows), 2,000 to
 a transaction; then the auditor's filters through the API (`GET /api/v1/audit/events`, one page of 100 from a
-random `after`), and `verify` over the whole trail. On PostgreSQL (default) or SQLite (`sqlite`).
+random `after`), and `verify` over the whole trail. On PostgreSQL (default) or SQLite (`sqlite`). One event in ten is
+of an added declaration repository, `data` (its stacks `data/stack-NN`), one in a thousand of `rare`: the `repo` filter
+finds them.
 
 Every figure is printed beside its floor, measured in the same run, and the machine's load:
 - append: events/s, and the CPU the process spent per event beside what encoding and hashing one event costs;
@@ -41,7 +43,7 @@ from scratch_db import scratch_database  # noqa: E402  (a sibling: this script's
 
 from gateway.adapters.store.audit import canonical_bytes  # noqa: E402
 from gateway.api.app import create_app  # noqa: E402
-from gateway.composition import create_workspace  # noqa: E402
+from gateway.composition import add_repository, create_workspace  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.domain.principals import PrincipalKind, Role, SystemActor  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
@@ -79,7 +81,10 @@ def main() -> None:
 def run(home: Path, url: str | None, events: int, plans: bool, filtered: bool = True) -> None:
     ws = create_workspace(Settings(home=home, database_url=url))
     print(f"{events:,} events on {ws.store.db.engine.dialect.name}; {load()}")
-    _, token = add_principal(ws, None, "dana", frozenset({Role.AUDITOR}), frozenset(), PrincipalKind.PERSON)
+    admin, _ = add_principal(ws, None, "admin", frozenset({Role.ADMIN}), frozenset(), PrincipalKind.PERSON)
+    _, token = add_principal(ws, admin, "dana", frozenset({Role.AUDITOR}), frozenset(), PrincipalKind.PERSON)
+    add_repository(ws, admin, "data")
+    add_repository(ws, admin, "rare")
     append(ws, events)
     with ws.store.db.transaction() as conn:  # a write: a pooled SQLite connection that served reads is query_only
         conn.execute(text("ANALYZE"))
@@ -96,7 +101,7 @@ def append(ws: Any, events: int) -> None:
     rng = random.Random(7)
     wall = cpu = server = 0.0  # the store's work only: making up the events is not timed
     for first in range(0, events, BATCH):
-        batch = [(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10, [STACKS[i % len(STACKS)]])
+        batch = [(rng.choice(PEOPLE), rng.choice(KINDS), payload(i), 1 + i // 10, [stack_of(i)])
                  for i in range(first, min(first + BATCH, events))]
         started, begun = time.perf_counter(), time.process_time()
         with ws.store.session() as session:
@@ -117,6 +122,11 @@ def append(ws: Any, events: int) -> None:
     backend = f", the PostgreSQL backend {server / events * 1e6:.1f} µs" if server else ""
     print(f"append: {events / wall:,.0f} events/s ({wall:.1f} s wall, {BATCH:,} a transaction); CPU per event: this "
           f"process {cpu / events * 1e6:.1f} µs{backend}; floor (encode + hash one event) {floor_us:.1f} µs; {load()}")
+
+
+def stack_of(i: int) -> str:
+    """Event i's stack: one in ten of repository `data`'s, one in a thousand of `rare`'s."""
+    return ("data/" if i % 10 == 0 else "rare/" if i % 1000 == 1 else "") + STACKS[i % len(STACKS)]
 
 
 def backend_cpu(conn: Any) -> Callable[[], float] | None:
@@ -187,6 +197,15 @@ def filters(ws: Any, client: TestClient, events: int, plans: bool) -> None:
         "action+prefix": lambda: {"action": "apply"} | prefix(),
         "outcome+time+stack": lambda: {"outcome": "failed", "since": "2000-01-01T00:00"} | stack(),
         "person+action+stack": lambda: person() | {"action": "apply"} | stack(),
+        "repo (data, 10%)": lambda: {"repo": "data"},
+        "repo (declarations)": lambda: {"repo": "declarations"},
+        "repo (rare, 0.1%)": lambda: {"repo": "rare"},
+        "repo (rare)+action": lambda: {"repo": "rare", "action": "apply"},
+        "repo+person": lambda: {"repo": "data"} | person(),
+        "repo+action": lambda: {"repo": "data", "action": "apply"},
+        "repo+outcome": lambda: {"repo": "data", "outcome": "refused"},
+        "repo+prefix": lambda: {"repo": "data"} | prefix(),
+        "repo+stack": lambda: {"repo": "data", "stack": f"data/{STACKS[rng.randrange(0, len(STACKS), 10)]}"},
     }
     cpu = time.process_time()
     health = sorted(timed(lambda: client.get("/api/v1/health")) for _ in range(SAMPLES))
@@ -227,7 +246,8 @@ def print_plans(ws: Any, params: dict[str, Any]) -> None:
             dana = session.principals.by_name("dana")
         audit_service.list_events(ws, dana, params.get("proposal"), params.get("person"), params.get("stack"),
                                   params.get("since"), params.get("until"), params.get("address"),
-                                  params.get("action"), params.get("outcome"), params["after"], PAGE)
+                                  params.get("action"), params.get("outcome"), params["after"], PAGE,
+                                  params.get("repo"))
     finally:
         event.remove(ws.store.db.engine, "before_cursor_execute", capture)
     explain = "EXPLAIN QUERY PLAN " if ws.store.db.is_sqlite else "EXPLAIN "

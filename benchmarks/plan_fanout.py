@@ -27,6 +27,7 @@ from scratch_db import scratch_database  # a sibling: this script's directory is
 from sqlalchemy import select
 
 from gateway.adapters.git.repo import committer_env
+from gateway.adapters.store.rows import aware
 from gateway.adapters.store.schema import jobs
 from gateway.composition import create_workspace
 from gateway.config import Settings
@@ -133,8 +134,9 @@ def phases(ws: Workspace, current) -> str:  # type: ignore[no-untyped-def]
         rows = conn.execute(select(jobs.c.runner, jobs.c.started_at, jobs.c.finished_at).where(
             jobs.c.id.in_([s.job_id for s in current.stacks]))).all()
     created, ended = current.created_at, current.finished_at
-    first, last = min(r.started_at for r in rows), max(r.finished_at for r in rows)
-    busy = sum((r.finished_at - r.started_at).total_seconds() for r in rows)
+    started, finished = [aware(r.started_at) for r in rows], [aware(r.finished_at) for r in rows]  # SQLite: naive
+    first, last = min(started), max(finished)
+    busy = sum((f - s).total_seconds() for s, f in zip(started, finished, strict=True))
     by = sorted(Counter(r.runner.split("/")[0] for r in rows).values(), reverse=True)
     return (f"round queued → first stack {(first - created).total_seconds():.2f} s, first stack → last job's end "
             f"{(last - first).total_seconds():.2f} s ({busy / len(rows) * 1000:.0f} ms a job), of which the last job "

@@ -7,7 +7,10 @@ client count: requests/s, p50 and p95, the server's CPU per read and git process
 floor measured in the same run (a 404 from the same app: routing, middleware and HTTP, no work) and the
 machine's load. Then how many rows the reads wrote (must be 0: reads never write). It is not a test.
 
-Usage: python benchmarks/reads.py [N] [DATABASE_URL]
+With a PostgreSQL URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres) it runs on a database of its own
+on that server, dropped afterwards.
+
+Usage: python benchmarks/reads.py [N] [POSTGRES_ADMIN_URL]
 """
 
 from __future__ import annotations
@@ -54,8 +57,14 @@ def load() -> str:
 def main() -> None:
     configure_logging("warning")
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    url = sys.argv[2] if len(sys.argv) > 2 else None
-    print(f"reads of a proposal; {load()}")
+    from scratch_db import scratch_database  # a sibling, imported when run as a script (reads_ab.py imports this)
+
+    with scratch_database(sys.argv[2] if len(sys.argv) > 2 else None, "reads") as url:
+        run(count, url)
+
+
+def run(count: int, url: str | None) -> None:
+    print(f"reads of a proposal on {'PostgreSQL' if url else 'SQLite'}; {load()}")
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         ws = create_workspace(Settings(home=home, database_url=url))

@@ -103,6 +103,9 @@ class Settings(BaseModel):
     github_installation_id: int | None = Field(default=None, description="the App's installation on the repo")
     github_webhook_secret: SecretStr | None = Field(
         default=None, description="verifies X-Hub-Signature-256; the webhook route refuses to start without it")
+    github_repositories: list[str] | None = Field(
+        default=None, description='the GitHub repositories whose deliveries the webhook may admit, as a JSON list of '
+        'owner/name patterns (`["acme/*"]`); others are refused and recorded (unset: any a gateway.yaml names)')
     github_write_interval_seconds: float = Field(
         default=1.0, ge=0, description="pause between writes to GitHub (its secondary rate limits)")
     gitlab_token: SecretStr | None = Field(default=None, description="GitLab access token (a project or group access "
@@ -182,6 +185,15 @@ class Settings(BaseModel):
     tls_cert_file: Path | None = Field(default=None, description="`gateway serve` answers HTTPS with this "
                                        "certificate (PEM, chain included) and GATEWAY_TLS_KEY_FILE")
     tls_key_file: Path | None = Field(default=None, description="the private key of GATEWAY_TLS_CERT_FILE (PEM)")
+
+    @field_validator("github_repositories")
+    @classmethod
+    def _owner_name_patterns(cls, value: list[str] | None) -> list[str] | None:
+        """Each an `owner/name` pattern (`*` and `?` match within a name): a bare word would admit nothing."""
+        for pattern in value or ():
+            if pattern.count("/") != 1 or not all(pattern.split("/")):
+                raise ValueError(f"{pattern!r} is not an owner/name pattern (e.g. acme/* or acme/infra)")
+        return value
 
     @field_validator("public_url")
     @classmethod

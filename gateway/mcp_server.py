@@ -79,51 +79,82 @@ def build_server(ws: Workspace, principal: Principal | None = None) -> MCPServer
         except GatewayError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
-    @server.tool(description="The stacks of the declaration repo: path, engine, approver groups, protected resources.")
-    async def list_stacks() -> str:
-        return await run("list_stacks", {}, lambda w, _c: agents.list_stacks(w))
+    default = ws.repository
+    where = f" In `repository`, one of list_repositories (default {default})."
+    where_or_proposal = where + " With `proposal`, in that proposal's own repository."
 
-    @server.tool(description="Read a file of main, or of one of your proposals' branches (by proposal number).")
-    async def read_file(path: str, proposal: int | None = None) -> str:
-        return await run("read_file", {"path": path, "proposal": proposal},
-                         lambda w, c: agents.read_file(w, c, path, proposal))
+    @server.tool(description="The repositories of declarations you may work in (for the person you act for); "
+                             f"every tool works in `{default}` unless given another as `repository`.")
+    async def list_repositories() -> str:
+        return await run("list_repositories", {}, agents.list_repositories)
+
+    @server.tool(description="The stacks of a declaration repository: name, path, engine, approver groups, "
+                             "protected resources." + where)
+    async def list_stacks(repository: str | None = None) -> str:
+        return await run("list_stacks", {"repository": repository},
+                         lambda w, c: agents.list_stacks(w, c, repository))
+
+    @server.tool(description="Read a file of main, or of one of your proposals' branches (by proposal number)."
+                             + where_or_proposal)
+    async def read_file(path: str, proposal: int | None = None, repository: str | None = None) -> str:
+        return await run("read_file", {"path": path, "proposal": proposal, "repository": repository},
+                         lambda w, c: agents.read_file(w, c, path, proposal, repository))
 
     @server.tool(description="Read a file of a registry, git or HTTP module a stack calls, as `terraform init` "
-                              "installs it (read-only); path under .terraform/modules/, or null to list them.")
-    async def read_module(stack: str, path: str | None = None, proposal: int | None = None) -> str:
-        return await run("read_module", {"stack": stack, "path": path, "proposal": proposal},
-                         lambda w, c: agents.read_module(w, c, stack, path, proposal))
+                             "installs it (read-only); path under .terraform/modules/, or null to list them."
+                             + where_or_proposal)
+    async def read_module(stack: str, path: str | None = None, proposal: int | None = None,
+                          repository: str | None = None) -> str:
+        return await run("read_module", {"stack": stack, "path": path, "proposal": proposal, "repository": repository},
+                         lambda w, c: agents.read_module(w, c, stack, path, proposal, repository))
 
-    @server.tool(description="Search main's (or a proposal's) text files for a regular expression.")
-    async def search(pattern: str, proposal: int | None = None) -> str:
-        return await run("search", {"pattern": pattern, "proposal": proposal},
-                         lambda w, c: agents.search(w, c, pattern, proposal))
+    @server.tool(description="Search main's (or a proposal's) text files for a regular expression."
+                             + where_or_proposal)
+    async def search(pattern: str, proposal: int | None = None, repository: str | None = None) -> str:
+        return await run("search", {"pattern": pattern, "proposal": proposal, "repository": repository},
+                         lambda w, c: agents.search(w, c, pattern, proposal, repository))
 
     @server.tool(description="Plan edits (path -> whole new file content) on top of main without opening anything: "
-                             "the engine's preview per stack, policy findings and risk.")
-    async def preview(changes: dict[str, str]) -> str:
-        return await run("preview", {"changes": changes}, lambda w, c: agents.preview(w, c, changes))
+                             "the engine's preview per stack, policy findings and risk." + where)
+    async def preview(changes: dict[str, str], repository: str | None = None) -> str:
+        return await run("preview", {"changes": changes, "repository": repository},
+                         lambda w, c: agents.preview(w, c, changes, repository))
 
     @server.tool(description="Open a proposal of the edits (path -> whole new file content) with a reason, for "
-                             "the person you act for; returns its number and review link.")
-    async def propose(changes: dict[str, str], reason: str) -> str:
-        return await run("propose", {"changes": changes, "reason": reason},
-                         lambda w, c: agents.propose(w, c, changes, reason))
+                             "the person you act for; returns its number and review link." + where)
+    async def propose(changes: dict[str, str], reason: str, repository: str | None = None) -> str:
+        return await run("propose", {"changes": changes, "reason": reason, "repository": repository},
+                         lambda w, c: agents.propose(w, c, changes, reason, repository))
 
-    @server.tool(description="Where one of your proposals stands: status, risk, findings, what still blocks it.")
+    @server.tool(description="Where one of your proposals stands, in whichever repository it is: status, risk, "
+                             "findings, what still blocks it.")
     async def proposal_status(proposal: int) -> str:
         return await run("proposal_status", {"proposal": proposal},
                          lambda w, c: agents.proposal_status(w, c, proposal))
 
     @server.resource("gateway://conventions", mime_type="text/yaml",
-                     description="Main's gateway.yaml: stacks, approvers, protected paths, policy settings.")
+                     description=f"Main's gateway.yaml in {default}: stacks, approvers, protected paths, policy "
+                                 "settings.")
     async def conventions() -> str:
-        return await run("conventions", {}, lambda w, _c: agents.conventions(w))
+        return await run("conventions", {}, lambda w, c: agents.conventions(w, c))
+
+    @server.resource("gateway://repos/{repository}/conventions", mime_type="text/yaml",
+                     description="Main's gateway.yaml in a repository of list_repositories.")
+    async def repository_conventions(repository: str) -> str:
+        return await run("conventions", {"repository": repository},
+                         lambda w, c: agents.conventions(w, c, repository))
 
     @server.resource("gateway://policies", mime_type="text/plain",
-                     description="The built-in policy rules and main's Rego policies.")
+                     description=f"The built-in policy rules and main's Rego policies in {default}.")
     async def policies() -> str:
-        return await run("policies", {}, lambda w, _c: agents.policy_rules(w))
+        return await run("policies", {}, lambda w, c: agents.policy_rules(w, c))
+
+    @server.resource("gateway://repos/{repository}/policies", mime_type="text/plain",
+                     description="The built-in policy rules and main's Rego policies in a repository of "
+                                 "list_repositories.")
+    async def repository_policies(repository: str) -> str:
+        return await run("policies", {"repository": repository},
+                         lambda w, c: agents.policy_rules(w, c, repository))
 
     return server
 

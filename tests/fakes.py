@@ -29,7 +29,7 @@ from gateway.config import Settings
 from gateway.domain.agent_runs import UNFINISHED, AgentRun, AgentRunStatus, Conversation
 from gateway.domain.applies import ApplyRecord, ApplyStatus
 from gateway.domain.apply_blockers import MainPush
-from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome
+from gateway.domain.audit import GENESIS, AuditEvent, EventQuery, event_hash, event_outcome, event_repository
 from gateway.domain.break_glass import BreakGlassWindow
 from gateway.domain.breaker import BreakerState, CapacityChange
 from gateway.domain.drift import DriftRecord, DriftStatus
@@ -249,6 +249,7 @@ class Tables:
     notifications: dict[int, Notification] = field(default_factory=dict)
     jobs: dict[int, dict[str, Any]] = field(default_factory=dict)
     events: list[AuditEvent] = field(default_factory=list)
+    event_repositories: dict[int, str] = field(default_factory=dict)  # each event's repository (an index, as in SQL)
     head: tuple[int, str] | None = None
     forge: ForgeTables = field(default_factory=lambda: ForgeTables())  # see "forges" below
     more: MoreTables = field(default_factory=lambda: MoreTables())  # day two, breaker, sign-in (at the end)
@@ -578,6 +579,8 @@ class FakeAuditLog(_Faked, AuditLog):
             event = AuditEvent(seq + 1, content["id"], content["at"], actor.name, actor.kind.value, kind, proposal_id,
                                tuple(stacks), content["payload"], prev, event_hash(prev, content))
             self.t.events.append(event)
+            self.t.event_repositories[event.seq] = event_repository(kind, content["payload"], stacks,
+                                                                                   DEFAULT_REPOSITORY)
             self.t.head = (event.seq, event.hash)
             out.append(event)
         return out
@@ -598,7 +601,8 @@ class FakeAuditLog(_Faked, AuditLog):
     def query(self, q: EventQuery, after: int = 0, limit: int | None = None) -> list[AuditEvent]:
         if q.address:
             raise NotImplementedError("FakeAuditLog does not search by address: test that on a workspace")
-        found = [e for e in self.t.events if e.seq > after and _matches(e, q)]
+        found = [e for e in self.t.events if e.seq > after and _matches(e, q)
+                 and q.repository in (None, "", self.t.event_repositories[e.seq])]
         return found[:limit] if limit is not None else found
 
     def count(self, q: EventQuery) -> int:
@@ -1765,3 +1769,167 @@ def _apply_main(ws: Workspace) -> None:
             planned = ws.engine.plan(stack, directory, ws.stack_inputs(stack))
             outcome = ws.engine.apply(stack, directory, planned.document, planned.state_serial, ws.stack_inputs(stack))
         assert outcome.succeeded, f"the sample's stack {stack} did not apply: {outcome.error}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# more
+# What an apply and day two reach past opening and deciding, so the whole path (open, decide, apply, merge, watch
+# main, codify, roll back) runs on sandbox_workspace: the saved plan's digest and artifact as stored (a row edited
+# in place hashes differently, as SqlProposals' does), a proposal's queued jobs, and on FakeFilesRepo a merge into
+# main that moves the branch only if nobody moved it meanwhile (git's update-ref compare-and-swap), main's
+# first-parent line, ancestry, a text diff, a merge's revert onto a new branch, a conflict named without a commit,
+# a pinned read and a deleted branch. Added to the fakes above, which leave them unfaked (or to the Protocol's
+# silent None); tests/test_fakes_contract.py holds them to the SQL store and to git. Beside them, the sample's
+# people (conftest's `people`) kept in a fake store.
+
+
+def _saved_plan_digests(self: FakeProposals, plan_ids: Collection[int]) -> dict[int, str]:
+    from gateway.domain.plan import decode_plan_bytes, plan_digest
+
+    rows = {i: self.t.plans[i] for i in plan_ids if i in self.t.plans}
+    return {i: plan_digest(decode_plan_bytes(str(row["document"]).encode()), row["artifact"])
+            for i, row in rows.items()}
+
+
+def _plan_artifact(self: FakeProposals, plan_id: int) -> bytes | None:
+    row = self.t.plans.get(plan_id)
+    return row["artifact"] if row is not None else None
+
+
+FakeProposals.saved_plan_digests = _saved_plan_digests  # type: ignore[method-assign]
+FakeProposals.plan_artifact = _plan_artifact  # type: ignore[method-assign]
+
+
+def _merge(self: FakeFilesRepo, main_sha: str, head_sha: str, into: str, message: str,
+           before_moving: Callable[[str], None] | None = None) -> str:
+    from gateway.domain.errors import RefMoved
+
+    sha = self.merge_preview(main_sha, head_sha)  # a conflict is refused before any commit is named
+    self.infos[sha] = replace(self.infos[sha], message=message)
+    if before_moving is not None:
+        before_moving(sha)
+    if self.refs.get(into) != self.resolve(main_sha):
+        raise RefMoved(f"{into} moved while merging; it is no longer at {main_sha[:12]}")
+    self.refs[into] = sha
+    return sha
+
+
+def _is_ancestor(self: FakeFilesRepo, older: str, newer: str) -> bool:
+    return self.resolve(older) in self._ancestry(newer)
+
+
+def _first_parent_commits(self: FakeFilesRepo, since: str, until: str) -> list[tuple[str, str | None, str]]:
+    hidden, line, sha = set(self._ancestry(since)), [], self.resolve(until)
+    while sha not in hidden:
+        parents = self.parents[sha]
+        info = self.infos[sha]
+        line.append((sha, parents[0] if parents else None, f"{info.author_name} <{info.author_email}>"))
+        if not parents:
+            break
+        sha = parents[0]
+    return line[::-1]
+
+
+def _diff(self: FakeFilesRepo, base: str, head: str) -> str:
+    import difflib
+
+    old, new = self.trees[self.resolve(base)], self.trees[self.resolve(head)]
+    lines: list[str] = []
+    for path in self.changed_paths(base, head):
+        before = old[path].decode().splitlines(keepends=True) if path in old else []
+        after = new[path].decode().splitlines(keepends=True) if path in new else []
+        lines += [f"diff --git a/{path} b/{path}\n"]
+        lines += difflib.unified_diff(before, after, f"a/{path}" if path in old else "/dev/null",
+                                      f"b/{path}" if path in new else "/dev/null")
+    return "".join(lines)
+
+
+def _revert_merge_to_new_branch(self: FakeFilesRepo, merge_sha: str, onto_sha: str, branch: str, message: str,
+                                author: str) -> str:
+    """The merge's changes (against its first parent, the mainline) undone on `onto_sha`, file by file: a file
+    changed since the merge is a conflict, as where git's revert would not apply."""
+    if self.branch_exists(branch):
+        raise Conflict(f"branch {branch} already exists in the declaration repo")
+    merged, mainline = self.trees[self.resolve(merge_sha)], self.trees[self.parents[self.resolve(merge_sha)][0]]
+    onto = self.resolve(onto_sha)
+    tree = dict(self.trees[onto])
+    for path in self.changed_paths(self.parents[self.resolve(merge_sha)][0], merge_sha):
+        if tree.get(path) != merged.get(path):
+            raise Conflict(f"the merge {merge_sha[:12]} no longer reverts cleanly on main (later changes touch the "
+                           "same lines); write the rollback by hand")
+        if path in mainline:
+            tree[path] = mainline[path]
+        else:
+            tree.pop(path, None)
+    sha = self.commit(branch, tree, message, author, (onto,))
+    self.infos[sha] = replace(self.infos[sha], author_email=f"{author}@gateway")
+    return sha
+
+
+def _merge_conflict(self: FakeFilesRepo, main_sha: str, head_sha: str) -> str | None:
+    """merge_preview's refusal, in its words, with no commit made (None: it merges)."""
+    base = self.trees[self.merge_base(main_sha, head_sha)]
+    ours, theirs = self.trees[self.resolve(main_sha)], self.trees[self.resolve(head_sha)]
+    conflicts = [path for path in sorted(base.keys() | ours.keys() | theirs.keys())
+                 if theirs.get(path) not in (base.get(path), ours.get(path)) and ours.get(path) != base.get(path)]
+    if not conflicts:
+        return None
+    return (f"the branch does not merge cleanly into main (conflicts in {', '.join(conflicts)}); rebase it on main "
+            "and push again")
+
+
+def _pinned(self: FakeFilesRepo) -> FakeFilesRepo:
+    """The same commits with the refs as they are now: a push after this does not move what the read sees."""
+    pinned = copy.copy(self)
+    pinned.refs = dict(self.refs)
+    return pinned
+
+
+def _delete_branch(self: FakeFilesRepo, branch: str) -> None:
+    self.refs.pop(branch, None)
+
+
+FakeFilesRepo.diff = _diff  # type: ignore[method-assign]
+FakeFilesRepo.revert_merge_to_new_branch = _revert_merge_to_new_branch  # type: ignore[method-assign]
+FakeFilesRepo.delete_branch = _delete_branch  # type: ignore[method-assign]
+FakeFilesRepo.merge_conflict = _merge_conflict  # type: ignore[method-assign]
+FakeFilesRepo.pinned = _pinned  # type: ignore[method-assign]
+FakeFilesRepo.merge = _merge  # type: ignore[method-assign]
+FakeFilesRepo.is_ancestor = _is_ancestor  # type: ignore[method-assign]
+FakeFilesRepo.first_parent_commits = _first_parent_commits  # type: ignore[method-assign]
+
+
+def _jobs_of_proposal(self: FakeJobs, proposal_id: int) -> list[Any]:
+    from gateway.domain.jobs import Job, JobStatus
+
+    return [Job(j["id"], j["kind"], j["proposal_id"], j["requested_by"], JobStatus.QUEUED, args=dict(j["args"]),
+                created_at=j["created_at"]) for j in sorted(self.t.jobs.values(), key=lambda j: j["id"])
+            if j["proposal_id"] == proposal_id]  # every job here is queued: none runs
+
+
+FakeJobs.of_proposal = _jobs_of_proposal  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class SamplePeople:
+    """conftest's `people` (the same names, roles and groups) in a fake store, with no tokens."""
+
+    admin: Principal
+    alice: Principal  # requester, app group
+    bob: Principal  # approver, platform
+    carol: Principal  # approver, platform
+    erin: Principal  # approver, data group only
+    dana: Principal  # auditor
+    frank: Principal  # policy owner (security group)
+    agent: Principal  # an agent acting for alice
+
+
+def sample_people(store: Store) -> SamplePeople:
+    def add(name: str, role: Role, *groups: str, kind: PrincipalKind = PrincipalKind.PERSON) -> Principal:
+        return person(name, role, groups=groups, kind=kind, store=store)
+
+    return SamplePeople(admin=add("admin", Role.ADMIN), alice=add("alice", Role.REQUESTER, "app"),
+                        bob=add("bob", Role.APPROVER, "platform"), carol=add("carol", Role.APPROVER, "platform"),
+                        erin=add("erin", Role.APPROVER, "data"), dana=add("dana", Role.AUDITOR),
+                        frank=add("frank", Role.APPROVER, "security"),
+                        agent=add("infra-agent", Role.REQUESTER, kind=PrincipalKind.AGENT))

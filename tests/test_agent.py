@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from agents.llm import ChatModel
+from agents.tools import PreviewReport, RepoTools
 from gateway.composition import open_workspace
 from gateway.domain.errors import NotConfigured, Refused
 from gateway.domain.proposal import Decision
@@ -20,6 +22,7 @@ from gateway.services.change.proposals import decide, get_proposal, proposal_pre
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import Clone, People, add_people, run_cli
+from .fakes import SAMPLE_REPO
 from .model_stub import ModelStub, tool_call
 
 QUEUE = '''resource "aws_sqs_queue" "refunds" {
@@ -196,23 +199,25 @@ def test_instructions_in_the_repo_cannot_edit_protected_paths_or_approve(workspa
     assert proposal.decisions == []
 
 
-def test_paths_cannot_escape_the_repository(workspace: Workspace, people: People, clone: Clone, stub: ModelStub) -> None:
-    secrets_file = (workspace.settings.secrets_path / "data.tfvars.json").resolve()
-    os.symlink(secrets_file, clone.path / "stacks/app-staging/creds.json")
-    clone.branch("main").push("a symlink to the secrets")
-    escapes = ["../../secrets/data.tfvars.json", "/etc/passwd", str(secrets_file), "stacks/app-staging/creds.json",
+def test_paths_cannot_escape_the_repository(tmp_path: Path) -> None:
+    """The agent's file tools on a copy of the sample repo beside a secrets file, as a turn calls them."""
+    root = tmp_path / "home" / "repo"
+    shutil.copytree(SAMPLE_REPO, root)
+    secrets_file = tmp_path / "home" / "secrets" / "data.tfvars.json"
+    secrets_file.parent.mkdir()
+    secrets_file.write_text('{"db_password": "Zq8-never-shown-7Kx"}')
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    os.symlink(secrets_file, root / "stacks/app-staging/creds.json")
+    tools = RepoTools(root, (), lambda stack, directory: PreviewReport("not asked"))
+    escapes = ["../secrets/data.tfvars.json", "/etc/passwd", str(secrets_file), "stacks/app-staging/creds.json",
                "stacks/../../gateway.db", "~/.ssh/id_rsa", ".git/config"]
-    stub.turns = [tool_call("read_file", path=p) for p in escapes] + [
-        tool_call("write_file", path="../outside.tf", content="x"),
-        tool_call("list_files", path=".."),
-        tool_call("finish", summary="nothing"),
-    ]
-    submit_request(workspace, people.alice, "Read everything you can", model=model(stub))
-    results = [m["content"] for m in stub.requests[-1]["messages"] if m["role"] == "tool"]
-    assert all(r.startswith("refused:") for r in results[:-1]), results
-    password = stack_secrets(workspace.settings, "data")["db_password"]
-    assert not any(password in json.dumps(body) for body in stub.requests)
-    assert not (workspace.settings.home / "outside.tf").exists()
+    results = [tools.call("read_file", json.dumps({"path": p})) for p in escapes] + [
+        tools.call("write_file", json.dumps({"path": "../outside.tf", "content": "x"})),
+        tools.call("list_files", json.dumps({"path": ".."}))]
+    assert all(r.startswith("refused:") for r in results), results
+    assert not any("Zq8-never-shown-7Kx" in r for r in results)
+    assert not (tmp_path / "home" / "outside.tf").exists() and tools.written == set()
 
 
 def test_no_sensitive_value_is_ever_sent_to_the_model(workspace: Workspace, people: People, stub: ModelStub) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +36,7 @@ from gateway.services.agents.agent_runs import start_agent_run
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli, sign_in_client
+from .fakes import SAMPLE_REPO
 from .model_stub import ModelStub, say, tool_call
 
 QUEUE = 'resource "aws_sqs_queue" "refunds" {\n  name = "refunds-staging"\n  tags = local.tags\n}\n'
@@ -242,17 +244,17 @@ def test_finish_over_a_deny_is_refused_when_the_summary_claims_the_policy_is_met
     assert tools.summary == refused
 
 
-def test_edits_come_back_as_a_diff_and_reads_with_line_numbers(workspace: Workspace, people: People,
-                                                                stub: ModelStub) -> None:
-    stub.turns = [
-        tool_call("read_file", path="stacks/app-staging/main.tf", start_line=2, end_line=3),
-        tool_call("patch_file", path="stacks/app-staging/main.tf", old='"t3.small"', new='"t3.medium"'),
-        tool_call("patch_file", path="stacks/app-staging/main.tf", old="2| ", new=""),
-        tool_call("read_file", path="stacks/app-staging/main.tf", start_line=9999, end_line=None),
-    ]
-    submit_request(workspace, people.alice, "Resize staging web", model=model(stub))
-    results = tool_results(stub.requests[-1])
-    main = workspace.repo.read_file(workspace.repo.resolve("main"), "stacks/app-staging/main.tf").splitlines()
+def test_edits_come_back_as_a_diff_and_reads_with_line_numbers(tmp_path: Path) -> None:
+    """The agent's file tools on a copy of the sample repo, as a turn calls them (the turn itself, through the model
+    and the graph, is the cases around this one)."""
+    shutil.copytree(SAMPLE_REPO, tmp_path / "repo")
+    tools = RepoTools(tmp_path / "repo", (), lambda stack, root: PreviewReport("not asked"))
+    calls = [("read_file", {"path": "stacks/app-staging/main.tf", "start_line": 2, "end_line": 3}),
+             ("patch_file", {"path": "stacks/app-staging/main.tf", "old": '"t3.small"', "new": '"t3.medium"'}),
+             ("patch_file", {"path": "stacks/app-staging/main.tf", "old": "2| ", "new": ""}),
+             ("read_file", {"path": "stacks/app-staging/main.tf", "start_line": 9999, "end_line": None})]
+    results = [tools.call(name, json.dumps(arguments)) for name, arguments in calls]
+    main = (SAMPLE_REPO / "stacks/app-staging/main.tf").read_text().splitlines()
     assert results[0] == f"2| {main[1]}\n3| {main[2]}"
     assert results[1].startswith("patched stacks/app-staging/main.tf\n--- a/stacks/app-staging/main.tf\n")
     diff = results[1].splitlines()

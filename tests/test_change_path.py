@@ -1,4 +1,7 @@
-"""The rules no part may break, on the real store (SQLite and PostgreSQL) and real git repos."""
+"""The rules no part may break. Who decides, what makes a decision stale and what an apply refuses run on the sample
+repo in memory (tests/fakes.py's sandbox_workspace: the real engine, policy checks and runner over a fake store and a
+fake repo); an apply that merges or fails mid-way, a plan made stale by another apply (git's line merge) and
+auto-apply (the job queue) run end to end on the real store (SQLite and PostgreSQL) and git."""
 
 from __future__ import annotations
 
@@ -7,10 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
 
 from gateway.adapters.store.rows import now
-from gateway.adapters.store.schema import plans
 from gateway.domain.errors import InputError, NotFound, Refused
 from gateway.domain.plan import load_plan
 from gateway.domain.proposal import Decision, ProposalStatus
@@ -19,6 +20,7 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
+from .fakes import FakeClone, FakeStore, SamplePeople, sample_people, sandbox_workspace
 
 STAGING = "stacks/app-staging/main.tf"
 EXTRA_BUCKET = '''
@@ -51,83 +53,99 @@ resource "aws_s3_bucket_versioning" "extra" {
 
 
 @pytest.fixture
-def bigger(workspace: Workspace, clone: Clone) -> Clone:
+def ws(tmp_path: Path) -> Workspace:
+    return sandbox_workspace(tmp_path / "home")
+
+
+@pytest.fixture
+def team(ws: Workspace) -> SamplePeople:
+    return sample_people(ws.store)
+
+
+@pytest.fixture
+def checkout(ws: Workspace) -> FakeClone:
+    return FakeClone(ws.repo)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def bigger(checkout: FakeClone) -> FakeClone:
     """A branch that resizes the staging web instance."""
-    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
-    return clone
+    checkout.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    return checkout
 
 
-def test_new_commit_makes_approval_stale_and_blocks_apply(workspace: Workspace, people: People, bigger: Clone) -> None:
-    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+def test_new_commit_makes_approval_stale_and_blocks_apply(ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+    proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     first_sha = proposal.head_sha
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
     bigger.edit(STAGING, '"t3.medium"', '"t3.large"').push("even bigger")
     with pytest.raises(Refused) as refused:
-        apply_proposal(workspace, people.alice, proposal.id)
+        apply_proposal(ws, team.alice, proposal.id)
     assert any("needs 1 approval(s)" in r or "changed" in r for r in refused.value.reasons)
-    proposal = get_proposal(workspace, proposal.id)
+    proposal = get_proposal(ws, proposal.id)
     assert proposal.head_sha != first_sha
     [stale] = proposal.stale_decisions
     assert stale.principal.name == "bob" and stale.head_sha == first_sha
-    assert workspace.simulator.read_state("app-staging").resources["aws_instance.web[0]"].attributes["instance_type"] == "t3.small"
+    assert ws.simulator.read_state("app-staging").resources["aws_instance.web[0]"].attributes["instance_type"] == "t3.small"
 
 
-def test_approval_names_the_sha_it_saw(workspace: Workspace, people: People, bigger: Clone) -> None:
-    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
+def test_approval_names_the_sha_it_saw(ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+    proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     bigger.edit(STAGING, '"t3.medium"', '"t3.large"').push("even bigger")
     with pytest.raises(Refused, match="changed before your decision was recorded"):
-        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
-    current = get_proposal(workspace, proposal.id)
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
+    current = get_proposal(ws, proposal.id)
     with pytest.raises(Refused, match="the branch moved"):
-        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha)
-    approved = decide(workspace, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=current.head_sha)
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha)
+    approved = decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=current.head_sha)
     assert approved.current_approvals[0].digests == approved.current_digests
 
 
-def test_one_rejection_stops_the_proposal_until_a_new_commit(workspace: Workspace, people: People, bigger: Clone) -> None:
-    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
-    decide(workspace, people.carol, proposal.id, Decision.REJECT, "wait for the freeze to end")
+def test_one_rejection_stops_the_proposal_until_a_new_commit(
+        ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+    proposal = open_proposal(ws, team.alice, "bigger", "more memory")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
+    decide(ws, team.carol, proposal.id, Decision.REJECT, "wait for the freeze to end")
     with pytest.raises(Refused, match="rejected by carol: wait for the freeze to end"):
-        apply_proposal(workspace, people.alice, proposal.id)
+        apply_proposal(ws, team.alice, proposal.id)
     bigger.edit(STAGING, '"t3.medium"', '"t3.large"').push("after the freeze")
-    sync_proposal(workspace, proposal.id)
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok now")
-    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
+    sync_proposal(ws, proposal.id)
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok now")
+    assert apply_proposal(ws, team.alice, proposal.id).succeeded
 
 
-def test_protected_resource_destroy_needs_two_approvers(workspace: Workspace, people: People, clone: Clone) -> None:
-    clone.branch("lb").edit("stacks/app-prod/main.tf", 'load_balancer_type = "application"',
+def test_protected_resource_destroy_needs_two_approvers(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("lb").edit("stacks/app-prod/main.tf", 'load_balancer_type = "application"',
                             'load_balancer_type = "network"').push()
-    proposal = open_proposal(workspace, people.alice, "lb", "switch to an NLB")
+    proposal = open_proposal(ws, team.alice, "lb", "switch to an NLB")
     with pytest.raises(Refused, match="policy denies app-prod:protected-resource:aws_lb.web"):
-        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
-    override_finding(workspace, people.frank, proposal.id, "app-prod:protected-resource:aws_lb.web",
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
+    override_finding(ws, team.frank, proposal.id, "app-prod:protected-resource:aws_lb.web",
                      "NLB migration, change ticket CHG-1042", now() + timedelta(days=1))
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
     with pytest.raises(Refused, match=r"needs 2 approval\(s\).*protected app-prod:aws_lb.web"):
-        apply_proposal(workspace, people.alice, proposal.id)
-    decide(workspace, people.carol, proposal.id, Decision.APPROVE, "")
-    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
+        apply_proposal(ws, team.alice, proposal.id)
+    decide(ws, team.carol, proposal.id, Decision.APPROVE, "")
+    assert apply_proposal(ws, team.alice, proposal.id).succeeded
 
 
-def test_tampered_saved_plan_is_refused_and_replanned(workspace: Workspace, people: People, bigger: Clone) -> None:
-    proposal = open_proposal(workspace, people.alice, "bigger", "more memory")
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+def test_tampered_saved_plan_is_refused_and_replanned(ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+    proposal = open_proposal(ws, team.alice, "bigger", "more memory")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
     plan_id = proposal.plans["app-staging"].plan_id
-    with workspace.store.session() as session:
-        document = session.proposals.plan_document(plan_id).replace("t3.medium", "x2idn.32xlarge")
-        session.conn.execute(update(plans).where(plans.c.id == plan_id).values(document=document))
+    assert isinstance(ws.store, FakeStore)
+    saved = ws.store.tables.plans[plan_id]  # the saved row edited in place, behind the gateway's back
+    saved["document"] = str(saved["document"]).replace("t3.medium", "x2idn.32xlarge")
     with pytest.raises(Refused, match="saved plan of stack app-staging does not hash to the approved digest"):
-        apply_proposal(workspace, people.alice, proposal.id)
-    instance = workspace.simulator.read_state("app-staging").resources["aws_instance.web[0]"]
+        apply_proposal(ws, team.alice, proposal.id)
+    instance = ws.simulator.read_state("app-staging").resources["aws_instance.web[0]"]
     assert instance.attributes["instance_type"] == "t3.small"  # nothing ran
-    after = get_proposal(workspace, proposal.id)
+    after = get_proposal(ws, proposal.id)
     assert after.plans["app-staging"].plan_id != plan_id  # re-planned from the approved commit
     # the fresh plan is the one bob approved (same digest), so his approval holds for it, not for the forgery
     assert after.current_digests == proposal.current_digests and after.current_approvals
-    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
-    instance = workspace.simulator.read_state("app-staging").resources["aws_instance.web[0]"]
+    assert apply_proposal(ws, team.alice, proposal.id).succeeded
+    instance = ws.simulator.read_state("app-staging").resources["aws_instance.web[0]"]
     assert instance.attributes["instance_type"] == "t3.medium"
 
 
@@ -200,19 +218,19 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
     assert apply_proposal(any_workspace, people.alice, proposal.id).succeeded
 
 
-def test_bad_proposals_are_refused_with_nothing_written(workspace: Workspace, people: People, clone: Clone) -> None:
-    with workspace.store.session() as session:
+def test_bad_proposals_are_refused_with_nothing_written(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    with ws.store.session() as session:
         before = len(session.audit.events())
     with pytest.raises(NotFound, match="no branch 'nope'"):
-        open_proposal(workspace, people.alice, "nope", "x")
+        open_proposal(ws, team.alice, "nope", "x")
     with pytest.raises(InputError, match="needs a reason"):
-        open_proposal(workspace, people.alice, "main", "  ")
-    clone.branch("broken").write("stacks/app-staging/broken.tf", "resource {\n").push()
+        open_proposal(ws, team.alice, "main", "  ")
+    checkout.branch("broken").write("stacks/app-staging/broken.tf", "resource {\n").push()
     with pytest.raises(Exception, match="malformed HCL"):
-        open_proposal(workspace, people.alice, "broken", "oops")
+        open_proposal(ws, team.alice, "broken", "oops")
     with pytest.raises(NotFound, match="no proposal 99"):
-        decide(workspace, people.bob, 99, Decision.APPROVE, "")
-    with workspace.store.session() as session:
+        decide(ws, team.bob, 99, Decision.APPROVE, "")
+    with ws.store.session() as session:
         assert len(session.audit.events()) == before
         assert session.proposals.list() == []
 

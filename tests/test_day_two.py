@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from agents.llm import ChatModel
 from gateway.adapters.store.rows import now
 from gateway.api.app import create_app
-from gateway.composition import known_secret_values
+from gateway.composition import known_secret_values, reactions
 from gateway.domain.declaration_edit import import_declaration
 from gateway.domain.errors import GatewayError, Refused
 from gateway.domain.preview import render_json, render_markdown, render_text
@@ -33,6 +33,7 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.change.views import view_proposal
 from gateway.services.day_two.break_glass import (
     acknowledge_break_glass,
+    break_glass_story,
     close_break_glass,
     confirm_break_glass,
     open_break_glass,
@@ -48,10 +49,31 @@ from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 
 from .conftest import Clone, People, add_people, run_cli
+from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
 from .model_stub import ModelStub, tool_call
 
 
-def every(ws: Workspace, clone: Clone, stack: str, interval: str) -> None:
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """The sample repo in memory (tests/fakes.py's sandbox_workspace): the real engine and simulated cloud over a
+    fake store and a fake repo, for the rules of day two; the commands, pages, workers and databases below run on
+    a real workspace. Its clock is a FakeClock: a window runs out when the test moves the clock, not after a sleep."""
+    sample = sandbox_workspace(tmp_path / "home")
+    sample.reactions = reactions()  # an applied revert or codify settles the stack's drift, as in the gateway
+    return sample
+
+
+@pytest.fixture
+def team(ws: Workspace) -> SamplePeople:
+    return sample_people(ws.store)
+
+
+@pytest.fixture
+def checkout(ws: Workspace) -> FakeClone:
+    return FakeClone(ws.repo)  # type: ignore[arg-type]
+
+
+def every(ws: Workspace, clone: Clone | FakeClone, stack: str, interval: str) -> None:
     """Main's gateway.yaml asks workers to check `stack` for drift every `interval`."""
     clone.branch("main")
     yaml = clone.read("gateway.yaml").replace(f"    path: stacks/{stack}\n",
@@ -63,30 +85,30 @@ def console_edit(ws: Workspace) -> None:
     ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.medium"})
 
 
-def approve_and_apply(ws: Workspace, people: People, proposal_id: int) -> None:
+def approve_and_apply(ws: Workspace, people: People | SamplePeople, proposal_id: int) -> None:
     decide(ws, people.bob, proposal_id, Decision.APPROVE, "ok")
     report = apply_proposal(ws, people.admin, proposal_id)
     assert report.succeeded, report
 
 
-def test_the_scheduled_check_records_drift_and_a_later_proposal_shows_it_first(workspace: Workspace, people: People,
-                                                                               clone: Clone) -> None:
-    every(workspace, clone, "app-staging", "6h")
+def test_the_scheduled_check_records_drift_and_a_later_proposal_shows_it_first(ws: Workspace, team: SamplePeople,
+                                                                               checkout: FakeClone) -> None:
+    every(ws, checkout, "app-staging", "6h")
     start = now()
-    assert [c.outcome for c in check_scheduled_drift(workspace, start)] == ["clean"]  # first check: nothing yet
-    console_edit(workspace)
-    assert check_scheduled_drift(workspace, start + timedelta(hours=1)) == []  # not due yet
-    [check] = check_scheduled_drift(workspace, start + timedelta(hours=7))
+    assert [c.outcome for c in check_scheduled_drift(ws, start)] == ["clean"]  # first check: nothing yet
+    console_edit(ws)
+    assert check_scheduled_drift(ws, start + timedelta(hours=1)) == []  # not due yet
+    [check] = check_scheduled_drift(ws, start + timedelta(hours=7))
     assert check.outcome == "opened" and check.record is not None
     [entry] = check.record.resources
     assert entry.address == "aws_instance.web[0]"
     assert [(a.path, a.before, a.after) for a in entry.attributes] == [("instance_type", '"t3.small"', '"t3.medium"')]
-    [record] = list_drift_records(workspace, people.bob, only_open=True)
+    [record] = list_drift_records(ws, team.bob, only_open=True)
     assert record.id == check.record.id and not record.expected
 
-    clone.branch("more-tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
-    proposal = open_proposal(workspace, people.alice, "more-tags", "new cost centre")
-    preview = proposal_previews(workspace, proposal)["app-staging"]
+    checkout.branch("more-tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(ws, team.alice, "more-tags", "new cost centre")
+    preview = proposal_previews(ws, proposal)["app-staging"]
     text = render_text(preview)
     assert text.startswith(f"OPEN DRIFT on this stack (drift record {record.id}")
     assert 'this apply would revert: aws_instance.web[0] (instance_type: now "t3.medium", declared "t3.small")' in text
@@ -112,44 +134,44 @@ def test_workers_run_the_check_on_the_schedule(workspace: Workspace, people: Peo
     assert opened.actor == "gateway" and opened.payload["drifted"] == {"aws_instance.web[0]": ["instance_type"]}
 
 
-def test_a_revert_closes_the_drift_record(workspace: Workspace, people: People) -> None:
-    console_edit(workspace)
-    record = check_drift(workspace, people.admin, "app-staging").record
+def test_a_revert_closes_the_drift_record(ws: Workspace, team: SamplePeople) -> None:
+    console_edit(ws)
+    record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
-    revert = revert_drift(workspace, people.admin, "app-staging")
+    revert = revert_drift(ws, team.admin, "app-staging")
     assert revert.proposal is not None
-    preview = render_text(proposal_previews(workspace, revert.proposal)["app-staging"])
+    preview = render_text(proposal_previews(ws, revert.proposal)["app-staging"])
     assert preview.startswith(f"OPEN DRIFT on this stack (drift record {record.id}")
-    approve_and_apply(workspace, people, revert.proposal.id)
-    [closed] = list_drift_records(workspace, people.bob)
+    approve_and_apply(ws, team, revert.proposal.id)
+    [closed] = list_drift_records(ws, team.bob)
     assert closed.status.value == "closed" and closed.closed_by_proposal == revert.proposal.id
     assert "a revert of the drift" in (closed.closed_reason or "")
-    assert workspace.simulator.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.small"
+    assert ws.simulator.get_object("aws_instance", _instance_id(ws))["instance_type"] == "t3.small"
 
 
 def test_codify_writes_the_declaration_proves_it_with_no_changes_and_closes_the_record(
-        workspace: Workspace, people: People, clone: Clone) -> None:
-    console_edit(workspace)
-    record = check_drift(workspace, people.admin, "app-staging").record
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    console_edit(ws)
+    record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
-    proposal = codify_drift(workspace, people.alice, "app-staging")
+    proposal = codify_drift(ws, team.alice, "app-staging")
     assert proposal.branch == f"codify/app-staging-{record.id}"
     assert not proposal.plans["app-staging"].has_changes  # the proof: the declaration now matches reality
-    assert 'instance_type          = "t3.medium"' in workspace.repo.diff(proposal.base_sha, proposal.head_sha)
-    approve_and_apply(workspace, people, proposal.id)
-    [closed] = list_drift_records(workspace, people.bob)
+    assert 'instance_type          = "t3.medium"' in ws.repo.diff(proposal.base_sha, proposal.head_sha)
+    approve_and_apply(ws, team, proposal.id)
+    [closed] = list_drift_records(ws, team.bob)
     assert closed.status.value == "closed" and closed.closed_by_proposal == proposal.id
     assert "a codify" in (closed.closed_reason or "")
-    assert workspace.simulator.get_object("aws_instance", _instance_id(workspace))["instance_type"] == "t3.medium"
-    assert check_drift(workspace, people.admin, "app-staging").outcome == "clean"
+    assert ws.simulator.get_object("aws_instance", _instance_id(ws))["instance_type"] == "t3.medium"
+    assert check_drift(ws, team.admin, "app-staging").outcome == "clean"
 
 
-def test_codify_refuses_what_it_cannot_write_and_names_it(workspace: Workspace, people: People) -> None:
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"tags": {"Name": "renamed"}})
-    check_drift(workspace, people.admin, "app-staging")
+def test_codify_refuses_what_it_cannot_write_and_names_it(ws: Workspace, team: SamplePeople) -> None:
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"tags": {"Name": "renamed"}})
+    check_drift(ws, team.admin, "app-staging")
     with pytest.raises(Refused, match=r"aws_instance.web\[0\].tags.Name: not a top-level attribute"):
-        codify_drift(workspace, people.alice, "app-staging")
-    assert not workspace.repo.branch_exists("codify/app-staging-1")
+        codify_drift(ws, team.alice, "app-staging")
+    assert not ws.repo.branch_exists("codify/app-staging-1")
 
 
 def test_drift_commands(workspace: Workspace, people: People) -> None:
@@ -223,81 +245,94 @@ def test_page_views_at_once_each_read_git_through_their_own_handle(workspace: Wo
         assert len(finished) == len(threads)
 
 
-def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(workspace: Workspace, people: People,
-                                                                            clone: Clone) -> None:
-    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
-    proposal = open_proposal(workspace, people.alice, "tags", "new cost centre")
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
-    assert view_proposal(workspace, people.admin, proposal.id).can_apply
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
-    record = check_drift(workspace, people.admin, "app-staging").record
+def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(ws: Workspace, team: SamplePeople,
+                                                                            checkout: FakeClone) -> None:
+    checkout.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(ws, team.alice, "tags", "new cost centre")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
+    assert view_proposal(ws, team.admin, proposal.id).can_apply
+    ws.clock.advance(60)  # type: ignore[attr-defined]  # a minute later
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
+    record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
-    before = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
+    before = render_text(proposal_previews(ws, get_proposal(ws, proposal.id))["app-staging"])
     assert "the plan predates this drift (recorded after it): the apply refuses and re-plans: aws_instance.web[0]" in (
         before) and "this apply keeps" not in before
     row = (f"drift record {record.id} on stack app-staging (aws_instance.web[0] (instance_type)) was recorded after "
            f"the plan was made: the apply would revert it unseen; a new plan shows it, and needs approval (an apply "
            f"plans again first)")
-    # the page offers no Apply, and says why in the runner's words
-    with TestClient(create_app(workspace.settings, workers=0)) as client:
+    assert view_proposal(ws, team.admin, proposal.id).apply_blockers == [row]
+    with pytest.raises(Refused) as refused:
+        apply_proposal(ws, team.admin, proposal.id)
+    assert refused.value.reasons == [row]
+    live = ws.simulator.get_object("aws_instance", _instance_id(ws))
+    assert live is not None and live["instance_type"] == "t3.large"
+    text = render_text(proposal_previews(ws, get_proposal(ws, proposal.id))["app-staging"])
+    assert "this apply would revert: aws_instance.web[0]" in text
+    with pytest.raises(Refused, match="approval"):  # the new plan reverts the drift: it needs its own approval
+        apply_proposal(ws, team.admin, proposal.id)
+
+
+def test_the_page_offers_no_apply_over_drift_recorded_after_the_plan(workspace: Workspace, people: People,
+                                                                    clone: Clone) -> None:
+    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(workspace, people.alice, "tags", "new cost centre")
+    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})  # incident
+    record = check_drift(workspace, people.admin, "app-staging").record
+    assert record is not None
+    row = (f"drift record {record.id} on stack app-staging (aws_instance.web[0] (instance_type)) was recorded after "
+           f"the plan was made: the apply would revert it unseen; a new plan shows it, and needs approval (an apply "
+           f"plans again first)")
+    with TestClient(create_app(workspace.settings, workers=0)) as client:  # in the runner's words
         sign_in(client, people.tokens["admin"])
         page = client.get(f"/proposals/{proposal.id}").text
     assert 'id="apply"' not in page and "Not ready to apply" in page and html.escape(row, quote=False) in page
-    assert view_proposal(workspace, people.admin, proposal.id).apply_blockers == [row]
-    with pytest.raises(Refused) as refused:
-        apply_proposal(workspace, people.admin, proposal.id)
-    assert refused.value.reasons == [row]
-    live = workspace.simulator.get_object("aws_instance", _instance_id(workspace))
-    assert live is not None and live["instance_type"] == "t3.large"
-    text = render_text(proposal_previews(workspace, get_proposal(workspace, proposal.id))["app-staging"])
-    assert "this apply would revert: aws_instance.web[0]" in text
-    with pytest.raises(Refused, match="approval"):  # the new plan reverts the drift: it needs its own approval
-        apply_proposal(workspace, people.admin, proposal.id)
 
 
-def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(workspace: Workspace,
-                                                                                people: People) -> None:
-    console_edit(workspace)
-    record = check_drift(workspace, people.admin, "app-staging").record
+def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(ws: Workspace,
+                                                                                team: SamplePeople) -> None:
+    console_edit(ws)
+    record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
     with pytest.raises(GatewayError):  # an auditor may not propose: no branch is left behind
-        codify_drift(workspace, people.dana, "app-staging")
-    assert not workspace.repo.branch_exists(f"codify/app-staging-{record.id}")
-    first = codify_drift(workspace, people.alice, "app-staging")
-    abandon_proposal(workspace, people.alice, first.id, "redo")
-    again = codify_drift(workspace, people.alice, "app-staging")
+        codify_drift(ws, team.dana, "app-staging")
+    assert not ws.repo.branch_exists(f"codify/app-staging-{record.id}")
+    first = codify_drift(ws, team.alice, "app-staging")
+    abandon_proposal(ws, team.alice, first.id, "redo")
+    again = codify_drift(ws, team.alice, "app-staging")
     assert (first.branch, again.branch) == (f"codify/app-staging-{record.id}", f"codify/app-staging-{record.id}-2")
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
-    rid = made_in_the_console(workspace)
-    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
-    abandon_proposal(workspace, people.alice, imported.id, "wrong name tag, redo")
-    retried = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
+    rid = made_in_the_console(ws)
+    imported = import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid)
+    abandon_proposal(ws, team.alice, imported.id, "wrong name tag, redo")
+    retried = import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid)
     assert retried.branch == "import/app-staging-admin-2"
 
 
-def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(workspace: Workspace,
-                                                                               people: People) -> None:
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "x1e.32xlarge"})
-    check_drift(workspace, people.admin, "app-staging")
-    codify = codify_drift(workspace, people.alice, "app-staging")
+def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(ws: Workspace,
+                                                                               team: SamplePeople) -> None:
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "x1e.32xlarge"})
+    check_drift(ws, team.admin, "app-staging")
+    codify = codify_drift(ws, team.alice, "app-staging")
     assert [f.address for f in codify.findings if "instance" in f.rule] == ["aws_instance.web[0]"]
-    abandon_proposal(workspace, people.alice, codify.id, "not this size")
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
-    rid = made_in_the_console(workspace)
-    held = workspace.simulator.get_object("aws_security_group", rid)
-    workspace.simulator.put_object("aws_security_group", rid, {**held, "tags": {}})  # no owner, no cost centre
-    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+    abandon_proposal(ws, team.alice, codify.id, "not this size")
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.small"})  # put back
+    rid = made_in_the_console(ws)
+    held = ws.simulator.get_object("aws_security_group", rid)
+    ws.simulator.put_object("aws_security_group", rid, {**held, "tags": {}})  # no owner, no cost centre
+    imported = import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid)
     assert [f.address for f in imported.findings if "tag" in f.rule] == ["aws_security_group.admin"]
 
 
-def test_an_apply_never_absorbs_into_state_a_console_edit_made_after_its_plan(workspace: Workspace, people: People,
-                                                                              clone: Clone) -> None:
-    clone.branch("ttl").edit("stacks/app-staging/main.tf", "ttl     = 300", "ttl     = 600").push()
-    proposal = open_proposal(workspace, people.alice, "ttl", "longer ttl")
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
-    console_edit(workspace)  # after the approval, before the apply, on a resource the plan leaves alone
-    assert apply_proposal(workspace, people.admin, proposal.id).succeeded
-    check = check_drift(workspace, people.admin, "app-staging")
+def test_an_apply_never_absorbs_into_state_a_console_edit_made_after_its_plan(ws: Workspace, team: SamplePeople,
+                                                                              checkout: FakeClone) -> None:
+    checkout.branch("ttl").edit("stacks/app-staging/main.tf", "ttl     = 300", "ttl     = 600").push()
+    proposal = open_proposal(ws, team.alice, "ttl", "longer ttl")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
+    console_edit(ws)  # after the approval, before the apply, on a resource the plan leaves alone
+    assert apply_proposal(ws, team.admin, proposal.id).succeeded
+    check = check_drift(ws, team.admin, "app-staging")
     assert check.outcome == "opened" and [d.address for d in check.found] == ["aws_instance.web[0]"]
 
 # --- rollback ---------------------------------------------------------------------------------------
@@ -319,39 +354,47 @@ def live_state(ws: Workspace, stack: str) -> dict[str, dict]:
     return {address: ws.simulator.get_object(r.type, r.id) or {} for address, r in state.resources.items()}
 
 
-def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(workspace: Workspace, people: People,
-                                                                       clone: Clone) -> None:
-    before = live_state(workspace, "app-staging")
-    clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"')
-    clone.write("stacks/app-staging/exports.tf", EXPORTS).push("bigger web, and an exports bucket")
-    change = open_proposal(workspace, people.alice, "bigger", "bigger web and an exports bucket")
-    approve_and_apply(workspace, people, change.id)
-    assert live_state(workspace, "app-staging") != before
+def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(ws: Workspace, team: SamplePeople,
+                                                                       checkout: FakeClone) -> None:
+    before = live_state(ws, "app-staging")
+    checkout.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"')
+    checkout.write("stacks/app-staging/exports.tf", EXPORTS).push("bigger web, and an exports bucket")
+    change = open_proposal(ws, team.alice, "bigger", "bigger web and an exports bucket")
+    approve_and_apply(ws, team, change.id)
+    assert live_state(ws, "app-staging") != before
 
-    rollback = rollback_proposal(workspace, people.alice, change.id, "the bucket was not wanted after all")
+    rollback = rollback_proposal(ws, team.alice, change.id, "the bucket was not wanted after all")
     assert rollback.branch == f"rollback/{change.id}" and rollback.stacks == ("app-staging",)
-    text = render_text(proposal_previews(workspace, rollback)["app-staging"])
+    text = render_text(proposal_previews(ws, rollback)["app-staging"])
     first, second = text.splitlines()[:2]
     assert first == ("NOTE: THIS ROLLBACK DESTROYS aws_security_group.exports: what proposal "
                      f"{change.id} created goes, with any data in it")
     assert second.startswith(f"NOTE: this rolls back proposal {change.id} (bigger web and an exports bucket; merged as")
     with pytest.raises(Refused, match=r"needs 2 approval\(s\).*risk high"):  # approved like any other
-        apply_proposal(workspace, people.admin, rollback.id)
-    decide(workspace, people.carol, rollback.id, Decision.APPROVE, "yes, it destroys the group")
-    approve_and_apply(workspace, people, rollback.id)
-    assert live_state(workspace, "app-staging") == before
-    assert "exports.tf" not in str(workspace.repo.read_files(workspace.repo.resolve("main"), "stacks/app-staging", ".tf"))
-    with workspace.store.session(readonly=True) as session:
+        apply_proposal(ws, team.admin, rollback.id)
+    decide(ws, team.carol, rollback.id, Decision.APPROVE, "yes, it destroys the group")
+    approve_and_apply(ws, team, rollback.id)
+    assert live_state(ws, "app-staging") == before
+    assert "exports.tf" not in str(ws.repo.read_files(ws.repo.resolve("main"), "stacks/app-staging", ".tf"))
+    with ws.store.session(readonly=True) as session:
         [opened] = session.audit.events(kind="rollback.opened")
     assert opened.payload["rolls_back"] == change.id and opened.payload["destroys"] == {
         "app-staging": ["aws_security_group.exports"]}
 
 
-def test_only_an_applied_change_is_rolled_back(workspace: Workspace, people: People, clone: Clone) -> None:
+def test_only_an_applied_change_is_rolled_back(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    waiting = open_proposal(ws, team.alice, "bigger", "bigger web")
+    branches = dict(ws.repo.refs)  # type: ignore[attr-defined]
+    with pytest.raises(Refused, match=f"proposal {waiting.id} is open; only an applied, merged change"):
+        rollback_proposal(ws, team.alice, waiting.id, "changed my mind")
+    assert ws.repo.refs == branches  # type: ignore[attr-defined]  # nothing half-written
+
+
+def test_the_rollback_command_refuses_what_was_not_applied_in_one_line(workspace: Workspace, people: People,
+                                                                       clone: Clone) -> None:
     clone.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
     waiting = open_proposal(workspace, people.alice, "bigger", "bigger web")
-    with pytest.raises(Refused, match=f"proposal {waiting.id} is open; only an applied, merged change"):
-        rollback_proposal(workspace, people.alice, waiting.id, "changed my mind")
     done = run_cli(["rollback", str(waiting.id), "-m", "why"], workspace.settings.home, people.tokens["alice"])
     assert done.returncode == 1 and "only an applied, merged change is rolled back" in done.stderr
 
@@ -371,98 +414,99 @@ def made_in_the_console(ws: Workspace) -> str:
     return "sg-0console000000001"
 
 
-def test_an_import_with_zero_diff_is_proposed_and_applied(workspace: Workspace, people: People) -> None:
-    rid = made_in_the_console(workspace)
-    before = workspace.simulator.get_object("aws_security_group", rid)
-    proposal = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
+def test_an_import_with_zero_diff_is_proposed_and_applied(ws: Workspace, team: SamplePeople) -> None:
+    rid = made_in_the_console(ws)
+    before = ws.simulator.get_object("aws_security_group", rid)
+    proposal = import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid)
     assert proposal.branch == "import/app-staging-admin"
     assert dict(proposal.plans["app-staging"].counts) == {"import": 1}
-    text = render_text(proposal_previews(workspace, proposal)["app-staging"])
+    text = render_text(proposal_previews(ws, proposal)["app-staging"])
     assert text.startswith(f"NOTE: imports aws_security_group.admin (id {rid}) with zero diff: the plan shows the "
                            "import and no other change for that address")
-    diff = workspace.repo.diff(proposal.base_sha, proposal.head_sha)
+    diff = ws.repo.diff(proposal.base_sha, proposal.head_sha)
     assert "to = aws_security_group.admin" in diff and f'id = "{rid}"' in diff and '"orders-admin-staging"' in diff
-    approve_and_apply(workspace, people, proposal.id)
-    state = workspace.simulator.read_state("app-staging")
+    approve_and_apply(ws, team, proposal.id)
+    state = ws.simulator.read_state("app-staging")
     assert state is not None and state.resources["aws_security_group.admin"].id == rid
-    assert workspace.simulator.get_object("aws_security_group", rid) == before  # brought under management as it was
+    assert ws.simulator.get_object("aws_security_group", rid) == before  # brought under management as it was
 
 
-def test_an_import_with_a_diff_is_refused_naming_the_attributes(workspace: Workspace, people: People) -> None:
-    rid = made_in_the_console(workspace)
+def test_an_import_with_a_diff_is_refused_naming_the_attributes(ws: Workspace, team: SamplePeople) -> None:
+    rid = made_in_the_console(ws)
     with pytest.raises(Refused, match=r"not zero-diff: the plan would also update it, changing tags.owner "
                                       r'\("app-team" -> "someone-else"\)'):
-        import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid,
+        import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid,
                         {"tags": {"owner": "someone-else", "cost-centre": "cc-3003", "stack": "app-staging"}})
-    assert not workspace.repo.branch_exists("import/app-staging-admin")  # nothing half-written
+    assert not ws.repo.branch_exists("import/app-staging-admin")  # nothing half-written
+
+
+def test_the_import_command_names_an_object_that_does_not_exist(workspace: Workspace, people: People) -> None:
     missing = run_cli(["import", "--stack", "app-staging", "aws_security_group.other", "sg-nope"],
                       workspace.settings.home, people.tokens["alice"])
     assert missing.returncode == 1 and "no aws_security_group with id 'sg-nope' exists" in missing.stderr
 
 
 
-def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_stack(workspace: Workspace,
-                                                                                   people: People) -> None:
-    prod = workspace.simulator.read_state("app-prod")
+def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_stack(ws: Workspace,
+                                                                                   team: SamplePeople) -> None:
+    prod = ws.simulator.read_state("app-prod")
     assert prod is not None
     lb = prod.resources["aws_lb.web"].id
     with pytest.raises(Refused, match=rf"aws_lb {lb} is already managed by stack app-prod as aws_lb.web"):
-        import_resource(workspace, people.alice, "app-staging", "aws_lb.prod_web", lb)
-    assert not workspace.repo.branch_exists("import/app-staging-prod_web")
-    assert workspace.simulator.get_object("aws_lb", lb) is not None
+        import_resource(ws, team.alice, "app-staging", "aws_lb.prod_web", lb)
+    assert not ws.repo.branch_exists("import/app-staging-prod_web")
+    assert ws.simulator.get_object("aws_lb", lb) is not None
 
 
-def test_a_rollback_of_an_import_is_refused_it_would_destroy_what_existed_before(workspace: Workspace,
-                                                                                  people: People) -> None:
-    rid = made_in_the_console(workspace)
-    imported = import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
-    approve_and_apply(workspace, people, imported.id)
+def test_a_rollback_of_an_import_is_refused_it_would_destroy_what_existed_before(ws: Workspace,
+                                                                                  team: SamplePeople) -> None:
+    rid = made_in_the_console(ws)
+    imported = import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid)
+    approve_and_apply(ws, team, imported.id)
     with pytest.raises(Refused, match=rf"proposal {imported.id} imported objects that existed before it .* a "
                                       r"rollback would destroy them"):
-        rollback_proposal(workspace, people.alice, imported.id, "wrong stack")
-    assert not workspace.repo.branch_exists(f"rollback/{imported.id}")
-    assert workspace.simulator.get_object("aws_security_group", rid) is not None
+        rollback_proposal(ws, team.alice, imported.id, "wrong stack")
+    assert not ws.repo.branch_exists(f"rollback/{imported.id}")
+    assert ws.simulator.get_object("aws_security_group", rid) is not None
 
 # --- break-glass ------------------------------------------------------------------------------------
 
 
-def break_glass_rules(clone: Clone, codify_within: str) -> None:
+def break_glass_rules(clone: Clone | FakeClone, codify_within: str) -> None:
     clone.branch("main")
     clone.write("gateway.yaml", clone.read("gateway.yaml")
                 + f"\nbreak_glass:\n  groups: [oncall]\n  codify_within: {codify_within}\n")
     clone.push("on-call may break the glass", author="admin")
 
 
-def on_call(ws: Workspace, people: People, name: str) -> tuple[Principal, str]:
+def on_call(ws: Workspace, people: People | SamplePeople, name: str) -> tuple[Principal, str]:
     return add_principal(ws, people.admin, name, frozenset({Role.REQUESTER}), frozenset({"oncall"}))
 
 
-def test_a_break_glass_window_codified_in_time_is_one_clean_story(workspace: Workspace, people: People,
-                                                                   clone: Clone) -> None:
-    break_glass_rules(clone, "1h")
-    olga, _ = on_call(workspace, people, "olga")
+def test_a_break_glass_window_codified_in_time_is_one_clean_story(ws: Workspace, team: SamplePeople,
+                                                                   checkout: FakeClone) -> None:
+    break_glass_rules(checkout, "1h")
+    olga, _ = on_call(ws, team, "olga")
     with pytest.raises(Refused, match="alice is not in a break-glass group"):
-        open_break_glass(workspace, people.alice, "app-staging", "incident 7", timedelta(hours=2))
+        open_break_glass(ws, team.alice, "app-staging", "incident 7", timedelta(hours=2))
     with pytest.raises(Refused, match="only people may break the glass"):
-        open_break_glass(workspace, people.agent, "app-staging", "incident 7", timedelta(hours=2))
-    window = open_break_glass(workspace, olga, "app-staging", "incident 7: web tier saturated", timedelta(hours=2))
+        open_break_glass(ws, team.agent, "app-staging", "incident 7", timedelta(hours=2))
+    window = open_break_glass(ws, olga, "app-staging", "incident 7: web tier saturated", timedelta(hours=2))
     assert window.opened_at is not None  # app-staging protects nothing: no second person needed
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
-    close_break_glass(workspace, olga, window.id, "load is back to normal")
-    [record] = list_drift_records(workspace, people.bob, only_open=True)
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
+    close_break_glass(ws, olga, window.id, "load is back to normal")
+    [record] = list_drift_records(ws, team.bob, only_open=True)
     assert record.expected and record.break_glass_id == window.id
-    codify = codify_drift(workspace, olga, "app-staging")
-    assert "expected: made during a break-glass window" in render_text(proposal_previews(workspace, codify)["app-staging"])
-    approve_and_apply(workspace, people, codify.id)
-    assert sweep_break_glass(workspace) == [f"window {window.id} settled"]
-    assert overdue_windows(workspace) == []
+    codify = codify_drift(ws, olga, "app-staging")
+    assert "expected: made during a break-glass window" in render_text(proposal_previews(ws, codify)["app-staging"])
+    approve_and_apply(ws, team, codify.id)
+    assert sweep_break_glass(ws) == [f"window {window.id} settled"]
+    assert overdue_windows(ws) == []
 
-    story = run_cli(["audit", "show", "--break-glass", str(window.id)], workspace.settings.home, people.tokens["dana"])
-    assert story.returncode == 0, story.stderr
-    kinds = [line.split()[3] for line in story.stdout.splitlines() if line[:5].strip().isdigit()]
+    kinds = [e.kind for e in break_glass_story(ws, team.dana, window.id)]  # `gateway audit show --break-glass`
     for kind in ("break_glass.opened", "drift.opened", "break_glass.closed", "proposal.opened", "approval",
                  "apply.succeeded", "merged", "drift.closed", "break_glass.settled"):
-        assert kind in kinds, (kind, story.stdout)
+        assert kind in kinds, (kind, kinds)
     assert kinds.index("break_glass.opened") < kinds.index("drift.opened") < kinds.index("drift.closed")
 
 
@@ -503,22 +547,26 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
                            workspace.settings.home, paul_token)
     assert acknowledged.returncode == 0, acknowledged.stderr
     assert apply_proposal(workspace, people.alice, change.id).succeeded
+    story = run_cli(["audit", "show", "--break-glass", str(window.id)], workspace.settings.home, people.tokens["dana"])
+    assert story.returncode == 0, story.stderr
+    kinds = [line.split()[3] for line in story.stdout.splitlines() if line[:5].strip().isdigit()]
+    assert kinds.index("break_glass.opened") < kinds.index("break_glass.overdue"), story.stdout
 
 
 
-def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(workspace: Workspace, people: People,
-                                                                          clone: Clone) -> None:
-    break_glass_rules(clone, "4s")  # room for the drift check on a slow machine
-    olga, _ = on_call(workspace, people, "olga")
-    window = open_break_glass(workspace, olga, "app-staging", "incident 9", timedelta(seconds=2))
-    workspace.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
-    time.sleep(2.2)  # the window runs out; nobody closes it and no scheduled check is due
-    assert sweep_break_glass(workspace) == []  # the sweep checks the stack first: the drift is the window's
-    [record] = list_drift_records(workspace, people.bob, only_open=True)
+def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(ws: Workspace, team: SamplePeople,
+                                                                          checkout: FakeClone) -> None:
+    break_glass_rules(checkout, "4s")
+    olga, _ = on_call(ws, team, "olga")
+    window = open_break_glass(ws, olga, "app-staging", "incident 9", timedelta(seconds=2))
+    ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.large"})
+    ws.clock.advance(2.2)  # type: ignore[attr-defined]  # the window runs out; nobody closes it, no check is due
+    assert sweep_break_glass(ws) == []  # the sweep checks the stack first: the drift is the window's
+    [record] = list_drift_records(ws, team.bob, only_open=True)
     assert record.expected and record.break_glass_id == window.id
-    time.sleep(4.2)  # past the codify deadline (4 s after the window's end)
-    assert sweep_break_glass(workspace) == [f"window {window.id} overdue"]
-    assert [w.id for w in overdue_windows(workspace)] == [window.id]
+    ws.clock.advance(4.2)  # type: ignore[attr-defined]  # past the codify deadline (4 s after the window's end)
+    assert sweep_break_glass(ws) == [f"window {window.id} overdue"]
+    assert [w.id for w in overdue_windows(ws)] == [window.id]
 
 
 def test_a_huge_break_glass_duration_is_a_clear_error(workspace: Workspace, people: People, clone: Clone) -> None:
@@ -543,20 +591,21 @@ def test_listing_break_glass_windows_writes_nothing(workspace: Workspace, people
         assert len(session.audit.events()) == before and session.day_two.break_glass(window.id).codified_at is None
 
 
-def test_drift_found_before_a_window_is_never_relabelled_as_the_windows(workspace: Workspace, people: People,
-                                                                         clone: Clone) -> None:
-    break_glass_rules(clone, "1s")
-    olga, _ = on_call(workspace, people, "olga")
-    console_edit(workspace)  # nobody broke the glass
-    first = check_drift(workspace, people.admin, "app-staging").record
+def test_drift_found_before_a_window_is_never_relabelled_as_the_windows(ws: Workspace, team: SamplePeople,
+                                                                         checkout: FakeClone) -> None:
+    break_glass_rules(checkout, "1s")
+    olga, _ = on_call(ws, team, "olga")
+    console_edit(ws)  # nobody broke the glass
+    first = check_drift(ws, team.admin, "app-staging").record
     assert first is not None and not first.expected
-    window = open_break_glass(workspace, olga, "app-staging", "incident 11", timedelta(hours=1))
-    again = check_drift(workspace, people.admin, "app-staging").record
+    window = open_break_glass(ws, olga, "app-staging", "incident 11", timedelta(hours=1))
+    again = check_drift(ws, team.admin, "app-staging").record
     assert again is not None and (again.id, again.expected, again.break_glass_id) == (first.id, False, None)
-    workspace.simulator.edit_object("app-staging", "aws_security_group.web", {"description": "incident 11"})
-    close_break_glass(workspace, olga, window.id, "over")  # its drift joins the open record, still unexpected
-    time.sleep(1.2)  # past the codify deadline: the window's drift is not settled just because the record is older
-    assert sweep_break_glass(workspace) == [f"window {window.id} overdue"]
+    ws.simulator.edit_object("app-staging", "aws_security_group.web", {"description": "incident 11"})
+    close_break_glass(ws, olga, window.id, "over")  # its drift joins the open record, still unexpected
+    ws.clock.advance(1.2)  # type: ignore[attr-defined]  # past the codify deadline: the window's drift is not
+    # settled just because the record is older
+    assert sweep_break_glass(ws) == [f"window {window.id} overdue"]
 
 def test_the_day_two_demo_narrates_drift_and_break_glass_to_codify(tmp_path: Path) -> None:
     result = run_cli(["demo", "--day-two"], tmp_path / "unused", timeout=300)
@@ -599,16 +648,25 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
         assert not session.day_two.mark_break_glass(wid, "codified_at", now())
 
 
-def test_drift_of_a_secret_stays_masked_in_the_record_the_trail_and_the_database(workspace: Workspace,
-                                                                                 people: People) -> None:
+def test_drift_of_a_secret_stays_masked_in_the_record_and_the_trail(ws: Workspace, team: SamplePeople) -> None:
     leaked = "console-typed-Pa55word-9172"
-    workspace.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
-    record = check_drift(workspace, people.admin, "data").record
+    ws.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
+    record = check_drift(ws, team.admin, "data").record
     assert record is not None
     [attribute] = record.resources[0].attributes
     assert (attribute.path, attribute.before, attribute.after) == ("password", "(sensitive)", "(sensitive)")
     with pytest.raises(Refused, match=r"aws_db_instance.orders.password: its value is sensitive"):
-        codify_drift(workspace, people.alice, "data")
+        codify_drift(ws, team.alice, "data")
+    with ws.store.session(readonly=True) as session:
+        kept = [session.day_two.drift_records(), [e.payload for e in session.audit.events()]]
+    assert leaked not in str(kept)
+
+
+def test_drift_of_a_secret_stays_masked_in_the_command_and_the_database(workspace: Workspace,
+                                                                        people: People) -> None:
+    leaked = "console-typed-Pa55word-9172"
+    workspace.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
+    assert check_drift(workspace, people.admin, "data").record is not None
     listed = run_cli(["drift", "list"], workspace.settings.home, people.tokens["dana"])
     assert listed.returncode == 0 and leaked not in listed.stdout
     with workspace.store.db.engine.connect() as conn:
@@ -638,10 +696,11 @@ def test_a_workspace_secret_typed_into_a_plain_attribute_reaches_neither_the_dat
         import_resource(workspace, people.alice, "app-staging", "aws_security_group.admin", rid)
     assert not workspace.repo.branch_exists("import/app-staging-admin")
 
-def test_a_pushed_import_with_a_diff_is_denied_until_a_policy_owner_overrides_it(workspace: Workspace,
-                                                                                 people: People, clone: Clone) -> None:
-    rid = made_in_the_console(workspace)
-    clone.branch("adopt").write("stacks/app-staging/admin.tf", f'''import {{
+
+def test_a_pushed_import_with_a_diff_is_denied_until_a_policy_owner_overrides_it(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    rid = made_in_the_console(ws)
+    checkout.branch("adopt").write("stacks/app-staging/admin.tf", f'''import {{
   to = aws_security_group.admin
   id = "{rid}"
 }}
@@ -653,14 +712,14 @@ resource "aws_security_group" "admin" {{
   tags        = merge(local.tags, {{ imported = "yes" }})
 }}
 ''').push("adopt the admin group")
-    proposal = open_proposal(workspace, people.alice, "adopt", "adopt the console's admin group")
+    proposal = open_proposal(ws, team.alice, "adopt", "adopt the console's admin group")
     [finding] = [f for f in proposal.findings if f.rule == "import-zero-diff"]
     assert finding.address == "aws_security_group.admin" and "changing tags" in finding.message
-    text = render_text(proposal_previews(workspace, proposal)["app-staging"])
+    text = render_text(proposal_previews(ws, proposal)["app-staging"])
     assert text.startswith(f"NOTE: imports aws_security_group.admin (id {rid}) but NOT with zero diff: the plan "
                            "would also change it (update in place): tags.imported")
     with pytest.raises(Refused, match="policy denies app-staging:import-zero-diff:aws_security_group.admin"):
-        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "ok")
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
 
 
 def test_the_agent_codifies_drift_on_request(workspace: Workspace, people: People) -> None:

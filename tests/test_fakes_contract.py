@@ -216,6 +216,15 @@ def test_the_trail_is_chained_and_filtered_alike(store: Store) -> None:
         assert [e.seq for e in session.audit.query(EventQuery(outcome="failed"))] == [2]
         assert [e.seq for e in session.audit.query(EventQuery(), after=1, limit=1)] == [2]
         assert session.audit.count(EventQuery(proposal_id=1)) == 2
+        assert session.audit.query(EventQuery(repository="ops")) == []
+    with store.session() as session:  # an added repository's stacks, and its repository.added, are its events
+        session.audit.append_many([(GATEWAY, "repository.added", {"repository": "ops"}, None, []),
+                                   (GATEWAY, "plan", {"n": 5}, None, ["ops/app"]),
+                                   (GATEWAY, "plan", {"n": 6}, None, [])])
+    with store.session(readonly=True) as session:
+        assert [e.seq for e in session.audit.query(EventQuery(repository="ops"))] == [4, 5]
+        assert [e.seq for e in session.audit.query(EventQuery(repository="declarations", stack="app"))] == [1, 3]
+        assert [e.seq for e in session.audit.query(EventQuery(repository="declarations"), after=3)] == [6]
     previous = GENESIS
     for event in events:
         assert event.prev_hash == previous and event.hash == event_hash(previous, event.content())
@@ -716,3 +725,78 @@ def test_a_merge_preview_holds_both_sides_or_names_the_conflict(declaration_repo
     declaration_repo.set_branch("main", head)
     with pytest.raises(Conflict, match=r"does not merge cleanly into main \(conflicts in stacks/app-staging/main.tf\)"):
         declaration_repo.merge_preview(head, clash)
+    assert declaration_repo.merge_conflict(head, clash) == (
+        "the branch does not merge cleanly into main (conflicts in stacks/app-staging/main.tf); rebase it on main and "
+        "push again")
+    assert declaration_repo.merge_conflict(moved, head) is None
+
+
+# --- more: what an apply reaches on the store and on the repo -------------------------------------------------------
+
+
+def test_a_saved_plan_hashes_to_its_document_and_artifact_as_stored(store: Store) -> None:
+    from gateway.domain.plan import plan_digest
+
+    pid = _proposal(store)
+    document = '{"format_version": "1.2", "resource_changes": []}'
+    with store.session() as session:
+        bare = session.proposals.add_plan(pid, "app", "head1", "main1", "sha256:d", document, 1, "l", SUMMARY, "p")
+        kept = session.proposals.add_plan(pid, "app", "head1", "main1", "sha256:d", document, 1, "l", SUMMARY, "p",
+                                          artifact=b"the engine's plan file")
+    with store.session(readonly=True) as session:
+        digests = session.proposals.saved_plan_digests([bare, kept, kept + 100])
+        assert (session.proposals.plan_artifact(bare), session.proposals.plan_artifact(kept)) == (
+            None, b"the engine's plan file")
+    assert digests == {bare: plan_digest({"format_version": "1.2", "resource_changes": []}),
+                       kept: plan_digest({"format_version": "1.2", "resource_changes": []}, b"the engine's plan file")}
+    assert digests[bare] != digests[kept]
+
+
+def test_a_merge_moves_main_only_from_where_it_was_and_reverts_cleanly(declaration_repo: DeclarationRepo) -> None:
+    from gateway.domain.errors import RefMoved
+
+    base = declaration_repo.resolve("main")
+    staging = declaration_repo.read_file(base, "stacks/app-staging/main.tf")
+    head = declaration_repo.commit_to_new_branch(base, "bigger", {
+        "stacks/app-staging/main.tf": staging.replace('"t3.small"', '"t3.medium"')}, "bigger", "alice")
+    assert '+  instance_type          = "t3.medium"' in declaration_repo.diff(base, head).splitlines()
+    told: list[str] = []
+    merged = declaration_repo.merge(base, head, "main", "Merge proposal 1", before_moving=told.append)
+    assert told == [merged] and declaration_repo.resolve("main") == merged
+    assert declaration_repo.is_ancestor(head, merged) and declaration_repo.is_ancestor(base, merged)
+    assert not declaration_repo.is_ancestor(merged, head) and declaration_repo.is_ancestor(head, head)
+    assert [(sha, parent) for sha, parent, _ in declaration_repo.first_parent_commits(base, merged)] == [(merged, base)]
+    assert '"t3.medium"' in declaration_repo.read_file("main", "stacks/app-staging/main.tf")
+    other = declaration_repo.commit_to_new_branch(base, "other", {"stacks/network/extra.tf": "# extra\n"}, "x", "bob")
+    with pytest.raises(RefMoved, match="main moved while merging"):
+        declaration_repo.merge(base, other, "main", "Merge proposal 2")  # main is no longer at base
+    assert declaration_repo.resolve("main") == merged
+
+    undone = declaration_repo.revert_merge_to_new_branch(merged, merged, "rollback/1", "Roll back 1", "alice")
+    assert declaration_repo.resolve("rollback/1") == undone
+    assert declaration_repo.read_file(undone, "stacks/app-staging/main.tf") == staging
+    assert declaration_repo.changed_paths(merged, undone) == ["stacks/app-staging/main.tf"]
+    with pytest.raises(Conflict, match="already exists"):
+        declaration_repo.revert_merge_to_new_branch(merged, merged, "rollback/1", "again", "alice")
+    declaration_repo.delete_branch("rollback/1")
+    assert not declaration_repo.branch_exists("rollback/1")
+    pinned = declaration_repo.pinned()
+    assert pinned.resolve("main") == merged
+    declaration_repo.set_branch("main", other)  # a push while the read goes on
+    assert pinned.resolve("main") == merged and declaration_repo.resolve("main") == other
+
+
+def test_a_proposals_jobs_are_listed_oldest_first_and_queued(store: Store) -> None:
+    from gateway.domain.jobs import JobStatus
+
+    pid, other = _proposal(store), None
+    with store.session() as session:
+        plan = session.jobs.add(JobKind.PLAN, pid, GATEWAY)
+        apply = session.jobs.add(JobKind.APPLY, pid, GATEWAY, {"runner": "r"})
+        other = session.jobs.add(JobKind.NOTIFY, None, GATEWAY)
+    with store.session(readonly=True) as session:
+        jobs = session.jobs.of_proposal(pid)
+        assert session.jobs.of_proposal(pid + 100) == []
+    assert [(j.id, j.kind, j.proposal_id, j.status, j.args) for j in jobs] == [
+        (plan, JobKind.PLAN, pid, JobStatus.QUEUED, {}), (apply, JobKind.APPLY, pid, JobStatus.QUEUED, {"runner": "r"})]
+    assert other not in [j.id for j in jobs]

@@ -338,14 +338,18 @@ def test_edited_comments_bot_comments_and_comment_only_reviews_are_recorded_and_
     assert gh.handled == [] and gh.events(pid) == []
 
 
-def test_a_delivery_for_another_repository_is_ignored(gh: GitHubWorld) -> None:
+def test_a_delivery_for_another_repository_is_refused_and_said_in_the_trail_once(gh: GitHubWorld) -> None:
     pid = gh.propose()
     payload = fixture("github/pull_request_review__submitted.payload.json")
     payload["review"].update(state="approved", user=gh.account("carol"))
     payload["repository"]["full_name"] = "someone/else"
-    assert gh.deliver("pull_request_review", payload)["job"] is not None
-    assert gh.handled == [{"ignored": "a delivery for someone/else, which is not this gateway's repository"}]
-    assert gh.events(pid) == []
+    delivery = str(uuid.uuid4())
+    for _ in range(2):  # GitHub redelivers it: refused again, recorded once
+        with pytest.raises(Refused, match="no repository of this gateway names GitHub repository someone/else"):
+            gh.deliver("pull_request_review", payload, delivery=delivery)
+    assert gh.handled == [] and gh.events(pid) == []
+    [refused] = gh.events(kind="github.delivery.refused")
+    assert refused.payload["repository"] == "someone/else" and refused.payload["delivery"] == delivery
 
 
 def test_a_pull_request_from_a_fork_is_not_planned(gh: GitHubWorld) -> None:
@@ -606,8 +610,11 @@ def test_system_notes_edited_notes_other_projects_and_malformed_deliveries(gl: G
     system = gl.note("bob", "/gateway apply", system=True)
     assert [edited["job"], system["job"]] == [None, None]
     documented = fixture("gitlab/webhooks/merge_request.json")  # GitLab's own example, another project
-    assert gl.deliver("Merge Request Hook", documented)["job"] is not None
-    assert gl.handled == [{"ignored": "a delivery for gitlabhq/gitlab-test, which is not this gateway's project"}]
+    with pytest.raises(Refused, match="no repository of this gateway names GitLab project gitlabhq/gitlab-test"):
+        gl.deliver("Merge Request Hook", documented)
+    assert gl.handled == []
+    [refused] = gl.events(kind="gitlab.delivery.refused")
+    assert refused.payload["project"] == "gitlabhq/gitlab-test"
     malformed = gl.merge_request_event("approval", "bob")
     malformed["object_attributes"]["iid"] = str(gl.number)
     assert gl.deliver("Merge Request Hook", malformed)["job"] is not None

@@ -19,6 +19,7 @@ from gateway.domain.github import (
     parse_command,
     pull_request_checks,
     render_comment,
+    repository_allowed,
     signature_valid,
 )
 from gateway.domain.lifecycle import ProposalStatus
@@ -114,3 +115,12 @@ def test_not_counted_lists_each_persons_refused_decision_once_and_nothing_else()
         NotCounted("mallory", "approve", ("mallory is not linked",)),
         NotCounted("carol", "apply", ("needs 1 approval(s)",)),
     ]
+
+
+def test_an_allowed_repository_matches_an_owner_name_pattern_whatever_its_case() -> None:
+    patterns = ["acme/*", "other/infra"]
+    assert repository_allowed(patterns, "acme/data") and repository_allowed(patterns, "ACME/Data")
+    assert repository_allowed(patterns, "Other/Infra")
+    assert not repository_allowed(patterns, "other/infra-2") and not repository_allowed(patterns, "evil/acme")
+    assert not repository_allowed(["acme*"], "acme/data")  # a pattern without its slash admits nothing
+    assert not repository_allowed([], "acme/data")

@@ -17,7 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from gateway.adapters.git.repo import committer_env
 from gateway.adapters.store.schema import audit_events, plans
 from gateway.api.app import create_app
 from gateway.domain.errors import LockTimeout, Refused
@@ -32,8 +31,10 @@ from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli
+from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
 
 STAGING = "stacks/app-staging/main.tf"
+QUEUE = 'resource "aws_sqs_queue" "orders" {\n  name = "orders-staging"\n  tags = local.tags\n}\n'
 NETWORK = "stacks/network/main.tf"
 GATEWAY = Path(__file__).parent.parent / "gateway"
 
@@ -215,7 +216,26 @@ class EngineWithHook:
         return getattr(self.inner, name)
 
 
-def _approved(ws: Workspace, people: People, clone: Clone, branch: str, edits: list[tuple[str, str, str]],
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """The sample repo in memory (tests/fakes.py's sandbox_workspace): the real engine and runner over a fake store and
+    a fake repo (whose merge is file by file). What needs git, the databases, threads racing or HTTP stays on a real
+    workspace."""
+    return sandbox_workspace(tmp_path / "home")
+
+
+@pytest.fixture
+def team(ws: Workspace) -> SamplePeople:
+    return sample_people(ws.store)
+
+
+@pytest.fixture
+def checkout(ws: Workspace) -> FakeClone:
+    return FakeClone(ws.repo)  # type: ignore[arg-type]
+
+
+def _approved(ws: Workspace, people: People | SamplePeople, clone: Clone | FakeClone, branch: str,
+              edits: list[tuple[str, str, str]],
               extra: dict[str, str] | None = None) -> int:
     clone.branch(branch)
     for path, old, new in edits:
@@ -228,51 +248,48 @@ def _approved(ws: Workspace, people: People, clone: Clone, branch: str, edits: l
     return proposal.id
 
 
-def test_a_merge_conflict_is_found_before_anything_is_applied(any_workspace: Workspace, tmp_path: Path) -> None:
-    ws, people = any_workspace, add_people(any_workspace)
-    clone = Clone(ws, tmp_path / "c")
-    first = _approved(ws, people, clone, "a", [(STAGING, '"t3.small"', '"t3.medium"')], {"README.md": "first\n"})
-    second = _approved(ws, people, clone, "b", [], {"README.md": "second\n", "stacks/network/extra.tf": "# extra\n"})
+def test_a_merge_conflict_is_found_before_anything_is_applied(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    first = _approved(ws, team, checkout, "a", [(STAGING, '"t3.small"', '"t3.medium"')], {"README.md": "first\n"})
+    second = _approved(ws, team, checkout, "b", [], {"README.md": "second\n", "stacks/network/extra.tf": "# extra\n"})
     serial_before = ws.engine.state_serial("network")
-    assert view_proposal(ws, people.alice, second).can_apply
-    assert apply_proposal(ws, people.alice, first).succeeded
+    assert view_proposal(ws, team.alice, second).can_apply
+    assert apply_proposal(ws, team.alice, first).succeeded
     # every view says so before an apply is tried, in the runner's words, and offers no apply
     row = "the branch does not merge cleanly into main (conflicts in README.md); rebase it on main and push again"
-    shown = view_proposal(ws, people.alice, second)
+    shown = view_proposal(ws, team.alice, second)
     assert not shown.can_apply and shown.apply_blockers == shown.blocked_by == [row]
     with pytest.raises(Refused) as refused:
-        apply_proposal(ws, people.alice, second)
+        apply_proposal(ws, team.alice, second)
     assert refused.value.reasons == [row]
     assert ws.engine.state_serial("network") == serial_before  # nothing of the second was applied
     assert get_proposal(ws, second).status == ProposalStatus.OPEN  # it can be rebased, re-proposed or abandoned
-    assert abandon_proposal(ws, people.alice, second, "rebasing instead").status == ProposalStatus.ABANDONED
+    assert abandon_proposal(ws, team.alice, second, "rebasing instead").status == ProposalStatus.ABANDONED
 
 
-def test_main_moving_on_another_stack_keeps_the_plan_and_the_apply_proceeds(any_workspace: Workspace,
-                                                                             tmp_path: Path) -> None:
-    ws, people = any_workspace, add_people(any_workspace)
-    clone = Clone(ws, tmp_path / "c")
-    staging = _approved(ws, people, clone, "staging", [(STAGING, '"t3.small"', '"t3.medium"')])
-    network = _approved(ws, people, clone, "network", [], {"stacks/network/note.tf": "# a comment\n"})
+def test_main_moving_on_another_stack_keeps_the_plan_and_the_apply_proceeds(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    staging = _approved(ws, team, checkout, "staging", [(STAGING, '"t3.small"', '"t3.medium"')])
+    network = _approved(ws, team, checkout, "network", [], {"stacks/network/note.tf": "# a comment\n"})
     digests = get_proposal(ws, staging).current_digests
-    assert apply_proposal(ws, people.alice, network).succeeded  # main moves, on another stack
-    report = apply_proposal(ws, people.alice, staging)
+    assert apply_proposal(ws, team.alice, network).succeeded  # main moves, on another stack
+    report = apply_proposal(ws, team.alice, staging)
     assert report.succeeded, report
     after = get_proposal(ws, staging)
     assert after.status == ProposalStatus.APPLIED and after.current_digests == digests
     assert len(after.current_approvals) == 1  # the approval of the identical plan still counted
 
 
-def test_an_engine_exception_mid_apply_is_recorded_and_retryable(any_workspace: Workspace, tmp_path: Path) -> None:
-    ws, people = any_workspace, add_people(any_workspace)
-    proposal_id = _approved(ws, people, Clone(ws, tmp_path / "c"), "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
+def test_an_engine_exception_mid_apply_is_recorded_and_retryable(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    proposal_id = _approved(ws, team, checkout, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
     real = ws.engine
 
     def explode() -> None:
         raise RuntimeError("provider crashed")
 
     ws.engine = EngineWithHook(real, before_apply=explode)
-    report = apply_proposal(ws, people.alice, proposal_id)
+    report = apply_proposal(ws, team.alice, proposal_id)
     assert not report.succeeded and "provider crashed" in (report.outcomes[-1].error or "")
     failed = get_proposal(ws, proposal_id)
     assert failed.status == ProposalStatus.FAILED
@@ -281,7 +298,7 @@ def test_an_engine_exception_mid_apply_is_recorded_and_retryable(any_workspace: 
         assert [a.status for a in session.proposals.applies_of(proposal_id)] == ["failed"]
         assert "proposal.fail" in [e.kind for e in session.audit.events(proposal_id=proposal_id)]
     ws.engine = real
-    assert apply_proposal(ws, people.alice, proposal_id).succeeded  # retry: same plan, same approval
+    assert apply_proposal(ws, team.alice, proposal_id).succeeded  # retry: same plan, same approval
     assert get_proposal(ws, proposal_id).status == ProposalStatus.APPLIED
 
 
@@ -313,46 +330,39 @@ def test_an_apply_outliving_the_lock_ttl_keeps_its_lock_by_heartbeat(any_workspa
 
 
 def test_a_direct_push_during_the_apply_leaves_it_unmerged_locked_and_explained(
-        workspace: Workspace, people: People, clone: Clone, tmp_path: Path) -> None:
-    ws = workspace
-    proposal_id = _approved(ws, people, clone, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
-    pusher = Clone(ws, tmp_path / "pusher")
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    proposal_id = _approved(ws, team, checkout, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
+    pusher = FakeClone(ws.repo)  # type: ignore[arg-type]
+
     def someone_pushes() -> None:
-        pusher.branch("main").edit(STAGING, '"cc-3003"', '"cc-9999"')
-        pusher.repo.git.add("-A")
-        pusher.repo.git.execute(["git", "commit", "-qm", "hotfix outside the gateway"],
-                                env=committer_env("mallory", "m@example.com"))
-        pusher.repo.git.push("-q", "origin", "HEAD:main")
+        pusher.branch("main").edit(STAGING, '"cc-3003"', '"cc-9999"').push("hotfix outside the gateway", "mallory")
 
     ws.engine = EngineWithHook(ws.engine, after_apply=someone_pushes)
-    report = apply_proposal(ws, people.alice, proposal_id)
+    report = apply_proposal(ws, team.alice, proposal_id)
     assert report.unmerged and "gateway merge" in report.unmerged and "app-staging" in report.unmerged
     assert get_proposal(ws, proposal_id).status == ProposalStatus.UNMERGED
     with pytest.raises(LockTimeout, match=f"held by proposal {proposal_id}, which was applied but could not be merged"):
         _acquire(ws, "app-staging", "next-runner", get_proposal(ws, proposal_id))
     # a person reverts the push, then merges: main describes what runs, and the stack is free again
-    pusher.repo.git.revert("--no-edit", "HEAD")
-    pusher.repo.git.push("-q", "origin", "HEAD:main")
-    merged = merge_unmerged(ws, people.bob, proposal_id)
+    pusher.branch("main").edit(STAGING, '"cc-9999"', '"cc-3003"').push("revert the hotfix", "mallory")
+    merged = merge_unmerged(ws, team.bob, proposal_id)
     assert merged.status == ProposalStatus.APPLIED and merged.merge_sha
     assert ws.store.locks.holder("app-staging") is None
     assert '"t3.medium"' in ws.repo.read_file(ws.repo.resolve("main"), STAGING)
 
 
-def test_two_approvals_racing_a_new_commit(any_workspace: Workspace, tmp_path: Path) -> None:
-    ws, people = any_workspace, add_people(any_workspace)
-    clone = Clone(ws, tmp_path / "c")
-    clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
-    proposal = open_proposal(ws, people.alice, "bigger", "more memory")
+def test_two_approvals_racing_a_new_commit(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     seen = proposal.head_sha
-    clone.edit(STAGING, '"t3.medium"', '"t3.large"').push()
+    checkout.edit(STAGING, '"t3.medium"', '"t3.large"').push()
     with pytest.raises(Refused):  # carol's call re-plans the new commit; she had not seen it
-        decide(ws, people.carol, proposal.id, Decision.APPROVE, "")
+        decide(ws, team.carol, proposal.id, Decision.APPROVE, "")
     with pytest.raises(Refused, match="the branch moved to .* since you looked at"):
-        decide(ws, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=seen)
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=seen)
     current = get_proposal(ws, proposal.id)
     assert current.head_sha != seen and not current.current_approvals
-    decide(ws, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=current.head_sha)
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=current.head_sha)
     assert len(get_proposal(ws, proposal.id).current_approvals) == 1
 
 
@@ -411,8 +421,26 @@ def test_cli_show_only_reads_sync_replans_and_abandon_frees_the_branch(workspace
     assert run_cli(["abandon", "1", "-m", "twice"], home, t["alice"]).returncode == 1
 
 
-def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Workspace, people: People,
-                                                               clone: Clone) -> None:
+def test_an_approval_names_the_plan_it_saw_not_just_the_commit(ws: Workspace, team: SamplePeople,
+                                                               checkout: FakeClone) -> None:
+    checkout.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
+    proposal = open_proposal(ws, team.alice, "bigger", "more memory")
+    seen = proposal.current_digests
+    other = _approved(ws, team, checkout, "queue", [], {"stacks/app-staging/queue.tf": QUEUE})
+    assert apply_proposal(ws, team.alice, other).succeeded  # the state moves: same commit, a different plan
+    from gateway.services.change.proposals import sync_proposal
+
+    replanned, _ = sync_proposal(ws, proposal.id)
+    assert replanned.head_sha == proposal.head_sha and replanned.current_digests != seen
+    with pytest.raises(Refused, match="the plan changed since you looked at it"):
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha, seen_digests=seen)
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha,
+           seen_digests=replanned.current_digests)
+    assert get_proposal(ws, proposal.id).current_approvals
+
+
+def test_the_api_refuses_an_approval_of_a_plan_that_changed_since_it_was_seen(workspace: Workspace, people: People,
+                                                                            clone: Clone) -> None:
     ws = workspace
     clone.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     proposal = open_proposal(ws, people.alice, "bigger", "more memory")
@@ -422,9 +450,6 @@ def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Worksp
     from gateway.services.change.proposals import sync_proposal
 
     replanned, _ = sync_proposal(ws, proposal.id)
-    assert replanned.head_sha == proposal.head_sha and replanned.current_digests != seen
-    with pytest.raises(Refused, match="the plan changed since you looked at it"):
-        decide(ws, people.bob, proposal.id, Decision.APPROVE, "", seen_sha=proposal.head_sha, seen_digests=seen)
     with TestClient(create_app(ws.settings, workers=0)) as client:
         stale = client.post(f"/api/v1/proposals/{proposal.id}/approve", json={"digests": seen},
                             headers={"Authorization": f"Bearer {people.tokens['bob']}"})
@@ -435,26 +460,20 @@ def test_an_approval_names_the_plan_it_saw_not_just_the_commit(workspace: Worksp
 
 
 def test_a_push_to_main_outside_the_gateway_holds_applies_on_its_stacks_until_acknowledged(
-        workspace: Workspace, people: People, clone: Clone, tmp_path: Path) -> None:
-    ws = workspace
-    first = _approved(ws, people, clone, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
-    assert apply_proposal(ws, people.alice, first).succeeded
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    first = _approved(ws, team, checkout, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
+    assert apply_proposal(ws, team.alice, first).succeeded
     assert watch_main(ws) == []  # the gateway's own merge is not a push
-    pusher = Clone(ws, tmp_path / "pusher")
-    pusher.edit(STAGING, '"cc-3003"', '"cc-7777"')
-    pusher.repo.git.add("-A")
-    pusher.repo.git.execute(["git", "commit", "-qm", "hotfix"], env=committer_env("mallory", "m@example.com"))
-    pusher.repo.git.push("-q", "origin", "HEAD:main")
-    pushed = pusher.repo.head.commit.hexsha
+    pusher = FakeClone(ws.repo)  # type: ignore[arg-type]
+    pushed = pusher.edit(STAGING, '"cc-3003"', '"cc-7777"').push("hotfix", "mallory")
 
-    clone.repo.git.fetch("-q", "origin")
-    second = _approved(ws, people, clone, "later", [(STAGING, '"t3.medium"', '"t3.large"')])
-    with pytest.raises(Refused, match=f"commit {pushed[:12]} by mallory <m@example.com> was pushed to main outside"):
-        apply_proposal(ws, people.alice, second)
+    second = _approved(ws, team, checkout, "later", [(STAGING, '"t3.medium"', '"t3.large"')])
+    with pytest.raises(Refused, match=f"commit {pushed[:12]} by mallory <mallory@example.com> was pushed to main outside"):
+        apply_proposal(ws, team.alice, second)
     with pytest.raises(Refused, match="only approvers and admins may"):
-        acknowledge_push(ws, people.alice, pushed[:12], "it was a hotfix")
-    acknowledge_push(ws, people.bob, pushed[:12], "the hotfix is what runs; kept")
-    assert apply_proposal(ws, people.alice, second).succeeded
+        acknowledge_push(ws, team.alice, pushed[:12], "it was a hotfix")
+    acknowledge_push(ws, team.bob, pushed[:12], "the hotfix is what runs; kept")
+    assert apply_proposal(ws, team.alice, second).succeeded
     with ws.store.session(readonly=True) as session:
         kinds = [e.kind for e in session.audit.events() if e.kind.startswith("main.")]
     assert kinds == ["main.pushed_outside", "main.push_acknowledged"]

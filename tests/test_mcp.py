@@ -72,7 +72,8 @@ def test_an_external_agent_previews_and_proposes_over_stdio_and_can_do_nothing_m
     async def session() -> int:
         async with stdio(workspace, agents["bound"]) as client:
             tools = {t.name for t in (await client.list_tools()).tools}
-            assert tools == {"list_stacks", "read_file", "read_module", "search", "preview", "propose", "proposal_status"}
+            assert tools == {"list_repositories", "list_stacks", "read_file", "read_module", "search", "preview", "propose",
+                             "proposal_status"}
             error, stacks = await text(client, "list_stacks")
             assert not error and "app-staging" in stacks
             error, compliant = await text(client, "preview", changes={"stacks/app-staging/queue.tf": QUEUE})

@@ -29,7 +29,8 @@ from gateway.services.workspace import Workspace
 from .conftest import Clone, People, run_cli
 
 # every label the gateway's metrics may carry: each from a closed set (no ids, names of people or addresses)
-BOUNDED_LABELS = {"kind", "status", "outcome", "event", "stack", "scope", "channel", "le"}
+# `repository`: a registered repository's name only (tests/test_audit_repositories.py)
+BOUNDED_LABELS = {"kind", "status", "outcome", "event", "stack", "scope", "channel", "le", "repository"}
 
 
 def bearer(token: str) -> dict[str, str]:

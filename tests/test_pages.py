@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -47,17 +48,26 @@ def server(workspace: Workspace, people: People) -> Iterator[tuple[str, ModelStu
                     tool_call("run_preview", stack="app-staging"),
                     tool_call("finish", summary="Added aws_sqs_queue.refunds; nothing is destroyed.")]) as stub:
         workspace.settings.openai_base_url, workspace.settings.model = stub.base_url, "stub-model"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        config = uvicorn.Config(create_app(workspace.settings), host="127.0.0.1", port=port, log_level="warning")
-        live = uvicorn.Server(config)
-        thread = threading.Thread(target=live.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not live.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}", stub
+        with _serving(workspace) as base:
+            yield base, stub
+
+
+@contextlib.contextmanager
+def _serving(workspace: Workspace) -> Iterator[str]:
+    """The gateway's app of `workspace`, served by uvicorn in a thread on a free port: its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = uvicorn.Config(create_app(workspace.settings), host="127.0.0.1", port=port, log_level="warning")
+    live = uvicorn.Server(config)
+    thread = threading.Thread(target=live.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not live.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
         live.should_exit = True
         thread.join(timeout=10)
 
@@ -161,3 +171,29 @@ def test_an_agent_token_opens_no_session(browser: object, server: tuple[str, Mod
     page.goto(f"{base}/")
     assert page.url.endswith("/login")
     context.close()
+
+
+def test_the_repository_picker_and_the_inbox_across_repositories_in_the_browser(browser: object,
+                                                                                tmp_path: Path) -> None:
+    from .test_pages_repositories import _propose
+    from .test_repositories import _two
+
+    two = _two(tmp_path / "home", tmp_path)
+    theirs = _propose(two, two.data, "network", "data-browser")
+    try:
+        with _serving(two.ws) as base:
+            context, erin = sign_in(browser, base, two.people.tokens["erin"])
+            erin.click("#repositories >> text=data")  # the picker: the same page in repository data
+            erin.wait_for_url(f"{base}/repos/data/")
+            assert erin.locator("#repositories [aria-current=page]").inner_text() == "data"
+            with erin.expect_navigation() as opened:
+                erin.click(f"#inbox-{theirs} a")
+            assert opened.value.request.redirected_from is None and erin.url == f"{base}/repos/data/proposals/{theirs}"
+            assert erin.locator("#repository").inner_text() == "data"
+            ARTIFACTS.mkdir(exist_ok=True)
+            erin.screenshot(path=str(ARTIFACTS / "proposal-page-repository.png"), full_page=True)
+            erin.click("header >> text=Drift")  # the header's links stay in data
+            erin.wait_for_url(f"{base}/repos/data/drift")
+            context.close()
+    finally:
+        two.ws.close()

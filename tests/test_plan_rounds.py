@@ -3,11 +3,13 @@ written once by whichever job ends the round (two workers racing on PostgreSQL),
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from gateway.fault_points import ENVIRONMENT_VARIABLE, EXIT_STATUS
 from gateway.services.change.jobs import enqueue_job, recover_abandoned_work, run_now_or_follow
 from gateway.services.change.plan_rounds import assemble_round, help_and_wait, record_stack_end, stage, start_round
 from gateway.services.change.planning import ChangeOrigin, plan_stack
-from gateway.services.change.proposals import get_proposal, open_proposal, sync_proposal
+from gateway.services.change.proposals import get_proposal, open_proposal, stored_previews, sync_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli, sign_in_client
@@ -131,6 +133,35 @@ def test_progress_shows_how_many_stacks_are_planned_while_the_others_wait(worksp
     ended = help_and_wait(ws, round_id)  # plans the stack no worker took, then writes the round's plans
     assert ended.state == RoundState.ASSEMBLED
     assert {p.head_sha for p in get_proposal(ws, pid).plans.values()} == {head}
+
+
+def test_a_plan_staged_without_its_summary_and_preview_is_written_as_one_staged_with_them(
+        workspace: Workspace, tmp_path: Path) -> None:
+    """A round a gateway of the release before staged a stack of (its document as the engine wrote it, no summary,
+    no preview) is written as this release writes it: the same digest, summary, preview and trail event."""
+    ws, people = workspace, add_people(workspace)
+    clone = Clone(ws, tmp_path / "clone")
+    pid = _open(ws, people, clone)
+    head = _new_commit(clone)
+    main_sha = ws.repo.resolve(ws.main_branch())
+    merged = ws.repo.merge_preview(main_sha, head)
+    round_id = start_round(ws, STACKS, head, main_sha, merged, ChangeOrigin(), pid, ["new commit"])
+    record_stack_end(ws, round_id, "app-prod", stage(plan_stack(ws, "app-prod", merged)))
+    result = plan_stack(ws, "app-staging", merged)
+    now = stage(result)
+    older = replace(now, document=json.dumps(result.engine_plan.document), summary=None, preview=None, engine="")
+    assert older.document != now.document  # not the canonical bytes the digest is of
+    record_stack_end(ws, round_id, "app-staging", older)  # the round's last stack: its plans are written
+
+    assert _latest(ws, pid).state == RoundState.ASSEMBLED
+    plan = get_proposal(ws, pid).plans["app-staging"]
+    assert (plan.head_sha, plan.digest, plan.counts) == (head, now.digest, now.summary.counts)
+    assert stored_previews(ws, get_proposal(ws, pid))["app-staging"] == now.preview
+    with ws.store.session(readonly=True) as session:
+        assert session.proposals.plan_document(plan.plan_id) == now.document  # the bytes its digest is of
+    written = [e.payload for e in _events(ws, pid, "plan") if e.payload["head_sha"] == head]
+    assert {e["merged_sha"] for e in written} == {merged} and {e["engine"] for e in written} == {now.engine}
+    assert now.engine and written[-1]["digest"] == now.digest
 
 
 def test_two_workers_ending_a_round_at_once_write_its_plans_once(postgres_url: str, tmp_path: Path) -> None:

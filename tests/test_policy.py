@@ -25,8 +25,8 @@ from gateway.services.change.proposals import decide, open_proposal, override_fi
 from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
-from .conftest import FIXTURES, Clone, People
-from .fakes import FakeClone, FakeSandboxStore, person, sandbox_workspace
+from .conftest import FIXTURES
+from .fakes import FakeClone, FakeSandboxStore, SamplePeople, person, sample_people, sandbox_workspace
 
 TAGS = 'tags = { owner = "team", "cost-centre" = "cc-1" }'
 SETTINGS = PolicySettings(approved_instance_types=frozenset({"t3.small", "t3.medium"}), max_deletes=3)
@@ -289,59 +289,77 @@ def test_checkov_deny_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "TimeoutExpired" in timed_out.message
 
 
-# --- in the flow -------------------------------------------------------------------------------
+# --- in the flow: the sample repo in memory (the real engine, checks and runner; no git, no database) ----------
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    return sandbox_workspace(tmp_path / "home")
+
+
+@pytest.fixture
+def team(ws: Workspace) -> SamplePeople:
+    return sample_people(ws.store)
+
+
+@pytest.fixture
+def checkout(ws: Workspace) -> FakeClone:
+    return FakeClone(ws.repo)  # type: ignore[arg-type]
+
 
 PUBLIC_BUCKET = f'resource "aws_s3_bucket" "open" {{\n  bucket = "open-staging"\n  acl = "public-read"\n  {TAGS}\n}}\n'
 
 
-def test_deny_blocks_approval_and_apply_until_overridden(workspace: Workspace, people: People, clone: Clone) -> None:
-    clone.branch("open").write("stacks/app-staging/open.tf", PUBLIC_BUCKET).push()
-    proposal = open_proposal(workspace, people.alice, "open", "public bucket for the website")
+def test_deny_blocks_approval_and_apply_until_overridden(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("open").write("stacks/app-staging/open.tf", PUBLIC_BUCKET).push()
+    proposal = open_proposal(ws, team.alice, "open", "public bucket for the website")
     keys = {f.key for f in proposal.blocking_findings(now())}
     assert "app-staging:s3-public-acl:aws_s3_bucket.open" in keys
     with pytest.raises(Refused, match="policy denies app-staging:s3-public-acl:aws_s3_bucket.open"):
-        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
     with pytest.raises(Refused, match="alice requested or proposed this change and cannot override"):
-        override_finding(workspace, people.alice, proposal.id, "app-staging:s3-public-acl:aws_s3_bucket.open",
+        override_finding(ws, team.alice, proposal.id, "app-staging:s3-public-acl:aws_s3_bucket.open",
                          "I need it", now() + timedelta(days=1))
     with pytest.raises(Refused, match="bob is not a policy owner"):
-        override_finding(workspace, people.bob, proposal.id, "app-staging:s3-public-acl:aws_s3_bucket.open",
+        override_finding(ws, team.bob, proposal.id, "app-staging:s3-public-acl:aws_s3_bucket.open",
                          "fine", now() + timedelta(days=1))
     for key in sorted(keys):
-        override_finding(workspace, people.frank, proposal.id, key, "static website, reviewed", now() + timedelta(days=1))
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
-    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
-    with workspace.store.session() as session:
+        override_finding(ws, team.frank, proposal.id, key, "static website, reviewed", now() + timedelta(days=1))
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
+    assert apply_proposal(ws, team.alice, proposal.id).succeeded
+    with ws.store.session() as session:
         events = [e for e in session.audit.events(proposal_id=proposal.id) if e.kind == "policy.override"]
     assert {e.payload["finding"] for e in events} == keys and all(e.actor == "frank" for e in events)
 
 
-def test_risk_sets_how_many_approvers(workspace: Workspace, people: People, clone: Clone) -> None:
-    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
-    low = open_proposal(workspace, people.alice, "tags", "cost centre moved")
+def test_risk_sets_how_many_approvers(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    low = open_proposal(ws, team.alice, "tags", "cost centre moved")
     assert low.risk == RiskLevel.LOW
-    decide(workspace, people.bob, low.id, Decision.APPROVE, "")
-    assert apply_proposal(workspace, people.alice, low.id).succeeded
-    clone.branch("ami").edit("stacks/app-staging/main.tf", "ami-0c1c30571d2dae5c9", "ami-0d5eff06f840b45e9").push()
-    high = open_proposal(workspace, people.alice, "ami", "patched AMI")
+    decide(ws, team.bob, low.id, Decision.APPROVE, "")
+    assert apply_proposal(ws, team.alice, low.id).succeeded
+    checkout.branch("ami").edit("stacks/app-staging/main.tf", "ami-0c1c30571d2dae5c9", "ami-0d5eff06f840b45e9").push()
+    high = open_proposal(ws, team.alice, "ami", "patched AMI")
     assert high.risk == RiskLevel.HIGH
-    decide(workspace, people.bob, high.id, Decision.APPROVE, "")
+    decide(ws, team.bob, high.id, Decision.APPROVE, "")
     with pytest.raises(Refused, match=r"needs 2 approval\(s\).*\(risk high\)"):
-        apply_proposal(workspace, people.alice, high.id)
-    decide(workspace, people.carol, high.id, Decision.APPROVE, "")
-    assert apply_proposal(workspace, people.alice, high.id).succeeded
+        apply_proposal(ws, team.alice, high.id)
+    decide(ws, team.carol, high.id, Decision.APPROVE, "")
+    assert apply_proposal(ws, team.alice, high.id).succeeded
 
 
-def test_a_change_to_the_policy_config_is_itself_a_proposal(workspace: Workspace, people: People, clone: Clone) -> None:
-    clone.branch("looser").edit("gateway.yaml", "max_deletes: 10", "max_deletes: 50").push()
-    proposal = open_proposal(workspace, people.alice, "looser", "allow bigger teardowns")
+def test_a_change_to_the_policy_config_is_itself_a_proposal(
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("looser").edit("gateway.yaml", "max_deletes: 10", "max_deletes: 50").push()
+    proposal = open_proposal(ws, team.alice, "looser", "allow bigger teardowns")
     assert proposal.stacks == () and proposal.changed_paths == ("gateway.yaml",)
     with pytest.raises(Refused, match="erin is not in a group allowed to approve changes to protected paths"):
-        decide(workspace, people.erin, proposal.id, Decision.APPROVE, "")
-    decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
-    assert workspace.repo_settings().policy.max_deletes == 10  # nothing changes before apply
-    assert apply_proposal(workspace, people.alice, proposal.id).succeeded
-    assert workspace.repo_settings().policy.max_deletes == 50
+        decide(ws, team.erin, proposal.id, Decision.APPROVE, "")
+    decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
+    assert ws.repo_settings().policy.max_deletes == 10  # nothing changes before apply
+    assert apply_proposal(ws, team.alice, proposal.id).succeeded
+    assert ws.repo_settings().policy.max_deletes == 50
 
 
 def test_a_literal_secret_in_the_configuration_is_denied_without_quoting_it(tmp_path: Path) -> None:

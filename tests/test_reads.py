@@ -11,6 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import git
@@ -29,6 +30,7 @@ from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People
+from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
 
 QUEUE = 'resource "aws_sqs_queue" "orders" {\n  name = "orders-staging"\n  tags = local.tags\n}\n'
 CHANGE = re.compile(r"<summary><code>([^<]+)</code>")
@@ -80,18 +82,29 @@ class RefusingEngine:
         raise AssertionError(f"a read asked the engine ({name})")
 
 
-def test_a_read_never_asks_the_engine_and_shows_the_state_an_apply_moved(workspace: Workspace, people: People,
-                                                                           clone: Clone) -> None:
-    staging = "stacks/app-staging/main.tf"
-    clone.branch("bigger").edit(staging, '"t3.small"', '"t3.medium"').push()
-    first = open_proposal(workspace, people.alice, "bigger", "more memory")
-    clone.branch("cost-centre").edit(staging, '"cc-3003"', '"cc-3004"').push()
-    second = open_proposal(workspace, people.alice, "cost-centre", "new cost centre")
-    decide(workspace, people.bob, first.id, Decision.APPROVE, "")
-    assert apply_proposal(workspace, people.alice, first.id).succeeded  # the stack's state moves under the second
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """The sample repo in memory (tests/fakes.py's sandbox_workspace), for what a read says; what a read costs
+    (git processes, transactions, lanes) is measured on a real workspace."""
+    return sandbox_workspace(tmp_path / "home")
 
-    reader = dataclasses.replace(workspace, engine=RefusingEngine())  # type: ignore[arg-type]
-    view = view_proposal(reader, people.bob, second.id)
+
+@pytest.fixture
+def team(ws: Workspace) -> SamplePeople:
+    return sample_people(ws.store)
+
+
+def test_a_read_never_asks_the_engine_and_shows_the_state_an_apply_moved(ws: Workspace, team: SamplePeople) -> None:
+    checkout = FakeClone(ws.repo)  # type: ignore[arg-type]
+    checkout.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
+    first = open_proposal(ws, team.alice, "bigger", "more memory")
+    checkout.branch("orders").write("stacks/app-staging/orders.tf", QUEUE).push()  # the same stack, another file
+    second = open_proposal(ws, team.alice, "orders", "an orders queue")
+    decide(ws, team.bob, first.id, Decision.APPROVE, "")
+    assert apply_proposal(ws, team.alice, first.id).succeeded  # the stack's state moves under the second
+
+    reader = dataclasses.replace(ws, engine=RefusingEngine())  # type: ignore[arg-type]
+    view = view_proposal(reader, team.bob, second.id)
     assert "state of stack app-staging moved since its plan" in view.pending  # beside main, which the merge moved
     assert pending_changes(reader, view.proposal) == view.pending
 

@@ -1,6 +1,10 @@
 """Rego policies from the declaration repo's policies/, judged by a real Rego interpreter (regopy) on the
 plans of real proposals: deny, warn, overrides, namespaces per stack, data, failing closed, agent-only
-rules, a branch that changes a policy, masked secrets, and the `gateway policy` commands."""
+rules, a branch that changes a policy, masked secrets, and the `gateway policy` commands.
+
+The proposals are the sample repo's in memory (tests/fakes.py's sandbox_workspace: the real engine, HCL reader and
+Rego interpreter over a fake store and repo); a branch that changes a policy, merged through git, and the commands
+run on a real workspace."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import FIXTURES, Clone, People, run_cli
+from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
 
 BUCKET = '''resource "aws_s3_bucket" "exports" {
   bucket = "orders-exports"
@@ -60,6 +65,29 @@ def on_main(ws: Workspace, tmp_path: Path, files: dict[str, str]) -> None:
     clone.push("policy change", author="admin")
 
 
+def on_fake_main(ws: Workspace, files: dict[str, str]) -> None:
+    """on_main, on the sample in memory."""
+    clone = FakeClone(ws.repo)  # type: ignore[arg-type]
+    for path, text in files.items():
+        clone.write(path, text)
+    clone.push("policy change", author="admin")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    return sandbox_workspace(tmp_path / "home")
+
+
+@pytest.fixture
+def team(ws: Workspace) -> SamplePeople:
+    return sample_people(ws.store)
+
+
+@pytest.fixture
+def checkout(ws: Workspace) -> FakeClone:
+    return FakeClone(ws.repo)  # type: ignore[arg-type]
+
+
 def rego(proposal: Proposal) -> list[tuple[str, str, str]]:
     rules = {"s3-data-classification", "agent-iam", "policy-error"}
     return sorted((f.rule, f.severity.value, f.address) for f in proposal.findings
@@ -67,61 +95,60 @@ def rego(proposal: Proposal) -> list[tuple[str, str, str]]:
 
 
 def test_the_sample_policies_warn_with_data_and_an_agent_only_rule_denies_until_overridden(
-        workspace: Workspace, people: People, clone: Clone) -> None:
-    clone.branch("exports").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "top-secret")).push()
-    proposal = open_proposal(workspace, people.alice, "exports", "an exports bucket")
+        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    checkout.branch("exports").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "top-secret")).push()
+    proposal = open_proposal(ws, team.alice, "exports", "an exports bucket")
     assert rego(proposal) == [("s3-data-classification", "warn", "aws_s3_bucket.exports")], proposal.findings
     [warning] = [f for f in proposal.findings if f.rule == "s3-data-classification"]
     assert warning.message.endswith("one of: public, internal, confidential, restricted")  # policies/data
-    clone.branch("internal").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "internal")).push()
-    assert rego(open_proposal(workspace, people.alice, "internal", "classified")) == []
+    checkout.branch("internal").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "internal")).push()
+    assert rego(open_proposal(ws, team.alice, "internal", "classified")) == []
 
-    clone.branch("ci-role").write("stacks/platform/ci.tf", ROLE).push()
-    by_person = open_proposal(workspace, people.alice, "ci-role", "a role for CI")
+    checkout.branch("ci-role").write("stacks/platform/ci.tf", ROLE).push()
+    by_person = open_proposal(ws, team.alice, "ci-role", "a role for CI")
     assert rego(by_person) == []  # a person may propose IAM changes
-    clone.branch("agent-role").write("stacks/platform/ci.tf", ROLE).push()
-    by_agent = open_proposal(workspace, people.agent, "agent-role", "a role for CI", requester=people.alice)
+    checkout.branch("agent-role").write("stacks/platform/ci.tf", ROLE).push()
+    by_agent = open_proposal(ws, team.agent, "agent-role", "a role for CI", requester=team.alice)
     assert by_agent.proposer.name == "infra-agent" and by_agent.requester.name == "alice"
     assert rego(by_agent) == [("agent-iam", "deny", "aws_iam_role.ci")]
     key = "platform:agent-iam:aws_iam_role.ci"
     with pytest.raises(Refused, match=f"policy denies {key}"):
-        decide(workspace, people.bob, by_agent.id, Decision.APPROVE, "")
-    override_finding(workspace, people.frank, by_agent.id, key, "CI role reviewed by security", now() + timedelta(days=1))
-    decide(workspace, people.bob, by_agent.id, Decision.APPROVE, "")
-    decide(workspace, people.carol, by_agent.id, Decision.APPROVE, "")  # IAM: high risk, two approvers
-    assert apply_proposal(workspace, people.alice, by_agent.id).succeeded
+        decide(ws, team.bob, by_agent.id, Decision.APPROVE, "")
+    override_finding(ws, team.frank, by_agent.id, key, "CI role reviewed by security", now() + timedelta(days=1))
+    decide(ws, team.bob, by_agent.id, Decision.APPROVE, "")
+    decide(ws, team.carol, by_agent.id, Decision.APPROVE, "")  # IAM: high risk, two approvers
+    assert apply_proposal(ws, team.alice, by_agent.id).succeeded
 
 
-def test_a_stack_runs_only_the_packages_gateway_yaml_chooses(workspace: Workspace, people: People, clone: Clone,
-                                                             tmp_path: Path) -> None:
-    yaml = clone.read("gateway.yaml").replace("    path: stacks/app-staging\n",
-                                              "    path: stacks/app-staging\n    policies: [terraform.agent]\n")
-    on_main(workspace, tmp_path, {"gateway.yaml": yaml})
-    clone.repo.git.pull("-q", "origin", "main")
-    clone.branch("exports").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "nope")).push()
-    assert rego(open_proposal(workspace, people.alice, "exports", "unclassified, but not judged by s3")) == []
-    clone.branch("prod").write("stacks/app-prod/exports.tf", BUCKET.replace("LEVEL", "nope")).push()
-    assert rego(open_proposal(workspace, people.alice, "prod", "judged by every package")) == [
+def test_a_stack_runs_only_the_packages_gateway_yaml_chooses(ws: Workspace, team: SamplePeople,
+                                                             checkout: FakeClone) -> None:
+    yaml = checkout.read("gateway.yaml").replace("    path: stacks/app-staging\n",
+                                                 "    path: stacks/app-staging\n    policies: [terraform.agent]\n")
+    on_fake_main(ws, {"gateway.yaml": yaml})
+    checkout.branch("exports").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "nope")).push()
+    assert rego(open_proposal(ws, team.alice, "exports", "unclassified, but not judged by s3")) == []
+    checkout.branch("prod").write("stacks/app-prod/exports.tf", BUCKET.replace("LEVEL", "nope")).push()
+    assert rego(open_proposal(ws, team.alice, "prod", "judged by every package")) == [
         ("s3-data-classification", "warn", "aws_s3_bucket.exports")]
 
 
-def test_a_policy_that_does_not_parse_or_cannot_finish_fails_closed(workspace: Workspace, people: People,
-                                                                    clone: Clone, tmp_path: Path,
+def test_a_policy_that_does_not_parse_or_cannot_finish_fails_closed(ws: Workspace, team: SamplePeople,
+                                                                    checkout: FakeClone,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    on_main(workspace, tmp_path, {"policies/broken.rego": "package broken\nimport rego.v1\n\ndeny contains m if {\n  m := \n}\n"})
-    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
-    proposal = open_proposal(workspace, people.alice, "tags", "cost centre moved")
+    on_fake_main(ws, {"policies/broken.rego": "package broken\nimport rego.v1\n\ndeny contains m if {\n  m := \n}\n"})
+    checkout.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(ws, team.alice, "tags", "cost centre moved")
     [error] = [f for f in proposal.findings if f.rule == "policy-error"]
     assert error.severity == Severity.DENY and error.address == "policies/broken.rego"
     assert "Invalid assignment operator" in error.message and "broken.rego:5" in error.message
     with pytest.raises(Refused, match="policy denies app-staging:policy-error:policies/broken.rego"):
-        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
 
     monkeypatch.setattr(rego_adapter, "TIMEOUT_SECONDS", 1.0)
-    on_main(workspace, tmp_path, {"policies/broken.rego": "package slow\nimport rego.v1\n\n"
+    on_fake_main(ws, {"policies/broken.rego": "package slow\nimport rego.v1\n\n"
                                   "deny contains n if {\n  n := count(numbers.range(1, 2000000000))\n}\n"})
-    clone.branch("tags2").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3005"').push()
-    slow = open_proposal(workspace, people.alice, "tags2", "cost centre moved again")
+    checkout.branch("tags2").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3005"').push()
+    slow = open_proposal(ws, team.alice, "tags2", "cost centre moved again")
     stopped = {f.address: f.message for f in slow.findings if f.rule == "policy-error"}
     assert "the Rego interpreter stopped (signal 9)" in stopped["slow.deny"]  # and so is every rule it was asked
     assert "policies/broken.rego:4" in stopped["slow.deny"]  # the crash names no file: the finding does
@@ -144,17 +171,15 @@ def test_a_branch_that_changes_a_policy_is_not_judged_by_it_and_needs_config_app
     assert rego(open_proposal(workspace, people.alice, "second", "judged by the merged policy")) == []
 
 
-def test_secrets_are_masked_in_what_policies_see(workspace: Workspace, people: People, clone: Clone,
-                                                 tmp_path: Path) -> None:
-    on_main(workspace, tmp_path, {"policies/leak.rego": (
+def test_secrets_are_masked_in_what_policies_see(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+    on_fake_main(ws, {"policies/leak.rego": (
         "package leak\nimport rego.v1\n\nwarn contains m if {\n  some rc in input.resource_changes\n"
         "  rc.type == \"aws_db_instance\"\n  m := sprintf(\"password %v, variables %v\", "
         "[rc.change.after.password, input.variables])\n}\n")})
-    clone.repo.git.pull("-q", "origin", "main")
-    clone.branch("db").edit("stacks/data/main.tf", "db.t4g.medium", "db.r6g.large").push()
-    proposal = open_proposal(workspace, people.alice, "db", "a bigger database")
+    checkout.branch("db").edit("stacks/data/main.tf", "db.t4g.medium", "db.r6g.large").push()
+    proposal = open_proposal(ws, team.alice, "db", "a bigger database")
     [leak] = [f for f in proposal.findings if f.rule == "leak.warn"]
-    password = stack_secrets(workspace.settings, "data")["db_password"]
+    password = stack_secrets(ws.settings, "data")["db_password"]
     assert "password (sensitive)" in leak.message and password not in json.dumps([f.to_json() for f in proposal.findings])
 
 
@@ -190,38 +215,37 @@ def test_what_policies_see_of_a_real_plan_has_every_sensitive_value_masked() -> 
     assert "hxk5iA==" not in seen and "87193988" not in seen  # prior_state keeps them one level down
 
 
-def test_conftest_rule_names_count_and_a_missing_package_fails_closed(workspace: Workspace, people: People,
-                                                                      clone: Clone, tmp_path: Path) -> None:
-    yaml = clone.read("gateway.yaml").replace("    path: stacks/app-prod\n",
-                                              "    path: stacks/app-prod\n    policies: [terraform.nowhere]\n")
-    on_main(workspace, tmp_path, {"gateway.yaml": yaml, "policies/named.rego": (
+def test_conftest_rule_names_count_and_a_missing_package_fails_closed(ws: Workspace, team: SamplePeople,
+                                                                      checkout: FakeClone) -> None:
+    yaml = checkout.read("gateway.yaml").replace("    path: stacks/app-prod\n",
+                                                 "    path: stacks/app-prod\n    policies: [terraform.nowhere]\n")
+    on_fake_main(ws, {"gateway.yaml": yaml, "policies/named.rego": (
         "package terraform.named\nimport rego.v1\n\n  deny_every_queue contains m if {\n"
         "    some rc in input.resource_changes\n    rc.type == \"aws_sqs_queue\"\n"
         "    m := {\"msg\": \"no queues\", \"address\": rc.address}\n  }\n")})
-    clone.repo.git.pull("-q", "origin", "main")
     queue = 'resource "aws_sqs_queue" "q" {\n  name = "q"\n  tags = local.tags\n}\n'
-    clone.branch("q").write("stacks/app-staging/q.tf", queue).push()
-    denied = open_proposal(workspace, people.alice, "q", "a queue")
+    checkout.branch("q").write("stacks/app-staging/q.tf", queue).push()
+    denied = open_proposal(ws, team.alice, "q", "a queue")
     assert ("terraform.named.deny_every_queue", "deny", "aws_sqs_queue.q") in [
         (f.rule, f.severity.value, f.address) for f in denied.findings]
-    clone.branch("prod-q").write("stacks/app-prod/q.tf", queue).push()
-    missing = open_proposal(workspace, people.alice, "prod-q", "a queue in prod")
+    checkout.branch("prod-q").write("stacks/app-prod/q.tf", queue).push()
+    missing = open_proposal(ws, team.alice, "prod-q", "a queue in prod")
     [error] = [f for f in missing.findings if f.rule == "policy-error"]
     assert "no Rego package terraform.nowhere on main" in error.message
 
 
-def test_a_policy_that_fails_while_evaluated_names_its_file_and_line(workspace: Workspace, people: People,
-                                                                    clone: Clone, tmp_path: Path) -> None:
+def test_a_policy_that_fails_while_evaluated_names_its_file_and_line(ws: Workspace, team: SamplePeople,
+                                                                    checkout: FakeClone) -> None:
     # two values for one complete rule: the interpreter says only "evaluation failed", with no location
-    on_main(workspace, tmp_path, {"policies/conflict.rego": "package conflict\nimport rego.v1\n\n"
+    on_fake_main(ws, {"policies/conflict.rego": "package conflict\nimport rego.v1\n\n"
                                   "warn := \"one\" if { true }\n\nwarn := \"two\" if { true }\n"})
-    clone.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
-    proposal = open_proposal(workspace, people.alice, "tags", "cost centre moved")
+    checkout.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
+    proposal = open_proposal(ws, team.alice, "tags", "cost centre moved")
     [error] = [f for f in proposal.findings if f.rule == "policy-error"]
     assert error.severity == Severity.DENY and error.address == "conflict.warn"
     assert "policies/conflict.rego:4" in error.message and "policies/conflict.rego:6" in error.message, error.message
     with pytest.raises(Refused, match="policy denies app-staging:policy-error:conflict.warn"):
-        decide(workspace, people.bob, proposal.id, Decision.APPROVE, "")
+        decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
 
 
 @pytest.mark.parametrize(("query", "error", "says"), [

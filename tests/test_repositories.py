@@ -20,14 +20,17 @@ from fastapi.testclient import TestClient
 from gateway.api.app import create_app
 from gateway.composition import add_repository, open_workspace
 from gateway.config import Settings
+from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.approvals import approver_groups
 from gateway.domain.errors import Conflict, InAnotherRepository, NotFound, Refused
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.proposal import Decision
 from gateway.services.admin.repositories import list_repositories, remove_repository
+from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.breaker import open_breaker, open_breaker_reason
 from gateway.services.change.jobs import enqueue_job
+from gateway.services.change.main_watch import watch_main
 from gateway.services.change.proposals import decide, get_proposal, open_proposal, override_finding
 from gateway.services.change.runner import apply_proposal
 from gateway.services.day_two.break_glass import open_break_glass
@@ -114,6 +117,11 @@ def two(tmp_path: Path) -> Iterator[Two]:
     world.ws.close()
 
 
+def gather_blockers(ws: Workspace, proposal_id: int) -> list[str]:
+    """What stands before an apply of the proposal now, as the runner and the pages see it."""
+    return apply_blockers(gather_apply_facts(ws, get_proposal(ws, proposal_id)))
+
+
 def _propose(two: Two, ws: Workspace, branch: str, queue: str) -> int:
     clone = two.clone(ws, f"{ws.repository}-{branch}").branch(branch)
     clone.write("stacks/network/extra.tf", QUEUE % queue).push(f"a queue {queue}")
@@ -191,6 +199,18 @@ def test_no_rule_of_one_repository_reaches_the_other(two: Two) -> None:
         assert session.day_two.break_glass_windows("network") == []
     with pytest.raises(Refused):  # erin is in data's break-glass group, not the workspace repository's
         open_break_glass(two.ws, two.people.erin, "network", "incident", timedelta(minutes=30))
+
+    # a push to main outside the gateway holds data's applies, never the workspace repository's
+    outside = two.clone(two.data, "outside")
+    outside.repo.git.checkout("main")
+    outside.write("stacks/network/hand.tf", QUEUE % "data-by-hand").push("by hand", author="mallory")
+    assert watch_main(two.data) and not watch_main(two.ws)
+    with two.data.store.session(readonly=True) as session:
+        assert [p.stacks for p in session.main.unacknowledged_pushes()] == [frozenset({"data/network"})]
+    with two.ws.store.session(readonly=True) as session:
+        assert session.main.unacknowledged_pushes() == []
+    assert any("pushed to main outside the gateway" in b for b in gather_blockers(two.data, theirs.id))
+    assert not any("pushed to main outside the gateway" in b for b in gather_blockers(two.ws, mine.id))
 
     # the kill switch: opened in data, agents stop there only
     open_breaker(two.data, two.people.admin, None, "data's agents stop")

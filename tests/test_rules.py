@@ -22,11 +22,12 @@ from gateway.domain.approvals import (
 )
 from gateway.domain.errors import Refused
 from gateway.domain.lifecycle import TRANSITIONS, ProposalStatus, Transition, next_status
-from gateway.domain.permissions import RULES, Action, Agents, OwnChange, may, refusals, require
+from gateway.domain.permissions import RULES, Action, Agents, OwnChange, may, refusals, request_refusals, require
 from gateway.domain.policy import Finding, Override, PolicySettings, Severity
 from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.domain.proposal import Decision, DecisionRecord, Proposal, ProposalKind, StackPlan
 from gateway.domain.repo_settings import RepoSettings, StackSettings
+from gateway.domain.repositories import Repository
 from gateway.domain.risk import RiskLevel
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -179,6 +180,23 @@ def test_require_refuses_with_the_same_sentences() -> None:
         require(CAST["auditor"], Action.APPLY)
     assert refused.value.reasons == ["dana has no role that may start an apply"]
     require(CAST["requester"], Action.APPLY)  # allowed: nothing raised
+
+
+DATA = Repository("data", T0, "admin")
+
+
+@pytest.mark.parametrize(("person", "repository", "expected"), [
+    (CAST["requester"], DATA, []),  # people are the gateway's: whoever may request may in every repository
+    (CAST["requester"], Repository("declarations", T0, "gateway"), []),
+    (CAST["requester"], replace(DATA, removed_at=T0, removed_by="admin"),
+     ["repository data was removed from the gateway by admin"]),
+    (CAST["auditor"], DATA, ["dana has no role that may request changes"]),
+    (replace(CAST["requester"], disabled=True), replace(DATA, removed_at=T0, removed_by="admin"),
+     ["rita is disabled", "repository data was removed from the gateway by admin"]),
+])
+def test_in_which_repositories_a_person_may_request(person: Principal, repository: Repository,
+                                                    expected: list[str]) -> None:
+    assert request_refusals(person, repository) == expected
 
 
 def test_a_rule_about_the_change_s_people_needs_the_change() -> None:

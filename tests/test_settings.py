@@ -38,6 +38,8 @@ def sample(name: str) -> tuple[str, Any]:
     if typing.get_origin(field.annotation) is dict:  # a table, spelled as JSON
         return json.dumps({"ops": {"url": "https://hooks.example.com/x", "key": "k1"}}), {
             "ops": ChannelSecret(url=SecretStr("https://hooks.example.com/x"), key=SecretStr("k1"))}
+    if list[str] in kinds:  # a list, spelled as JSON
+        return json.dumps(["acme/*", "other/infra"]), ["acme/*", "other/infra"]
     if SecretStr in kinds:
         return f"secret-{name}", f"secret-{name}"
     if Path in kinds:
@@ -152,3 +154,11 @@ def test_a_public_url_that_is_not_one_is_refused_at_start_naming_the_setting(mon
         Settings()
     monkeypatch.setenv("GATEWAY_PUBLIC_URL", "https://gateway.example.com/")
     assert Settings().public_url == "https://gateway.example.com"
+
+
+def test_github_repositories_are_owner_name_patterns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_GITHUB_REPOSITORIES", '["acme/*", "infra"]')
+    with pytest.raises(ConfigError, match=r"GATEWAY_GITHUB_REPOSITORIES .*'infra' is not an owner/name pattern"):
+        Settings()
+    monkeypatch.setenv("GATEWAY_GITHUB_REPOSITORIES", '["acme/*"]')
+    assert Settings().github_repositories == ["acme/*"]

@@ -5,15 +5,20 @@ on every checkout."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 
 from gateway.adapters.store.schema import Database
+from gateway.adapters.store.unit_of_work import SqlStore, SqlUnitOfWork
 from gateway.api.app import create_app
 from gateway.domain.errors import BackendError
+from gateway.domain.jobs import JobKind
+from gateway.domain.principals import PrincipalKind, Role
+from gateway.domain.proposal import Decision, PlanSummary
 from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
@@ -22,10 +27,12 @@ from .round_trips import RoundTrips
 
 # what a read of a proposal over the API costs: the token lookup and the read (the sandbox's state serial too) in
 # one transaction of BEGIN (with the lock timeout) .. COMMIT, however many people it names (each comes with the row
-# that names them); 13 measured; raise it only with a reason. 15: what the runner checks before an apply is read too,
-# so the view offers Apply only when the runner would run it: the open drift on its stacks, the saved plans (hashed
-# again), one statement each. 13: a proposal's decisions, overrides and current plans are one statement with it
-PROPOSAL_READ_ROUND_TRIPS = 13
+# that names them); raise it only with a reason. 15: what the runner checks before an apply is read too, so the view
+# offers Apply only when the runner would run it: the open drift on its stacks, the saved plans (hashed again), one
+# statement each. 13: a proposal's decisions, overrides and current plans are one statement with it. 5: BEGIN, the
+# token, the proposal with everything its view asks next (read ahead: its jobs, the pushes to main, the break-glass
+# windows, the open drift, its rollback marker, its stacks' serials), who pushed its commits, COMMIT
+PROPOSAL_READ_ROUND_TRIPS = 5
 
 
 @pytest.fixture
@@ -123,6 +130,65 @@ def test_a_read_is_one_snapshot_and_refuses_to_write(database_url: str) -> None:
         write.execute(text("DELETE FROM schema_version WHERE version = 9999"))
     with db.transaction(readonly=True) as read:
         assert read.execute(count).scalar() == before
+    db.dispose()
+
+
+def _what_a_view_asks(session: SqlUnitOfWork, pid: int) -> list[object]:
+    """Everything a view of proposal `pid` asks of the store, as it asks it (the proposal first)."""
+    proposal = session.proposals.get(pid)
+    stacks = list(proposal.plans)
+    return [proposal, session.jobs.of_proposal(pid), session.main.unacknowledged_pushes(),
+            session.day_two.break_glass_windows(), session.day_two.drift_records(only_open=True),
+            session.day_two.open_drift_records(stacks), session.main.marker(f"rollback_of:{pid}"),
+            session.main.marker("rollback_of:999"), session.stacks.serials(stacks), session.stacks.serials(["other"])]
+
+
+def test_a_read_unit_of_work_answers_a_views_questions_from_one_statement_as_the_queries_would(
+        database_url: str) -> None:
+    """What a read unit of work reads ahead with a proposal (its jobs, pushes to main, break-glass windows, open drift,
+    rollback marker, stacks' serials) is what each repository's own query returns: the same records, in the same
+    order, on SQLite as on PostgreSQL; a question it did not read ahead is asked of the database."""
+    db = Database(database_url)
+    db.migrate()
+    store, summary = SqlStore(db), PlanSummary(counts={"update": 1})
+    with store.session() as session:
+        alice = session.principals.add("alice", PrincipalKind.PERSON, frozenset({Role.REQUESTER}), frozenset(), "h1")
+        bob = session.principals.add("bob", PrincipalKind.PERSON, frozenset({Role.APPROVER}), frozenset(), "h2")
+        pid = session.proposals.add("change", "base", "head1", alice, alice, "why", ["app", "data"], ["a.tf"])
+        other = session.proposals.add("other", "base", "head9", alice, alice, "why", ["app"], ["a.tf"])
+        session.proposals.add_plan(pid, "app", "head0", "main1", "sha256:old", "{}", 3, "l", summary, "p0")
+        for stack, serial in (("app", 4), ("data", 8), ("app", 5)):
+            session.proposals.add_plan(pid, stack, "head1", "main1", f"sha256:{serial}", "{}", serial, "l", summary, "p")
+        session.proposals.add_decision(pid, bob, Decision.APPROVE, "head1", {"app": "sha256:5"}, "ok", "api-token")
+        session.proposals.add_decision(pid, bob, Decision.REJECT, "head0", {}, "no", "review-page")
+        session.proposals.add_override(pid, "rule:addr", bob, "accepted", datetime(2099, 1, 1, tzinfo=UTC))
+        for kind in (JobKind.PLAN, JobKind.APPLY):
+            session.jobs.add(kind, pid, alice, {"stacks": ["app"]})
+        session.jobs.add(JobKind.PLAN, other, alice)
+        for sha in ("c1", "c2"):
+            session.main.add_push(sha, ["app"], ["stacks/app/main.tf"], "mallory")
+        session.main.acknowledge_push("c1", "bob", "reverted")
+        session.day_two.add_break_glass("app", "incident", "olga", 60, confirmed=True)
+        session.day_two.add_break_glass("data", "incident", "olga", 60, confirmed=False)
+        for stack in ("app", "net"):
+            session.day_two.add_drift_record(stack, [], stack == "net", None)
+        session.main.set_marker(f"rollback_of:{pid}", str(other))
+        session.stacks.record_serials({"app": 6, "net": 2}, datetime.now(UTC))
+    with store.session() as session:  # a write reads nothing ahead: every question is its own query
+        asked = _what_a_view_asks(session, pid)
+    statements: list[str] = []
+    event.listen(db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    with store.session(readonly=True) as session:
+        ahead = _what_a_view_asks(session, pid)
+        sent = [s for s in statements if s.startswith("SELECT")]  # not the BEGIN (SQLite: nor its pragma)
+        again = _what_a_view_asks(session, other)  # a second proposal: the pushes, windows, drift are not read again
+    # the proposal and what its view asks, in one statement; the marker and serial nobody read ahead, one each
+    assert ahead == asked and len(sent) == 3 and sum("UNION" in s for s in sent) == 1, sent
+    assert [r.stack for r in ahead[4]] == ["net", "app"] and ahead[6] == str(other) and ahead[8] == {"app": 6}  # type: ignore
+    second = [s for s in statements if "UNION" in s][1]
+    assert "proposals" in second and "main_pushes" not in second and "break_glass_windows" not in second
+    with store.session() as session:
+        assert again == _what_a_view_asks(session, other)
     db.dispose()
 
 

@@ -11,7 +11,8 @@ and classifies each item by reading source, statically, nothing run:
   closure of fixtures, each read the same way) builds one: `make_workspace`, `create_workspace`, a `Database`,
   `SqlStore`, a SQLAlchemy engine, a git repository, a `gateway` subprocess (`run_cli`, `subprocess`), the app
   (`create_app`), the wheel or an image. A parametrized fixture whose case for this item is "fake" does not count.
-- fakes: not a workspace, and it uses tests/fakes.py (a `Fake…` class or `fake_workspace`).
+- fakes: not a workspace, and it uses tests/fakes.py (a `Fake…` class, or `fake_workspace`, `forge_workspace`,
+  `sandbox_workspace`, `sample_people`, which build one).
 - pure: neither: the domain, parsers and renderers on values.
 """
 
@@ -31,7 +32,7 @@ import pytest
 
 HEAVY = re.compile(r"\b(make_workspace|create_workspace|bootstrap_simulator|run_cli|Database|SqlStore|create_engine|"
                    r"git\.Repo|Repo\.init|subprocess|create_app|docker|build_wheel)\b")
-FAKE = re.compile(r"\b(Fake[A-Z]\w*|fake_workspace)\b")
+FAKE = re.compile(r"\b(Fake[A-Z]\w*|fake_workspace|forge_workspace|sandbox_workspace|sample_people)\b")
 FAKE_PARAMS = {"fake"}
 ORDER = ("workspace", "fakes", "pure")
 

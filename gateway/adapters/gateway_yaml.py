@@ -51,6 +51,8 @@ class _RawStack(BaseModel):
                                                       "the stack lives in AWS")
     environment: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,40}$",
                                     description="an environment tag (production, staging...): auditors filter by it")
+    after: list[str] = Field(default=[], description="stacks of this repository an apply that changes both applies "
+                             "first (e.g. the network before the apps that read its outputs)")
 
 
 class _RawApprovals(BaseModel):
@@ -200,6 +202,7 @@ def parse_repo_settings(text: str) -> RepoSettings:
                               "with the stack_name and region")
         if engine != "cloudformation" and s.cloudformation is not None:
             raise ConfigError(f"gateway.yaml: stacks.{name}: a cloudformation: section is for engine cloudformation")
+    _check_order({name: s.after for name, s in raw.stacks.items()})
     stacks = {
         name: StackSettings(name, s.path.rstrip("/"), frozenset(s.approvers), frozenset(s.protected),
                             s.engine or raw.engine, tuple(s.policies) if s.policies is not None else None,
@@ -207,7 +210,7 @@ def parse_repo_settings(text: str) -> RepoSettings:
                             parse_interval(s.drift.interval, f"gateway.yaml: stacks.{name}.drift.interval")
                             if s.drift.interval is not None else None,
                             CloudFormationSettings(s.cloudformation.stack_name, s.cloudformation.region)
-                            if s.cloudformation is not None else None, s.environment)
+                            if s.cloudformation is not None else None, s.environment, tuple(s.after))
         for name, s in raw.stacks.items()
     }
     break_glass = BreakGlassSettings(
@@ -257,3 +260,19 @@ def _notifications(raw: _RawNotifications) -> NotificationSettings:
                               f"(channels: {', '.join(sorted(channels)) or 'none'})")
     routes = tuple(Route(tuple(r.channels), frozenset(r.groups), frozenset(r.events)) for r in raw.routes)
     return NotificationSettings(channels, routes)
+
+
+def _check_order(after: dict[str, list[str]]) -> None:
+    """Each `after:` names a stack of the file, and the order has no cycle (one would leave no stack to go first)."""
+    for name, before in after.items():
+        for other in before:
+            if other not in after or other == name:
+                raise ConfigError(f"gateway.yaml: stacks.{name}.after: {other!r} is not another stack of this file "
+                                  f"(stacks: {', '.join(sorted(after))})")
+    placed: set[str] = set()
+    while len(placed) < len(after):
+        ready = [name for name, before in after.items() if name not in placed and set(before) <= placed]
+        if not ready:
+            cycle = sorted(set(after) - placed)
+            raise ConfigError(f"gateway.yaml: the stacks' `after:` orders go round in a circle among {', '.join(cycle)}")
+        placed.update(ready)

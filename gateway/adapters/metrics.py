@@ -25,6 +25,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from gateway.domain.jobs import JobKind, JobStatus
+from gateway.domain.lifecycle import ACTIVE
 from gateway.domain.notifications import ChannelKind
 from gateway.domain.operations import (
     LOCK_WAIT_OUTCOMES,
@@ -189,6 +190,7 @@ class DatabaseGauges(Collector):
         up.add_metric([], 1)
         yield up
         yield from _queue_families(gauges)
+        yield _proposal_family(gauges)
         yield _ended_family(gauges)
         drift = GaugeMetricFamily("gateway_drift_records_open", "Open drift records, by stack", labels=["stack"])
         for stack, count in sorted(gauges.open_drift_by_stack.items()):
@@ -240,15 +242,37 @@ def _ended_family(gauges: ServiceGauges) -> Metric:
 
 
 def _queue_families(gauges: ServiceGauges) -> Iterator[Metric]:
+    """The queue: every repository's together (the series alerts read), and each repository's."""
     jobs = GaugeMetricFamily("gateway_jobs", "Unfinished jobs, by kind and status (queued, running)",
                              labels=["kind", "status"])
     oldest = GaugeMetricFamily("gateway_job_oldest_seconds", "Age of the oldest unfinished job, by kind and status: "
                                "waiting since queued, or running since started (0: none)", labels=["kind", "status"])
-    found = {(d.kind, d.status): d for d in gauges.queue}
+    each = GaugeMetricFamily("gateway_repository_jobs", "Unfinished jobs of each declaration repository, by kind and "
+                             "status (queued, running)", labels=["repository", "kind", "status"])
+    found: dict[tuple[str, str], tuple[int, float]] = {}
+    theirs = {(d.repository, d.kind, d.status): d.count for d in gauges.queue}
+    for d in gauges.queue:
+        count, age = found.get((d.kind, d.status), (0, 0.0))
+        found[(d.kind, d.status)] = (count + d.count, max(age, d.oldest_seconds))
     for kind in JobKind:
         for status in (JobStatus.QUEUED.value, JobStatus.RUNNING.value):
-            depth = found.get((kind.value, status))
-            jobs.add_metric([kind.value, status], depth.count if depth else 0)
-            oldest.add_metric([kind.value, status], depth.oldest_seconds if depth else 0.0)
+            count, age = found.get((kind.value, status), (0, 0.0))
+            jobs.add_metric([kind.value, status], count)
+            oldest.add_metric([kind.value, status], age)
+            for repository in gauges.repositories:
+                each.add_metric([repository, kind.value, status], theirs.get((repository, kind.value, status), 0))
     yield jobs
     yield oldest
+    yield each
+
+
+def _proposal_family(gauges: ServiceGauges) -> Metric:
+    """Proposals waiting for something (decisions, an apply, a way out of a failure), by repository and status: the
+    registered repositories only (never a name from a request), every one of their statuses there from the start."""
+    waiting = GaugeMetricFamily("gateway_proposals", "Proposals not yet applied or abandoned, by declaration "
+                                "repository and status (open, applying, failed, unmerged)",
+                                labels=["repository", "status"])
+    for repository in gauges.repositories:
+        for status in sorted(s.value for s in ACTIVE):
+            waiting.add_metric([repository, status], gauges.proposals.get((repository, status), 0))
+    return waiting

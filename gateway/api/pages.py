@@ -23,9 +23,11 @@ from gateway.api.deps import (
     clear_session,
     in_read_lane,
     page_actor,
+    repository_asked,
     request_workspace,
     signed_in_person,
 )
+from gateway.api.repositories import page_root
 from gateway.api.routes import export_response
 from gateway.domain.errors import AuthError, InputError, Refused, SignInRefused
 from gateway.domain.jobs import JobKind
@@ -45,15 +47,17 @@ from gateway.services.admin.sign_in import (
 )
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
 from gateway.services.change.breaker import breaker_status
+from gateway.services.change.inbox_all import active_repositories, inbox_everywhere
 from gateway.services.change.jobs import enqueue_job
 from gateway.services.change.main_watch import unacknowledged
 from gateway.services.change.proposals import get_proposal
-from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
+from gateway.services.change.views import list_proposal_rows, view_proposal
 from gateway.services.day_two.break_glass import overdue_windows
 from gateway.services.workspace import Workspace
 
 # package data, found by the package loader: an installed wheel carries them (a path beside the source would not)
 templates = Jinja2Templates(env=Environment(loader=PackageLoader("gateway.api", "templates"), autoescape=True))
+templates.env.globals["page_root"] = page_root  # a link into another repository's pages: page_root(name) ~ "/..."
 router = APIRouter(include_in_schema=False)
 CsrfField = Annotated[str, Form()]
 
@@ -78,7 +82,20 @@ def render(request: Request, name: str, actor: Principal | None, status_code: in
     overdue = overdue_windows(ws) if actor else []  # and break-glass drift not codified
     return templates.TemplateResponse(request, name, {
         "actor": actor, "csrf": csrf_token(request), "pushes": pushes, "overdue_break_glass": overdue,
-        "can_audit": bool(actor and may(actor, Action.READ_TRAIL)), **context}, status_code=status_code)
+        "can_audit": bool(actor and may(actor, Action.READ_TRAIL)), "repository": ws.repository,
+        "root": page_root(ws.repository), "repositories": _picker(request, ws) if actor else [], **context},
+        status_code=status_code)
+
+
+# pages that are the same in every repository; the picker sends any other (one proposal, one request) to the front page
+SAME_IN_EACH = frozenset({"/", "/drift", "/requests/new", "/audit", "/audit/events", "/audit/changes"})
+
+
+def _picker(request: Request, ws: Workspace) -> list[tuple[str, str]]:
+    """Each active repository and where this page is in it, when the gateway serves more than one (else none)."""
+    names = active_repositories(ws)
+    path = request.url.path if request.url.path in SAME_IN_EACH else "/"
+    return [(name, page_root(name) + path) for name in names] if len(names) > 1 else []
 
 
 @router.get("/login")
@@ -154,7 +171,8 @@ def logout(request: Request, ws: WorkspaceDep, csrf: CsrfField) -> Response:
 def index(request: Request, ws: WorkspaceDep, actor: PageActorDep) -> HTMLResponse:
     proposals = list_proposal_rows(ws, actor)
     breakers = [b for b in breaker_status(ws) if b["open"]]
-    return render(request, "index.html", actor, proposals=proposals, breakers=breakers, inbox=inbox(ws, actor))
+    return render(request, "index.html", actor, proposals=proposals, breakers=breakers,
+                  inbox=inbox_everywhere(ws, actor))
 
 
 @router.get("/requests/new")
@@ -169,7 +187,7 @@ def create_request(request: Request, ws: WorkspaceDep, actor: PageActorDep, text
     if not text.strip():
         raise InputError("the request is empty: say what you want changed")
     run = start_agent_run(ws, actor, text, conversation or None)
-    return RedirectResponse(f"/requests/{run.id}", status_code=303)
+    return RedirectResponse(f"{page_root(ws.repository)}/requests/{run.id}", status_code=303)
 
 
 @router.get("/requests/{run_id}")
@@ -194,17 +212,20 @@ def _proposal_page(request: Request, proposal_id: int, ws: Workspace, page: int)
     review = review_page(view.preview_json, page)
     return render(request, "proposal.html", actor, p=view.proposal, view=view, summaries=review.summaries,
                   changes=review.changes, diff=diff_page(view.diff, 1),
-                  changes_html=_changes_html(tuple(view.preview_json.items()), page, proposal_id),
+                  changes_html=_changes_html(tuple(view.preview_json.items()), page, proposal_id,
+                                             page_root(ws.repository)),
                   blocked=Bounded.of(view.blocked_by, FIRST_SCREEN_LINES),
                   refusals=Bounded.of(view.apply_blockers, FIRST_SCREEN_LINES))
 
 
 @functools.lru_cache(maxsize=32)
-def _changes_html(previews: tuple[tuple[str, str], ...], page: int, proposal_id: int) -> Markup:
-    """A page of the changes as HTML: a pure function of the stored previews' text (kept by it) and the page, rendered
-    once per them (fifty changes and their attributes were most of a big proposal's page)."""
+def _changes_html(previews: tuple[tuple[str, str], ...], page: int, proposal_id: int, root: str) -> Markup:
+    """A page of the changes as HTML: a pure function of the stored previews' text (kept by it), the page and where
+    the repository's pages are, rendered once per them (fifty changes and their attributes were most of a big
+    proposal's page)."""
     changes = review_page(dict(previews), page).changes
-    return Markup(templates.get_template("proposal_changes.html").render(changes=changes, proposal_id=proposal_id))
+    template = templates.get_template("proposal_changes.html")
+    return Markup(template.render(changes=changes, proposal_id=proposal_id, root=root))
 
 
 @router.get("/proposals/{proposal_id}/diff")
@@ -222,14 +243,14 @@ def decide_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, who
                 comment: Annotated[str, Form()] = "", digests: Annotated[str, Form(max_length=20000)] = "") -> Response:
     check_csrf(request, csrf)
     decide_signed_in(ws, who, proposal_id, decision, comment, sha, _seen_digests(digests))
-    return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
+    return RedirectResponse(f"{page_root(ws.repository)}/proposals/{proposal_id}", status_code=303)
 
 
 @router.post("/proposals/{proposal_id}/apply")
 def apply_form(request: Request, proposal_id: ProposalId, ws: WorkspaceDep, actor: PageActorDep, csrf: CsrfField) -> Response:
     check_csrf(request, csrf)
     enqueue_job(ws, actor, JobKind.APPLY, proposal_id)  # a worker applies; the page shows the job's progress
-    return RedirectResponse(f"/proposals/{proposal_id}", status_code=303)
+    return RedirectResponse(f"{page_root(ws.repository)}/proposals/{proposal_id}", status_code=303)
 
 
 def _seen_digests(text: str) -> dict[str, str] | None:
@@ -250,7 +271,10 @@ AUDIT_FILTERS = ("since", "until", "stack", "address", "person", "action", "outc
 
 
 def _audit_query(request: Request) -> dict[str, str]:
-    return {k: v for k in AUDIT_FILTERS if (v := request.query_params.get(k, "").strip())}
+    """The page's filters; `repo` is the repository the request names (`?repo=NAME` or the `/repos/NAME/` prefix)."""
+    q = {k: v for k in AUDIT_FILTERS if (v := request.query_params.get(k, "").strip())}
+    repository = repository_asked(request)
+    return {**q, "repo": repository} if repository else q
 
 
 @router.get("/audit/events")
@@ -283,4 +307,4 @@ def _filtered_events(ws: WorkspaceDep, actor: Principal, q: dict[str, str], afte
         raise InputError(f"proposal {proposal!r} is not a number")
     return audit_service.list_events(ws, actor, int(proposal) if proposal else None, q.get("person"), q.get("stack"),
                                      q.get("since"), q.get("until"), q.get("address"), q.get("action"), q.get("outcome"),
-                                     after, limit)
+                                     after, limit, q.get("repo"))

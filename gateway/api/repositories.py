@@ -15,9 +15,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.api.deps import REPOSITORY_KEY, ActorDep, WorkspaceDep
 from gateway.api.schemas import RepositoryPublic
 from gateway.domain.errors import InAnotherRepository
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 from gateway.services.admin.repositories import list_repositories
 
-_PREFIXED = re.compile(r"^(/api/v1)?/repos/([a-z0-9][a-z0-9._-]{0,62})(/.+)$")
+_PREFIXED = re.compile(r"^(/api/v1)?/repos/([a-z0-9][a-z0-9._-]{0,62})(/.*)?$")
 
 api = APIRouter(prefix="/api/v1")
 
@@ -39,7 +40,7 @@ class RepositoryPrefix:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (found := _PREFIXED.match(scope["path"])):
             api_prefix, name, rest = found.groups()
-            path = (api_prefix or "") + rest
+            path = (api_prefix or "") + (rest or "/")  # `/repos/NAME` alone: its front page
             scope = {**scope, "path": path, "raw_path": path.encode(), "state": {**scope.get("state", {}),
                                                                                  REPOSITORY_KEY: name}}
         await self.app(scope, receive, send)
@@ -50,3 +51,9 @@ def elsewhere(path: str, query: str, exc: InAnotherRepository) -> RedirectRespon
     api_prefix = "/api/v1" if path.startswith("/api/v1/") else ""
     target = f"{api_prefix}/repos/{exc.repository}{path.removeprefix(api_prefix)}"
     return RedirectResponse(target + (f"?{query}" if query else ""), status_code=307)
+
+
+def page_root(repository: str) -> str:
+    """Where repository `repository`'s pages are: a page's links start with it, so a person moving about an added
+    repository's pages stays in it and never goes through a redirect (the workspace's own repository's have none)."""
+    return "" if repository == DEFAULT_REPOSITORY else f"/repos/{repository}"

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from gateway.api.deps import ActorDep, BearerDep, JobId, ProposalId, WorkspaceDep, read_as_api_actor
+from gateway.api.deps import ActorDep, BearerDep, JobId, ProposalId, WorkspaceDep, read_as_api_actor, repository_asked
 from gateway.api.schemas import (
     DecisionCreate,
     DeliveryPublic,
@@ -38,6 +38,7 @@ from gateway.domain.proposal import Decision
 from gateway.services.admin import audit as audit_service
 from gateway.services.admin.operations import check_readiness
 from gateway.services.agents.agent_runs import get_agent_run, start_agent_run
+from gateway.services.change.inbox_all import RepositoryInboxItem, inbox_everywhere
 from gateway.services.change.jobs import approve_proposal, enqueue_job
 from gateway.services.change.proposals import decide, get_proposal, override_finding, proposal_previews
 from gateway.services.change.views import inbox, list_proposal_rows, view_proposal
@@ -91,10 +92,16 @@ def list_proposals(ws: WorkspaceDep, actor: ActorDep, status: str | None = None)
             for r in list_proposal_rows(ws, actor, status)]
 
 
+EveryRepository = Annotated[bool, Query(description="what waits in every active repository of the gateway, not "
+                                                  "only in the one asked")]
+
+
 @router.get("/inbox", response_model=list[InboxEntry], tags=["proposals"])
-def read_inbox(ws: WorkspaceDep, actor: ActorDep) -> list[InboxEntry]:
+def read_inbox(ws: WorkspaceDep, actor: ActorDep, all_repositories: EveryRepository = False) -> list[InboxEntry]:
     """Waiting for you: what you can approve or reject now, and why each needs you (group, risk tier, quorum)."""
-    return [InboxEntry(**item.to_public()) for item in inbox(ws, actor)]
+    items = (inbox_everywhere(ws, actor) if all_repositories
+             else [RepositoryInboxItem(ws.repository, item) for item in inbox(ws, actor)])
+    return [InboxEntry(**item.to_public()) for item in items]
 
 
 def proposal_document(ws: WorkspaceDep, actor: ActorDep, proposal_id: int) -> Response:
@@ -182,28 +189,39 @@ async def gitlab_webhook(request: Request, ws: WorkspaceDep) -> DeliveryPublic:
     return DeliveryPublic(**await run_in_threadpool(receive_gitlab_delivery, ws, request.headers, bytes(body)))
 
 
+# The trail is the gateway's, one for every repository: a request that names one (`?repo=NAME`, or the path's
+# `/api/v1/repos/NAME/` prefix) lists that repository's events only.
+RepoFilter = Annotated[str | None, Query(description="a declaration repository: its events only (as the "
+                                                     "/api/v1/repos/NAME/ prefix)")]
+
+
 @router.get("/audit/events", response_model=list[EventPublic], tags=["audit"])
-def audit_events(response: Response, ws: WorkspaceDep, actor: ActorDep, proposal: ProposalQuery = None,
+def audit_events(request: Request, response: Response, ws: WorkspaceDep, actor: ActorDep,
+                 proposal: ProposalQuery = None,
                  person: str | None = None, stack: str | None = None, since: datetime | None = None,
                  until: datetime | None = None,
                  address: Annotated[str | None, Query(description="exact, or a prefix ending in *")] = None,
                  action: str | None = None, outcome: str | None = None,
                  after: Annotated[int, Query(ge=0, le=2**62, description="only events after this one")] = 0,
-                 limit: Annotated[int, Query(ge=1, le=10_000)] = 1000) -> list[EventPublic]:
+                 limit: Annotated[int, Query(ge=1, le=10_000)] = 1000, repo: RepoFilter = None) -> list[EventPublic]:
     """A page of events, oldest first; when it is full, `X-Next-After` says where the next page starts."""
     events = audit_service.list_events(ws, actor, proposal, person, stack, since and since.isoformat(),
-                                       until and until.isoformat(), address, action, outcome, after, limit)
+                                       until and until.isoformat(), address, action, outcome, after, limit,
+                                       repository_asked(request))
     if len(events) == limit:
         response.headers["X-Next-After"] = str(events[-1].seq)
     return [EventPublic(**e.content(), prev_hash=e.prev_hash, hash=e.hash) for e in events]
 
 
 @router.get("/audit/export", response_model=None, responses=CSV_OR_JSONL, tags=["audit"])
-def audit_export(ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
-                 proposal: ProposalQuery = None, address: str | None = None) -> PlainTextResponse:
-    with ws.store.session(readonly=True) as session:
-        checkpoints = session.audit.checkpoints() if proposal is None and address is None else []
-    return export_response(audit_service.list_events(ws, actor, proposal, address=address), format, checkpoints)
+def audit_export(request: Request, ws: WorkspaceDep, actor: ActorDep, format: Literal["jsonl", "csv"] = "jsonl",
+                 proposal: ProposalQuery = None, address: str | None = None,
+                 repo: RepoFilter = None) -> PlainTextResponse:
+    repository = repository_asked(request)
+    with ws.store.session(readonly=True) as session:  # the checkpoints sign the whole trail: with it whole only
+        checkpoints = session.audit.checkpoints() if proposal is None and address is None and not repository else []
+    return export_response(audit_service.list_events(ws, actor, proposal, address=address, repository=repository),
+                           format, checkpoints)
 
 
 def export_response(events: list[AuditEvent], format: str, checkpoints: Sequence[Checkpoint] = ()) -> PlainTextResponse:

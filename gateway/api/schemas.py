@@ -121,6 +121,7 @@ class InboxEntry(BaseModel):
     required_approvals: int = Field(description="the quorum: approvals it needs")
     current_approvals: int = Field(description="current approvals it has")
     why: list[str] = Field(description="the same, in sentences")
+    repository: str = Field(description="the declaration repository the proposal is in")
 
 
 class ProposalPublic(ProposalSummary):

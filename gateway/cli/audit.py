@@ -29,6 +29,16 @@ def audit() -> None:
     """Query, export and verify the append-only, hash-chained audit trail."""
 
 
+REPO_HELP = "one declaration repository's events (gateway --repo NAME audit ... too); by default every repository's"
+
+
+def _repository_asked(option: str | None) -> str | None:
+    """The repository whose events are asked for: this command's --repo, else the gateway's own --repo. Not the
+    repository the command otherwise works in (GATEWAY_REPOSITORY, the clone the current folder is in): the trail is
+    every repository's, and an auditor sees it whole unless they name one."""
+    return option or click.get_current_context().find_root().params.get("repository") or None
+
+
 @audit.command("list")
 @click.option("--proposal", "proposal_id", type=int, default=None)
 @click.option("--person", "--actor", "person", default=None, help="events this person (or agent) made")
@@ -40,16 +50,17 @@ def audit() -> None:
 @click.option("--outcome", default=None, help="refused, failed, succeeded, interrupted, withdrawn, tripped")
 @click.option("--after", type=click.IntRange(min=0), default=0, help="only events after this one (the next page)")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="at most this many events")
+@click.option("--repo", "repository", default=None, metavar="NAME", help=REPO_HELP)
 @pass_reader
 def audit_list(ctx: Context, proposal_id: int | None, person: str | None, stack: str | None, since: str | None,
                until: str | None, address: str | None, action: str | None, outcome: str | None, after: int,
-               limit: int | None) -> None:
+               limit: int | None, repository: str | None) -> None:
     """List events, oldest first (the API's filters: proposal, person, stack, since, until, address, action,
-    outcome, after, limit)."""
+    outcome, after, limit, repo)."""
     from gateway.services.admin.audit import list_events
 
     events = list_events(ctx.ws, ctx.actor(), proposal_id, person, stack, since, until, address, action, outcome,
-                         after, limit)
+                         after, limit, _repository_asked(repository))
     for e in events:
         click.echo(event_line(e))
     if limit is not None and len(events) == limit:  # a full page: never end silently where more follow
@@ -79,14 +90,17 @@ def audit_show(ctx: Context, proposal_id: int | None, window_id: int | None, ful
 @audit.command("export")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
 @click.option("--proposal", "proposal_id", type=int, default=None)
+@click.option("--repo", "repository", default=None, metavar="NAME", help=REPO_HELP)
 @pass_reader
-def audit_export(ctx: Context, fmt: str, proposal_id: int | None) -> None:
-    """Export events with their hashes, for an auditor's own tools."""
+def audit_export(ctx: Context, fmt: str, proposal_id: int | None, repository: str | None) -> None:
+    """Export events with their hashes, for an auditor's own tools (the whole trail ends with its signed
+    checkpoints)."""
     from gateway.services.admin.audit import export_events, list_events
 
-    events = list_events(ctx.ws, ctx.actor(), proposal_id)
-    with ctx.ws.store.session(readonly=True) as session:
-        checkpoints = session.audit.checkpoints() if proposal_id is None else []
+    repository = _repository_asked(repository)
+    events = list_events(ctx.ws, ctx.actor(), proposal_id, repository=repository)
+    with ctx.ws.store.session(readonly=True) as session:  # the checkpoints sign the whole trail: with it whole only
+        checkpoints = session.audit.checkpoints() if proposal_id is None and not repository else []
     click.echo(export_events(events, fmt, checkpoints), nl=False)
 
 

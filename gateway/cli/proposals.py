@@ -57,19 +57,23 @@ def list_proposals(ctx: Context, status: str | None) -> None:
 
 @group.command("inbox")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--all-repositories", "everywhere", is_flag=True, help="what waits in every active repository")
 @pass_reader
-def show_inbox(ctx: Context, fmt: str) -> None:
+def show_inbox(ctx: Context, fmt: str, everywhere: bool) -> None:
     """Waiting for you: what you can approve or reject now, and why each needs you."""
+    from gateway.services.change.inbox_all import RepositoryInboxItem, inbox_everywhere
     from gateway.services.change.views import inbox
 
-    items = inbox(ctx.ws, ctx.actor())
+    found = (inbox_everywhere(ctx.ws, ctx.actor()) if everywhere
+             else [RepositoryInboxItem(ctx.ws.repository, i) for i in inbox(ctx.ws, ctx.actor())])
     if fmt == "json":  # the same document the API serves
-        click.echo(json.dumps([i.to_public() for i in items], indent=2))
+        click.echo(json.dumps([i.to_public() for i in found], indent=2))
         return
-    if not items:
+    if not found:
         click.echo("nothing waits for you")
-    for i in items:
-        click.echo(f"{i.id:>4}  {i.risk:8} {i.branch:30} {','.join(i.stacks)}  requested by {i.requester}: "
+    for r in found:
+        i, where = r.item, f"{r.repository}: " if everywhere else ""
+        click.echo(f"{i.id:>4}  {i.risk:8} {where}{i.branch:30} {','.join(i.stacks)}  requested by {i.requester}: "
                    f"{i.reason.splitlines()[0][:50] if i.reason else ''}")
         for why in i.why:
             click.echo(f"        {why}")

@@ -11,11 +11,12 @@ import hashlib
 import json
 import operator
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.domain.plan import canonical_json
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 from gateway.domain.trail_tree import RootBuilder, as_text, leaf_hash
 
 GENESIS = "sha256:" + "0" * 64
@@ -274,3 +275,16 @@ class EventQuery:
     action: str | None = None  # a kind or a kind prefix: `apply` matches apply.started, apply.failed, ...
     outcome: str | None = None
     address: str | None = None  # exact, or a prefix when it ends with `*`
+    repository: str | None = None  # a declaration repository's events (see `event_repository`)
+
+
+def event_repository(kind: str, payload: Mapping[str, Any], stacks: Sequence[str], written_in: str) -> str:
+    """The declaration repository an event is of (what the `repository` filter finds it by): the one a
+    repository.added/removed event names; else the one its stacks are of (`repo/stack` is repository `repo`'s, a
+    name with no `/` the default repository's); else `written_in`, the repository of the unit of work that appends
+    it (a proposal's events are written in its repository's: another's proposal is not found there). An event of no
+    repository (a sign-in, a user added) is the repository's it was written in: the default one's, mostly."""
+    if kind in ("repository.added", "repository.removed") and isinstance(payload.get("repository"), str):
+        return str(payload["repository"])
+    named = {stack.split("/", 1)[0] if "/" in stack else DEFAULT_REPOSITORY for stack in stacks}
+    return named.pop() if len(named) == 1 else written_in

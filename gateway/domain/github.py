@@ -4,6 +4,7 @@ comment and the checks. No I/O here: the adapter talks to GitHub, the service de
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,17 @@ def signature_valid(secret: str, body: bytes, header: str | None) -> bool:
         return False
     expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest().encode()
     return hmac.compare_digest(expected, header.removeprefix("sha256=").strip().lower().encode("utf-8", "replace"))
+
+
+def repository_allowed(patterns: Sequence[str], full_name: str) -> bool:
+    """Whether `owner/name` matches one of the `owner/name` patterns (GitHub's names ignore case; `*` does not cross
+    the slash)."""
+    owner, _, name = full_name.casefold().partition("/")
+    for pattern in patterns:
+        want_owner, _, want_name = pattern.casefold().partition("/")
+        if fnmatch.fnmatchcase(owner, want_owner) and fnmatch.fnmatchcase(name, want_name):
+            return True
+    return False
 
 
 def plan_fingerprint(digests: Mapping[str, str]) -> str:

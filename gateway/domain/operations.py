@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gateway.domain.repositories import DEFAULT_REPOSITORY
+
 # GitHub sends its event name in a header anyone can write: only these are labels, anything else is "other"
 WEBHOOK_EVENTS = frozenset({"pull_request", "pull_request_review", "issue_comment", "push", "ping"})
 
@@ -33,6 +35,7 @@ class QueueDepth:
     status: str  # queued | running
     count: int
     oldest_seconds: float
+    repository: str = DEFAULT_REPOSITORY  # the declaration repository the jobs work in
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class ServiceGauges:
     audit_events: int = 0  # the chain's length: every process's appends
     locks_expired: int = 0  # held by a runner that stopped heart-beating: recovery has not settled them yet
     workers_alive: int = 0  # workers registered, not stopped, whose last beat still counts
+    repositories: tuple[str, ...] = (DEFAULT_REPOSITORY,)  # the registered ones still served: the label's values
+    # proposals not yet applied or abandoned, by (repository, status): registered repositories only
+    proposals: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

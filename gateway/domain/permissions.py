@@ -26,7 +26,8 @@
 
 A disabled principal may do nothing. What depends on a repository's settings (approver groups of a stack,
 policy owners, the break-glass and resetter groups) is checked after this, by the rule that reads them
-(`approvals.py`, `break_glass.py`): the table says who may ask at all, whatever the repository.
+(`approvals.py`, `break_glass.py`): the table says who may ask at all, whatever the repository. In which
+repositories a person may request changes is `request_refusals` (today: every one the gateway still serves).
 Each refusal is a sentence, in the wording people and the tests already know (Atlantis' readable
 requirement values, not exceptions): `refusals` returns them, empty meaning allowed.
 """
@@ -39,6 +40,7 @@ from typing import Protocol
 
 from gateway.domain.errors import Refused
 from gateway.domain.principals import Principal, Role
+from gateway.domain.repositories import Repository
 
 
 class Action(StrEnum):
@@ -211,3 +213,13 @@ def require(principal: Principal, action: Action, change: Change | None = None) 
     reasons = refusals(principal, action, change)
     if reasons:
         raise Refused(reasons)
+
+
+def request_refusals(person: Principal, repository: Repository) -> list[str]:
+    """Why `person` may not request changes in `repository`; empty: they may. People are the gateway's, so whoever
+    may request at all may in every repository it still serves; a repository's own rule on who may request in it
+    joins here, and everything that asks "may they request there?" follows it."""
+    reasons = refusals(person, Action.REQUEST)
+    if not repository.active:
+        reasons.append(f"repository {repository.name} was removed from the gateway by {repository.removed_by}")
+    return reasons

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.domain.policy import Finding
+from gateway.domain.proposal import PlanSummary
 from gateway.domain.risk import Risk
 
 FANOUT_AT = 2  # a proposal of fewer stacks is planned in the process that asks, as one job
@@ -116,15 +117,20 @@ def _without_stack(stack: str, error: str) -> str:
 
 @dataclass(frozen=True)
 class StagedPlan:
-    """A stack's plan held in its round until the round's plans are written together (what a saved plan needs)."""
+    """A stack's plan as a proposal records it, made where the stack was planned (a round holds it until the round's
+    plans are written together): so the job writing a round's plans parses and renders none of them."""
 
     stack: str
     sha: str  # the commit planned (the merge preview)
     digest: str
-    document: str  # the plan's canonical JSON, as it will be stored
+    document: str  # the plan's canonical JSON, as it will be stored (the digest is of these bytes)
     state_serial: int
     state_lineage: str
     artifact: bytes | None
     findings: tuple[Finding, ...]
     risk: Risk
     read_at: datetime | None
+    # None in a plan staged by a gateway that kept neither (its document is then not canonical): made when written
+    summary: PlanSummary | None = None
+    preview: str | None = None  # the masked preview, as stored with the plan
+    engine: str = ""  # which engine planned it, as the trail names it

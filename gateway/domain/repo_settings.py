@@ -32,6 +32,7 @@ class StackSettings:
     drift_interval: timedelta | None = None  # workers check this stack for drift this often (None: never alone)
     cloudformation: CloudFormationSettings | None = None  # engine: cloudformation only
     environment: str | None = None  # an environment tag (production, staging...) auditors filter the population by
+    after: tuple[str, ...] = ()  # stacks an apply that changes both applies before this one
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,17 @@ class RepoSettings:
         if name not in self.stacks:
             raise NotFound(f"unknown stack {name!r} (stacks: {', '.join(sorted(self.stacks))})")
         return self.stacks[name]
+
+    def apply_order(self, stacks: Iterable[str]) -> list[str]:
+        """`stacks` in the order an apply takes them: each after the stacks its `after:` names among them, otherwise
+        by name (gateway.yaml was refused if the orders go round in a circle)."""
+        todo, done = sorted(set(stacks)), []
+        while todo:
+            ready = next((s for s in todo if not set(self.stacks[s].after if s in self.stacks else ()) & set(todo)),
+                         todo[0])
+            done.append(ready)
+            todo.remove(ready)
+        return done
 
     def stack_for_path(self, path: str) -> StackSettings | None:
         for stack in self.stacks.values():

@@ -57,7 +57,8 @@ def qualified(settings: RepoSettings, repository: str) -> RepoSettings:
     prefix = stack_prefix(repository)
     if not prefix:
         return settings
-    stacks = {prefix + name: replace(stack, name=prefix + name) for name, stack in settings.stacks.items()}
+    stacks = {prefix + name: replace(stack, name=prefix + name, after=tuple(prefix + a for a in stack.after))
+              for name, stack in settings.stacks.items()}
     return replace(settings, stacks=stacks, repository=repository)
 
 

@@ -127,6 +127,9 @@ class Workspace:
     # the workspace of another declaration repository of this gateway, sharing this one's database and engines
     # (wired by the composition root; None: this process serves one repository)
     open_repository: Callable[[str], Workspace] | None = None
+    # what each repository's main gateway.yaml names on the forges, by (repository, main commit): shared by the
+    # workspaces of every repository of the process, so routing a webhook delivery parses no gateway.yaml twice
+    forge_names: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @property
     def repository(self) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,7 +35,12 @@ _OPEN_DRIFT_ON = (
            drift_records.c.status == DriftStatus.OPEN.value)
     .order_by(drift_records.c.id.desc())
 )
-_WINDOWS = select(break_glass_windows).order_by(break_glass_windows.c.id.desc()).limit(500)
+WINDOWS = select(break_glass_windows).order_by(break_glass_windows.c.id.desc()).limit(500)
+DRIFT_LISTED = 500  # the newest open drift records a list holds
+OPEN_DRIFT_LISTED = (
+    select(drift_records).where(drift_records.c.status == DriftStatus.OPEN.value)
+    .order_by(drift_records.c.id.desc()).limit(DRIFT_LISTED)
+)  # what `drift_records(only_open=True)` reads
 _WINDOWS_OF_STACK = (
     select(break_glass_windows)
     .where(break_glass_windows.c.stack == bindparam("stack"))
@@ -55,17 +60,25 @@ class SqlDayTwoRecords(Records):
         if not stacks:
             return {}
         found: dict[str, DriftRecord] = {}
-        for row in self.conn.execute(_OPEN_DRIFT_ON, {"stacks": sorted(set(stacks))}).mappings():
+        ahead = self.ahead.rows("drift") if self.ahead else None
+        if ahead is not None and len(ahead) < DRIFT_LISTED:  # every open record was read ahead, newest first
+            rows: Iterable[Mapping[str, Any]] = [r for r in ahead if r["stack"] in stacks]
+        else:
+            rows = self.conn.execute(_OPEN_DRIFT_ON, {"stacks": sorted(set(stacks))}).mappings()
+        for row in rows:
             found.setdefault(row["stack"], as_drift_record(row))  # newest first, as `open_drift_record` takes it
         return found
 
     def drift_records(self, stack: str | None = None, only_open: bool = False) -> list[DriftRecord]:
+        ahead = self.ahead.rows("drift") if self.ahead and stack is None and only_open else None
+        if ahead is not None:
+            return [as_drift_record(r) for r in ahead]
         query = select(drift_records).order_by(drift_records.c.id.desc())
         if stack is not None:
             query = query.where(drift_records.c.stack == stack)
         if only_open:
             query = query.where(drift_records.c.status == DriftStatus.OPEN.value)
-        return [as_drift_record(r) for r in self.conn.execute(query.limit(500)).mappings()]
+        return [as_drift_record(r) for r in self.conn.execute(query.limit(DRIFT_LISTED)).mappings()]
 
     def add_drift_record(
         self, stack: str, resources: Sequence[DriftEntry], expected: bool, break_glass_id: int | None
@@ -133,7 +146,10 @@ class SqlDayTwoRecords(Records):
         return _window(aware_row(row))
 
     def break_glass_windows(self, stack: str | None = None) -> list[BreakGlassWindow]:
-        rows = self.conn.execute(_WINDOWS) if stack is None else self.conn.execute(_WINDOWS_OF_STACK, {"stack": stack})
+        ahead = self.ahead.rows("window") if self.ahead and stack is None else None
+        if ahead is not None:
+            return [_window(aware_row(r)) for r in ahead]
+        rows = self.conn.execute(WINDOWS) if stack is None else self.conn.execute(_WINDOWS_OF_STACK, {"stack": stack})
         return [_window(aware_row(r)) for r in rows.mappings()]
 
     def confirm_break_glass(self, window_id: int, by: str, opened_at: datetime, ends_at: datetime) -> None:

@@ -27,7 +27,7 @@ from gateway.domain.operations import EndedJobs, QueueDepth
 from gateway.domain.principals import Actor, Principal
 from gateway.domain.repositories import DEFAULT_REPOSITORY
 
-_JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
+JOBS_OF_PROPOSAL = select(jobs).where(jobs.c.proposal_id == bindparam("proposal_id")).order_by(jobs.c.id)
 
 
 class SqlJobs(Records):
@@ -36,7 +36,10 @@ class SqlJobs(Records):
     moved = False  # a job was queued or finished here: idle workers are woken once this transaction commits
 
     def of_proposal(self, proposal_id: int) -> list[Job]:
-        return [as_job(r) for r in self.conn.execute(_JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
+        ahead = self.ahead.rows("job", proposal_id) if self.ahead else None
+        if ahead is not None:
+            return [as_job(r) for r in ahead]
+        return [as_job(r) for r in self.conn.execute(JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
 
     def _moved(self) -> None:
         if not self.moved and self.conn.dialect.name == "postgresql":  # delivered at the commit, to every process
@@ -218,7 +221,7 @@ class SqlJobQueue:
                 return None
             try:
                 with conn.begin_nested():  # the unique index refuses a second running job for one proposal
-                    conn.execute(
+                    row = conn.execute(
                         update(jobs)
                         .where(jobs.c.id == row["id"])
                         .values(
@@ -228,10 +231,10 @@ class SqlJobQueue:
                             heartbeat_at=now(),
                             attempts=jobs.c.attempts + 1,
                         )
-                    )
+                        .returning(*jobs.c)
+                    ).mappings().one()
             except IntegrityError:
                 return None
-            row = conn.execute(select(jobs).where(jobs.c.id == row["id"])).mappings().one()
         return as_job(row)
 
     def heartbeat(self, job_id: int, runner: str) -> bool:
@@ -259,7 +262,7 @@ class SqlJobQueue:
 
     def of_proposal(self, proposal_id: int) -> list[Job]:
         with self.db.transaction(readonly=True) as conn:
-            return [as_job(r) for r in conn.execute(_JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
+            return [as_job(r) for r in conn.execute(JOBS_OF_PROPOSAL, {"proposal_id": proposal_id}).mappings()]
 
     def get(self, job_id: int) -> Job:
         with self.db.transaction(readonly=True) as conn:
@@ -269,24 +272,27 @@ class SqlJobQueue:
         return as_job(row)
 
     def depth(self) -> list[QueueDepth]:
-        """Queued and running jobs by kind, with the age of the oldest of each: a queued job's since it was queued (or
-        since its retry became due), a running one's since it started."""
+        """Queued and running jobs by repository and kind, with the age of the oldest of each: a queued job's since it
+        was queued (or since its retry became due), a running one's since it started."""
         unfinished = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
+        # an added repository's jobs name it in their args; the default repository's name none
+        repository = func.coalesce(jobs.c.args["repository"].as_string(), DEFAULT_REPOSITORY)
         query = (
             select(jobs.c.kind, jobs.c.status, func.count(), func.min(jobs.c.created_at), func.min(jobs.c.started_at),
-                   func.min(jobs.c.run_after))
+                   func.min(jobs.c.run_after), repository)
             .where(jobs.c.status.in_(unfinished))
-            .group_by(jobs.c.kind, jobs.c.status)
+            .group_by(jobs.c.kind, jobs.c.status, repository)
         )
         moment = now()
         with self.db.transaction(readonly=True) as conn:
             rows = conn.execute(query).all()
         found = []
-        for kind, status, count, created, started, run_after in rows:
+        for kind, status, count, created, started, run_after, repository_name in rows:
             since = aware(started) if status == JobStatus.RUNNING.value and started else aware(created)
             if status == JobStatus.QUEUED.value and run_after is not None and count == 1:
                 since = max(since, aware(run_after))  # one job waiting for its retry: it is due only from then
-            found.append(QueueDepth(kind, status, int(count), max(0.0, (moment - since).total_seconds())))
+            found.append(QueueDepth(kind, status, int(count), max(0.0, (moment - since).total_seconds()),
+                                    str(repository_name)))
         return found
 
     def ended(self) -> list[EndedJobs]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import RowMapping, bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from gateway.adapters.store.rows import (
     Records,
@@ -19,8 +19,8 @@ from gateway.domain.apply_blockers import MainPush
 from gateway.domain.repositories import stack_prefix
 
 # asked by every read of a proposal and every page: built once
-_MARKER = select(markers.c.value).where(markers.c.name == bindparam("name"))
-_UNACKNOWLEDGED = (
+MARKER = select(markers.c.value).where(markers.c.name == bindparam("name"))
+UNACKNOWLEDGED = (
     select(main_pushes).where(main_pushes.c.repository == bindparam("repository"),
                               main_pushes.c.acknowledged_at.is_(None)).order_by(main_pushes.c.detected_at)
 )
@@ -34,7 +34,11 @@ class SqlMainRecords(Records):
         return stack_prefix(self.repository) + name
 
     def marker(self, name: str) -> str | None:
-        return self.conn.scalar(_MARKER, {"name": self._named(name)})
+        name = self._named(name)
+        ahead = self.ahead.rows("marker", name) if self.ahead else None
+        if ahead is not None:
+            return ahead[0]["value"] if ahead else None
+        return self.conn.scalar(MARKER, {"name": name})
 
     def set_marker(self, name: str, value: str) -> None:
         """One upsert: two workers setting the same marker at once (both saw main move) both succeed, the later
@@ -76,7 +80,10 @@ class SqlMainRecords(Records):
         return True
 
     def unacknowledged_pushes(self) -> list[MainPush]:
-        return [_push(r) for r in self.conn.execute(_UNACKNOWLEDGED, {"repository": self.repository}).mappings()]
+        ahead = self.ahead.rows("push") if self.ahead else None
+        rows = ahead if ahead is not None else \
+            self.conn.execute(UNACKNOWLEDGED, {"repository": self.repository}).mappings()
+        return [_push(r) for r in rows]
 
     def acknowledge_push(self, sha: str, by: str, reason: str) -> MainPush | None:
         row = (
@@ -99,5 +106,5 @@ class SqlMainRecords(Records):
         return _push(row[0])
 
 
-def _push(row: RowMapping) -> MainPush:
+def _push(row: Mapping[str, Any]) -> MainPush:
     return MainPush(row["sha"], row["author"], frozenset(row["stacks"]))

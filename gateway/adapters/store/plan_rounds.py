@@ -9,6 +9,7 @@ UPDATE, which on PostgreSQL waits for any other stack's end of the same round to
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from gateway.adapters.store.schema import plan_round_stacks, plan_rounds
 from gateway.domain.errors import NotFound
 from gateway.domain.plan_rounds import UNFINISHED, PlanRound, RoundState, StackProgress, StackStatus, StagedPlan
 from gateway.domain.policy import Finding
+from gateway.domain.proposal import PlanSummary
 from gateway.domain.risk import Risk, RiskLevel
 
 _UNFINISHED = [s.value for s in UNFINISHED]
@@ -44,9 +46,12 @@ class SqlPlanRounds(Records):
             for i, stack in enumerate(stacks)])
         return round_id
 
-    def link_job(self, round_id: int, stack: str, job_id: int) -> None:
-        self.conn.execute(update(plan_round_stacks).where(
-            plan_round_stacks.c.round_id == round_id, plan_round_stacks.c.stack == stack).values(job_id=job_id))
+    def link_jobs(self, round_id: int, jobs: Mapping[str, int]) -> None:
+        if jobs:
+            self.conn.execute(update(plan_round_stacks).where(
+                plan_round_stacks.c.round_id == round_id, plan_round_stacks.c.stack == bindparam("linked_stack"))
+                .values(job_id=bindparam("linked_job")),
+                [{"linked_stack": stack, "linked_job": job_id} for stack, job_id in jobs.items()])
 
     def get(self, round_id: int, with_stacks: bool = True) -> PlanRound:
         row = self.conn.execute(select(plan_rounds).where(plan_rounds.c.id == round_id)).mappings().first()
@@ -88,12 +93,11 @@ class SqlPlanRounds(Records):
             plan_round_stacks.c.job_id.is_not(None)))]
 
     def start_stack(self, round_id: int, stack: str) -> bool:
-        state = self.conn.scalar(select(plan_rounds.c.state).where(plan_rounds.c.id == round_id))
-        if state != RoundState.PLANNING.value:
-            return False
+        planning = select(plan_rounds.c.id).where(plan_rounds.c.id == round_id,
+                                                  plan_rounds.c.state == RoundState.PLANNING.value).exists()
         started = self.conn.execute(update(plan_round_stacks).where(
             plan_round_stacks.c.round_id == round_id, plan_round_stacks.c.stack == stack,
-            plan_round_stacks.c.status.in_(_UNFINISHED)).values(status=StackStatus.RUNNING.value))
+            plan_round_stacks.c.status.in_(_UNFINISHED), planning).values(status=StackStatus.RUNNING.value))
         return started.rowcount == 1
 
     def finish_stack(self, round_id: int, stack: str, staged: StagedPlan | None, error: str | None = None,
@@ -111,9 +115,9 @@ class SqlPlanRounds(Records):
             plan_round_stacks.c.status.in_(_UNFINISHED)).values(**values))
         if ended.rowcount != 1:
             return None
-        self.conn.execute(update(plan_rounds).where(plan_rounds.c.id == round_id)
-                          .values(remaining=plan_rounds.c.remaining - 1))  # the row stays locked to the commit
-        return int(self.conn.scalar(select(plan_rounds.c.remaining).where(plan_rounds.c.id == round_id)) or 0)
+        return int(self.conn.scalar(update(plan_rounds).where(plan_rounds.c.id == round_id)
+                                    .values(remaining=plan_rounds.c.remaining - 1)  # locked to the commit
+                                    .returning(plan_rounds.c.remaining)) or 0)
 
     def staged(self, round_id: int) -> list[StagedPlan]:
         rows = self.conn.execute(select(plan_round_stacks.c.stack, plan_round_stacks.c.staged,
@@ -144,16 +148,26 @@ class SqlPlanRounds(Records):
 
 
 def _staged_json(staged: StagedPlan) -> dict[str, Any]:
-    return {"sha": staged.sha, "digest": staged.digest, "state_serial": staged.state_serial,
-            "state_lineage": staged.state_lineage, "findings": [f.to_json() for f in staged.findings],
-            "risk": staged.risk.to_json(), "read_at": staged.read_at.isoformat() if staged.read_at else None}
+    data: dict[str, Any] = {
+        "sha": staged.sha, "digest": staged.digest, "state_serial": staged.state_serial,
+        "state_lineage": staged.state_lineage, "findings": [f.to_json() for f in staged.findings],
+        "risk": staged.risk.to_json(), "read_at": staged.read_at.isoformat() if staged.read_at else None,
+        "engine": staged.engine}
+    if staged.summary is not None and staged.preview is not None:  # its risk and findings are kept once, above
+        data["summary"] = {k: v for k, v in staged.summary.to_json().items() if k not in ("risk", "findings")}
+        data["preview"] = staged.preview
+    return data
 
 
 def _staged_plan(stack: str, data: Mapping[str, Any], document: str, artifact: bytes | None) -> StagedPlan:
-    risk = data["risk"]
+    risk_data = data["risk"]
+    risk = Risk(RiskLevel(risk_data["level"]), tuple(risk_data["reasons"]))
+    findings = tuple(Finding.from_json(f) for f in data["findings"])
+    summary = data.get("summary")
     return StagedPlan(
         stack=stack, sha=data["sha"], digest=data["digest"], document=document,
         state_serial=int(data["state_serial"]), state_lineage=data["state_lineage"], artifact=artifact,
-        findings=tuple(Finding.from_json(f) for f in data["findings"]),
-        risk=Risk(RiskLevel(risk["level"]), tuple(risk["reasons"])),
-        read_at=datetime.fromisoformat(data["read_at"]) if data.get("read_at") else None)
+        findings=findings, risk=risk,
+        read_at=datetime.fromisoformat(data["read_at"]) if data.get("read_at") else None,
+        summary=replace(PlanSummary.from_json(summary), risk=risk, findings=findings) if summary is not None else None,
+        preview=data.get("preview"), engine=str(data.get("engine") or ""))

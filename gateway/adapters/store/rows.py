@@ -128,3 +128,4 @@ class Records:
         self.scrubber = uow.scrubber
         self.sealer = uow.sealer
         self.repository = uow.repository
+        self.ahead = uow.read_ahead  # a read unit of work's records read ahead (None in a write)

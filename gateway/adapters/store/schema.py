@@ -31,9 +31,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     create_engine,
     event,
     inspect,
+    or_,
     select,
     text,
 )
@@ -276,6 +278,9 @@ audit_events = Table(
     Column("prev_hash", String(71), nullable=False),
     Column("hash", String(71), nullable=False),
     Column("outcome", String(20), nullable=True),  # migration 11: refused | failed | succeeded | ... (from kind)
+    # migration 33: the declaration repository the event is of (domain.audit.event_repository), for the repository
+    # filter. Not in the canonical bytes, so not covered by the chain: see `_audit_by_repository`.
+    Column("repository", String(63), nullable=False, server_default=DEFAULT_REPOSITORY),
 )
 
 # What the trail is searched by (migration 11): each event's stacks and resource addresses, one row each.
@@ -634,6 +639,7 @@ def _credential_lifecycle(conn: Connection) -> None:
 AUDIT_INDEXES = (Index("audit_events_by_outcome", audit_events.c.outcome, audit_events.c.seq),
                  Index("audit_events_by_actor", audit_events.c.actor, audit_events.c.seq),
                  Index("audit_events_by_at", audit_events.c.at))
+AUDIT_BY_REPOSITORY = Index("audit_events_by_repository", audit_events.c.repository, audit_events.c.seq)
 
 
 def _audit_search(conn: Connection) -> None:
@@ -827,6 +833,30 @@ def _repositories(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE markers ALTER COLUMN name TYPE VARCHAR(200)"))
 
 
+def _audit_by_repository(conn: Connection) -> None:
+    """Each event's declaration repository beside its bytes, indexed with seq, so the trail filters by repository in
+    one index read in order. The column is outside the canonical bytes the chain hashes: no event's bytes or hash
+    changes, so every hash, checkpoint and Merkle root signed before still holds and `gateway audit verify` passes on
+    an old trail. Putting it in the bytes would cover it for new events only, and would change the event format every
+    export, evidence bundle and offline verifier reads. Like the stack and address tables, it is an index: verify
+    does not check it, and an edit of it can hide an event from this filter (never from the chain, nor from the
+    proposal, person, kind, outcome or time filters, whose columns verify checks against the bytes). Existing events are the default repository's, except
+    those an added repository's stacks or proposals, or its repository.added/removed events, say are its."""
+    if "repository" not in {c["name"] for c in inspect(conn).get_columns("audit_events")}:
+        conn.execute(text(f"ALTER TABLE audit_events ADD COLUMN repository VARCHAR(63) NOT NULL "
+                          f"DEFAULT '{DEFAULT_REPOSITORY}'"))
+    added = [name for name in conn.scalars(select(repositories.c.name)) if name != DEFAULT_REPOSITORY]
+    for name in added:  # a trail kept since migration 32 may hold added repositories' events already
+        e, s, p = audit_events.c, audit_event_stacks.c, proposals.c
+        # LIKE, not a range: a collation other than C may not order `/` before `0` (a one-time scan, in a migration)
+        theirs = or_(e.seq.in_(select(s.seq).where(s.stack.startswith(f"{name}/", autoescape=True))),
+                     e.proposal_id.in_(select(p.id).where(p.repository == name)),
+                     and_(e.kind.in_(["repository.added", "repository.removed"]),
+                          e.canonical.contains(f'"repository":"{name}"', autoescape=True)))
+        conn.execute(audit_events.update().where(theirs).values(repository=name))
+    AUDIT_BY_REPOSITORY.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _initial_schema),
     (2, _jobs_and_merge_previews),
@@ -856,6 +886,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (29, _workers),  # the worker registry: who runs, by their beats
     (30, _plan_rounds),  # a proposal's stacks planned as jobs of their own, gathered in rounds
     (32, _repositories),  # many declaration repositories: the registry, and each proposal's and push's repository
+    (33, _audit_by_repository),  # each event's repository beside it (outside the hashed bytes), indexed with seq
 ]
 
 

@@ -16,17 +16,23 @@ class SqlStackRecords(Records):
     """Each stack's state serial as a worker last read it, and when."""
 
     def record_serials(self, serials: Mapping[str, int], read_at: datetime) -> None:
-        """One upsert per stack; a reading older than the one kept is dropped (two workers may finish out of order;
-        of two of the same moment, the later written is kept)."""
-        for stack, serial in sorted(serials.items()):
-            statement = self._insert().values(stack=stack, serial=serial, observed_at=read_at)
-            self.conn.execute(statement.on_conflict_do_update(
-                index_elements=["stack"], set_={"serial": serial, "observed_at": read_at},
-                where=stack_serials.c.observed_at <= read_at))
+        """One upsert per stack, sent as one batch in the stacks' order; a reading older than the one kept is dropped
+        (two workers may finish out of order; of two of the same moment, the later written is kept)."""
+        if not serials:
+            return
+        statement = self._insert()
+        self.conn.execute(statement.on_conflict_do_update(
+            index_elements=["stack"], set_={"serial": statement.excluded.serial,
+                                            "observed_at": statement.excluded.observed_at},
+            where=stack_serials.c.observed_at <= statement.excluded.observed_at),
+            [{"stack": stack, "serial": serial, "observed_at": read_at} for stack, serial in sorted(serials.items())])
 
     def serials(self, stacks: Collection[str]) -> dict[str, int]:
         if not stacks:
             return {}
+        ahead = self.ahead.serials(set(stacks)) if self.ahead else None
+        if ahead is not None:
+            return ahead
         rows = self.conn.execute(select(stack_serials.c.stack, stack_serials.c.serial)
                                  .where(stack_serials.c.stack.in_(sorted(stacks))))
         return {stack: int(serial) for stack, serial in rows}

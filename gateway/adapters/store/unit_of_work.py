@@ -28,6 +28,7 @@ from gateway.adapters.store.notifications import SqlNotifications
 from gateway.adapters.store.plan_rounds import SqlPlanRounds
 from gateway.adapters.store.principals import SqlPrincipals
 from gateway.adapters.store.proposals import SqlProposals
+from gateway.adapters.store.read_ahead import ReadAhead
 from gateway.adapters.store.repositories import SqlRepositories
 from gateway.adapters.store.schema import SCHEMA_VERSION, Database
 from gateway.adapters.store.sign_in import SqlSignInRecords
@@ -43,8 +44,10 @@ class SqlUnitOfWork:
     """One transaction's view of the records, a repository per aggregate."""
 
     def __init__(self, conn: Connection, scrubber: Scrubber | None = None, sealer: Sealer = UNSEALED,
-                 repository: str = DEFAULT_REPOSITORY):
+                 readonly: bool = False, repository: str = DEFAULT_REPOSITORY):
         self.conn = conn
+        # a read's snapshot cannot change while it is open: what it read ahead answers its later questions
+        self.read_ahead = ReadAhead() if readonly else None
         self.scrubber = scrubber or Scrubber()
         self.sealer = sealer
         self.repository = repository
@@ -117,7 +120,7 @@ class SqlStore:
             yield outer[1]
             return
         with self.db.transaction(readonly) as conn:
-            uow = SqlUnitOfWork(conn, self.scrubber, self.sealer, self.repository)
+            uow = SqlUnitOfWork(conn, self.scrubber, self.sealer, readonly, self.repository)
             joined = _READING.set((self, uow)) if readonly else None
             try:
                 yield uow

@@ -33,16 +33,24 @@ def read_gauges(ws: Configured) -> ServiceGauges:
         for state in session.breaker.states():
             if state.open:
                 breakers["all_agents" if state.scope == ALL_AGENTS else "agent"] += 1
+        registered = session.repositories.list()
+        proposals = session.proposals.unfinished_by_repository()
         checkpoints = session.audit.checkpoints()
         head = session.audit.chain_head()
         unsigned_at = session.audit.oldest_unsigned_at()
+    # the label's values: the repositories served, and a removed one while it still has unfinished work (never a
+    # name from elsewhere: a job's or proposal's repository is a registered one)
+    busy = {d.repository for d in queue} | {repository for repository, _ in proposals}
+    repositories = tuple(r.name for r in registered if r.active or r.name in busy)
     age = None if not checkpoints else _seconds_since(ws, checkpoints[-1].at)
     unsigned = 0.0 if unsigned_at is None else _seconds_since(ws, unsigned_at)
     return ServiceGauges(queue=queue, ended=ended, open_drift_by_stack=drift, breakers_open=breakers,
                          checkpoint_age_seconds=age, unsigned_seconds=unsigned,
                          checkpoint_interval_seconds=ws.settings.audit_checkpoint_minutes * 60,
                          terraform_timeout_seconds=ws.settings.terraform_timeout_seconds,
-                         audit_events=head[0] if head else 0, locks_expired=expired, workers_alive=alive)
+                         audit_events=head[0] if head else 0, locks_expired=expired, workers_alive=alive,
+                         repositories=repositories,
+                         proposals={k: n for k, n in proposals.items() if k[0] in repositories})
 
 
 def _seconds_since(ws: Records, at: str) -> float:

@@ -2,6 +2,10 @@
 declarations, try changes against the engine and the policies, propose, and see where its proposals
 stand. It never holds cloud keys, and it can never approve, override or apply.
 
+It works in any repository of the gateway its person may request changes in (`request_refusals`): a tool names
+one (`repository`, default: the repository the server works in, the gateway's default one unless it was started
+in another), and a tool given a proposal works in that proposal's repository.
+
 Every call is made by an agent principal for the person it is bound to (`gateway users add NAME
 --agent --for PERSON`), is rate-limited per agent, and lands in the trail (the arguments as a digest).
 """
@@ -22,7 +26,7 @@ from typing import Any, TypeVar
 from agents.tools import PreviewReport, RepoTools
 from gateway.domain.audit import EventQuery
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused, ToolRefused
-from gateway.domain.permissions import Action, refusals
+from gateway.domain.permissions import Action, refusals, request_refusals
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal
@@ -97,40 +101,90 @@ def _rate_limit(ws: Configured, agent: Principal) -> None:
         raise Refused([f"{agent.name} made {limit} calls in the last minute (the limit); wait and try again"])
 
 
+# --- repositories --------------------------------------------------------------------------------
+
+
+def list_repositories(ws: Workspace, caller: Caller) -> list[dict[str, Any]]:
+    """The repositories the agent may work in: every one the gateway serves whose changes its person may request;
+    `default` marks the one a tool works in when it names none."""
+    with ws.store.session(readonly=True) as session:
+        person = session.principals.get(caller.person.id)
+        known = session.repositories.list()
+    return [{"name": r.name, "default": r.name == ws.repository} for r in known if not request_refusals(person, r)]
+
+
+def in_repository(ws: Workspace, caller: Caller, name: str | None) -> Workspace:
+    """The workspace of repository `name` (None: the server's own), once the agent's person may request changes
+    there; an unknown or removed one is refused in words that say what to do instead."""
+    name = ws.repository if name is None else name
+    with ws.store.session(readonly=True) as session:
+        person = session.principals.get(caller.person.id)
+        known = session.repositories.get(name)
+    if known is None:
+        raise NotFound(f"no repository {name!r} in this gateway: list_repositories names those "
+                       f"{caller.agent.name} may work in")
+    reasons = request_refusals(person, known)
+    if reasons:
+        raise Refused([f"{caller.agent.name} may not work in repository {name} for {person.name}: "
+                       f"{'; '.join(reasons)}; list_repositories names those it may work in"])
+    return ws.in_repository(name)
+
+
+def _of_proposal(ws: Workspace, caller: Caller, proposal_id: int,
+                 repository: str | None = None) -> tuple[Workspace, Proposal]:
+    """One of the person's or agent's proposals, and the workspace of its own repository (under the same rule as a
+    repository named outright)."""
+    there = ws.for_proposal(proposal_id)
+    proposal = _own(there, caller, proposal_id)
+    if repository is not None and repository != there.repository:
+        raise InputError(f"proposal {proposal_id} is in repository {there.repository}, not {repository}: "
+                         "leave `repository` out to work on a proposal where it is")
+    return in_repository(there, caller, there.repository), proposal
+
+
 # --- reading ------------------------------------------------------------------------------------
 
 
-def list_stacks(ws: MainRules) -> list[dict[str, Any]]:
-    settings = ws.repo_settings()
+def list_stacks(ws: Workspace, caller: Caller, repository: str | None = None) -> list[dict[str, Any]]:
+    """The stacks of the repository's main, by the names the gateway gives them (`repo/stack` in an added one)."""
+    settings = in_repository(ws, caller, repository).repo_settings()
     return [{"name": s.name, "path": s.path, "engine": s.engine, "approver_groups": sorted(s.approver_groups),
              "protected": sorted(s.protected)} for s in settings.stacks.values()]
 
 
-def read_file(ws: Workspace, caller: Caller, path: str, proposal: int | None = None) -> str:
-    with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
+def read_file(ws: Workspace, caller: Caller, path: str, proposal: int | None = None,
+              repository: str | None = None) -> str:
+    ws, ref = _ref(ws, caller, proposal, repository)
+    with _working_copy(ws, ref) as tools:
         return ws.scrubber.scrub(_tool(lambda: tools.read_text(path)))
 
 
-def read_module(ws: Workspace, caller: Caller, stack: str, path: str | None = None, proposal: int | None = None) -> str:
+def read_module(ws: Workspace, caller: Caller, stack: str, path: str | None = None, proposal: int | None = None,
+                repository: str | None = None) -> str:
     """A file of a remote module a stack calls, as the engines plan it (read-only)."""
-    with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
+    ws, ref = _ref(ws, caller, proposal, repository)
+    with _working_copy(ws, ref) as tools:
         return ws.scrubber.scrub(_tool(lambda: tools.tool_read_module(stack, path)))
 
 
-def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = None) -> str:
-    with _working_copy(ws, _ref(ws, caller, proposal)) as tools:
+def search(ws: Workspace, caller: Caller, pattern: str, proposal: int | None = None,
+           repository: str | None = None) -> str:
+    ws, ref = _ref(ws, caller, proposal, repository)
+    with _working_copy(ws, ref) as tools:
         return ws.scrubber.scrub(_tool(lambda: tools.tool_search(pattern)))
 
 
-def conventions(ws: MainRules) -> str:
+def conventions(ws: Workspace, caller: Caller, repository: str | None = None) -> str:
     """Main's gateway.yaml: the stacks, approvers, protected paths and policy settings a change meets."""
-    return ws.repo.read_file(ws.repo.resolve(ws.main_branch()), "gateway.yaml")
+    there: MainRules = in_repository(ws, caller, repository)
+    return there.repo.read_file(there.repo.resolve(there.main_branch()), "gateway.yaml")
 
 
-def policy_rules(ws: MainRules) -> str:
+def policy_rules(ws: Workspace, caller: Caller, repository: str | None = None) -> str:
     """The built-in rules, and main's Rego policies as they are."""
-    main = ws.repo.resolve(ws.main_branch())
-    rego = {path: text for path, text in ws.repo.read_tree(main, "policies").items() if path.endswith(".rego")}
+    there: MainRules = in_repository(ws, caller, repository)
+    main = there.repo.resolve(there.main_branch())
+    rego = {path: text for path, text in there.repo.read_tree(main, "policies").items() if path.endswith(".rego")}
     lines = ["Built-in rules (every plan):"] + [f"- {rule.__name__}: {(rule.__doc__ or '').strip()}" for rule in RULES]
     lines += ["", "Rego policies on main:"] + [f"--- {path}\n{text}" for path, text in sorted(rego.items())]
     return "\n".join(lines)
@@ -139,14 +193,15 @@ def policy_rules(ws: MainRules) -> str:
 # --- trying and proposing -------------------------------------------------------------------------
 
 
-def preview(ws: Workspace, caller: Caller, changes: Mapping[str, str]) -> dict[str, Any]:
+def preview(ws: Workspace, caller: Caller, changes: Mapping[str, str], repository: str | None = None) -> dict[str, Any]:
     """Plan the edits (path -> new content) on top of main, opening nothing: the masked preview per stack,
     its policy findings and its risk."""
+    ws = in_repository(ws, caller, repository)
     with _working_copy(ws, ws.main_branch()) as tools:
         paths = _write(tools, changes)
         settings = ws.repo_settings()
         stacks = settings.stacks_touched(paths, lambda path: ws.declarations.local_modules(path, tools.root))
-        out: dict[str, Any] = {"changed_paths": paths, "stacks": {}}
+        out: dict[str, Any] = {"repository": ws.repository, "changed_paths": paths, "stacks": {}}
         for stack in stacks:
             try:
                 result = plan_directory(ws, settings, stack, tools.root / settings.stacks[stack].path,
@@ -161,10 +216,12 @@ def preview(ws: Workspace, caller: Caller, changes: Mapping[str, str]) -> dict[s
     return out
 
 
-def propose(ws: Workspace, caller: Caller, changes: Mapping[str, str], reason: str) -> dict[str, Any]:
+def propose(ws: Workspace, caller: Caller, changes: Mapping[str, str], reason: str,
+            repository: str | None = None) -> dict[str, Any]:
     """Open a proposal of the edits on a new branch, for the person; the agent is its proposer."""
     if not reason.strip():
         raise InputError("say why: a proposal needs a reason")
+    ws = in_repository(ws, caller, repository)
     branch = f"mcp/{caller.agent.name}-{uuid.uuid4().hex[:8]}"
     with _clone(ws, ws.main_branch()) as clone:
         _write(_tools(ws, clone), changes)
@@ -173,15 +230,15 @@ def propose(ws: Workspace, caller: Caller, changes: Mapping[str, str], reason: s
                               f"Proposed-by: {caller.agent.name} for {caller.person.name}",
                               caller.agent.name, f"refs/heads/{branch}")
     proposal = open_proposal(ws, caller.agent, branch, reason, requester=caller.person)
-    return {"proposal": proposal.id, "branch": branch, "status": proposal.status.value,
-            "review": f"{ws.settings.public_url.rstrip('/')}/proposals/{proposal.id}"}
+    return {"proposal": proposal.id, "repository": ws.repository, "branch": branch, "status": proposal.status.value,
+            "stacks": list(proposal.stacks), "review": f"{ws.settings.public_url.rstrip('/')}/proposals/{proposal.id}"}
 
 
 def proposal_status(ws: Workspace, caller: Caller, proposal_id: int) -> dict[str, Any]:
     """Where a proposal of this person or agent stands, and what blocks it; never a way to approve."""
-    proposal = _own(ws, caller, proposal_id)
+    ws, proposal = _of_proposal(ws, caller, proposal_id)
     view = view_proposal(ws, caller.agent, proposal.id)
-    return {"proposal": proposal.id, "status": proposal.status.value, "risk": proposal.risk.value,
+    return {"proposal": proposal.id, "repository": ws.repository, "stacks": list(proposal.stacks), "status": proposal.status.value, "risk": proposal.risk.value,
             "required_approvals": view.required_approvals, "blocked_by": view.blocked_by,
             "approvals": sorted({d.principal.name for d in proposal.current_approvals}),
             "pending": view.pending, "findings": [f.to_json() for f in proposal.findings],
@@ -201,8 +258,13 @@ def _own(ws: Records, caller: Caller, proposal_id: int) -> Proposal:
     return proposal
 
 
-def _ref(ws: MainRules, caller: Caller, proposal_id: int | None) -> str:
-    return ws.main_branch() if proposal_id is None else _own(ws, caller, proposal_id).head_sha
+def _ref(ws: Workspace, caller: Caller, proposal_id: int | None, repository: str | None) -> tuple[Workspace, str]:
+    """Where to read: the proposal's head in its own repository, or main of the repository named (or the server's)."""
+    if proposal_id is not None:
+        there, proposal = _of_proposal(ws, caller, proposal_id, repository)
+        return there, proposal.head_sha
+    there = in_repository(ws, caller, repository)
+    return there, there.main_branch()
 
 
 @contextmanager

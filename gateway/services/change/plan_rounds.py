@@ -5,7 +5,9 @@ starts a round, a `plan_stack` job per stack, then plans its round's stacks itse
 any worker, while other workers claim the rest; with no worker at all it plans every stack, as it always did. The
 job that ends a round's last stack finishes the round: a proposal's plans are written together from the staged
 ones (`assemble_round`, compare-and-set on the round, under the proposal's row lock), so two workers ending the last
-two stacks at once write them once. A stack whose plan fails fails the round: the proposal keeps the plans it had
+two stacks at once write them once. Each stack's job stages its plan as the proposal records it (`stage`: the
+canonical document, its summary and masked preview), so that last job, which no other worker can help, parses and
+renders nothing: it writes. A stack whose plan fails fails the round: the proposal keeps the plans it had
 and says which stack failed and why. A worker killed mid-plan leaves its stack running; recovery queues its job
 again (a worker's housekeeping, or the round's own asker), and the stack is planned again from the start.
 """
@@ -27,7 +29,7 @@ from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.plan import canonical_json, load_plan
 from gateway.domain.plan_rounds import UNFINISHED, PlanRound, RoundState, StackStatus, StagedPlan
 from gateway.domain.preview import preview_to_json
-from gateway.domain.principals import GATEWAY, SystemActor
+from gateway.domain.principals import GATEWAY, Actor, SystemActor
 from gateway.domain.proposal import Proposal, ProposalStatus, Transition
 from gateway.fault_points import reach
 from gateway.logs import get_logger
@@ -60,10 +62,10 @@ def start_round(ws: Workspace, stacks: Sequence[str], head: str, main_sha: str, 
         if proposal_id is not None:
             session.plan_rounds.supersede(proposal_id)  # their queued jobs find it so and end without planning
         round_id = session.plan_rounds.add(proposal_id, head, main_sha, merged, stacks, spec)
-        for stack in stacks:
-            job_id = session.jobs.add(JobKind.PLAN_STACK, None, GATEWAY,
-                                      {"round": round_id, "stack": stack, "proposal": proposal_id})
-            session.plan_rounds.link_job(round_id, stack, job_id)
+        session.plan_rounds.link_jobs(round_id, {
+            stack: session.jobs.add(JobKind.PLAN_STACK, None, GATEWAY,
+                                    {"round": round_id, "stack": stack, "proposal": proposal_id})
+            for stack in stacks})
     return round_id
 
 
@@ -99,6 +101,8 @@ def _plan_queued_stacks(ws: Workspace, current: PlanRound, runner: str, also_run
     for stack in current.stacks:
         if stack.status in wanted and stack.job_id is not None:
             job = ws.store.queue.claim(runner, job_id=stack.job_id)
+            if job is None and planned and not also_running:  # workers took the next ones while this one planned:
+                return True  # read the round again rather than try, one claim each, the rest of a list read a plan ago
             if job is not None:
                 run_stack_job_here(ws, job, runner)
                 planned = True
@@ -189,10 +193,10 @@ def assemble_round(ws: Workspace, round_id: int) -> None:
         proposal = session.proposals.get(current.proposal_id) if current.proposal_id is not None else None
     if current.finished or current.remaining or proposal is None:
         return  # ended already, or a stack still planning: its end comes back here
-    results = [unstage(plan) for plan in staged]
     new_agent_work = current.head_sha != proposal.head_sha and proposal.proposer.is_agent
-    try:
-        capacity = guard_agent_change(ws, proposal.proposer, proposal.id, results) if new_agent_work else None
+    try:  # only an agent's new work has its plans read again here (what it adds and destroys)
+        capacity = guard_agent_change(ws, proposal.proposer, proposal.id, [unstage(p) for p in staged]) \
+            if new_agent_work else None
     except Refused as exc:
         with ws.store.session() as session:
             session.plan_rounds.close(round_id, RoundState.FAILED, {"reasons": exc.reasons})
@@ -207,7 +211,7 @@ def assemble_round(ws: Workspace, round_id: int) -> None:
             return  # another job of the round wrote them
         basis = Replanned(current.head_sha, current.main_sha, tuple(s.stack for s in current.stacks),
                           current.changed_paths)
-        changes = write_replan(ws, session, locked, basis, results, capacity, list(current.changes))
+        changes = write_replan(ws, session, locked, basis, staged, capacity, list(current.changes))
         session.plan_rounds.set_result(round_id, {"changes": changes})
 
 
@@ -222,7 +226,7 @@ class Replanned:
 
 
 def write_replan(ws: Workspace, session: UnitOfWork, locked: Proposal, basis: Replanned,
-                 results: list[StackPlanResult], capacity: CapacityChange | None, changes: list[str]) -> list[str]:
+                 plans: Sequence[StagedPlan], capacity: CapacityChange | None, changes: list[str]) -> list[str]:
     """What a re-plan writes, in the transaction that holds the proposal's row (planned in one job or in a round);
     what changed, in words."""
     pid, head, stacks = locked.id, basis.head_sha, basis.stacks
@@ -231,7 +235,7 @@ def write_replan(ws: Workspace, session: UnitOfWork, locked: Proposal, basis: Re
     if head != locked.head_sha:
         record_commits(ws, session, pid, locked.head_sha, head, stacks)
         session.proposals.update_head(pid, head, stacks, basis.changed_paths)
-    record_plans(session, pid, head, basis.main_sha, results)
+    record_plans(session, pid, head, basis.main_sha, plans)
     updated = session.proposals.get(pid)
     if updated.status == ProposalStatus.FAILED:
         updated.move(Transition.REPLAN, GATEWAY, {"because": changes})
@@ -294,10 +298,11 @@ def round_error(current: PlanRound) -> GatewayError:
 
 
 def stage(result: StackPlanResult) -> StagedPlan:
-    """A stack's plan as its round holds it: the engine's document as the engine wrote it, and its judgement."""
-    return StagedPlan(result.stack, result.sha, result.digest, json.dumps(result.engine_plan.document),
-                      result.engine_plan.state_serial, result.engine_plan.state_lineage, result.engine_plan.artifact,
-                      result.findings, result.risk, result.read_at)
+    """A stack's plan as a proposal records it, made where it was planned: its canonical document (the bytes its
+    digest is of), its judgement, its summary and its masked preview."""
+    return StagedPlan(result.stack, result.sha, result.digest, result.document_text, result.engine_plan.state_serial,
+                      result.engine_plan.state_lineage, result.engine_plan.artifact, result.findings, result.risk,
+                      result.read_at, result.summary(), preview_to_json(result.preview()), _engine_label(result))
 
 
 def unstage(staged: StagedPlan) -> StackPlanResult:
@@ -308,6 +313,11 @@ def unstage(staged: StagedPlan) -> StackPlanResult:
                            canonical_json(document).decode(), staged.findings, staged.risk, staged.read_at)
 
 
+def recordable(staged: StagedPlan) -> StagedPlan:
+    """`staged` with its summary and preview (made from its document if it was staged without them)."""
+    return staged if staged.summary is not None and staged.preview is not None else stage(unstage(staged))
+
+
 def record_commits(ws: Workspace, session: UnitOfWork, pid: int, base: str, head: str, stacks: Sequence[str]) -> None:
     """Each commit between `base` and `head`, in the trail under its author."""
     for commit in ws.repo.commits(base, head):
@@ -316,16 +326,21 @@ def record_commits(ws: Workspace, session: UnitOfWork, pid: int, base: str, head
             "message": commit.message.strip()[:500]}, pid, stacks)
 
 
-def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, results: list[StackPlanResult]) -> None:
-    for r in results:
-        if r.read_at is not None:  # what the engine said of the stack's state: reads compare plans with it
-            session.stacks.record_serials({r.stack: r.engine_plan.state_serial}, r.read_at)
-        summary = r.summary()
-        session.proposals.add_plan(pid, r.stack, head, main_sha, r.digest, r.document_text, r.engine_plan.state_serial,
-                         r.engine_plan.state_lineage, summary, preview_to_json(r.preview()), r.engine_plan.artifact)
-        session.audit.append(GATEWAY, "plan", {
-            "head_sha": head, "main_sha": main_sha, "merged_sha": r.sha, "digest": r.digest, "engine": _engine_label(r),
-            "state_serial": r.engine_plan.state_serial, **summary.to_json()}, pid, [r.stack])
+def record_plans(session: UnitOfWork, pid: int, head: str, main_sha: str, plans: Sequence[StagedPlan]) -> None:
+    """The proposal's plans, each with its `plan` event (the events written together, in the plans' order)."""
+    events: list[tuple[Actor, str, dict[str, Any], int | None, Sequence[str]]] = []
+    for staged in plans:
+        p = recordable(staged)
+        assert p.summary is not None and p.preview is not None
+        if p.read_at is not None:  # what the engine said of the stack's state: reads compare plans with it
+            session.stacks.record_serials({p.stack: p.state_serial}, p.read_at)
+        session.proposals.add_plan(pid, p.stack, head, main_sha, p.digest, p.document, p.state_serial,
+                                   p.state_lineage, p.summary, p.preview, p.artifact)
+        events.append((GATEWAY, "plan", {
+            "head_sha": head, "main_sha": main_sha, "merged_sha": p.sha, "digest": p.digest, "engine": p.engine,
+            "state_serial": p.state_serial, **p.summary.to_json()}, pid, [p.stack]))
+    if events:  # none: the trail's head is not even locked
+        session.audit.append_many(events)
 
 
 def _engine_label(result: StackPlanResult) -> str:

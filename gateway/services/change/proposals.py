@@ -14,7 +14,7 @@ from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, 
 from gateway.domain.lifecycle import DECIDABLE
 from gateway.domain.permissions import Action, require
 from gateway.domain.plan import load_plan
-from gateway.domain.plan_rounds import FANOUT_AT, RoundState
+from gateway.domain.plan_rounds import FANOUT_AT, RoundState, StagedPlan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
 from gateway.domain.principals import GATEWAY, Actor, Principal
 from gateway.domain.proposal import Decision, PlanBasis, Proposal, ProposalKind, Transition
@@ -29,11 +29,12 @@ from gateway.services.change.plan_rounds import (
     plan_in_round,
     record_plans,
     round_error,
+    stage,
     unstage,
     write_replan,
 )
 from gateway.services.change.plan_rounds import record_commits as _record_commits
-from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
+from gateway.services.change.planning import ChangeOrigin, plan_stack
 from gateway.services.change.read_model import saved_preview
 from gateway.services.workspace import Configured, MainRules, Records, Workspace
 
@@ -69,8 +70,8 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
         raise InputError(f"branch {branch} has no changes against {main}")
     stacks = ws.repo_settings().stacks_touched(paths, lambda path: ws.repo.module_directories(head, path))
     origin = ChangeOrigin(actor.is_agent, requester.name, tuple(paths))
-    main_sha, results = plan_merged(ws, stacks, head, origin)  # plan before writing anything
-    capacity = guard_agent_change(ws, actor, None, results) if actor.is_agent else None
+    main_sha, plans = plan_merged(ws, stacks, head, origin)  # plan before writing anything
+    capacity = guard_agent_change(ws, actor, None, [unstage(p) for p in plans]) if actor.is_agent else None
     with ws.store.session() as session:
         _require_may_propose(session, actor, requester)  # again, in the writing transaction: planning takes a while
         if session.proposals.open_for_branch(branch) is not None:
@@ -83,7 +84,7 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
             "branch": branch, "base_sha": base, "head_sha": head, "requester": requester.name,
             "proposer": actor.name, "changed_paths": paths}, pid, stacks)
         _record_commits(ws, session, pid, base, head, stacks)
-        record_plans(session, pid, head, main_sha, results)
+        record_plans(session, pid, head, main_sha, plans)
         return session.proposals.get(pid)
 
 
@@ -105,7 +106,7 @@ def require_active_repository(session: UnitOfWork) -> None:
 
 
 def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
-                origin: ChangeOrigin) -> tuple[str, list[StackPlanResult]]:
+                origin: ChangeOrigin) -> tuple[str, list[StagedPlan]]:
     """Plan each stack as main will be after merging `head` into the current main.
 
     An approval thus covers what main will describe once the change is applied; a branch that does
@@ -114,14 +115,14 @@ def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,
     main_sha = ws.repo.resolve(ws.main_branch())
     merged = ws.repo.merge_preview(main_sha, head)
     if len(stacks) < FANOUT_AT:
-        return main_sha, [plan_stack(ws, stack, merged, origin) for stack in stacks]
+        return main_sha, [stage(plan_stack(ws, stack, merged, origin)) for stack in stacks]
     ended = plan_in_round(ws, stacks, head, main_sha, merged, origin)  # any worker plans any of them
     if ended.state != RoundState.PLANNED:
         raise round_error(ended)
     with ws.store.session() as session:  # its plans are the caller's to write now: the round holds them no longer
         staged = session.plan_rounds.staged(ended.id)
         session.plan_rounds.discard_staged(ended.id)
-    return main_sha, [unstage(plan) for plan in staged]
+    return main_sha, staged
 
 
 def pending_changes(ws: MainRules, proposal: Proposal) -> list[str]:
@@ -149,7 +150,8 @@ def current_changes(ws: Workspace, proposal: Proposal) -> list[str]:
 def read_serials(ws: Workspace, stacks: Sequence[str]) -> dict[str, int]:
     """The stacks' state serials from their engines, recorded as read now (a worker's or a write's, never a read's)."""
     read_at = ws.clock.now()
-    serials = {stack: ws.engine.state_serial(stack) for stack in stacks}
+    with ws.store.session(readonly=True):  # one snapshot: an engine reading the store reads it in this transaction
+        serials = {stack: ws.engine.state_serial(stack) for stack in stacks}
     if serials:
         with ws.store.session() as session:
             session.stacks.record_serials(serials, read_at)
@@ -228,14 +230,15 @@ def sync_proposal(ws: Workspace, proposal_id: int) -> tuple[Proposal, list[str]]
             raise round_error(ended)
         said = (ended.result or {}).get("changes") if ended.state == RoundState.ASSEMBLED else None
         return get_proposal(ws, proposal_id), list(said if said is not None else ended.changes)
-    main_sha, results = plan_merged(ws, stacks, head, _origin(proposal, paths))
+    main_sha, plans = plan_merged(ws, stacks, head, _origin(proposal, paths))
     new_agent_work = head != proposal.head_sha and proposal.proposer.is_agent
-    capacity = guard_agent_change(ws, proposal.proposer, proposal_id, results) if new_agent_work else None
+    capacity = guard_agent_change(ws, proposal.proposer, proposal_id, [unstage(p) for p in plans]) \
+        if new_agent_work else None
     with ws.store.session() as session:
         locked = session.proposals.get(proposal_id, lock=True)
         if locked.status not in DECIDABLE:
             return locked, []
-        said = write_replan(ws, session, locked, Replanned(head, main_sha, stacks, paths), results, capacity, changes)
+        said = write_replan(ws, session, locked, Replanned(head, main_sha, stacks, paths), plans, capacity, changes)
         return session.proposals.get(proposal_id), said
 
 
@@ -361,9 +364,9 @@ def abandon_proposal(ws: Records, actor: Principal, proposal_id: int, reason: st
 
 def replan_proposal(ws: Workspace, proposal: Proposal) -> None:
     """Plan every stack of the proposal afresh at its commit (merged onto main) and save the plans."""
-    main_sha, results = plan_merged(ws, proposal.stacks, proposal.head_sha, _origin(proposal, proposal.changed_paths))
+    main_sha, plans = plan_merged(ws, proposal.stacks, proposal.head_sha, _origin(proposal, proposal.changed_paths))
     with ws.store.session() as session:
-        record_plans(session, proposal.id, proposal.head_sha, main_sha, results)
+        record_plans(session, proposal.id, proposal.head_sha, main_sha, plans)
 
 
 def _origin(proposal: Proposal, paths: Sequence[str]) -> ChangeOrigin:

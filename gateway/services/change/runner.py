@@ -167,7 +167,8 @@ def _stop_without_locks(ws: Records, actor: Principal, proposal: Proposal, locks
 
 def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, runner: str, merged: str,
                   report: ApplyReport, say: Callable[[str], None], locks: HeldLocks) -> None:
-    for stack in proposal.stacks:
+    order = ws.repo_settings().apply_order(proposal.stacks)  # main's `after:`: e.g. the network before its apps
+    for index, stack in enumerate(order):
         locks.check(f"applying stack {stack}")
         say(f"applying stack {stack}")
         outcome = _apply_stack(ws, actor, proposal, stack, runner, merged, lambda line: say(f"  {line}"))
@@ -175,7 +176,11 @@ def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, runner: s
         report.outcomes.append(outcome)
         fault_points.reach(f"apply.after_stack:{stack}")
         if not outcome.succeeded:
-            _transition(ws, proposal.id, Transition.FAIL, actor, {"stack": stack, "error": outcome.error})
+            not_started = order[index + 1:]
+            if not_started:
+                say(f"not started: {', '.join(not_started)} (stopped at the first failure)")
+            _transition(ws, proposal.id, Transition.FAIL, actor, {"stack": stack, "error": outcome.error,
+                                                                  "not_started": not_started})
             return
 
 

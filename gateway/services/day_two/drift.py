@@ -21,6 +21,7 @@ from gateway.domain.principals import GATEWAY, SYSTEM_NAME, Principal, Principal
 from gateway.domain.proposal import Proposal, ProposalKind
 from gateway.services.change.breaker import guard_agent_change
 from gateway.services.change.jobs import enqueue_job
+from gateway.services.change.plan_rounds import stage
 from gateway.services.change.planning import ChangeOrigin, StackPlanResult, plan_stack
 from gateway.services.change.proposals import get_proposal, record_plans, stored_previews
 from gateway.services.workspace import Records, Workspace
@@ -93,7 +94,7 @@ def revert_drift(ws: Workspace, actor: Principal, stack: str) -> DriftOutcome:
                                                       "requested_by": actor.name}, pid, [stack])
         session.audit.append(gateway, "proposal.opened", {"branch": branch, "base_sha": main_sha,
                                                           "head_sha": main_sha, "kind": "drift_revert"}, pid, [stack])
-        record_plans(session, pid, main_sha, main_sha, [result])
+        record_plans(session, pid, main_sha, main_sha, [stage(result)])
         session.breaker.record_change(replace(capacity, proposal_id=pid))
     return _decide_revert(ws, gateway, get_proposal(ws, pid), result, main_sha)
 
@@ -146,7 +147,7 @@ def _revert_again(ws: Workspace, actor: Principal, gateway: Principal, revert: P
         session.audit.append(gateway, "drift.found", {"stack": stack, "drifted": drifted, "main_sha": main_sha,
                                                       "requested_by": actor.name, "replans": revert.id},
                              revert.id, [stack])
-        record_plans(session, revert.id, locked.head_sha, main_sha, [result])
+        record_plans(session, revert.id, locked.head_sha, main_sha, [stage(result)])
         session.breaker.record_change(replace(capacity, proposal_id=revert.id))
         updated = session.proposals.get(revert.id)
         stale = [d for d in updated.stale_decisions if locked.is_current(d)]

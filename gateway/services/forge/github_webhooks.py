@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from gateway.domain.errors import AuthError, InputError, NotFound
-from gateway.domain.github import parse_command, signature_valid
+from gateway.domain.github import parse_command, repository_allowed, signature_valid
 from gateway.domain.github_rules import (
     ForgeAccount,
     ReviewState,
@@ -37,9 +37,10 @@ from gateway.services.forge.github_events import (
     parse_event,
     repository_of,
 )
-from gateway.services.workspace import Workspace
+from gateway.services.workspace import Configured, Workspace
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
+INSTALLATION_EVENTS = frozenset({"installation", "installation_repositories"})  # about the App, not one repository
 TERMS = review_flow.ForgeTerms(
     name="GitHub", settings=lambda repo: repo.github, home="repository", prefix="github", request="pull request",
     sign="#", note="comment", membership_check="github.team_check", members_by_id=False, names_branch_pushers=False,
@@ -58,16 +59,21 @@ def receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> 
 
 
 def _receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
-    secret = require_webhook_secret(ws)
-    if secret is None:
-        raise NotFound("no GitHub forge is configured in gateway.yaml")
+    secret = _webhook_secret(ws)
     if not signature_valid(secret, body, headers.get("x-hub-signature-256")):
         raise AuthError("the webhook signature (X-Hub-Signature-256) is missing or does not match the secret")
     delivery, event = headers.get("x-github-delivery", "").strip(), headers.get("x-github-event", "").strip()
     if not delivery or not event or len(delivery) > 100 or len(event) > 60:
         raise InputError("a delivery needs the X-GitHub-Delivery and X-GitHub-Event headers")
     payload = webhook_intake.json_object(body)
-    action = payload.get("action") if isinstance(payload.get("action"), str) else None
+    action = payload.get("action")
+    action = action[:60] if isinstance(action, str) else None
+    if event in INSTALLATION_EVENTS:
+        return _record_installation(ws, delivery, event, action, payload, body)
+    repository = payload.get("repository")
+    full_name = repository.get("full_name") if isinstance(repository, dict) else None
+    full_name = full_name if isinstance(full_name, str) and full_name else None
+    ws = webhook_intake.routed(ws, TERMS, full_name, delivery, event, action, body)
     handle = webhook_intake.worth_a_job(lambda: parse_event(event, payload), needs_handling)
     with ws.store.session() as session:
         if not session.github.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
@@ -76,12 +82,51 @@ def _receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) ->
         job_id = None
         if handle:
             number = _pull_number(payload)
-            repository = payload.get("repository")
-            full_name = str(repository.get("full_name") or "") if isinstance(repository, dict) else ""
-            proposal_id = session.github.proposal_for_pull_request(full_name, number) if number else None
+            proposal_id = session.github.proposal_for_pull_request(full_name or "", number) if number else None
             job_id = session.jobs.add(JobKind.WEBHOOK, proposal_id, GITHUB, {"delivery": delivery})
             session.github.set_delivery_job(delivery, job_id)
     return {"delivery": delivery, "duplicate": False, "job": job_id}
+
+
+def _webhook_secret(ws: Workspace) -> str:
+    """GATEWAY_GITHUB_WEBHOOK_SECRET, one for every repository (one App, or one secret on each repository's hook)."""
+    secret = ws.settings.github_webhook_secret
+    if secret is not None and secret.get_secret_value().strip():
+        return secret.get_secret_value()
+    require_webhook_secret(ws)  # main says forge: github: the missing secret is a ConfigError that says so
+    raise NotFound("no GitHub forge is configured in gateway.yaml")
+
+
+def _record_installation(ws: Configured, delivery: str, event: str, action: str | None, payload: Mapping[str, Any],
+                         body: bytes) -> dict[str, Any]:
+    """The App was installed, removed, or given or denied repositories: recorded (which ones, and those outside
+    GATEWAY_GITHUB_REPOSITORIES), never a job: a repository is served once a gateway.yaml names it."""
+    installation = _object(payload.get("installation"))
+    account = _object(installation.get("account"))
+    listed = _full_names(payload.get("repositories"))
+    added = _full_names(payload.get("repositories_added")) if event == "installation_repositories" else (
+        listed if action == "created" else [])
+    removed = _full_names(payload.get("repositories_removed")) if event == "installation_repositories" else (
+        listed if action == "deleted" else [])
+    allowed = ws.settings.github_repositories
+    with ws.store.session() as session:
+        if not session.github.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
+            return {"delivery": delivery, "duplicate": True, "job": None}
+        session.audit.append(GITHUB, f"github.{event}", {
+            "delivery": delivery, "action": action, "installation": installation.get("id"),
+            "account": account.get("login"), "added": added, "removed": removed,
+            "not_allowed": [] if allowed is None else [r for r in added if not repository_allowed(allowed, r)]})
+    return {"delivery": delivery, "duplicate": False, "job": None}
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _full_names(repositories: Any) -> list[str]:
+    """The `full_name`s of a payload's list of repositories (what is not one is left out)."""
+    items = repositories if isinstance(repositories, list) else []
+    return [str(r["full_name"])[:200] for r in items if isinstance(r, dict) and isinstance(r.get("full_name"), str)]
 
 
 def needs_handling(event: GitHubEvent) -> bool:

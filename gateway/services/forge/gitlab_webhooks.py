@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from gateway.domain.errors import AuthError, InputError, NotFound
+from gateway.domain.errors import AuthError, ConfigError, InputError, NotFound
 from gateway.domain.github import parse_command
 from gateway.domain.gitlab_rules import (
     approval_head_refusals,
@@ -70,10 +70,8 @@ def token_valid(secret: str, header: str | None) -> bool:
 
 
 def _receive(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
-    if ws.repo_settings().gitlab is None:
-        raise NotFound("no GitLab forge is configured in gateway.yaml")
-    secret = require_webhook_secret(ws)
-    if secret is None or not token_valid(secret, headers.get("x-gitlab-token")):
+    secret = _webhook_secret(ws)
+    if not token_valid(secret, headers.get("x-gitlab-token")):
         raise AuthError("the webhook token (X-Gitlab-Token) is missing or is not the secret")
     uuid, event = headers.get("x-gitlab-event-uuid", "").strip(), headers.get("x-gitlab-event", "").strip()
     resend = headers.get("idempotency-key", "").strip()
@@ -83,6 +81,10 @@ def _receive(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str
     handle = webhook_intake.worth_a_job(lambda: parse_event(event, payload), needs_handling)
     delivery = DELIVERY_PREFIX + uuid
     action = _action(payload)
+    project = payload.get("project")
+    path = project.get("path_with_namespace") if isinstance(project, dict) else None
+    path = path if isinstance(path, str) and path else None
+    ws = webhook_intake.routed(ws, TERMS, path, delivery, EVENT_NAMES.get(event, event), action, body)
     with ws.store.session() as session:
         # a resend from GitLab's UI carries a new X-Gitlab-Event-UUID but the first one's Idempotency-Key: both count
         aliases = [f"{DELIVERY_PREFIX}resend:{resend}"] if resend else []
@@ -96,12 +98,24 @@ def _receive(ws: Workspace, headers: Mapping[str, str], body: bytes) -> dict[str
         job_id = None
         if handle:
             number = _merge_request_number(payload)
-            project = payload.get("project")
-            path = str(project.get("path_with_namespace") or "") if isinstance(project, dict) else ""
-            proposal_id = session.github.proposal_for_pull_request(path, number) if number else None
+            proposal_id = session.github.proposal_for_pull_request(path or "", number) if number else None
             job_id = session.jobs.add(JobKind.WEBHOOK, proposal_id, GITLAB, {"delivery": delivery, "forge": "gitlab"})
             session.github.set_delivery_job(delivery, job_id)
     return {"delivery": delivery, "duplicate": False, "job": job_id}
+
+
+def _webhook_secret(ws: Workspace) -> str:
+    """GATEWAY_GITLAB_WEBHOOK_SECRET, one for every repository's project hook."""
+    secret = ws.settings.gitlab_webhook_secret
+    if secret is not None and secret.get_secret_value().strip():
+        return secret.get_secret_value()
+    try:
+        main_names_gitlab = ws.repo_settings().gitlab is not None
+    except ConfigError:  # a broken gateway.yaml is reported where it is used
+        main_names_gitlab = False
+    if main_names_gitlab:
+        require_webhook_secret(ws)  # the missing secret is a ConfigError that says so
+    raise NotFound("no GitLab forge is configured in gateway.yaml")
 
 
 def _resent(session: Any, alias: str) -> str:

@@ -1,23 +1,26 @@
 """What every forge's webhook does alike, around what only the forge knows (its signature or token, its headers, its
-payloads): the route counts each delivery and reads the body as a JSON object; the worker loads the recorded
-delivery, refuses a malformed one in the trail, and counts what it handled.
+payloads): the route counts each delivery, reads the body as a JSON object and takes it to the repository whose
+gateway.yaml names its forge repository (refusing, in the trail once, one no repository may take); the worker loads
+the recorded delivery, refuses a malformed one in the trail, and counts what it handled.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from gateway.domain.errors import GatewayError, InputError, MalformedDelivery, NotFound, Refused
 from gateway.domain.github import Delivery
 from gateway.domain.jobs import Job
 from gateway.domain.operations import webhook_event_label
 from gateway.domain.principals import SystemActor
+from gateway.services.forge import routing
 from gateway.services.forge.review_flow import ForgeTerms
-from gateway.services.workspace import Delivering, Workspace
+from gateway.services.workspace import Delivering, Records, Workspace
 
 Event = TypeVar("Event")
+REFUSED = "refused:"  # the id a refused delivery is recorded under, beside its own
 
 
 def counted(ws: Delivering, label: str, receive: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -40,6 +43,30 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise InputError("the delivery's body is not a JSON object")
     return payload
+
+
+def routed(ws: Workspace, terms: ForgeTerms, named: str | None, delivery: str, event: str, action: str | None,
+           body: bytes) -> Workspace:
+    """The workspace of the repository whose main gateway.yaml names `named`, the forge repository the delivery is
+    about (this one when the delivery names none). A delivery no repository may take is recorded, its refusal said
+    in this workspace's trail once (a redelivery is refused again, silently), and refused."""
+    if named is None:
+        return ws
+    route = routing.route_delivery(ws, "github" if terms.prefix == "github" else "gitlab", named)
+    if route.repository is not None:
+        return ws.in_repository(route.repository)
+    refuse_delivery(ws, terms, delivery, event, action, body, {terms.home: named}, route.refusal)
+
+
+def refuse_delivery(ws: Records, terms: ForgeTerms, delivery: str, event: str, action: str | None, body: bytes,
+                    about: dict[str, Any], reason: str) -> NoReturn:
+    """Record the delivery as refused and, the first time, `<forge>.delivery.refused` naming what it is `about`; then
+    refuse. It is kept under an id of its own: redelivered once a repository may take it, it is taken."""
+    with ws.store.session() as session:
+        if session.github.add_delivery(REFUSED + delivery, event, action, body.decode("utf-8", "replace")):
+            session.audit.append(SystemActor(terms.prefix), f"{terms.prefix}.delivery.refused", {
+                "delivery": delivery, "event": event, **about, "reasons": [reason]})
+    raise Refused([reason])
 
 
 def worth_a_job(parse: Callable[[], Event | None], needs_handling: Callable[[Event], bool]) -> bool:
@@ -71,7 +98,7 @@ def handle_recorded(ws: Workspace, job: Job, terms: ForgeTerms, parse: Callable[
     if event is None:
         return {"ignored": f"{delivery.event} deliveries are recorded, not handled"}
     ours, theirs = terms.settings(ws.repo_settings()), repository_of(event)
-    if ours is None or theirs != ours.repository:
+    if ours is None or theirs.casefold() != ours.repository.casefold():  # main changed since it was routed here
         return {"ignored": f"a delivery for {theirs}, which is not this gateway's {terms.home}"}
     result = act(event)
     lag = ws.clock.now() - delivery.received_at

@@ -36,7 +36,7 @@ class SqlSandboxStore:
             return int(conn.scalar(_SERIAL, {"stack": stack}) or 0)
 
     def read_state(self, stack: str) -> StackState | None:
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             header = conn.scalar(select(stack_states.c.body).where(stack_states.c.stack == stack))
             rows = conn.execute(select(state_resources.c.address, state_resources.c.body)
                                 .where(state_resources.c.stack == stack)).all()
@@ -109,7 +109,7 @@ class SqlSandboxStore:
     def get_objects(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
         found: dict[tuple[str, str], dict[str, Any]] = {}
         wanted = set(keys)
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             for rtype in {t for t, _ in wanted}:
                 ids = [i for t, i in wanted if t == rtype]
                 for start in range(0, len(ids), 500):
@@ -119,7 +119,7 @@ class SqlSandboxStore:
         return found
 
     def get_object(self, rtype: str, rid: str) -> dict[str, Any] | None:
-        with self.db.transaction() as conn:
+        with self.db.transaction(readonly=True) as conn:
             body = conn.scalar(
                 select(sandbox_objects.c.attributes).where(sandbox_objects.c.type == rtype, sandbox_objects.c.id == rid)
             )

@@ -224,14 +224,22 @@ def route_cost(ws: Workspace, names: list[str]) -> None:
     fresh.close()
     rng = random.Random(5)
     samples = []
+    try:
+        from gateway.services.forge.routing import route_delivery
+    except ImportError:
+        route_delivery = None
     for _ in range(200):
         name = rng.choice(names)
         t0 = time.perf_counter()
-        ws.in_repository(name).repo_settings()
+        if route_delivery is None:
+            ws.in_repository(name).repo_settings()
+        else:  # the generated gateway.yaml names no forge repository: every repository is read, as for a hit
+            route_delivery(ws, "github", f"example/{name}")
         samples.append((time.perf_counter() - t0) * 1000)
     samples.sort()
-    print(f"webhook route (no routing function on main: ws.in_repository(name) + its main gateway.yaml, in this "
-          f"process): p50 {statistics.median(samples):.2f} ms, p95 {statistics.quantiles(samples, n=20)[-1]:.2f} ms "
+    how = ("route_delivery of a GitHub repository, every one of the gateway's read" if route_delivery else
+           "no routing function on main: ws.in_repository(name) + its main gateway.yaml")
+    print(f"webhook route ({how}, in this process): p50 {statistics.median(samples):.2f} ms, p95 {statistics.quantiles(samples, n=20)[-1]:.2f} ms "
           f"(goal p95 ≤ {READ_GOAL:.0f} ms); the first to each repository in a new process: median "
           f"{statistics.median(cold):.1f} ms, most {max(cold):.1f} ms; {load()}")
 

@@ -14,11 +14,12 @@ The world:
 
 The reads, through `gateway serve --workers 0` (one API process, as benchmarks/reads.py), at 1 and 8 clients:
 `GET /api/v1/repos/{repo}/proposals/{id}` (goal p95 ≤ 20 ms), the inbox of an approver of every stack
-(`GET /api/v1/repos/{repo}/inbox`: the repository's ~100 open proposals), and the audit filters by stack and by
-proposal (one page of 100 from a random `after`; goal p95 ≤ 50 ms). Floors: a 404 of the same app (routing, HTTP, no
-work) and `SELECT 1` through the store's engine. A webhook's route to its repository, in this process: where no
-routing function exists, `ws.in_repository(name)` plus reading that repository's main gateway.yaml (what any route
-must at least do), which the output says, warm and on a new process's first call to each repository. Then the
+(`GET /api/v1/repos/{repo}/inbox`: the repository's ~100 open proposals), and the audit filters by stack, by
+proposal and by repository (migration 33), one page of 100 from a random `after` (goal p95 ≤ 50 ms). Floors: a 404
+of the same app (routing, HTTP, no work) and `SELECT 1` through the store's engine. A webhook's route to its
+repository, in this process: `route_delivery` for a GitHub repository (the generated gateway.yaml names none, so
+every repository is read, as for a hit; where main has no routing function, `ws.in_repository(name)` plus its main
+gateway.yaml instead), warm and on a new process's first call to each repository. Then the
 proposal read and the inbox in this process, without HTTP: statements and CPU a call, and the slowest statements of
 one call (figures the machine's load moves less than the latencies).
 

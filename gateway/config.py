@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from gateway.domain.errors import ConfigError
 from gateway.domain.repositories import DEFAULT_REPOSITORY
+from gateway.domain.repositories import NAME as REPOSITORY_NAME
 
 ENV_PREFIX = "GATEWAY_"
 
@@ -186,6 +187,14 @@ class Settings(BaseModel):
                                        "certificate (PEM, chain included) and GATEWAY_TLS_KEY_FILE")
     tls_key_file: Path | None = Field(default=None, description="the private key of GATEWAY_TLS_CERT_FILE (PEM)")
 
+    @field_validator("repository")
+    @classmethod
+    def _a_repository_name(cls, value: str | None) -> str | None:
+        """A name as `gateway repos add` takes it: never a path (`../x` would reach outside the workspace)."""
+        if value is not None and not REPOSITORY_NAME.match(value):
+            raise ValueError(f"{value!r} is not a repository name (`gateway repos list` names them)")
+        return value
+
     @field_validator("github_repositories")
     @classmethod
     def _owner_name_patterns(cls, value: list[str] | None) -> list[str] | None:
@@ -244,7 +253,9 @@ class Settings(BaseModel):
         return self.home / "declarations.git" if name == DEFAULT_REPOSITORY else self.home / "repos" / f"{name}.git"
 
     def in_repository(self, name: str) -> Settings:
-        """The same settings, working in repository `name`."""
+        """The same settings, working in repository `name` (a ConfigError for what cannot be a repository's name)."""
+        if not REPOSITORY_NAME.match(name):
+            raise ConfigError(f"{name!r} is not a repository name (`gateway repos list` names them)")
         return self.model_copy(update={"repository": name})
 
     @property

@@ -22,7 +22,7 @@ from gateway.composition import add_repository, open_workspace
 from gateway.config import Settings
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.approvals import approver_groups
-from gateway.domain.errors import Conflict, InAnotherRepository, NotFound, Refused
+from gateway.domain.errors import ConfigError, Conflict, InAnotherRepository, InputError, NotFound, Refused
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.proposal import Decision
@@ -242,6 +242,10 @@ def test_repositories_are_added_by_admins_listed_and_removed_with_their_records_
         remove_repository(two.ws, two.people.admin, "declarations")
     with pytest.raises(NotFound, match="no repository nope"):
         two.ws.in_repository("nope")
+    with pytest.raises(InputError, match="repository name '../declarations'"):  # a name, never a path
+        two.ws.in_repository("../declarations")
+    with pytest.raises(ConfigError, match="not a repository name"):
+        Settings(home=two.ws.settings.home, repository="../declarations")
 
 
 def test_the_api_works_in_either_repository_and_sends_a_proposal_to_where_it_is(two: Two) -> None:
@@ -263,6 +267,8 @@ def test_the_api_works_in_either_repository_and_sends_a_proposal_to_where_it_is(
 
         wrong = client.get(f"/api/v1/repos/declarations/proposals/{theirs}", headers=token)
         assert wrong.status_code == 404 and "it is in data" in wrong.json()["detail"]
+        climbing = client.get("/api/v1/proposals?repo=../declarations", headers=token)
+        assert climbing.status_code == 422 and "repository name" in climbing.json()["detail"], climbing.text
         unknown = client.get("/api/v1/repos/nope/proposals", headers=token)
         assert unknown.status_code == 404 and "no repository nope" in unknown.json()["detail"]
         sign_in_client(client, two.people.tokens["erin"])
@@ -282,6 +288,8 @@ def test_the_cli_works_in_the_repository_of_the_clone_it_runs_in(two: Two) -> No
     assert "stacks data/network" in proposed.stdout
     listed = run_cli(["list"], home, two.people.tokens["alice"])
     assert listed.returncode == 0 and "a queue" not in listed.stdout  # the workspace's own repository's list
+    climbing = run_cli(["--repo", "../declarations", "list"], home, two.people.tokens["alice"])
+    assert climbing.returncode == 1 and "not a repository name" in climbing.stderr and "Traceback" not in climbing.stderr
     repos = run_cli(["repos", "list"], home, two.people.tokens["alice"])
     assert repos.returncode == 0 and "data" in repos.stdout and "declarations" in repos.stdout
 

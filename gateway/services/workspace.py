@@ -13,6 +13,7 @@ from gateway.domain.errors import NotConfigured
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import ForgeSettings, RepoSettings
+from gateway.domain.repositories import check_name
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
     NO_METRICS,
@@ -141,6 +142,7 @@ class Workspace:
         serve is a NotFound naming those it does."""
         if name == self.repository:
             return self
+        check_name(name)  # a name, never a path
         if self.open_repository is None:
             raise NotConfigured(f"this process serves repository {self.repository} only, not {name}")
         return self.open_repository(name)

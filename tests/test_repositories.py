@@ -22,7 +22,7 @@ from gateway.composition import add_repository, open_workspace
 from gateway.config import Settings
 from gateway.domain.apply_blockers import apply_blockers
 from gateway.domain.approvals import approver_groups
-from gateway.domain.errors import ConfigError, Conflict, InAnotherRepository, InputError, NotFound, Refused
+from gateway.domain.errors import ConfigError, Conflict, InAnotherRepository, NotFound, Refused
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.proposal import Decision
@@ -242,7 +242,7 @@ def test_repositories_are_added_by_admins_listed_and_removed_with_their_records_
         remove_repository(two.ws, two.people.admin, "declarations")
     with pytest.raises(NotFound, match="no repository nope"):
         two.ws.in_repository("nope")
-    with pytest.raises(InputError, match="repository name '../declarations'"):  # a name, never a path
+    with pytest.raises(NotFound, match="no repository '../declarations'"):  # a name, never a path
         two.ws.in_repository("../declarations")
     with pytest.raises(ConfigError, match="not a repository name"):
         Settings(home=two.ws.settings.home, repository="../declarations")
@@ -268,7 +268,7 @@ def test_the_api_works_in_either_repository_and_sends_a_proposal_to_where_it_is(
         wrong = client.get(f"/api/v1/repos/declarations/proposals/{theirs}", headers=token)
         assert wrong.status_code == 404 and "it is in data" in wrong.json()["detail"]
         climbing = client.get("/api/v1/proposals?repo=../declarations", headers=token)
-        assert climbing.status_code == 422 and "repository name" in climbing.json()["detail"], climbing.text
+        assert climbing.status_code == 404 and "no repository '../declarations'" in climbing.json()["detail"]
         unknown = client.get("/api/v1/repos/nope/proposals", headers=token)
         assert unknown.status_code == 404 and "no repository nope" in unknown.json()["detail"]
         sign_in_client(client, two.people.tokens["erin"])

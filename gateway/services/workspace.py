@@ -9,11 +9,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gateway.config import Settings
-from gateway.domain.errors import NotConfigured
+from gateway.domain.errors import NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import ForgeSettings, RepoSettings
-from gateway.domain.repositories import check_name
+from gateway.domain.repositories import NAME as REPOSITORY_NAME
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
     NO_METRICS,
@@ -142,7 +142,9 @@ class Workspace:
         serve is a NotFound naming those it does."""
         if name == self.repository:
             return self
-        check_name(name)  # a name, never a path
+        if not REPOSITORY_NAME.match(name):  # a name, never a path: no repository is called that
+            raise NotFound(f"no repository {name!r} in this gateway (a repository's name is lower case letters, "
+                           "digits, '.', '_' or '-')")
         if self.open_repository is None:
             raise NotConfigured(f"this process serves repository {self.repository} only, not {name}")
         return self.open_repository(name)

@@ -97,8 +97,9 @@ class Prometheus:
 
     def value(self, query: str) -> float | None:
         """The query's one value now (None: no series)."""
-        answer = httpx.get(f"{self.url}/api/v1/query", params={"query": query}, timeout=5).json()
-        result = answer["data"]["result"]
+        answer = httpx.get(f"{self.url}/api/v1/query", params={"query": query}, timeout=5)
+        answer.raise_for_status()
+        result = answer.json()["data"]["result"]
         assert len(result) <= 1, result
         return float(result[0]["value"][1]) if result else None
 
@@ -106,6 +107,10 @@ class Prometheus:
         alerts = httpx.get(f"{self.url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
         return any(a["labels"]["alertname"] == alert and a["state"] == "firing"
                    and all(a["labels"].get(k) == v for k, v in labels.items()) for a in alerts)
+
+    def ready(self) -> bool:
+        """Prometheus answers 503 "Service Unavailable" until its storage is open."""
+        return httpx.get(f"{self.url}/-/ready", timeout=5).status_code == 200
 
     def targets_up(self) -> int:
         return int(self.value("sum(up)") or 0)
@@ -168,7 +173,7 @@ def day(tmp_path: Path, postgres_url: str, prometheus_binary: str) -> Iterator[d
 
 def _answers(prometheus: Prometheus) -> int:
     try:
-        return prometheus.targets_up()
+        return prometheus.targets_up() if prometheus.ready() else 0
     except httpx.HTTPError:
         return 0
 

@@ -101,7 +101,8 @@ class Settings(BaseModel):
     github_app_id: int | None = Field(default=None, description="GitHub App id (preferred: only an App writes checks)")
     github_app_private_key: SecretStr | None = Field(default=None, description="the App's PEM private key")
     github_app_private_key_file: Path | None = Field(default=None, description="... or a file holding it")
-    github_installation_id: int | None = Field(default=None, description="the App's installation on the repo")
+    github_installation_id: int | None = Field(
+        default=None, description="the App's installation (unset: each repository's own, asked of GitHub)")
     github_webhook_secret: SecretStr | None = Field(
         default=None, description="verifies X-Hub-Signature-256; the webhook route refuses to start without it")
     github_repositories: list[str] | None = Field(

@@ -63,6 +63,7 @@ from tests.github_schemas import validate_rest_request, validate_rest_response, 
 log = logging.getLogger(__name__)
 
 JsonObj = dict[str, Any]
+_REPOSITORY_PATH = re.compile(r"/repos/([^/]+/[^/]+)(?:/|$)")
 HTML_BASE = "https://github.com"
 DOCS_URL = "https://docs.github.com/rest"
 ZERO_SHA = "0" * 40
@@ -322,6 +323,7 @@ class _Identity:
 
     kind: str  # "token" | "installation" | "app"
     login: str | None = None
+    installation: int | None = None  # an installation token's installation: it reaches that installation's repositories
 
 
 @dataclass
@@ -389,11 +391,16 @@ class _Route:
 
 
 class FakeGitHub:
-    """One organisation ``owner`` with one repository ``owner/name``, a GitHub App installed on it, served over HTTP."""
+    """One organisation ``owner`` with one repository ``owner/name``, a GitHub App installed on it, served over HTTP.
+
+    ``add_repository`` puts more repositories on the same server, with the same people, teams, App and tokens.
+    """
+
+    installed = True  # the App is installed on the repository (``add_repository(..., installed=False)``: not)
 
     def __init__(self, root: Path, owner: str = "acme", name: str = "infra", *, app_id: int = 4242,
                  installation_id: int = 77, app_slug: str = "change-gateway",
-                 default_login: str = "gateway-bot") -> None:  # fmt: skip
+                 default_login: str = "gateway-bot", host: FakeGitHub | None = None) -> None:  # fmt: skip
         self.root = Path(root)
         self.owner = owner
         self.name = name
@@ -412,8 +419,9 @@ class FakeGitHub:
         self.faults_served: list[RecordedRequest] = []  # requests answered by a fault from ``fail_requests``
         self._faults: list[_Fault] = []
 
-        self._lock = threading.RLock()
-        self._ids = itertools.count(1001)
+        self._host = host
+        self._lock = threading.RLock() if host is None else host._lock
+        self._ids = itertools.count(1001) if host is None else host._ids
         self._numbers = itertools.count(1)
         self._git = _Git(Path(self.git_url))
         self._git.init(self.default_branch)
@@ -423,14 +431,15 @@ class FakeGitHub:
         ).decode()
         self._app_public_key = key.public_key()
 
-        self._users: dict[str, _User] = {}
-        self._teams: dict[str, _Team] = {}
+        # People, teams and tokens are GitHub's, not a repository's: shared with the host's other repositories.
+        self._users: dict[str, _User] = {} if host is None else host._users
+        self._teams: dict[str, _Team] = {} if host is None else host._teams
         self._pulls: dict[int, _Pull] = {}
         self._comments: dict[int, _Comment] = {}
         self._reviews: dict[int, _Review] = {}
         self._statuses: dict[str, list[JsonObj]] = {}
         self._check_runs: dict[int, JsonObj] = {}
-        self._tokens: dict[str, _Identity] = {}
+        self._tokens: dict[str, _Identity] = {} if host is None else host._tokens
         self._permissions: dict[str, str] = {}
         self._protection: dict[str, tuple[tuple[str, ...], int]] = {}
         self.org_id = self._add_account(owner, "Organization").id
@@ -441,17 +450,41 @@ class FakeGitHub:
         self._add_account(default_login, "User")
         self._created_at = now_iso()
         self._routes = self._build_routes()
+        self._repositories: dict[str, FakeGitHub] = {self.full_name: self} if host is None else host._repositories
+        self._repositories[self.full_name] = self
+        self._thread: threading.Thread | None = None
+        if host is not None:  # served by the host's server
+            self._server, self.url = host._server, host.url
+            return
         # Bound now, so that ``url`` (which every API URL in responses and payloads starts with) is known at once.
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), type("_Handler", (_Handler,), {"fake": self}))
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread: threading.Thread | None = None
+
+    def add_repository(self, name: str, *, owner: str | None = None, installation_id: int | None = None,
+                       installed: bool = True) -> FakeGitHub:  # fmt: skip
+        """Another repository ``owner/name`` on this server (this one's owner unless given), with its own pull
+        requests, reviews and git (``root/owner/name``), in the App's installation ``installation_id`` (this one's
+        unless given: one organisation is one installation), or in none (``installed=False``). An installation token
+        reaches only its installation's repositories (404 elsewhere, as on GitHub). Returns the repository's fake, to
+        seed and drive as this one."""
+        with self._lock:
+            owner = owner or self.owner
+            if f"{owner}/{name}" in self._repositories:
+                raise ValueError(f"{owner}/{name} is already on this server")
+            repository = FakeGitHub(self.root / owner / name, owner, name, app_id=self.app_id,
+                                    installation_id=installation_id or self.installation_id, app_slug=self.app_slug,
+                                    default_login=self.default_login, host=self._host or self)
+            repository.installed = installed
+            return repository
 
     # ---------------------------------------------------------------------------------------------- lifecycle
 
     def start(self) -> FakeGitHub:
         """Serve HTTP on ``url`` from a background thread."""
-        if self._thread is None:
+        if self._host is not None:
+            self._host.start()
+        elif self._thread is None:
             self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
                                             name="fake-github", daemon=True)  # fmt: skip
             self._thread.start()
@@ -459,6 +492,8 @@ class FakeGitHub:
 
     def stop(self) -> None:
         """Stop serving and close the socket (the bare repository stays)."""
+        if self._host is not None:
+            return
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout=5)
@@ -897,7 +932,8 @@ class FakeGitHub:
             "name": self.app_slug.replace("-", " ").title(), "description": "The change gateway",
             "external_url": "https://gateway.example.com", "html_url": f"{HTML_BASE}/apps/{self.app_slug}",
             "created_at": self._created_at, "updated_at": self._created_at,
-            "permissions": dict(APP_PERMISSIONS), "events": list(APP_EVENTS), "installations_count": 1,
+            "permissions": dict(APP_PERMISSIONS), "events": list(APP_EVENTS),
+            "installations_count": len({r.installation_id for r in self._repositories.values() if r.installed}),
         }  # fmt: skip
 
     def _installation_json(self) -> JsonObj:
@@ -1352,6 +1388,10 @@ class FakeGitHub:
         split = urlsplit(raw_path)
         path = unquote(split.path)
         query = {k: v[0] for k, v in parse_qs(split.query).items()}
+        named = _REPOSITORY_PATH.match(path)
+        other = self._repositories.get(named.group(1)) if named else None
+        if other is not None and other is not self:
+            return other.respond(method, raw_path, headers, raw_body)
         try:
             body = json.loads(raw_body) if raw_body else None
         except ValueError:
@@ -1378,6 +1418,9 @@ class FakeGitHub:
                 self._authorize(route, request)
                 if method in ("POST", "PATCH", "PUT") and route.template is not None:
                     self._check_request(route, body)
+                if "owner" in params and identity is not None and identity.kind == "installation" \
+                        and (identity.installation != self.installation_id or not self.installed):
+                    raise _HTTPError(404, "Not Found")  # the App is not installed here through that installation
                 if "owner" in params and (params["owner"], params["repo"]) != (self.owner, self.name):
                     if not (route.template == "/repos/{owner}/{repo}" and params["repo"] == self.name
                             and params["owner"] in self._fork_ids):  # fmt: skip
@@ -1447,16 +1490,19 @@ class FakeGitHub:
         return 200, self._app_json()
 
     def _create_access_token(self, request: _Request) -> tuple[int, Any]:
-        if int(request.params["id"]) != self.installation_id:
+        installation = int(request.params["id"])
+        if installation not in {r.installation_id for r in self._repositories.values() if r.installed}:
             raise _HTTPError(404, "Not Found")
         token = "ghs_" + secrets.token_urlsafe(27)[:36]
-        self._tokens[token] = _Identity("installation", self.bot_login)
+        self._tokens[token] = _Identity("installation", self.bot_login, installation)
         expires = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         permissions = (request.body or {}).get("permissions") or dict(APP_PERMISSIONS)
         return 201, {"token": token, "expires_at": expires, "permissions": permissions,
                      "repository_selection": "selected"}  # fmt: skip
 
     def _get_repo_installation(self, request: _Request) -> tuple[int, Any]:
+        if not self.installed:
+            raise _HTTPError(404, "Not Found")
         return 200, self._installation_json()
 
     # --- users, organisation, teams

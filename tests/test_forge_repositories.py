@@ -2,8 +2,9 @@
 gateway.yaml names the delivery's forge repository, and is recorded and handled there.
 
 Two repositories of one gateway, each with `forge: github` naming a GitHub repository of its own (acme/infra for the
-workspace's own, acme/data for `data`), each a fake GitHub over real HTTP with real git (the fakes number their
-accounts alike, so a person is one GitHub account on both); the real app and its worker. A pull request opened and
+workspace's own, acme/data for `data`), both on one fake GitHub over real HTTP with real git, one GitHub App installed
+on both (the gateway is given the App's id and key, not its installation: it asks GitHub which installation holds each
+repository); the real app and its worker. A pull request opened and
 approved on each lands on the right proposal in the right repository, by that repository's rules. A delivery for a
 GitHub repository no gateway.yaml names, or one GATEWAY_GITHUB_REPOSITORIES leaves out, is refused and said in the
 trail once; the App's installation events are recorded and admit nothing; a gateway.yaml that does not parse stops
@@ -106,11 +107,12 @@ class Both:
 @pytest.fixture
 def both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Both]:
     monkeypatch.setattr(worker_module, "HOUSEKEEPING_SECONDS", 0.2)
-    with FakeGitHub(tmp_path / "infra-gh", "acme", "infra") as infra_gh, \
-            FakeGitHub(tmp_path / "data-gh", "acme", "data") as data_gh:
+    with FakeGitHub(tmp_path / "github", "acme", "infra") as infra_gh:
+        data_gh = infra_gh.add_repository("data")  # the same organisation: the App's one installation holds both
         settings = Settings(home=tmp_path / "home", token=None, lock_wait_seconds=2, github_webhook_secret=SECRET,
                             github_write_interval_seconds=0, public_url="http://gateway.test",
-                            github_token="ghp_test_token", github_repositories=["acme/*"])
+                            github_app_id=infra_gh.app_id, github_app_private_key=infra_gh.app_private_key_pem,
+                            github_repositories=["acme/*", "globex/*", "initech/*"])
         ws = create_workspace(settings)
         bootstrap_simulator(ws)
         people = add_people(ws)
@@ -122,9 +124,7 @@ def both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Both]:
         add_repository(ws, people.admin, "data", folder)
         ws.in_repository("data").repo.repo.git.push(data_gh.git_url, "+main:main")  # type: ignore[attr-defined]
         for name in ("alice", "bob", "carol", "erin"):
-            github_id = infra_gh.add_user(name)
-            assert data_gh.add_user(name) == github_id  # one account on both
-            link_account(ws, people.admin, name, name, github_id)
+            link_account(ws, people.admin, name, name, infra_gh.add_user(name))
         infra_gh.add_team("platform-team", ["bob", "carol"])
         infra_gh.add_team("app-team", ["alice"])
         data_gh.add_team("data-team", ["erin"])
@@ -166,6 +166,13 @@ def test_each_repositorys_pull_request_and_review_land_in_that_repository(both: 
 
     wait_for("both plans", lambda: get_proposal(both.ws, mine).plans and get_proposal(both.data, theirs).plans,
              timeout=60)
+    for gh in (both.infra_gh, both.data_gh):  # the App's check run on each pull request's head: only an App writes one
+        runs = wait_for(f"the check run on {gh.full_name}", lambda g=gh: g.check_runs(g.pull(1)["head"]["sha"]),
+                        timeout=60)
+        assert {r["app"]["id"] for r in runs} == {gh.app_id}
+    installations = [r.path for gh in (both.infra_gh, both.data_gh) for r in gh.request_log  # each repository's own
+                     if r.path.endswith("/installation")]
+    assert sorted(set(installations)) == ["/repos/acme/data/installation", "/repos/acme/infra/installation"]
     carol = both.infra_gh.add_review(1, "carol", "APPROVED", body="ok")  # platform approves the sample's stacks
     erin = both.data_gh.add_review(1, "erin", "APPROVED", body="ok")  # data approves data's
     for gh, review in ((both.infra_gh, carol), (both.data_gh, erin)):
@@ -190,7 +197,7 @@ def test_a_delivery_for_a_repository_the_gateway_may_not_take_is_refused_in_the_
     both.add_repository("legacy", _data_yaml(both.data_gh).replace(both.data_gh.full_name, "elsewhere/legacy"))
     outside = json.loads(json.dumps(payload).replace('"acme/infra"', '"elsewhere/legacy"'))
     refused = both.deliver("pull_request", outside)  # a gateway.yaml names it, the allow-list does not
-    assert refused.status_code == 403 and "not in GATEWAY_GITHUB_REPOSITORIES (acme/*)" in refused.json()["detail"]
+    assert refused.status_code == 403 and "not in GATEWAY_GITHUB_REPOSITORIES (acme/*, globex/*, initech/*)" in refused.json()["detail"]
     assert [e.payload["repository"] for e in both.events("github.delivery.refused")] == [
         "acme/unknown", "elsewhere/legacy"]
     with both.ws.store.session(readonly=True) as session:
@@ -239,6 +246,45 @@ def test_the_apps_installation_events_are_recorded_and_admit_nothing(both: Both)
     assert both.deliver("installation", created).json()["job"] is None
     [event] = both.events("github.installation")
     assert event.payload["added"] == ["acme/infra"] and event.payload["removed"] == []
+
+
+def test_the_app_works_in_each_organisation_it_is_installed_in_and_nowhere_else(both: Both) -> None:
+    """A repository in another organisation is in another installation of the same App: the gateway finds that
+    installation and works there with its token; on a repository the App is not installed on, the pull request's
+    comment and checks fail to publish, saying why (and are retried, as any failed publish is)."""
+    legacy_gh = both.infra_gh.add_repository("legacy", owner="globex", installation_id=78)
+    legacy = both.add_repository("legacy", _data_yaml(legacy_gh))
+    legacy.repo.repo.git.push(legacy_gh.git_url, "+main:main")  # type: ignore[attr-defined]
+    legacy_gh.add_team("data-team", ["erin"])
+    legacy_gh.push_commit("feature/queue", {"stacks/network/extra.tf": DATA_QUEUE}, "a queue", author_login="alice")
+    number = legacy_gh.open_pull("feature/queue", "A legacy queue", "", "alice")
+    opened = both.deliver("pull_request", legacy_gh.pull_request_event(number, "opened", sender="alice"))
+    assert opened.status_code == 202
+    pid = _proposal(legacy, "globex/legacy", number)
+    wait_for("the plan", lambda: get_proposal(legacy, pid).plans, timeout=60)
+    runs = wait_for("the check run", lambda: legacy_gh.check_runs(legacy_gh.pull(number)["head"]["sha"]), timeout=60)
+    assert {r["app"]["id"] for r in runs} == {legacy_gh.app_id}
+    assert [r.path for r in legacy_gh.request_log if r.path.endswith("/installation")] == [
+        "/repos/globex/legacy/installation"]
+    assert [r.path for r in both.infra_gh.request_log if r.path.startswith("/app/installations/")] == [
+        "/app/installations/78/access_tokens"]  # globex's installation, not acme's
+
+    outside_gh = both.infra_gh.add_repository("outside", owner="initech", installed=False)
+    outside = both.add_repository("outside", _data_yaml(outside_gh))
+    outside.repo.repo.git.push(outside_gh.git_url, "+main:main")  # type: ignore[attr-defined]
+    outside_gh.push_commit("feature/queue", {"stacks/network/extra.tf": DATA_QUEUE}, "a queue", author_login="alice")
+    number = outside_gh.open_pull("feature/queue", "A queue", "", "alice")
+    payload = outside_gh.pull_request_event(number, "opened", sender="alice")
+    accepted = both.deliver("pull_request", payload)  # the allow-list admits it: the App's absence is what stops it
+    assert accepted.status_code == 202, accepted.text
+    refused = _proposal(outside, "initech/outside", number)  # its branch is git's: the proposal is planned
+
+    def publish_error() -> str | None:
+        with outside.store.session(readonly=True) as session:
+            link = session.github.pull_request_of(refused)
+        return link.publish_error if link else None
+    assert "the GitHub App 4242 is not installed on initech/outside: install it there" in wait_for(
+        "the publish to fail", publish_error, timeout=60)
 
 
 def _open(gh: FakeGitHub) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from github import Auth, Github, GithubException, RateLimitExceededException, UnknownObjectException
+from github import Auth, Github, GithubException, GithubIntegration, RateLimitExceededException, UnknownObjectException
 
 from tests.github_fake import ZERO_SHA, FakeGitHub, sign_webhook
 from tests.github_schemas import FIXTURES, validate_webhook
@@ -146,6 +146,36 @@ def test_check_runs_need_an_app_installation_token(fake: FakeGitHub, gh: Github,
     assert len(fake.request_errors) == 1 and "maxLength" in fake.request_errors[0]
     fake.request_errors.clear()
     assert any(path == f"/app/installations/{fake.installation_id}/access_tokens" for _, path, _ in fake.requests)
+
+
+def test_repositories_on_one_server_share_people_and_the_app_and_each_installation_reaches_its_own(
+        fake: FakeGitHub, gh: Github, app_gh: Github) -> None:
+    data = fake.add_repository("data")  # acme's: the same installation
+    legacy = fake.add_repository("legacy", owner="globex", installation_id=78)
+    assert data.url == legacy.url == fake.url and data.add_user("alice") == fake.add_user("alice")
+    data.seed_main(MAIN_FILES)
+    assert app_gh.get_repo("acme/data").full_name == "acme/data"  # acme's installation token reaches acme/data
+    with pytest.raises(GithubException) as elsewhere:
+        app_gh.get_repo("globex/legacy")
+    assert elsewhere.value.status == 404  # ... and not globex's repositories
+    integration = GithubIntegration(auth=Auth.AppAuth(fake.app_id, fake.app_private_key_pem), base_url=fake.url)
+    assert [integration.get_repo_installation(*name.split("/")).id
+            for name in ("acme/infra", "acme/data", "globex/legacy")] == [77, 77, 78]
+    globex = client(fake, Auth.AppAuth(fake.app_id, fake.app_private_key_pem).get_installation_auth(78))
+    assert globex.get_repo("globex/legacy").full_name == "globex/legacy"
+    data.push_commit("agent/change-1", {"stacks/app/q.tf": "# q\n"}, "q", author_login="alice")
+    number = data.open_pull("agent/change-1", "Q", "", "alice")
+    assert number == 1 and fake.pulls() == []  # pull requests are each repository's own
+    assert gh.get_repo("acme/data").get_pull(1).title == "Q"
+    with pytest.raises(GithubException) as unknown:
+        gh.get_repo("acme/nothing")
+    assert unknown.value.status == 404
+    integration.close()
+    globex.close()
+    with pytest.raises(ValueError, match="already on this server"):
+        fake.add_repository("data")
+    for repository in (data, legacy):
+        assert not (repository.schema_errors or repository.request_errors or repository.unhandled)
 
 
 def test_app_jwt_signed_with_another_key_is_refused(fake: FakeGitHub) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
-from github import Auth, Github, GithubException, RateLimitExceededException, UnknownObjectException
+from github import Auth, Github, GithubException, GithubIntegration, RateLimitExceededException, UnknownObjectException
 from github.IssueComment import IssueComment
 from github.PullRequest import PullRequest
 from github.Repository import Repository
@@ -39,21 +39,37 @@ class GitHubCredentials:
     token: str | None = None
     app_id: int | None = None
     private_key: str | None = None
-    installation_id: int | None = None
+    installation_id: int | None = None  # None: each repository's own installation, asked of GitHub
     write_interval_seconds: float = 1.0
 
     @property
     def is_app(self) -> bool:
-        return bool(self.app_id and self.private_key and self.installation_id)
+        return bool(self.app_id and self.private_key)
 
-    def auth(self) -> Auth.Auth:
-        if self.is_app:
-            assert self.app_id and self.private_key and self.installation_id
-            return Auth.AppAuth(self.app_id, self.private_key).get_installation_auth(self.installation_id)
+    def auth(self, repository: GitHubSettings) -> Auth.Auth:
+        """What the gateway's calls on `repository` authenticate with: the App's installation there, else the token."""
+        if self.app_id and self.private_key:
+            app = Auth.AppAuth(self.app_id, self.private_key)
+            return app.get_installation_auth(self.installation_id or _installation_of(app, repository))
         if self.token:
             return Auth.Token(self.token)
-        raise NotConfigured("GitHub has no credentials: set GATEWAY_GITHUB_APP_ID, GATEWAY_GITHUB_APP_PRIVATE_KEY "
-                            "(or _FILE) and GATEWAY_GITHUB_INSTALLATION_ID, or GATEWAY_GITHUB_TOKEN")
+        raise NotConfigured("GitHub has no credentials: set GATEWAY_GITHUB_APP_ID and GATEWAY_GITHUB_APP_PRIVATE_KEY "
+                            "(or _FILE), or GATEWAY_GITHUB_TOKEN")
+
+
+def _installation_of(app: Auth.AppAuth, repository: GitHubSettings) -> int:
+    """The id of the App's installation that holds `repository` (one App may be installed in several organisations
+    and serve every repository they give it)."""
+    owner, name = repository.repository.split("/", 1)
+    integration = GithubIntegration(auth=app, base_url=repository.api_url, retry=None)
+    try:
+        return _call(lambda: integration.get_repo_installation(owner, name).id,
+                     f"installation of the App on {repository.repository}")
+    except NotFound as exc:
+        raise NotConfigured(f"the GitHub App {app.app_id} is not installed on {repository.repository}: install it "
+                            f"there (or give its installation as GATEWAY_GITHUB_INSTALLATION_ID)") from exc
+    finally:
+        integration.close()
 
 
 class GitHubForge(GitRemote):
@@ -65,7 +81,10 @@ class GitHubForge(GitRemote):
         self.settings = settings
         self.credentials = credentials
         self.local_repo = local_repo
-        self._auth = credentials.auth()
+
+    @cached_property
+    def _auth(self) -> Auth.Auth:
+        return self.credentials.auth(self.settings)
 
     @cached_property
     def gh(self) -> Github:

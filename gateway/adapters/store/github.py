@@ -113,13 +113,16 @@ class SqlGitHubRecords(Records):
         behind = (
             select(pull_requests.c.proposal_id)
             .join(newest, newest.c.proposal_id == pull_requests.c.proposal_id)
+            .join(proposals, proposals.c.id == pull_requests.c.proposal_id)
             .where(
+                proposals.c.repository == self.repository,  # another repository's are published from there
                 newest.c.seq > pull_requests.c.published_seq,
                 pull_requests.c.publish_error.is_(None)
                 | (pull_requests.c.attempted_at < now() - timedelta(seconds=retry_after_seconds)),
             )
         )
         unlinked = select(proposals.c.id).where(  # a revert of drift has nothing to review in a pull request
+            proposals.c.repository == self.repository,
             proposals.c.status.in_([s.value for s in open_statuses]),
             proposals.c.kind.is_(None) | (proposals.c.kind != ProposalKind.DRIFT_REVERT.value),
             proposals.c.id.not_in(select(pull_requests.c.proposal_id)),

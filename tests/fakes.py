@@ -879,6 +879,18 @@ def person(name: str, *roles: Role, groups: Sequence[str] = (), kind: PrincipalK
         return session.principals.add(name, kind, frozenset(roles), frozenset(groups), "")
 
 
+def later(ws: Workspace, seconds: float) -> None:
+    """Moves a fake workspace's clock on: a window runs out when the test says so, not after a sleep."""
+    assert isinstance(ws.clock, FakeClock)
+    ws.clock.advance(seconds)
+
+
+def event_kinds(ws: Workspace, prefix: str) -> list[str]:
+    """The kinds of the trail's events that start with `prefix`, oldest first."""
+    with ws.store.session(readonly=True) as session:
+        return [e.kind for e in session.audit.query(EventQuery()) if e.kind.startswith(prefix)]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # forges
 # The code host's records (webhook deliveries, each proposal's pull request, people's linked GitHub and GitLab

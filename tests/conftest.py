@@ -1,4 +1,5 @@
-"""Shared test material: real git repos in tmp_path, real SQLite files and a real PostgreSQL."""
+"""Shared test material: real git repos in tmp_path, real SQLite files and a real PostgreSQL; and the same sample
+repo and people in memory (tests/fakes.py) for the rules that need neither git nor a database."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from gateway.domain.principals import Principal, PrincipalKind, Role
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.admin.users import add_principal
 from gateway.services.workspace import Workspace
+
+from .fakes import FakeClone, People, sample_people, sandbox_workspace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PG_URL = os.environ.get("GATEWAY_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -66,19 +68,6 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'gateway.db'}"
     return str(request.getfixturevalue("postgres_url"))
-
-
-@dataclass
-class People:
-    admin: Principal
-    alice: Principal  # requester, app group
-    bob: Principal  # approver, platform
-    carol: Principal  # approver, platform
-    erin: Principal  # approver, data group only
-    dana: Principal  # auditor
-    frank: Principal  # policy owner (security group)
-    agent: Principal  # agent acting for alice
-    tokens: dict[str, str]
 
 
 TERRAFORM = Path(__file__).resolve().parent.parent / ".tools" / "terraform"  # what `make terraform` installs
@@ -189,6 +178,29 @@ class Clone:
 @pytest.fixture
 def clone(workspace: Workspace, tmp_path: Path) -> Clone:
     return Clone(workspace, tmp_path / "clone")
+
+
+# The sample repo in memory: `ws`, `team` and `checkout` are `workspace`, `people` and `clone` over tests/fakes.py's
+# sandbox_workspace (the real engine, policy checks and runner over a fake store and a fake repo, no git and no
+# database). A module whose workspace needs more (reactions, a clock of its own) overrides `ws`.
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """The sample repo in memory, main's stacks applied to the simulated cloud."""
+    return sandbox_workspace(tmp_path / "home")
+
+
+@pytest.fixture
+def team(ws: Workspace) -> People:
+    """The sample's people in `ws`'s fake store, with no tokens."""
+    return sample_people(ws.store)
+
+
+@pytest.fixture
+def checkout(ws: Workspace) -> FakeClone:
+    """A developer's clone of `ws`'s fake repo: branch, edit, push."""
+    return FakeClone(ws.repo)  # type: ignore[arg-type]
 
 
 def run_cli(args: list[str], home: Path, token: str | None = None, database_url: str | None = None,

@@ -879,6 +879,18 @@ def person(name: str, *roles: Role, groups: Sequence[str] = (), kind: PrincipalK
         return session.principals.add(name, kind, frozenset(roles), frozenset(groups), "")
 
 
+def later(ws: Workspace, seconds: float) -> None:
+    """Moves a fake workspace's clock on: a window runs out when the test says so, not after a sleep."""
+    assert isinstance(ws.clock, FakeClock)
+    ws.clock.advance(seconds)
+
+
+def event_kinds(ws: Workspace, prefix: str) -> list[str]:
+    """The kinds of the trail's events that start with `prefix`, oldest first."""
+    with ws.store.session(readonly=True) as session:
+        return [e.kind for e in session.audit.query(EventQuery()) if e.kind.startswith(prefix)]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # forges
 # The code host's records (webhook deliveries, each proposal's pull request, people's linked GitHub and GitLab
@@ -1780,7 +1792,7 @@ def _apply_main(ws: Workspace) -> None:
 # first-parent line, ancestry, a text diff, a merge's revert onto a new branch, a conflict named without a commit,
 # a pinned read and a deleted branch. Added to the fakes above, which leave them unfaked (or to the Protocol's
 # silent None); tests/test_fakes_contract.py holds them to the SQL store and to git. Beside them, the sample's
-# people (conftest's `people`) kept in a fake store.
+# people: one record, People, filled in a fake store here and on a real workspace by conftest's add_people.
 
 
 def _saved_plan_digests(self: FakeProposals, plan_ids: Collection[int]) -> dict[int, str]:
@@ -1910,9 +1922,10 @@ def _jobs_of_proposal(self: FakeJobs, proposal_id: int) -> list[Any]:
 FakeJobs.of_proposal = _jobs_of_proposal  # type: ignore[method-assign]
 
 
-@dataclass(frozen=True)
-class SamplePeople:
-    """conftest's `people` (the same names, roles and groups) in a fake store, with no tokens."""
+@dataclass
+class People:
+    """The sample's team: the same names, roles and groups in a fake store (sample_people) and on a real workspace
+    (conftest's add_people, which also keeps each one's token to sign in with)."""
 
     admin: Principal
     alice: Principal  # requester, app group
@@ -1922,14 +1935,19 @@ class SamplePeople:
     dana: Principal  # auditor
     frank: Principal  # policy owner (security group)
     agent: Principal  # an agent acting for alice
+    tokens: dict[str, str] = field(default_factory=dict)  # by name; none in a fake store, where nobody signs in
 
 
-def sample_people(store: Store) -> SamplePeople:
+SamplePeople = People  # the name tests/test_reads.py still imports; People is the one record
+
+
+def sample_people(store: Store) -> People:
+    """The sample's team kept in a fake store, with no tokens."""
     def add(name: str, role: Role, *groups: str, kind: PrincipalKind = PrincipalKind.PERSON) -> Principal:
         return person(name, role, groups=groups, kind=kind, store=store)
 
-    return SamplePeople(admin=add("admin", Role.ADMIN), alice=add("alice", Role.REQUESTER, "app"),
-                        bob=add("bob", Role.APPROVER, "platform"), carol=add("carol", Role.APPROVER, "platform"),
-                        erin=add("erin", Role.APPROVER, "data"), dana=add("dana", Role.AUDITOR),
-                        frank=add("frank", Role.APPROVER, "security"),
-                        agent=add("infra-agent", Role.REQUESTER, kind=PrincipalKind.AGENT))
+    return People(admin=add("admin", Role.ADMIN), alice=add("alice", Role.REQUESTER, "app"),
+                  bob=add("bob", Role.APPROVER, "platform"), carol=add("carol", Role.APPROVER, "platform"),
+                  erin=add("erin", Role.APPROVER, "data"), dana=add("dana", Role.AUDITOR),
+                  frank=add("frank", Role.APPROVER, "security"),
+                  agent=add("infra-agent", Role.REQUESTER, kind=PrincipalKind.AGENT))

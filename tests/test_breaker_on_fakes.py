@@ -28,7 +28,7 @@ from gateway.services.change.breaker import (
 from gateway.services.change.planning import StackPlanResult
 from gateway.services.workspace import Workspace
 
-from .fakes import SAMPLE_GATEWAY_YAML, FakeClock, fake_workspace, person
+from .fakes import SAMPLE_GATEWAY_YAML, event_kinds, fake_workspace, later, person
 
 BREAKER = "\nbreaker:\n  window_minutes: 5\n  max_growth_percent: 20\n  max_destroy_count: 3\n  resetters: [platform]\n"
 
@@ -70,16 +70,6 @@ def agent_change(ws: Workspace, agent: Principal, n: int, desired: int = 12) -> 
         session.breaker.record_change(replace(change, proposal_id=n))
 
 
-def trail(ws: Workspace, prefix: str = "breaker.") -> list[str]:
-    with ws.store.session(readonly=True) as session:
-        return [e.kind for e in session.audit.query(EventQuery()) if e.kind.startswith(prefix)]
-
-
-def later(ws: Workspace, seconds: float) -> None:
-    assert isinstance(ws.clock, FakeClock)
-    ws.clock.advance(seconds)
-
-
 def test_small_agent_changes_trip_the_breaker_at_the_right_one_and_it_stays_open(ws: Workspace, team: Team) -> None:
     for n in range(1, 6):  # +2 each: 10 added to 50 after five changes, not over 20%
         agent_change(ws, team.agent, n)
@@ -93,7 +83,7 @@ def test_small_agent_changes_trip_the_breaker_at_the_right_one_and_it_stays_open
         agent_change(ws, team.agent, 7, desired=11)  # however small: the agent is stopped
     assert agent_stop_reason(ws, team.agent) is not None  # and a request of it stops between its steps
     agent_change(ws, team.other, 8, desired=11)  # another agent is not
-    assert trail(ws) == ["breaker.tripped", "breaker.refused"]
+    assert event_kinds(ws, "breaker.") == ["breaker.tripped", "breaker.refused"]
     with ws.store.session(readonly=True) as session:
         [tripped] = session.audit.query(EventQuery(kind="breaker.tripped"))
     assert (tripped.actor, tripped.payload["scope"], tripped.payload["agent"]) == ("gateway", team.agent.id,
@@ -117,7 +107,7 @@ def test_only_a_person_of_a_resetter_group_resets_it_and_the_window_starts_again
     reset_breaker(ws, team.bob, "infra-agent", "the growth was planned: scaling for the sale")
     for n in range(7, 12):  # the five changes before the reset no longer count: five more fit
         agent_change(ws, team.agent, n)
-    assert trail(ws) == ["breaker.tripped", "breaker.reset"]
+    assert event_kinds(ws, "breaker.") == ["breaker.tripped", "breaker.reset"]
     [state] = breaker_status(ws)
     assert (state["agent"], state["open"], state["changed_by"], state["reason"]) == (
         "infra-agent", False, "bob", "the growth was planned: scaling for the sale")

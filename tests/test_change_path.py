@@ -20,7 +20,7 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
-from .fakes import FakeClone, FakeStore, SamplePeople, sample_people, sandbox_workspace
+from .fakes import FakeClone, FakeStore
 
 STAGING = "stacks/app-staging/main.tf"
 EXTRA_BUCKET = '''
@@ -53,28 +53,13 @@ resource "aws_s3_bucket_versioning" "extra" {
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return sandbox_workspace(tmp_path / "home")
-
-
-@pytest.fixture
-def team(ws: Workspace) -> SamplePeople:
-    return sample_people(ws.store)
-
-
-@pytest.fixture
-def checkout(ws: Workspace) -> FakeClone:
-    return FakeClone(ws.repo)  # type: ignore[arg-type]
-
-
-@pytest.fixture
 def bigger(checkout: FakeClone) -> FakeClone:
     """A branch that resizes the staging web instance."""
     checkout.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     return checkout
 
 
-def test_new_commit_makes_approval_stale_and_blocks_apply(ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+def test_new_commit_makes_approval_stale_and_blocks_apply(ws: Workspace, team: People, bigger: FakeClone) -> None:
     proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     first_sha = proposal.head_sha
     decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
@@ -89,7 +74,7 @@ def test_new_commit_makes_approval_stale_and_blocks_apply(ws: Workspace, team: S
     assert ws.simulator.read_state("app-staging").resources["aws_instance.web[0]"].attributes["instance_type"] == "t3.small"
 
 
-def test_approval_names_the_sha_it_saw(ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+def test_approval_names_the_sha_it_saw(ws: Workspace, team: People, bigger: FakeClone) -> None:
     proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     bigger.edit(STAGING, '"t3.medium"', '"t3.large"').push("even bigger")
     with pytest.raises(Refused, match="changed before your decision was recorded"):
@@ -102,7 +87,7 @@ def test_approval_names_the_sha_it_saw(ws: Workspace, team: SamplePeople, bigger
 
 
 def test_one_rejection_stops_the_proposal_until_a_new_commit(
-        ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+        ws: Workspace, team: People, bigger: FakeClone) -> None:
     proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     decide(ws, team.bob, proposal.id, Decision.APPROVE, "ok")
     decide(ws, team.carol, proposal.id, Decision.REJECT, "wait for the freeze to end")
@@ -114,7 +99,7 @@ def test_one_rejection_stops_the_proposal_until_a_new_commit(
     assert apply_proposal(ws, team.alice, proposal.id).succeeded
 
 
-def test_protected_resource_destroy_needs_two_approvers(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_protected_resource_destroy_needs_two_approvers(ws: Workspace, team: People, checkout: FakeClone) -> None:
     checkout.branch("lb").edit("stacks/app-prod/main.tf", 'load_balancer_type = "application"',
                             'load_balancer_type = "network"').push()
     proposal = open_proposal(ws, team.alice, "lb", "switch to an NLB")
@@ -129,7 +114,7 @@ def test_protected_resource_destroy_needs_two_approvers(ws: Workspace, team: Sam
     assert apply_proposal(ws, team.alice, proposal.id).succeeded
 
 
-def test_tampered_saved_plan_is_refused_and_replanned(ws: Workspace, team: SamplePeople, bigger: FakeClone) -> None:
+def test_tampered_saved_plan_is_refused_and_replanned(ws: Workspace, team: People, bigger: FakeClone) -> None:
     proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     decide(ws, team.bob, proposal.id, Decision.APPROVE, "")
     plan_id = proposal.plans["app-staging"].plan_id
@@ -218,7 +203,7 @@ def test_failed_apply_is_recorded_as_failed_and_the_lock_released(any_workspace:
     assert apply_proposal(any_workspace, people.alice, proposal.id).succeeded
 
 
-def test_bad_proposals_are_refused_with_nothing_written(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_bad_proposals_are_refused_with_nothing_written(ws: Workspace, team: People, checkout: FakeClone) -> None:
     with ws.store.session() as session:
         before = len(session.audit.events())
     with pytest.raises(NotFound, match="no branch 'nope'"):

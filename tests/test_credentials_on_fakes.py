@@ -31,7 +31,7 @@ from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.proposals import decide, get_proposal
 from gateway.services.workspace import Workspace
 
-from .fakes import FakeClock, FakeDeclarationRepo, fake_workspace
+from .fakes import FakeDeclarationRepo, event_kinds, fake_workspace, later
 
 
 class Team:
@@ -62,16 +62,6 @@ def team(ws: Workspace) -> Team:
     return Team(ws)
 
 
-def kinds(ws: Workspace, prefix: str = "principal.") -> list[str]:
-    with ws.store.session(readonly=True) as session:
-        return [e.kind for e in session.audit.query(EventQuery()) if e.kind.startswith(prefix)]
-
-
-def later(ws: Workspace, seconds: float) -> None:
-    assert isinstance(ws.clock, FakeClock)
-    ws.clock.advance(seconds)
-
-
 def test_each_credential_operation_works_and_is_recorded(ws: Workspace, team: Team) -> None:
     bob_token = team.tokens["bob"]
     assert authenticate(ws, bob_token).name == "bob"
@@ -100,7 +90,7 @@ def test_each_credential_operation_works_and_is_recorded(ws: Workspace, team: Te
     with pytest.raises(Refused, match="the last enabled admin"):
         set_access(ws, team.admin, "admin", frozenset({Role.AUDITOR}), None)
     assert authenticate(ws, team.tokens["admin"]).roles == frozenset({Role.ADMIN})  # both refusals wrote nothing
-    assert [k for k in kinds(ws) if k != "principal.added"] == [
+    assert [k for k in event_kinds(ws, "principal.") if k != "principal.added"] == [
         "principal.disabled", "principal.enabled", "principal.token_rotated", "principal.token_revoked",
         "principal.access_changed"]
     with ws.store.session(readonly=True) as session:
@@ -179,7 +169,7 @@ def test_a_token_signs_people_in_to_the_pages_and_a_disabled_persons_session_end
     disable_principal(ws, team.admin, "bob", "left the company")
     with pytest.raises(AuthError, match="your account is disabled; your session has ended"):
         signed_in(ws, session_id)
-    assert kinds(ws, "sign_in") == ["sign_in", "sign_in.sessions_ended"]  # ended by the disable, not by the read
+    assert event_kinds(ws, "sign_in") == ["sign_in", "sign_in.sessions_ended"]  # ended by the disable, not by the read
 
 
 def test_what_a_user_change_refuses_before_it_writes(ws: Workspace, team: Team) -> None:
@@ -198,7 +188,7 @@ def test_what_a_user_change_refuses_before_it_writes(ws: Workspace, team: Team) 
     with pytest.raises(InputError, match="'gateway' is the gateway's own name"):
         add_principal(ws, team.admin, "gateway", frozenset({Role.REQUESTER}))
     assert set_access(ws, team.admin, "carol", None, frozenset({"data"})).roles == frozenset({Role.APPROVER})
-    assert [k for k in kinds(ws) if k != "principal.added"] == ["principal.access_changed"]
+    assert [k for k in event_kinds(ws, "principal.") if k != "principal.added"] == ["principal.access_changed"]
 
 
 def test_a_disabled_approvers_approval_stops_counting_until_they_are_enabled(ws: Workspace, team: Team) -> None:

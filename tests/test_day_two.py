@@ -49,7 +49,7 @@ from gateway.services.workspace import Workspace
 from gateway.worker import Worker
 
 from .conftest import Clone, People, add_people, run_cli
-from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
+from .fakes import FakeClone, sandbox_workspace
 from .model_stub import ModelStub, tool_call
 
 
@@ -61,16 +61,6 @@ def ws(tmp_path: Path) -> Workspace:
     sample = sandbox_workspace(tmp_path / "home")
     sample.reactions = reactions()  # an applied revert or codify settles the stack's drift, as in the gateway
     return sample
-
-
-@pytest.fixture
-def team(ws: Workspace) -> SamplePeople:
-    return sample_people(ws.store)
-
-
-@pytest.fixture
-def checkout(ws: Workspace) -> FakeClone:
-    return FakeClone(ws.repo)  # type: ignore[arg-type]
 
 
 def every(ws: Workspace, clone: Clone | FakeClone, stack: str, interval: str) -> None:
@@ -85,13 +75,13 @@ def console_edit(ws: Workspace) -> None:
     ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "t3.medium"})
 
 
-def approve_and_apply(ws: Workspace, people: People | SamplePeople, proposal_id: int) -> None:
+def approve_and_apply(ws: Workspace, people: People, proposal_id: int) -> None:
     decide(ws, people.bob, proposal_id, Decision.APPROVE, "ok")
     report = apply_proposal(ws, people.admin, proposal_id)
     assert report.succeeded, report
 
 
-def test_the_scheduled_check_records_drift_and_a_later_proposal_shows_it_first(ws: Workspace, team: SamplePeople,
+def test_the_scheduled_check_records_drift_and_a_later_proposal_shows_it_first(ws: Workspace, team: People,
                                                                                checkout: FakeClone) -> None:
     every(ws, checkout, "app-staging", "6h")
     start = now()
@@ -134,7 +124,7 @@ def test_workers_run_the_check_on_the_schedule(workspace: Workspace, people: Peo
     assert opened.actor == "gateway" and opened.payload["drifted"] == {"aws_instance.web[0]": ["instance_type"]}
 
 
-def test_a_revert_closes_the_drift_record(ws: Workspace, team: SamplePeople) -> None:
+def test_a_revert_closes_the_drift_record(ws: Workspace, team: People) -> None:
     console_edit(ws)
     record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
@@ -150,7 +140,7 @@ def test_a_revert_closes_the_drift_record(ws: Workspace, team: SamplePeople) -> 
 
 
 def test_codify_writes_the_declaration_proves_it_with_no_changes_and_closes_the_record(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     console_edit(ws)
     record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
@@ -166,7 +156,7 @@ def test_codify_writes_the_declaration_proves_it_with_no_changes_and_closes_the_
     assert check_drift(ws, team.admin, "app-staging").outcome == "clean"
 
 
-def test_codify_refuses_what_it_cannot_write_and_names_it(ws: Workspace, team: SamplePeople) -> None:
+def test_codify_refuses_what_it_cannot_write_and_names_it(ws: Workspace, team: People) -> None:
     ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"tags": {"Name": "renamed"}})
     check_drift(ws, team.admin, "app-staging")
     with pytest.raises(Refused, match=r"aws_instance.web\[0\].tags.Name: not a top-level attribute"):
@@ -245,7 +235,7 @@ def test_page_views_at_once_each_read_git_through_their_own_handle(workspace: Wo
         assert len(finished) == len(threads)
 
 
-def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(ws: Workspace, team: SamplePeople,
+def test_drift_recorded_after_an_approved_plan_is_not_reverted_by_its_apply(ws: Workspace, team: People,
                                                                             checkout: FakeClone) -> None:
     checkout.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
     proposal = open_proposal(ws, team.alice, "tags", "new cost centre")
@@ -291,7 +281,7 @@ def test_the_page_offers_no_apply_over_drift_recorded_after_the_plan(workspace: 
 
 
 def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(ws: Workspace,
-                                                                                team: SamplePeople) -> None:
+                                                                                team: People) -> None:
     console_edit(ws)
     record = check_drift(ws, team.admin, "app-staging").record
     assert record is not None
@@ -311,7 +301,7 @@ def test_a_refused_or_abandoned_codify_or_import_never_blocks_the_next_attempt(w
 
 
 def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(ws: Workspace,
-                                                                               team: SamplePeople) -> None:
+                                                                               team: People) -> None:
     ws.simulator.edit_object("app-staging", "aws_instance.web[0]", {"instance_type": "x1e.32xlarge"})
     check_drift(ws, team.admin, "app-staging")
     codify = codify_drift(ws, team.alice, "app-staging")
@@ -325,7 +315,7 @@ def test_codify_and_import_are_judged_by_the_policy_rules_on_what_they_declare(w
     assert [f.address for f in imported.findings if "tag" in f.rule] == ["aws_security_group.admin"]
 
 
-def test_an_apply_never_absorbs_into_state_a_console_edit_made_after_its_plan(ws: Workspace, team: SamplePeople,
+def test_an_apply_never_absorbs_into_state_a_console_edit_made_after_its_plan(ws: Workspace, team: People,
                                                                               checkout: FakeClone) -> None:
     checkout.branch("ttl").edit("stacks/app-staging/main.tf", "ttl     = 300", "ttl     = 600").push()
     proposal = open_proposal(ws, team.alice, "ttl", "longer ttl")
@@ -354,7 +344,7 @@ def live_state(ws: Workspace, stack: str) -> dict[str, dict]:
     return {address: ws.simulator.get_object(r.type, r.id) or {} for address, r in state.resources.items()}
 
 
-def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(ws: Workspace, team: SamplePeople,
+def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(ws: Workspace, team: People,
                                                                        checkout: FakeClone) -> None:
     before = live_state(ws, "app-staging")
     checkout.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"')
@@ -382,7 +372,7 @@ def test_a_rollback_of_an_applied_change_ends_with_the_state_before_it(ws: Works
         "app-staging": ["aws_security_group.exports"]}
 
 
-def test_only_an_applied_change_is_rolled_back(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_only_an_applied_change_is_rolled_back(ws: Workspace, team: People, checkout: FakeClone) -> None:
     checkout.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
     waiting = open_proposal(ws, team.alice, "bigger", "bigger web")
     branches = dict(ws.repo.refs)  # type: ignore[attr-defined]
@@ -414,7 +404,7 @@ def made_in_the_console(ws: Workspace) -> str:
     return "sg-0console000000001"
 
 
-def test_an_import_with_zero_diff_is_proposed_and_applied(ws: Workspace, team: SamplePeople) -> None:
+def test_an_import_with_zero_diff_is_proposed_and_applied(ws: Workspace, team: People) -> None:
     rid = made_in_the_console(ws)
     before = ws.simulator.get_object("aws_security_group", rid)
     proposal = import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid)
@@ -431,7 +421,7 @@ def test_an_import_with_zero_diff_is_proposed_and_applied(ws: Workspace, team: S
     assert ws.simulator.get_object("aws_security_group", rid) == before  # brought under management as it was
 
 
-def test_an_import_with_a_diff_is_refused_naming_the_attributes(ws: Workspace, team: SamplePeople) -> None:
+def test_an_import_with_a_diff_is_refused_naming_the_attributes(ws: Workspace, team: People) -> None:
     rid = made_in_the_console(ws)
     with pytest.raises(Refused, match=r"not zero-diff: the plan would also update it, changing tags.owner "
                                       r'\("app-team" -> "someone-else"\)'):
@@ -448,7 +438,7 @@ def test_the_import_command_names_an_object_that_does_not_exist(workspace: Works
 
 
 def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_stack(ws: Workspace,
-                                                                                   team: SamplePeople) -> None:
+                                                                                   team: People) -> None:
     prod = ws.simulator.read_state("app-prod")
     assert prod is not None
     lb = prod.resources["aws_lb.web"].id
@@ -459,7 +449,7 @@ def test_an_import_of_an_object_another_stack_manages_is_refused_naming_that_sta
 
 
 def test_a_rollback_of_an_import_is_refused_it_would_destroy_what_existed_before(ws: Workspace,
-                                                                                  team: SamplePeople) -> None:
+                                                                                  team: People) -> None:
     rid = made_in_the_console(ws)
     imported = import_resource(ws, team.alice, "app-staging", "aws_security_group.admin", rid)
     approve_and_apply(ws, team, imported.id)
@@ -479,11 +469,11 @@ def break_glass_rules(clone: Clone | FakeClone, codify_within: str) -> None:
     clone.push("on-call may break the glass", author="admin")
 
 
-def on_call(ws: Workspace, people: People | SamplePeople, name: str) -> tuple[Principal, str]:
+def on_call(ws: Workspace, people: People, name: str) -> tuple[Principal, str]:
     return add_principal(ws, people.admin, name, frozenset({Role.REQUESTER}), frozenset({"oncall"}))
 
 
-def test_a_break_glass_window_codified_in_time_is_one_clean_story(ws: Workspace, team: SamplePeople,
+def test_a_break_glass_window_codified_in_time_is_one_clean_story(ws: Workspace, team: People,
                                                                    checkout: FakeClone) -> None:
     break_glass_rules(checkout, "1h")
     olga, _ = on_call(ws, team, "olga")
@@ -554,7 +544,7 @@ def test_break_glass_drift_not_codified_is_flagged_and_blocks_applies_until_ackn
 
 
 
-def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(ws: Workspace, team: SamplePeople,
+def test_a_window_that_runs_out_unclosed_still_reaches_its_codify_deadline(ws: Workspace, team: People,
                                                                           checkout: FakeClone) -> None:
     break_glass_rules(checkout, "4s")
     olga, _ = on_call(ws, team, "olga")
@@ -591,7 +581,7 @@ def test_listing_break_glass_windows_writes_nothing(workspace: Workspace, people
         assert len(session.audit.events()) == before and session.day_two.break_glass(window.id).codified_at is None
 
 
-def test_drift_found_before_a_window_is_never_relabelled_as_the_windows(ws: Workspace, team: SamplePeople,
+def test_drift_found_before_a_window_is_never_relabelled_as_the_windows(ws: Workspace, team: People,
                                                                          checkout: FakeClone) -> None:
     break_glass_rules(checkout, "1s")
     olga, _ = on_call(ws, team, "olga")
@@ -648,7 +638,7 @@ def test_drift_records_and_windows_on_both_databases(any_workspace: Workspace) -
         assert not session.day_two.mark_break_glass(wid, "codified_at", now())
 
 
-def test_drift_of_a_secret_stays_masked_in_the_record_and_the_trail(ws: Workspace, team: SamplePeople) -> None:
+def test_drift_of_a_secret_stays_masked_in_the_record_and_the_trail(ws: Workspace, team: People) -> None:
     leaked = "console-typed-Pa55word-9172"
     ws.simulator.edit_object("data", "aws_db_instance.orders", {"password": leaked})
     record = check_drift(ws, team.admin, "data").record
@@ -698,7 +688,7 @@ def test_a_workspace_secret_typed_into_a_plain_attribute_reaches_neither_the_dat
 
 
 def test_a_pushed_import_with_a_diff_is_denied_until_a_policy_owner_overrides_it(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     rid = made_in_the_console(ws)
     checkout.branch("adopt").write("stacks/app-staging/admin.tf", f'''import {{
   to = aws_security_group.admin

@@ -18,7 +18,6 @@ from gateway.services.day_two.drift import revert_drift
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli
-from .fakes import SamplePeople, sample_people, sandbox_workspace
 
 
 def opt_in(clone: Clone, stack: str) -> str:
@@ -92,19 +91,11 @@ def test_drift_found_after_an_automatic_revert_was_planned_makes_it_stale(worksp
     assert revert_drift(ws, people.admin, "app-prod").reasons == ["no drift to revert"]
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    """The sample repo in memory (tests/fakes.py's sandbox_workspace): a revert that needs a person queues nothing,
-    so its rules run with no job queue; an automatic revert's job runs on a real workspace."""
-    return sandbox_workspace(tmp_path / "home")
+# `ws` is the sample repo in memory (conftest's, over tests/fakes.py's sandbox_workspace): a revert that needs a
+# person queues nothing, so its rules run with no job queue; an automatic revert's job runs on a real workspace.
 
 
-@pytest.fixture
-def team(ws: Workspace) -> SamplePeople:
-    return sample_people(ws.store)
-
-
-def test_drift_found_after_an_approved_revert_makes_its_approval_stale(ws: Workspace, team: SamplePeople) -> None:
+def test_drift_found_after_an_approved_revert_makes_its_approval_stale(ws: Workspace, team: People) -> None:
     rename_in_console(ws, "data", "aws_db_instance.orders")
     first = revert_drift(ws, team.admin, "data")
     assert first.proposal is not None and not first.automatic

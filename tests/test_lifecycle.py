@@ -31,7 +31,7 @@ from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people, run_cli
-from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
+from .fakes import FakeClone
 
 STAGING = "stacks/app-staging/main.tf"
 QUEUE = 'resource "aws_sqs_queue" "orders" {\n  name = "orders-staging"\n  tags = local.tags\n}\n'
@@ -216,25 +216,12 @@ class EngineWithHook:
         return getattr(self.inner, name)
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    """The sample repo in memory (tests/fakes.py's sandbox_workspace): the real engine and runner over a fake store and
-    a fake repo (whose merge is file by file). What needs git, the databases, threads racing or HTTP stays on a real
-    workspace."""
-    return sandbox_workspace(tmp_path / "home")
+# `ws` is the sample repo in memory (conftest's, over tests/fakes.py's sandbox_workspace): the real engine and runner
+# over a fake store and a fake repo (whose merge is file by file). What needs git, the databases, threads racing or
+# HTTP stays on a real workspace.
 
 
-@pytest.fixture
-def team(ws: Workspace) -> SamplePeople:
-    return sample_people(ws.store)
-
-
-@pytest.fixture
-def checkout(ws: Workspace) -> FakeClone:
-    return FakeClone(ws.repo)  # type: ignore[arg-type]
-
-
-def _approved(ws: Workspace, people: People | SamplePeople, clone: Clone | FakeClone, branch: str,
+def _approved(ws: Workspace, people: People, clone: Clone | FakeClone, branch: str,
               edits: list[tuple[str, str, str]],
               extra: dict[str, str] | None = None) -> int:
     clone.branch(branch)
@@ -249,7 +236,7 @@ def _approved(ws: Workspace, people: People | SamplePeople, clone: Clone | FakeC
 
 
 def test_a_merge_conflict_is_found_before_anything_is_applied(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     first = _approved(ws, team, checkout, "a", [(STAGING, '"t3.small"', '"t3.medium"')], {"README.md": "first\n"})
     second = _approved(ws, team, checkout, "b", [], {"README.md": "second\n", "stacks/network/extra.tf": "# extra\n"})
     serial_before = ws.engine.state_serial("network")
@@ -268,7 +255,7 @@ def test_a_merge_conflict_is_found_before_anything_is_applied(
 
 
 def test_main_moving_on_another_stack_keeps_the_plan_and_the_apply_proceeds(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     staging = _approved(ws, team, checkout, "staging", [(STAGING, '"t3.small"', '"t3.medium"')])
     network = _approved(ws, team, checkout, "network", [], {"stacks/network/note.tf": "# a comment\n"})
     digests = get_proposal(ws, staging).current_digests
@@ -281,7 +268,7 @@ def test_main_moving_on_another_stack_keeps_the_plan_and_the_apply_proceeds(
 
 
 def test_an_engine_exception_mid_apply_is_recorded_and_retryable(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     proposal_id = _approved(ws, team, checkout, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
     real = ws.engine
 
@@ -330,7 +317,7 @@ def test_an_apply_outliving_the_lock_ttl_keeps_its_lock_by_heartbeat(any_workspa
 
 
 def test_a_direct_push_during_the_apply_leaves_it_unmerged_locked_and_explained(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     proposal_id = _approved(ws, team, checkout, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
     pusher = FakeClone(ws.repo)  # type: ignore[arg-type]
 
@@ -351,7 +338,7 @@ def test_a_direct_push_during_the_apply_leaves_it_unmerged_locked_and_explained(
     assert '"t3.medium"' in ws.repo.read_file(ws.repo.resolve("main"), STAGING)
 
 
-def test_two_approvals_racing_a_new_commit(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_two_approvals_racing_a_new_commit(ws: Workspace, team: People, checkout: FakeClone) -> None:
     checkout.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     proposal = open_proposal(ws, team.alice, "bigger", "more memory")
     seen = proposal.head_sha
@@ -421,7 +408,7 @@ def test_cli_show_only_reads_sync_replans_and_abandon_frees_the_branch(workspace
     assert run_cli(["abandon", "1", "-m", "twice"], home, t["alice"]).returncode == 1
 
 
-def test_an_approval_names_the_plan_it_saw_not_just_the_commit(ws: Workspace, team: SamplePeople,
+def test_an_approval_names_the_plan_it_saw_not_just_the_commit(ws: Workspace, team: People,
                                                                checkout: FakeClone) -> None:
     checkout.branch("bigger").edit(STAGING, '"t3.small"', '"t3.medium"').push()
     proposal = open_proposal(ws, team.alice, "bigger", "more memory")
@@ -460,7 +447,7 @@ def test_the_api_refuses_an_approval_of_a_plan_that_changed_since_it_was_seen(wo
 
 
 def test_a_push_to_main_outside_the_gateway_holds_applies_on_its_stacks_until_acknowledged(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     first = _approved(ws, team, checkout, "bigger", [(STAGING, '"t3.small"', '"t3.medium"')])
     assert apply_proposal(ws, team.alice, first).succeeded
     assert watch_main(ws) == []  # the gateway's own merge is not a push

@@ -16,7 +16,7 @@ from gateway.services.notifications.delivery import list_notifications, run_noti
 from gateway.services.notifications.outbox import queue_notifications
 from gateway.services.workspace import Workspace
 
-from .fakes import SAMPLE_GATEWAY_YAML, FakeClock, FakeNotificationSender, fake_workspace, person
+from .fakes import SAMPLE_GATEWAY_YAML, FakeNotificationSender, fake_workspace, later, person
 
 NOTIFYING = SAMPLE_GATEWAY_YAML + """
 notifications:
@@ -66,11 +66,6 @@ def trail(ws: Workspace) -> list[tuple[str, str, int]]:
     with ws.store.session(readonly=True) as session:
         return [(e.kind, e.payload["target"], e.payload["attempts"]) for e in session.audit.events()
                 if e.kind.startswith("notification.")]
-
-
-def later(ws: Workspace, seconds: float) -> None:
-    assert isinstance(ws.clock, FakeClock)
-    ws.clock.advance(seconds)
 
 
 def test_a_delivery_is_made_once_and_recorded(ws: Workspace) -> None:

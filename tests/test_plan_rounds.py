@@ -47,6 +47,14 @@ def _new_commit(clone: Clone, name: str = "refunds-dlq") -> str:
     return clone.push("renamed")
 
 
+def _new_round(ws: Workspace, clone: Clone, pid: int, name: str = "refunds-dlq") -> tuple[str, str, int]:
+    """A new commit on the branch and a planning round started for it: its head, the merge planned and the round."""
+    head = _new_commit(clone, name)
+    main_sha = ws.repo.resolve(ws.main_branch())
+    merged = ws.repo.merge_preview(main_sha, head)
+    return head, merged, start_round(ws, STACKS, head, main_sha, merged, ChangeOrigin(), pid, ["new commit"])
+
+
 def _events(ws: Workspace, pid: int, kind: str) -> list:
     with ws.store.session(readonly=True) as session:
         return [e for e in session.audit.events(proposal_id=pid) if e.kind == kind]
@@ -123,10 +131,7 @@ def test_progress_shows_how_many_stacks_are_planned_while_the_others_wait(worksp
     ws, people = workspace, add_people(workspace)
     clone = Clone(ws, tmp_path / "clone")
     pid = _open(ws, people, clone)
-    head = _new_commit(clone)
-    main_sha = ws.repo.resolve(ws.main_branch())
-    merged = ws.repo.merge_preview(main_sha, head)
-    round_id = start_round(ws, STACKS, head, main_sha, merged, ChangeOrigin(), pid, ["new commit"])
+    head, merged, round_id = _new_round(ws, clone, pid)
     record_stack_end(ws, round_id, "app-prod", stage(plan_stack(ws, "app-prod", merged)))
     shown = run_cli(["show", str(pid)], ws.settings.home, people.tokens["bob"])
     assert "plans: planned 1 of 2 stacks" in shown.stdout, shown.stdout + shown.stderr
@@ -142,10 +147,7 @@ def test_a_plan_staged_without_its_summary_and_preview_is_written_as_one_staged_
     ws, people = workspace, add_people(workspace)
     clone = Clone(ws, tmp_path / "clone")
     pid = _open(ws, people, clone)
-    head = _new_commit(clone)
-    main_sha = ws.repo.resolve(ws.main_branch())
-    merged = ws.repo.merge_preview(main_sha, head)
-    round_id = start_round(ws, STACKS, head, main_sha, merged, ChangeOrigin(), pid, ["new commit"])
+    head, merged, round_id = _new_round(ws, clone, pid)
     record_stack_end(ws, round_id, "app-prod", stage(plan_stack(ws, "app-prod", merged)))
     result = plan_stack(ws, "app-staging", merged)
     now = stage(result)
@@ -173,10 +175,7 @@ def test_two_workers_ending_a_round_at_once_write_its_plans_once(postgres_url: s
         clone = Clone(ws, tmp_path / "clone")
         pid = _open(ws, people, clone)
         for attempt in range(3):
-            head = _new_commit(clone, f"try{attempt}")
-            main_sha = ws.repo.resolve(ws.main_branch())
-            merged = ws.repo.merge_preview(main_sha, head)
-            round_id = start_round(ws, STACKS, head, main_sha, merged, ChangeOrigin(), pid, ["new commit"])
+            head, merged, round_id = _new_round(ws, clone, pid, f"try{attempt}")
             staged = {stack: stage(plan_stack(ws, stack, merged)) for stack in STACKS}
             plans_before = len(_events(ws, pid, "plan"))
             gate = threading.Barrier(4)

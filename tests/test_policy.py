@@ -25,8 +25,8 @@ from gateway.services.change.proposals import decide, open_proposal, override_fi
 from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace
 
-from .conftest import FIXTURES
-from .fakes import FakeClone, FakeSandboxStore, SamplePeople, person, sample_people, sandbox_workspace
+from .conftest import FIXTURES, People
+from .fakes import FakeClone, FakeSandboxStore, person, sandbox_workspace
 
 TAGS = 'tags = { owner = "team", "cost-centre" = "cc-1" }'
 SETTINGS = PolicySettings(approved_instance_types=frozenset({"t3.small", "t3.medium"}), max_deletes=3)
@@ -289,29 +289,14 @@ def test_checkov_deny_fails_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "TimeoutExpired" in timed_out.message
 
 
-# --- in the flow: the sample repo in memory (the real engine, checks and runner; no git, no database) ----------
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return sandbox_workspace(tmp_path / "home")
-
-
-@pytest.fixture
-def team(ws: Workspace) -> SamplePeople:
-    return sample_people(ws.store)
-
-
-@pytest.fixture
-def checkout(ws: Workspace) -> FakeClone:
-    return FakeClone(ws.repo)  # type: ignore[arg-type]
+# --- in the flow: the sample repo in memory (conftest's ws, team, checkout: the real engine, checks and runner) ---
 
 
 PUBLIC_BUCKET = f'resource "aws_s3_bucket" "open" {{\n  bucket = "open-staging"\n  acl = "public-read"\n  {TAGS}\n}}\n'
 
 
 def test_deny_blocks_approval_and_apply_until_overridden(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     checkout.branch("open").write("stacks/app-staging/open.tf", PUBLIC_BUCKET).push()
     proposal = open_proposal(ws, team.alice, "open", "public bucket for the website")
     keys = {f.key for f in proposal.blocking_findings(now())}
@@ -333,7 +318,7 @@ def test_deny_blocks_approval_and_apply_until_overridden(
     assert {e.payload["finding"] for e in events} == keys and all(e.actor == "frank" for e in events)
 
 
-def test_risk_sets_how_many_approvers(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_risk_sets_how_many_approvers(ws: Workspace, team: People, checkout: FakeClone) -> None:
     checkout.branch("tags").edit("stacks/app-staging/main.tf", '"cc-3003"', '"cc-3004"').push()
     low = open_proposal(ws, team.alice, "tags", "cost centre moved")
     assert low.risk == RiskLevel.LOW
@@ -350,7 +335,7 @@ def test_risk_sets_how_many_approvers(ws: Workspace, team: SamplePeople, checkou
 
 
 def test_a_change_to_the_policy_config_is_itself_a_proposal(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     checkout.branch("looser").edit("gateway.yaml", "max_deletes: 10", "max_deletes: 50").push()
     proposal = open_proposal(ws, team.alice, "looser", "allow bigger teardowns")
     assert proposal.stacks == () and proposal.changed_paths == ("gateway.yaml",)

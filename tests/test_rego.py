@@ -25,7 +25,7 @@ from gateway.services.change.runner import apply_proposal
 from gateway.services.workspace import Workspace, stack_secrets
 
 from .conftest import FIXTURES, Clone, People, run_cli
-from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
+from .fakes import FakeClone
 
 BUCKET = '''resource "aws_s3_bucket" "exports" {
   bucket = "orders-exports"
@@ -73,21 +73,6 @@ def on_fake_main(ws: Workspace, files: dict[str, str]) -> None:
     clone.push("policy change", author="admin")
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return sandbox_workspace(tmp_path / "home")
-
-
-@pytest.fixture
-def team(ws: Workspace) -> SamplePeople:
-    return sample_people(ws.store)
-
-
-@pytest.fixture
-def checkout(ws: Workspace) -> FakeClone:
-    return FakeClone(ws.repo)  # type: ignore[arg-type]
-
-
 def rego(proposal: Proposal) -> list[tuple[str, str, str]]:
     rules = {"s3-data-classification", "agent-iam", "policy-error"}
     return sorted((f.rule, f.severity.value, f.address) for f in proposal.findings
@@ -95,7 +80,7 @@ def rego(proposal: Proposal) -> list[tuple[str, str, str]]:
 
 
 def test_the_sample_policies_warn_with_data_and_an_agent_only_rule_denies_until_overridden(
-        ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+        ws: Workspace, team: People, checkout: FakeClone) -> None:
     checkout.branch("exports").write("stacks/app-staging/exports.tf", BUCKET.replace("LEVEL", "top-secret")).push()
     proposal = open_proposal(ws, team.alice, "exports", "an exports bucket")
     assert rego(proposal) == [("s3-data-classification", "warn", "aws_s3_bucket.exports")], proposal.findings
@@ -120,7 +105,7 @@ def test_the_sample_policies_warn_with_data_and_an_agent_only_rule_denies_until_
     assert apply_proposal(ws, team.alice, by_agent.id).succeeded
 
 
-def test_a_stack_runs_only_the_packages_gateway_yaml_chooses(ws: Workspace, team: SamplePeople,
+def test_a_stack_runs_only_the_packages_gateway_yaml_chooses(ws: Workspace, team: People,
                                                              checkout: FakeClone) -> None:
     yaml = checkout.read("gateway.yaml").replace("    path: stacks/app-staging\n",
                                                  "    path: stacks/app-staging\n    policies: [terraform.agent]\n")
@@ -132,7 +117,7 @@ def test_a_stack_runs_only_the_packages_gateway_yaml_chooses(ws: Workspace, team
         ("s3-data-classification", "warn", "aws_s3_bucket.exports")]
 
 
-def test_a_policy_that_does_not_parse_or_cannot_finish_fails_closed(ws: Workspace, team: SamplePeople,
+def test_a_policy_that_does_not_parse_or_cannot_finish_fails_closed(ws: Workspace, team: People,
                                                                     checkout: FakeClone,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     on_fake_main(ws, {"policies/broken.rego": "package broken\nimport rego.v1\n\ndeny contains m if {\n  m := \n}\n"})
@@ -171,7 +156,7 @@ def test_a_branch_that_changes_a_policy_is_not_judged_by_it_and_needs_config_app
     assert rego(open_proposal(workspace, people.alice, "second", "judged by the merged policy")) == []
 
 
-def test_secrets_are_masked_in_what_policies_see(ws: Workspace, team: SamplePeople, checkout: FakeClone) -> None:
+def test_secrets_are_masked_in_what_policies_see(ws: Workspace, team: People, checkout: FakeClone) -> None:
     on_fake_main(ws, {"policies/leak.rego": (
         "package leak\nimport rego.v1\n\nwarn contains m if {\n  some rc in input.resource_changes\n"
         "  rc.type == \"aws_db_instance\"\n  m := sprintf(\"password %v, variables %v\", "
@@ -215,7 +200,7 @@ def test_what_policies_see_of_a_real_plan_has_every_sensitive_value_masked() -> 
     assert "hxk5iA==" not in seen and "87193988" not in seen  # prior_state keeps them one level down
 
 
-def test_conftest_rule_names_count_and_a_missing_package_fails_closed(ws: Workspace, team: SamplePeople,
+def test_conftest_rule_names_count_and_a_missing_package_fails_closed(ws: Workspace, team: People,
                                                                       checkout: FakeClone) -> None:
     yaml = checkout.read("gateway.yaml").replace("    path: stacks/app-prod\n",
                                                  "    path: stacks/app-prod\n    policies: [terraform.nowhere]\n")
@@ -234,7 +219,7 @@ def test_conftest_rule_names_count_and_a_missing_package_fails_closed(ws: Worksp
     assert "no Rego package terraform.nowhere on main" in error.message
 
 
-def test_a_policy_that_fails_while_evaluated_names_its_file_and_line(ws: Workspace, team: SamplePeople,
+def test_a_policy_that_fails_while_evaluated_names_its_file_and_line(ws: Workspace, team: People,
                                                                     checkout: FakeClone) -> None:
     # two values for one complete rule: the interpreter says only "evaluation failed", with no location
     on_fake_main(ws, {"policies/conflict.rego": "package conflict\nimport rego.v1\n\n"

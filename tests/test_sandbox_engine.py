@@ -17,20 +17,9 @@ from gateway.ports import ApplyOutcome
 from gateway.services.change.planning import StackPlanResult, plan_stack
 from gateway.services.workspace import Workspace, stack_secrets
 
-from .fakes import FakeClone, sandbox_workspace
+from .fakes import FakeClone
 
 STAGING = "stacks/app-staging/main.tf"
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    """The sample repo, main applied to the simulated cloud, in memory: no git, no database."""
-    return sandbox_workspace(tmp_path / "home")
-
-
-@pytest.fixture
-def checkout(ws: Workspace) -> FakeClone:
-    return FakeClone(ws.repo)  # type: ignore[arg-type]
 
 
 def plan_branch(ws: Workspace, stack: str, ref: str = "main") -> StackPlanResult:

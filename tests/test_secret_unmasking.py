@@ -96,11 +96,6 @@ def ws(tmp_path: Path) -> Workspace:
 
 
 @pytest.fixture
-def checkout(ws: Workspace) -> FakeClone:
-    return FakeClone(ws.repo)  # type: ignore[arg-type]
-
-
-@pytest.fixture
 def alice(ws: Workspace) -> Principal:
     return person("alice", Role.REQUESTER, groups=["app"], store=ws.store)
 

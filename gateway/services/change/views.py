@@ -223,8 +223,12 @@ def inbox(ws: Workspace, viewer: Principal) -> list[InboxItem]:
 
 
 def _listed(ws: Workspace, status: str | None) -> list[tuple[Proposal, datetime]]:
+    """The proposals in `status` (all: None), newest first, each read whole, with when it was opened: read together
+    (a hundred proposals read one by one were two hundred round trips on PostgreSQL)."""
     with ws.store.session(readonly=True) as session:
-        return [(session.proposals.get(listed.id), listed.created_at) for listed in session.proposals.list(status)]
+        listed = session.proposals.list(status)
+        read = session.proposals.get_many([item.id for item in listed])
+    return [(proposal, item.created_at) for proposal, item in zip(read, listed, strict=True)]
 
 
 def list_proposal_rows(ws: Workspace, viewer: Principal, status: str | None = None) -> list[ProposalRow]:

@@ -156,8 +156,9 @@ def test_the_inbox_costs_the_same_round_trips_for_one_proposal_as_for_several(pg
              ("stacks/app-prod/main.tf", '"t3.large"', '"t3.xlarge"'),
              ("stacks/app-staging/main.tf", '"t3.small"', '"t3.large"')]
     bob = {"Authorization": f"Bearer {people.tokens['bob']}"}
-    sent: dict[int, list[str]] = {}
-    listed: dict[int, list[str]] = {}
+    reads = {"inbox": "/api/v1/inbox", "inbox of every repository": "/api/v1/inbox?all_repositories=true",
+             "proposals list": "/api/v1/proposals"}
+    sent: dict[tuple[str, int], list[str]] = {}
     with TestClient(create_app(pg_workspace.settings, workers=0)) as client:
         trips = RoundTrips(client.app.state.workspace.store.db.engine)  # type: ignore[attr-defined]
         for n, (path, old, new) in enumerate(edits, start=1):
@@ -166,15 +167,15 @@ def test_the_inbox_costs_the_same_round_trips_for_one_proposal_as_for_several(pg
             if n == 2:
                 continue
             for _ in range(WARM_UP):
-                assert len(client.get("/api/v1/inbox", headers=bob).json()) == n
-                assert len(client.get("/api/v1/proposals", headers=bob).json()) == n
-            trips.messages()
-            waiting = client.get("/api/v1/inbox", headers=bob)
-            sent[n] = trips.messages()
-            assert len(waiting.json()) == n, waiting.text
-            assert [p["waiting_for_you"] for p in client.get("/api/v1/proposals", headers=bob).json()] == [True] * n
-            listed[n] = trips.messages()
-    print(f"\ninbox of 1: {len(sent[1])} round trips, of 3: {len(sent[3])}",
-          *RoundTrips.summary(sent[3]).most_common(), sep="\n  ")
-    assert len(sent[3]) == len(sent[1]), (RoundTrips.summary(sent[1]), RoundTrips.summary(sent[3]))
-    assert len(listed[3]) == len(listed[1]), (RoundTrips.summary(listed[1]), RoundTrips.summary(listed[3]))
+                for url in reads.values():
+                    assert len(client.get(url, headers=bob).json()) == n, url
+            for read, url in reads.items():
+                trips.messages()
+                answer = client.get(url, headers=bob).json()
+                sent[read, n] = trips.messages()
+                assert len(answer) == n and all(p.get("waiting_for_you", True) for p in answer), answer
+    for read in reads:
+        print(f"\n{read} of 1 proposal: {len(sent[read, 1])} round trips, of 3: {len(sent[read, 3])}",
+              *RoundTrips.summary(sent[read, 3]).most_common(), sep="\n  ")
+        assert len(sent[read, 3]) == len(sent[read, 1]), (read, RoundTrips.summary(sent[read, 1]),
+                                                          RoundTrips.summary(sent[read, 3]))

@@ -12,9 +12,13 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Integer,
     Select,
     Text,
     and_,
+    any_,
     bindparam,
     func,
     insert,
@@ -154,21 +158,31 @@ _ORDER: dict[str, Callable[[Row], Any]] = {
     "push": itemgetter("detected_at"), "window": itemgetter("id"), "drift": itemgetter("id")}
 _AHEAD = Parts(_OF_PROPOSAL + _OF_ALL, _ORDER, descending=frozenset({"window", "drift"}))
 _AHEAD_OF_PROPOSAL = Parts(_OF_PROPOSAL, _ORDER)
-# Many proposals read whole at once (an inbox, a list of proposals): the rows `get` reads of one, each naming its
-# proposal, for every id in `ids`; each proposal's plans at the head its own row says (a join: there is no one head).
-# Not what a view of one proposal asks next (its jobs, rollback marker, serials): a list does not ask them.
-_IDS = bindparam("ids", expanding=True)
-_OF_PROPOSALS: list[tuple[str, Select[Any]]] = [
-    ("proposal", _PROPOSAL_ROW.where(proposals.c.id.in_(_IDS))),
-    ("decision", _DECISION_ROWS.where(decisions.c.proposal_id.in_(_IDS))),
-    ("override", _OVERRIDE_ROWS.where(overrides.c.proposal_id.in_(_IDS))),
-    ("plan", _PLAN_ROWS.join(proposals, and_(proposals.c.id == plans.c.proposal_id,
-                                             proposals.c.head_sha == plans.c.head_sha))
-     .where(plans.c.proposal_id.in_(_IDS))),
-]
-_MANY = Parts(_OF_PROPOSALS, _ORDER)
-_MANY_AHEAD = Parts(_OF_PROPOSALS + _OF_ALL, _ORDER, descending=frozenset({"window", "drift"}))
-MANY_AT_ONCE = 500  # proposals a statement reads: four lists of ids in it, well within either database's parameters
+
+
+def _of_proposals(asked: Callable[[Any], ColumnElement[bool]]) -> list[tuple[str, Select[Any]]]:
+    """Many proposals read whole at once (an inbox, a list): the rows `get` reads of one, each naming its proposal,
+    for the ids asked (`asked(column)`: the column holds one of them); each proposal's plans at the head its own row
+    says (a join: there is no one head). Not what a view of one proposal asks next (its jobs, rollback marker,
+    serials): a list asks none of them."""
+    return [
+        ("proposal", _PROPOSAL_ROW.where(asked(proposals.c.id))),
+        ("decision", _DECISION_ROWS.where(asked(decisions.c.proposal_id))),
+        ("override", _OVERRIDE_ROWS.where(asked(overrides.c.proposal_id))),
+        ("plan", _PLAN_ROWS.join(proposals, and_(proposals.c.id == plans.c.proposal_id,
+                                                 proposals.c.head_sha == plans.c.head_sha))
+         .where(asked(plans.c.proposal_id))),
+    ]
+
+
+# on PostgreSQL the ids are one array parameter, the statement's text the same for any number of them: ids bound one
+# by one made a text of its own for each count, parsed again by the driver and planned again by the server each time
+_MANY_OF = {"postgresql": _of_proposals(lambda column: column == any_(bindparam("ids", type_=ARRAY(Integer)))),
+            "sqlite": _of_proposals(lambda column: column.in_(bindparam("ids", expanding=True)))}
+_MANY = {dialect: Parts(parts, _ORDER) for dialect, parts in _MANY_OF.items()}
+_MANY_AHEAD = {dialect: Parts(parts + _OF_ALL, _ORDER, descending=frozenset({"window", "drift"}))
+               for dialect, parts in _MANY_OF.items()}
+MANY_AT_ONCE = 500  # proposals a statement reads (SQLite binds each id, four times: well within its parameters)
 _Parts = Mapping[str, Sequence[Mapping[str, Any]]]  # a proposal's decisions, overrides and plans at its head, by part
 _Read = tuple[Mapping[str, Any], _Parts, dict[str, StackPlan]]  # a proposal's row, its parts and its current plans
 
@@ -275,8 +289,8 @@ class SqlProposals(Records):
         """Each proposal's row, its decisions, overrides and plans at its head, and its current plans, in one statement
         (and one more for the plans no read has kept yet)."""
         ahead = self.ahead is not None and self.ahead.rows("push") is None
-        found = (_MANY_AHEAD if ahead else _MANY).read(self.conn, {"ids": list(proposal_ids),
-                                                                   "repository": self.repository})
+        parts = (_MANY_AHEAD if ahead else _MANY)[self.conn.dialect.name]
+        found = parts.read(self.conn, {"ids": list(proposal_ids), "repository": self.repository})
         if ahead:
             assert self.ahead is not None
             for part in ("push", "window", "drift"):
@@ -473,7 +487,9 @@ class SqlProposals(Records):
         first): those no read has kept yet are read in one statement for all the proposals."""
         newest = {proposal_id: {r["c1"]: (r["id"], r["c1"], r["c2"], r["c3"]) for r in rows}  # the last of a stack wins
                   for proposal_id, rows in heads.items()}
-        database = self.conn.engine.url  # a value, not the engine: the cache keeps no engine (nor its pool) alive
+        # a value, not the engine: the cache keeps no engine (nor its pool) alive; its text once (a URL renders itself
+        # to be hashed, which each of a list's hundred plans did)
+        database = str(self.conn.engine.url)
         current = {proposal_id: {stack: _SAVED_PLANS.find((database, *key)) for stack, key in stacks.items()}
                    for proposal_id, stacks in newest.items()}
         missing = {newest[proposal_id][stack][0]: (proposal_id, newest[proposal_id][stack])

@@ -347,6 +347,9 @@ class FakeProposals(_Faked, Proposals):
                               for o in self.t.overrides.values() if o["proposal_id"] == proposal_id]
         return proposal
 
+    def get_many(self, proposal_ids: Sequence[int]) -> list[Proposal]:
+        return [self.get(proposal_id) for proposal_id in proposal_ids]
+
     def list(self, status: str | None = None) -> list[ListedProposal]:
         rows = sorted(self.t.proposals.values(), key=lambda r: -r["id"])
         return [ListedProposal(r["id"], r["status"], r["created_at"], r["model"], r["prompt_version"])

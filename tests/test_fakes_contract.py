@@ -133,6 +133,9 @@ def test_plans_at_the_head_and_decisions_on_them_make_the_proposal(store: Store)
         session.proposals.add_override(pid, "rule:addr", bob, "accepted", FAR)
     with store.session(readonly=True) as session:
         proposal = session.proposals.get(pid)
+        assert session.proposals.get_many([pid, pid]) == [proposal, proposal]  # a list's read: each as `get` reads it
+        with pytest.raises(NotFound, match=f"no proposal {pid + 100}"):
+            session.proposals.get_many([pid, pid + 100])
         assert session.proposals.plan_document(plan_id) == "{}" and session.proposals.plan_preview(plan_id) == "p1"
         with pytest.raises(NotFound):
             session.proposals.plan_document(plan_id + 100)

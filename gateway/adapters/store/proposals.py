@@ -12,8 +12,13 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Integer,
     Select,
     Text,
+    and_,
+    any_,
     bindparam,
     func,
     insert,
@@ -125,20 +130,24 @@ ROLLBACK_OF = "rollback_of:"  # the marker a rollback proposal has (services/cha
 _HEAD = select(proposals.c.head_sha).where(proposals.c.id == bindparam("proposal_id")).scalar_subquery()
 _CURRENT_STACKS = select(plans.c.stack).where(plans.c.proposal_id == bindparam("proposal_id"),
                                               plans.c.head_sha == _HEAD)
+_PROPOSAL_ROW = _with_person(_with_person(select(proposals), proposals.c.requester_id, "requester__"),
+                             proposals.c.proposer_id, "proposer__")
+_DECISION_ROWS = _with_person(select(
+    decisions.c.proposal_id, decisions.c.id, decisions.c.principal_id, decisions.c.decision.label("c1"),
+    decisions.c.head_sha.label("c2"), decisions.c.comment.label("c3"), decisions.c.auth.label("c4"),
+    decisions.c.digests, decisions.c.created_at.label("at"),
+), decisions.c.principal_id, "by__")
+_OVERRIDE_ROWS = _with_person(select(
+    overrides.c.proposal_id, overrides.c.id, overrides.c.principal_id, overrides.c.finding_key.label("c1"),
+    overrides.c.reason.label("c2"), overrides.c.expires_at.label("at"),
+), overrides.c.principal_id, "by__")
+_PLAN_ROWS = select(plans.c.proposal_id, plans.c.id, plans.c.stack.label("c1"), plans.c.head_sha.label("c2"),
+                    plans.c.digest.label("c3"))
 _OF_PROPOSAL: list[tuple[str, Select[Any]]] = [
-    ("proposal", _with_person(_with_person(select(proposals), proposals.c.requester_id, "requester__"),
-                              proposals.c.proposer_id, "proposer__").where(proposals.c.id == bindparam("proposal_id"))),
-    ("decision", _with_person(select(
-        decisions.c.id, decisions.c.principal_id, decisions.c.decision.label("c1"), decisions.c.head_sha.label("c2"),
-        decisions.c.comment.label("c3"), decisions.c.auth.label("c4"), decisions.c.digests,
-        decisions.c.created_at.label("at"),
-    ), decisions.c.principal_id, "by__").where(decisions.c.proposal_id == bindparam("proposal_id"))),
-    ("override", _with_person(select(
-        overrides.c.id, overrides.c.principal_id, overrides.c.finding_key.label("c1"), overrides.c.reason.label("c2"),
-        overrides.c.expires_at.label("at"),
-    ), overrides.c.principal_id, "by__").where(overrides.c.proposal_id == bindparam("proposal_id"))),
-    ("plan", select(plans.c.id, plans.c.stack.label("c1"), plans.c.head_sha.label("c2"), plans.c.digest.label("c3"))
-     .where(plans.c.proposal_id == bindparam("proposal_id"), plans.c.head_sha == _HEAD)),
+    ("proposal", _PROPOSAL_ROW.where(proposals.c.id == bindparam("proposal_id"))),
+    ("decision", _DECISION_ROWS.where(decisions.c.proposal_id == bindparam("proposal_id"))),
+    ("override", _OVERRIDE_ROWS.where(overrides.c.proposal_id == bindparam("proposal_id"))),
+    ("plan", _PLAN_ROWS.where(plans.c.proposal_id == bindparam("proposal_id"), plans.c.head_sha == _HEAD)),
     ("job", JOBS_OF_PROPOSAL),
     ("marker", MARKER),
     ("serial", select(stack_serials.c.stack, stack_serials.c.serial).where(stack_serials.c.stack.in_(_CURRENT_STACKS))),
@@ -149,7 +158,33 @@ _ORDER: dict[str, Callable[[Row], Any]] = {
     "push": itemgetter("detected_at"), "window": itemgetter("id"), "drift": itemgetter("id")}
 _AHEAD = Parts(_OF_PROPOSAL + _OF_ALL, _ORDER, descending=frozenset({"window", "drift"}))
 _AHEAD_OF_PROPOSAL = Parts(_OF_PROPOSAL, _ORDER)
+
+
+def _of_proposals(asked: Callable[[Any], ColumnElement[bool]]) -> list[tuple[str, Select[Any]]]:
+    """Many proposals read whole at once (an inbox, a list): the rows `get` reads of one, each naming its proposal,
+    for the ids asked (`asked(column)`: the column holds one of them); each proposal's plans at the head its own row
+    says (a join: there is no one head). Not what a view of one proposal asks next (its jobs, rollback marker,
+    serials): a list asks none of them."""
+    return [
+        ("proposal", _PROPOSAL_ROW.where(asked(proposals.c.id))),
+        ("decision", _DECISION_ROWS.where(asked(decisions.c.proposal_id))),
+        ("override", _OVERRIDE_ROWS.where(asked(overrides.c.proposal_id))),
+        ("plan", _PLAN_ROWS.join(proposals, and_(proposals.c.id == plans.c.proposal_id,
+                                                 proposals.c.head_sha == plans.c.head_sha))
+         .where(asked(plans.c.proposal_id))),
+    ]
+
+
+# on PostgreSQL the ids are one array parameter, the statement's text the same for any number of them: ids bound one
+# by one made a text of its own for each count, parsed again by the driver and planned again by the server each time
+_MANY_OF = {"postgresql": _of_proposals(lambda column: column == any_(bindparam("ids", type_=ARRAY(Integer)))),
+            "sqlite": _of_proposals(lambda column: column.in_(bindparam("ids", expanding=True)))}
+_MANY = {dialect: Parts(parts, _ORDER) for dialect, parts in _MANY_OF.items()}
+_MANY_AHEAD = {dialect: Parts(parts + _OF_ALL, _ORDER, descending=frozenset({"window", "drift"}))
+               for dialect, parts in _MANY_OF.items()}
+MANY_AT_ONCE = 500  # proposals a statement reads (SQLite binds each id, four times: well within its parameters)
 _Parts = Mapping[str, Sequence[Mapping[str, Any]]]  # a proposal's decisions, overrides and plans at its head, by part
+_Read = tuple[Mapping[str, Any], _Parts, dict[str, StackPlan]]  # a proposal's row, its parts and its current plans
 
 
 class SqlProposals(Records):
@@ -234,8 +269,49 @@ class SqlProposals(Records):
         if not 0 < proposal_id <= MAX_ID:
             raise NotFound(f"no proposal {proposal_id}")
         row, parts = self._read_ahead(proposal_id) if self.ahead and not lock else self._read(proposal_id, lock)
+        return self._proposal(row, parts, self._current_plans({proposal_id: parts["plan"]})[proposal_id])
+
+    def get_many(self, proposal_ids: Sequence[int]) -> list[Proposal]:
+        """The proposals `proposal_ids` names, in that order, each as `get` would read it (unlocked): two statements
+        for every `MANY_AT_ONCE` of them, where `get` takes two each (on PostgreSQL each statement is a round trip).
+        In a read unit of work the pushes to main, break-glass windows and open drift are read ahead with them, as
+        `get` reads them ahead."""
+        for proposal_id in proposal_ids:
+            if not 0 < proposal_id <= MAX_ID:
+                raise NotFound(f"no proposal {proposal_id}")
+        wanted = list(dict.fromkeys(proposal_ids))
+        read: dict[int, _Read] = {}
+        for start in range(0, len(wanted), MANY_AT_ONCE):
+            read.update(self._read_many(wanted[start:start + MANY_AT_ONCE]))
+        return [self._proposal(*read[proposal_id]) for proposal_id in proposal_ids]
+
+    def _read_many(self, proposal_ids: Sequence[int]) -> dict[int, _Read]:
+        """Each proposal's row, its decisions, overrides and plans at its head, and its current plans, in one statement
+        (and one more for the plans no read has kept yet)."""
+        ahead = self.ahead is not None and self.ahead.rows("push") is None
+        parts = (_MANY_AHEAD if ahead else _MANY)[self.conn.dialect.name]
+        found = parts.read(self.conn, {"ids": list(proposal_ids), "repository": self.repository})
+        if ahead:
+            assert self.ahead is not None
+            for part in ("push", "window", "drift"):
+                self.ahead.keep(part, None, found[part])
+        rows = {row["id"]: row for row in found["proposal"]}
+        missing = [proposal_id for proposal_id in proposal_ids if proposal_id not in rows]
+        if missing:
+            raise NotFound(f"no proposal {missing[0]}")
+        parts: dict[int, dict[str, list[Mapping[str, Any]]]] = {
+            proposal_id: {"decision": [], "override": [], "plan": []} for proposal_id in proposal_ids}
+        for part in ("decision", "override", "plan"):
+            for row in found[part]:  # each part oldest first
+                parts[row["proposal_id"]][part].append(row)
+        current = self._current_plans({proposal_id: of["plan"] for proposal_id, of in parts.items()})
+        return {proposal_id: (rows[proposal_id], parts[proposal_id], current[proposal_id])
+                for proposal_id in proposal_ids}
+
+    def _proposal(self, row: Mapping[str, Any], parts: _Parts, plans_now: dict[str, StackPlan]) -> Proposal:
+        """The proposal its row, its decisions and overrides (`parts`) and its current plans say."""
         if row["repository"] != self.repository:  # another repository's: as if it were not there
-            raise InAnotherRepository(f"no proposal {proposal_id} in repository {self.repository} (it is in "
+            raise InAnotherRepository(f"no proposal {row['id']} in repository {self.repository} (it is in "
                                       f"{row['repository']}: --repo {row['repository']})", row["repository"])
         proposal = Proposal(
             id=row["id"],
@@ -254,8 +330,7 @@ class SqlProposals(Records):
             kind=ProposalKind(row["kind"] or ProposalKind.CHANGE.value),
             repository=row["repository"],
         )
-        heads = [(r["id"], r["c1"], r["c2"], r["c3"]) for r in parts["plan"]]  # id, stack, head, digest
-        proposal.plans = self._current_plans(heads)
+        proposal.plans = dict(plans_now)
         proposal.decisions = [_decision(r, _person(r, "by__", "principal_id")) for r in parts["decision"]]
         proposal.overrides = [
             Override(r["c1"], _person(r, "by__", "principal_id").name, r["c2"], aware(r["at"]))
@@ -407,18 +482,27 @@ class SqlProposals(Records):
             raise NotFound(f"no saved plan {plan_id}")
         return self.sealer.open_text(str(document))
 
-    def _current_plans(self, heads: Sequence[tuple[int, str, str, str]]) -> dict[str, StackPlan]:
-        """The stacks' current plans from their plans at the proposal's head (id, stack, head, digest), oldest first."""
-        newest = {stack: (plan_id, stack, head, digest) for plan_id, stack, head, digest in heads}  # the last wins
-        database = self.conn.engine.url  # a value, not the engine: the cache keeps no engine (nor its pool) alive
-        current = {stack: _SAVED_PLANS.find((database, *key)) for stack, key in newest.items()}
-        missing = {newest[stack][0]: newest[stack] for stack, plan in current.items() if plan is None}
+    def _current_plans(self, heads: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[int, dict[str, StackPlan]]:
+        """Each proposal's current plans from its plans at its head (rows of id, stack c1, head c2, digest c3, oldest
+        first): those no read has kept yet are read in one statement for all the proposals."""
+        newest = {proposal_id: {r["c1"]: (r["id"], r["c1"], r["c2"], r["c3"]) for r in rows}  # the last of a stack wins
+                  for proposal_id, rows in heads.items()}
+        # a value, not the engine: the cache keeps no engine (nor its pool) alive; its text once (a URL renders itself
+        # to be hashed, which each of a list's hundred plans did)
+        database = str(self.conn.engine.url)
+        current = {proposal_id: {stack: _SAVED_PLANS.find((database, *key)) for stack, key in stacks.items()}
+                   for proposal_id, stacks in newest.items()}
+        missing = {newest[proposal_id][stack][0]: (proposal_id, newest[proposal_id][stack])
+                   for proposal_id, plans_now in current.items() for stack, plan in plans_now.items() if plan is None}
         if missing:
             for plan_id, serial, main_sha, created_at, summary in self.conn.execute(_PLAN_BODIES, {"ids": list(missing)}):
-                _, stack, head, digest = key = missing[plan_id]
-                current[stack] = _stack_plan(plan_id, stack, head, digest, serial, main_sha, created_at, summary)
-                _SAVED_PLANS.put((database, *key), current[stack])
-        return {stack: plan for stack, plan in current.items() if plan is not None}
+                proposal_id, key = missing[plan_id]
+                _, stack, head, digest = key
+                plan = current[proposal_id][stack] = _stack_plan(plan_id, stack, head, digest, serial, main_sha,
+                                                                 created_at, summary)
+                _SAVED_PLANS.put((database, *key), plan)
+        return {proposal_id: {stack: plan for stack, plan in plans_now.items() if plan is not None}
+                for proposal_id, plans_now in current.items()}
 
     def add_decision(
         self,

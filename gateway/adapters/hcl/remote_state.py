@@ -1,0 +1,77 @@
+"""Whose state a stack reads, as its HCL says: its `data "terraform_remote_state"` blocks, read without planning."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.domain.errors import ConfigError
+from gateway.domain.stack_order import RemoteStateRead
+
+# In a stack's own files (the root module) these name its directory: a path built from them is still known.
+_STACK_DIRECTORY = re.compile(r"\$\{\s*path\.(module|root|cwd)\s*\}")
+
+
+class _Unresolved:
+    """A setting given by an expression (a variable, a function call): its value is known only to a plan."""
+
+
+UNRESOLVED = _Unresolved()
+
+
+def remote_state_reads(files: Mapping[str, str]) -> tuple[RemoteStateRead, ...]:
+    """Every `data "terraform_remote_state"` block of these files whose backend type is a literal."""
+    from gateway.adapters.hcl.reading import hcl_document
+
+    found: list[RemoteStateRead] = []
+    for name, text in sorted(files.items()):
+        if "terraform_remote_state" not in text:
+            continue
+        try:
+            document = hcl_document(text)
+        except Exception as exc:  # python-hcl2 raises lark's errors
+            raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
+        for block in document.get("data", []):
+            for kind, labelled in block.items():
+                if _value(kind) != "terraform_remote_state" or not isinstance(labelled, dict):
+                    continue
+                for label, body in labelled.items():
+                    read = _read(f"data.terraform_remote_state.{_value(label)}", body)
+                    if read is not None:
+                        found.append(read)
+    return tuple(found)
+
+
+def _read(address: str, body: Mapping[str, Any]) -> RemoteStateRead | None:
+    backend, workspace = _value(body.get("backend")), _value(body.get("workspace", '"default"'))
+    if not isinstance(backend, str) or not isinstance(workspace, str):
+        return None
+    config = body.get("config", {})
+    settings = {_value(k): _value(v) for k, v in config.items()} if isinstance(config, dict) else {}
+    return RemoteStateRead(address, backend, {k: v for k, v in settings.items() if not _unknown(v)},
+                           frozenset(k for k, v in settings.items() if _unknown(v)), workspace)
+
+
+def _value(value: Any) -> Any:
+    """python-hcl2's rendering of a setting as its value: a quoted string with no interpolation but the stack's
+    directory is a literal; anything else written as `${...}` is UNRESOLVED."""
+    if isinstance(value, str):
+        if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+            text = _STACK_DIRECTORY.sub(".", value)
+            return UNRESOLVED if "${" in text else json.loads(text)
+        return UNRESOLVED if value.startswith("${") else value
+    if isinstance(value, dict):
+        return {_value(k): _value(v) for k, v in value.items() if k != "__is_block__"}
+    if isinstance(value, list):
+        return [_value(v) for v in value]
+    return value
+
+
+def _unknown(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_unknown(v) for v in value)
+    return value is UNRESOLVED

@@ -1,0 +1,27 @@
+"""The order an apply takes a proposal's stacks: main's `after:`, and the stacks whose state another reads.
+
+The reads are those of what will be applied (main with the proposal merged), not main's alone: a change that
+makes an app read an output its network stack gains in the same change must apply the network first, and only
+the branch says so. A branch can add an order this way, never lift one main declares (`after:` is main's
+gateway.yaml); where the stacks' state lives is main's too, since planning refuses a branch that moves a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gateway.domain.stack_order import StackDeclarations, state_reads
+from gateway.services.workspace import Workspace
+
+
+def apply_order(ws: Workspace, stacks: Iterable[str], sha: str) -> list[str]:
+    """`stacks` in the order an apply of commit `sha` takes them; a circle of orders is a ConfigError naming it."""
+    stacks = sorted(set(stacks))
+    settings = ws.repo_settings()
+    declared = {}
+    for name in stacks:
+        if name in settings.stacks:
+            files = ws.repo.read_files(sha, settings.stacks[name].path, ".tf")
+            declared[name] = StackDeclarations(settings.stacks[name].path, ws.declarations.backend(files),
+                                               ws.declarations.remote_state_reads(files))
+    return settings.apply_order(stacks, state_reads(declared))

@@ -22,6 +22,7 @@ from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.change.apply_order import apply_order
 from gateway.services.change.proposals import decide, get_proposal, open_proposal
 from gateway.services.change.runner import apply_proposal
+from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
@@ -221,6 +222,7 @@ def test_reads_and_orders_that_go_round_in_a_circle_refuse_the_apply(tmp_path: P
         people = add_people(ws)
         proposal_id = _approved(ws, tmp_path, people, {"stacks/a-apps/main.tf": _queue("a-apps-two") + READS_NET,
                                                        "stacks/z-net/main.tf": _queue("z-net-two") + net_reads})
+        assert circle in " ".join(view_proposal(ws, people.alice, proposal_id).apply_blockers)  # shown before
         with pytest.raises(Refused) as refused:
             apply_proposal(ws, people.alice, proposal_id)
         assert str(refused.value).count("go round in a circle among a-apps, z-net") == 1

@@ -10,6 +10,7 @@ from gateway.domain.drift import DriftRecord
 from gateway.domain.lifecycle import Transition, next_status
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.services.change.apply_order import proposal_state_reads
 from gateway.services.change.code_host import github_team_checks
 from gateway.services.change.main_watch import unacknowledged_pushes
 from gateway.services.workspace import MainRules, Records, Workspace
@@ -35,7 +36,8 @@ def gather_apply_facts(ws: Workspace, proposal: Proposal, actor: Principal | Non
                       team_checks=github_team_checks(ws, proposal, ask_github),
                       drift=_open_drift(ws, proposal) if appliable else (),
                       saved_digests=saved_digests(ws, proposal) if look and hash_saved_plans else None,
-                      merge=merge_check(ws, proposal) if look else None)
+                      merge=merge_check(ws, proposal) if look else None,
+                      state_reads=proposal_state_reads(ws, proposal) if look else None)
 
 
 def _open_drift(ws: Records, proposal: Proposal) -> tuple[DriftRecord, ...]:

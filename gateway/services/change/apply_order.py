@@ -1,27 +1,44 @@
 """The order an apply takes a proposal's stacks: main's `after:`, and the stacks whose state another reads.
 
-The reads are those of what will be applied (main with the proposal merged), not main's alone: a change that
-makes an app read an output its network stack gains in the same change must apply the network first, and only
-the branch says so. A branch can add an order this way, never lift one main declares (`after:` is main's
-gateway.yaml); where the stacks' state lives is main's too, since planning refuses a branch that moves a backend.
+The reads are those of what will be applied (main with the proposal merged; the runner reads that merge), not
+main's alone: a change that makes an app read an output its network stack gains in the same change must apply the
+network first, and only the branch says so. A view, which writes no merge, reads the branch's head: the same files
+unless main changed the stack since. A branch can add an order this way, never lift one main declares (`after:` is
+main's gateway.yaml); where the stacks' state lives is main's too, since planning refuses a branch that moves a
+backend.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gateway.domain.errors import ConfigError, NotFound
+from gateway.domain.proposal import Proposal
 from gateway.domain.stack_order import StackDeclarations, state_reads
 from gateway.services.workspace import Workspace
 
 
 def apply_order(ws: Workspace, stacks: Iterable[str], sha: str) -> list[str]:
     """`stacks` in the order an apply of commit `sha` takes them; a circle of orders is a ConfigError naming it."""
-    stacks = sorted(set(stacks))
+    return ws.repo_settings().apply_order(stacks, state_reads_at(ws, stacks, sha))
+
+
+def state_reads_at(ws: Workspace, stacks: Iterable[str], sha: str) -> dict[str, dict[str, str]]:
+    """Each of `stacks` -> those of `stacks` whose state it reads at commit `sha`, each with why."""
     settings = ws.repo_settings()
     declared = {}
-    for name in stacks:
+    for name in sorted(set(stacks)):
         if name in settings.stacks:
             files = ws.repo.read_files(sha, settings.stacks[name].path, ".tf")
             declared[name] = StackDeclarations(settings.stacks[name].path, ws.declarations.backend(files),
                                                ws.declarations.remote_state_reads(files))
-    return settings.apply_order(stacks, state_reads(declared))
+    return state_reads(declared)
+
+
+def proposal_state_reads(ws: Workspace, proposal: Proposal) -> dict[str, dict[str, str]] | None:
+    """The reads between the proposal's stacks on its branch's head, for the views (None: its files cannot be read;
+    the plans say why, and the runner reads them again before it applies)."""
+    try:
+        return state_reads_at(ws, proposal.stacks, proposal.head_sha)
+    except (ConfigError, NotFound):
+        return None

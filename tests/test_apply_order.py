@@ -117,6 +117,7 @@ S3_NET = _backend("s3", '    bucket = "acme-state"\n    key    = "net/terraform.
     (_reads("remote", '    organization = "acme"\n    workspaces = { name = "app" }'), _cloud("acme", "net"), False),
     # what cannot be known without planning orders nothing: settings from variables, another workspace's state
     (_reads("s3", '    bucket = var.state_bucket\n    key = "net/terraform.tfstate"'), S3_NET, False),
+    ('data "terraform_remote_state" "net" {\n  backend = "s3"\n  config = var.net_state\n}\n', S3_NET, False),
     (_reads("local", '    path = "../z-net/terraform.tfstate"', '  workspace = "staging"\n'), "", False),
 ])
 def test_a_stack_is_applied_after_the_stacks_whose_state_it_reads(reader: str, net: str, after_net: bool) -> None:

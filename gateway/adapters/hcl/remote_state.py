@@ -22,7 +22,8 @@ UNRESOLVED = _Unresolved()
 
 
 def remote_state_reads(files: Mapping[str, str]) -> tuple[RemoteStateRead, ...]:
-    """Every `data "terraform_remote_state"` block of these files whose backend type is a literal."""
+    """Every `data "terraform_remote_state"` block of these files whose backend type and config are written out
+    (settings given by expressions are listed as unresolved)."""
     from gateway.adapters.hcl.reading import hcl_document
 
     found: list[RemoteStateRead] = []
@@ -49,7 +50,9 @@ def _read(address: str, body: Mapping[str, Any]) -> RemoteStateRead | None:
     if not isinstance(backend, str) or not isinstance(workspace, str):
         return None
     config = body.get("config", {})
-    settings = {_value(k): _value(v) for k, v in config.items()} if isinstance(config, dict) else {}
+    if not isinstance(config, dict):  # the whole config is an expression (`config = var.state`): unknown
+        return None
+    settings = {_value(k): _value(v) for k, v in config.items()}
     return RemoteStateRead(address, backend, {k: v for k, v in settings.items() if not _unknown(v)},
                            frozenset(k for k, v in settings.items() if _unknown(v)), workspace)
 

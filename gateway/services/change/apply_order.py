@@ -14,18 +14,20 @@ from collections.abc import Iterable
 
 from gateway.domain.errors import ConfigError, NotFound
 from gateway.domain.proposal import Proposal
+from gateway.domain.repo_settings import RepoSettings
 from gateway.domain.stack_order import StackDeclarations, state_reads
 from gateway.services.workspace import Workspace
 
 
 def apply_order(ws: Workspace, stacks: Iterable[str], sha: str) -> list[str]:
     """`stacks` in the order an apply of commit `sha` takes them; a circle of orders is a ConfigError naming it."""
-    return ws.repo_settings().apply_order(stacks, state_reads_at(ws, stacks, sha))
-
-
-def state_reads_at(ws: Workspace, stacks: Iterable[str], sha: str) -> dict[str, dict[str, str]]:
-    """Each of `stacks` -> those of `stacks` whose state it reads at commit `sha`, each with why."""
     settings = ws.repo_settings()
+    return settings.apply_order(stacks, state_reads_at(ws, settings, stacks, sha))
+
+
+def state_reads_at(ws: Workspace, settings: RepoSettings, stacks: Iterable[str], sha: str) -> dict[str, dict[str, str]]:
+    """Each of `stacks` -> those of `stacks` whose state it reads at commit `sha`, each with why (`settings`: main's,
+    which say where each stack is)."""
     declared = {}
     for name in sorted(set(stacks)):
         if name in settings.stacks:
@@ -35,10 +37,10 @@ def state_reads_at(ws: Workspace, stacks: Iterable[str], sha: str) -> dict[str, 
     return state_reads(declared)
 
 
-def proposal_state_reads(ws: Workspace, proposal: Proposal) -> dict[str, dict[str, str]] | None:
+def proposal_state_reads(ws: Workspace, settings: RepoSettings, proposal: Proposal) -> dict[str, dict[str, str]] | None:
     """The reads between the proposal's stacks on its branch's head, for the views (None: its files cannot be read;
     the plans say why, and the runner reads them again before it applies)."""
     try:
-        return state_reads_at(ws, proposal.stacks, proposal.head_sha)
+        return state_reads_at(ws, settings, proposal.stacks, proposal.head_sha)
     except (ConfigError, NotFound):
         return None

@@ -129,12 +129,13 @@ def test_a_stack_is_applied_after_the_stacks_whose_state_it_reads(reader: str, n
     assert order == (["z-net", "a-apps"] if after_net else ["a-apps", "z-net"])
 
 
-def _workspace(tmp_path: Path, gateway_yaml: str, stacks: dict[str, str]) -> Workspace:
-    """A workspace whose main has `gateway_yaml` and each stack's main.tf, bootstrapped."""
+def _workspace(tmp_path: Path, gateway_yaml: str, stacks: dict[str, str],
+               files: dict[str, str] | None = None) -> Workspace:
+    """A workspace whose main has `gateway_yaml`, each stack's main.tf and `files`, bootstrapped."""
     content = tmp_path / "content"
-    for stack, text in stacks.items():
-        (content / "stacks" / stack).mkdir(parents=True)
-        (content / "stacks" / stack / "main.tf").write_text(text)
+    for path, text in {**{f"stacks/{stack}/main.tf": text for stack, text in stacks.items()}, **(files or {})}.items():
+        (content / path).parent.mkdir(parents=True, exist_ok=True)
+        (content / path).write_text(text)
     (content / "gateway.yaml").write_text(gateway_yaml)
     ws = create_workspace(Settings(home=tmp_path / "home", token=None, lock_wait_seconds=2), content=content)
     bootstrap_simulator(ws)
@@ -248,5 +249,23 @@ def test_the_order_is_read_from_the_commit_given(tmp_path: Path) -> None:
         assert apply_order(ws, ["a-apps", "z-net"], main) == ["a-apps", "z-net"]
         merged = ws.repo.merge_preview(main, proposal.head_sha)
         assert apply_order(ws, ["a-apps", "z-net"], merged) == ["z-net", "a-apps"]
+    finally:
+        ws.close()
+
+
+def test_a_module_the_stack_calls_reads_state_for_it(tmp_path: Path) -> None:
+    """A local module runs in its caller's directory; its `path.module` is its own. Its reads order its callers."""
+    module = 'module "net" {\n  source = "../../modules/net-reader"\n}\n'
+    ws = _workspace(tmp_path, UNORDERED + "    after: [a-apps]\n",
+                    {"a-apps": _queue("a-apps-one") + module, "z-net": _queue("z-net-one")},
+                    {"modules/net-reader/main.tf": 'variable "unused" {\n  default = 1\n}\n'})
+    try:
+        main = ws.repo.resolve(ws.main_branch())
+        assert apply_order(ws, ["a-apps", "z-net"], main) == ["a-apps", "z-net"]  # the module reads nothing yet
+        people = add_people(ws)
+        reader = _reads("local", '    path = "${path.module}/../../stacks/z-net/terraform.tfstate"')
+        proposal_id = _approved(ws, tmp_path, people, {"modules/net-reader/main.tf": reader})
+        with pytest.raises(ConfigError, match="data.terraform_remote_state.net in modules/net-reader reads its state"):
+            apply_order(ws, ["a-apps", "z-net"], get_proposal(ws, proposal_id).head_sha)
     finally:
         ws.close()

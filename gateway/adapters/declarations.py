@@ -45,7 +45,7 @@ class HclDeclarations:
 
         return local_module_directories(stack_path, read_directory_on_disk(root))
 
-    def remote_state_reads(self, files: Mapping[str, str]) -> tuple[RemoteStateRead, ...]:
+    def remote_state_reads(self, files: Mapping[str, str], module: str = ".") -> tuple[RemoteStateRead, ...]:
         from gateway.adapters.hcl.remote_state import remote_state_reads
 
-        return remote_state_reads(files)
+        return remote_state_reads(files, module)

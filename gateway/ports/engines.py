@@ -133,6 +133,7 @@ class DeclarationReader(Protocol):
         """The local module directories (repo-relative) the stack at `stack_path` calls, in a checkout at `root`."""
         ...
 
-    def remote_state_reads(self, files: Mapping[str, str]) -> tuple[RemoteStateRead, ...]:
-        """The `data "terraform_remote_state"` blocks of the files, with the settings they give as literals."""
+    def remote_state_reads(self, files: Mapping[str, str], module: str = ".") -> tuple[RemoteStateRead, ...]:
+        """The `data "terraform_remote_state"` blocks of the files, with the settings they give as literals (`module`:
+        the files' directory relative to the stack's, what `${path.module}` means there)."""
         ...

@@ -10,8 +10,10 @@ from typing import Any
 from gateway.domain.errors import ConfigError
 from gateway.domain.stack_order import RemoteStateRead
 
-# In a stack's own files (the root module) these name its directory: a path built from them is still known.
-_STACK_DIRECTORY = re.compile(r"\$\{\s*path\.(module|root|cwd)\s*\}")
+# The directories a path may be built from and still be known: the module's own, and the stack's (the root's, where
+# Terraform runs, which a relative local `path` is taken from).
+_MODULE_DIRECTORY = re.compile(r"\$\{\s*path\.module\s*\}")
+_STACK_DIRECTORY = re.compile(r"\$\{\s*path\.(root|cwd)\s*\}")
 
 
 class _Unresolved:
@@ -21,9 +23,10 @@ class _Unresolved:
 UNRESOLVED = _Unresolved()
 
 
-def remote_state_reads(files: Mapping[str, str]) -> tuple[RemoteStateRead, ...]:
+def remote_state_reads(files: Mapping[str, str], module: str = ".") -> tuple[RemoteStateRead, ...]:
     """Every `data "terraform_remote_state"` block of these files whose backend type and config are written out
-    (settings given by expressions are listed as unresolved)."""
+    (settings given by expressions are listed as unresolved). `module`: the files' directory relative to the
+    stack's, what `path.module` is there."""
     from gateway.adapters.hcl.reading import hcl_document
 
     found: list[RemoteStateRead] = []
@@ -39,7 +42,7 @@ def remote_state_reads(files: Mapping[str, str]) -> tuple[RemoteStateRead, ...]:
                 if _value(kind) != "terraform_remote_state" or not isinstance(labelled, dict):
                     continue
                 for label, body in labelled.items():
-                    read = _read(f"data.terraform_remote_state.{_value(label)}", body)
+                    read = _read(f"data.terraform_remote_state.{_value(label)}", _known_paths(body, module))
                     if read is not None:
                         found.append(read)
     return tuple(found)
@@ -57,13 +60,23 @@ def _read(address: str, body: Mapping[str, Any]) -> RemoteStateRead | None:
                            frozenset(k for k, v in settings.items() if _unknown(v)), workspace)
 
 
+def _known_paths(value: Any, module: str) -> Any:
+    """`value` with `${path.module}`, `${path.root}` and `${path.cwd}` in its strings written as the directories."""
+    if isinstance(value, str):
+        return _STACK_DIRECTORY.sub(".", _MODULE_DIRECTORY.sub(module, value))
+    if isinstance(value, dict):
+        return {k: _known_paths(v, module) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_known_paths(v, module) for v in value]
+    return value
+
+
 def _value(value: Any) -> Any:
-    """python-hcl2's rendering of a setting as its value: a quoted string with no interpolation but the stack's
-    directory is a literal; anything else written as `${...}` is UNRESOLVED."""
+    """python-hcl2's rendering of a setting as its value: a quoted string with no interpolation is a literal;
+    anything else written as `${...}` is UNRESOLVED."""
     if isinstance(value, str):
         if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
-            text = _STACK_DIRECTORY.sub(".", value)
-            return UNRESOLVED if "${" in text else json.loads(text)
+            return UNRESOLVED if "${" in value else json.loads(value)
         return UNRESOLVED if value.startswith("${") else value
     if isinstance(value, dict):
         return {_value(k): _value(v) for k, v in value.items() if k != "__is_block__"}

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.domain.declarations import LiteralSecret, Unmasking
+from gateway.domain.stack_order import RemoteStateRead
 
 
 class HclDeclarations:
@@ -43,3 +44,8 @@ class HclDeclarations:
         from gateway.adapters.modules.sources import local_module_directories, read_directory_on_disk
 
         return local_module_directories(stack_path, read_directory_on_disk(root))
+
+    def remote_state_reads(self, files: Mapping[str, str], module: str = ".") -> tuple[RemoteStateRead, ...]:
+        from gateway.adapters.hcl.remote_state import remote_state_reads
+
+        return remote_state_reads(files, module)

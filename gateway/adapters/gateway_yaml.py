@@ -52,7 +52,8 @@ class _RawStack(BaseModel):
     environment: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,40}$",
                                     description="an environment tag (production, staging...): auditors filter by it")
     after: list[str] = Field(default=[], description="stacks of this repository an apply that changes both applies "
-                             "first (e.g. the network before the apps that read its outputs)")
+                             "first (e.g. the network before the apps that read its outputs); a stack is also "
+                             "applied after those whose state it reads (`data \"terraform_remote_state\"`)")
 
 
 class _RawApprovals(BaseModel):

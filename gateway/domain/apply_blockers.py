@@ -12,6 +12,7 @@ show them, so what a person is told can be applied is what the runner will apply
     drift recorded after the plan (the apply would revert it)    unseen_drift_blockers
     a saved plan that no longer hashes to its digest             altered_plan_blockers
     a branch that is gone, or no longer merges into main         merge_blockers
+    remote-state reads and `after:` going round in a circle      order_blockers (the runner reads the merge again)
     the proposal moving while the runner takes it               MOVED_UNDER_LOCKS, replanned_while_checked (runner)
 """
 
@@ -24,6 +25,7 @@ from datetime import datetime
 from gateway.domain.approvals import apply_refusals, approval_blockers, approver_groups
 from gateway.domain.break_glass import BreakGlassWindow, WindowState
 from gateway.domain.drift import DriftRecord
+from gateway.domain.errors import ConfigError
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import DecisionRecord, Proposal
 from gateway.domain.repo_settings import RepoSettings
@@ -74,6 +76,7 @@ class ApplyFacts:
     # `gateway show`, the pull request and the runner look).
     saved_digests: Mapping[str, str] | None = None  # stack -> the digest its saved plan hashes to now
     merge: MergeCheck | None = None
+    state_reads: Mapping[str, Mapping[str, str]] | None = None  # stack -> the proposal's stacks whose state it reads
 
 
 def apply_blockers(facts: ApplyFacts) -> list[str]:
@@ -93,7 +96,8 @@ def standing_blockers(facts: ApplyFacts) -> list[str]:
 
 def _beyond_approvals(facts: ApplyFacts) -> list[str]:
     return (lapsed_github_approvals(facts) + push_blockers(facts) + break_glass_blockers(facts)
-            + unseen_drift_blockers(facts) + altered_plan_blockers(facts) + merge_blockers(facts))
+            + unseen_drift_blockers(facts) + altered_plan_blockers(facts) + merge_blockers(facts)
+            + order_blockers(facts))
 
 
 def lapsed_github_approvals(facts: ApplyFacts) -> list[str]:
@@ -171,6 +175,18 @@ def merge_blockers(facts: ApplyFacts) -> list[str]:
     if not facts.merge.branch_exists:
         return [f"branch {facts.proposal.branch} of proposal {facts.proposal.id} no longer exists"]
     return [facts.merge.conflict] if facts.merge.conflict else []
+
+
+def order_blockers(facts: ApplyFacts) -> list[str]:
+    """An apply takes each stack after those it reads the state of and those its `after:` names: a circle of such
+    orders leaves no stack to go first."""
+    if facts.state_reads is None:
+        return []
+    try:
+        facts.settings.apply_order(facts.proposal.stacks, facts.state_reads)
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
 
 
 MOVED_UNDER_LOCKS = "the proposal changed while its locks were taken; apply again"

@@ -10,6 +10,7 @@ from gateway.domain.breaker import BreakerSettings
 from gateway.domain.errors import NotFound
 from gateway.domain.notifications import NotificationSettings
 from gateway.domain.policy import PolicySettings
+from gateway.domain.stack_order import order_stacks
 
 
 @dataclass(frozen=True)
@@ -117,16 +118,15 @@ class RepoSettings:
             raise NotFound(f"unknown stack {name!r} (stacks: {', '.join(sorted(self.stacks))})")
         return self.stacks[name]
 
-    def apply_order(self, stacks: Iterable[str]) -> list[str]:
-        """`stacks` in the order an apply takes them: each after the stacks its `after:` names among them, otherwise
-        by name (gateway.yaml was refused if the orders go round in a circle)."""
-        todo, done = sorted(set(stacks)), []
-        while todo:
-            ready = next((s for s in todo if not set(self.stacks[s].after if s in self.stacks else ()) & set(todo)),
-                         todo[0])
-            done.append(ready)
-            todo.remove(ready)
-        return done
+    def apply_order(self, stacks: Iterable[str], reads: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
+        """`stacks` in the order an apply takes them: each after the stacks its `after:` names among them and (given
+        `reads`, a stack -> the stacks whose state it reads, with why) the stacks whose state it reads, otherwise by
+        name. Orders that go round in a circle are refused (gateway.yaml's own were refused when it was read)."""
+        before: dict[str, dict[str, str]] = {
+            name: {other: "`after:` in gateway.yaml" for other in stack.after} for name, stack in self.stacks.items()}
+        for name, read in (reads or {}).items():
+            before.setdefault(name, {}).update({o: why for o, why in read.items() if o not in before[name]})
+        return order_stacks(stacks, before)
 
     def stack_for_path(self, path: str) -> StackSettings | None:
         for stack in self.stacks.values():

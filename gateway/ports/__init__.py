@@ -7,7 +7,8 @@
     Clock            the time
     DeclarationRepo  the declaration repo: trees read at exact commits, merges, branches the gateway writes
     SimulatedCloud   the sandbox engine's cloud, acted on behind the gateway's back (drift, faults, imports)
-    DeclarationReader  what a stack's HCL declares, read without planning (secrets, backend, local modules)
+    DeclarationReader  what a stack's HCL declares, read without planning (secrets, backend, local modules, remote
+                     state reads)
     PolicyScanner    an external plan scanner (checkov) beside the built-in rules
     PolicyEvaluator  main's Rego policies, loaded and evaluated
     WorkingCopies    clones of the declaration repo on disk, where agents edit files

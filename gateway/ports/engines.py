@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.domain.declarations import LiteralSecret, Unmasking
+from gateway.domain.stack_order import RemoteStateRead
 
 
 @dataclass(frozen=True)
@@ -130,4 +131,9 @@ class DeclarationReader(Protocol):
 
     def local_modules(self, stack_path: str, root: Path) -> tuple[str, ...]:
         """The local module directories (repo-relative) the stack at `stack_path` calls, in a checkout at `root`."""
+        ...
+
+    def remote_state_reads(self, files: Mapping[str, str], module: str = ".") -> tuple[RemoteStateRead, ...]:
+        """The `data "terraform_remote_state"` blocks of the files, with the settings they give as literals (`module`:
+        the files' directory relative to the stack's, what `${path.module}` means there)."""
         ...

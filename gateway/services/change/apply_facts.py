@@ -10,6 +10,7 @@ from gateway.domain.drift import DriftRecord
 from gateway.domain.lifecycle import Transition, next_status
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.services.change.apply_order import proposal_state_reads
 from gateway.services.change.code_host import github_team_checks
 from gateway.services.change.main_watch import unacknowledged_pushes
 from gateway.services.workspace import MainRules, Records, Workspace
@@ -23,19 +24,22 @@ def gather_apply_facts(ws: Workspace, proposal: Proposal, actor: Principal | Non
     Pushes to main count as far as the gateway has seen them (the runner watches main first; a view does
     not, since a read never writes). `ask_github` asks GitHub for the team membership of every GitHub
     approver and records the answers; without it the last recorded answers are used. `check_plans` hashes the
-    saved plans again and merges the branch into main (in a scratch object directory), as the runner does before
-    it applies: a list of proposals leaves that to each proposal's own view. Without `hash_saved_plans` the saved
+    saved plans again, merges the branch into main (in a scratch object directory) and reads which of the stacks read
+    another's state on the branch, as the runner does before it applies: a list of proposals leaves that to each
+    proposal's own view. Without `hash_saved_plans` the saved
     plans are not unsealed and hashed (a read: a saved plan edited where it is kept is the runner's to find, before it
     applies anything; a read stays clear of the sealing key and of reading every plan's bytes).
     """
     appliable = next_status(proposal.status, Transition.START_APPLY) is not None
     look = check_plans and appliable
-    return ApplyFacts(proposal=proposal, settings=ws.repo_settings(), now=ws.clock.now(), actor=actor,
+    settings = ws.repo_settings()
+    return ApplyFacts(proposal=proposal, settings=settings, now=ws.clock.now(), actor=actor,
                       pushes=unacknowledged_pushes(ws), windows=windows_on(ws, proposal),
                       team_checks=github_team_checks(ws, proposal, ask_github),
                       drift=_open_drift(ws, proposal) if appliable else (),
                       saved_digests=saved_digests(ws, proposal) if look and hash_saved_plans else None,
-                      merge=merge_check(ws, proposal) if look else None)
+                      merge=merge_check(ws, proposal) if look else None,
+                      state_reads=proposal_state_reads(ws, settings, proposal) if look else None)
 
 
 def _open_drift(ws: Records, proposal: Proposal) -> tuple[DriftRecord, ...]:

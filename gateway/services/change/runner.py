@@ -31,6 +31,7 @@ from gateway.domain.apply_blockers import (
 )
 from gateway.domain.errors import (
     BackendError,
+    ConfigError,
     Conflict,
     GatewayError,
     LockLost,
@@ -47,6 +48,7 @@ from gateway.domain.proposal import Proposal, ProposalKind, ProposalStatus, Tran
 from gateway.logs import get_logger
 from gateway.ports import Forge
 from gateway.services.change.apply_facts import gather_apply_facts
+from gateway.services.change.apply_order import apply_order
 from gateway.services.change.code_host import forge_of, refresh_from_github
 from gateway.services.change.locks import HeldLocks, lock_names, runner_name
 from gateway.services.change.main_watch import record_own_commit, watch_main
@@ -101,12 +103,16 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
         checked, main_sha = _preflight(ws, actor, proposal_id)
         if set(lock_names(ws, checked)) - set(locks.names):  # a new commit brought stacks we do not hold
             _refuse(ws, actor, checked, [MOVED_UNDER_LOCKS])
+        merged = ws.repo.merge_preview(main_sha, checked.head_sha)
+        try:
+            order = apply_order(ws, checked.stacks, merged)
+        except ConfigError as exc:  # orders that go round in a circle: no stack can go first
+            _refuse(ws, actor, checked, [str(exc)])
         locks.check("starting the apply")
         with ws.store.session() as session:
             proposal = session.proposals.get(proposal_id, lock=True)
             moved = replanned_while_checked(checked, proposal)
             if not moved:
-                merged = ws.repo.merge_preview(main_sha, proposal.head_sha)
                 proposal.move(Transition.START_APPLY, actor, {
                     "runner": runner, "head_sha": proposal.head_sha, "main_sha": main_sha, "applied_sha": merged,
                     "digests": proposal.current_digests}, applied_sha=merged)
@@ -116,7 +122,7 @@ def apply_proposal(ws: Workspace, actor: Principal, proposal_id: int, runner: st
         fault_points.reach("apply.after_start_apply")
         report = ApplyReport(proposal_id)
         try:
-            _apply_stacks(ws, actor, proposal, runner, merged, report, say, locks)
+            _apply_stacks(ws, actor, proposal, order, runner, merged, report, say, locks)
             if report.outcomes and not report.outcomes[-1].succeeded:
                 return report
             locks.check("the merge")  # another runner may have taken a stack: never merge on top of that
@@ -165,9 +171,9 @@ def _stop_without_locks(ws: Records, actor: Principal, proposal: Proposal, locks
     report.outcomes.append(StackOutcome("?", False, (), error))
 
 
-def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, runner: str, merged: str,
+def _apply_stacks(ws: Workspace, actor: Principal, proposal: Proposal, order: list[str], runner: str, merged: str,
                   report: ApplyReport, say: Callable[[str], None], locks: HeldLocks) -> None:
-    order = ws.repo_settings().apply_order(proposal.stacks)  # main's `after:`: e.g. the network before its apps
+    """Apply the stacks in `order` (e.g. the network before the apps that read its state); stop at a failure."""
     for index, stack in enumerate(order):
         locks.check(f"applying stack {stack}")
         say(f"applying stack {stack}")

@@ -10,7 +10,7 @@ import shutil
 import tarfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -343,3 +343,22 @@ def test_a_workspace_made_before_repositories_migrates_in_place_and_walks_a_chan
         shutil.rmtree(home / "parsed-hcl", ignore_errors=True)
     finally:
         ws.close()
+
+
+def test_every_way_in_opens_a_proposal_only_for_a_requester_who_may_request_in_its_repository(two: Two) -> None:
+    clone = two.clone(two.data, "refusals").branch("refused")
+    clone.write("stacks/network/extra.tf", QUEUE % "data-refused").push("a queue")
+    with pytest.raises(Refused) as refused:  # an agent for a person who may not request: the table's sentence
+        open_proposal(two.data, two.people.agent, "refused", "a queue", requester=two.people.dana)
+    assert refused.value.reasons == ["dana has no role that may request changes"]
+
+    remove_repository(two.ws, two.people.admin, "data")
+    proposed = run_cli(["--repo", "data", "propose", "--branch", "refused", "-m", "a queue"],
+                       two.ws.settings.home, two.people.tokens["alice"])
+    assert proposed.returncode == 1, proposed.stdout
+    assert "repository data was removed from the gateway by admin: nothing new is proposed, planned or applied " \
+        "there" in proposed.stderr and "Traceback" not in proposed.stderr
+    with pytest.raises(NotFound, match="no repository ghost is registered in this gateway"):  # fail closed
+        open_proposal(replace(two.ws, store=two.ws.store.for_repository("ghost")), two.people.alice, "x", "x")
+    with two.data.store.session(readonly=True) as session:
+        assert session.proposals.list() == []

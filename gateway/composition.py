@@ -251,7 +251,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         reactions=reactions(),
         signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
         notifier=ChannelSenders(settings), modules=modules)
-    ws.open_repository = _repository_opener(ws, shared)
+    ws.open_repository = _repository_opener(ws, shared, modules)
     return ws
 
 
@@ -264,9 +264,11 @@ def _engines(shared: dict[str, Callable[[], Engine]], repo: GitDeclarationRepo,
     return EngineByStack(engines, lambda stack: _engine_name(main_settings, stack), modules)
 
 
-def _repository_opener(base: Workspace, shared: dict[str, Callable[[], Engine]]) -> Callable[[str], Workspace]:
-    """Opens the workspace of another repository of the gateway: the base's database, engines and keys, that
-    repository's git, settings and records. Each one opened once per process; each call a git handle of its own."""
+def _repository_opener(base: Workspace, shared: dict[str, Callable[[], Engine]],
+                       modules: ModuleInstaller) -> Callable[[str], Workspace]:
+    """Opens the workspace of another repository of the gateway: the base's database, engines, module installer
+    (the gateway's settings reach module sources, never a repository's) and keys, that repository's git, settings
+    and records. Each one opened once per process; each call a git handle of its own."""
     opened: dict[str, Workspace] = {}
     lock = threading.Lock()
 
@@ -280,10 +282,9 @@ def _repository_opener(base: Workspace, shared: dict[str, Callable[[], Engine]])
                     names = ", ".join(sorted(r.name for r in _repositories(base) if r.active))
                     raise NotFound(f"no repository {name} in this gateway (repositories: {names})")
                 repo = GitDeclarationRepo(settings.repo_path, name)
-                assert base.modules is None or isinstance(base.modules, ModuleInstaller)
                 opened[name] = replace(
                     base, settings=settings, store=base.store.for_repository(name), repo=repo,
-                    engine=_engines(shared, repo, base.modules or module_installer(settings)),
+                    engine=_engines(shared, repo, modules),
                     open_forge=forge_opener(settings), working_copies=GitWorkingCopies(settings.repo_path))
                 opened[name].open_repository = open_repository
         return opened[name].for_request()

@@ -7,6 +7,7 @@ the workers dispatch to, so no service imports an adapter and `services/change/j
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.util
 import json
@@ -14,13 +15,14 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway import fault_points
 from gateway.adapters.clock import SystemClock
 from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engines.router import EngineByStack
@@ -450,7 +452,11 @@ def sample_repo_path(sample: str = "sandbox") -> Path:
 def add_repository(ws: Workspace, actor: Principal, name: str, content: Path | None = None,
                    sample: str = "sandbox") -> Repository:
     """Add declaration repository `name` to the gateway: a bare repository in the workspace's `repos/` whose first
-    commit holds `content` (the sample by default), registered and recorded; nothing is left of it if a step fails."""
+    commit holds `content` (the sample by default), registered and recorded; nothing is left of it if a step fails.
+
+    A process killed between making the bare repository and registering it leaves it behind, marked as the gateway's
+    own unfinished work (`GitDeclarationRepo.left_unfinished`): adding the name again begins it anew. A folder
+    without that mark is someone else's, refused and left alone."""
     from gateway.services.admin.repositories import add_repository as register
 
     check_name(name)
@@ -459,26 +465,43 @@ def add_repository(ws: Workspace, actor: Principal, name: str, content: Path | N
     if not (source / "gateway.yaml").is_file():
         raise NotFound(f"{source} holds no gateway.yaml: a declaration repository starts with one")
     parse_repo_settings((source / "gateway.yaml").read_text())  # a bad gateway.yaml creates nothing
+    made = False  # only what this call made is taken away when a later step fails
 
     def create() -> str:
+        nonlocal made
         if settings.repo_path.exists():
-            raise Conflict(f"{settings.repo_path} exists but is not a registered repository: move it away first")
-        settings.repo_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            repo = GitDeclarationRepo.create(settings.repo_path, source, repository=name)
-        except Exception:
-            shutil.rmtree(settings.repo_path, ignore_errors=True)
-            raise
+            if not GitDeclarationRepo.left_unfinished(settings.repo_path, name):
+                raise Conflict(f"{settings.repo_path} exists but is not a registered repository: move it away first")
+            shutil.rmtree(settings.repo_path)  # an earlier add of this name, killed before it registered it
+        made = True
+        repo = GitDeclarationRepo.create(settings.repo_path, source, repository=name, adding=True)
         if content is None:
             _sample_secrets(settings, sample, stack_prefix(name))
+        fault_points.reach("add_repository.after_create")
         return repo.resolve(repo.main_branch())
 
+    settings.repo_path.parent.mkdir(parents=True, exist_ok=True)
+    with _adding_repositories(settings.repo_path.parent):
+        try:
+            added = register(ws, actor, name, create)
+        except BaseException:
+            if made and not _registered(ws, name):
+                shutil.rmtree(settings.repo_path, ignore_errors=True)
+            raise
+    GitDeclarationRepo(settings.repo_path, name).finish_adding()
+    return added
+
+
+@contextmanager
+def _adding_repositories(folder: Path) -> Iterator[None]:
+    """One `gateway repos add` at a time on this machine: another's unfinished repository is its work in progress,
+    not a leftover to begin again."""
+    handle = os.open(folder, os.O_RDONLY)
     try:
-        return register(ws, actor, name, create)
-    except BaseException:
-        if settings.repo_path.exists() and not _registered(ws, name):
-            shutil.rmtree(settings.repo_path, ignore_errors=True)
-        raise
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # and the lock with it
 
 
 def _registered(ws: Workspace, name: str) -> bool:

@@ -7,6 +7,7 @@ the workers dispatch to, so no service imports an adapter and `services/change/j
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib.util
 import json
@@ -14,13 +15,14 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway import fault_points
 from gateway.adapters.clock import SystemClock
 from gateway.adapters.declarations import HclDeclarations
 from gateway.adapters.engines.router import EngineByStack
@@ -251,7 +253,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         reactions=reactions(),
         signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
         notifier=ChannelSenders(settings), modules=modules)
-    ws.open_repository = _repository_opener(ws, shared)
+    ws.open_repository = _repository_opener(ws, shared, modules)
     return ws
 
 
@@ -264,9 +266,11 @@ def _engines(shared: dict[str, Callable[[], Engine]], repo: GitDeclarationRepo,
     return EngineByStack(engines, lambda stack: _engine_name(main_settings, stack), modules)
 
 
-def _repository_opener(base: Workspace, shared: dict[str, Callable[[], Engine]]) -> Callable[[str], Workspace]:
-    """Opens the workspace of another repository of the gateway: the base's database, engines and keys, that
-    repository's git, settings and records. Each one opened once per process; each call a git handle of its own."""
+def _repository_opener(base: Workspace, shared: dict[str, Callable[[], Engine]],
+                       modules: ModuleInstaller) -> Callable[[str], Workspace]:
+    """Opens the workspace of another repository of the gateway: the base's database, engines, module installer
+    (the gateway's settings reach module sources, never a repository's) and keys, that repository's git, settings
+    and records. Each one opened once per process; each call a git handle of its own."""
     opened: dict[str, Workspace] = {}
     lock = threading.Lock()
 
@@ -280,10 +284,9 @@ def _repository_opener(base: Workspace, shared: dict[str, Callable[[], Engine]])
                     names = ", ".join(sorted(r.name for r in _repositories(base) if r.active))
                     raise NotFound(f"no repository {name} in this gateway (repositories: {names})")
                 repo = GitDeclarationRepo(settings.repo_path, name)
-                assert base.modules is None or isinstance(base.modules, ModuleInstaller)
                 opened[name] = replace(
                     base, settings=settings, store=base.store.for_repository(name), repo=repo,
-                    engine=_engines(shared, repo, base.modules or module_installer(settings)),
+                    engine=_engines(shared, repo, modules),
                     open_forge=forge_opener(settings), working_copies=GitWorkingCopies(settings.repo_path))
                 opened[name].open_repository = open_repository
         return opened[name].for_request()
@@ -449,7 +452,11 @@ def sample_repo_path(sample: str = "sandbox") -> Path:
 def add_repository(ws: Workspace, actor: Principal, name: str, content: Path | None = None,
                    sample: str = "sandbox") -> Repository:
     """Add declaration repository `name` to the gateway: a bare repository in the workspace's `repos/` whose first
-    commit holds `content` (the sample by default), registered and recorded; nothing is left of it if a step fails."""
+    commit holds `content` (the sample by default), registered and recorded; nothing is left of it if a step fails.
+
+    A process killed between making the bare repository and registering it leaves it behind, marked as the gateway's
+    own unfinished work (`GitDeclarationRepo.left_unfinished`): adding the name again begins it anew. A folder
+    without that mark is someone else's, refused and left alone."""
     from gateway.services.admin.repositories import add_repository as register
 
     check_name(name)
@@ -458,26 +465,43 @@ def add_repository(ws: Workspace, actor: Principal, name: str, content: Path | N
     if not (source / "gateway.yaml").is_file():
         raise NotFound(f"{source} holds no gateway.yaml: a declaration repository starts with one")
     parse_repo_settings((source / "gateway.yaml").read_text())  # a bad gateway.yaml creates nothing
+    made = False  # only what this call made is taken away when a later step fails
 
     def create() -> str:
+        nonlocal made
         if settings.repo_path.exists():
-            raise Conflict(f"{settings.repo_path} exists but is not a registered repository: move it away first")
-        settings.repo_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            repo = GitDeclarationRepo.create(settings.repo_path, source, repository=name)
-        except Exception:
-            shutil.rmtree(settings.repo_path, ignore_errors=True)
-            raise
+            if not GitDeclarationRepo.left_unfinished(settings.repo_path, name):
+                raise Conflict(f"{settings.repo_path} exists but is not a registered repository: move it away first")
+            shutil.rmtree(settings.repo_path)  # an earlier add of this name, killed before it registered it
+        made = True
+        repo = GitDeclarationRepo.create(settings.repo_path, source, repository=name, adding=True)
         if content is None:
             _sample_secrets(settings, sample, stack_prefix(name))
+        fault_points.reach("add_repository.after_create")
         return repo.resolve(repo.main_branch())
 
+    settings.repo_path.parent.mkdir(parents=True, exist_ok=True)
+    with _adding_repositories(settings.repo_path.parent):
+        try:
+            added = register(ws, actor, name, create)
+        except BaseException:
+            if made and not _registered(ws, name):
+                shutil.rmtree(settings.repo_path, ignore_errors=True)
+            raise
+    GitDeclarationRepo(settings.repo_path, name).finish_adding()
+    return added
+
+
+@contextmanager
+def _adding_repositories(folder: Path) -> Iterator[None]:
+    """One `gateway repos add` at a time on this machine: another's unfinished repository is its work in progress,
+    not a leftover to begin again."""
+    handle = os.open(folder, os.O_RDONLY)
     try:
-        return register(ws, actor, name, create)
-    except BaseException:
-        if settings.repo_path.exists() and not _registered(ws, name):
-            shutil.rmtree(settings.repo_path, ignore_errors=True)
-        raise
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # and the lock with it
 
 
 def _registered(ws: Workspace, name: str) -> bool:

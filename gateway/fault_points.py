@@ -15,6 +15,8 @@ one dictionary lookup.
     apply.after_finish           the proposal is recorded applied; its locks are not released yet
     plan.after_stack:STACK       the engine planned STACK for its plan round; the round does not hold the plan
                                  yet (the stack still says planning, its job running)
+    add_repository.after_create  `gateway repos add NAME` made the bare repository (main's first commit, the
+                                 sample's secrets); it is not registered: adding NAME again begins it anew
 """
 
 from __future__ import annotations

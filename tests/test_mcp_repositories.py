@@ -7,17 +7,20 @@ command is given (`gateway --repo data request ...`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from gateway.domain.errors import NotFound, Refused
+from gateway.domain.errors import GatewayError, NotFound, Refused
 from gateway.domain.principals import PrincipalKind, Role
+from gateway.services.admin.audit import list_events
 from gateway.services.admin.repositories import remove_repository
-from gateway.services.admin.users import add_principal, authenticate
+from gateway.services.admin.users import add_principal, authenticate, set_access
 from gateway.services.agents import external_agents
-from gateway.services.change.proposals import get_proposal
+from gateway.services.change.proposals import abandon_proposal, get_proposal
+from gateway.services.workspace import Workspace
 
 from .conftest import run_cli
 from .model_stub import ModelStub, tool_call
@@ -96,20 +99,66 @@ def test_an_external_agent_lists_reads_and_proposes_in_another_repository_by_its
         assert session.proposals.list() == []
 
 
-def test_a_removed_repository_is_no_longer_one_the_agent_may_work_in(two: Two, token: str) -> None:
+def test_a_removed_repository_takes_no_new_work_but_the_agent_still_sees_how_its_change_ended(
+        two: Two, token: str) -> None:
     caller = external_agents.caller_of(two.ws, authenticate(two.ws, token))
     opened = external_agents.propose(two.ws, caller, {"stacks/network/extra.tf": QUEUE % "data-q"}, "a queue", "data")
     remove_repository(two.ws, two.people.admin, "data")
+    abandon_proposal(two.data, two.people.erin, opened["proposal"], "data is no longer served")
 
     assert external_agents.list_repositories(two.ws, caller) == [{"name": "declarations", "default": True}]
     with pytest.raises(Refused, match="editor-agent may not work in repository data for alice: repository data "
                                       "was removed from the gateway by admin; list_repositories names"):
         external_agents.list_stacks(two.ws, caller, "data")
-    with pytest.raises(Refused, match="repository data was removed"):  # its proposals with it
-        external_agents.proposal_status(two.ws, caller, opened["proposal"])
+    with pytest.raises(Refused, match="repository data was removed"):
+        external_agents.propose(two.ws, caller, {"stacks/network/extra.tf": QUEUE % "data-r"}, "another", "data")
+    status = external_agents.proposal_status(two.ws, caller, opened["proposal"])  # reading how it ended
+    assert (status["repository"], status["status"]) == ("data", "abandoned")
+    on_branch = external_agents.read_file(two.ws, caller, "stacks/network/extra.tf", proposal=opened["proposal"])
+    assert 'name = "data-q"' in on_branch
     with pytest.raises(NotFound, match="no proposal"):  # a proposal of no one it acts for, wherever it is
         external_agents.proposal_status(two.ws, caller, opened["proposal"] + 1)
     assert external_agents.list_stacks(two.ws, caller)[0]["name"] in two.ws.repo_settings().stacks
+
+    set_access(two.ws, two.people.admin, "alice", frozenset({Role.AUDITOR}), None)
+    with pytest.raises(Refused, match="alice has no role that may request changes"):  # reading needs the standing
+        external_agents.proposal_status(two.ws, caller, opened["proposal"])
+
+
+def test_an_agent_s_calls_are_in_the_trail_of_the_repository_they_were_about(two: Two, token: str) -> None:
+    caller = external_agents.caller_of(two.ws, authenticate(two.ws, token))
+
+    def call(tool: str, arguments: dict[str, Any], work: Callable[[], Any]) -> None:
+        try:
+            external_agents.call(two.ws, caller, tool, arguments, work)
+        except GatewayError:
+            pass  # refused calls are recorded too
+
+    changes = {"stacks/network/extra.tf": QUEUE % "data-q"}
+    call("propose", {"changes": changes, "reason": "a queue", "repository": "data"},
+         lambda: external_agents.propose(two.ws, caller, changes, "a queue", "data"))
+    [proposal] = _proposals(two.data)
+    call("proposal_status", {"proposal": proposal},  # named by its number only: data's, where it is
+         lambda: external_agents.proposal_status(two.ws, caller, proposal))
+    call("list_stacks", {"repository": None}, lambda: external_agents.list_stacks(two.ws, caller))
+    call("list_stacks", {"repository": "nope"}, lambda: external_agents.list_stacks(two.ws, caller, "nope"))
+
+    def tools_in(repository: str) -> list[tuple[str, str, bool]]:
+        events = list_events(two.ws, two.people.dana, action="mcp.call", repository=repository)
+        return [(e.payload["tool"], e.payload["repository"], e.payload["outcome"] == "ok") for e in events]
+
+    assert tools_in("data") == [("propose", "data", True), ("proposal_status", "data", True)]
+    # the server's own repository: its calls, and one naming a repository the gateway never served
+    assert tools_in("declarations") == [("list_stacks", "declarations", True), ("list_stacks", "declarations", False)]
+    listed = run_cli(["audit", "list", "--repo", "data", "--actor", "editor-agent", "--action", "mcp.call"],
+                     two.ws.settings.home, two.people.tokens["dana"])
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[3] for line in listed.stdout.splitlines()] == ["mcp.call", "mcp.call"]
+
+
+def _proposals(ws: Workspace) -> list[int]:
+    with ws.store.session(readonly=True) as session:
+        return [p.id for p in session.proposals.list()]
 
 
 def test_the_built_in_agent_works_in_the_repository_the_command_names(two: Two) -> None:

@@ -10,13 +10,15 @@ import shutil
 import tarfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pygit2
 import pytest
 from fastapi.testclient import TestClient
 
+from gateway.adapters.git.repo import GitDeclarationRepo
 from gateway.api.app import create_app
 from gateway.composition import add_repository, open_workspace
 from gateway.config import Settings
@@ -26,6 +28,7 @@ from gateway.domain.errors import ConfigError, Conflict, InAnotherRepository, No
 from gateway.domain.jobs import JobKind, JobStatus
 from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.proposal import Decision
+from gateway.fault_points import ENVIRONMENT_VARIABLE, EXIT_STATUS
 from gateway.services.admin.repositories import list_repositories, remove_repository
 from gateway.services.change.apply_facts import gather_apply_facts
 from gateway.services.change.breaker import open_breaker, open_breaker_reason
@@ -343,3 +346,57 @@ def test_a_workspace_made_before_repositories_migrates_in_place_and_walks_a_chan
         shutil.rmtree(home / "parsed-hcl", ignore_errors=True)
     finally:
         ws.close()
+
+
+def test_a_repository_add_killed_before_it_registered_is_begun_again_and_a_stranger_s_folder_is_left_alone(
+        two: Two) -> None:
+    home, admin, point = two.ws.settings.home, two.people.tokens["admin"], "add_repository.after_create"
+    content = str(_data_content(two.tmp / "more-content"))
+    killed = run_cli(["repos", "add", "more", "--from", content], home, admin, **{ENVIRONMENT_VARIABLE: point})
+    assert killed.returncode == EXIT_STATUS and f"fault point {point} reached" in killed.stderr, killed.stderr
+    path = two.ws.settings.in_repository("more").repo_path
+    assert path.exists() and "more" not in [r.name for r in list_repositories(two.ws)]  # made, never registered
+
+    retried = run_cli(["repos", "add", "more", "--from", content], home, admin)
+    assert retried.returncode == 0, retried.stderr
+    assert [(r.name, r.active) for r in list_repositories(two.ws)] == [("data", True), ("declarations", True),
+                                                                       ("more", True)]
+    more = two.ws.in_repository("more")
+    proposal = get_proposal(more, _propose(two, more, "after-retry", "data-retry"))
+    assert proposal.stacks == ("more/network",) and not proposal.findings  # more's own rules, from main
+    assert not GitDeclarationRepo.left_unfinished(path, "more")  # registered: no longer unfinished work
+
+    for name, make in [("plain", lambda p: p.mkdir(parents=True)),
+                       ("bare", lambda p: pygit2.init_repository(str(p), bare=True)),
+                       ("renamed", lambda p: shutil.copytree(two.tmp / "renamed-leftover", p))]:
+        if name == "renamed":  # another name's unfinished repository, moved here: not this add's own work
+            killed = run_cli(["repos", "add", "gone", "--from", content], home, admin,
+                             **{ENVIRONMENT_VARIABLE: point})
+            assert killed.returncode == EXIT_STATUS
+            shutil.move(two.ws.settings.in_repository("gone").repo_path, two.tmp / "renamed-leftover")
+        folder = two.ws.settings.in_repository(name).repo_path
+        make(folder)
+        (folder / "someone's.txt").write_text("kept")
+        refused = run_cli(["repos", "add", name, "--from", content], home, admin)
+        assert refused.returncode == 1 and "exists but is not a registered repository: move it away first" \
+            in refused.stderr, (name, refused.stderr)
+        assert (folder / "someone's.txt").read_text() == "kept", name  # refused, and left as it was
+
+
+def test_every_way_in_opens_a_proposal_only_for_a_requester_who_may_request_in_its_repository(two: Two) -> None:
+    clone = two.clone(two.data, "refusals").branch("refused")
+    clone.write("stacks/network/extra.tf", QUEUE % "data-refused").push("a queue")
+    with pytest.raises(Refused) as refused:  # an agent for a person who may not request: the table's sentence
+        open_proposal(two.data, two.people.agent, "refused", "a queue", requester=two.people.dana)
+    assert refused.value.reasons == ["dana has no role that may request changes"]
+
+    remove_repository(two.ws, two.people.admin, "data")
+    proposed = run_cli(["--repo", "data", "propose", "--branch", "refused", "-m", "a queue"],
+                       two.ws.settings.home, two.people.tokens["alice"])
+    assert proposed.returncode == 1, proposed.stdout
+    assert "repository data was removed from the gateway by admin: nothing new is proposed, planned or applied " \
+        "there" in proposed.stderr and "Traceback" not in proposed.stderr
+    with pytest.raises(NotFound, match="no repository ghost is registered in this gateway"):  # fail closed
+        open_proposal(replace(two.ws, store=two.ws.store.for_repository("ghost")), two.people.alice, "x", "x")
+    with two.data.store.session(readonly=True) as session:
+        assert session.proposals.list() == []

@@ -27,7 +27,8 @@
 A disabled principal may do nothing. What depends on a repository's settings (approver groups of a stack,
 policy owners, the break-glass and resetter groups) is checked after this, by the rule that reads them
 (`approvals.py`, `break_glass.py`): the table says who may ask at all, whatever the repository. In which
-repositories a person may request changes is `request_refusals` (today: every one the gateway still serves).
+repositories a person may request changes is `request_refusals` (today: every one the gateway still serves); in
+which they may follow the changes they requested is `follow_refusals` (those, and the ones removed since).
 Each refusal is a sentence, in the wording people and the tests already know (Atlantis' readable
 requirement values, not exceptions): `refusals` returns them, empty meaning allowed.
 """
@@ -217,9 +218,16 @@ def require(principal: Principal, action: Action, change: Change | None = None) 
 
 def request_refusals(person: Principal, repository: Repository) -> list[str]:
     """Why `person` may not request changes in `repository`; empty: they may. People are the gateway's, so whoever
-    may request at all may in every repository it still serves; a repository's own rule on who may request in it
-    joins here, and everything that asks "may they request there?" follows it."""
-    reasons = refusals(person, Action.REQUEST)
+    may request at all may in every repository it still serves; everything that asks "may they request there?"
+    (a proposal opened by any way in, an agent's tools) follows it."""
+    reasons = follow_refusals(person, repository)
     if not repository.active:
         reasons.append(f"repository {repository.name} was removed from the gateway by {repository.removed_by}")
     return reasons
+
+
+def follow_refusals(person: Principal, repository: Repository) -> list[str]:
+    """Why `person` (or an agent for them) may not read how the changes they requested in `repository` stand; empty:
+    they may. Whoever may request there may, and in a repository removed since too: how a change ended is read after
+    the repository stopped taking new ones. A repository's own rule on who may request in it joins here."""
+    return refusals(person, Action.REQUEST)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import git
 
 _T = TypeVar("_T")
+ADDING = "gateway.adding"  # a bare repository's config, while `gateway repos add` makes it: the name it is added as
 
 
 class GitDeclarationRepo:
@@ -71,11 +72,14 @@ class GitDeclarationRepo:
 
     @classmethod
     def create(cls, path: Path, content: Path, main_branch: str = "main",
-               repository: str = DEFAULT_REPOSITORY) -> GitDeclarationRepo:
-        """A new bare repo whose first commit on `main_branch` holds the files of `content`."""
+               repository: str = DEFAULT_REPOSITORY, adding: bool = False) -> GitDeclarationRepo:
+        """A new bare repo whose first commit on `main_branch` holds the files of `content`; `adding`: marked as the
+        gateway's own unfinished work from its first moment, until `finish_adding` (see `left_unfinished`)."""
         import git
 
         git.Repo.init(path, bare=True, initial_branch=main_branch)
+        if adding:
+            _open(path).config[ADDING] = repository
         with tempfile.TemporaryDirectory() as tmp:
             clone = git.Repo.clone_from(str(path), tmp)
             shutil.copytree(content, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -84,6 +88,22 @@ class GitDeclarationRepo:
             clone.git.execute(["git", "commit", "-q", "-m", "Initial declarations"], env=committer_env())
             clone.git.push("origin", main_branch)
         return cls(path, repository)
+
+    @staticmethod
+    def left_unfinished(path: Path, repository: str) -> bool:
+        """Whether `path` is a bare repository the gateway began to add as `repository` and never registered (a
+        process that died between the two): its own config says so, which no folder put there by anyone else does."""
+        try:
+            _open(path)  # a git repository at all, before its config file is read as one
+            return pygit2.Config(str(path / "config"))[ADDING] == repository  # its own file: not ~/.gitconfig's
+        except (pygit2.GitError, KeyError, OSError):
+            return False
+
+    def finish_adding(self) -> None:
+        """Clear the mark `create(adding=True)` left: the repository is registered, no longer unfinished work."""
+        config = pygit2.Config(str(self.path / "config"))
+        if ADDING in config:
+            del config[ADDING]
 
     def reopen(self) -> GitDeclarationRepo:
         """A handle of its own for writes (GitPython's are not thread-safe); its reads share this one's libgit2

@@ -4,10 +4,13 @@ stand. It never holds cloud keys, and it can never approve, override or apply.
 
 It works in any repository of the gateway its person may request changes in (`request_refusals`): a tool names
 one (`repository`, default: the repository the server works in, the gateway's default one unless it was started
-in another), and a tool given a proposal works in that proposal's repository.
+in another), and a tool given a proposal works in that proposal's repository: there its person's proposals stay
+readable (`follow_refusals`) after the repository is removed, so an agent sees how its change ended; nothing new
+starts in a removed one.
 
 Every call is made by an agent principal for the person it is bound to (`gateway users add NAME
---agent --for PERSON`), is rate-limited per agent, and lands in the trail (the arguments as a digest).
+--agent --for PERSON`), is rate-limited per agent, and lands in the trail (the arguments as a digest) as an event
+of the repository it was about, which the trail's repository filter finds it by.
 """
 
 from __future__ import annotations
@@ -26,11 +29,12 @@ from typing import Any, TypeVar
 from agents.tools import PreviewReport, RepoTools
 from gateway.domain.audit import EventQuery
 from gateway.domain.errors import GatewayError, InputError, NotFound, Refused, ToolRefused
-from gateway.domain.permissions import Action, refusals, request_refusals
+from gateway.domain.permissions import Action, follow_refusals, refusals, request_refusals
 from gateway.domain.policy import RULES
 from gateway.domain.preview import render_text
 from gateway.domain.principals import Principal
 from gateway.domain.proposal import Proposal
+from gateway.domain.repositories import Repository
 from gateway.ports import WorkingCopy
 from gateway.services.change.planning import ChangeOrigin, plan_directory
 from gateway.services.change.proposals import get_proposal, open_proposal
@@ -60,7 +64,7 @@ def caller_of(ws: Records, principal: Principal) -> Caller:
 
 def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any], work: Callable[[], T]) -> T:
     """One tool call: rate-limited, allowed only while the agent and its person may act, recorded (arguments
-    as a digest) with its outcome, secrets scrubbed."""
+    as a digest) with its outcome in the repository it was about, secrets scrubbed."""
     digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
     outcome = "ok"
     try:
@@ -72,10 +76,24 @@ def call(ws: Workspace, caller: Caller, tool: str, arguments: Mapping[str, Any],
         outcome = f"refused: {exc}"
         raise
     finally:
-        with ws.store.session() as session:
+        where = _repository_of_call(ws, arguments)
+        with ws.store.for_repository(where).session() as session:
             session.audit.append(caller.agent, "mcp.call", {
-                "tool": tool, "for": caller.person.name, "arguments_sha256": digest,
+                "tool": tool, "for": caller.person.name, "repository": where, "arguments_sha256": digest,
                 "outcome": ws.scrubber.scrub(outcome)[:500]})
+
+
+def _repository_of_call(ws: Records, arguments: Mapping[str, Any]) -> str:
+    """The repository a call was about: its proposal's (where a tool given one works), else the one it names, else
+    the server's. A name the gateway never served is the server's: the trail's repositories are registered ones (the
+    arguments' digest keeps what was asked)."""
+    proposal, named = arguments.get("proposal"), arguments.get("repository")
+    with ws.store.session(readonly=True) as session:
+        if isinstance(proposal, int) and (of_proposal := session.proposals.repository_of(proposal)) is not None:
+            return of_proposal
+        if isinstance(named, str) and session.repositories.get(named) is not None:
+            return named
+    return ws.store.repository
 
 
 def _require_standing(ws: Records, caller: Caller) -> None:
@@ -116,14 +134,18 @@ def list_repositories(ws: Workspace, caller: Caller) -> list[dict[str, Any]]:
 def in_repository(ws: Workspace, caller: Caller, name: str | None) -> Workspace:
     """The workspace of repository `name` (None: the server's own), once the agent's person may request changes
     there; an unknown or removed one is refused in words that say what to do instead."""
-    name = ws.repository if name is None else name
+    return _repository_workspace(ws, caller, ws.repository if name is None else name, request_refusals)
+
+
+def _repository_workspace(ws: Workspace, caller: Caller, name: str,
+                          rule: Callable[[Principal, Repository], list[str]]) -> Workspace:
     with ws.store.session(readonly=True) as session:
         person = session.principals.get(caller.person.id)
         known = session.repositories.get(name)
     if known is None:
         raise NotFound(f"no repository {name!r} in this gateway: list_repositories names those "
                        f"{caller.agent.name} may work in")
-    reasons = request_refusals(person, known)
+    reasons = rule(person, known)
     if reasons:
         raise Refused([f"{caller.agent.name} may not work in repository {name} for {person.name}: "
                        f"{'; '.join(reasons)}; list_repositories names those it may work in"])
@@ -132,14 +154,14 @@ def in_repository(ws: Workspace, caller: Caller, name: str | None) -> Workspace:
 
 def _of_proposal(ws: Workspace, caller: Caller, proposal_id: int,
                  repository: str | None = None) -> tuple[Workspace, Proposal]:
-    """One of the person's or agent's proposals, and the workspace of its own repository (under the same rule as a
-    repository named outright)."""
+    """One of the person's or agent's proposals, and the workspace of its own repository, where every tool given a
+    proposal only reads: its person's proposals stay readable there once the repository is removed."""
     there = ws.for_proposal(proposal_id)
     proposal = _own(there, caller, proposal_id)
     if repository is not None and repository != there.repository:
         raise InputError(f"proposal {proposal_id} is in repository {there.repository}, not {repository}: "
                          "leave `repository` out to work on a proposal where it is")
-    return in_repository(there, caller, there.repository), proposal
+    return _repository_workspace(there, caller, there.repository, follow_refusals), proposal
 
 
 # --- reading ------------------------------------------------------------------------------------

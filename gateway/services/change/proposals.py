@@ -12,12 +12,13 @@ from gateway.domain.approvals import decision_refusals, override_refusals, requi
 from gateway.domain.claims import check_claim
 from gateway.domain.errors import Conflict, GatewayError, InputError, NotFound, Refused
 from gateway.domain.lifecycle import DECIDABLE
-from gateway.domain.permissions import Action, require
+from gateway.domain.permissions import Action, request_refusals, require
 from gateway.domain.plan import load_plan
 from gateway.domain.plan_rounds import FANOUT_AT, RoundState, StagedPlan
 from gateway.domain.preview import Preview, build_preview, preview_from_json, preview_to_json
 from gateway.domain.principals import GATEWAY, Actor, Principal
 from gateway.domain.proposal import Decision, PlanBasis, Proposal, ProposalKind, Transition
+from gateway.domain.repositories import Repository
 from gateway.domain.risk import Risk
 from gateway.logs import get_logger
 from gateway.ports import UnitOfWork
@@ -90,19 +91,27 @@ def open_proposal(ws: Workspace, actor: Principal, branch: str, reason: str,
 
 def _require_may_propose(session: UnitOfWork, actor: Principal, requester: Principal) -> None:
     """The actor and the requester as the store holds them now, not as they were when a token was checked or
-    an agent was bound: whoever was disabled or lost the role since proposes nothing, whatever the way in."""
+    an agent was bound: whoever was disabled or lost the role since proposes nothing, whatever the way in (the CLI,
+    the API's agent, MCP, a push, a forge). The requester by `request_refusals`, the one rule of who may request in
+    which repository."""
     actor, requester = session.principals.get(actor.id), session.principals.get(requester.id)
     require(actor, Action.PROPOSE)
-    require(requester, Action.REQUEST)
-    require_active_repository(session)
+    known = require_active_repository(session)  # in its own words: nothing new there, whoever asks
+    if known is None:  # a folder in repos/ the gateway never registered (`gateway repos add` stopped half-way)
+        raise NotFound(f"no repository {session.repository} is registered in this gateway (`gateway repos list`)")
+    reasons = request_refusals(requester, known)
+    if reasons:
+        raise Refused(reasons)
 
 
-def require_active_repository(session: UnitOfWork) -> None:
-    """A repository removed from the gateway takes nothing new: no proposal, plan or apply (its records stay)."""
+def require_active_repository(session: UnitOfWork) -> Repository | None:
+    """A repository removed from the gateway takes nothing new: no proposal, plan or apply (its records stay).
+    The session's repository as registered (None: not registered)."""
     known = session.repositories.get(session.repository)
     if known is not None and not known.active:
         raise Refused([f"repository {known.name} was removed from the gateway by {known.removed_by}: nothing new "
                        "is proposed, planned or applied there"])
+    return known
 
 
 def plan_merged(ws: Workspace, stacks: Sequence[str], head: str,

@@ -1941,7 +1941,6 @@ class People:
     tokens: dict[str, str] = field(default_factory=dict)  # by name; none in a fake store, where nobody signs in
 
 
-SamplePeople = People  # the name tests/test_reads.py still imports; People is the one record
 
 
 def sample_people(store: Store) -> People:

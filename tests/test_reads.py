@@ -11,7 +11,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import git
@@ -30,7 +29,7 @@ from gateway.services.change.views import view_proposal
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People
-from .fakes import FakeClone, SamplePeople, sample_people, sandbox_workspace
+from .fakes import FakeClone
 
 QUEUE = 'resource "aws_sqs_queue" "orders" {\n  name = "orders-staging"\n  tags = local.tags\n}\n'
 CHANGE = re.compile(r"<summary><code>([^<]+)</code>")
@@ -82,19 +81,11 @@ class RefusingEngine:
         raise AssertionError(f"a read asked the engine ({name})")
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    """The sample repo in memory (tests/fakes.py's sandbox_workspace), for what a read says; what a read costs
-    (git processes, transactions, lanes) is measured on a real workspace."""
-    return sandbox_workspace(tmp_path / "home")
+# `ws` and `team` are conftest's: the sample repo in memory, for what a read says; what a read costs (git processes,
+# transactions, lanes) is measured on a real workspace.
 
 
-@pytest.fixture
-def team(ws: Workspace) -> SamplePeople:
-    return sample_people(ws.store)
-
-
-def test_a_read_never_asks_the_engine_and_shows_the_state_an_apply_moved(ws: Workspace, team: SamplePeople) -> None:
+def test_a_read_never_asks_the_engine_and_shows_the_state_an_apply_moved(ws: Workspace, team: People) -> None:
     checkout = FakeClone(ws.repo)  # type: ignore[arg-type]
     checkout.branch("bigger").edit("stacks/app-staging/main.tf", '"t3.small"', '"t3.medium"').push()
     first = open_proposal(ws, team.alice, "bigger", "more memory")

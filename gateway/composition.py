@@ -46,9 +46,14 @@ from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.config import Settings
 from gateway.domain.errors import ConfigError, Conflict, NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Actor
 from gateway.domain.proposal import Proposal
-from gateway.domain.repo_settings import CloudFormationSettings, ForgeSettings, GitLabSettings
+from gateway.domain.repo_settings import (
+    CloudFormationSettings,
+    ForgeSettings,
+    GitLabSettings,
+    require_names_github,
+)
 from gateway.domain.repositories import DEFAULT_REPOSITORY, Repository, check_name, stack_prefix
 from gateway.domain.scrubbing import Scrubber
 from gateway.domain.sign_in import insecure_url
@@ -254,6 +259,7 @@ def _wire(settings: Settings, db: Database, repo: GitDeclarationRepo) -> Workspa
         signer=FileSigner(settings.signing_key_path), identity_providers=identity_providers(settings),
         notifier=ChannelSenders(settings), modules=modules)
     ws.open_repository = _repository_opener(ws, shared, modules)
+    ws.add_repository = lambda actor, name, content, github: add_repository(ws, actor, name, content, github=github)
     return ws
 
 
@@ -449,8 +455,8 @@ def sample_repo_path(sample: str = "sandbox") -> Path:
     return Path(str(resources.files("gateway") / SAMPLES[sample]))
 
 
-def add_repository(ws: Workspace, actor: Principal, name: str, content: Path | None = None,
-                   sample: str = "sandbox") -> Repository:
+def add_repository(ws: Workspace, actor: Actor, name: str, content: Path | None = None,
+                   sample: str = "sandbox", *, github: str | None = None) -> Repository:
     """Add declaration repository `name` to the gateway: a bare repository in the workspace's `repos/` whose first
     commit holds `content` (the sample by default), registered and recorded; nothing is left of it if a step fails.
 
@@ -464,7 +470,9 @@ def add_repository(ws: Workspace, actor: Principal, name: str, content: Path | N
     source = content or sample_repo_path(sample)
     if not (source / "gateway.yaml").is_file():
         raise NotFound(f"{source} holds no gateway.yaml: a declaration repository starts with one")
-    parse_repo_settings((source / "gateway.yaml").read_text())  # a bad gateway.yaml creates nothing
+    rules = parse_repo_settings((source / "gateway.yaml").read_text())  # a bad gateway.yaml creates nothing
+    if github is not None:  # added for a GitHub repository: its deliveries are routed by what gateway.yaml names
+        require_names_github(rules, github)
     made = False  # only what this call made is taken away when a later step fails
 
     def create() -> str:

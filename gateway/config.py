@@ -103,6 +103,12 @@ class Settings(BaseModel):
     github_app_private_key_file: Path | None = Field(default=None, description="... or a file holding it")
     github_installation_id: int | None = Field(
         default=None, description="the App's installation (unset: each repository's own, asked of GitHub)")
+    github_api_url: str = Field(
+        default="https://api.github.com", description="the GitHub whose App installation events add repositories "
+        "(GitHub Enterprise: https://HOST/api/v3)")
+    github_git_url: str | None = Field(
+        default=None, description="where such a repository is cloned from, `{repository}` standing for owner/name "
+        "(unset: GitHub's own address for it)")
     github_webhook_secret: SecretStr | None = Field(
         default=None, description="verifies X-Hub-Signature-256; the webhook route refuses to start without it")
     github_repositories: list[str] | None = Field(
@@ -203,6 +209,14 @@ class Settings(BaseModel):
         for pattern in value or ():
             if pattern.count("/") != 1 or not all(pattern.split("/")):
                 raise ValueError(f"{pattern!r} is not an owner/name pattern (e.g. acme/* or acme/infra)")
+        return value
+
+    @field_validator("github_git_url")
+    @classmethod
+    def _names_the_repository(cls, value: str | None) -> str | None:
+        """A template every repository is cloned by: without `{repository}` all would be cloned from one place."""
+        if value is not None and "{repository}" not in value:
+            raise ValueError("must hold {repository} (owner/name), e.g. https://github.example.com/{repository}.git")
         return value
 
     @field_validator("public_url")

@@ -112,7 +112,8 @@ def both(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Both]:
         settings = Settings(home=tmp_path / "home", token=None, lock_wait_seconds=2, github_webhook_secret=SECRET,
                             github_write_interval_seconds=0, public_url="http://gateway.test",
                             github_app_id=infra_gh.app_id, github_app_private_key=infra_gh.app_private_key_pem,
-                            github_repositories=["acme/*", "globex/*", "initech/*"])
+                            github_repositories=["acme/*", "globex/*", "initech/*"], github_api_url=infra_gh.url,
+                            github_git_url=str(tmp_path / "github" / "{repository}" / "github.git"))
         ws = create_workspace(settings)
         bootstrap_simulator(ws)
         people = add_people(ws)
@@ -241,7 +242,8 @@ def test_the_apps_installation_events_are_recorded_and_admit_nothing(both: Both)
     [event] = both.events("github.installation_repositories")
     assert event.payload | {"delivery": None} == {
         "delivery": None, "action": "added", "installation": both.infra_gh.installation_id, "account": "acme",
-        "added": ["acme/data", "evil/repo"], "removed": ["acme/old"], "not_allowed": ["evil/repo"]}
+        "added": ["acme/data", "evil/repo"], "removed": ["acme/old"], "not_allowed": ["evil/repo"],
+        "to_add": []}  # acme/data is served already
     created = {"action": "created", "installation": installation, "repositories": [{"full_name": "acme/infra"}]}
     assert both.deliver("installation", created).json()["job"] is None
     [event] = both.events("github.installation")
@@ -285,6 +287,45 @@ def test_the_app_works_in_each_organisation_it_is_installed_in_and_nowhere_else(
         return link.publish_error if link else None
     assert "the GitHub App 4242 is not installed on initech/outside: install it there" in wait_for(
         "the publish to fail", publish_error, timeout=60)
+
+
+def test_installing_the_app_on_an_admitted_repository_adds_it_from_githubs_main(both: Both) -> None:
+    """The App given acme/network (whose main's gateway.yaml names it) is a repository of the gateway at once, its main
+    GitHub's, its pull requests planned by its own rules; given one with no gateway.yaml or one naming another
+    repository, nothing is added and the trail says why; a redelivery adds nothing twice."""
+    network_gh = both.infra_gh.add_repository("network")
+    network_gh.seed_main({"gateway.yaml": _data_yaml(network_gh), "stacks/network/main.tf": DATA_MAIN_QUEUE})
+    bare_gh = both.infra_gh.add_repository("bare")
+    bare_gh.seed_main({"README.md": "nothing declared here\n"})
+    other_gh = both.infra_gh.add_repository("other")
+    other_gh.seed_main({"gateway.yaml": _data_yaml(network_gh), "stacks/network/main.tf": DATA_MAIN_QUEUE})
+    payload = {"action": "added", "installation": {"id": both.infra_gh.installation_id, "account": {"login": "acme"}},
+               "repository_selection": "selected", "repositories_removed": [], "sender": {"login": "alice", "id": 1},
+               "repositories_added": [{"full_name": name} for name in ("acme/network", "acme/bare", "acme/other",
+                                                                       "evil/repo")]}
+    delivery = str(uuid.uuid4())
+    answer = both.deliver("installation_repositories", payload, delivery)
+    assert answer.status_code == 202 and answer.json()["job"] is not None
+    job = wait_for("the repositories to be added", lambda: (lambda j: j if j.finished else None)(
+        both.ws.store.queue.get(answer.json()["job"])), timeout=60)
+    assert job.result is not None and job.result["added"] == {"acme/network": "network"}, job
+    assert sorted(job.result["not_added"]) == ["acme/bare", "acme/other"]
+    reasons = {e.payload["github_repository"]: e.payload["reason"] for e in both.events("github.repository_not_added")}
+    assert "acme/bare's main holds no gateway.yaml" in reasons["acme/bare"]
+    assert "acme/other's main gateway.yaml does not name it as its forge" in reasons["acme/other"]
+    [added] = [e for e in both.events("repository.added") if e.payload["repository"] == "network"]
+    assert added.actor == "github" and added.payload["main"] == network_gh.branch_sha("main")  # GitHub's main, as is
+    again = both.deliver("installation_repositories", payload, delivery)
+    assert again.json() == {"delivery": delivery, "duplicate": True, "job": job.id}
+
+    network = both.ws.in_repository("network")
+    network_gh.push_commit("feature/queue", {"stacks/network/extra.tf": DATA_QUEUE}, "a queue", author_login="alice")
+    number = network_gh.open_pull("feature/queue", "A network queue", "", "alice")
+    opened = both.deliver("pull_request", network_gh.pull_request_event(number, "opened", sender="alice"))
+    assert opened.status_code == 202 and both.ws.store.queue.get(opened.json()["job"]).args["repository"] == "network"
+    pid = _proposal(network, "acme/network", number)
+    assert get_proposal(network, pid).stacks == ("network/network",)
+    wait_for("the check run", lambda: network_gh.check_runs(network_gh.pull(number)["head"]["sha"]), timeout=60)
 
 
 def _open(gh: FakeGitHub) -> int:

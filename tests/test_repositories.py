@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pygit2
+import git
 import pytest
 from fastapi.testclient import TestClient
 
@@ -249,6 +250,23 @@ def test_repositories_are_added_by_admins_listed_and_removed_with_their_records_
         two.ws.in_repository("../declarations")
     with pytest.raises(ConfigError, match="not a repository name"):
         Settings(home=two.ws.settings.home, repository="../declarations")
+
+
+def test_a_repository_added_from_a_git_checkout_keeps_its_history_and_leaves_the_checkout_alone(two: Two) -> None:
+    checkout = _data_content(two.tmp / "checkout")
+    repo = git.Repo.init(checkout, initial_branch="main")
+    repo.git.add("-A")
+    repo.git.execute(["git", "-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit", "-qm", "data"])
+    repo.create_remote("origin", str(two.tmp / "nowhere.git"))  # never pushed to
+    (checkout / "stacks" / "network" / "draft.tf").write_text("# not committed\n")
+    add_repository(two.ws, two.people.admin, "history", checkout)
+    history = two.ws.in_repository("history")
+    assert history.repo.resolve("main") == repo.head.commit.hexsha  # main is the checkout's HEAD, history and all
+    assert list(history.repo.read_files("main", "stacks/network", ".tf")) == ["stacks/network/main.tf"]  # not the draft
+    assert repo.head.commit.message.strip() == "data" and not (two.tmp / "nowhere.git").exists()
+    with pytest.raises(Conflict, match="acme/history's main gateway.yaml does not name it as its forge"):
+        add_repository(two.ws, two.people.admin, "history2", checkout, github="acme/history")
+    assert not (two.ws.settings.home / "repos" / "history2.git").exists()
 
 
 def test_the_api_works_in_either_repository_and_sends_a_proposal_to_where_it_is(two: Two) -> None:

@@ -52,6 +52,8 @@ def sample(name: str) -> tuple[str, Any]:
     if float in kinds:
         number = default * 2 if default else 2.5
         return str(number), number
+    if name == "github_git_url":  # a template: where each repository is cloned
+        return "https://git.example.com/{repository}.git", "https://git.example.com/{repository}.git"
     if str in kinds and name.endswith("_url") and default and str(default).startswith("http"):
         return f"https://{name.replace('_', '-')}.example.com", f"https://{name.replace('_', '-')}.example.com"
     if str in kinds:
@@ -75,6 +77,12 @@ def test_every_setting_is_read_from_its_variable(name: str, monkeypatch: pytest.
     monkeypatch.setenv(variable(name), spelled)
     assert plain(getattr(Settings(), name)) == plain(expected)
     assert getattr(Settings(), name) != Settings.model_fields[name].default
+
+
+def test_a_git_url_template_names_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_GITHUB_GIT_URL", "https://git.example.com/infra.git")
+    with pytest.raises(ConfigError, match="must hold {repository}"):
+        Settings()
 
 
 def test_names_are_read_in_any_case_and_openai_has_no_prefix(monkeypatch: pytest.MonkeyPatch) -> None:

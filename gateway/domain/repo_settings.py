@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from gateway.domain.breaker import BreakerSettings
-from gateway.domain.errors import NotFound
+from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.notifications import NotificationSettings
 from gateway.domain.policy import PolicySettings
 from gateway.domain.stack_order import order_stacks
@@ -149,3 +149,11 @@ class RepoSettings:
 
     def is_protected_path(self, path: str) -> bool:
         return any(path == p or (p.endswith("/") and path.startswith(p)) for p in self.protected_paths)
+
+
+def require_names_github(settings: RepoSettings, full_name: str) -> None:
+    """Refuse a gateway.yaml that does not name GitHub repository `full_name` as its forge: a repository added for it
+    would receive none of its deliveries (they are routed by what each main's gateway.yaml names)."""
+    if settings.github is None or settings.github.repository.casefold() != full_name.casefold():
+        raise Conflict(f"{full_name}'s main gateway.yaml does not name it as its forge (`forge: github` and "
+                       f"`github: {{repository: {full_name}}}`): its deliveries would reach no repository")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from gateway.domain.github import Check, PullInfo
@@ -19,6 +20,10 @@ class Forge(Protocol):
 
     def fetch_main(self, main: str) -> None:
         """Make the gateway's main exactly the forge's (with a forge, its main is the truth)."""
+        ...
+
+    def clone_main(self, into: Path) -> None:
+        """A clone of the forge's default branch as it is now, in the new folder `into` (a repository to add)."""
         ...
 
     def sync_branch(self, branch: str) -> str:

@@ -6,14 +6,17 @@ import json
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from gateway.config import Settings
 from gateway.domain.errors import NotConfigured, NotFound
 from gateway.domain.jobs import Job, JobKind, JobStatus
+from gateway.domain.principals import Actor
 from gateway.domain.proposal import Proposal
 from gateway.domain.repo_settings import ForgeSettings, RepoSettings
 from gateway.domain.repositories import NAME as REPOSITORY_NAME
+from gateway.domain.repositories import Repository
 from gateway.domain.scrubbing import Scrubber
 from gateway.ports import (
     NO_METRICS,
@@ -128,6 +131,9 @@ class Workspace:
     # the workspace of another declaration repository of this gateway, sharing this one's database and engines
     # (wired by the composition root; None: this process serves one repository)
     open_repository: Callable[[str], Workspace] | None = None
+    # add a declaration repository to the gateway: (who, its name, a folder of its files or a git checkout, the
+    # GitHub repository its gateway.yaml must name or None) -> the one registered (wired by the composition root)
+    add_repository: Callable[[Actor, str, Path, str | None], Repository] | None = None
     # what each repository's main gateway.yaml names on the forges, by (repository, main commit): shared by the
     # workspaces of every repository of the process, so routing a webhook delivery parses no gateway.yaml twice
     forge_names: dict[tuple[str, str], Any] = field(default_factory=dict)

@@ -56,6 +56,10 @@ class GitRemote:
         """Publish a branch the gateway made (never forced: a branch someone else moved is not overwritten)."""
         self._git("push", "--quiet", self.clone_url(), f"{sha}:refs/heads/{branch}")
 
+    def clone_main(self, into: Path) -> None:
+        """A clone of the code host's default branch as it is now (its history too), in the new folder `into`."""
+        self._git("clone", "--quiet", "--single-branch", "--no-tags", self.clone_url(), str(into))
+
     def _git(self, *args: str) -> None:
         env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **self._git_auth_env()}
         try:

@@ -73,13 +73,17 @@ class GitDeclarationRepo:
     @classmethod
     def create(cls, path: Path, content: Path, main_branch: str = "main",
                repository: str = DEFAULT_REPOSITORY, adding: bool = False) -> GitDeclarationRepo:
-        """A new bare repo whose first commit on `main_branch` holds the files of `content`; `adding`: marked as the
+        """A new bare repo whose first commit on `main_branch` holds the files of `content` (`content` a git checkout:
+        `main_branch` is its HEAD, history and all; what is not committed there is left out); `adding`: marked as the
         gateway's own unfinished work from its first moment, until `finish_adding` (see `left_unfinished`)."""
         import git
 
-        git.Repo.init(path, bare=True, initial_branch=main_branch)
+        bare = git.Repo.init(path, bare=True, initial_branch=main_branch)
         if adding:
             _open(path).config[ADDING] = repository
+        if (content / ".git").exists():
+            bare.git.fetch("--quiet", "--no-tags", str(content), f"HEAD:refs/heads/{main_branch}")
+            return cls(path, repository)
         with tempfile.TemporaryDirectory() as tmp:
             clone = git.Repo.clone_from(str(path), tmp)
             shutil.copytree(content, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from gateway.domain.errors import Conflict, NotFound
 from gateway.domain.permissions import Action, require
-from gateway.domain.principals import Principal
+from gateway.domain.principals import Actor, Principal
 from gateway.domain.repositories import DEFAULT_REPOSITORY, Repository, check_name
 from gateway.services.change.main_watch import SEEN
 from gateway.services.workspace import Records
@@ -23,10 +23,14 @@ def list_repositories(ws: Records) -> list[Repository]:
         return session.repositories.list()
 
 
-def add_repository(ws: Records, actor: Principal, name: str, create: Callable[[], str]) -> Repository:
+def add_repository(ws: Records, actor: Actor, name: str, create: Callable[[], str]) -> Repository:
     """Register repository `name`, whose bare git repository `create` makes (returning main's first commit); the
-    trail records who added it. Nothing is registered if `create` fails; a name once used stays taken."""
-    require(actor, Action.MANAGE_REPOSITORIES)
+    trail records who added it. Nothing is registered if `create` fails; a name once used stays taken.
+
+    A person adds one as an admin; the gateway itself (a system actor: the GitHub App's installation on a repository
+    GATEWAY_GITHUB_REPOSITORIES admits) on the authority of that setting, which an operator gave."""
+    if isinstance(actor, Principal):
+        require(actor, Action.MANAGE_REPOSITORIES)
     check_name(name)
     with ws.store.session(readonly=True) as session:
         if session.repositories.get(name) is not None:

@@ -27,7 +27,7 @@ from gateway.domain.principals import GITHUB, not_linked
 from gateway.domain.proposal import Decision
 from gateway.ports import ReviewForge
 from gateway.services.change.code_host import forge_of, require_webhook_secret
-from gateway.services.forge import review_flow, webhook_intake
+from gateway.services.forge import installed, review_flow, webhook_intake
 from gateway.services.forge.github_events import (
     CommentEvent,
     GitHubEvent,
@@ -37,10 +37,9 @@ from gateway.services.forge.github_events import (
     parse_event,
     repository_of,
 )
-from gateway.services.workspace import Configured, Workspace
+from gateway.services.workspace import Workspace
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
-INSTALLATION_EVENTS = frozenset({"installation", "installation_repositories"})  # about the App, not one repository
 TERMS = review_flow.ForgeTerms(
     name="GitHub", settings=lambda repo: repo.github, home="repository", prefix="github", request="pull request",
     sign="#", note="comment", membership_check="github.team_check", members_by_id=False, names_branch_pushers=False,
@@ -68,7 +67,7 @@ def _receive_delivery(ws: Workspace, headers: Mapping[str, str], body: bytes) ->
     payload = webhook_intake.json_object(body)
     action = payload.get("action")
     action = action[:60] if isinstance(action, str) else None
-    if event in INSTALLATION_EVENTS:
+    if event in installed.EVENTS:
         return _record_installation(ws, delivery, event, action, payload, body)
     repository = payload.get("repository")
     full_name = repository.get("full_name") if isinstance(repository, dict) else None
@@ -97,36 +96,32 @@ def _webhook_secret(ws: Workspace) -> str:
     raise NotFound("no GitHub forge is configured in gateway.yaml")
 
 
-def _record_installation(ws: Configured, delivery: str, event: str, action: str | None, payload: Mapping[str, Any],
+def _record_installation(ws: Workspace, delivery: str, event: str, action: str | None, payload: Mapping[str, Any],
                          body: bytes) -> dict[str, Any]:
-    """The App was installed, removed, or given or denied repositories: recorded (which ones, and those outside
-    GATEWAY_GITHUB_REPOSITORIES), never a job: a repository is served once a gateway.yaml names it."""
+    """The App was installed, removed, or given or denied repositories: recorded (which ones, those outside
+    GATEWAY_GITHUB_REPOSITORIES, and those the gateway will add); a job adds them (`installed.add_installed`)."""
     installation = _object(payload.get("installation"))
     account = _object(installation.get("account"))
-    listed = _full_names(payload.get("repositories"))
-    added = _full_names(payload.get("repositories_added")) if event == "installation_repositories" else (
-        listed if action == "created" else [])
-    removed = _full_names(payload.get("repositories_removed")) if event == "installation_repositories" else (
-        listed if action == "deleted" else [])
+    added, removed = installed.added_and_removed(event, action, payload)
     allowed = ws.settings.github_repositories
+    adding = installed.to_add(ws, added)
     with ws.store.session() as session:
         if not session.github.add_delivery(delivery, event, action, body.decode("utf-8", "replace")):
-            return {"delivery": delivery, "duplicate": True, "job": None}
+            known = session.github.delivery(delivery)
+            return {"delivery": delivery, "duplicate": True, "job": known.job_id if known else None}
         session.audit.append(GITHUB, f"github.{event}", {
             "delivery": delivery, "action": action, "installation": installation.get("id"),
             "account": account.get("login"), "added": added, "removed": removed,
-            "not_allowed": [] if allowed is None else [r for r in added if not repository_allowed(allowed, r)]})
-    return {"delivery": delivery, "duplicate": False, "job": None}
+            "not_allowed": [] if allowed is None else [r for r in added if not repository_allowed(allowed, r)],
+            "to_add": adding})
+        job_id = session.jobs.add(JobKind.WEBHOOK, None, GITHUB, {"delivery": delivery}) if adding else None
+        if job_id is not None:
+            session.github.set_delivery_job(delivery, job_id)
+    return {"delivery": delivery, "duplicate": False, "job": job_id}
 
 
 def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
-
-
-def _full_names(repositories: Any) -> list[str]:
-    """The `full_name`s of a payload's list of repositories (what is not one is left out)."""
-    items = repositories if isinstance(repositories, list) else []
-    return [str(r["full_name"])[:200] for r in items if isinstance(r, dict) and isinstance(r.get("full_name"), str)]
 
 
 def needs_handling(event: GitHubEvent) -> bool:
@@ -144,7 +139,12 @@ def handle_delivery(ws: Workspace, job: Job) -> dict[str, Any]:
     """The worker's side: act on one recorded delivery. What it records reaches the pull request through
     the housekeeping loop's publish jobs (the trail moved), refusals included.
 
-    A malformed delivery is refused, naming each field, in `github.<event>.refused` (and the job's end)."""
+    A malformed delivery is refused, naming each field, in `github.<event>.refused` (and the job's end). An
+    installation delivery adds the repositories it gave the App that the gateway takes on."""
+    with ws.store.session(readonly=True) as session:
+        delivery = session.github.delivery(str(job.args.get("delivery")))
+    if delivery is not None and delivery.event in installed.EVENTS:
+        return installed.add_installed(ws, delivery)
     return webhook_intake.handle_recorded(ws, job, TERMS, parse_delivery, repository_of,
                                           lambda event: _dispatch(ws, cast(ReviewForge, forge_of(ws)), event))
 

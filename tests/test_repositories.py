@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pygit2
 import git
+import pygit2
 import pytest
 from fastapi.testclient import TestClient
 

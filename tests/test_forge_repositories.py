@@ -171,6 +171,10 @@ def test_each_repositorys_pull_request_and_review_land_in_that_repository(both: 
         runs = wait_for(f"the check run on {gh.full_name}", lambda g=gh: g.check_runs(g.pull(1)["head"]["sha"]),
                         timeout=60)
         assert {r["app"]["id"] for r in runs} == {gh.app_id}
+    [infra_comment], [data_comment] = both.infra_gh.comments(1), both.data_gh.comments(1)
+    assert f"proposal [{theirs}](http://gateway.test/proposals/{theirs}) in repository `data`" \
+        in data_comment["body"] and "`data/network`" in data_comment["body"]
+    assert f"proposal [{mine}](http://gateway.test/proposals/{mine}):" in infra_comment["body"]  # the default's
     installations = [r.path for gh in (both.infra_gh, both.data_gh) for r in gh.request_log  # each repository's own
                      if r.path.endswith("/installation")]
     assert sorted(set(installations)) == ["/repos/acme/data/installation", "/repos/acme/infra/installation"]

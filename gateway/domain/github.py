@@ -18,6 +18,7 @@ from gateway.domain.lifecycle import ProposalStatus
 from gateway.domain.policy import Severity
 from gateway.domain.preview import Preview, render_markdown, render_text
 from gateway.domain.proposal import Proposal
+from gateway.domain.repositories import DEFAULT_REPOSITORY
 
 COMMENT_LIMIT = 65_536  # GitHub refuses a longer comment body
 COMMENT_BUDGET = 60_000  # the sticky comment stays under the limit by design, with room to spare
@@ -212,7 +213,8 @@ def render_comment(view: PullRequestView, budget: int = COMMENT_BUDGET) -> str:
 def _comment_head(view: PullRequestView) -> str:
     p = view.proposal
     fingerprint = plan_fingerprint(p.current_digests)[:12]
-    lines = [f"## Change gateway · proposal [{p.id}]({view.page_url}): {p.status.value}", ""]
+    where = "" if p.repository == DEFAULT_REPOSITORY else f" in repository `{p.repository}`"
+    lines = [f"## Change gateway · proposal [{p.id}]({view.page_url}){where}: {p.status.value}", ""]
     lines += [f"> {line}" for line in p.reason.strip().splitlines()[:12]] + [""]
     agent = " (agent)" if p.proposer.is_agent else ""
     lines.append(f"Requested by **{p.requester.name}**, proposed by **{p.proposer.name}**{agent}; "

@@ -30,8 +30,11 @@ def apply_order(ws: Workspace, stacks: Iterable[str], sha: str) -> list[str]:
 def state_reads_at(ws: Workspace, settings: RepoSettings, stacks: Iterable[str], sha: str) -> dict[str, dict[str, str]]:
     """Each of `stacks` -> those of `stacks` whose state it reads at commit `sha`, each with why (`settings`: main's,
     which say where each stack is)."""
+    names = sorted(set(stacks))
+    if len(names) < 2:  # no other stack to read among them: nothing is parsed (a one-stack view stays light)
+        return {}
     declared = {}
-    for name in sorted(set(stacks)):
+    for name in names:
         if name in settings.stacks:
             path = settings.stacks[name].path
             files = ws.repo.read_files(sha, path, ".tf")

@@ -441,12 +441,18 @@ class SqlAuditLog(Records):
         out = [self._column(e.proposal_id, q.proposal_id), self._column(e.actor, q.actor)]
         if q.stack:
             out.append(self._stack(q.stack))
-        if q.action:  # with the kind and the outcome, a few kinds, each read from the kind index in order
-            kinds = [k for k in self._kinds() if (k == q.action or k.startswith(q.action + "."))
-                     and (not q.kind or k == q.kind) and (not q.outcome or event_outcome(k) == q.outcome)]
+        # a repository with a kind, an action or an outcome is one filter: each kind's events of the repository in
+        # order, from the (repository, kind) index, so a rare combination reads only its own events (as two filters,
+        # the sparser's index is read whole, every event checked: 400 ms at a million events)
+        by_kind = q.repository if q.kind or q.outcome else None
+        if q.action or by_kind:  # with the kind and the outcome, a few kinds, each read from an index in order
+            kinds = [q.kind] if q.kind and not q.action else [
+                k for k in self._kinds() if (not q.action or k == q.action or k.startswith(q.action + "."))
+                and (not q.kind or k == q.kind) and (not q.outcome or event_outcome(k) == q.outcome)]
             if not kinds:
                 return None
-            out.append(self._kinds_filter(kinds, [c == v for c, v in ((e.kind, q.kind), (e.outcome, q.outcome)) if v]))
+            out.append(self._kinds_filter(kinds, [c == v for c, v in ((e.kind, q.kind), (e.outcome, q.outcome),
+                                                                      (e.repository, q.repository)) if v]))
         else:
             out += [self._column(e.kind, q.kind), self._column(e.outcome, q.outcome)]
         if q.since or q.until:
@@ -454,7 +460,8 @@ class SqlAuditLog(Records):
             out.append(_Filter(window, lambda after: select(e.seq).where(window, e.seq > after)))
         if q.address:
             out.append(self._address(q.address))
-        out.append(self._column(e.repository, q.repository))
+        if not (q.action or by_kind):  # else the kinds' filter holds the repository
+            out.append(self._column(e.repository, q.repository))
         return [f for f in out if f is not None]
 
     def _stack(self, stack: str) -> _Filter:

@@ -452,7 +452,7 @@ def test_an_action_and_an_outcome_no_kind_has_match_nothing(busy_trail: Database
 def test_a_repository_with_a_kind_reads_only_the_events_that_match(busy_trail: Database, plan: str) -> None:
     """The repo filter with a kind, an action or an outcome, however rare the combination (a few of the repository's
     400 events), reads the (repository, kind) index: only the events that match, never every event of the repository
-    checked for its kind (what made a rare combination take 400 ms at a million events)."""
+    checked for its kind (what made a rare combination take hundreds of ms at a million events)."""
     statements = _statements(busy_trail)
     with SqlStore(busy_trail).session(readonly=True) as session:
         audit: SqlAuditLog = session.audit

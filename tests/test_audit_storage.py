@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, insert, inspect, select, text, update
 
-from gateway.adapters.store.audit import SqlAuditLog
+from gateway.adapters.store.audit import _IN_ORDER, SqlAuditLog
 from gateway.adapters.store.schema import MIGRATIONS, Database, audit_event_addresses, audit_events, audit_head
 from gateway.adapters.store.unit_of_work import SqlStore
 from gateway.domain.audit import GENESIS, AuditEvent, ChainBreak, EventQuery, event_addresses, event_hash, verify_chain
@@ -346,8 +346,18 @@ FILTERS: dict[str, dict[str, Any]] = {
     "address+action+person": {"address": "aws_instance.web7", "action": "apply", "actor": "p4"},
     "stack+time": {"stack": "s2", "since": "2026-11-01T10:00:00.300000+00:00"},
     "stack+prefix": {"stack": "s6", "address": "aws_s3_bucket.b1*"},
-
+    "repository": {"repository": "data"},
+    "repository+kind (rare)": {"repository": "data", "kind": "merged"},
+    "repository+outcome (rare)": {"repository": "data", "outcome": "refused"},
+    "repository+action": {"repository": "data", "action": "apply"},
+    "repository+kind+outcome": {"repository": "data", "kind": "approve.refused", "outcome": "refused"},
+    "repository+person+action": {"repository": "declarations", "actor": "p3", "action": "apply"},
+    "repository+stack+time": {"repository": "data", "stack": "s2", "since": "2026-11-01T10:00:00.300000+00:00"},
+    "repository+proposal": {"repository": "data", "proposal_id": 40},
 }
+# a repository with a kind, an action or an outcome, and nothing else: read from the (repository, kind) index alone
+BY_REPOSITORY_AND_KIND = [name for name, q in FILTERS.items()
+                          if "repository" in q and len(q) > 1 and set(q) <= {"repository", "kind", "action", "outcome"}]
 
 
 @pytest.fixture
@@ -366,13 +376,22 @@ def busy_trail(db: Database) -> Database:
             content = json.loads(row.canonical) | {"at": row.at}
             conn.execute(update(audit_events).where(audit_events.c.seq == row.seq).values(
                 canonical=json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)))
+        # a quarter of the events are repository data's, but hardly any merged or refused one: rare combinations
+        conn.execute(update(audit_events).where(text("seq % 4 = 0 AND (kind NOT IN ('merged', 'approve.refused') "
+                                                     "OR seq % 40 = 0)")).values(repository="data"))
         if db.engine.dialect.name == "postgresql":
             conn.execute(text("ANALYZE"))
     return db
 
 
-def expected(events: list[AuditEvent], q: dict[str, Any]) -> list[int]:
-    """The filter's meaning, computed the slow way over every event."""
+def repositories(db: Database) -> dict[int, str]:
+    """Each event's repository, as the trail keeps it (beside the bytes)."""
+    with db.transaction(readonly=True) as conn:
+        return {seq: name for seq, name in conn.execute(select(audit_events.c.seq, audit_events.c.repository))}
+
+
+def expected(events: list[AuditEvent], q: dict[str, Any], repository: dict[int, str] | None = None) -> list[int]:
+    """The filter's meaning, computed the slow way over every event (`repository`: each event's)."""
     def named(e: AuditEvent) -> bool:
         wanted = q["address"]
         return any(a == wanted or (wanted.endswith("*") and a.startswith(wanted[:-1]))
@@ -384,7 +403,8 @@ def expected(events: list[AuditEvent], q: dict[str, Any]) -> list[int]:
         "action" not in q or e.kind == q["action"] or e.kind.startswith(q["action"] + "."),
         "kind" not in q or e.kind == q["kind"], "proposal_id" not in q or e.proposal_id == q["proposal_id"],
         "since" not in q or e.at >= q["since"], "until" not in q or e.at <= q["until"],
-        "address" not in q or named(e) or e.proposal_id in naming))]
+        "address" not in q or named(e) or e.proposal_id in naming,
+        "repository" not in q or (repository or {}).get(e.seq) == q["repository"]))]
 
 
 @pytest.mark.parametrize("plan", ["estimated", "members", "windows"])
@@ -399,8 +419,9 @@ def test_every_filter_pages_through_exactly_its_events_from_an_index(busy_trail:
                                                    "members": (5000, 50, 100), "windows": (0, 30, 25)}[plan]
         everything = audit.query(EventQuery())
         assert len(everything) == 1600
+        of = repositories(busy_trail)
         for name, q in FILTERS.items():
-            want = expected(everything, q)
+            want = expected(everything, q, of)
             assert want, name
             statements.clear()
             got, after = [], 0
@@ -425,6 +446,70 @@ def test_an_action_and_an_outcome_no_kind_has_match_nothing(busy_trail: Database
         assert session.audit.count(EventQuery(**q)) == 0
         assert not [s for s, _ in statements if "min(kind)" not in s]  # the kinds were read; no event was
         assert expected(everything, {"action": "approve", "outcome": "refused"})  # one that does name a kind
+
+
+@pytest.mark.parametrize("plan", ["estimated", "windows"])
+def test_a_repository_with_a_kind_reads_only_the_events_that_match(busy_trail: Database, plan: str) -> None:
+    """The repo filter with a kind, an action or an outcome, however rare the combination (a few of the repository's
+    400 events), reads the (repository, kind) index: only the events that match, never every event of the repository
+    checked for its kind (what made a rare combination take hundreds of ms at a million events)."""
+    statements = _statements(busy_trail)
+    with SqlStore(busy_trail).session(readonly=True) as session:
+        audit: SqlAuditLog = session.audit
+        if plan == "windows":
+            audit.medium, audit.window, audit.chunk = 0, 30, 25
+        everything, of = audit.query(EventQuery()), repositories(busy_trail)
+        for name in BY_REPOSITORY_AND_KIND:
+            q = FILTERS[name]
+            statements.clear()
+            assert [e.seq for e in audit.query(EventQuery(**q))] == expected(everything, q, of), name
+            reads = [(s, p) for s, p in statements if "audit_events.repository" in s and not _listed(s)]
+            assert reads, name
+            for statement, params in reads:
+                assert "audit_events_by_repository_kind" in " ".join(_plan(session.conn, statement, params)), \
+                    f"{name}: {statement}"
+
+
+def test_migration_34_indexes_each_repository_s_kinds_on_a_trail_at_schema_33(busy_trail: Database) -> None:
+    """A trail at schema 33 (no (repository, kind) index) gets it from migration 34, and its repo + kind filters
+    answer as before, from it."""
+    with busy_trail.transaction() as conn:
+        conn.execute(text("DROP INDEX audit_events_by_repository_kind"))
+        conn.execute(text("DELETE FROM schema_version WHERE version = 34"))
+    with busy_trail.transaction(readonly=True) as conn:
+        assert "audit_events_by_repository_kind" not in {i["name"] for i in inspect(conn).get_indexes("audit_events")}
+    with SqlStore(busy_trail).session(readonly=True) as session:
+        before = {name: session.audit.query(EventQuery(**FILTERS[name])) for name in BY_REPOSITORY_AND_KIND}
+    assert busy_trail.pending_migrations() == [34]
+
+    assert busy_trail.migrate() == [34]
+
+    with busy_trail.transaction(readonly=True) as conn:
+        indexes = {i["name"]: i["column_names"] for i in inspect(conn).get_indexes("audit_events")}
+    assert indexes["audit_events_by_repository_kind"] == ["repository", "kind", "seq"]
+    with SqlStore(busy_trail).session(readonly=True) as session:
+        assert {name: session.audit.query(EventQuery(**FILTERS[name])) for name in BY_REPOSITORY_AND_KIND} == before
+        assert all(before.values())
+    assert busy_trail.migrate() == []  # once
+
+
+def _listed(statement: str) -> bool:
+    """A statement that checks listed candidates by primary key (at most `chunk` seqs)."""
+    listed = next((m for m in ("audit_events.seq IN (", "audit_events.seq = ANY (") if m in statement), None)
+    return listed is not None and "SELECT" not in statement.split(listed)[1][:10]
+
+
+def _plan(conn: Any, statement: str, params: Any) -> list[str]:
+    """The statement's plan as the query runs it (on PostgreSQL under its settings, SqlAuditLog._probing)."""
+    if conn.dialect.name == "sqlite":
+        return [row[-1] for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)]
+    settings = conn.begin_nested()  # rolled back: the settings go with it
+    try:
+        for setting, value in _IN_ORDER.items():
+            conn.exec_driver_sql(f"SET LOCAL {setting} = {value}")
+        return [row[0] for row in conn.exec_driver_sql("EXPLAIN " + statement, params)]
+    finally:
+        settings.rollback()
 
 
 def assert_indexed(conn: Any, statement: str, params: Any, name: str) -> None:

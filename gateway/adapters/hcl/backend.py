@@ -19,16 +19,10 @@ def declared_backend(files: Mapping[str, str]) -> dict[str, Any] | None:
     backend, so a branch that adds or drops one moves the state. Which engine can plan it is the engine's to say
     (this one refuses it, `refuse_cloud`; the sandbox plans it against its own state and says so).
     """
-    from gateway.adapters.hcl.reading import hcl_document
+    from gateway.adapters.hcl.reading import documents_mentioning
 
     found: list[dict[str, Any]] = []
-    for name, text in files.items():
-        if "backend" not in text and "cloud" not in text:
-            continue
-        try:
-            document = hcl_document(text)
-        except Exception as exc:  # python-hcl2 raises lark's errors
-            raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
+    for _, document in documents_mentioning(files, "backend", "cloud"):
         for block in document.get("terraform", []):
             for cloud in block.get("cloud", []):
                 found.append({CLOUD: _literal(cloud)})

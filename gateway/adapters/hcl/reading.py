@@ -12,6 +12,7 @@ import functools
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import hcl2.parser
@@ -124,6 +125,19 @@ def hcl_document(text: str) -> dict[str, Any]:
     from hcl2.api import serialize, transform
 
     return serialize(transform(parse_tree(text)))
+
+
+def documents_mentioning(files: Mapping[str, str], *words: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each of `files` (name -> text) whose text mentions one of `words`, as `hcl_document` makes it, by name: the
+    others are not parsed at all. Text that is not HCL is a ConfigError naming its file."""
+    for name, text in sorted(files.items()):
+        if not any(word in text for word in words):
+            continue
+        try:
+            document = hcl_document(text)
+        except Exception as exc:  # python-hcl2 raises lark's errors
+            raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
+        yield name, document
 
 
 def _snippet(text: str, exc: UnexpectedInput) -> str:

@@ -7,7 +7,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.domain.errors import ConfigError
 from gateway.domain.stack_order import RemoteStateRead
 
 # The directories a path may be built from and still be known: the module's own, and the stack's (the root's, where
@@ -27,16 +26,10 @@ def remote_state_reads(files: Mapping[str, str], module: str = ".") -> tuple[Rem
     """Every `data "terraform_remote_state"` block of these files whose backend type and config are written out
     (settings given by expressions are listed as unresolved). `module`: the files' directory relative to the
     stack's, what `path.module` is there."""
-    from gateway.adapters.hcl.reading import hcl_document
+    from gateway.adapters.hcl.reading import documents_mentioning
 
     found: list[RemoteStateRead] = []
-    for name, text in sorted(files.items()):
-        if "terraform_remote_state" not in text:
-            continue
-        try:
-            document = hcl_document(text)
-        except Exception as exc:  # python-hcl2 raises lark's errors
-            raise ConfigError(f"{name}: not valid HCL: {str(exc).splitlines()[0]}") from None
+    for _, document in documents_mentioning(files, "terraform_remote_state"):
         for block in document.get("data", []):
             for kind, labelled in block.items():
                 if _value(kind) != "terraform_remote_state" or not isinstance(labelled, dict):

@@ -102,6 +102,14 @@ def workspace(tmp_path: Path) -> Iterator[Workspace]:
 
 
 @pytest.fixture
+def pg_workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
+    """A workspace on PostgreSQL with the sample repo, its stacks applied to the simulator."""
+    ws = make_workspace(tmp_path / "home", postgres_url)
+    yield ws
+    ws.close()
+
+
+@pytest.fixture
 def any_workspace(tmp_path: Path, database_url: str) -> Iterator[Workspace]:
     """The same workspace, once on SQLite and once on PostgreSQL."""
     ws = make_workspace(tmp_path / "home", database_url)

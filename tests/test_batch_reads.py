@@ -22,7 +22,7 @@ from gateway.domain.proposal import Decision, PlanSummary
 from gateway.services.change.proposals import open_proposal
 from gateway.services.workspace import Workspace
 
-from .conftest import Clone, add_people, make_workspace
+from .conftest import Clone, add_people
 from .round_trips import RoundTrips
 
 
@@ -139,13 +139,6 @@ def test_a_batch_read_of_more_than_one_statement_holds_returns_them_all(store: S
 # reads before the one counted: the caches are warm, and psycopg has prepared every statement it will (it prepares a
 # statement on its fifth execution, one round trip more that once)
 WARM_UP = 6
-
-
-@pytest.fixture
-def pg_workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
-    ws = make_workspace(tmp_path / "home", postgres_url)
-    yield ws
-    ws.close()
 
 
 def test_the_inbox_costs_the_same_round_trips_for_one_proposal_as_for_several(pg_workspace: Workspace,

@@ -4,7 +4,6 @@ on every checkout."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,13 +32,6 @@ from .round_trips import RoundTrips
 # token, the proposal with everything its view asks next (read ahead: its jobs, the pushes to main, the break-glass
 # windows, the open drift, its rollback marker, its stacks' serials), who pushed its commits, COMMIT
 PROPOSAL_READ_ROUND_TRIPS = 5
-
-
-@pytest.fixture
-def pg_workspace(tmp_path: Path, postgres_url: str) -> Iterator[Workspace]:
-    ws = make_workspace(tmp_path / "home", postgres_url)
-    yield ws
-    ws.close()
 
 
 def bearer(token: str) -> dict[str, str]:

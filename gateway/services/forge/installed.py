@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gateway.domain.errors import GatewayError, NotConfigured, NotFound
+from gateway.domain.errors import GatewayError, NotConfigured, NotFound, Unavailable
 from gateway.domain.github import Delivery, repository_allowed
 from gateway.domain.principals import GITHUB
 from gateway.domain.repo_settings import GitHubSettings
@@ -55,6 +55,8 @@ def add_installed(ws: Workspace, delivery: Delivery) -> dict[str, Any]:
     for full_name in to_add(ws, added_and_removed(delivery.event, delivery.action, payload)[0]):
         try:
             added[full_name] = _add(ws, full_name)
+        except Unavailable:
+            raise  # GitHub for a moment: the job is tried again, and adds what is still to add
         except GatewayError as exc:
             not_added[full_name] = str(exc)
             with ws.store.session() as session:

@@ -452,8 +452,10 @@ class SqlAuditLog(Records):
                 and (not q.kind or k == q.kind) and (not q.outcome or event_outcome(k) == q.outcome)]
             if not kinds:
                 return None
-            out.append(self._kinds_filter(kinds, [c == v for c, v in ((e.kind, q.kind), (e.outcome, q.outcome),
-                                                                      (e.repository, q.repository)) if v]))
+            # the outcome is the kinds' own (`event_outcome`; verify holds each row's to its kind): not asked again,
+            # so no planner reads the outcome's index instead of the (repository, kind) one
+            out.append(self._kinds_filter(kinds, [c == v for c, v in ((e.kind, q.kind), (e.repository, q.repository))
+                                                  if v]))
         else:
             out += [self._column(e.kind, q.kind), self._column(e.outcome, q.outcome)]
         if q.since or q.until:

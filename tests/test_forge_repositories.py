@@ -19,7 +19,7 @@ import hmac
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +30,17 @@ from gateway import worker as worker_module
 from gateway.api.app import create_app
 from gateway.composition import add_repository, create_workspace
 from gateway.config import Settings
-from gateway.domain.errors import InAnotherRepository
+from gateway.domain.errors import BackendError, InAnotherRepository, Unavailable
+from gateway.domain.github import Delivery
 from gateway.services.admin.bootstrap import bootstrap_simulator
 from gateway.services.change.proposals import get_proposal
-from gateway.services.forge import routing
+from gateway.services.forge import installed, routing
 from gateway.services.forge.github import link_account
 from gateway.services.forge.gitlab_webhooks import link_account as link_gitlab_account
 from gateway.services.workspace import Workspace
 
 from .conftest import Clone, People, add_people
+from .fakes import sandbox_workspace
 from .github_fake import FakeGitHub
 from .gitlab_fake import FakeGitLab
 from .test_github import QUEUE, make_github_the_forge, wait_for
@@ -330,6 +332,49 @@ def test_installing_the_app_on_an_admitted_repository_adds_it_from_githubs_main(
     pid = _proposal(network, "acme/network", number)
     assert get_proposal(network, pid).stacks == ("network/network",)
     wait_for("the check run", lambda: network_gh.check_runs(network_gh.pull(number)["head"]["sha"]), timeout=60)
+
+
+def test_an_installation_github_cannot_be_reached_for_is_tried_again_and_a_refused_one_is_recorded(
+        tmp_path: Path) -> None:
+    """GitHub down while a repository is cloned: the job fails as Unavailable (a webhook job is retried), nothing is
+    recorded as refused and nothing added; a repository that cannot be added (git refuses) is recorded with why."""
+    base = sandbox_workspace(tmp_path / "home")
+    ws = replace(base, settings=base.settings.model_copy(update={"github_repositories": ["acme/*"]}))
+    added: list[str] = []
+    ws.add_repository = lambda actor, name, content, github: added.append(name)  # type: ignore[assignment,misc,return-value]
+
+    class Clones:
+        settings: Any = None
+
+        def clone_main(self, into: Path) -> None:
+            if self.settings.repository == "acme/flaky":
+                raise Unavailable("GitHub is unavailable (git clone): failed to connect")
+            raise BackendError("git clone with GitHub failed: repository not found")
+
+    def open_forge(settings: Any) -> Clones:
+        clones = Clones()
+        clones.settings = settings
+        return clones
+    ws.open_forge = open_forge  # type: ignore[assignment]
+
+    def delivery(names: list[str]) -> Delivery:
+        payload = {"action": "added", "repositories_added": [{"full_name": n} for n in names]}
+        return Delivery(str(uuid.uuid4()), "installation_repositories", "added", json.dumps(payload), None,
+                        ws.clock.now())
+
+    with pytest.raises(Unavailable, match="failed to connect"):
+        installed.add_installed(ws, delivery(["acme/flaky"]))
+    assert added == [] and _kinds(ws, "github.repository_not_added") == []
+    assert installed.add_installed(ws, delivery(["acme/gone", "other/x"])) == {
+        "added": {}, "not_added": {"acme/gone": "git clone with GitHub failed: repository not found"}}
+    assert _kinds(ws, "github.repository_not_added") == [{
+        "delivery": _kinds(ws, "github.repository_not_added")[0]["delivery"], "github_repository": "acme/gone",
+        "reason": "git clone with GitHub failed: repository not found"}]  # other/x: not admitted, not tried
+
+
+def _kinds(ws: Workspace, kind: str) -> list[dict[str, Any]]:
+    with ws.store.session(readonly=True) as session:
+        return [dict(e.payload) for e in session.audit.events(kind=kind)]
 
 
 def _open(gh: FakeGitHub) -> int:

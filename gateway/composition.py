@@ -457,8 +457,10 @@ def sample_repo_path(sample: str = "sandbox") -> Path:
 
 def add_repository(ws: Workspace, actor: Actor, name: str, content: Path | None = None,
                    sample: str = "sandbox", *, github: str | None = None) -> Repository:
-    """Add declaration repository `name` to the gateway: a bare repository in the workspace's `repos/` whose first
-    commit holds `content` (the sample by default), registered and recorded; nothing is left of it if a step fails.
+    """Add declaration repository `name` to the gateway: a bare repository in the workspace's `repos/` whose main is
+    `content` (a folder's files as its first commit, a git checkout's HEAD with its history; the sample by default),
+    registered and recorded; nothing is left of it if a step fails. `github`: the GitHub repository it is added for,
+    which its gateway.yaml must name as its forge.
 
     A process killed between making the bare repository and registering it leaves it behind, marked as the gateway's
     own unfinished work (`GitDeclarationRepo.left_unfinished`): adding the name again begins it anew. A folder
